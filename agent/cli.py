@@ -1,0 +1,231 @@
+"""`edge-agent` command line.
+
+Heavy libraries (OpenCV, ONNX Runtime, LiteRT) are imported inside the commands that need them,
+so ``edge-agent --help`` and a first detection start fast. Every expected failure ends as one
+line on stderr and exit status 1 (2 for usage errors), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.probe import Board
+    from pipelines.detections import Detections
+    from pipelines.labels import Labels
+    from runtimes.base import Runtime, RuntimeInfo, RuntimeName
+    from runtimes.selection import Choice
+
+log = logging.getLogger("edge_agent")
+
+RUNTIME_CHOICES = ("auto", "tensorrt", "onnxruntime", "litert")
+DECODER_CHOICES = ("auto", "yolov8", "yolov5", "yolox", "ssd")
+
+
+class CliError(Exception):
+    """An error to print as one line, with the exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _unit_interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number within 0..1, got {text!r}") from exc
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number within 0..1, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edge-agent", description="Edge inference agent for Jetson, Raspberry Pi and Linux boxes."
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    detect = commands.add_parser("detect", help="run a detection model on images")
+    detect.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
+    detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image files (JPEG, PNG, ...)")
+    detect.add_argument("--labels", type=Path, help="labels file, one per line (default: the model's metadata)")
+    detect.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    detect.add_argument("--decoder", choices=DECODER_CHOICES, default="auto")
+    detect.add_argument("--conf", type=_unit_interval, default=0.25, help="score threshold (default 0.25)")
+    detect.add_argument("--iou", type=_unit_interval, default=0.45, help="NMS IoU threshold (default 0.45)")
+    detect.add_argument("--max-det", type=_positive_int, default=300, help="most detections per image")
+    detect.add_argument("--json", action="store_true", help="one JSON object per image per line")
+
+    probe = commands.add_parser("probe", help="show the hardware and runtimes found, and the runtime policy's choice")
+    probe.add_argument("--json", action="store_true", help="print one JSON object")
+    probe.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
+    probe.add_argument("--arch", help="CPU architecture to assume (default: this machine's)")
+    return parser
+
+
+def _select_and_load(model: Path, preference: str) -> tuple[Runtime, Choice]:
+    """Rank runtimes for `model` on this board and load the first that works."""
+    from agent.probe import probe
+    from runtimes.base import RuntimeUnavailable
+    from runtimes.registry import available_runtimes, load_runtime
+    from runtimes.selection import Artifact, select_runtimes
+
+    choices = select_runtimes(probe(), available_runtimes(), [Artifact.from_path(model)], preference)  # type: ignore[arg-type]
+    failures = []
+    for choice in choices:
+        try:
+            runtime = load_runtime(choice.runtime, model)
+        except RuntimeUnavailable as exc:
+            failures.append(f"{choice.runtime}: {exc}")
+            log.warning("runtime %s unavailable, trying the next: %s", choice.runtime, exc)
+            continue
+        log.info("runtime %s on %s: %s", choice.runtime, choice.device, choice.reason)
+        return runtime, choice
+    raise CliError("no runtime could load the model: " + "; ".join(failures))
+
+
+def _detection_rows(detections: Detections, labels: Labels) -> list[dict[str, Any]]:
+    rows = []
+    for box, score, class_id in zip(detections.xyxy, detections.confidence, detections.class_id, strict=True):
+        rows.append(
+            {
+                "label": labels(int(class_id)),
+                "class_id": int(class_id),
+                "score": round(float(score), 4),
+                "box": [round(float(v), 1) for v in box],
+            }
+        )
+    return rows
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    import cv2
+
+    from pipelines.detector import Detector
+    from pipelines.labels import Labels
+
+    model: Path = args.model
+    if not model.is_file():
+        raise CliError(f"model file not found: {model}")
+    labels = Labels.from_file(args.labels) if args.labels else None
+    runtime, choice = _select_and_load(model, args.runtime)
+    with runtime:
+        detector = Detector(runtime, args.decoder, conf=args.conf, iou=args.iou, max_det=args.max_det)
+        if labels is None:
+            labels = Labels(runtime.metadata.names or {})
+        status = 0
+        for image_path in args.images:
+            image = cv2.imread(str(image_path), cv2.IMREAD_COLOR) if image_path.is_file() else None
+            if image is None:
+                reason = "not found" if not image_path.exists() else "cannot be decoded as an image"
+                print(f"edge-agent: error: image {image_path}: {reason}", file=sys.stderr)
+                status = 1
+                continue
+            rows = _detection_rows(detector.detect(image), labels)
+            if args.json:
+                print(
+                    json.dumps(
+                        {
+                            "image": str(image_path),
+                            "runtime": runtime.name,
+                            "decoder": detector.decoder,
+                            "detections": rows,
+                        }
+                    ),
+                    flush=True,
+                )
+            else:
+                print(f"{image_path}: {len(rows)} detection(s) [{runtime.name} on {choice.device}, {detector.decoder}]")
+                for row in rows:
+                    x1, y1, x2, y2 = row["box"]
+                    print(f"  {row['label']:<16} {row['score']:.2f}  ({x1:.0f}, {y1:.0f}) - ({x2:.0f}, {y2:.0f})")
+    return status
+
+
+def _probe_report(board: Board, runtimes: Mapping[RuntimeName, RuntimeInfo]) -> dict[str, Any]:
+    from runtimes.selection import Artifact, SelectionError, select_runtimes
+
+    choices: dict[str, Any] = {}
+    for fmt in ("onnx", "tflite"):
+        try:
+            best = select_runtimes(board, runtimes, [Artifact.from_path(f"model.{fmt}")])[0]
+            choices[fmt] = {"runtime": best.runtime, "device": best.device, "reason": best.reason}
+        except SelectionError as exc:
+            choices[fmt] = {"runtime": None, "device": None, "reason": str(exc)}
+    return {
+        "board": asdict(board),
+        "runtimes": {name: asdict(info) for name, info in runtimes.items()},
+        "selection": choices,
+    }
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from agent.probe import probe
+    from runtimes.registry import available_runtimes
+
+    report = _probe_report(probe(args.root, args.arch), available_runtimes())
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    board = report["board"]
+    gpu = board["gpu_name"] or ("yes" if board["nvidia_gpu"] else "none")
+    print(f"board:    {board['model']} ({board['kind']}, {board['arch']}, {board['cpu_count']} CPUs)")
+    print(f"gpu:      {gpu}" + (f", L4T {board['l4t_release']}" if board["l4t_release"] else ""))
+    print("runtimes:")
+    for name, info in report["runtimes"].items():
+        if info["available"]:
+            print(f"  {name:<12} {info['version'] or '?':<10} {', '.join(info['devices'])}")
+        else:
+            print(f"  {name:<12} unavailable: {info['reason']}")
+    print("selection:")
+    for fmt, choice in report["selection"].items():
+        print(f"  .{fmt:<7} -> {choice['runtime'] or 'none'}: {choice['reason']}")
+    return 0
+
+
+COMMANDS = {"detect": cmd_detect, "probe": cmd_probe}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from pipelines.decoders import DecoderError
+    from pipelines.labels import LabelsError
+    from runtimes.base import BackendError
+
+    try:
+        return COMMANDS[args.command](args)
+    except CliError as exc:
+        print(f"edge-agent: error: {exc}", file=sys.stderr)
+        return exc.status
+    except (BackendError, DecoderError, LabelsError) as exc:
+        print(f"edge-agent: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Hardware probe: what board this is, read from a filesystem root.
+
+`probe(root)` reads only files under `root` (default ``/``), so tests point it at fake trees
+under ``tests/fakes/<board>/`` shaped like the real boards':
+
+- ``proc/device-tree/model`` (NUL-terminated), e.g. ``Raspberry Pi 5 Model B Rev 1.0``
+- ``etc/nv_tegra_release``, e.g. ``# R36 (release), REVISION: 3.0, ...`` on Jetson (L4T)
+- ``proc/driver/nvidia/gpus/*/information`` with a ``Model:`` line on a discrete NVIDIA GPU
+- ``sys/devices/system/cpu/online``, e.g. ``0-3``
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+BoardKind = Literal["jetson", "raspberry_pi", "generic"]
+
+_L4T_RE = re.compile(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)")
+
+
+@dataclass(frozen=True)
+class Board:
+    """The device as the probe found it.
+
+    `model` is the device-tree model string (or ``generic <arch>``); `l4t_release` is the Jetson
+    Linux release such as ``36.3.0``; `gpu_name` names the NVIDIA GPU when there is one.
+    """
+
+    kind: BoardKind
+    model: str
+    arch: str
+    cpu_count: int
+    nvidia_gpu: bool
+    gpu_name: str | None = None
+    l4t_release: str | None = None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace").replace("\x00", "").strip()
+    except OSError:
+        return None
+
+
+def _count_cpus(spec: str) -> int:
+    """Count the CPUs in a sysfs list such as ``0-3,6`` (returns 0 when it cannot be parsed)."""
+    total = 0
+    for part in spec.split(","):
+        bounds = part.strip().split("-")
+        try:
+            if len(bounds) == 1 and bounds[0]:
+                total += 1
+            elif len(bounds) == 2:
+                total += int(bounds[1]) - int(bounds[0]) + 1
+        except ValueError:
+            return 0
+    return total
+
+
+def _l4t_release(text: str | None) -> str | None:
+    if not text:
+        return None
+    match = _L4T_RE.search(text)
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+def _discrete_gpu(root: Path) -> str | None:
+    """Name of the first NVIDIA GPU the driver lists, or ``None``."""
+    gpus = root / "proc/driver/nvidia/gpus"
+    try:
+        entries = sorted(gpus.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        info = _read_text(entry / "information") or ""
+        for line in info.splitlines():
+            if line.startswith("Model:"):
+                return line.split(":", 1)[1].strip()
+        return "NVIDIA GPU"
+    return None
+
+
+def probe(root: Path = Path("/"), arch: str | None = None) -> Board:
+    """Identify the board under `root`. `arch` defaults to this machine's ``platform.machine()``."""
+    arch = arch or platform.machine()
+    model = _read_text(root / "proc/device-tree/model") or _read_text(root / "sys/firmware/devicetree/base/model")
+    l4t = _l4t_release(_read_text(root / "etc/nv_tegra_release"))
+    cpus = _count_cpus(_read_text(root / "sys/devices/system/cpu/online") or "") or os.cpu_count() or 1
+    if l4t is not None or (model and "jetson" in model.lower()):
+        return Board("jetson", model or "NVIDIA Jetson", arch, cpus, True, model or "Tegra", l4t)
+    gpu = _discrete_gpu(root)
+    if model and model.startswith("Raspberry Pi"):
+        return Board("raspberry_pi", model, arch, cpus, gpu is not None, gpu)
+    return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu)

@@ -1,0 +1,113 @@
+"""`Detector`: a loaded `Runtime` plus the preprocessing and decoding its model needs.
+
+``Detector(runtime).detect(frame)`` takes a BGR ``(H, W, 3) uint8`` frame and returns
+`Detections` in that frame's pixels, clipped to it, highest confidence first.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+
+from pipelines.decoders import CONVENTIONS, DECODERS, DecoderError, DecoderName, choose_decoder
+from pipelines.detections import Detections
+from pipelines.nms import class_aware_nms
+from pipelines.preprocess import PreprocessConfig, preprocess
+from runtimes.base import Quantization, Runtime, TensorSpec, dequantize
+
+log = logging.getLogger(__name__)
+
+#: input size used when the model's input is dynamic and its metadata names none
+DEFAULT_INPUT_SIZE = 640
+
+
+def _image_input(runtime: Runtime) -> TensorSpec:
+    images = [spec for spec in runtime.inputs if spec.layout is not None]
+    if len(runtime.inputs) != 1 or not images:
+        shapes = ", ".join(f"{s.name}{s.shape}" for s in runtime.inputs)
+        raise DecoderError(f"expected a model with one image input (N, 3, H, W) or (N, H, W, 3), found {shapes}")
+    return images[0]
+
+
+def _input_size(spec: TensorSpec, runtime: Runtime) -> tuple[int, int]:
+    h, w = spec.image_hw
+    if h is not None and w is not None:
+        return h, w
+    imgsz = runtime.metadata.imgsz or (DEFAULT_INPUT_SIZE, DEFAULT_INPUT_SIZE)
+    return h or imgsz[0], w or imgsz[1]
+
+
+def _input_quantization(spec: TensorSpec, mean: float, std: float) -> Quantization | None:
+    """The model's own quantization, or for an integer input without one: raw pixels."""
+    if not np.issubdtype(spec.dtype, np.integer):
+        return None
+    if spec.quantization is not None:
+        return spec.quantization
+    # q = x / scale + zp with x = (p - mean) / std  ->  q = p (uint8) or p - 128 (int8)
+    zero_point = round(mean) - (128 if spec.dtype == np.int8 else 0)
+    return Quantization(scale=1.0 / std, zero_point=zero_point)
+
+
+class Detector:
+    """Runs one detection model on frames.
+
+    `decoder` ``"auto"`` picks the decoder from the output shapes and metadata (the reason is in
+    `decoder_reason`). `conf` is the score threshold (0..1), `iou` the NMS overlap threshold,
+    `max_det` the most detections kept per frame.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        decoder: DecoderName | str = "auto",
+        conf: float = 0.25,
+        iou: float = 0.45,
+        max_det: int = 300,
+    ) -> None:
+        if not 0.0 <= conf <= 1.0:
+            raise ValueError(f"conf must be within 0..1, got {conf}")
+        if not 0.0 <= iou <= 1.0:
+            raise ValueError(f"iou must be within 0..1, got {iou}")
+        if max_det < 1:
+            raise ValueError(f"max_det must be at least 1, got {max_det}")
+        self.runtime = runtime
+        self.conf, self.iou, self.max_det = conf, iou, max_det
+        spec = _image_input(runtime)
+        self.input_hw = _input_size(spec, runtime)
+        layout = spec.layout or "NCHW"
+        # A first run on a grey frame gives the real output shapes (dynamic exports leave them open).
+        probe_config = PreprocessConfig(
+            size=self.input_hw, layout=layout, dtype=spec.dtype, quantization=_input_quantization(spec, 0.0, 255.0)
+        )
+        grey = np.full((*self.input_hw, 3), 114, np.uint8)
+        shapes = [tuple(o.shape) for o in runtime.infer([preprocess(grey, probe_config)[0]])]
+        if decoder == "auto":
+            names = runtime.metadata.names
+            self.decoder, self.decoder_reason = choose_decoder(shapes, self.input_hw, len(names) if names else None)
+        elif decoder in DECODERS:
+            self.decoder, self.decoder_reason = decoder, "chosen by configuration"
+        else:
+            raise DecoderError(f"unknown decoder {decoder!r}; known: auto, {', '.join(DECODERS)}")
+        convention = CONVENTIONS[self.decoder]
+        self.preprocess_config = replace(
+            probe_config,
+            resize=convention.resize,
+            color=convention.color,
+            mean=convention.mean,
+            std=convention.std,
+            quantization=_input_quantization(spec, convention.mean, convention.std),
+        )
+        log.info("decoder %s: %s", self.decoder, self.decoder_reason)
+
+    def detect(self, frame: np.ndarray) -> Detections:
+        """Detect objects in one BGR ``(H, W, 3) uint8`` frame; boxes in frame pixels."""
+        tensor, transform = preprocess(frame, self.preprocess_config)
+        raw = self.runtime.infer([tensor])
+        outputs = [dequantize(array, spec) for array, spec in zip(raw, self.runtime.outputs, strict=True)]
+        candidates = DECODERS[self.decoder](outputs, self.input_hw, self.conf)
+        kept = class_aware_nms(candidates, self.iou, self.max_det)
+        xyxy = transform.to_source(kept.xyxy)
+        visible = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+        return Detections(xyxy, kept.confidence, kept.class_id)[visible]

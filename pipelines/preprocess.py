@@ -1,0 +1,110 @@
+"""Turning a camera frame into a model input tensor, and boxes back into frame pixels.
+
+Frames are OpenCV images: ``(H, W, 3) uint8`` in BGR order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from runtimes.base import Layout, Quantization
+
+Resize = Literal["letterbox", "letterbox-topleft", "stretch"]
+ColorOrder = Literal["RGB", "BGR"]
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """How a model wants its input.
+
+    - `size`: (height, width) of the input tensor in pixels.
+    - `resize`: ``letterbox`` keeps the aspect ratio and pads equally on both sides,
+      ``letterbox-topleft`` pads only right and bottom (YOLOX), ``stretch`` resizes to `size`.
+    - `mean`, `std`: the float input is ``(pixel - mean) / std`` (pixel in 0..255).
+    - `quantization`: set for an int8/uint8 input; the float value is then quantized as
+      ``q = round(x / scale + zero_point)``, clipped to the dtype's range.
+    """
+
+    size: tuple[int, int]
+    resize: Resize = "letterbox"
+    pad_value: int = 114
+    color: ColorOrder = "RGB"
+    layout: Layout = "NCHW"
+    mean: float = 0.0
+    std: float = 255.0
+    dtype: np.dtype = np.dtype(np.float32)  # noqa: RUF009 (a dtype is immutable)
+    quantization: Quantization | None = None
+
+
+@dataclass(frozen=True)
+class Transform:
+    """How tensor pixels map back to source pixels: ``x_src = (x - pad_x) / scale_x``."""
+
+    scale_x: float
+    scale_y: float
+    pad_x: float
+    pad_y: float
+    source_hw: tuple[int, int]
+
+    def to_source(self, xyxy: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Map ``(n, 4)`` xyxy boxes from tensor pixels to source pixels, clipped to the image."""
+        h, w = self.source_hw
+        out = np.empty_like(xyxy, dtype=np.float32)
+        out[:, [0, 2]] = (xyxy[:, [0, 2]] - self.pad_x) / self.scale_x
+        out[:, [1, 3]] = (xyxy[:, [1, 3]] - self.pad_y) / self.scale_y
+        out[:, [0, 2]] = np.clip(out[:, [0, 2]], 0, w)
+        out[:, [1, 3]] = np.clip(out[:, [1, 3]], 0, h)
+        return out
+
+
+def _resize(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Transform]:
+    src_h, src_w = image.shape[:2]
+    dst_h, dst_w = config.size
+    if config.resize == "stretch":
+        resized = cv2.resize(image, (dst_w, dst_h), interpolation=cv2.INTER_LINEAR)
+        return resized, Transform(dst_w / src_w, dst_h / src_h, 0.0, 0.0, (src_h, src_w))
+    r = min(dst_h / src_h, dst_w / src_w)
+    new_w, new_h = max(1, round(src_w * r)), max(1, round(src_h * r))
+    if (new_w, new_h) != (src_w, src_h):
+        image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    if config.resize == "letterbox":
+        left, top = (dst_w - new_w) // 2, (dst_h - new_h) // 2
+    else:
+        left, top = 0, 0
+    canvas = np.full((dst_h, dst_w, image.shape[2]), config.pad_value, dtype=np.uint8)
+    canvas[top : top + new_h, left : left + new_w] = image
+    return canvas, Transform(new_w / src_w, new_h / src_h, float(left), float(top), (src_h, src_w))
+
+
+def preprocess(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Transform]:
+    """Resize, reorder, normalise and (de)quantize one BGR ``(H, W, 3) uint8`` frame.
+
+    Returns the ``(1, 3, h, w)`` or ``(1, h, w, 3)`` tensor of `config.dtype` and the
+    `Transform` that maps its boxes back to the frame.
+    """
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(f"expected a (H, W, 3) uint8 image, got {image.shape} {image.dtype}")
+    canvas, transform = _resize(image, config)
+    if config.color == "RGB":
+        canvas = canvas[..., ::-1]
+    if config.quantization is not None and np.issubdtype(config.dtype, np.integer):
+        q = config.quantization
+        info = np.iinfo(config.dtype)
+        # q = (pixel - mean) / std / scale + zp, folded into one multiply-add.
+        gain = 1.0 / (config.std * q.scale)
+        offset = q.zero_point - config.mean * gain
+        values = np.rint(canvas.astype(np.float32) * np.float32(gain) + np.float32(offset))
+        tensor: np.ndarray = np.clip(values, info.min, info.max).astype(config.dtype)
+    elif config.mean == 0.0 and config.std == 1.0:
+        tensor = canvas.astype(config.dtype)
+    else:
+        tensor = (canvas.astype(np.float32) - np.float32(config.mean)) * np.float32(1.0 / config.std)
+        tensor = tensor.astype(config.dtype, copy=False)
+    if config.layout == "NCHW":
+        tensor = tensor.transpose(2, 0, 1)
+    return np.ascontiguousarray(tensor[None]), transform

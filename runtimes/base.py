@@ -1,0 +1,195 @@
+"""The one interface every inference backend implements.
+
+A `Runtime` is built from one model artifact. It describes its inputs and outputs as
+`TensorSpec`s, carries the model's metadata, warms up when built, and `infer()` returns the
+model's raw outputs. Backends never decode detections: that is `pipelines`' job.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import numpy as np
+
+Layout = Literal["NCHW", "NHWC"]
+RuntimeName = Literal["tensorrt", "onnxruntime", "litert"]
+
+
+class BackendError(Exception):
+    """Root of every error raised by `runtimes`."""
+
+
+class RuntimeUnavailable(BackendError):
+    """The backend's library is not installed or cannot run on this machine."""
+
+
+class ModelLoadError(BackendError):
+    """The artifact is missing, unreadable, not a model, or the backend refused it."""
+
+
+class InferenceError(BackendError):
+    """The backend failed while running the model, or was given wrong inputs."""
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Affine quantization of a tensor: ``real = (q - zero_point) * scale``."""
+
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape and element type of one model input or output.
+
+    `shape` holds ``None`` for dynamic axes (batch, height, width of a dynamic export).
+    `layout` is set for 4-D image inputs only.
+    """
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: np.dtype
+    layout: Layout | None = None
+    quantization: Quantization | None = None
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.quantization is not None and np.issubdtype(self.dtype, np.integer)
+
+    @property
+    def image_hw(self) -> tuple[int | None, int | None]:
+        """(height, width) of a 4-D image input in pixels; ``None`` where dynamic."""
+        if len(self.shape) != 4 or self.layout is None:
+            raise ValueError(f"input {self.name!r} with shape {self.shape} is not an image tensor")
+        if self.layout == "NCHW":
+            return self.shape[2], self.shape[3]
+        return self.shape[1], self.shape[2]
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """What a model file says about itself (Ultralytics exports carry all of these).
+
+    `names` maps class id to label; `imgsz` is (height, width) in pixels; `stride` is the
+    largest feature stride in pixels.
+    """
+
+    names: dict[int, str] | None = None
+    imgsz: tuple[int, int] | None = None
+    stride: int | None = None
+    task: str | None = None
+    description: str | None = None
+    raw: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """Whether a backend can run here: its library version and devices (ONNX Runtime execution
+    providers, LiteRT delegates), or the reason it cannot."""
+
+    name: str
+    available: bool
+    version: str | None = None
+    devices: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+def guess_layout(shape: Sequence[int | None]) -> Layout | None:
+    """Return the layout of a 4-D image tensor shape, or ``None`` when it is not one.
+
+    Channels are the axis of size 1, 3 or 4 at position 1 (NCHW) or 3 (NHWC).
+    """
+    if len(shape) != 4:
+        return None
+    if shape[1] in (1, 3, 4) and shape[3] not in (1, 3, 4):
+        return "NCHW"
+    if shape[3] in (1, 3, 4):
+        return "NHWC"
+    if shape[1] in (1, 3, 4):
+        return "NCHW"
+    return None
+
+
+def dequantize(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """Return `array` as float32, undoing `spec`'s quantization when it has one."""
+    if spec.is_quantized and spec.quantization is not None:
+        q = spec.quantization
+        result: np.ndarray = (array.astype(np.float32) - np.float32(q.zero_point)) * np.float32(q.scale)
+        return result
+    return array.astype(np.float32, copy=False)
+
+
+class Runtime(abc.ABC):
+    """A loaded model, ready to run. Use as a context manager to release it."""
+
+    #: registry key of the backend, e.g. ``"onnxruntime"``
+    name: str = ""
+
+    def __init__(self, model_path: Path) -> None:
+        self.model_path = model_path
+
+    @property
+    @abc.abstractmethod
+    def inputs(self) -> list[TensorSpec]: ...
+
+    @property
+    @abc.abstractmethod
+    def outputs(self) -> list[TensorSpec]: ...
+
+    @property
+    @abc.abstractmethod
+    def metadata(self) -> ModelMetadata: ...
+
+    @property
+    def device(self) -> str:
+        """Where inference runs, e.g. ``"CPUExecutionProvider"`` or ``"xnnpack"``."""
+        return "cpu"
+
+    @abc.abstractmethod
+    def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run the model on one array per input (in `inputs` order); return raw outputs."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release the model. Calling it twice is harmless."""
+
+    def warmup(self, runs: int = 1) -> None:
+        """Run the model on zeros so the first real frame is not slow (fixed shapes only)."""
+        arrays = []
+        for spec in self.inputs:
+            shape = tuple(1 if d is None else d for d in spec.shape)
+            if any(d is None for d in spec.shape) and spec.layout is not None:
+                return  # a dynamic image input: the first real frame sets the shape
+            arrays.append(np.zeros(shape, dtype=spec.dtype))
+        for _ in range(runs):
+            self.infer(arrays)
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def check_inputs(specs: Sequence[TensorSpec], arrays: Sequence[np.ndarray]) -> None:
+    """Raise `InferenceError` unless `arrays` match `specs` in count, rank, fixed dims and dtype."""
+    if len(arrays) != len(specs):
+        raise InferenceError(f"model takes {len(specs)} input(s), got {len(arrays)}")
+    for spec, array in zip(specs, arrays, strict=True):
+        fixed_ok = len(array.shape) == len(spec.shape) and all(
+            want is None or want == got for want, got in zip(spec.shape, array.shape, strict=True)
+        )
+        if not fixed_ok:
+            raise InferenceError(f"input {spec.name!r}: expected shape {spec.shape}, got {array.shape}")
+        if array.dtype != spec.dtype:
+            raise InferenceError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype}")

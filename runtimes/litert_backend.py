@@ -1,0 +1,177 @@
+"""LiteRT backend (`runtime: litert`): TFLite models through `ai_edge_litert`, or the older
+`tflite_runtime` package where that is what the device has.
+
+Quantized int8/uint8 tensors keep their integer dtype in `infer`; their scale and zero point
+are in the `TensorSpec`s, so preprocessing quantizes and decoding dequantizes. An external
+delegate (e.g. ``libedgetpu.so.1``) can be loaded by path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtimes.base import (
+    InferenceError,
+    ModelLoadError,
+    ModelMetadata,
+    Quantization,
+    Runtime,
+    RuntimeInfo,
+    RuntimeUnavailable,
+    TensorSpec,
+    check_inputs,
+    guess_layout,
+)
+from runtimes.metadata import read_tflite_metadata
+
+log = logging.getLogger(__name__)
+
+KEY = "litert"
+#: (module, distribution) pairs tried in order
+_INTERPRETER_MODULES = (
+    ("ai_edge_litert.interpreter", "ai-edge-litert"),
+    ("tflite_runtime.interpreter", "tflite-runtime"),
+)
+
+
+class LiteRTConfig(BaseModel):
+    """Settings of the LiteRT backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["litert"] = "litert"
+    num_threads: int | None = Field(
+        default=None, ge=1, description="CPU threads for the interpreter; unset = all cores."
+    )
+    delegate: Path | None = Field(
+        default=None, description="Path of an external delegate library, e.g. libedgetpu.so.1."
+    )
+    delegate_options: dict[str, str] = Field(
+        default_factory=dict, description="Options passed to the external delegate."
+    )
+
+
+def _import_interpreter() -> tuple[Any, str]:
+    """Return the interpreter module and its distribution's name."""
+    errors = []
+    for module, dist in _INTERPRETER_MODULES:
+        try:
+            return __import__(module, fromlist=["Interpreter"]), dist
+        except ImportError as exc:
+            errors.append(f"{module}: {exc}")
+    raise RuntimeUnavailable("neither ai-edge-litert nor tflite-runtime is installed (" + "; ".join(errors) + ")")
+
+
+def availability() -> RuntimeInfo:
+    """Whether a LiteRT interpreter imports here, its version and built-in delegates."""
+    try:
+        _, dist = _import_interpreter()
+    except RuntimeUnavailable as exc:
+        return RuntimeInfo(name=KEY, available=False, reason=str(exc))
+    try:
+        version = importlib_metadata.version(dist)
+    except importlib_metadata.PackageNotFoundError:
+        version = None
+    return RuntimeInfo(name=KEY, available=True, version=version, devices=("xnnpack",))
+
+
+def _spec(detail: dict[str, Any]) -> TensorSpec:
+    signature = detail.get("shape_signature", detail["shape"])
+    shape = tuple(int(d) if int(d) > 0 else None for d in signature)
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    quantization = Quantization(float(scale), int(zero_point)) if scale else None
+    return TensorSpec(
+        name=str(detail["name"]),
+        shape=shape,
+        dtype=np.dtype(detail["dtype"]),
+        layout=guess_layout(shape),
+        quantization=quantization,
+    )
+
+
+class LiteRTBackend(Runtime):
+    """A .tflite model in a LiteRT interpreter."""
+
+    name = KEY
+
+    def __init__(self, model_path: Path, config: LiteRTConfig | None = None, warmup: bool = True) -> None:
+        super().__init__(model_path)
+        self.config = config or LiteRTConfig()
+        module, _ = _import_interpreter()
+        if not model_path.is_file():
+            raise ModelLoadError(f"model file not found: {model_path}")
+        delegates = []
+        self._device = "xnnpack"
+        if self.config.delegate is not None:
+            try:
+                delegates.append(module.load_delegate(str(self.config.delegate), dict(self.config.delegate_options)))
+            except (ValueError, OSError, RuntimeError) as exc:
+                raise RuntimeUnavailable(
+                    f"cannot load LiteRT delegate {self.config.delegate}: {exc} "
+                    "(check the path, the library's architecture, and that the accelerator is attached)"
+                ) from exc
+            self._device = self.config.delegate.name
+        threads = self.config.num_threads or os.cpu_count() or 1
+        try:
+            self._interpreter = module.Interpreter(
+                model_path=str(model_path), num_threads=threads, experimental_delegates=delegates or None
+            )
+            self._interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as exc:
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"LiteRT cannot load {model_path}: {first_line}") from exc
+        self._input_details = self._interpreter.get_input_details()
+        self._output_details = self._interpreter.get_output_details()
+        self._inputs = [_spec(d) for d in self._input_details]
+        self._outputs = [_spec(d) for d in self._output_details]
+        self._metadata = read_tflite_metadata(model_path)
+        log.info("litert loaded %s on %s with %d threads", model_path, self._device, threads)
+        if warmup:
+            self.warmup()
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self._outputs
+
+    @property
+    def metadata(self) -> ModelMetadata:
+        return self._metadata
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _resize_inputs(self, arrays: Sequence[np.ndarray]) -> None:
+        """Resize dynamic inputs to the shapes given (a no-op for fixed shapes)."""
+        changed = False
+        for detail, array in zip(self._input_details, arrays, strict=True):
+            if tuple(detail["shape"]) != array.shape:
+                self._interpreter.resize_tensor_input(detail["index"], array.shape)
+                changed = True
+        if changed:
+            self._interpreter.allocate_tensors()
+            self._input_details = self._interpreter.get_input_details()
+            self._output_details = self._interpreter.get_output_details()
+
+    def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        check_inputs(self._inputs, arrays)
+        try:
+            self._resize_inputs(arrays)
+            for detail, array in zip(self._input_details, arrays, strict=True):
+                self._interpreter.set_tensor(detail["index"], array)
+            self._interpreter.invoke()
+            return [self._interpreter.get_tensor(d["index"]) for d in self._output_details]
+        except (ValueError, RuntimeError) as exc:
+            raise InferenceError(f"LiteRT failed on {self.model_path.name}: {exc}") from exc

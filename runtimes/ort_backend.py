@@ -1,0 +1,184 @@
+"""ONNX Runtime backend (`runtime: onnxruntime`).
+
+Execution providers are taken in the configured order from those the installed onnxruntime
+build offers (TensorRT EP with FP16 and an engine cache, CUDA, OpenVINO, then CPU, which is
+always last). The library is imported only when a model is loaded or availability is asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtimes.base import (
+    InferenceError,
+    ModelLoadError,
+    ModelMetadata,
+    Runtime,
+    RuntimeInfo,
+    RuntimeUnavailable,
+    TensorSpec,
+    check_inputs,
+    guess_layout,
+)
+from runtimes.metadata import parse_metadata
+
+log = logging.getLogger(__name__)
+
+KEY = "onnxruntime"
+
+ProviderName = Literal["tensorrt", "cuda", "openvino", "cpu"]
+PROVIDERS: dict[ProviderName, str] = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+_ORT_TYPES: dict[str, np.dtype] = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(float16)": np.dtype(np.float16),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(int8)": np.dtype(np.int8),
+    "tensor(int32)": np.dtype(np.int32),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(bool)": np.dtype(np.bool_),
+}
+
+
+class OnnxRuntimeConfig(BaseModel):
+    """Settings of the ONNX Runtime backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["onnxruntime"] = "onnxruntime"
+    providers: list[ProviderName] = Field(
+        default=["tensorrt", "cuda", "openvino", "cpu"],
+        description="Execution providers in order of preference; those not installed are "
+        "skipped and CPU is always the last resort.",
+    )
+    trt_fp16: bool = Field(default=True, description="Let the TensorRT EP build FP16 engines.")
+    trt_engine_cache_dir: Path | None = Field(
+        default=None, description="Directory where the TensorRT EP caches built engines."
+    )
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
+        default="all", description="ONNX Runtime graph optimization level."
+    )
+    intra_op_threads: int = Field(default=0, ge=0, description="Threads inside one op; 0 = ORT's default.")
+    inter_op_threads: int = Field(default=0, ge=0, description="Threads across ops; 0 = ORT's default.")
+
+
+def _import_ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise RuntimeUnavailable(f"onnxruntime is not installed ({exc})") from exc
+    return onnxruntime
+
+
+def availability() -> RuntimeInfo:
+    """Whether onnxruntime imports here, its version and execution providers."""
+    try:
+        ort = _import_ort()
+    except RuntimeUnavailable as exc:
+        return RuntimeInfo(name=KEY, available=False, reason=str(exc))
+    return RuntimeInfo(
+        name=KEY,
+        available=True,
+        version=str(ort.__version__),
+        devices=tuple(ort.get_available_providers()),
+    )
+
+
+def provider_list(config: OnnxRuntimeConfig, installed: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The (provider, options) pairs to hand to ONNX Runtime: preferred ones that are installed,
+    in order, with CPU last."""
+    chosen: list[tuple[str, dict[str, Any]]] = []
+    for key in [*config.providers, "cpu"]:
+        name = PROVIDERS[key]
+        if name not in installed or any(name == c[0] for c in chosen):
+            continue
+        options: dict[str, Any] = {}
+        if key == "tensorrt":
+            options["trt_fp16_enable"] = config.trt_fp16
+            if config.trt_engine_cache_dir is not None:
+                options["trt_engine_cache_enable"] = True
+                options["trt_engine_cache_path"] = str(config.trt_engine_cache_dir)
+        chosen.append((name, options))
+    return chosen
+
+
+def _spec(node: Any) -> TensorSpec:
+    shape = tuple(d if isinstance(d, int) and d > 0 else None for d in node.shape)
+    dtype = _ORT_TYPES.get(node.type)
+    if dtype is None:
+        raise ModelLoadError(f"tensor {node.name!r} has unsupported type {node.type}")
+    return TensorSpec(node.name, shape, dtype, layout=guess_layout(shape))
+
+
+class OnnxRuntimeBackend(Runtime):
+    """A model loaded into an `onnxruntime.InferenceSession`."""
+
+    name = KEY
+
+    def __init__(self, model_path: Path, config: OnnxRuntimeConfig | None = None, warmup: bool = True) -> None:
+        super().__init__(model_path)
+        self.config = config or OnnxRuntimeConfig()
+        ort = _import_ort()
+        if not model_path.is_file():
+            raise ModelLoadError(f"model file not found: {model_path}")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.config.graph_optimization]
+        options.intra_op_num_threads = self.config.intra_op_threads
+        options.inter_op_num_threads = self.config.inter_op_threads
+        options.log_severity_level = 3  # errors only: warnings go through our own logging
+        providers = provider_list(self.config, ort.get_available_providers())
+        if self.config.trt_engine_cache_dir is not None:
+            os.makedirs(self.config.trt_engine_cache_dir, exist_ok=True)
+        try:
+            self._session = ort.InferenceSession(str(model_path), sess_options=options, providers=providers)
+        except Exception as exc:  # ORT raises its own pybind exception types
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"ONNX Runtime cannot load {model_path}: {first_line}") from exc
+        self._inputs = [_spec(i) for i in self._session.get_inputs()]
+        self._outputs = [_spec(o) for o in self._session.get_outputs()]
+        self._output_names = [o.name for o in self._outputs]
+        self._metadata = parse_metadata(self._session.get_modelmeta().custom_metadata_map)
+        log.info("onnxruntime loaded %s with providers %s", model_path, self._session.get_providers())
+        if warmup:
+            self.warmup()
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self._outputs
+
+    @property
+    def metadata(self) -> ModelMetadata:
+        return self._metadata
+
+    @property
+    def device(self) -> str:
+        return str(self._session.get_providers()[0])
+
+    def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        check_inputs(self._inputs, arrays)
+        feed = {spec.name: array for spec, array in zip(self._inputs, arrays, strict=True)}
+        try:
+            return list(self._session.run(self._output_names, feed))
+        except Exception as exc:
+            raise InferenceError(f"ONNX Runtime failed on {self.model_path.name}: {exc}") from exc

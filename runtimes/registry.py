@@ -1,0 +1,81 @@
+"""Runtime names -> backends, with guarded imports.
+
+A backend whose library is missing is reported unavailable with the reason; asking to load
+it raises `RuntimeUnavailable`, it never crashes the process at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from runtimes import litert_backend, ort_backend
+from runtimes.base import Runtime, RuntimeInfo, RuntimeName, RuntimeUnavailable
+from runtimes.litert_backend import LiteRTConfig
+from runtimes.ort_backend import OnnxRuntimeConfig
+
+log = logging.getLogger(__name__)
+
+RUNTIME_NAMES: tuple[RuntimeName, ...] = ("tensorrt", "onnxruntime", "litert")
+
+#: Backend settings, discriminated by ``type`` (a wrong name or field fails at load).
+RuntimeConfig = Annotated[OnnxRuntimeConfig | LiteRTConfig, Field(discriminator="type")]
+
+
+def _tensorrt_availability() -> RuntimeInfo:
+    """TensorRT's native backend is not part of this release; say so, with the library version."""
+    try:
+        trt = importlib.import_module("tensorrt")
+        version = str(getattr(trt, "__version__", "unknown"))
+    except ImportError:
+        return RuntimeInfo(
+            name="tensorrt", available=False, reason="tensorrt (JetPack / TensorRT wheel) is not installed"
+        )
+    return RuntimeInfo(
+        name="tensorrt",
+        available=False,
+        version=version,
+        reason="this edge-agent release has no native TensorRT backend yet; "
+        "ONNX Runtime's TensorRT execution provider is used where installed",
+    )
+
+
+_AVAILABILITY: dict[RuntimeName, Callable[[], RuntimeInfo]] = {
+    "tensorrt": _tensorrt_availability,
+    "onnxruntime": ort_backend.availability,
+    "litert": litert_backend.availability,
+}
+
+
+def available_runtimes() -> dict[RuntimeName, RuntimeInfo]:
+    """Probe each backend's library (imports it); unavailable ones carry the reason."""
+    infos = {name: probe() for name, probe in _AVAILABILITY.items()}
+    for info in infos.values():
+        if not info.available:
+            log.info("runtime %s unavailable: %s", info.name, info.reason)
+    return infos
+
+
+def load_runtime(
+    name: RuntimeName,
+    model_path: Path,
+    config: OnnxRuntimeConfig | LiteRTConfig | None = None,
+) -> Runtime:
+    """Load `model_path` with the named backend (warmed up). Raises `RuntimeUnavailable` when
+    the backend cannot run here and `ModelLoadError` when it refuses the model."""
+    if name == "onnxruntime":
+        if config is not None and not isinstance(config, OnnxRuntimeConfig):
+            raise TypeError(f"onnxruntime takes an OnnxRuntimeConfig, got {type(config).__name__}")
+        return ort_backend.OnnxRuntimeBackend(model_path, config)
+    if name == "litert":
+        if config is not None and not isinstance(config, LiteRTConfig):
+            raise TypeError(f"litert takes a LiteRTConfig, got {type(config).__name__}")
+        return litert_backend.LiteRTBackend(model_path, config)
+    if name == "tensorrt":
+        raise RuntimeUnavailable(_tensorrt_availability().reason or "tensorrt is unavailable")
+    raise RuntimeUnavailable(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")
