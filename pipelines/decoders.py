@@ -8,7 +8,9 @@ tensor's (height, width) in pixels and a confidence threshold. Supported layouts
   are in input pixels (ONNX exports) or normalised 0..1 (TFLite exports): detected from values.
 - ``yolov5``: ``(1, N, 5+nc)``: ``cx, cy, w, h, objectness, nc class scores``; score = obj * cls.
 - ``yolox``: ``(1, N, 5+nc)`` with N = cells of strides 8/16/32 and boxes *not* decoded:
-  ``cx = (o0 + gx) * s, w = exp(o2) * s``; an output already decoded is recognised.
+  ``cx = (o0 + gx) * s, w = exp(o2) * s``; an output already decoded is recognised. Chosen
+  automatically only for models without class names in their metadata (YOLOX exports have
+  none); a named model of that shape is taken as YOLOv5-style.
 - ``ssd``: the four outputs of TFLite's detection post-process: boxes ``(1, K, 4)`` as
   normalised ``ymin, xmin, ymax, xmax``, classes ``(1, K)``, scores ``(1, K)``, count ``(1,)``,
   in any order.
@@ -236,9 +238,8 @@ def choose_decoder(
             if b == 4 + num_classes and a > b:
                 return "yolov8", f"output ({a}, 4+{num_classes}) with {num_classes} classes from metadata"
             if b == 5 + num_classes and a > b:
-                if a == cells:
-                    return "yolox", f"output ({a}, 5+{num_classes}): one row per grid cell"
-                return "yolov5", f"output ({a}, 5+{num_classes}) with objectness"
+                # YOLOX exports carry no class names, so a model that does is YOLOv5-style.
+                return "yolov5", f"output ({a}, 5+{num_classes}) with objectness and class names in metadata"
         if 5 <= a < b:
             return "yolov8", f"output ({a}, {b}): 4 box rows and {a - 4} class rows"
         if 6 <= b < a:

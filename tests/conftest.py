@@ -1,0 +1,85 @@
+"""Shared fixtures: the COCO models in ../shared/models, sample photos, small ONNX builders."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_MODELS = Path(os.environ.get("EDGE_AGENT_SHARED_MODELS", REPO.parent / "shared" / "models"))
+FAKES = Path(__file__).resolve().parent / "fakes"
+
+
+@pytest.fixture(scope="session")
+def shared_models() -> Path:
+    """The folder of real COCO models; tests using it skip when it is absent."""
+    if not (SHARED_MODELS / "README.md").is_file():
+        pytest.skip(f"COCO test models not found at {SHARED_MODELS} (set EDGE_AGENT_SHARED_MODELS)")
+    return SHARED_MODELS
+
+
+@pytest.fixture(scope="session")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """scikit-image's bundled sample photos written as PNG files (BGR on disk as OpenCV writes)."""
+    from skimage import data
+
+    folder = tmp_path_factory.mktemp("photos")
+    paths = {}
+    for name in ("astronaut", "chelsea", "coffee", "camera"):
+        image = getattr(data, name)()
+        if image.ndim == 2:
+            image = np.stack([image] * 3, axis=-1)
+        path = folder / f"{name}.png"
+        cv2.imwrite(str(path), image[..., ::-1])
+        paths[name] = path
+    return paths
+
+
+OnnxBuilder = Callable[..., Path]
+
+
+@pytest.fixture
+def constant_model(tmp_path: Path) -> OnnxBuilder:
+    """Build an ONNX model with one image input whose single output is a constant array.
+
+    ``constant_model(output, input_shape=(1, 3, 64, 64), metadata=None, name="m")`` returns the
+    path. The input is added (times zero) to the output so the graph really consumes it.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def build(
+        output: np.ndarray,
+        input_shape: tuple[int | str, ...] = (1, 3, 64, 64),
+        metadata: dict[str, str] | None = None,
+        name: str = "model",
+    ) -> Path:
+        const = numpy_helper.from_array(output.astype(np.float32), "const")
+        zero = numpy_helper.from_array(np.zeros((1,), np.float32), "zero")
+        nodes = [
+            helper.make_node("ReduceSum", ["images"], ["total"], keepdims=0),
+            helper.make_node("Mul", ["total", "zero"], ["nothing"]),
+            helper.make_node("Add", ["const", "nothing"], ["output0"]),
+        ]
+        graph = helper.make_graph(
+            nodes,
+            name,
+            [helper.make_tensor_value_info("images", TensorProto.FLOAT, list(input_shape))],
+            [helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(output.shape))],
+            initializer=[const, zero],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        for key, value in (metadata or {}).items():
+            model.metadata_props.add(key=key, value=value)
+        onnx.checker.check_model(model)
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(model, str(path))
+        return path
+
+    return build

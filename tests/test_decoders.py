@@ -1,0 +1,204 @@
+"""Decoders on synthetic outputs with known boxes, and the automatic decoder choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipelines.decoders import (
+    DecoderError,
+    choose_decoder,
+    decode_ssd,
+    decode_yolov5,
+    decode_yolov8,
+    decode_yolox,
+    yolox_cells,
+)
+from pipelines.nms import class_aware_nms
+from runtimes.base import Quantization, TensorSpec, dequantize
+
+INPUT_HW = (640, 640)
+# (x1, y1, x2, y2, class, score) in input pixels
+OBJECTS = [(100.0, 120.0, 300.0, 400.0, 0, 0.9), (400.0, 50.0, 620.0, 200.0, 2, 0.6)]
+NC = 3
+N = 8400
+
+
+def yolov8_output(normalised: bool = False, transposed: bool = False, noise: float = 0.05) -> np.ndarray:
+    """(1, 4+nc, N) with OBJECTS at anchors 10 and 20, low-score noise elsewhere."""
+    rng = np.random.default_rng(0)
+    out = np.zeros((4 + NC, N), np.float32)
+    out[:4] = rng.uniform(0, 640, (4, N))
+    out[4:] = rng.uniform(0, noise, (NC, N))
+    for anchor, (x1, y1, x2, y2, cls, score) in zip((10, 20), OBJECTS, strict=True):
+        out[:4, anchor] = [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
+        out[4 + cls, anchor] = score
+    if normalised:
+        out[:4] /= 640.0
+    out = out[None]
+    return out.transpose(0, 2, 1).copy() if transposed else out
+
+
+def assert_objects(found, objects=OBJECTS, atol=1.0):
+    found = found.sorted_by_confidence()
+    assert len(found) == len(objects), f"expected {len(objects)} detections, got {len(found)}"
+    for i, (x1, y1, x2, y2, cls, score) in enumerate(sorted(objects, key=lambda o: -o[5])):
+        np.testing.assert_allclose(found.xyxy[i], [x1, y1, x2, y2], atol=atol)
+        assert found.class_id[i] == cls
+        assert found.confidence[i] == pytest.approx(score, abs=0.02)
+
+
+@pytest.mark.parametrize(("normalised", "transposed"), [(False, False), (True, False), (False, True), (True, True)])
+def test_yolov8_pixel_normalised_and_transposed(normalised: bool, transposed: bool) -> None:
+    out = yolov8_output(normalised, transposed)
+    assert_objects(decode_yolov8([out], INPUT_HW, 0.25))
+
+
+def test_yolov8_normalised_boxes_scale_to_a_non_square_input() -> None:
+    out = np.zeros((1, 5, 100), np.float32)
+    out[0, :4, 7] = [0.5, 0.5, 0.25, 0.5]
+    out[0, 4, 7] = 0.8
+    found = decode_yolov8([out], (384, 640), 0.25)
+    np.testing.assert_allclose(found.xyxy[0], [240, 96, 400, 288], atol=1e-3)
+
+
+def test_yolov8_quantized_int8_output_decodes_after_dequantize() -> None:
+    spec = TensorSpec("out", (1, 4 + NC, N), np.dtype(np.int8), quantization=Quantization(1 / 255, -128))
+    real = yolov8_output(normalised=True)
+    q = np.clip(np.rint(real / spec.quantization.scale + spec.quantization.zero_point), -128, 127).astype(np.int8)
+    found = decode_yolov8([dequantize(q, spec)], INPUT_HW, 0.25)
+    assert_objects(found, atol=3.0)  # quantization step is 1/255 of 640 px = 2.5 px
+
+
+def test_yolov8_threshold_is_strict_and_empty_is_well_formed() -> None:
+    found = decode_yolov8([yolov8_output()], INPUT_HW, 0.95)
+    assert len(found) == 0
+    assert found.xyxy.shape == (0, 4)
+
+
+def yolov5_output(normalised: bool = False) -> np.ndarray:
+    out = np.zeros((25200, 5 + NC), np.float32)
+    out[:, :4] = np.random.default_rng(1).uniform(0, 640, (25200, 4))
+    out[:, 4] = 0.01
+    for row, (x1, y1, x2, y2, cls, score) in zip((5, 99), OBJECTS, strict=True):
+        out[row, :4] = [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
+        out[row, 4] = 1.0
+        out[row, 5 + cls] = score
+    if normalised:
+        out[:, :4] /= 640.0
+    return out[None]
+
+
+@pytest.mark.parametrize("normalised", [False, True])
+def test_yolov5_objectness_times_class(normalised: bool) -> None:
+    assert_objects(decode_yolov5([yolov5_output(normalised)], INPUT_HW, 0.25))
+
+
+def test_yolov5_objectness_scales_the_score() -> None:
+    out = yolov5_output()
+    out[0, 5, 4] = 0.5  # objectness of the first object
+    found = decode_yolov5([out], INPUT_HW, 0.25).sorted_by_confidence()
+    assert found.confidence.tolist() == pytest.approx([0.6, 0.45])
+
+
+def yolox_output(hw: tuple[int, int], decoded: bool = False) -> np.ndarray:
+    """Undecoded YOLOX head: one object at stride 16, cell (gx=5, gy=3)."""
+    cells = yolox_cells(hw)
+    out = np.zeros((cells, 5 + NC), np.float32)
+    out[:, 2:4] = -5.0
+    first_16 = (hw[0] // 8) * (hw[1] // 8)
+    row = first_16 + 3 * (hw[1] // 16) + 5
+    # cx = (0.5 + 5) * 16 = 88, cy = (0.25 + 3) * 16 = 52, w = e^2 * 16, h = e^1 * 16
+    out[row, :5] = [0.5, 0.25, 2.0, 1.0, 0.9]
+    out[row, 5 + 1] = 0.8
+    if decoded:
+        out[:, :4] = [[8.0, 8.0, 1.0, 1.0]]
+        out[row, :4] = [88.0, 52.0, np.exp(2.0) * 16, np.exp(1.0) * 16]
+    return out[None]
+
+
+@pytest.mark.parametrize("decoded", [False, True])
+def test_yolox_grid_decoding(decoded: bool) -> None:
+    hw = (416, 416)
+    found = decode_yolox([yolox_output(hw, decoded)], hw, 0.25)
+    w, h = np.exp(2.0) * 16, np.exp(1.0) * 16
+    np.testing.assert_allclose(found.xyxy[0], [88 - w / 2, 52 - h / 2, 88 + w / 2, 52 + h / 2], rtol=1e-5)
+    assert found.class_id.tolist() == [1]
+    assert found.confidence[0] == pytest.approx(0.72)
+
+
+def test_yolox_non_square_grid() -> None:
+    hw = (384, 640)
+    found = decode_yolox([yolox_output(hw)], hw, 0.25)
+    assert len(found) == 1
+    assert found.xyxy[0, 0] == pytest.approx(88 - np.exp(2.0) * 8, rel=1e-5)
+
+
+def test_yolox_wrong_row_count_names_the_cells() -> None:
+    with pytest.raises(DecoderError, match="3549 cells"):
+        decode_yolox([np.full((1, 100, 85), 0.9, np.float32)], (416, 416), 0.25)
+
+
+def ssd_outputs() -> list[np.ndarray]:
+    boxes = np.zeros((1, 10, 4), np.float32)
+    boxes[0, 0] = [0.1, 0.2, 0.5, 0.6]  # ymin, xmin, ymax, xmax
+    boxes[0, 1] = [0.0, 0.0, 1.0, 1.0]
+    classes = np.array([[16, 61] + [0] * 8], np.float32)
+    scores = np.array([[0.8, 0.3] + [0.0] * 8], np.float32)
+    count = np.array([2], np.float32)
+    return [boxes, classes, scores, count]
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (2, 0, 3, 1), (3, 2, 1, 0)])
+def test_ssd_any_output_order(order: tuple[int, ...]) -> None:
+    outs = ssd_outputs()
+    found = decode_ssd([outs[i] for i in order], (300, 400), 0.25).sorted_by_confidence()
+    np.testing.assert_allclose(found.xyxy, [[80, 30, 240, 150], [0, 0, 400, 300]], atol=1e-4)
+    assert found.class_id.tolist() == [16, 61]
+    assert found.confidence.tolist() == pytest.approx([0.8, 0.3])
+
+
+def test_ssd_count_limits_rows() -> None:
+    outs = ssd_outputs()
+    outs[3] = np.array([1], np.float32)
+    assert len(decode_ssd(outs, (300, 300), 0.1)) == 1
+
+
+def test_nms_after_decode_removes_duplicates_per_class() -> None:
+    out = yolov8_output()
+    out[0, :4, 11] = out[0, :4, 10] + 2  # near-duplicate of object 0, lower score, same class
+    out[0, 4, 11] = 0.7
+    out[0, :4, 12] = out[0, :4, 10]  # same box, other class: kept
+    out[0, 5, 12] = 0.5
+    found = class_aware_nms(decode_yolov8([out], INPUT_HW, 0.25), 0.45, 300)
+    assert sorted(found.class_id.tolist()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("shapes", "hw", "nc", "expected"),
+    [
+        ([(1, 84, 8400)], (640, 640), None, "yolov8"),
+        ([(1, 84, 8400)], (640, 640), 80, "yolov8"),
+        ([(1, 8400, 84)], (640, 640), 80, "yolov8"),
+        ([(1, 5, 2100)], (320, 320), 1, "yolov8"),
+        ([(1, 25200, 85)], (640, 640), None, "yolov5"),
+        ([(1, 25200, 85)], (640, 640), 80, "yolov5"),
+        ([(1, 3549, 85)], (416, 416), None, "yolox"),
+        ([(1, 3549, 85)], (416, 416), 80, "yolov5"),  # named classes: not a YOLOX export
+        ([(1, 10, 4), (1, 10), (1, 10), (1,)], (300, 300), None, "ssd"),
+        ([(1, 25), (1, 25, 4), (1,), (1, 25)], (320, 320), None, "ssd"),
+    ],
+)
+def test_choose_decoder(shapes, hw, nc, expected) -> None:
+    name, reason = choose_decoder(shapes, hw, nc)
+    assert name == expected
+    assert reason
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [[(1, 10), (1,)], [(1, 3, 4)], [(1, 1000)], [(1, 84, 8400), (1, 32, 160, 160)]],
+)
+def test_choose_decoder_names_the_shapes_it_found(shapes) -> None:
+    with pytest.raises(DecoderError, match=r"match no decoder: found \(1,"):
+        choose_decoder(shapes, (640, 640))

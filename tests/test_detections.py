@@ -1,0 +1,104 @@
+"""`Detections` construction checks, selection, and class-aware NMS."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipelines.detections import Detections
+from pipelines.nms import box_iou, class_aware_nms, nms_indices
+
+
+@pytest.mark.parametrize(
+    ("xyxy", "confidence", "class_id", "error"),
+    [
+        (np.zeros((2, 4), np.float32), np.zeros(2, np.float32), np.zeros(2, np.int32), None),
+        (
+            np.zeros((2, 3), np.float32),
+            np.zeros(2, np.float32),
+            np.zeros(2, np.int32),
+            r"xyxy: expected shape \(_, 4\), got \(2, 3\)",
+        ),
+        (
+            np.zeros(4, np.float32),
+            np.zeros(1, np.float32),
+            np.zeros(1, np.int32),
+            r"xyxy: expected shape \(_, 4\), got \(4,\)",
+        ),
+        (
+            np.zeros((2, 4), np.float32),
+            np.zeros(3, np.float32),
+            np.zeros(2, np.int32),
+            r"confidence: expected shape \(2,\), got \(3,\)",
+        ),
+        (
+            np.zeros((2, 4), np.float32),
+            np.zeros(2, np.float32),
+            np.zeros((2, 1), np.int32),
+            r"class_id: expected shape \(2,\)",
+        ),
+        (
+            np.zeros((2, 4), np.float64),
+            np.zeros(2, np.float32),
+            np.zeros(2, np.int32),
+            "xyxy: expected dtype float32, got float64",
+        ),
+        (
+            np.zeros((2, 4), np.float32),
+            np.zeros(2, np.float32),
+            np.zeros(2, np.int64),
+            "class_id: expected dtype int32, got int64",
+        ),
+    ],
+)
+def test_construction_checks(xyxy, confidence, class_id, error) -> None:
+    if error is None:
+        assert len(Detections(xyxy, confidence, class_id)) == 2
+    else:
+        with pytest.raises(ValueError, match=error):
+            Detections(xyxy, confidence, class_id)
+
+
+def sample() -> Detections:
+    return Detections.from_arrays([[0, 0, 10, 10], [5, 5, 15, 15], [20, 20, 30, 30]], [0.5, 0.9, 0.7], [1, 2, 1])
+
+
+def test_selection_by_mask_and_index_returns_new_objects() -> None:
+    d = sample()
+    by_mask = d[d.class_id == 1]
+    assert by_mask.confidence.tolist() == pytest.approx([0.5, 0.7])
+    by_index = d[np.array([2])]
+    assert by_index.xyxy.tolist() == [[20, 20, 30, 30]]
+    assert len(d) == 3  # the original is untouched
+
+
+def test_empty_and_sorting() -> None:
+    empty = Detections.empty()
+    assert (empty.xyxy.shape, empty.confidence.dtype, empty.class_id.dtype) == ((0, 4), np.float32, np.int32)
+    assert sample().sorted_by_confidence().confidence.tolist() == pytest.approx([0.9, 0.7, 0.5])
+
+
+def test_box_iou_known_values() -> None:
+    box = np.array([0, 0, 10, 10], np.float32)
+    boxes = np.array([[0, 0, 10, 10], [5, 0, 15, 10], [20, 20, 30, 30], [0, 0, 0, 0]], np.float32)
+    np.testing.assert_allclose(box_iou(box, boxes), [1.0, 50 / 150, 0.0, 0.0], rtol=1e-6)
+
+
+def test_nms_keeps_best_of_overlapping_and_respects_max_det() -> None:
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60], [51, 51, 61, 61]], np.float32)
+    scores = np.array([0.6, 0.9, 0.8, 0.3], np.float32)
+    assert nms_indices(boxes, scores, 0.5).tolist() == [1, 2]
+    assert nms_indices(boxes, scores, 0.5, max_det=1).tolist() == [1]
+    assert nms_indices(boxes, scores, 0.99).tolist() == [1, 2, 0, 3]
+
+
+def test_class_aware_nms_never_suppresses_across_classes() -> None:
+    d = Detections.from_arrays([[0, 0, 10, 10], [0, 0, 10, 10], [0.5, 0, 10, 10]], [0.9, 0.8, 0.7], [0, 1, 0])
+    kept = class_aware_nms(d, 0.5, 300)
+    assert kept.class_id.tolist() == [0, 1]
+    assert kept.confidence.tolist() == pytest.approx([0.9, 0.8])
+
+
+def test_class_aware_nms_with_negative_coordinates() -> None:
+    d = Detections.from_arrays([[-20, -20, 5, 5], [-19, -19, 5, 5]], [0.9, 0.8], [3, 0])
+    assert len(class_aware_nms(d, 0.5, 300)) == 2

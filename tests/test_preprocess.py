@@ -1,0 +1,70 @@
+"""Letterbox / stretch preprocessing and the box transform back to the frame."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipelines.preprocess import PreprocessConfig, preprocess
+from runtimes.base import Quantization
+
+
+def frame(h: int = 300, w: int = 600) -> np.ndarray:
+    """BGR frame: blue left half, red right half."""
+    image = np.zeros((h, w, 3), np.uint8)
+    image[:, : w // 2] = (255, 0, 0)
+    image[:, w // 2 :] = (0, 0, 255)
+    return image
+
+
+def test_centred_letterbox_nchw_rgb_float() -> None:
+    tensor, t = preprocess(frame(), PreprocessConfig(size=(640, 640)))
+    assert tensor.shape == (1, 3, 640, 640) and tensor.dtype == np.float32
+    assert (t.scale_x, t.scale_y, t.pad_x, t.pad_y) == (640 / 600, 320 / 300, 0.0, 160.0)
+    assert tensor[0, :, 0, 0] == pytest.approx([114 / 255] * 3)  # padding
+    assert tensor[0, :, 320, 10] == pytest.approx([0, 0, 1])  # blue pixel in RGB order
+    assert tensor[0, :, 320, 630] == pytest.approx([1, 0, 0])  # red
+    assert tensor.flags["C_CONTIGUOUS"]
+
+
+def test_topleft_letterbox_bgr_raw_nhwc() -> None:
+    config = PreprocessConfig(size=(416, 416), resize="letterbox-topleft", color="BGR", layout="NHWC", std=1.0)
+    tensor, t = preprocess(frame(), config)
+    assert tensor.shape == (1, 416, 416, 3)
+    assert (t.pad_x, t.pad_y) == (0.0, 0.0)
+    assert tensor[0, 10, 10].tolist() == [255, 0, 0]  # BGR kept
+    assert tensor[0, 300, 10].tolist() == [114, 114, 114]  # bottom padding
+
+
+def test_boxes_map_back_and_clip() -> None:
+    _, t = preprocess(frame(), PreprocessConfig(size=(640, 640)))
+    boxes = np.array([[0, 160, 640, 480], [-50, 100, 700, 700]], np.float32)
+    np.testing.assert_allclose(t.to_source(boxes), [[0, 0, 600, 300], [0, 0, 600, 300]], atol=1e-4)
+
+
+def test_stretch_maps_axes_independently() -> None:
+    _, t = preprocess(frame(), PreprocessConfig(size=(300, 300), resize="stretch"))
+    np.testing.assert_allclose(t.to_source(np.array([[150, 150, 300, 300]], np.float32)), [[300, 150, 600, 300]])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "quant", "mean", "std", "expected_pad"),
+    [
+        (np.int8, Quantization(1 / 255, -128), 0.0, 255.0, 114 - 128),  # YOLOv8 int8: q = p - 128
+        (np.uint8, Quantization(0.0078125, 128), 127.5, 127.5, 114),  # SSD uint8: q ~= p
+    ],
+)
+def test_quantized_inputs(dtype, quant, mean, std, expected_pad) -> None:
+    config = PreprocessConfig(
+        size=(64, 64), layout="NHWC", mean=mean, std=std, dtype=np.dtype(dtype), quantization=quant
+    )
+    tensor, _ = preprocess(frame(32, 64), config)
+    assert tensor.dtype == dtype
+    assert int(tensor[0, 0, 0, 0]) == pytest.approx(expected_pad, abs=1)
+    red = tensor[0, 32, 40]  # RGB order: red channel first
+    assert int(red[0]) == pytest.approx(255 + (expected_pad - 114), abs=1)
+
+
+def test_rejects_non_bgr_images() -> None:
+    with pytest.raises(ValueError, match=r"expected a \(H, W, 3\) uint8 image"):
+        preprocess(np.zeros((10, 10), np.uint8), PreprocessConfig(size=(32, 32)))
