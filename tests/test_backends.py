@@ -52,7 +52,7 @@ def test_ort_rejects_wrong_inputs(constant_model, array, message) -> None:
 def test_ort_not_a_model_and_missing_file(tmp_path: Path) -> None:
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"this is not a protobuf" * 10)
-    with pytest.raises(ModelLoadError, match="ONNX Runtime cannot load .*junk.onnx"):
+    with pytest.raises(ModelLoadError, match=r"ONNX Runtime cannot load .*junk\.onnx"):
         OnnxRuntimeBackend(junk)
     with pytest.raises(ModelLoadError, match="model file not found"):
         OnnxRuntimeBackend(tmp_path / "missing.onnx")
@@ -111,7 +111,7 @@ def test_litert_bad_delegate_and_bad_model(tmp_path: Path) -> None:
     model.write_bytes(b"\0" * 64)
     with pytest.raises(RuntimeUnavailable, match=r"cannot load LiteRT delegate .*libnope\.so"):
         LiteRTBackend(model, LiteRTConfig(delegate=tmp_path / "libnope.so"))
-    with pytest.raises(ModelLoadError, match="LiteRT cannot load .*junk.tflite"):
+    with pytest.raises(ModelLoadError, match=r"LiteRT cannot load .*junk\.tflite"):
         LiteRTBackend(model)
 
 
@@ -137,5 +137,5 @@ def test_registry_missing_library_is_reported_not_raised(monkeypatch: pytest.Mon
     assert not info.available and "neither ai-edge-litert nor tflite-runtime" in (info.reason or "")
     with pytest.raises(RuntimeUnavailable, match="neither ai-edge-litert"):
         load_runtime("litert", Path("x.tflite"))
-    with pytest.raises(RuntimeUnavailable, match="no native TensorRT backend|not installed"):
+    with pytest.raises(RuntimeUnavailable, match=r"no native TensorRT backend|not installed"):
         load_runtime("tensorrt", Path("x.onnx"))

@@ -120,7 +120,7 @@ def test_selection_explains_why_nothing_fits(board, available, artifacts, prefer
 
 
 def test_reason_names_the_board_and_fallbacks() -> None:
-    first, second = select_runtimes(JETSON, runtimes(NO_TRT, ORT_CUDA, LITERT), ALL)
+    first, _ = select_runtimes(JETSON, runtimes(NO_TRT, ORT_CUDA, LITERT), ALL)
     assert first.reason.startswith("Jetson aarch64: fallback to onnxruntime on CUDA EP")
     assert "tensorrt is not installed" in first.reason
     top = select_runtimes(PI5, runtimes(NO_TRT, ORT_CPU, LITERT), ALL)[0]
