@@ -21,28 +21,46 @@ def box_iou(box: npt.NDArray[np.float32], boxes: npt.NDArray[np.float32]) -> npt
     return np.where(union > 0, inter / np.maximum(union, 1e-9), 0.0).astype(np.float32)
 
 
+def _greedy(columns: tuple[np.ndarray, ...], areas: np.ndarray, order: np.ndarray, iou_threshold: float) -> list[int]:
+    """Greedy suppression over `order` (indices, best first) of boxes given as x1, y1, x2, y2 columns."""
+    x1, y1, x2, y2 = columns
+    keep: list[int] = []
+    while order.size:
+        best = int(order[0])
+        keep.append(best)
+        rest = order[1:]
+        w = np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest])
+        h = np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest])
+        inter = np.maximum(w, 0) * np.maximum(h, 0)
+        # iou <= t  <=>  inter <= t * union, without a division
+        order = rest[inter <= iou_threshold * (areas[best] + areas[rest] - inter)]
+    return keep
+
+
 def nms_indices(
     xyxy: npt.NDArray[np.float32],
     scores: npt.NDArray[np.float32],
     iou_threshold: float,
     max_det: int | None = None,
+    class_id: npt.NDArray[np.int32] | None = None,
 ) -> npt.NDArray[np.intp]:
-    """Greedy NMS: indices of the boxes kept, highest score first.
+    """Greedy NMS: indices of the ``(n, 4)`` xyxy boxes kept, highest score first.
 
-    A box is dropped when its IoU with an already kept, higher-scoring box exceeds
-    `iou_threshold`. Stops after `max_det` boxes when given.
+    A box is dropped when its IoU with a kept, higher-scoring box exceeds `iou_threshold`.
+    With `class_id`, only boxes of the same class suppress each other. At most `max_det`
+    indices are returned.
     """
+    columns = tuple(np.ascontiguousarray(xyxy[:, i]) for i in range(4))
+    areas = (columns[2] - columns[0]) * (columns[3] - columns[1])
     order = np.argsort(-scores, kind="stable")
-    keep: list[int] = []
-    limit = len(order) if max_det is None else max_det
-    while order.size and len(keep) < limit:
-        best = int(order[0])
-        keep.append(best)
-        rest = order[1:]
-        if not rest.size:
-            break
-        order = rest[box_iou(xyxy[best], xyxy[rest]) <= iou_threshold]
-    return np.asarray(keep, dtype=np.intp)
+    if class_id is None:
+        groups = [order]
+    else:
+        # A stable sort by class keeps each class's boxes in score order.
+        by_class = order[np.argsort(class_id[order], kind="stable")]
+        groups = np.split(by_class, np.flatnonzero(np.diff(class_id[by_class])) + 1)
+    keep = np.asarray([i for group in groups for i in _greedy(columns, areas, group, iou_threshold)], np.intp)
+    return keep[np.argsort(-scores[keep], kind="stable")][:max_det]
 
 
 def class_aware_nms(detections: Detections, iou_threshold: float, max_det: int) -> Detections:
@@ -52,8 +70,5 @@ def class_aware_nms(detections: Detections, iou_threshold: float, max_det: int) 
     """
     if len(detections) == 0:
         return detections
-    boxes = detections.xyxy
-    # Shift each class into its own region of the plane, so one NMS pass never mixes classes.
-    span = float(boxes.max()) - min(float(boxes.min()), 0.0) + 1.0
-    shifted = boxes + (detections.class_id.astype(np.float32) * span)[:, None]
-    return detections[nms_indices(shifted, detections.confidence, iou_threshold, max_det)]
+    keep = nms_indices(detections.xyxy, detections.confidence, iou_threshold, max_det, detections.class_id)
+    return detections[keep]

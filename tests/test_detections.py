@@ -102,3 +102,26 @@ def test_class_aware_nms_never_suppresses_across_classes() -> None:
 def test_class_aware_nms_with_negative_coordinates() -> None:
     d = Detections.from_arrays([[-20, -20, 5, 5], [-19, -19, 5, 5]], [0.9, 0.8], [3, 0])
     assert len(class_aware_nms(d, 0.5, 300)) == 2
+
+
+def reference_nms(boxes, scores, classes, thr):
+    """Plain-Python greedy NMS, one box at a time, for cross-checking."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    kept: list[int] = []
+    for i in order:
+        if all(classes[i] != classes[k] or box_iou(boxes[k], boxes[i : i + 1])[0] <= thr for k in kept):
+            kept.append(i)
+    return kept
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vectorised_nms_matches_the_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 100, (300, 2)).astype(np.float32)
+    wh = rng.uniform(5, 40, (300, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + wh], axis=1)
+    scores = rng.uniform(0, 1, 300).astype(np.float32)
+    classes = rng.integers(0, 4, 300).astype(np.int32)
+    expected = reference_nms(boxes, scores, classes, 0.45)
+    assert nms_indices(boxes, scores, 0.45, class_id=classes).tolist() == expected
+    assert nms_indices(boxes, scores, 0.45, max_det=7, class_id=classes).tolist() == expected[:7]
