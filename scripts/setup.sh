@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create .venv and install edge-agent into it (editable). `scripts/setup.sh dev` adds the
+# test and lint tools. Installs Debian's python3-venv first when this Python lacks venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra=${1:-}
+python=${PYTHON:-python3}
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || { echo "edge-agent needs Python >= 3.10 ($python is $("$python" -V 2>&1))" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  if ! "$python" -m venv .venv 2>/dev/null; then
+    rm -rf .venv
+    echo "installing python3-venv (Debian/Ubuntu)" >&2
+    as_root apt-get update -qq
+    as_root apt-get install -y -qq python3-venv
+    "$python" -m venv .venv
+  fi
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+if [ "$extra" = dev ]; then
+  .venv/bin/python -m pip install -q -e ".[dev]"
+else
+  .venv/bin/python -m pip install -q -e .
+fi

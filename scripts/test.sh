@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up the development environment and run the checks: ruff, mypy, pytest.
+# Extra arguments go to pytest (e.g. scripts/test.sh -k decoders).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh dev
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/pytest "$@"
