@@ -150,3 +150,31 @@ def loss(
     box_loss = torch.cat(box_losses).sum() / norm if box_losses else boxes.sum() * 0
     total = cls_loss + 2.0 * box_loss
     return total, {"cls": cls_loss.item(), "box": box_loss.item(), "positives": positives / len(targets)}
+
+
+class ExportModel(nn.Module):
+    """`DemoDetector` for a fixed input size, with its cell grid as constants: exported graphs
+    then hold no integer index arithmetic (which int8 quantizers cannot observe).
+
+    `nhwc` takes ``(B, H, W, 3)`` input, as TFLite models do; otherwise ``(B, 3, H, W)``.
+    """
+
+    def __init__(self, model: DemoDetector, size: int, nhwc: bool = False) -> None:
+        super().__init__()
+        self.model, self.nhwc = model, nhwc
+        with torch.no_grad():
+            levels = model.levels(torch.zeros(1, 3, size, size))
+            centres, strides = model.anchors(levels)
+        self.register_buffer("centres", centres)
+        self.register_buffer("strides", strides)
+        self.register_buffer("inverse_size", torch.full((2,), 1.0 / size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.nhwc:
+            x = x.permute(0, 3, 1, 2)
+        raw = self.model.flatten(self.model.levels(x))
+        xyxy = self.model.boxes(raw, self.centres, self.strides)
+        cxcy = (xyxy[..., :2] + xyxy[..., 2:]) * 0.5 * self.inverse_size
+        wh = (xyxy[..., 2:] - xyxy[..., :2]) * self.inverse_size
+        box = torch.cat([cxcy, wh], dim=2).transpose(1, 2)
+        return torch.cat([box, torch.sigmoid(raw[:, 4:])], dim=1)

@@ -74,6 +74,19 @@ class SceneFrames(IterableDataset):  # type: ignore[type-arg]
             yield tensor[0], boxes, truth.detections.class_id[keep].astype(np.int64)
 
 
+def _one_thread(_: int) -> None:
+    """Each data worker uses one thread: many workers x many OpenCV/torch threads thrash the CPU."""
+    import cv2
+
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+
+
+def save(model: torch.nn.Module, path: Path, input_size: int, steps: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": model.state_dict(), "input_size": input_size, "names": list(CLASS_NAMES), "steps": steps}, path)
+
+
 def collate(batch: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     images = torch.from_numpy(np.stack([b[0] for b in batch]))
     return images, [(torch.from_numpy(b[1]), torch.from_numpy(b[2])) for b in batch]
@@ -89,11 +102,15 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--init", type=Path, help="start from these weights (a .pt this script wrote)")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    model = DemoDetector(num_classes=len(CLASS_NAMES)).to(device)
+    model = DemoDetector(num_classes=len(CLASS_NAMES))
+    if args.init:
+        model.load_state_dict(torch.load(args.init, map_location="cpu", weights_only=True)["state_dict"])
+    model = model.to(device)
     ema = torch.optim.swa_utils.AveragedModel(
         model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.998), use_buffers=True
     )
@@ -105,7 +122,7 @@ def main() -> None:
     )
     loader = DataLoader(
         SceneFrames(args.input_size, args.seed), batch_size=args.batch, num_workers=args.workers, collate_fn=collate,
-        persistent_workers=args.workers > 0,
+        persistent_workers=args.workers > 0, worker_init_fn=_one_thread,
     )
     start = time.time()
     model.train()
@@ -121,12 +138,12 @@ def main() -> None:
         optimizer.step()
         schedule.step()
         ema.update_parameters(model)
+        if step % 500 == 499:
+            save(ema.module, args.out, args.input_size, step + 1)  # a run cut short still leaves weights
         if step % 100 == 0 or step == args.steps - 1:
-            print(f"step {step:5d}  loss {float(total):.3f}  cls {parts['cls']:.3f}  box {parts['box']:.3f}  "
+            print(f"step {step:5d}  loss {total.item():.3f}  cls {parts['cls']:.3f}  box {parts['box']:.3f}  "
                   f"pos/img {parts['positives']:.1f}  lr {schedule.get_last_lr()[0]:.2e}  {time.time() - start:.0f}s", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": ema.module.state_dict(), "input_size": args.input_size, "names": list(CLASS_NAMES),
-                "steps": args.steps}, args.out)
+    save(ema.module, args.out, args.input_size, args.steps)
     print(f"wrote {args.out} after {time.time() - start:.0f}s")
 
 

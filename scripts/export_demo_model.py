@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Export the trained demo detector to the artifacts the agent ships (agent/demo/):
+
+- ``demo_detector.onnx``: FP32, opset 17, constant folding, dynamic batch axis, checked with
+  ``onnx.checker`` and shape inference, simplified with onnxslim, Ultralytics-style metadata
+  (``names``, ``imgsz``, ``stride``) so decoders and labels are found automatically;
+- ``demo_detector_int8_qdq.onnx``: INT8 Q/DQ (symmetric, per-channel weights) from ONNX Runtime
+  static quantization, calibrated on synthetic frames (seeds disjoint from training and tests);
+- ``demo_detector_fp32.tflite`` and ``demo_detector_int8.tflite``: LiteRT, converted from
+  PyTorch by litert-torch; the INT8 one is full-integer (PT2E static quantization calibrated on
+  the same representative frames).
+
+    python scripts/export_demo_model.py --weights build/demo/demo_detector.pt --out agent/demo
+
+Needs the ``train`` extra (PyTorch, onnx, onnxslim, onnxscript, litert-torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+
+from demo_model import STRIDES, DemoDetector, ExportModel  # noqa: E402
+
+from pipelines.preprocess import PreprocessConfig, preprocess  # noqa: E402
+from pipelines.synthetic import CLASS_NAMES, SyntheticScene  # noqa: E402
+
+CALIBRATION_SEED = 200_000
+OPSET = 17
+
+
+def load(weights: Path) -> tuple[DemoDetector, int]:
+    checkpoint = torch.load(weights, map_location="cpu", weights_only=True)
+    model = DemoDetector(num_classes=len(checkpoint["names"]))
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.eval(), int(checkpoint["input_size"])
+
+
+def calibration_frames(size: int, count: int = 64) -> list[np.ndarray]:
+    """Representative inputs ``(1, 3, size, size)`` float32 from synthetic scenes."""
+    config = PreprocessConfig(size=(size, size))
+    frames = []
+    for i in range(count):
+        scene = SyntheticScene(seed=CALIBRATION_SEED + i // 8, num_shapes=3 + i % 5)
+        frames.append(preprocess(scene.render(i * 11)[0], config)[0])
+    return frames
+
+
+def metadata(size: int) -> dict[str, str]:
+    return {
+        "names": repr(dict(enumerate(CLASS_NAMES))),
+        "imgsz": json.dumps([size, size]),
+        "stride": str(max(STRIDES)),
+        "task": "detect",
+        "description": "edge-agent demo detector: circles, squares and triangles of the synthetic scene",
+        "author": "edge-agent",
+        "license": "Apache-2.0",
+    }
+
+
+def export_onnx(model: DemoDetector, size: int, path: Path) -> None:
+    sample = torch.zeros(1, 3, size, size)
+    torch.onnx.export(
+        ExportModel(model, size).eval(), (sample,), str(path), opset_version=OPSET, do_constant_folding=True,
+        input_names=["images"], output_names=["output0"],
+        dynamic_axes={"images": {0: "batch"}, "output0": {0: "batch"}}, dynamo=False,
+    )
+    import onnxslim
+
+    graph = onnx.load(str(path))
+    onnx.checker.check_model(graph, full_check=True)
+    graph = onnx.shape_inference.infer_shapes(graph, strict_mode=True)
+    graph = onnxslim.slim(graph)
+    for key, value in metadata(size).items():
+        graph.metadata_props.add(key=key, value=value)
+    onnx.checker.check_model(graph, full_check=True)
+    onnx.save(graph, str(path))
+
+
+def export_qdq(fp32: Path, path: Path, frames: list[np.ndarray]) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Frames(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(frames)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            frame = next(self._it, None)
+            return None if frame is None else {"images": frame}
+
+    prepared = path.with_suffix(".prep.onnx")
+    quant_pre_process(str(fp32), str(prepared))
+    quantize_static(
+        str(prepared), str(path), Frames(), quant_format=QuantFormat.QDQ, per_channel=True,
+        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+    )
+    prepared.unlink()
+    graph = onnx.load(str(path))
+    del graph.metadata_props[:]
+    for key, value in metadata(int(frames[0].shape[2])).items():
+        graph.metadata_props.add(key=key, value=value)
+    onnx.checker.check_model(graph)
+    onnx.save(graph, str(path))
+
+
+def _append_metadata(path: Path, size: int) -> None:
+    """Ultralytics' convention: a zip with metadata.json appended to the .tflite file."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as archive:
+        meta = {"names": dict(enumerate(CLASS_NAMES)), "imgsz": [size, size], "stride": max(STRIDES), "task": "detect"}
+        archive.writestr("metadata.json", json.dumps(meta))
+
+
+def export_tflite(model: DemoDetector, size: int, out: Path, frames: list[np.ndarray]) -> None:
+    import litert_torch
+
+    nhwc = ExportModel(model, size, nhwc=True).eval()
+    sample = (torch.zeros(1, size, size, 3),)
+    litert_torch.convert(nhwc, sample).export(str(out / "demo_detector_fp32.tflite"))
+    _append_metadata(out / "demo_detector_fp32.tflite", size)
+
+    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+    from litert_torch.quantize.quant_config import QuantConfig
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
+    graph = torch.export.export(nhwc, sample).module()
+    graph = prepare_pt2e(graph, quantizer)
+    with torch.no_grad():
+        for frame in frames:
+            graph(torch.from_numpy(frame).permute(0, 2, 3, 1).contiguous())
+    graph = convert_pt2e(graph, fold_quantize=False)
+    int8 = litert_torch.convert(graph, sample, quant_config=QuantConfig(pt2e_quantizer=quantizer))
+    int8.export(str(out / "demo_detector_int8.tflite"))
+    _append_metadata(out / "demo_detector_int8.tflite", size)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--weights", type=Path, required=True)
+    parser.add_argument("--out", type=Path, default=REPO / "agent" / "demo")
+    parser.add_argument("--skip-tflite", action="store_true", help="only the ONNX artifacts")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    model, size = load(args.weights)
+    frames = calibration_frames(size)
+    export_onnx(model, size, args.out / "demo_detector.onnx")
+    export_qdq(args.out / "demo_detector.onnx", args.out / "demo_detector_int8_qdq.onnx", frames)
+    if not args.skip_tflite:
+        export_tflite(model, size, args.out, frames)
+    (args.out / "labels.txt").write_text("\n".join(CLASS_NAMES) + "\n")
+    for path in sorted(args.out.iterdir()):
+        print(f"{path.name:<32} {path.stat().st_size:>9} bytes")
+
+
+if __name__ == "__main__":
+    main()
