@@ -14,7 +14,7 @@ import numpy as np
 from pipelines.decoders import CONVENTIONS, DECODERS, DecoderError, DecoderName, choose_decoder
 from pipelines.detections import Detections
 from pipelines.nms import class_aware_nms
-from pipelines.preprocess import PreprocessConfig, preprocess
+from pipelines.preprocess import PreprocessConfig, Transform, preprocess
 from runtimes.base import Quantization, Runtime, TensorSpec, dequantize
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ class Detector:
         else:
             raise DecoderError(f"unknown decoder {decoder!r}; known: auto, {', '.join(DECODERS)}")
         convention = CONVENTIONS[self.decoder]
+        dynamic = None in spec.image_hw
         self.preprocess_config = replace(
             probe_config,
             resize=convention.resize,
@@ -98,16 +99,28 @@ class Detector:
             mean=convention.mean,
             std=convention.std,
             quantization=_input_quantization(spec, convention.mean, convention.std),
+            rect_stride=(runtime.metadata.stride or 32) if dynamic and convention.resize == "letterbox" else None,
         )
         log.info("decoder %s: %s", self.decoder, self.decoder_reason)
 
-    def detect(self, frame: np.ndarray) -> Detections:
-        """Detect objects in one BGR ``(H, W, 3) uint8`` frame; boxes in frame pixels."""
-        tensor, transform = preprocess(frame, self.preprocess_config)
+    def prepare(self, frame: np.ndarray) -> tuple[np.ndarray, Transform]:
+        """Preprocess a BGR ``(H, W, 3) uint8`` frame into the model's input tensor."""
+        return preprocess(frame, self.preprocess_config)
+
+    def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
+        """Run the model; outputs come back dequantized to float32."""
         raw = self.runtime.infer([tensor])
-        outputs = [dequantize(array, spec) for array, spec in zip(raw, self.runtime.outputs, strict=True)]
-        candidates = DECODERS[self.decoder](outputs, self.input_hw, self.conf)
+        return [dequantize(array, spec) for array, spec in zip(raw, self.runtime.outputs, strict=True)]
+
+    def postprocess(self, outputs: list[np.ndarray], transform: Transform) -> Detections:
+        """Decode, NMS, and map boxes to frame pixels (clipped; boxes left empty are dropped)."""
+        candidates = DECODERS[self.decoder](outputs, transform.input_hw, self.conf)
         kept = class_aware_nms(candidates, self.iou, self.max_det)
         xyxy = transform.to_source(kept.xyxy)
         visible = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
         return Detections(xyxy, kept.confidence, kept.class_id)[visible]
+
+    def detect(self, frame: np.ndarray) -> Detections:
+        """Detect objects in one BGR ``(H, W, 3) uint8`` frame; boxes in frame pixels."""
+        tensor, transform = self.prepare(frame)
+        return self.postprocess(self.infer(tensor), transform)

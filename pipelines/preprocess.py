@@ -26,6 +26,8 @@ class PreprocessConfig:
     - `resize`: ``letterbox`` keeps the aspect ratio and pads equally on both sides,
       ``letterbox-topleft`` pads only right and bottom (YOLOX), ``stretch`` resizes to `size`.
     - `mean`, `std`: the float input is ``(pixel - mean) / std`` (pixel in 0..255).
+    - `rect_stride`: for models with dynamic height/width: pad only up to the next multiple of
+      this stride instead of to the full `size` (a 1280x720 frame into 640 gives 640x384).
     - `quantization`: set for an int8/uint8 input; the float value is then quantized as
       ``q = round(x / scale + zero_point)``, clipped to the dtype's range.
     """
@@ -39,17 +41,20 @@ class PreprocessConfig:
     std: float = 255.0
     dtype: np.dtype = np.dtype(np.float32)  # noqa: RUF009 (a dtype is immutable)
     quantization: Quantization | None = None
+    rect_stride: int | None = None
 
 
 @dataclass(frozen=True)
 class Transform:
-    """How tensor pixels map back to source pixels: ``x_src = (x - pad_x) / scale_x``."""
+    """How tensor pixels map back to source pixels: ``x_src = (x - pad_x) / scale_x``.
+    `input_hw` is the tensor's (height, width), `source_hw` the frame's."""
 
     scale_x: float
     scale_y: float
     pad_x: float
     pad_y: float
     source_hw: tuple[int, int]
+    input_hw: tuple[int, int]
 
     def to_source(self, xyxy: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Map ``(n, 4)`` xyxy boxes from tensor pixels to source pixels, clipped to the image."""
@@ -67,9 +72,12 @@ def _resize(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Tr
     dst_h, dst_w = config.size
     if config.resize == "stretch":
         resized = cv2.resize(image, (dst_w, dst_h), interpolation=cv2.INTER_LINEAR)
-        return resized, Transform(dst_w / src_w, dst_h / src_h, 0.0, 0.0, (src_h, src_w))
+        return resized, Transform(dst_w / src_w, dst_h / src_h, 0.0, 0.0, (src_h, src_w), (dst_h, dst_w))
     r = min(dst_h / src_h, dst_w / src_w)
     new_w, new_h = max(1, round(src_w * r)), max(1, round(src_h * r))
+    if config.rect_stride:
+        stride = config.rect_stride
+        dst_w, dst_h = -(-new_w // stride) * stride, -(-new_h // stride) * stride
     if (new_w, new_h) != (src_w, src_h):
         image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     if config.resize == "letterbox":
@@ -78,7 +86,7 @@ def _resize(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Tr
         left, top = 0, 0
     canvas = np.full((dst_h, dst_w, image.shape[2]), config.pad_value, dtype=np.uint8)
     canvas[top : top + new_h, left : left + new_w] = image
-    return canvas, Transform(new_w / src_w, new_h / src_h, float(left), float(top), (src_h, src_w))
+    return canvas, Transform(new_w / src_w, new_h / src_h, float(left), float(top), (src_h, src_w), (dst_h, dst_w))
 
 
 def preprocess(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Transform]:

@@ -66,7 +66,8 @@ def _background(width: int, height: int, rng: np.random.Generator) -> npt.NDArra
     grey = image.mean(axis=2, keepdims=True)
     image = grey + 0.5 * (image - grey)  # desaturate so shapes stand out by colour
     image += rng.normal(0, 6, image.shape).astype(np.float32)
-    return np.clip(image, 0, 255).astype(np.uint8)
+    background: npt.NDArray[np.uint8] = np.clip(image, 0, 255).astype(np.uint8)
+    return background
 
 
 def _saturated_color(rng: np.random.Generator) -> tuple[int, int, int]:
@@ -105,7 +106,8 @@ class SyntheticScene:
         self._background = _background(width, height, rng)
         # Per-frame grain from a small bank (signed noise as a BGR offset around 0, via int16).
         self._grain = [
-            np.clip(rng.normal(0, noise, (height, width, 3)), -127, 127).astype(np.int16) for _ in range(4 if noise > 0 else 0)
+            np.clip(rng.normal(0, noise, (height, width, 3)), -127, 127).astype(np.int16)
+            for _ in range(4 if noise > 0 else 0)
         ]
         self._shapes = []
         for _ in range(num_shapes):
@@ -115,7 +117,10 @@ class SyntheticScene:
                 _Shape(
                     kind=int(rng.integers(len(CLASS_NAMES))),
                     size=size,
-                    position=(float(rng.uniform(size / 2, width - size / 2)), float(rng.uniform(size / 2, height - size / 2))),
+                    position=(
+                        float(rng.uniform(size / 2, width - size / 2)),
+                        float(rng.uniform(size / 2, height - size / 2)),
+                    ),
                     velocity=(float(speed * np.cos(heading)), float(speed * np.sin(heading))),
                     angle=float(rng.uniform(0, 2 * np.pi)),
                     spin=float(rng.uniform(-0.05, 0.05)),
@@ -133,7 +138,12 @@ class SyntheticScene:
             return cx - r, cy - r, cx + r, cy + r
         points = _vertices(shape.kind, (cx, cy), shape.size, shape.angle + shape.spin * t)
         cv2.fillPoly(canvas, [np.round(points * 16).astype(np.int32)], color, cv2.LINE_AA, shift=4)
-        return float(points[:, 0].min()), float(points[:, 1].min()), float(points[:, 0].max()), float(points[:, 1].max())
+        return (
+            float(points[:, 0].min()),
+            float(points[:, 1].min()),
+            float(points[:, 0].max()),
+            float(points[:, 1].max()),
+        )
 
     def render(self, index: int) -> tuple[npt.NDArray[np.uint8], GroundTruth]:
         """Frame `index` (>= 0) and its ground truth."""

@@ -89,15 +89,21 @@ def main() -> None:
     args = parser.parse_args()
     cases = {"synthetic": synthetic_output(), **coco_outputs()}
     results = {name: time_one(out, args.repeat) for name, out in cases.items()}
-    report = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "numpy": np.__version__,
-              "repeat": args.repeat, "results": results}
+    report = {
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "numpy": np.__version__,
+        "repeat": args.repeat,
+        "results": results,
+    }
     if args.json:
         print(json.dumps(report))
         return
     print(f"decode + NMS of (1, 84, 8400) at conf 0.25, {args.repeat} runs each, numpy {np.__version__}")
     for name, r in results.items():
-        print(f"  {name:<16} candidates {r['candidates']:>5}  kept {r['kept']:>3}  "
-              f"median {r['median_ms']:.3f} ms  p95 {r['p95_ms']:.3f} ms")
+        print(
+            f"  {name:<16} candidates {r['candidates']:>5}  kept {r['kept']:>3}  "
+            f"median {r['median_ms']:.3f} ms  p95 {r['p95_ms']:.3f} ms"
+        )
 
 
 if __name__ == "__main__":

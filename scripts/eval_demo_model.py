@@ -33,14 +33,22 @@ def main() -> None:
         with load_runtime(runtime_name, path) as runtime:
             detector = Detector(runtime, conf=args.conf)
             counts = evaluate_on_synthetic(detector.detect, frames_per_scene=args.frames)
-        results[path.name] = {"runtime": runtime_name, "precision": round(counts.precision, 4), "recall": round(counts.recall, 4),
-                              "tp": counts.true_positives, "fp": counts.false_positives, "fn": counts.false_negatives}
+        results[path.name] = {
+            "runtime": runtime_name,
+            "precision": round(counts.precision, 4),
+            "recall": round(counts.recall, 4),
+            "tp": counts.true_positives,
+            "fp": counts.false_positives,
+            "fn": counts.false_negatives,
+        }
     if args.json:
         print(json.dumps(results))
         return
     for name, r in results.items():
-        print(f"{name:<30} {r['runtime']:<12} precision {r['precision']:.3f}  recall {r['recall']:.3f}  "
-              f"(tp {r['tp']}, fp {r['fp']}, fn {r['fn']})")
+        print(
+            f"{name:<30} {r['runtime']:<12} precision {r['precision']:.3f}  recall {r['recall']:.3f}  "
+            f"(tp {r['tp']}, fp {r['fp']}, fn {r['fn']})"
+        )
 
 
 if __name__ == "__main__":

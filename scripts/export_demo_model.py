@@ -70,9 +70,15 @@ def metadata(size: int) -> dict[str, str]:
 def export_onnx(model: DemoDetector, size: int, path: Path) -> None:
     sample = torch.zeros(1, 3, size, size)
     torch.onnx.export(
-        ExportModel(model, size).eval(), (sample,), str(path), opset_version=OPSET, do_constant_folding=True,
-        input_names=["images"], output_names=["output0"],
-        dynamic_axes={"images": {0: "batch"}, "output0": {0: "batch"}}, dynamo=False,
+        ExportModel(model, size).eval(),
+        (sample,),
+        str(path),
+        opset_version=OPSET,
+        do_constant_folding=True,
+        input_names=["images"],
+        output_names=["output0"],
+        dynamic_axes={"images": {0: "batch"}, "output0": {0: "batch"}},
+        dynamo=False,
     )
     import onnxslim
 
@@ -101,8 +107,13 @@ def export_qdq(fp32: Path, path: Path, frames: list[np.ndarray]) -> None:
     prepared = path.with_suffix(".prep.onnx")
     quant_pre_process(str(fp32), str(prepared))
     quantize_static(
-        str(prepared), str(path), Frames(), quant_format=QuantFormat.QDQ, per_channel=True,
-        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+        str(prepared),
+        str(path),
+        Frames(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
         extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
     )
     prepared.unlink()

@@ -84,10 +84,14 @@ def _one_thread(_: int) -> None:
 
 def save(model: torch.nn.Module, path: Path, input_size: int, steps: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": model.state_dict(), "input_size": input_size, "names": list(CLASS_NAMES), "steps": steps}, path)
+    torch.save(
+        {"state_dict": model.state_dict(), "input_size": input_size, "names": list(CLASS_NAMES), "steps": steps}, path
+    )
 
 
-def collate(batch: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+def collate(
+    batch: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     images = torch.from_numpy(np.stack([b[0] for b in batch]))
     return images, [(torch.from_numpy(b[1]), torch.from_numpy(b[2])) for b in batch]
 
@@ -102,6 +106,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-after", type=int, help="stop after this many steps (the schedule still spans --steps)")
     parser.add_argument("--init", type=Path, help="start from these weights (a .pt this script wrote)")
     args = parser.parse_args()
 
@@ -118,16 +123,24 @@ def main() -> None:
     warmup = min(300, args.steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        lambda step: (step + 1) / warmup if step < warmup else 0.5 * (1 + math.cos(math.pi * (step - warmup) / (args.steps - warmup))),
+        lambda step: (
+            (step + 1) / warmup
+            if step < warmup
+            else 0.5 * (1 + math.cos(math.pi * (step - warmup) / (args.steps - warmup)))
+        ),
     )
     loader = DataLoader(
-        SceneFrames(args.input_size, args.seed), batch_size=args.batch, num_workers=args.workers, collate_fn=collate,
-        persistent_workers=args.workers > 0, worker_init_fn=_one_thread,
+        SceneFrames(args.input_size, args.seed),
+        batch_size=args.batch,
+        num_workers=args.workers,
+        collate_fn=collate,
+        persistent_workers=args.workers > 0,
+        worker_init_fn=_one_thread,
     )
     start = time.time()
     model.train()
     for step, (images, targets) in enumerate(loader):
-        if step >= args.steps:
+        if step >= (args.stop_after or args.steps):
             break
         images = images.to(device, non_blocking=True)
         targets = [(b.to(device), c.to(device)) for b, c in targets]
@@ -141,8 +154,11 @@ def main() -> None:
         if step % 500 == 499:
             save(ema.module, args.out, args.input_size, step + 1)  # a run cut short still leaves weights
         if step % 100 == 0 or step == args.steps - 1:
-            print(f"step {step:5d}  loss {total.item():.3f}  cls {parts['cls']:.3f}  box {parts['box']:.3f}  "
-                  f"pos/img {parts['positives']:.1f}  lr {schedule.get_last_lr()[0]:.2e}  {time.time() - start:.0f}s", flush=True)
+            print(
+                f"step {step:5d}  loss {total.item():.3f}  cls {parts['cls']:.3f}  box {parts['box']:.3f}  "
+                f"pos/img {parts['positives']:.1f}  lr {schedule.get_last_lr()[0]:.2e}  {time.time() - start:.0f}s",
+                flush=True,
+            )
     save(ema.module, args.out, args.input_size, args.steps)
     print(f"wrote {args.out} after {time.time() - start:.0f}s")
 

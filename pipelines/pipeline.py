@@ -1,0 +1,291 @@
+"""The camera-to-detection pipeline: a capture thread and an inference thread per camera.
+
+- Live sources (cameras, streams): the capture thread keeps only the newest frame; a frame
+  replaced before inference took it counts as dropped.
+- Files and benchmark clips: every frame is processed; the capture thread also preprocesses,
+  so decoding and letterboxing overlap with inference (a queue of two prepared frames).
+
+The inference thread runs preprocess (when not done yet) -> infer -> decode + NMS, records
+per-stage latency and FPS, and hands each frame's `Detections` to the sinks. Pause/resume, an
+FPS cap and a model swap between frames are safe to call from any thread. A failing source is
+reopened with jittered backoff; nothing here raises into the caller's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipelines.annotate import BoxAnnotator, encode_jpeg
+from pipelines.detections import Detections
+from pipelines.detector import Detector
+from pipelines.metrics import FpsMeter, LatencyWindow
+from pipelines.preprocess import Transform
+from pipelines.sources import Backoff, Frame, FrameSource, SourceError, SourceStatus
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[Frame, Detections], None]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    frame: Frame
+    tensor: np.ndarray | None = None
+    transform: Transform | None = None
+    detector: Detector | None = None  # the detector whose preprocessing made `tensor`
+    prepare_s: float = 0.0  # how long that preprocessing took
+
+
+_END = object()  # the source has no more frames
+
+
+class Pipeline:
+    """One camera's detection loop. `max_fps` caps inference (``None``: as fast as possible);
+    `sinks` are called with every processed frame and its detections, in the inference thread."""
+
+    def __init__(
+        self,
+        name: str,
+        source: FrameSource,
+        detector: Detector,
+        *,
+        max_fps: float | None = None,
+        sinks: Sequence[Sink] = (),
+        annotator: BoxAnnotator | None = None,
+        backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name, self.source = name, source
+        self._detector = detector
+        self._pending_detector: Detector | None = None
+        self.max_fps = max_fps
+        self._sinks = list(sinks)
+        self._annotator = annotator or BoxAnnotator()
+        self._backoff = backoff or Backoff()
+        self._clock = clock
+        self.source_status = SourceStatus()
+        self.latency = LatencyWindow()
+        self.fps_meter = FpsMeter(clock=clock)
+        self.frames = 0
+        self.dropped = 0
+        self.errors = 0
+        self.swaps = 0
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._newest: Any = None  # live mode: the newest frame, or _END
+        self._newest_ready = threading.Condition(self._lock)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
+        self._latest: tuple[Frame, Detections] | None = None
+        self._threads: list[threading.Thread] = []
+
+    # -- control ---------------------------------------------------------------------------
+
+    def start(self) -> Pipeline:
+        self._threads = [
+            threading.Thread(target=self._capture_loop, name=f"capture-{self.name}", daemon=True),
+            threading.Thread(target=self._inference_loop, name=f"infer-{self.name}", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop both threads and close the source (idempotent)."""
+        self._stop.set()
+        self._running.set()
+        with self._newest_ready:
+            self._newest_ready.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+        self.source.close()
+        if self.source_status.state != "ended":
+            self.source_status.set("stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a finite source is fully processed (or `stop`); True when done."""
+        return self._done.wait(timeout)
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def swap_detector(self, detector: Detector) -> None:
+        """Use `detector` from the next frame on; capture never stops."""
+        with self._lock:
+            self._pending_detector = detector
+
+    @property
+    def detector(self) -> Detector:
+        return self._detector
+
+    def add_sink(self, sink: Sink) -> None:
+        self._sinks.append(sink)
+
+    # -- results ---------------------------------------------------------------------------
+
+    def snapshot(self, quality: int = 85) -> bytes | None:
+        """The newest processed frame with its detections drawn, as JPEG; None before the first."""
+        latest = self._latest
+        if latest is None:
+            return None
+        frame, detections = latest
+        return encode_jpeg(self._annotator.annotate(frame.image, detections), quality)
+
+    def stats(self) -> dict[str, Any]:
+        """Numbers for telemetry and the status page (latencies in ms)."""
+        return {
+            "name": self.name,
+            "source": self.source.name,
+            "fps": round(self.fps_meter.fps, 2),
+            "frames": self.frames,
+            "dropped": self.dropped,
+            "errors": self.errors,
+            "swaps": self.swaps,
+            "paused": self.paused,
+            "max_fps": self.max_fps,
+            "latency_ms": self.latency.percentiles(),
+            "source_status": self.source_status.as_dict(),
+            "runtime": self._detector.runtime.name,
+            "model": self._detector.runtime.model_path.name,
+        }
+
+    # -- threads ---------------------------------------------------------------------------
+
+    def _capture_loop(self) -> None:
+        opened = False
+        while not self._stop.is_set():
+            try:
+                if not opened:
+                    self.source.open()
+                    opened = True
+                    self.source_status.set("running")
+                    self._backoff.reset()
+                frame = self.source.read()
+            except SourceError as exc:
+                opened = self._source_failed(str(exc))
+                continue
+            except Exception as exc:  # a driver bug must not kill the camera thread
+                log.exception("pipeline %s: unexpected source failure", self.name)
+                opened = self._source_failed(f"{type(exc).__name__}: {exc}")
+                continue
+            if frame is None:
+                self.source_status.set("ended")
+                self._deliver(_END)
+                return
+            if self.source.live:
+                self._deliver(frame)
+            else:
+                detector = self._detector
+                start = self._clock()
+                tensor, transform = detector.prepare(frame.image)
+                self._deliver(_Prepared(frame, tensor, transform, detector, self._clock() - start))
+
+    def _source_failed(self, error: str) -> bool:
+        self.source_status.set("reconnecting", error)
+        log.warning("pipeline %s: source failed: %s; reconnecting", self.name, error)
+        self.source.close()
+        self._stop.wait(self._backoff.next_delay())
+        return False
+
+    def _deliver(self, item: Any) -> None:
+        if self.source.live:
+            with self._newest_ready:
+                if self._newest is not None and self._newest is not _END:
+                    self.dropped += 1
+                self._newest = item
+                self._newest_ready.notify()
+            return
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _next_item(self) -> Any:
+        if self.source.live:
+            with self._newest_ready:
+                while self._newest is None and not self._stop.is_set():
+                    self._newest_ready.wait(0.1)
+                item, self._newest = self._newest, None
+                return item if item is _END else _Prepared(item) if item is not None else None
+        while not self._stop.is_set():
+            try:
+                return self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        return None
+
+    def _inference_loop(self) -> None:
+        next_due = self._clock()
+        while not self._stop.is_set():
+            item = self._next_item()
+            if item is None:
+                continue
+            if item is _END:
+                break
+            self._running.wait()
+            if self._stop.is_set():
+                break
+            with self._lock:
+                if self._pending_detector is not None:
+                    self._detector, self._pending_detector = self._pending_detector, None
+                    self.swaps += 1
+            if self.max_fps:
+                delay = next_due - self._clock()
+                if delay > 0:
+                    self._stop.wait(delay)
+                next_due = max(next_due + 1.0 / self.max_fps, self._clock() - 1.0 / self.max_fps)
+            self._process(item)
+        self._done.set()
+
+    def _process(self, item: _Prepared) -> None:
+        detector = self._detector
+        start = self._clock()
+        try:
+            if item.detector is detector and item.tensor is not None and item.transform is not None:
+                tensor, transform, prepare_s = item.tensor, item.transform, item.prepare_s
+            else:
+                tensor, transform = detector.prepare(item.frame.image)
+                prepare_s = self._clock() - start
+            prepared = self._clock()
+            outputs = detector.infer(tensor)
+            inferred = self._clock()
+            detections = detector.postprocess(outputs, transform)
+        except Exception:
+            self.errors += 1
+            log.exception("pipeline %s: inference failed on frame %d", self.name, item.frame.index)
+            return
+        done = self._clock()
+        self.latency.record(
+            capture_age=(start - item.frame.timestamp) * 1000,
+            preprocess=prepare_s * 1000,
+            inference=(inferred - prepared) * 1000,
+            postprocess=(done - inferred) * 1000,
+            total=(done - item.frame.timestamp) * 1000,
+        )
+        self.frames += 1
+        self.fps_meter.tick()
+        self._latest = (item.frame, detections)
+        for sink in self._sinks:
+            try:
+                sink(item.frame, detections)
+            except Exception:
+                log.exception("pipeline %s: sink %r failed", self.name, sink)

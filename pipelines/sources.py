@@ -1,0 +1,296 @@
+"""Frame sources: video files, V4L2 cameras, GStreamer pipelines, RTSP streams, and the synthetic
+scene, behind one small protocol.
+
+A source is opened, read frame by frame and closed. ``read()`` returns ``None`` at the end of a
+finite source and raises `SourceError` when the device or stream fails; the pipeline then
+reconnects with `Backoff`. Live sources (cameras, streams, a paced synthetic scene) produce
+frames at their own pace and the pipeline keeps only the newest; the others are read as fast
+as they are consumed, every frame.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from pipelines.synthetic import GroundTruth, SyntheticScene
+
+
+class SourceError(Exception):
+    """A source cannot be opened or stopped delivering frames; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One captured image: BGR ``(H, W, 3) uint8``; `timestamp` in `time.monotonic()` seconds
+    when it was captured; `truth` only for synthetic frames."""
+
+    index: int
+    timestamp: float
+    image: np.ndarray
+    truth: GroundTruth | None = None
+
+
+class FrameSource(Protocol):
+    """What the pipeline needs of a source."""
+
+    name: str
+    live: bool
+
+    def open(self) -> None: ...
+
+    def read(self) -> Frame | None: ...
+
+    def close(self) -> None: ...
+
+
+class Backoff:
+    """Jittered exponential backoff: ``initial * factor**n`` capped at `maximum`, times a random
+    factor in ``1 ± jitter``."""
+
+    def __init__(
+        self,
+        initial: float = 0.5,
+        maximum: float = 30.0,
+        factor: float = 2.0,
+        jitter: float = 0.2,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial, self.maximum, self.factor, self.jitter = initial, maximum, factor, jitter
+        self._rng = rng or random.Random()
+        self._attempt = 0
+
+    def next_delay(self) -> float:
+        base = min(self.maximum, self.initial * self.factor**self._attempt)
+        self._attempt += 1
+        return base * (1 + self._rng.uniform(-self.jitter, self.jitter))
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+
+def _open_capture(target: Any, api: int, what: str, **props: float) -> Any:
+    import cv2
+
+    capture = cv2.VideoCapture(target, api)
+    if not capture.isOpened():
+        capture.release()
+        raise SourceError(f"cannot open {what}")
+    for prop, value in props.items():
+        capture.set(getattr(cv2, prop), value)
+    return capture
+
+
+class FileSource:
+    """A video (or image) file, read once or in a loop; every frame is delivered."""
+
+    live = False
+
+    def __init__(self, path: Path, loop: bool = False) -> None:
+        self.path, self.loop = path, loop
+        self.name = f"file:{path}"
+        self._capture: Any = None
+        self._index = 0
+        self._position = 0  # frames read in the current pass
+
+    def open(self) -> None:
+        import cv2
+
+        if not self.path.is_file():
+            raise SourceError(f"cannot open video file {self.path}: not found")
+        self._capture = _open_capture(str(self.path), cv2.CAP_ANY, f"video file {self.path}: not a readable video")
+        self._position = 0
+
+    @property
+    def frame_count(self) -> int:
+        """Frames in the file as its container states (0 when unknown or not open)."""
+        import cv2
+
+        return int(self._capture.get(cv2.CAP_PROP_FRAME_COUNT)) if self._capture is not None else 0
+
+    def read(self) -> Frame | None:
+        if self._capture is None:
+            self.open()
+        ok, image = self._capture.read()
+        if not ok:
+            total = self.frame_count
+            if total and self._position < total - 1:
+                raise SourceError(f"video file {self.path}: read failed at frame {self._position} of {total}")
+            if not self.loop:
+                return None
+            self.close()
+            self.open()
+            ok, image = self._capture.read()
+            if not ok:
+                raise SourceError(f"video file {self.path}: no frame after rewinding")
+        frame = Frame(self._index, time.monotonic(), image)
+        self._index += 1
+        self._position += 1
+        return frame
+
+    def close(self) -> None:
+        if self._capture is not None:
+            self._capture.release()
+            self._capture = None
+
+
+def _has_gstreamer() -> bool:
+    import cv2
+
+    return bool(re.search(r"GStreamer:\s*YES", cv2.getBuildInformation()))
+
+
+class CameraSource:
+    """A live camera or stream through OpenCV: a V4L2 device (``/dev/videoN`` or an index), a
+    GStreamer pipeline ending in ``appsink``, or an ``rtsp://`` URL."""
+
+    live = True
+
+    def __init__(
+        self,
+        target: str,
+        width: int | None = None,
+        height: int | None = None,
+        fps: float | None = None,
+        mjpg: bool = False,
+    ) -> None:
+        self.target, self.width, self.height, self.fps, self.mjpg = target, width, height, fps, mjpg
+        self.name = target
+        self._capture: Any = None
+        self._index = 0
+
+    @property
+    def kind(self) -> str:
+        if self.target.startswith(("rtsp://", "rtsps://", "http://", "https://")):
+            return "stream"
+        if self.target.isdigit() or self.target.startswith("/dev/video"):
+            return "v4l2"
+        return "gstreamer"
+
+    def open(self) -> None:
+        import cv2
+
+        kind = self.kind
+        if kind == "v4l2":
+            device = int(self.target) if self.target.isdigit() else self.target
+            props: dict[str, float] = {}
+            if self.mjpg:
+                props["CAP_PROP_FOURCC"] = float(cv2.VideoWriter.fourcc(*"MJPG"))
+            if self.width:
+                props["CAP_PROP_FRAME_WIDTH"] = self.width
+            if self.height:
+                props["CAP_PROP_FRAME_HEIGHT"] = self.height
+            if self.fps:
+                props["CAP_PROP_FPS"] = self.fps
+            props["CAP_PROP_BUFFERSIZE"] = 1
+            self._capture = _open_capture(
+                device, cv2.CAP_V4L2, f"camera {self.target} (is it connected, and may this user open it?)", **props
+            )
+        elif kind == "gstreamer":
+            if not _has_gstreamer():
+                raise SourceError(
+                    "this OpenCV build has no GStreamer support, needed for the pipeline "
+                    f"{self.target!r}; install the distribution's python3-opencv (JetPack and "
+                    "Raspberry Pi OS ship it with GStreamer) and create the venv with --system-site-packages"
+                )
+            self._capture = _open_capture(self.target, cv2.CAP_GSTREAMER, f"GStreamer pipeline {self.target!r}")
+        else:
+            self._capture = _open_capture(
+                self.target, cv2.CAP_FFMPEG, f"stream {self.target} (check the URL, credentials and network)"
+            )
+
+    def read(self) -> Frame | None:
+        if self._capture is None:
+            self.open()
+        ok, image = self._capture.read()
+        if not ok or image is None:
+            raise SourceError(f"{self.kind} source {self.target}: no frame (disconnected or stalled)")
+        frame = Frame(self._index, time.monotonic(), image)
+        self._index += 1
+        return frame
+
+    def close(self) -> None:
+        if self._capture is not None:
+            self._capture.release()
+            self._capture = None
+
+
+class SyntheticSource:
+    """The synthetic scene as a camera. With `fps` it is live and paced to real time; without,
+    frames come as fast as they are read. `frames` bounds the clip (``None``: endless)."""
+
+    def __init__(
+        self,
+        scene: SyntheticScene | None = None,
+        fps: float | None = None,
+        frames: int | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.scene = scene or SyntheticScene()
+        self.fps, self.frames = fps, frames
+        self.live = fps is not None
+        self.name = f"synthetic:seed={self.scene.seed}"
+        self._sleep = sleep
+        self._index = 0
+        self._next_due = 0.0
+
+    def open(self) -> None:
+        self._next_due = time.monotonic()
+
+    def read(self) -> Frame | None:
+        if self.frames is not None and self._index >= self.frames:
+            return None
+        if self.fps:
+            delay = self._next_due - time.monotonic()
+            if delay > 0:
+                self._sleep(delay)
+            self._next_due = max(self._next_due + 1 / self.fps, time.monotonic() - 1 / self.fps)
+        image, truth = self.scene.render(self._index)
+        frame = Frame(self._index, time.monotonic(), image, truth)
+        self._index += 1
+        return frame
+
+    def close(self) -> None:
+        pass
+
+
+def open_source(spec: str, loop: bool = False, **camera: Any) -> FrameSource:
+    """A source from a config/CLI string: ``synthetic``, a file path, ``/dev/videoN`` or an
+    index, ``rtsp://...``, or a GStreamer pipeline (anything containing ``!``)."""
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        seed = int(spec.split(":", 1)[1]) if ":" in spec else 0
+        return SyntheticSource(SyntheticScene(seed=seed), fps=camera.get("fps"))
+    if spec.isdigit() or spec.startswith(("/dev/video", "rtsp://", "rtsps://", "http://", "https://")) or "!" in spec:
+        return CameraSource(spec, **camera)
+    return FileSource(Path(spec), loop=loop)
+
+
+class SourceStatus:
+    """What the capture side reports: ``state`` is ``starting``, ``running``, ``reconnecting``,
+    ``ended`` or ``stopped``; `error` the last failure; `reconnects` how many times it recovered."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.state = "starting"
+        self.error: str | None = None
+        self.reconnects = 0
+
+    def set(self, state: str, error: str | None = None) -> None:
+        with self._lock:
+            if state == "running" and self.state == "reconnecting":
+                self.reconnects += 1
+            self.state = state
+            if error is not None:
+                self.error = error
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {"state": self.state, "error": self.error, "reconnects": self.reconnects}
