@@ -34,7 +34,7 @@ class BoxAnnotator:
 
     def annotate(self, frame: np.ndarray, detections: Detections) -> np.ndarray:
         """Return a copy of the BGR `frame` with `detections` (frame pixels) drawn on it."""
-        out = frame.copy()
+        out: np.ndarray = frame.copy()
         for (x1, y1, x2, y2), score, class_id in zip(
             detections.xyxy.astype(int), detections.confidence, detections.class_id, strict=True
         ):
