@@ -1,0 +1,189 @@
+"""The threaded pipeline with the project's demo model on real runtimes."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from pipelines.detector import Detector
+from pipelines.evaluate import HELD_OUT_SEED, MatchCounts
+from pipelines.pipeline import Pipeline
+from pipelines.sources import Backoff, FileSource, SyntheticSource
+from pipelines.synthetic import SyntheticScene
+from runtimes.registry import load_runtime
+from tests.conftest import DEMO_MODELS, write_video
+
+FAST_RETRY = Backoff(initial=0.05, maximum=0.2, jitter=0.0)
+
+
+def detector(name: str = "demo_detector.onnx") -> Detector:
+    runtime = "onnxruntime" if name.endswith(".onnx") else "litert"
+    return Detector(load_runtime(runtime, DEMO_MODELS / name))
+
+
+def wait_for(condition, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["demo_detector.onnx", "demo_detector_int8_qdq.onnx", "demo_detector_fp32.tflite", "demo_detector_int8.tflite"],
+)
+def test_synthetic_ground_truth_through_the_pipeline(model: str) -> None:
+    counts = MatchCounts()
+
+    def score(frame, detections) -> None:
+        counts.add(detections, frame.truth.detections, frame.truth.visible < 0.5)
+
+    scene = SyntheticScene(seed=HELD_OUT_SEED + 10, num_shapes=5)
+    pipeline = Pipeline("cam", SyntheticSource(scene, frames=60), detector(model), sinks=[score]).start()
+    assert pipeline.wait(120)
+    pipeline.stop()
+    assert pipeline.frames == 60 and pipeline.errors == 0
+    assert counts.precision >= 0.9, f"{model}: precision {counts.precision:.3f}"
+    assert counts.recall >= 0.9, f"{model}: recall {counts.recall:.3f}"
+    stats = pipeline.stats()
+    assert stats["source_status"]["state"] == "ended"
+    assert set(stats["latency_ms"]) == {"capture_age", "preprocess", "inference", "postprocess", "total"}
+    assert all(v["p95"] >= v["p50"] >= 0 for v in stats["latency_ms"].values())
+
+
+def test_source_that_cannot_open_reports_and_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "late.avi"
+    pipeline = Pipeline("cam", FileSource(path), detector(), backoff=FAST_RETRY).start()
+    try:
+        assert wait_for(lambda: pipeline.source_status.state == "reconnecting")
+        assert "not found" in (pipeline.source_status.error or "")
+        assert pipeline.frames == 0
+        write_video(tmp_path / "tmp.avi", 8)
+        (tmp_path / "tmp.avi").rename(path)  # the camera "comes back"
+        assert pipeline.wait(30)
+        assert pipeline.frames == 8
+        assert pipeline.source_status.reconnects == 1
+    finally:
+        pipeline.stop()
+
+
+def test_file_failing_mid_stream_reports_and_recovers(tmp_path: Path) -> None:
+    good = write_video(tmp_path / "good.avi", 40)
+    path = tmp_path / "clip.avi"
+    shutil.copy(good, path)
+    data = good.read_bytes()
+    first_pass = threading.Event()
+
+    def cut_file(frame, detections) -> None:
+        if frame.index == 2 and not first_pass.is_set():
+            first_pass.set()
+            path.write_bytes(data[: len(data) // 3])  # the file breaks under the reader
+
+    pipeline = Pipeline("cam", FileSource(path, loop=True), detector(), sinks=[cut_file], backoff=FAST_RETRY).start()
+    try:
+        assert wait_for(lambda: pipeline.source_status.state == "reconnecting")
+        assert "read failed at frame" in (pipeline.source_status.error or "")
+        shutil.copy(good, path)  # repaired
+        before = pipeline.frames
+        assert wait_for(lambda: pipeline.frames > before + 40)
+        assert pipeline.source_status.state == "running"
+        assert pipeline.source_status.reconnects >= 1
+    finally:
+        pipeline.stop()
+
+
+def test_hot_swap_mid_run_loses_no_frame_of_a_file() -> None:
+    seen: list[int] = []
+    pipeline = Pipeline("cam", SyntheticSource(frames=80), detector(), sinks=[lambda f, d: seen.append(f.index)])
+    new = detector("demo_detector_int8_qdq.onnx")
+    pipeline.add_sink(lambda f, d: f.index == 30 and pipeline.swap_detector(new))
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.stop()
+    assert seen == list(range(80))
+    assert pipeline.swaps == 1 and pipeline.detector is new
+
+
+def test_hot_swap_of_a_live_camera_drops_at_most_one_frame() -> None:
+    source = SyntheticSource(SyntheticScene(width=320, height=240), fps=25, frames=50)
+    pipeline = Pipeline("cam", source, detector())
+    new = detector("demo_detector_fp32.tflite")
+    pipeline.add_sink(lambda f, d: f.index == 20 and pipeline.swap_detector(new))
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.stop()
+    assert pipeline.swaps == 1
+    assert pipeline.frames + pipeline.dropped == 50
+    assert pipeline.dropped <= 1
+
+
+def test_pause_and_resume() -> None:
+    pipeline = Pipeline("cam", SyntheticSource(SyntheticScene(width=320, height=240), fps=50), detector()).start()
+    try:
+        assert wait_for(lambda: pipeline.frames > 5)
+        pipeline.pause()
+        time.sleep(0.2)  # let the frame in flight finish
+        paused_at = pipeline.frames
+        time.sleep(0.5)
+        assert pipeline.frames == paused_at and pipeline.stats()["paused"]
+        pipeline.resume()
+        assert wait_for(lambda: pipeline.frames > paused_at + 5)
+    finally:
+        pipeline.stop()
+
+
+def test_fps_cap_holds() -> None:
+    """40 frames capped at 20 FPS cannot take less than 39 frame periods."""
+    pipeline = Pipeline(
+        "cam", SyntheticSource(SyntheticScene(width=320, height=240), frames=40), detector(), max_fps=20
+    )
+    start = time.monotonic()
+    pipeline.start()
+    assert pipeline.wait(60)
+    elapsed = time.monotonic() - start
+    pipeline.stop()
+    assert pipeline.frames == 40
+    assert elapsed >= 39 / 20
+    assert pipeline.stats()["fps"] <= 20 * 1.05
+
+
+def test_snapshot_is_an_annotated_jpeg() -> None:
+    pipeline = Pipeline("cam", SyntheticSource(frames=3), detector())
+    assert pipeline.snapshot() is None
+    pipeline.start()
+    assert pipeline.wait(30)
+    pipeline.stop()
+    jpeg = pipeline.snapshot()
+    assert jpeg is not None and jpeg[:2] == b"\xff\xd8"
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    raw = SyntheticScene().render(2)[0]
+    assert image.shape == raw.shape
+    assert np.abs(image.astype(int) - raw.astype(int)).max() > 100, "boxes were drawn"
+
+
+def test_several_pipelines_in_one_process_and_a_failing_sink() -> None:
+    def broken(frame, detections) -> None:
+        raise RuntimeError("sink bug")
+
+    shared = detector()
+    pipelines = [
+        Pipeline(
+            f"cam{i}", SyntheticSource(SyntheticScene(seed=i, width=320, height=240), frames=20), shared, sinks=[broken]
+        )
+        for i in range(3)
+    ]
+    for p in pipelines:
+        p.start()
+    assert all(p.wait(60) for p in pipelines)
+    for p in pipelines:
+        p.stop()
+    assert [p.frames for p in pipelines] == [20, 20, 20]
+    assert {t.name for p in pipelines for t in p._threads} >= {"capture-cam0", "infer-cam2"}
