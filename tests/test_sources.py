@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def test_file_source_reads_every_frame_once(tmp_path: Path) -> None:
     source.close()
     assert [f.index for f in frames] == list(range(12))
     assert frames[0].image.shape == (120, 160, 3)
-    assert all(b.timestamp >= a.timestamp for a, b in zip(frames, frames[1:], strict=False))
+    assert all(b.timestamp >= a.timestamp for a, b in itertools.pairwise(frames))
 
 
 def test_file_source_loops(tmp_path: Path) -> None:

@@ -69,5 +69,5 @@ def test_bad_parameters(kwargs, message) -> None:
 
 def test_frames_encode_as_images() -> None:
     image, _ = SyntheticScene(seed=3).render(3)
-    ok, data = cv2.imencode(".png", image)
+    ok, _data = cv2.imencode(".png", image)
     assert ok and image.shape == (480, 640, 3) and image.dtype == np.uint8
