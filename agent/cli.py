@@ -11,12 +11,14 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from agent.probe import Board
     from pipelines.detections import Detections
     from pipelines.labels import Labels
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("edge_agent")
 
 RUNTIME_CHOICES = ("auto", "tensorrt", "onnxruntime", "litert")
+VIDEO_SUFFIXES = frozenset({".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".mjpeg"})
 DECODER_CHOICES = ("auto", "yolov8", "yolov5", "yolox", "ssd")
 
 
@@ -66,14 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     detect = commands.add_parser("detect", help="run a detection model on images")
     detect.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
-    detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image files (JPEG, PNG, ...)")
+    detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image or video files")
     detect.add_argument("--labels", type=Path, help="labels file, one per line (default: the model's metadata)")
     detect.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     detect.add_argument("--decoder", choices=DECODER_CHOICES, default="auto")
     detect.add_argument("--conf", type=_unit_interval, default=0.25, help="score threshold (default 0.25)")
     detect.add_argument("--iou", type=_unit_interval, default=0.45, help="NMS IoU threshold (default 0.45)")
     detect.add_argument("--max-det", type=_positive_int, default=300, help="most detections per image")
-    detect.add_argument("--json", action="store_true", help="one JSON object per image per line")
+    detect.add_argument("--every", type=_positive_int, default=1, help="videos: detect on every N-th frame")
+    detect.add_argument("--json", action="store_true", help="one JSON object per image (or video frame) per line")
+
+    bench = commands.add_parser("bench", help="measure FPS, latency and memory of a model")
+    bench.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
+    bench.add_argument("--source", default="synthetic", help="a video file or 'synthetic' (default)")
+    bench.add_argument("--frames", type=_positive_int, help="frames to process (default: the whole file, or 300)")
+    bench.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    bench.add_argument(
+        "--mode",
+        choices=("pipeline", "runtime"),
+        default="pipeline",
+        help="pipeline: capture to detections, every frame; runtime: inference alone on one prepared tensor",
+    )
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
 
     probe = commands.add_parser("probe", help="show the hardware and runtimes found, and the runtime policy's choice")
     probe.add_argument("--json", action="store_true", help="print one JSON object")
@@ -118,8 +135,6 @@ def _detection_rows(detections: Detections, labels: Labels) -> list[dict[str, An
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    import cv2
-
     from pipelines.detector import Detector
     from pipelines.labels import Labels
 
@@ -133,32 +148,57 @@ def cmd_detect(args: argparse.Namespace) -> int:
         if labels is None:
             labels = Labels(runtime.metadata.names or {})
         status = 0
-        for image_path in args.images:
-            image = cv2.imread(str(image_path), cv2.IMREAD_COLOR) if image_path.is_file() else None
-            if image is None:
-                reason = "not found" if not image_path.exists() else "cannot be decoded as an image"
-                print(f"edge-agent: error: image {image_path}: {reason}", file=sys.stderr)
+        for path in args.images:
+            frames = _video_frames(path, args.every) if path.suffix.lower() in VIDEO_SUFFIXES else _image_frame(path)
+            try:
+                for index, image in frames:
+                    rows = _detection_rows(detector.detect(image), labels)
+                    _print_detections(args.json, path, index, runtime.name, choice.device, detector.decoder, rows)
+            except CliError as exc:
+                print(f"edge-agent: error: {exc}", file=sys.stderr)
                 status = 1
-                continue
-            rows = _detection_rows(detector.detect(image), labels)
-            if args.json:
-                print(
-                    json.dumps(
-                        {
-                            "image": str(image_path),
-                            "runtime": runtime.name,
-                            "decoder": detector.decoder,
-                            "detections": rows,
-                        }
-                    ),
-                    flush=True,
-                )
-            else:
-                print(f"{image_path}: {len(rows)} detection(s) [{runtime.name} on {choice.device}, {detector.decoder}]")
-                for row in rows:
-                    x1, y1, x2, y2 = row["box"]
-                    print(f"  {row['label']:<16} {row['score']:.2f}  ({x1:.0f}, {y1:.0f}) - ({x2:.0f}, {y2:.0f})")
     return status
+
+
+def _image_frame(path: Path) -> Iterator[tuple[int | None, np.ndarray]]:
+    import cv2
+
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR) if path.is_file() else None
+    if image is None:
+        raise CliError(f"image {path}: {'not found' if not path.exists() else 'cannot be decoded as an image'}")
+    yield None, image
+
+
+def _video_frames(path: Path, every: int) -> Iterator[tuple[int | None, np.ndarray]]:
+    from pipelines.sources import FileSource, SourceError
+
+    source = FileSource(path)
+    try:
+        source.open()
+        while (frame := source.read()) is not None:
+            if frame.index % every == 0:
+                yield frame.index, frame.image
+    except SourceError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        source.close()
+
+
+def _print_detections(
+    as_json: bool, path: Path, frame: int | None, runtime: str, device: str, decoder: str, rows: list[dict[str, Any]]
+) -> None:
+    if as_json:
+        record: dict[str, Any] = {"image": str(path)}
+        if frame is not None:
+            record["frame"] = frame
+        record.update(runtime=runtime, decoder=decoder, detections=rows)
+        print(json.dumps(record), flush=True)
+        return
+    where = f"{path}" if frame is None else f"{path} frame {frame}"
+    print(f"{where}: {len(rows)} detection(s) [{runtime} on {device}, {decoder}]")
+    for row in rows:
+        x1, y1, x2, y2 = row["box"]
+        print(f"  {row['label']:<16} {row['score']:.2f}  ({x1:.0f}, {y1:.0f}) - ({x2:.0f}, {y2:.0f})")
 
 
 def _probe_report(board: Board, runtimes: Mapping[RuntimeName, RuntimeInfo]) -> dict[str, Any]:
@@ -202,7 +242,31 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"detect": cmd_detect, "probe": cmd_probe}
+def cmd_bench(args: argparse.Namespace) -> int:
+    from agent.bench import run_bench
+
+    if not args.model.is_file():
+        raise CliError(f"model file not found: {args.model}")
+    runtime, choice = _select_and_load(args.model, args.runtime)
+    with runtime:
+        report = run_bench(runtime, args.source, args.frames, args.mode, progress=sys.stderr.isatty() and not args.json)
+    report["device"] = choice.device
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(
+        f"{report['model']} on {report['runtime']} ({choice.device}), {report['mode']} mode, source {report['source']}"
+    )
+    print(f"  input {report['input_shape']}, {report['frames']} frames in {report['seconds']:.2f} s")
+    latency = report["latency_ms"]
+    print(f"  fps {report['fps']:.1f}   latency p50 {latency['p50']:.1f} ms  p95 {latency['p95']:.1f} ms")
+    for stage, values in report["stages_ms"].items():
+        print(f"    {stage:<12} p50 {values['p50']:7.2f} ms  p95 {values['p95']:7.2f} ms")
+    print(f"  dropped {report['dropped']}   peak RSS {report['rss_mb']:.0f} MB")
+    return 0
+
+
+COMMANDS = {"detect": cmd_detect, "probe": cmd_probe, "bench": cmd_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from pipelines.decoders import DecoderError
     from pipelines.labels import LabelsError
+    from pipelines.sources import SourceError
     from runtimes.base import BackendError
 
     try:
@@ -220,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"edge-agent: error: {exc}", file=sys.stderr)
         return exc.status
-    except (BackendError, DecoderError, LabelsError) as exc:
+    except (BackendError, DecoderError, LabelsError, SourceError) as exc:
         print(f"edge-agent: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

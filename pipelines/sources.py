@@ -104,6 +104,7 @@ class FileSource:
     def open(self) -> None:
         import cv2
 
+        self.close()
         if not self.path.is_file():
             raise SourceError(f"cannot open video file {self.path}: not found")
         self._capture = _open_capture(str(self.path), cv2.CAP_ANY, f"video file {self.path}: not a readable video")
