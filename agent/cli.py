@@ -11,7 +11,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     detect.add_argument("--conf", type=_unit_interval, default=0.25, help="score threshold (default 0.25)")
     detect.add_argument("--iou", type=_unit_interval, default=0.45, help="NMS IoU threshold (default 0.45)")
     detect.add_argument("--max-det", type=_positive_int, default=300, help="most detections per image")
+    detect.add_argument("--save-dir", type=Path, help="also write each image with its boxes drawn, as JPEG, here")
     detect.add_argument("--every", type=_positive_int, default=1, help="videos: detect on every N-th frame")
     detect.add_argument("--json", action="store_true", help="one JSON object per image (or video frame) per line")
 
@@ -147,17 +148,40 @@ def cmd_detect(args: argparse.Namespace) -> int:
         detector = Detector(runtime, args.decoder, conf=args.conf, iou=args.iou, max_det=args.max_det)
         if labels is None:
             labels = Labels(runtime.metadata.names or {})
+        save = _annotated_writer(args.save_dir, labels) if args.save_dir else None
         status = 0
         for path in args.images:
             frames = _video_frames(path, args.every) if path.suffix.lower() in VIDEO_SUFFIXES else _image_frame(path)
             try:
                 for index, image in frames:
-                    rows = _detection_rows(detector.detect(image), labels)
+                    detections = detector.detect(image)
+                    if save is not None:
+                        save(path, index, image, detections)
+                    rows = _detection_rows(detections, labels)
                     _print_detections(args.json, path, index, runtime.name, choice.device, detector.decoder, rows)
             except CliError as exc:
                 print(f"edge-agent: error: {exc}", file=sys.stderr)
                 status = 1
     return status
+
+
+def _annotated_writer(folder: Path, labels: Labels) -> Callable[[Path, int | None, np.ndarray, Detections], None]:
+    import cv2
+
+    from pipelines.annotate import BoxAnnotator
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create {folder}: {exc.strerror}") from exc
+    annotator = BoxAnnotator(labels)
+
+    def save(path: Path, index: int | None, image: np.ndarray, detections: Detections) -> None:
+        name = f"{path.stem}.jpg" if index is None else f"{path.stem}_{index:06d}.jpg"
+        if not cv2.imwrite(str(folder / name), annotator.annotate(image, detections)):
+            raise CliError(f"cannot write {folder / name}")
+
+    return save
 
 
 def _image_frame(path: Path) -> Iterator[tuple[int | None, np.ndarray]]:

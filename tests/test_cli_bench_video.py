@@ -74,11 +74,38 @@ def test_demo_model_finds_the_shapes_of_a_synthetic_frame(tmp_path: Path) -> Non
     path = tmp_path / "frame.png"
     cv2.imwrite(str(path), image)
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "detect", str(DEMO_MODELS / "demo_detector_int8.tflite"), str(path), "--json"],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "detect",
+            str(DEMO_MODELS / "demo_detector_int8.tflite"),
+            str(path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     found = sorted(d["label"] for d in json.loads(proc.stdout)["detections"])
     names = ("circle", "square", "triangle")
     expected = sorted(names[c] for c, v in zip(truth.detections.class_id, truth.visible, strict=True) if v > 0.5)
     assert found == expected
+
+
+def test_detect_save_dir_writes_annotated_jpegs(tmp_path: Path, capsys) -> None:
+    import cv2
+
+    from pipelines.synthetic import SyntheticScene
+
+    image, _ = SyntheticScene(seed=5).render(0)
+    cv2.imwrite(str(tmp_path / "frame.png"), image)
+    video = write_video(tmp_path / "clip.avi", 4, size=(320, 240))
+    out = tmp_path / "annotated"
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    assert main(["detect", model, str(tmp_path / "frame.png"), str(video), "--every", "2", "--save-dir", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["clip_000000.jpg", "clip_000002.jpg", "frame.jpg"]
+    drawn = cv2.imread(str(out / "frame.jpg"))
+    assert drawn.shape == image.shape and (abs(drawn.astype(int) - image.astype(int)) > 100).any()
