@@ -105,9 +105,11 @@ def _select_and_load(model: Path, preference: str) -> tuple[Runtime, Choice]:
     from agent.probe import probe
     from runtimes.base import RuntimeUnavailable
     from runtimes.registry import available_runtimes, load_runtime
-    from runtimes.selection import Artifact, select_runtimes
+    from runtimes.selection import Artifact, runtimes_for, select_runtimes
 
-    choices = select_runtimes(probe(), available_runtimes(), [Artifact.from_path(model)], preference)  # type: ignore[arg-type]
+    artifacts = [Artifact.from_path(model)]
+    available = available_runtimes(runtimes_for(artifacts))
+    choices = select_runtimes(probe(), available, artifacts, preference)  # type: ignore[arg-type]
     failures = []
     for choice in choices:
         try:

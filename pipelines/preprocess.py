@@ -84,8 +84,9 @@ def _resize(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Tr
         left, top = (dst_w - new_w) // 2, (dst_h - new_h) // 2
     else:
         left, top = 0, 0
-    canvas = np.full((dst_h, dst_w, image.shape[2]), config.pad_value, dtype=np.uint8)
-    canvas[top : top + new_h, left : left + new_w] = image
+    pad = (config.pad_value,) * 3
+    bottom, right = dst_h - new_h - top, dst_w - new_w - left
+    canvas = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=pad)
     return canvas, Transform(new_w / src_w, new_h / src_h, float(left), float(top), (src_h, src_w), (dst_h, dst_w))
 
 
@@ -98,6 +99,12 @@ def preprocess(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray,
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise ValueError(f"expected a (H, W, 3) uint8 image, got {image.shape} {image.dtype}")
     canvas, transform = _resize(image, config)
+    if config.layout == "NCHW" and config.dtype == np.float32 and config.quantization is None:
+        # One optimised pass: colour swap, (pixel - mean) / std, HWC -> NCHW.
+        blob = cv2.dnn.blobFromImage(
+            canvas, scalefactor=1.0 / config.std, mean=(config.mean,) * 3, swapRB=config.color == "RGB"
+        )
+        return blob, transform
     if config.color == "RGB":
         canvas = canvas[..., ::-1]
     if config.quantization is not None and np.issubdtype(config.dtype, np.integer):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -52,9 +52,10 @@ _AVAILABILITY: dict[RuntimeName, Callable[[], RuntimeInfo]] = {
 }
 
 
-def available_runtimes() -> dict[RuntimeName, RuntimeInfo]:
-    """Probe each backend's library (imports it); unavailable ones carry the reason."""
-    infos = {name: probe() for name, probe in _AVAILABILITY.items()}
+def available_runtimes(names: Iterable[RuntimeName] = RUNTIME_NAMES) -> dict[RuntimeName, RuntimeInfo]:
+    """Probe the named backends' libraries (importing each costs memory, so callers that know
+    the artifact format probe only the runtimes that load it); unavailable ones carry the reason."""
+    infos = {name: _AVAILABILITY[name]() for name in names}
     for info in infos.values():
         if not info.available:
             log.info("runtime %s unavailable: %s", info.name, info.reason)

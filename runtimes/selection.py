@@ -25,6 +25,12 @@ ArtifactFormat = Literal["onnx", "tflite"]
 Precision = Literal["fp32", "fp16", "int8"]
 
 _FORMAT_OF: dict[RuntimeName, ArtifactFormat] = {"tensorrt": "onnx", "onnxruntime": "onnx", "litert": "tflite"}
+
+
+def runtimes_for(artifacts: Sequence[Artifact]) -> tuple[RuntimeName, ...]:
+    """The runtimes that can load at least one of `artifacts` (the only ones worth probing)."""
+    formats = {a.format for a in artifacts}
+    return tuple(name for name, fmt in _FORMAT_OF.items() if fmt in formats)
 _ARM_ARCHES = frozenset({"aarch64", "arm64", "armv7l", "armv6l", "armv8l"})
 #: ONNX Runtime providers, best first, with the name used in reasons
 _ORT_PROVIDER_RANK = (
@@ -126,14 +132,14 @@ def select_runtimes(
     choices: list[Choice] = []
     why_not: list[str] = []
     for rank, runtime in enumerate(order):
-        info = available.get(runtime)
-        if info is None or not info.available:
-            why_not.append(f"{runtime}: {info.reason if info else 'not probed'}")
-            continue
         fmt = _FORMAT_OF[runtime]
         usable = sorted((a for a in artifacts if a.format == fmt), key=lambda a: precision_rank[a.precision])
         if not usable:
             why_not.append(f"{runtime}: needs a .{fmt} artifact")
+            continue
+        info = available.get(runtime)
+        if info is None or not info.available:
+            why_not.append(f"{runtime}: {info.reason if info else 'not probed'}")
             continue
         artifact = usable[0]
         device = _device(runtime, info)

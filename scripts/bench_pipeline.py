@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Side-by-side pipeline benchmark: edge-agent vs a bare ONNX Runtime loop vs Ultralytics.
+
+A YOLOv8n-architecture model with random weights (640x640, and a dynamic height/width export
+of the same network) runs on a 1280x720 synthetic clip, every frame processed. Each contender
+runs in its own process, in turn, for several rounds; medians are reported.
+
+- ``bare``: ``InferenceSession.run`` in a loop on one pre-made tensor (the ceiling);
+- ``edge-agent fixed`` / ``edge-agent dynamic``: ``edge-agent bench MODEL --source clip``;
+- ``ultralytics``: ``YOLO(onnx).predict(source=clip, stream=True)``, steady-state FPS
+  (first to last result, so its model loading is not counted against it);
+- start-up: process start to the first detection printed, for ``edge-agent detect`` and for
+  Ultralytics' predict on one image.
+
+Ultralytics (AGPL-3.0) is never a dependency: it lives in a separate virtual environment whose
+python is passed with ``--ultralytics-python``; that environment also exports the models.
+
+    python scripts/bench_pipeline.py --ultralytics-python /path/to/benchenv/bin/python [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EDGE_AGENT = [sys.executable, "-m", "agent.cli"]
+
+EXPORT = """
+import shutil, sys
+from ultralytics import YOLO
+dynamic = sys.argv[1] == "dynamic"
+model = YOLO("yolov8n.yaml")  # the architecture with random weights: nothing is downloaded
+path = model.export(format="onnx", imgsz=640, dynamic=dynamic, simplify=True)
+shutil.move(path, sys.argv[2])
+"""
+
+BARE = """
+import json, resource, sys, time
+import numpy as np, onnxruntime as ort
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+x = np.random.default_rng(0).random((1, 3, 640, 640), dtype=np.float32)
+for _ in range(5):
+    session.run(None, {"images": x})
+n = int(sys.argv[2])
+start = time.perf_counter()
+for _ in range(n):
+    session.run(None, {"images": x})
+seconds = time.perf_counter() - start
+print(json.dumps({"fps": n / seconds, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+ULTRALYTICS = """
+import json, resource, sys, time
+from ultralytics import YOLO
+model = YOLO(sys.argv[1], task="detect")
+stamps = []
+for result in model.predict(source=sys.argv[2], stream=True, verbose=False, imgsz=640):
+    stamps.append(time.perf_counter())
+    if len(stamps) == 1:
+        print("FIRST", flush=True)
+fps = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+print(json.dumps({"fps": fps, "frames": len(stamps), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def run_json(cmd: list[str], cwd: Path = REPO) -> dict:
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=900)
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def time_to_first_line(cmd: list[str], marker: str) -> float:
+    """Seconds from process start to the first stdout line containing `marker`."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if marker in line:
+            elapsed = time.perf_counter() - start
+            proc.stdout.read()
+            proc.wait()
+            return elapsed
+    proc.wait()
+    sys.exit(f"no {marker!r} from {' '.join(cmd)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ultralytics-python", required=True, help="python of the separate Ultralytics venv")
+    parser.add_argument("--workdir", type=Path, default=REPO / "build" / "bench")
+    parser.add_argument("--frames", type=int, default=300, help="frames in the 1280x720 clip")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    work = args.workdir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    fixed, dynamic = work / "yolov8n_random_640.onnx", work / "yolov8n_random_dynamic.onnx"
+    for path, kind in ((fixed, "fixed"), (dynamic, "dynamic")):
+        if not path.exists():
+            subprocess.run([args.ultralytics_python, "-c", EXPORT, kind, str(path)], cwd=work, check=True)
+    clip = work / "scene.mp4"
+    if not clip.exists():
+        subprocess.run([sys.executable, str(REPO / "scripts" / "make_demo_media.py"), str(work), "--size", "1280x720",
+                        "--frames", str(args.frames)], check=True)
+    image = work / "scene.png"
+
+    results: dict[str, list[dict]] = {k: [] for k in ("bare", "edge_fixed", "edge_dynamic", "ultralytics")}
+    startup: dict[str, list[float]] = {"edge_agent_detect": [], "ultralytics_predict": []}
+    for round_ in range(args.rounds):
+        results["bare"].append(run_json([sys.executable, "-c", BARE, str(fixed), str(args.frames)]))
+        results["edge_fixed"].append(run_json([*EDGE_AGENT, "bench", str(fixed), "--source", str(clip), "--json"]))
+        results["edge_dynamic"].append(run_json([*EDGE_AGENT, "bench", str(dynamic), "--source", str(clip), "--json"]))
+        results["ultralytics"].append(run_json([args.ultralytics_python, "-c", ULTRALYTICS, str(fixed), str(clip)], cwd=work))
+        startup["edge_agent_detect"].append(time_to_first_line([*EDGE_AGENT, "detect", str(fixed), str(image)], "detection"))
+        startup["ultralytics_predict"].append(
+            time_to_first_line([args.ultralytics_python, "-c", ULTRALYTICS, str(fixed), str(image)], "FIRST")
+        )
+        print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
+
+    def median(name: str, key: str) -> float:
+        return round(statistics.median(r[key] for r in results[name]), 2)
+
+    bare = median("bare", "fps")
+    ultra = median("ultralytics", "fps")
+    summary = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {cpu_model()}",
+        "frames": args.frames,
+        "rounds": args.rounds,
+        "fps": {name: median(name, "fps") for name in results},
+        "rss_mb": {name: median(name, "rss_mb") for name in results},
+        "edge_dynamic_input": results["edge_dynamic"][0]["input_shape"],
+        "fixed_vs_bare": round(median("edge_fixed", "fps") / bare, 3),
+        "fixed_vs_ultralytics": round(median("edge_fixed", "fps") / ultra, 3),
+        "dynamic_vs_ultralytics": round(median("edge_dynamic", "fps") / ultra, 3),
+        "startup_s": {name: round(statistics.median(v), 3) for name, v in startup.items()},
+        "all_fps": {name: [round(r["fps"], 2) for r in runs] for name, runs in results.items()},
+    }
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
