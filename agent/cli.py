@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _select_and_load(model: Path, preference: str) -> tuple[Runtime, Choice]:
+def _select_and_load(model: Path, preference: str, warmup: bool = True) -> tuple[Runtime, Choice]:
     """Rank runtimes for `model` on this board and load the first that works."""
     from agent.probe import probe
     from runtimes.base import RuntimeUnavailable
@@ -113,7 +113,7 @@ def _select_and_load(model: Path, preference: str) -> tuple[Runtime, Choice]:
     failures = []
     for choice in choices:
         try:
-            runtime = load_runtime(choice.runtime, model)
+            runtime = load_runtime(choice.runtime, model, warmup=warmup)
         except RuntimeUnavailable as exc:
             failures.append(f"{choice.runtime}: {exc}")
             log.warning("runtime %s unavailable, trying the next: %s", choice.runtime, exc)
@@ -145,7 +145,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if not model.is_file():
         raise CliError(f"model file not found: {model}")
     labels = Labels.from_file(args.labels) if args.labels else None
-    runtime, choice = _select_and_load(model, args.runtime)
+    runtime, choice = _select_and_load(model, args.runtime, warmup=False)  # the first image warms it up
     with runtime:
         detector = Detector(runtime, args.decoder, conf=args.conf, iou=args.iou, max_det=args.max_det)
         if labels is None:

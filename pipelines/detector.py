@@ -50,6 +50,16 @@ def _input_quantization(spec: TensorSpec, mean: float, std: float) -> Quantizati
     return Quantization(scale=1.0 / std, zero_point=zero_point)
 
 
+def _output_shapes(runtime: Runtime, config: PreprocessConfig) -> list[tuple[int, ...]]:
+    """The outputs' shapes for one image: from the specs when only the batch axis is open, else
+    from a run on a grey frame (dynamic exports leave the anchor count open)."""
+    specs = [spec.shape for spec in runtime.outputs]
+    if all(d is not None for shape in specs for d in shape[1:]):
+        return [tuple(1 if d is None else d for d in shape) for shape in specs]
+    grey = np.full((*config.size, 3), 114, np.uint8)
+    return [tuple(o.shape) for o in runtime.infer([preprocess(grey, config)[0]])]
+
+
 class Detector:
     """Runs one detection model on frames.
 
@@ -77,12 +87,10 @@ class Detector:
         spec = _image_input(runtime)
         self.input_hw = _input_size(spec, runtime)
         layout = spec.layout or "NCHW"
-        # A first run on a grey frame gives the real output shapes (dynamic exports leave them open).
         probe_config = PreprocessConfig(
             size=self.input_hw, layout=layout, dtype=spec.dtype, quantization=_input_quantization(spec, 0.0, 255.0)
         )
-        grey = np.full((*self.input_hw, 3), 114, np.uint8)
-        shapes = [tuple(o.shape) for o in runtime.infer([preprocess(grey, probe_config)[0]])]
+        shapes = _output_shapes(runtime, probe_config)
         if decoder == "auto":
             names = runtime.metadata.names
             self.decoder, self.decoder_reason = choose_decoder(shapes, self.input_hw, len(names) if names else None)

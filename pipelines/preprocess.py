@@ -99,27 +99,24 @@ def preprocess(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray,
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise ValueError(f"expected a (H, W, 3) uint8 image, got {image.shape} {image.dtype}")
     canvas, transform = _resize(image, config)
-    if config.layout == "NCHW" and config.dtype == np.float32 and config.quantization is None:
-        # One optimised pass: colour swap, (pixel - mean) / std, HWC -> NCHW.
-        blob = cv2.dnn.blobFromImage(
-            canvas, scalefactor=1.0 / config.std, mean=(config.mean,) * 3, swapRB=config.color == "RGB"
-        )
-        return blob, transform
-    if config.color == "RGB":
-        canvas = canvas[..., ::-1]
+    # Reorder the uint8 pixels first (views, no copy), then convert in one pass into the output.
+    pixels = canvas[..., ::-1] if config.color == "RGB" else canvas
+    if config.layout == "NCHW":
+        pixels = pixels.transpose(2, 0, 1)
+    pixels = pixels[None]
     if config.quantization is not None and np.issubdtype(config.dtype, np.integer):
         q = config.quantization
         info = np.iinfo(config.dtype)
         # q = (pixel - mean) / std / scale + zp, folded into one multiply-add.
         gain = 1.0 / (config.std * q.scale)
         offset = q.zero_point - config.mean * gain
-        values = np.rint(canvas.astype(np.float32) * np.float32(gain) + np.float32(offset))
-        tensor: np.ndarray = np.clip(values, info.min, info.max).astype(config.dtype)
-    elif config.mean == 0.0 and config.std == 1.0:
-        tensor = canvas.astype(config.dtype)
-    else:
-        tensor = (canvas.astype(np.float32) - np.float32(config.mean)) * np.float32(1.0 / config.std)
-        tensor = tensor.astype(config.dtype, copy=False)
-    if config.layout == "NCHW":
-        tensor = tensor.transpose(2, 0, 1)
-    return np.ascontiguousarray(tensor[None]), transform
+        values = np.rint(pixels.astype(np.float32) * np.float32(gain) + np.float32(offset))
+        tensor = np.ascontiguousarray(np.clip(values, info.min, info.max), dtype=config.dtype)
+    elif np.issubdtype(config.dtype, np.floating):
+        tensor = np.empty(pixels.shape, config.dtype)
+        np.multiply(pixels, np.float32(1.0 / config.std), out=tensor, casting="unsafe")
+        if config.mean:
+            tensor -= np.float32(config.mean / config.std)
+    else:  # an integer input without quantization parameters takes raw pixels
+        tensor = np.ascontiguousarray(pixels, dtype=config.dtype)
+    return tensor, transform

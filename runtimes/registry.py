@@ -66,17 +66,19 @@ def load_runtime(
     name: RuntimeName,
     model_path: Path,
     config: OnnxRuntimeConfig | LiteRTConfig | None = None,
+    warmup: bool = True,
 ) -> Runtime:
-    """Load `model_path` with the named backend (warmed up). Raises `RuntimeUnavailable` when
-    the backend cannot run here and `ModelLoadError` when it refuses the model."""
+    """Load `model_path` with the named backend, warmed up unless `warmup` is false (one-shot
+    commands skip it). Raises `RuntimeUnavailable` when the backend cannot run here and
+    `ModelLoadError` when it refuses the model."""
     if name == "onnxruntime":
         if config is not None and not isinstance(config, OnnxRuntimeConfig):
             raise TypeError(f"onnxruntime takes an OnnxRuntimeConfig, got {type(config).__name__}")
-        return ort_backend.OnnxRuntimeBackend(model_path, config)
+        return ort_backend.OnnxRuntimeBackend(model_path, config, warmup)
     if name == "litert":
         if config is not None and not isinstance(config, LiteRTConfig):
             raise TypeError(f"litert takes a LiteRTConfig, got {type(config).__name__}")
-        return litert_backend.LiteRTBackend(model_path, config)
+        return litert_backend.LiteRTBackend(model_path, config, warmup)
     if name == "tensorrt":
         raise RuntimeUnavailable(_tensorrt_availability().reason or "tensorrt is unavailable")
     raise RuntimeUnavailable(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")

@@ -31,6 +31,8 @@ def runtimes_for(artifacts: Sequence[Artifact]) -> tuple[RuntimeName, ...]:
     """The runtimes that can load at least one of `artifacts` (the only ones worth probing)."""
     formats = {a.format for a in artifacts}
     return tuple(name for name, fmt in _FORMAT_OF.items() if fmt in formats)
+
+
 _ARM_ARCHES = frozenset({"aarch64", "arm64", "armv7l", "armv6l", "armv8l"})
 #: ONNX Runtime providers, best first, with the name used in reasons
 _ORT_PROVIDER_RANK = (

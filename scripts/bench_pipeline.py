@@ -115,8 +115,18 @@ def main() -> None:
             subprocess.run([args.ultralytics_python, "-c", EXPORT, kind, str(path)], cwd=work, check=True)
     clip = work / "scene.mp4"
     if not clip.exists():
-        subprocess.run([sys.executable, str(REPO / "scripts" / "make_demo_media.py"), str(work), "--size", "1280x720",
-                        "--frames", str(args.frames)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "scripts" / "make_demo_media.py"),
+                str(work),
+                "--size",
+                "1280x720",
+                "--frames",
+                str(args.frames),
+            ],
+            check=True,
+        )
     image = work / "scene.png"
 
     results: dict[str, list[dict]] = {k: [] for k in ("bare", "edge_fixed", "edge_dynamic", "ultralytics")}
@@ -125,8 +135,12 @@ def main() -> None:
         results["bare"].append(run_json([sys.executable, "-c", BARE, str(fixed), str(args.frames)]))
         results["edge_fixed"].append(run_json([*EDGE_AGENT, "bench", str(fixed), "--source", str(clip), "--json"]))
         results["edge_dynamic"].append(run_json([*EDGE_AGENT, "bench", str(dynamic), "--source", str(clip), "--json"]))
-        results["ultralytics"].append(run_json([args.ultralytics_python, "-c", ULTRALYTICS, str(fixed), str(clip)], cwd=work))
-        startup["edge_agent_detect"].append(time_to_first_line([*EDGE_AGENT, "detect", str(fixed), str(image)], "detection"))
+        results["ultralytics"].append(
+            run_json([args.ultralytics_python, "-c", ULTRALYTICS, str(fixed), str(clip)], cwd=work)
+        )
+        startup["edge_agent_detect"].append(
+            time_to_first_line([*EDGE_AGENT, "detect", str(fixed), str(image)], "detection")
+        )
         startup["ultralytics_predict"].append(
             time_to_first_line([args.ultralytics_python, "-c", ULTRALYTICS, str(fixed), str(image)], "FIRST")
         )
