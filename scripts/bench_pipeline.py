@@ -67,7 +67,8 @@ for result in model.predict(source=sys.argv[2], stream=True, verbose=False, imgs
     if len(stamps) == 1:
         print("FIRST", flush=True)
 fps = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-print(json.dumps({"fps": fps, "frames": len(stamps), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"fps": fps, "frames": len(stamps), "rss_mb": rss_mb}))
 """
 
 
