@@ -109,3 +109,23 @@ def test_detect_save_dir_writes_annotated_jpegs(tmp_path: Path, capsys) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["clip_000000.jpg", "clip_000002.jpg", "frame.jpg"]
     drawn = cv2.imread(str(out / "frame.jpg"))
     assert drawn.shape == image.shape and (abs(drawn.astype(int) - image.astype(int)) > 100).any()
+
+
+def test_eval_script_reports_every_artifact_above_0_9() -> None:
+    proc = subprocess.run(
+        [sys.executable, "scripts/eval_demo_model.py", "--frames", "25", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    assert set(results) == {
+        "demo_detector.onnx",
+        "demo_detector_int8_qdq.onnx",
+        "demo_detector_fp32.tflite",
+        "demo_detector_int8.tflite",
+    }
+    for name, r in results.items():
+        assert r["precision"] >= 0.9 and r["recall"] >= 0.9, (name, r)
