@@ -130,21 +130,14 @@ class Runtime(abc.ABC):
 
     #: registry key of the backend, e.g. ``"onnxruntime"``
     name: str = ""
+    #: the model's inputs and outputs in its own order, and what the file says about itself;
+    #: a backend sets all three when it loads the model
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    metadata: ModelMetadata
 
     def __init__(self, model_path: Path) -> None:
         self.model_path = model_path
-
-    @property
-    @abc.abstractmethod
-    def inputs(self) -> list[TensorSpec]: ...
-
-    @property
-    @abc.abstractmethod
-    def outputs(self) -> list[TensorSpec]: ...
-
-    @property
-    @abc.abstractmethod
-    def metadata(self) -> ModelMetadata: ...
 
     @property
     def device(self) -> str:
@@ -179,6 +172,12 @@ class Runtime(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (native libraries write pages), or its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def check_inputs(specs: Sequence[TensorSpec], arrays: Sequence[np.ndarray]) -> None:

@@ -21,13 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtimes.base import (
     InferenceError,
     ModelLoadError,
-    ModelMetadata,
     Quantization,
     Runtime,
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
     check_inputs,
+    first_line,
     guess_layout,
 )
 from runtimes.metadata import read_tflite_metadata
@@ -126,28 +126,15 @@ class LiteRTBackend(Runtime):
             )
             self._interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as exc:
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(f"LiteRT cannot load {model_path}: {first_line}") from exc
+            raise ModelLoadError(f"LiteRT cannot load {model_path}: {first_line(exc)}") from exc
         self._input_details = self._interpreter.get_input_details()
         self._output_details = self._interpreter.get_output_details()
-        self._inputs = [_spec(d) for d in self._input_details]
-        self._outputs = [_spec(d) for d in self._output_details]
-        self._metadata = read_tflite_metadata(model_path)
+        self.inputs = [_spec(d) for d in self._input_details]
+        self.outputs = [_spec(d) for d in self._output_details]
+        self.metadata = read_tflite_metadata(model_path)
         log.info("litert loaded %s on %s with %d threads", model_path, self._device, threads)
         if warmup:
             self.warmup()
-
-    @property
-    def inputs(self) -> list[TensorSpec]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorSpec]:
-        return self._outputs
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return self._metadata
 
     @property
     def device(self) -> str:
@@ -166,7 +153,7 @@ class LiteRTBackend(Runtime):
             self._output_details = self._interpreter.get_output_details()
 
     def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        check_inputs(self._inputs, arrays)
+        check_inputs(self.inputs, arrays)
         try:
             self._resize_inputs(arrays)
             for detail, array in zip(self._input_details, arrays, strict=True):

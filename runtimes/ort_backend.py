@@ -19,12 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtimes.base import (
     InferenceError,
     ModelLoadError,
-    ModelMetadata,
     Runtime,
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
     check_inputs,
+    first_line,
     guess_layout,
 )
 from runtimes.metadata import parse_metadata
@@ -155,35 +155,22 @@ class OnnxRuntimeBackend(Runtime):
         try:
             self._session = ort.InferenceSession(str(model_path), sess_options=options, providers=providers)
         except Exception as exc:  # ORT raises its own pybind exception types
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(f"ONNX Runtime cannot load {model_path}: {first_line}") from exc
-        self._inputs = [_spec(i) for i in self._session.get_inputs()]
-        self._outputs = [_spec(o) for o in self._session.get_outputs()]
-        self._output_names = [o.name for o in self._outputs]
-        self._metadata = parse_metadata(self._session.get_modelmeta().custom_metadata_map)
+            raise ModelLoadError(f"ONNX Runtime cannot load {model_path}: {first_line(exc)}") from exc
+        self.inputs = [_spec(i) for i in self._session.get_inputs()]
+        self.outputs = [_spec(o) for o in self._session.get_outputs()]
+        self._output_names = [o.name for o in self.outputs]
+        self.metadata = parse_metadata(self._session.get_modelmeta().custom_metadata_map)
         log.info("onnxruntime loaded %s with providers %s", model_path, self._session.get_providers())
         if warmup:
             self.warmup()
-
-    @property
-    def inputs(self) -> list[TensorSpec]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorSpec]:
-        return self._outputs
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return self._metadata
 
     @property
     def device(self) -> str:
         return str(self._session.get_providers()[0])
 
     def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        check_inputs(self._inputs, arrays)
-        feed = {spec.name: array for spec, array in zip(self._inputs, arrays, strict=True)}
+        check_inputs(self.inputs, arrays)
+        feed = {spec.name: array for spec, array in zip(self.inputs, arrays, strict=True)}
         try:
             return list(self._session.run(self._output_names, feed))
         except Exception as exc:
