@@ -81,7 +81,8 @@ class DemoDetector(nn.Module):
         centres, strides = self.anchors(levels)
         raw = self.flatten(levels)
         xyxy = self.boxes(raw, centres, strides)
-        size = torch.tensor([x.shape[3], x.shape[2]], dtype=torch.float32, device=x.device)
+        # (width, height) as a tensor op, so an export with dynamic height/width keeps it dynamic
+        size = torch._shape_as_tensor(x)[2:].flip(0).to(torch.float32)
         cxcy = (xyxy[..., :2] + xyxy[..., 2:]) / 2 / size
         wh = (xyxy[..., 2:] - xyxy[..., :2]) / size
         box = torch.cat([cxcy, wh], dim=2).transpose(1, 2)

@@ -4,6 +4,7 @@
 - ``demo_detector.onnx``: FP32, opset 17, constant folding, dynamic batch axis, checked with
   ``onnx.checker`` and shape inference, simplified with onnxslim, Ultralytics-style metadata
   (``names``, ``imgsz``, ``stride``) so decoders and labels are found automatically;
+- ``demo_detector_dynamic.onnx``: the same with dynamic height and width, for rect inference;
 - ``demo_detector_int8_qdq.onnx``: INT8 Q/DQ (symmetric, per-channel weights) from ONNX Runtime
   static quantization, calibrated on synthetic frames (seeds disjoint from training and tests);
 - ``demo_detector_fp32.tflite`` and ``demo_detector_int8.tflite``: LiteRT, converted from
@@ -67,17 +68,22 @@ def metadata(size: int) -> dict[str, str]:
     }
 
 
-def export_onnx(model: DemoDetector, size: int, path: Path) -> None:
+def export_onnx(model: DemoDetector, size: int, path: Path, dynamic_hw: bool = False) -> None:
+    """Fixed `size` x `size` input with a dynamic batch axis; with `dynamic_hw` also dynamic
+    height and width (the cell grid is then computed in the graph), for rect inference."""
     sample = torch.zeros(1, 3, size, size)
+    axes = {"images": {0: "batch"}, "output0": {0: "batch"}}
+    if dynamic_hw:
+        axes = {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch", 2: "anchors"}}
     torch.onnx.export(
-        ExportModel(model, size).eval(),
+        model if dynamic_hw else ExportModel(model, size).eval(),
         (sample,),
         str(path),
         opset_version=OPSET,
         do_constant_folding=True,
         input_names=["images"],
         output_names=["output0"],
-        dynamic_axes={"images": {0: "batch"}, "output0": {0: "batch"}},
+        dynamic_axes=axes,
         dynamo=False,
     )
     import onnxslim
@@ -168,6 +174,7 @@ def main() -> None:
     model, size = load(args.weights)
     frames = calibration_frames(size)
     export_onnx(model, size, args.out / "demo_detector.onnx")
+    export_onnx(model, size, args.out / "demo_detector_dynamic.onnx", dynamic_hw=True)
     export_qdq(args.out / "demo_detector.onnx", args.out / "demo_detector_int8_qdq.onnx", frames)
     if not args.skip_tflite:
         export_tflite(model, size, args.out, frames)

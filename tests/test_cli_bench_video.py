@@ -123,9 +123,19 @@ def test_eval_script_reports_every_artifact_above_0_9() -> None:
     results = json.loads(proc.stdout)
     assert set(results) == {
         "demo_detector.onnx",
+        "demo_detector_dynamic.onnx",
         "demo_detector_int8_qdq.onnx",
         "demo_detector_fp32.tflite",
         "demo_detector_int8.tflite",
     }
     for name, r in results.items():
         assert r["precision"] >= 0.9 and r["recall"] >= 0.9, (name, r)
+
+
+def test_dynamic_model_gets_the_smallest_stride_multiple_input(capsys) -> None:
+    """Rect inference: a 640x480 frame into a dynamic 320 model is letterboxed to 320x256."""
+    model = str(DEMO_MODELS / "demo_detector_dynamic.onnx")
+    assert main(["bench", model, "--frames", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 3, 256, 320]
+    assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--frames", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 3, 320, 320]

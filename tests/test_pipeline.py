@@ -38,7 +38,13 @@ def wait_for(condition, timeout: float = 30.0) -> bool:
 
 @pytest.mark.parametrize(
     "model",
-    ["demo_detector.onnx", "demo_detector_int8_qdq.onnx", "demo_detector_fp32.tflite", "demo_detector_int8.tflite"],
+    [
+        "demo_detector.onnx",
+        "demo_detector_dynamic.onnx",
+        "demo_detector_int8_qdq.onnx",
+        "demo_detector_fp32.tflite",
+        "demo_detector_int8.tflite",
+    ],
 )
 def test_synthetic_ground_truth_through_the_pipeline(model: str) -> None:
     counts = MatchCounts()
