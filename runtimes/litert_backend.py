@@ -140,6 +140,11 @@ class LiteRTBackend(Runtime):
     def device(self) -> str:
         return self._device
 
+    @property
+    def quantized(self) -> bool:
+        """Whether the model holds int8/uint8 tensors (weights or activations)."""
+        return any(d["dtype"] in (np.int8, np.uint8) for d in self._interpreter.get_tensor_details())
+
     def _resize_inputs(self, arrays: Sequence[np.ndarray]) -> None:
         """Resize dynamic inputs to the shapes given (a no-op for fixed shapes)."""
         changed = False

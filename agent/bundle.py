@@ -1,0 +1,325 @@
+"""Model bundles: build, unpack safely, and verify.
+
+A bundle is a tar file (optionally gzip-compressed) holding ``manifest.json``, ``manifest.sig``
+(Ed25519 over the exact manifest bytes), the model artifacts, ``labels.txt``, optional
+``calibration/`` images and ``reference.npz`` (per artifact: an input and the raw outputs it gave
+when the bundle was built, for the device's parity check). It never carries code.
+
+Unpacking streams the tar once and refuses absolute paths, ``..``, links, devices, duplicate
+names, unexpected files, and more files or bytes than the limits (which also stops gzip bombs:
+bytes are counted as they are decompressed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import ValidationError
+
+from agent.errors import BundleError
+from agent.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, InputSpec, Manifest, Reference
+from agent.signing import sign, verify
+
+MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a device accepts from one bundle."""
+
+    max_files: int = 256
+    max_bytes: int = 1 << 30  # unpacked, all files together
+
+
+@dataclass(frozen=True)
+class Verified:
+    """An unpacked bundle whose manifest, signature and hashes checked out."""
+
+    folder: Path
+    manifest: Manifest
+    signer: str | None  # key id, or None for an unsigned bundle the config allows
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _member_path(name: str) -> PurePosixPath:
+    path = PurePosixPath(name)
+    if path.is_absolute() or name.startswith(("/", "\\")):
+        raise BundleError("UNSAFE_PATH", f"bundle entry {name!r} has an absolute path")
+    if ".." in path.parts or "\\" in name:
+        raise BundleError("UNSAFE_PATH", f"bundle entry {name!r} points outside the bundle")
+    parts = [p for p in path.parts if p != "."]
+    if not parts:
+        raise BundleError("UNSAFE_PATH", f"bundle entry {name!r} has no file name")
+    return PurePosixPath(*parts)
+
+
+def _allowed(path: PurePosixPath) -> bool:
+    """Only data files a bundle may carry: never anything the device would execute."""
+    if len(path.parts) == 2 and path.parts[0] == "calibration":
+        return path.suffix.lower() in (".jpg", ".jpeg", ".png")
+    if len(path.parts) != 1:
+        return False
+    return path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz") or path.suffix in (".onnx", ".tflite")
+
+
+def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False) -> list[str]:
+    """Extract `bundle` into the empty folder `dest`, enforcing `limits`; return the file names.
+
+    Raises `BundleError` (``NOT_A_TAR``, ``BUNDLE_TRUNCATED``, ``UNSAFE_PATH``, ``LINK_ENTRY``,
+    ``SPECIAL_ENTRY``, ``DUPLICATE_ENTRY``, ``UNEXPECTED_FILE``, ``TOO_MANY_FILES``,
+    ``TOO_LARGE``, ``DISK_FULL``); `dest` may then hold a partial extraction.
+    """
+    names: list[str] = []
+    total = 0
+    try:
+        with tarfile.open(bundle, mode="r|*") as tar:
+            for member in tar:
+                path = _member_path(member.name)
+                if member.issym() or member.islnk():
+                    raise BundleError("LINK_ENTRY", f"bundle entry {member.name!r} is a link")
+                if member.isdir():
+                    continue
+                if not member.isfile():
+                    raise BundleError(
+                        "SPECIAL_ENTRY", f"bundle entry {member.name!r} is a device, fifo or other special file"
+                    )
+                if str(path) in names:
+                    raise BundleError("DUPLICATE_ENTRY", f"bundle entry {member.name!r} appears twice")
+                if not _allowed(path):
+                    raise BundleError(
+                        "UNEXPECTED_FILE", f"bundle entry {member.name!r} is not a file a bundle may carry"
+                    )
+                if len(names) >= limits.max_files:
+                    raise BundleError("TOO_MANY_FILES", f"bundle has more than {limits.max_files} files")
+                names.append(str(path))
+                source = tar.extractfile(member)
+                assert source is not None  # a regular file always has content
+                target = dest / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with target.open("xb") as out:
+                    while chunk := source.read(_CHUNK):
+                        total += len(chunk)
+                        if total > limits.max_bytes:
+                            raise BundleError("TOO_LARGE", f"bundle unpacks to more than {limits.max_bytes} bytes")
+                        out.write(chunk)
+                    if fsync:
+                        out.flush()
+                        os.fsync(out.fileno())
+    except BundleError:
+        raise
+    except OSError as exc:
+        if exc.errno == 28:  # ENOSPC
+            raise BundleError("DISK_FULL", f"no space left while unpacking into {dest}") from exc
+        if isinstance(exc, tarfile.ReadError) or "not a gzip file" in str(exc).lower():
+            raise BundleError("NOT_A_TAR", f"{bundle.name} is not a tar archive ({exc})") from exc
+        raise BundleError("UNPACK_FAILED", f"cannot unpack {bundle.name}: {exc}") from exc
+    except (tarfile.ReadError, tarfile.StreamError, EOFError) as exc:
+        if not names and not isinstance(exc, EOFError) and "unexpected end" not in str(exc).lower():
+            raise BundleError("NOT_A_TAR", f"{bundle.name} is not a tar archive ({exc})") from exc
+        raise BundleError("BUNDLE_TRUNCATED", f"{bundle.name} ends early: incomplete download? ({exc})") from exc
+    except tarfile.TarError as exc:
+        raise BundleError("NOT_A_TAR", f"{bundle.name} is not a valid tar archive ({exc})") from exc
+    return names
+
+
+def _read_manifest(folder: Path) -> tuple[bytes, Manifest]:
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise BundleError("MANIFEST_MISSING", "the bundle has no manifest.json")
+    data = path.read_bytes()
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BundleError("MANIFEST_NOT_JSON", f"manifest.json is not JSON: {exc}") from exc
+    try:
+        return data, Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:5])
+        raise BundleError("MANIFEST_INVALID", f"manifest.json: {problems}") from exc
+
+
+def read_reference(folder: Path, manifest: Manifest) -> dict[str, np.ndarray]:
+    """The reference arrays, loaded without pickle; each artifact needs ``<path>__input``."""
+    path = folder / manifest.reference.path
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except FileNotFoundError as exc:
+        raise BundleError("REFERENCE_INVALID", f"{manifest.reference.path} is missing") from exc
+    except (ValueError, OSError, EOFError) as exc:
+        raise BundleError(
+            "REFERENCE_INVALID", f"{manifest.reference.path} cannot be loaded without pickle: {exc}"
+        ) from exc
+    for artifact in manifest.artifacts:
+        if f"{artifact.path}__input" not in arrays or f"{artifact.path}__output0" not in arrays:
+            raise BundleError("REFERENCE_INVALID", f"{manifest.reference.path} has no reference for {artifact.path}")
+    return arrays
+
+
+def verify_unpacked(folder: Path, trusted: Sequence[Ed25519PublicKey], allow_unsigned: bool = False) -> Verified:
+    """Check the manifest, its signature, every artifact's size and hash, and the reference."""
+    data, manifest = _read_manifest(folder)
+    sig_path = folder / SIGNATURE
+    signature = sig_path.read_bytes() if sig_path.is_file() else None
+    signer: str | None = None
+    if signature is None and allow_unsigned:
+        signer = None
+    elif signature is not None and not trusted and allow_unsigned:
+        signer = None  # signed, but this device trusts no key and accepts unsigned bundles
+    elif not trusted:
+        raise BundleError("NO_TRUSTED_KEYS", "this device trusts no signing key and unsigned bundles are not allowed")
+    else:
+        signer = verify(data, signature, trusted)
+    for artifact in manifest.artifacts:
+        path = folder / artifact.path
+        if not path.is_file():
+            raise BundleError("ARTIFACT_MISSING", f"{artifact.path} is listed in the manifest but not in the bundle")
+        size = path.stat().st_size
+        if size != artifact.size:
+            raise BundleError(
+                "ARTIFACT_HASH_MISMATCH", f"{artifact.path} has {size} bytes, the manifest says {artifact.size}"
+            )
+        digest = sha256_file(path)
+        if digest != artifact.sha256:
+            raise BundleError(
+                "ARTIFACT_HASH_MISMATCH",
+                f"{artifact.path} sha256 {digest[:12]}... differs from the manifest's {artifact.sha256[:12]}...",
+            )
+    read_reference(folder, manifest)
+    return Verified(folder, manifest, signer)
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
+def _precision(path: Path, runtime: Any) -> str:
+    """int8 when the model holds quantized tensors or ops, else fp16/fp32 by its input type."""
+    if path.suffix == ".onnx":
+        data = path.read_bytes()
+        if any(op in data for op in (b"QuantizeLinear", b"ConvInteger", b"MatMulInteger", b"QLinearConv")):
+            return "int8"
+    elif getattr(runtime, "quantized", False):
+        return "int8"
+    return "fp16" if any(spec.dtype == np.float16 for spec in runtime.inputs) else "fp32"
+
+
+def _reference_frame(calibration: Sequence[Path]) -> np.ndarray:
+    import cv2
+
+    for path in calibration:
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is not None:
+            return np.asarray(image)
+    from pipelines.synthetic import SyntheticScene
+
+    return SyntheticScene(seed=0).render(0)[0]
+
+
+def build_bundle(
+    models: Sequence[Path],
+    out: Path,
+    *,
+    name: str | None = None,
+    version: str = "0.1.0",
+    labels: Sequence[str] | None = None,
+    decoder: str = "auto",
+    calibration: Sequence[Path] = (),
+    key: Ed25519PrivateKey | None = None,
+    description: str = "",
+) -> Manifest:
+    """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
+    model (its metadata) unless given; reference outputs are computed by running each model."""
+    from pipelines.detector import Detector
+    from runtimes.registry import load_runtime
+
+    if not models:
+        raise BundleError("NO_MODEL", "a bundle needs at least one model")
+    entries: list[ArtifactEntry] = []
+    reference: dict[str, np.ndarray] = {}
+    frame = _reference_frame(calibration)
+    first: Detector | None = None
+    for path in models:
+        if path.suffix not in (".onnx", ".tflite"):
+            raise BundleError("UNKNOWN_FORMAT", f"{path}: expected an .onnx or .tflite model")
+        runtime = load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", path)
+        with runtime:
+            detector = Detector(runtime, decoder if first is None else first.decoder)
+            tensor, _ = detector.prepare(frame)
+            reference[f"{path.name}__input"] = tensor
+            for i, output in enumerate(runtime.infer([tensor])):
+                reference[f"{path.name}__output{i}"] = output
+            precision = _precision(path, runtime)
+            if first is None:
+                first = detector
+                names = runtime.metadata.names
+        entries.append(
+            ArtifactEntry(
+                path=path.name,
+                format="onnx" if path.suffix == ".onnx" else "tflite",
+                precision=precision,  # type: ignore[arg-type]
+                sha256=sha256_file(path),
+                size=path.stat().st_size,
+            )
+        )
+    assert first is not None
+    config = first.preprocess_config
+    if labels is None:
+        labels = [names[i] if names and i in names else str(i) for i in range(max(names) + 1)] if names else ["0"]
+    manifest = Manifest(
+        schema_version=SCHEMA_VERSION,
+        name=name or models[0].stem,
+        version=version,
+        description=description,
+        created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        decoder=first.decoder,
+        input=InputSpec(
+            size=first.input_hw,
+            color=config.color,
+            resize=config.resize,
+            pad_value=config.pad_value,
+            mean=config.mean,
+            std=config.std,
+        ),
+        labels=list(labels),
+        artifacts=entries,
+        reference=Reference(),
+        calibration=Calibration(count=len(calibration)) if calibration else None,
+    )
+    manifest_bytes = manifest.to_bytes()
+    npz = io.BytesIO()
+    np.savez(npz, allow_pickle=False, **reference)
+    files: list[tuple[str, bytes | Path]] = [(MANIFEST, manifest_bytes)]
+    if key is not None:
+        files.append((SIGNATURE, sign(manifest_bytes, key)))
+    files += [(p.name, p) for p in models]
+    files += [(LABELS, ("\n".join(manifest.labels) + "\n").encode()), ("reference.npz", npz.getvalue())]
+    files += [(f"calibration/{i:04d}{p.suffix.lower()}", p) for i, p in enumerate(calibration)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for arcname, content in files:
+            data = content.read_bytes() if isinstance(content, Path) else content
+            info = tarfile.TarInfo(arcname)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(datetime.now(timezone.utc).timestamp())
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(tmp, out)
+    return manifest

@@ -1,0 +1,215 @@
+"""The deployment state machine on one device (DESIGN.md):
+
+``VERIFYING -> INSTALLING -> ACTIVATING -> SUCCEEDED``, or ``REJECTED`` (a bad bundle: nothing
+active is touched), or ``FAILED -> ROLLED_BACK`` (the new version would not run here).
+
+- VERIFYING: unpack into ``versions/<sha>.tmp`` within the limits; check manifest, signature,
+  hashes and the reference arrays.
+- INSTALLING: fsync the files, rename to ``versions/<sha>``.
+- ACTIVATING: pick a runtime for this board, load and warm up the model, check parity against
+  ``reference.npz``, then switch ``current`` (the old one becomes ``previous``).
+
+Each step is recorded atomically before it starts, so `Store.recover` can finish or undo it
+after a crash. ``EDGE_AGENT_KILL_AT=<step>`` (a test hook) SIGKILLs the process at the named
+point: ``verifying``, ``unpacked``, ``installing``, ``installed``, ``activating``, ``switched``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agent.bundle import Limits, Verified, read_reference, sha256_file, unpack, verify_unpacked
+from agent.errors import BundleError
+from agent.probe import Board
+from agent.store import Deployment, Store, fsync_tree
+
+log = logging.getLogger(__name__)
+
+KILL_HOOK = "EDGE_AGENT_KILL_AT"
+
+
+def checkpoint(step: str) -> None:
+    """Test hook: die here, as a power cut would, when ``EDGE_AGENT_KILL_AT`` names this step."""
+    if os.environ.get(KILL_HOOK) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Activation:
+    runtime: str
+    artifact: str
+    device: str
+    reason: str
+    parity: float  # fraction of output values within tolerance
+
+
+def parity_fraction(
+    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], specs: Sequence[object], atol: float, rtol: float
+) -> float:
+    """Fraction of output values within ``atol + rtol * |expected|``, compared dequantized."""
+    from runtimes.base import TensorSpec, dequantize
+
+    within = total = 0
+    for got, want, spec in zip(outputs, expected, specs, strict=True):
+        assert isinstance(spec, TensorSpec)
+        if got.shape != want.shape:
+            return 0.0
+        a, b = dequantize(got, spec), dequantize(want, spec)
+        within += int(np.count_nonzero(np.abs(a - b) <= atol + rtol * np.abs(b)))
+        total += b.size
+    return within / total if total else 1.0
+
+
+def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activation:
+    """Choose a runtime for this board, load, warm up, decode once and check parity.
+
+    Raises `BundleError`: ``NO_RUNTIME``, ``ARTIFACT_NOT_A_MODEL``, ``DECODER_MISMATCH``,
+    ``PARITY_FAILED``.
+    """
+    from pipelines.decoders import DecoderError
+    from pipelines.detector import Detector
+    from runtimes.base import InferenceError, ModelLoadError, RuntimeUnavailable
+    from runtimes.registry import available_runtimes, load_runtime
+    from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
+
+    manifest = bundle.manifest
+    artifacts = [Artifact(str(bundle.folder / a.path), a.format, a.precision) for a in manifest.artifacts]
+    try:
+        choices = select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)  # type: ignore[arg-type]
+    except SelectionError as exc:
+        raise BundleError("NO_RUNTIME", str(exc)) from exc
+    reference = read_reference(bundle.folder, manifest)
+    failures = []
+    for choice in choices:
+        try:
+            runtime = load_runtime(choice.runtime, Path(choice.artifact.path))
+        except RuntimeUnavailable as exc:
+            failures.append(f"{choice.runtime}: {exc}")
+            continue
+        except ModelLoadError as exc:
+            raise BundleError("ARTIFACT_NOT_A_MODEL", str(exc)) from exc
+        with runtime:
+            name = Path(choice.artifact.path).name
+            try:
+                Detector(runtime, manifest.decoder)
+                outputs = runtime.infer([reference[f"{name}__input"]])
+            except DecoderError as exc:
+                raise BundleError("DECODER_MISMATCH", f"{name}: {exc}") from exc
+            except InferenceError as exc:
+                raise BundleError("PARITY_FAILED", f"{name} cannot run its reference input: {exc}") from exc
+            expected = [
+                reference[f"{name}__output{i}"] for i in range(len(outputs)) if f"{name}__output{i}" in reference
+            ]
+            ref = manifest.reference
+            fraction = (
+                parity_fraction(outputs, expected, runtime.outputs, ref.atol, ref.rtol)
+                if len(expected) == len(outputs)
+                else 0.0
+            )
+            if fraction < ref.min_fraction:
+                raise BundleError(
+                    "PARITY_FAILED",
+                    f"{name} on {choice.runtime}: {fraction:.1%} of output values within tolerance "
+                    f"(atol {ref.atol}, rtol {ref.rtol}); the manifest requires {ref.min_fraction:.1%}",
+                )
+            return Activation(choice.runtime, name, choice.device, choice.reason, fraction)
+    raise BundleError("NO_RUNTIME", "no runtime could load the bundle here: " + "; ".join(failures))
+
+
+def install(
+    bundle_path: Path,
+    store: Store,
+    board: Board,
+    trusted: Sequence[Ed25519PublicKey] = (),
+    allow_unsigned: bool = False,
+    limits: Limits | None = None,
+    preference: str = "auto",
+    on_state: Callable[[Deployment], None] = lambda d: None,
+) -> Deployment:
+    """Run the state machine for one bundle file; returns the final deployment record."""
+    store.ensure()
+    store.recover()
+    try:
+        sha = sha256_file(bundle_path)
+    except OSError as exc:
+        raise BundleError("BUNDLE_UNREADABLE", f"cannot read {bundle_path}: {exc.strerror}") from exc
+    deployment = Deployment(
+        id=f"local-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+        sha256=sha,
+        from_sha=store.current_sha(),
+        previous_before=store.previous_sha(),
+    )
+
+    def step(state: str, error: BundleError | None = None) -> None:
+        deployment.to(state, (error.code, error.message) if error else None)
+        store.record(deployment)
+        on_state(deployment)
+        log.info("deployment %s: %s%s", deployment.id, state, f" ({error})" if error else "")
+
+    step("VERIFYING")
+    checkpoint("verifying")
+    staging = store.versions / f"{sha}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+        unpack(bundle_path, staging, limits or Limits())
+        checkpoint("unpacked")
+        verified = verify_unpacked(staging, trusted, allow_unsigned)
+    except BundleError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        step("REJECTED", exc)
+        return deployment
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        code = "DISK_FULL" if exc.errno == 28 else "INSTALL_FAILED"
+        step("REJECTED", BundleError(code, f"cannot unpack into {staging}: {exc.strerror}"))
+        return deployment
+    deployment.name, deployment.version = verified.manifest.name, verified.manifest.version
+    step("INSTALLING")
+    checkpoint("installing")
+    final = store.versions / sha
+    try:
+        if final.is_dir():
+            shutil.rmtree(staging)  # this exact bundle is installed already (e.g. the previous version)
+        else:
+            fsync_tree(staging)
+            os.replace(staging, final)
+        verified = Verified(final, verified.manifest, verified.signer)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        code = "DISK_FULL" if exc.errno == 28 else "INSTALL_FAILED"
+        step("REJECTED", BundleError(code, f"cannot install into {final}: {exc.strerror}"))
+        return deployment
+    checkpoint("installed")
+    step("ACTIVATING")
+    checkpoint("activating")
+    try:
+        activation = activate(verified, board, preference)
+    except BundleError as exc:
+        step("FAILED", exc)
+        store.remove_version(sha)
+        step("ROLLED_BACK")
+        return deployment
+    log.info(
+        "activated %s on %s (%s): parity %.1f%%",
+        activation.artifact,
+        activation.runtime,
+        activation.reason,
+        activation.parity * 100,
+    )
+    store.switch(sha)
+    checkpoint("switched")
+    step("SUCCEEDED")
+    store.gc()
+    return deployment

@@ -1,0 +1,16 @@
+"""Errors of the device side that carry a machine-readable code (published on MQTT, shown on
+the status page) and a message a technician can act on."""
+
+from __future__ import annotations
+
+
+class BundleError(Exception):
+    """A bundle was refused or could not be installed or activated.
+
+    `code` is one of the upper-case codes listed in ``docs/bundles.md``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message

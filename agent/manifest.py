@@ -1,0 +1,138 @@
+"""The bundle manifest: what a model bundle holds and how to run it.
+
+Pydantic models with unknown keys forbidden and every field described; the JSON Schema is
+exported to ``docs/manifest.schema.json`` (``python -m agent.manifest > docs/manifest.schema.json``).
+Validators only check values: no file or network access happens here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION: Literal[1] = 1
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputSpec(_Strict):
+    """How frames become the model's input."""
+
+    size: tuple[int, int] = Field(description="Input height and width in pixels.")
+    color: Literal["RGB", "BGR"] = Field(description="Channel order the model expects.")
+    resize: Literal["letterbox", "letterbox-topleft", "stretch"] = Field(
+        description="letterbox: keep aspect ratio, pad both sides; letterbox-topleft: pad right and "
+        "bottom only; stretch: resize to the input size."
+    )
+    pad_value: int = Field(default=114, ge=0, le=255, description="Padding pixel value.")
+    mean: float = Field(default=0.0, description="Input = (pixel - mean) / std, pixel in 0..255.")
+    std: float = Field(default=255.0, gt=0, description="See mean.")
+
+
+class Thresholds(_Strict):
+    """Post-processing thresholds."""
+
+    conf: float = Field(default=0.25, ge=0, le=1, description="Minimum detection score.")
+    iou: float = Field(default=0.45, ge=0, le=1, description="NMS IoU threshold.")
+    max_det: int = Field(default=300, ge=1, description="Most detections kept per frame.")
+
+
+class ArtifactEntry(_Strict):
+    """One model file in the bundle."""
+
+    path: str = Field(description="File name inside the bundle (no folders).")
+    format: Literal["onnx", "tflite"] = Field(description="Model format.")
+    precision: Literal["fp32", "fp16", "int8"] = Field(description="Numeric precision of the weights.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")
+    size: int = Field(ge=1, description="File size in bytes.")
+
+    @field_validator("path")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not _SAFE_NAME.match(value) or value in (".", ".."):
+            raise ValueError(f"artifact path {value!r} must be a plain file name (letters, digits, . _ -)")
+        return value
+
+
+class Reference(_Strict):
+    """Inputs and expected raw outputs for the on-device parity check."""
+
+    path: str = Field(default="reference.npz", description="The .npz file (no pickled objects).")
+    atol: float = Field(default=0.02, ge=0, description="Absolute tolerance on dequantized outputs.")
+    rtol: float = Field(default=0.05, ge=0, description="Relative tolerance on dequantized outputs.")
+    min_fraction: float = Field(
+        default=0.99, gt=0, le=1, description="Fraction of output values that must be within tolerance."
+    )
+
+
+class Calibration(_Strict):
+    """Calibration images shipped for INT8 engines built on the device."""
+
+    folder: str = Field(default="calibration", description="Folder inside the bundle.")
+    count: int = Field(ge=1, description="Number of images.")
+
+
+class TensorRTProfile(_Strict):
+    """Optimisation profile for a dynamic-shape ONNX input (N, C, H, W)."""
+
+    min: tuple[int, int, int, int] = Field(description="Smallest input shape.")
+    opt: tuple[int, int, int, int] = Field(description="Shape the engine is tuned for.")
+    max: tuple[int, int, int, int] = Field(description="Largest input shape.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TensorRTProfile:
+        if not all(a <= b <= c for a, b, c in zip(self.min, self.opt, self.max, strict=True)):
+            raise ValueError(f"profile must satisfy min <= opt <= max per axis, got {self.min}, {self.opt}, {self.max}")
+        return self
+
+
+class Manifest(_Strict):
+    """manifest.json of a model bundle."""
+
+    schema_version: Literal[1] = Field(description="Manifest format version.")
+    name: str = Field(pattern=_SAFE_NAME.pattern, description="Bundle name, e.g. 'people-counter'.")
+    version: str = Field(description="Semantic version of the bundle, e.g. '1.4.0'.")
+    task: Literal["detect"] = Field(default="detect", description="What the model does.")
+    description: str = Field(default="", max_length=1000, description="Free text for operators.")
+    created: str = Field(description="When the bundle was built, ISO 8601 UTC.")
+    decoder: Literal["yolov8", "yolov5", "yolox", "ssd"] = Field(description="Output decoder.")
+    input: InputSpec = Field(description="Input preprocessing.")
+    labels: list[str] = Field(min_length=1, description="Class labels, index = class id.")
+    thresholds: Thresholds = Field(default_factory=Thresholds, description="Post-processing thresholds.")
+    artifacts: list[ArtifactEntry] = Field(min_length=1, description="Model files, one per format/precision.")
+    reference: Reference = Field(default_factory=Reference, description="Parity check data.")
+    calibration: Calibration | None = Field(default=None, description="INT8 calibration images, if shipped.")
+    tensorrt_profile: TensorRTProfile | None = Field(default=None, description="TensorRT optimisation profile.")
+
+    @field_validator("version")
+    @classmethod
+    def _semver(cls, value: str) -> str:
+        if not _SEMVER.match(value):
+            raise ValueError(f"version {value!r} is not a semantic version like 1.2.3")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_paths(self) -> Manifest:
+        paths = [a.path for a in self.artifacts]
+        if len(set(paths)) != len(paths):
+            raise ValueError(f"artifact paths must be unique, got {paths}")
+        return self
+
+    def to_bytes(self) -> bytes:
+        """The canonical bytes that are signed and stored (sorted keys, UTF-8)."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=2).encode() + b"\n"
+
+
+def schema_json() -> str:
+    return json.dumps(Manifest.model_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    print(schema_json(), end="")

@@ -1,0 +1,239 @@
+"""The on-device store of installed bundle versions and the deployment record.
+
+Layout under the state directory (default ``/var/lib/edge-agent``)::
+
+    versions/<sha256>/        an unpacked, verified bundle (``<sha256>.tmp`` while unpacking)
+    current -> versions/<sha> the version that serves
+    previous -> versions/<sha>
+    deployment.json           the last deployment: id, bundle, state, error, history
+
+Pointers are symlinks replaced with ``rename`` and files are written to a temp file, fsynced
+and renamed, so a crash at any point leaves either the old or the new state, never a mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATES = (
+    "QUEUED",
+    "DOWNLOADING",
+    "VERIFYING",
+    "INSTALLING",
+    "ACTIVATING",
+    "SUCCEEDED",
+    "REJECTED",
+    "FAILED",
+    "ROLLED_BACK",
+)
+FINAL_STATES = ("SUCCEEDED", "REJECTED", "ROLLED_BACK")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers see the old or the new content, never a mix."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: Path) -> None:
+    """fsync every file and folder under `folder` (after an unpack, before the rename)."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            fd = os.open(Path(root) / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(root))
+
+
+@dataclass
+class Deployment:
+    """One attempt to install and activate a bundle (or a rollback)."""
+
+    id: str
+    sha256: str
+    state: str = "QUEUED"
+    name: str | None = None
+    version: str | None = None
+    error: dict[str, str] | None = None
+    from_sha: str | None = None  # `current` when it started
+    previous_before: str | None = None  # `previous` when it started
+    history: list[tuple[str, float]] = field(default_factory=list)
+
+    def to(self, state: str, error: tuple[str, str] | None = None) -> None:
+        if state not in STATES:
+            raise ValueError(f"unknown deployment state {state}")
+        self.state = state
+        if error is not None:
+            self.error = {"code": error[0], "message": error[1]}
+        self.history.append((state, round(time.time(), 3)))
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Deployment:
+        raw = dict(raw)
+        raw["history"] = [tuple(item) for item in raw.get("history", [])]
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    sha256: str
+    name: str
+    version: str
+    path: Path
+
+
+class Store:
+    """Installed versions, the current/previous pointers and the deployment record."""
+
+    def __init__(self, root: Path, keep: int = 3) -> None:
+        if keep < 2:
+            raise ValueError(f"keep must be at least 2 (current and previous), got {keep}")
+        self.root, self.keep = root, keep
+        self.versions = root / "versions"
+
+    def ensure(self) -> Store:
+        try:
+            self.versions.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OSError(f"cannot create the state directory {self.root}: {exc.strerror}") from exc
+        return self
+
+    # -- pointers ------------------------------------------------------------------------
+
+    def _pointer(self, name: str) -> str | None:
+        link = self.root / name
+        try:
+            target = os.readlink(link)
+        except OSError:
+            return None
+        sha = Path(target).name
+        return sha if (self.versions / sha / "manifest.json").is_file() else None
+
+    def current_sha(self) -> str | None:
+        return self._pointer("current")
+
+    def previous_sha(self) -> str | None:
+        return self._pointer("previous")
+
+    def _set_pointer(self, name: str, sha: str | None) -> None:
+        link = self.root / name
+        if sha is None:
+            link.unlink(missing_ok=True)
+        else:
+            tmp = self.root / f".{name}.tmp"
+            tmp.unlink(missing_ok=True)
+            os.symlink(Path("versions") / sha, tmp)
+            os.replace(tmp, link)
+        fsync_dir(self.root)
+
+    def switch(self, sha: str) -> None:
+        """Make `sha` current; the old current becomes previous."""
+        old = self.current_sha()
+        if old is not None and old != sha:
+            self._set_pointer("previous", old)
+        self._set_pointer("current", sha)
+
+    def rollback(self) -> str:
+        """Swap current and previous; returns the sha now current."""
+        previous, current = self.previous_sha(), self.current_sha()
+        if previous is None:
+            raise LookupError("there is no previous version to roll back to")
+        self._set_pointer("current", previous)
+        self._set_pointer("previous", current)
+        return previous
+
+    def info(self, sha: str | None) -> VersionInfo | None:
+        if sha is None:
+            return None
+        folder = self.versions / sha
+        try:
+            manifest = json.loads((folder / "manifest.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return VersionInfo(sha, str(manifest.get("name")), str(manifest.get("version")), folder)
+
+    # -- deployment record ---------------------------------------------------------------
+
+    def record(self, deployment: Deployment) -> None:
+        atomic_write(self.root / "deployment.json", json.dumps(asdict(deployment), indent=2).encode())
+
+    def last_deployment(self) -> Deployment | None:
+        try:
+            return Deployment.from_dict(json.loads((self.root / "deployment.json").read_bytes()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    def remove_version(self, sha: str) -> None:
+        if sha not in (self.current_sha(), self.previous_sha()):
+            shutil.rmtree(self.versions / sha, ignore_errors=True)
+
+    def gc(self) -> list[str]:
+        """Delete the oldest versions beyond `keep`, never current or previous."""
+        protected = {self.current_sha(), self.previous_sha()}
+        installed = sorted(
+            (p for p in self.versions.iterdir() if p.is_dir() and not p.name.endswith(".tmp")),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        removed = []
+        for folder in installed[self.keep :]:
+            if folder.name not in protected:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder.name)
+        return removed
+
+    def recover(self) -> Deployment | None:
+        """Finish or undo a deployment a crash interrupted; remove partial unpacks.
+
+        Returns the deployment it changed, if any. After it, `current` names a complete version
+        (or nothing, on a device that never had one).
+        """
+        if not self.versions.is_dir():
+            return None
+        for partial in self.versions.glob("*.tmp"):
+            shutil.rmtree(partial, ignore_errors=True)
+        for name in ("current", "previous"):
+            if (self.root / name).is_symlink() and self._pointer(name) is None:
+                (self.root / name).unlink()  # points at a version that is gone
+        deployment = self.last_deployment()
+        if deployment is None or deployment.state in FINAL_STATES:
+            return None
+        if deployment.state == "ACTIVATING" and self.current_sha() == deployment.sha256:
+            deployment.to("SUCCEEDED")  # switched, but the record was not written yet
+        else:
+            if self.current_sha() != deployment.from_sha and deployment.from_sha is not None:
+                self._set_pointer("current", deployment.from_sha)
+            if self.previous_sha() != deployment.previous_before:
+                self._set_pointer("previous", deployment.previous_before)
+            if deployment.sha256 not in (self.current_sha(), self.previous_sha()):
+                shutil.rmtree(self.versions / deployment.sha256, ignore_errors=True)
+            if deployment.state == "ACTIVATING":
+                deployment.to("FAILED", ("INTERRUPTED", f"the agent stopped during {deployment.state}"))
+                deployment.to("ROLLED_BACK")
+            else:
+                deployment.to("REJECTED", ("INTERRUPTED", f"the agent stopped during {deployment.state}"))
+        self.record(deployment)
+        return deployment
