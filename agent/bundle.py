@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import ValidationError
 
 from agent.errors import BundleError
-from agent.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, InputSpec, Manifest, Reference
-from agent.signing import sign, verify
+from agent.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, FileEntry, InputSpec, Manifest, Reference
+from agent.signing import signature_file, verify
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 _CHUNK = 1 << 20
@@ -189,21 +189,31 @@ def verify_unpacked(folder: Path, trusted: Sequence[Ed25519PublicKey], allow_uns
         raise BundleError("NO_TRUSTED_KEYS", "this device trusts no signing key and unsigned bundles are not allowed")
     else:
         signer = verify(data, signature, trusted)
-    for artifact in manifest.artifacts:
-        path = folder / artifact.path
+    listed = {MANIFEST, SIGNATURE}
+    entries: list[ArtifactEntry | FileEntry] = [*manifest.artifacts, *manifest.files]
+    for entry in entries:
+        listed.add(entry.path)
+        path = folder / entry.path
         if not path.is_file():
-            raise BundleError("ARTIFACT_MISSING", f"{artifact.path} is listed in the manifest but not in the bundle")
+            raise BundleError("ARTIFACT_MISSING", f"{entry.path} is listed in the manifest but not in the bundle")
         size = path.stat().st_size
-        if size != artifact.size:
+        if size != entry.size:
             raise BundleError(
-                "ARTIFACT_HASH_MISMATCH", f"{artifact.path} has {size} bytes, the manifest says {artifact.size}"
+                "ARTIFACT_HASH_MISMATCH", f"{entry.path} has {size} bytes, the manifest says {entry.size}"
             )
         digest = sha256_file(path)
-        if digest != artifact.sha256:
+        if digest != entry.sha256:
             raise BundleError(
                 "ARTIFACT_HASH_MISMATCH",
-                f"{artifact.path} sha256 {digest[:12]}... differs from the manifest's {artifact.sha256[:12]}...",
+                f"{entry.path} sha256 {digest[:12]}... differs from the manifest's {entry.sha256[:12]}...",
             )
+    unlisted = sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file() and str(p.relative_to(folder)) not in listed
+    )
+    if unlisted:
+        raise BundleError("UNEXPECTED_FILE", f"files not listed in the manifest: {', '.join(unlisted[:5])}")
     read_reference(folder, manifest)
     return Verified(folder, manifest, signer)
 
@@ -232,6 +242,11 @@ def _reference_frame(calibration: Sequence[Path]) -> np.ndarray:
     from pipelines.synthetic import SyntheticScene
 
     return SyntheticScene(seed=0).render(0)[0]
+
+
+def _file_entry(name: str, content: bytes | Path) -> FileEntry:
+    data = content.read_bytes() if isinstance(content, Path) else content
+    return FileEntry(path=name, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
 
 
 def build_bundle(
@@ -304,22 +319,27 @@ def build_bundle(
         reference=Reference(),
         calibration=Calibration(count=len(calibration)) if calibration else None,
     )
-    manifest_bytes = manifest.to_bytes()
     npz = io.BytesIO()
     np.savez(npz, allow_pickle=False, **reference)
+    data: list[tuple[str, bytes | Path]] = [
+        (LABELS, ("\n".join(manifest.labels) + "\n").encode()),
+        ("reference.npz", npz.getvalue()),
+        *((f"calibration/{i:04d}{p.suffix.lower()}", p) for i, p in enumerate(calibration)),
+    ]
+    manifest = Manifest.model_validate({**manifest.model_dump(), "files": [_file_entry(n, c) for n, c in data]})
+    manifest_bytes = manifest.to_bytes()
     files: list[tuple[str, bytes | Path]] = [(MANIFEST, manifest_bytes)]
     if key is not None:
-        files.append((SIGNATURE, sign(manifest_bytes, key)))
+        files.append((SIGNATURE, signature_file(manifest_bytes, key)))
     files += [(p.name, p) for p in models]
-    files += [(LABELS, ("\n".join(manifest.labels) + "\n").encode()), ("reference.npz", npz.getvalue())]
-    files += [(f"calibration/{i:04d}{p.suffix.lower()}", p) for i, p in enumerate(calibration)]
+    files += data
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
         for arcname, content in files:
-            data = content.read_bytes() if isinstance(content, Path) else content
+            payload = content.read_bytes() if isinstance(content, Path) else content
             info = tarfile.TarInfo(arcname)
-            info.size, info.mode, info.mtime = len(data), 0o644, int(datetime.now(timezone.utc).timestamp())
-            tar.addfile(info, io.BytesIO(data))
+            info.size, info.mode, info.mtime = len(payload), 0o644, int(datetime.now(timezone.utc).timestamp())
+            tar.addfile(info, io.BytesIO(payload))
     os.replace(tmp, out)
     return manifest

@@ -74,12 +74,12 @@ def parity_fraction(
 def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activation:
     """Choose a runtime for this board, load, warm up, decode once and check parity.
 
-    Raises `BundleError`: ``NO_RUNTIME``, ``ARTIFACT_NOT_A_MODEL``, ``DECODER_MISMATCH``,
-    ``PARITY_FAILED``.
+    Raises `BundleError`: ``NO_RUNTIME`` (no runtime here can load any artifact),
+    ``ARTIFACT_NOT_A_MODEL``, ``DECODER_MISMATCH``, ``PARITY_FAILED``.
     """
     from pipelines.decoders import DecoderError
     from pipelines.detector import Detector
-    from runtimes.base import InferenceError, ModelLoadError, RuntimeUnavailable
+    from runtimes.base import InferenceError, ModelLoadError, NotAModelError, RuntimeUnavailable
     from runtimes.registry import available_runtimes, load_runtime
     from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
 
@@ -97,8 +97,11 @@ def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activa
         except RuntimeUnavailable as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
-        except ModelLoadError as exc:
+        except NotAModelError as exc:
             raise BundleError("ARTIFACT_NOT_A_MODEL", str(exc)) from exc
+        except ModelLoadError as exc:
+            failures.append(f"{choice.runtime}: {exc}")
+            continue
         with runtime:
             name = Path(choice.artifact.path).name
             try:

@@ -61,6 +61,24 @@ class ArtifactEntry(_Strict):
         return value
 
 
+class FileEntry(_Strict):
+    """A data file of the bundle other than an artifact (labels, reference, calibration)."""
+
+    path: str = Field(description="Path inside the bundle: a file name, or calibration/<name>.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")
+    size: int = Field(ge=0, description="File size in bytes.")
+
+    @field_validator("path")
+    @classmethod
+    def _safe(cls, value: str) -> str:
+        parts = value.split("/")
+        if not (len(parts) == 1 or (len(parts) == 2 and parts[0] == "calibration")) or not all(
+            _SAFE_NAME.match(p) for p in parts
+        ):
+            raise ValueError(f"file path {value!r} must be a plain name or calibration/<name>")
+        return value
+
+
 class Reference(_Strict):
     """Inputs and expected raw outputs for the on-device parity check."""
 
@@ -107,6 +125,9 @@ class Manifest(_Strict):
     labels: list[str] = Field(min_length=1, description="Class labels, index = class id.")
     thresholds: Thresholds = Field(default_factory=Thresholds, description="Post-processing thresholds.")
     artifacts: list[ArtifactEntry] = Field(min_length=1, description="Model files, one per format/precision.")
+    files: list[FileEntry] = Field(
+        default_factory=list, description="Every other file of the bundle (labels, reference, calibration), hashed."
+    )
     reference: Reference = Field(default_factory=Reference, description="Parity check data.")
     calibration: Calibration | None = Field(default=None, description="INT8 calibration images, if shipped.")
     tensorrt_profile: TensorRTProfile | None = Field(default=None, description="TensorRT optimisation profile.")
@@ -120,9 +141,9 @@ class Manifest(_Strict):
 
     @model_validator(mode="after")
     def _unique_paths(self) -> Manifest:
-        paths = [a.path for a in self.artifacts]
+        paths = [a.path for a in self.artifacts] + [f.path for f in self.files]
         if len(set(paths)) != len(paths):
-            raise ValueError(f"artifact paths must be unique, got {paths}")
+            raise ValueError(f"artifact and file paths must be unique, got {paths}")
         return self
 
     def to_bytes(self) -> bytes:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,27 +65,35 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     return key
 
 
-def sign(data: bytes, key: Ed25519PrivateKey) -> bytes:
-    return key.sign(data)
+def signature_file(data: bytes, key: Ed25519PrivateKey) -> bytes:
+    """The content of manifest.sig: JSON ``{"key_id": ..., "signature": base64}`` over `data`."""
+    signature = base64.b64encode(key.sign(data)).decode()
+    return json.dumps({"key_id": key_id(key.public_key()), "signature": signature}).encode() + b"\n"
 
 
-def verify(data: bytes, signature: bytes | None, trusted: Sequence[Ed25519PublicKey]) -> str:
-    """Return the id of the trusted key that signed `data`.
+def verify(data: bytes, signature_json: bytes | None, trusted: Sequence[Ed25519PublicKey]) -> str:
+    """Return the id of the trusted key whose signature over `data` is in `signature_json`.
 
-    Raises `BundleError` ``SIGNATURE_MISSING`` or ``SIGNATURE_INVALID`` (no trusted key verifies
-    it: a wrong signature, a modified manifest, or an unknown signer).
+    Raises `BundleError`: ``SIGNATURE_MISSING``, ``UNKNOWN_SIGNER`` (signed by a key this device
+    does not trust) or ``SIGNATURE_INVALID`` (malformed, or the manifest changed after signing).
     """
-    if signature is None:
+    if signature_json is None:
         raise BundleError("SIGNATURE_MISSING", "the bundle is not signed (manifest.sig is missing)")
-    for public in trusted:
-        try:
-            public.verify(signature, data)
-        except InvalidSignature:
-            continue
-        return key_id(public)
-    known = ", ".join(key_id(k) for k in trusted)
-    raise BundleError(
-        "SIGNATURE_INVALID",
-        f"manifest.sig does not verify with any trusted key ({known}): the manifest was changed "
-        "or it was signed by a key this device does not trust",
-    )
+    try:
+        parsed = json.loads(signature_json)
+        signer, signature = str(parsed["key_id"]), base64.b64decode(parsed["signature"], validate=True)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BundleError("SIGNATURE_INVALID", f"manifest.sig is malformed: {exc}") from exc
+    by_id = {key_id(k): k for k in trusted}
+    if signer not in by_id:
+        known = ", ".join(by_id) or "none"
+        raise BundleError(
+            "UNKNOWN_SIGNER", f"signed by key {signer}, which this device does not trust (trusted: {known})"
+        )
+    try:
+        by_id[signer].verify(signature, data)
+    except InvalidSignature as exc:
+        raise BundleError(
+            "SIGNATURE_INVALID", f"the signature of key {signer} does not match manifest.json: changed after signing?"
+        ) from exc
+    return signer

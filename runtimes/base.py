@@ -32,6 +32,10 @@ class ModelLoadError(BackendError):
     """The artifact is missing, unreadable, not a model, or the backend refused it."""
 
 
+class NotAModelError(ModelLoadError):
+    """The file is not a model of the backend's format at all (junk, truncated, wrong type)."""
+
+
 class InferenceError(BackendError):
     """The backend failed while running the model, or was given wrong inputs."""
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtimes.base import (
     InferenceError,
     ModelLoadError,
+    NotAModelError,
     Quantization,
     Runtime,
     RuntimeInfo,
@@ -120,6 +121,9 @@ class LiteRTBackend(Runtime):
                 ) from exc
             self._device = self.config.delegate.name
         threads = self.config.num_threads or os.cpu_count() or 1
+        with model_path.open("rb") as f:
+            if f.read(8)[4:8] != b"TFL3":
+                raise NotAModelError(f"LiteRT cannot load {model_path}: not a TFLite flatbuffer (no TFL3 identifier)")
         try:
             self._interpreter = module.Interpreter(
                 model_path=str(model_path), num_threads=threads, experimental_delegates=delegates or None

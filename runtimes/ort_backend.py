@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtimes.base import (
     InferenceError,
     ModelLoadError,
+    NotAModelError,
     Runtime,
     RuntimeInfo,
     RuntimeUnavailable,
@@ -155,7 +156,8 @@ class OnnxRuntimeBackend(Runtime):
         try:
             self._session = ort.InferenceSession(str(model_path), sess_options=options, providers=providers)
         except Exception as exc:  # ORT raises its own pybind exception types
-            raise ModelLoadError(f"ONNX Runtime cannot load {model_path}: {first_line(exc)}") from exc
+            error = NotAModelError if type(exc).__name__ == "InvalidProtobuf" else ModelLoadError
+            raise error(f"ONNX Runtime cannot load {model_path}: {first_line(exc)}") from exc
         self.inputs = [_spec(i) for i in self._session.get_inputs()]
         self.outputs = [_spec(o) for o in self._session.get_outputs()]
         self._output_names = [o.name for o in self.outputs]
