@@ -472,7 +472,7 @@ def cmd_install(args: argparse.Namespace) -> int:
         config.allow_unsigned,
         limits,
         config.runtime,
-        on_state=lambda d: print(f"{d.state}", file=sys.stderr),
+        on_state=lambda d: print(d.state, flush=True),
     )
     if deployment.state != "SUCCEEDED":
         error = deployment.error or {"code": "UNKNOWN", "message": ""}

@@ -1,0 +1,440 @@
+"""Bundles: every bad input and fault ends REJECTED or ROLLED_BACK with its code, `current`
+untouched and still serving; kills at each step recover to a complete version; the CLI flow."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.bundle import Limits, build_bundle
+from agent.deploy import install
+from agent.probe import probe
+from agent.signing import generate_keypair, load_private_key, load_public_key, signature_file
+from agent.store import Store
+from pipelines.detector import Detector
+from pipelines.synthetic import SyntheticScene
+from runtimes.registry import load_runtime
+from tests.conftest import DEMO_MODELS, REPO
+
+Files = dict[str, bytes]
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("keys")
+    private, public = generate_keypair(folder / "fleet")
+    other, _ = generate_keypair(folder / "stranger")
+    return {"private": private, "public": public, "other": other}
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bundles")
+    key = load_private_key(keys["private"])
+    v1 = folder / "demo-1.0.0.bundle"
+    v2 = folder / "demo-1.1.0.bundle"
+    build_bundle([DEMO_MODELS / "demo_detector_int8_qdq.onnx"], v1, name="demo", version="1.0.0", key=key)
+    build_bundle([DEMO_MODELS / "demo_detector_int8.tflite"], v2, name="demo", version="1.1.0", key=key)
+    return {"v1": v1, "v2": v2}
+
+
+def read_files(bundle: Path) -> Files:
+    with tarfile.open(bundle) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def write_tar(
+    path: Path, files: Files, extra: Callable[[tarfile.TarFile], None] | None = None, gz: bool = False
+) -> Path:
+    with tarfile.open(path, "w:gz" if gz else "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if extra:
+            extra(tar)
+    return path
+
+
+def resign(files: Files, key_path: Path, edit: Callable[[dict], None] | None = None) -> Files:
+    """Apply `edit` to the manifest, refresh the hashes of files that changed, sign again."""
+    manifest = json.loads(files["manifest.json"])
+    if edit:
+        edit(manifest)
+    for entry in manifest.get("artifacts", []) + manifest.get("files", []):
+        if isinstance(entry, dict) and entry.get("path") in files:
+            data = files[entry["path"]]
+            entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+    data = json.dumps(manifest, sort_keys=True, indent=2).encode() + b"\n"
+    return {**files, "manifest.json": data, "manifest.sig": signature_file(data, load_private_key(key_path))}
+
+
+def without(files: Files, name: str) -> Files:
+    return {k: v for k, v in files.items() if k != name}
+
+
+def special(kind: bytes, name: str, target: str = "") -> Callable[[tarfile.TarFile], None]:
+    def add(tar: tarfile.TarFile) -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = kind, target
+        tar.addfile(info)
+
+    return add
+
+
+def pickled_npz() -> bytes:
+    out = io.BytesIO()
+    np.savez(out, **{"demo_detector_int8_qdq.onnx__input": np.array([{"evil": 1}], dtype=object)}, allow_pickle=True)
+    return out.getvalue()
+
+
+def mystery_model() -> bytes:
+    """A valid ONNX model using an operator no runtime implements."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Mystery", ["images"], ["output0"], domain="com.example")
+    graph = helper.make_graph(
+        [node],
+        "mystery",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 320, 320])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 7, 2100])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    return bytes(model.SerializeToString())
+
+
+def scaled_reference(files: Files, factor: float) -> bytes:
+    with np.load(io.BytesIO(files["reference.npz"])) as npz:
+        arrays = {k: (npz[k] * factor if "output" in k else npz[k]) for k in npz.files}
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    return out.getvalue()
+
+
+MODEL = "demo_detector_int8_qdq.onnx"
+
+# name -> (make(files, keys, tmp) -> bundle path, expected state, expected code, limits)
+CASES: dict[str, tuple[Callable[[Files, dict, Path], Path], str, str, Limits | None]] = {
+    "missing signature": (
+        lambda f, k, t: write_tar(t / "b", without(f, "manifest.sig")),
+        "REJECTED",
+        "SIGNATURE_MISSING",
+        None,
+    ),
+    "wrong signature": (
+        lambda f, k, t: write_tar(
+            t / "b",
+            {**f, "manifest.sig": json.dumps({**json.loads(f["manifest.sig"]), "signature": "AAAA" * 22}).encode()},
+        ),
+        "REJECTED",
+        "SIGNATURE_INVALID",
+        None,
+    ),
+    "manifest changed after signing": (
+        lambda f, k, t: write_tar(t / "b", {**f, "manifest.json": f["manifest.json"].replace(b'"1.0.0"', b'"9.9.9"')}),
+        "REJECTED",
+        "SIGNATURE_INVALID",
+        None,
+    ),
+    "unknown signer": (lambda f, k, t: write_tar(t / "b", resign(f, k["other"])), "REJECTED", "UNKNOWN_SIGNER", None),
+    "artifact hash mismatch": (
+        lambda f, k, t: write_tar(t / "b", {**f, MODEL: f[MODEL][:-1] + bytes([f[MODEL][-1] ^ 1])}),
+        "REJECTED",
+        "ARTIFACT_HASH_MISMATCH",
+        None,
+    ),
+    "truncated tar": (
+        lambda f, k, t: (t / "b").write_bytes(write_tar(t / "full", f).read_bytes()[:300_000]) and t / "b",
+        "REJECTED",
+        "BUNDLE_TRUNCATED",
+        None,
+    ),
+    "not a tar": (lambda f, k, t: (t / "b").write_bytes(os.urandom(5000)) and t / "b", "REJECTED", "NOT_A_TAR", None),
+    "manifest not JSON": (
+        lambda f, k, t: write_tar(
+            t / "b",
+            {
+                **f,
+                "manifest.json": b"{not json",
+                "manifest.sig": signature_file(b"{not json", load_private_key(k["private"])),
+            },
+        ),
+        "REJECTED",
+        "MANIFEST_NOT_JSON",
+        None,
+    ),
+    "manifest with unknown key": (
+        lambda f, k, t: write_tar(t / "b", resign(f, k["private"], lambda m: m.update(evil=1))),
+        "REJECTED",
+        "MANIFEST_INVALID",
+        None,
+    ),
+    "manifest with wrong type": (
+        lambda f, k, t: write_tar(t / "b", resign(f, k["private"], lambda m: m.update(labels="circle"))),
+        "REJECTED",
+        "MANIFEST_INVALID",
+        None,
+    ),
+    "missing artifact": (lambda f, k, t: write_tar(t / "b", without(f, MODEL)), "REJECTED", "ARTIFACT_MISSING", None),
+    "absolute path": (
+        lambda f, k, t: write_tar(t / "b", {**f, "/etc/evil.onnx": b"x"}),
+        "REJECTED",
+        "UNSAFE_PATH",
+        None,
+    ),
+    "dot-dot path": (lambda f, k, t: write_tar(t / "b", {**f, "../evil.onnx": b"x"}), "REJECTED", "UNSAFE_PATH", None),
+    "symlink": (
+        lambda f, k, t: write_tar(t / "b", f, special(tarfile.SYMTYPE, "labels2.txt", "/etc/passwd")),
+        "REJECTED",
+        "LINK_ENTRY",
+        None,
+    ),
+    "hard link": (
+        lambda f, k, t: write_tar(t / "b", f, special(tarfile.LNKTYPE, "x.onnx", MODEL)),
+        "REJECTED",
+        "LINK_ENTRY",
+        None,
+    ),
+    "device file": (
+        lambda f, k, t: write_tar(t / "b", f, special(tarfile.CHRTYPE, "null.onnx")),
+        "REJECTED",
+        "SPECIAL_ENTRY",
+        None,
+    ),
+    "duplicate names": (
+        lambda f, k, t: write_tar(t / "b", f, lambda tar: tar.addfile(tarfile.TarInfo("labels.txt"), io.BytesIO())),
+        "REJECTED",
+        "DUPLICATE_ENTRY",
+        None,
+    ),
+    "a script": (
+        lambda f, k, t: write_tar(t / "b", {**f, "install.sh": b"#!/bin/sh\nrm -rf /\n"}),
+        "REJECTED",
+        "UNEXPECTED_FILE",
+        None,
+    ),
+    "too many files": (lambda f, k, t: write_tar(t / "b", f), "REJECTED", "TOO_MANY_FILES", Limits(max_files=3)),
+    "too many bytes": (lambda f, k, t: write_tar(t / "b", f), "REJECTED", "TOO_LARGE", Limits(max_bytes=100_000)),
+    "gzip bomb": (
+        lambda f, k, t: write_tar(t / "b", {**f, "calibration/0000.png": bytes(64 << 20)}, gz=True),
+        "REJECTED",
+        "TOO_LARGE",
+        Limits(max_bytes=8 << 20),
+    ),
+    "npz that needs pickle": (
+        lambda f, k, t: write_tar(t / "b", resign({**f, "reference.npz": pickled_npz()}, k["private"])),
+        "REJECTED",
+        "REFERENCE_INVALID",
+        None,
+    ),
+    "artifact that is not a model": (
+        lambda f, k, t: write_tar(t / "b", resign({**f, MODEL: b"\x00junk" * 1000}, k["private"])),
+        "ROLLED_BACK",
+        "ARTIFACT_NOT_A_MODEL",
+        None,
+    ),
+    "model no runtime can load": (
+        lambda f, k, t: write_tar(t / "b", resign({**f, MODEL: mystery_model()}, k["private"])),
+        "ROLLED_BACK",
+        "NO_RUNTIME",
+        None,
+    ),
+    "parity failure": (
+        lambda f, k, t: write_tar(t / "b", resign({**f, "reference.npz": scaled_reference(f, 3.0)}, k["private"])),
+        "ROLLED_BACK",
+        "PARITY_FAILED",
+        None,
+    ),
+}
+
+
+def installed_store(tmp_path: Path, bundle: Path, keys: dict[str, Path]) -> tuple[Store, str]:
+    store = Store(tmp_path / "state")
+    deployment = install(bundle, store, probe(), [load_public_key(keys["public"])])
+    assert deployment.state == "SUCCEEDED", deployment.error
+    return store, deployment.sha256
+
+
+def assert_serving(store: Store, sha: str) -> None:
+    """`current` is `sha`, complete, and its model still detects the synthetic scene's shapes."""
+    assert store.current_sha() == sha
+    assert not list(store.versions.glob("*.tmp")), "no partial version left behind"
+    info = store.info(sha)
+    assert info is not None
+    manifest = json.loads((info.path / "manifest.json").read_bytes())
+    artifact = info.path / manifest["artifacts"][0]["path"]
+    runtime = load_runtime("onnxruntime" if artifact.suffix == ".onnx" else "litert", artifact)
+    with runtime:
+        image, truth = SyntheticScene(seed=42).render(0)
+        found = Detector(runtime, manifest["decoder"]).detect(image)
+    assert len(found) >= len(truth.detections) - 1 > 0
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_bundles_leave_the_active_version_serving(case: str, tmp_path: Path, keys, bundles) -> None:
+    make, state, code, limits = CASES[case]
+    store, v1 = installed_store(tmp_path, bundles["v1"], keys)
+    bad = make(read_files(bundles["v1"]), keys, tmp_path)
+    deployment = install(bad, store, probe(), [load_public_key(keys["public"])], limits=limits)
+    assert (deployment.state, (deployment.error or {}).get("code")) == (state, code), deployment.error
+    assert deployment.error and deployment.error["message"]
+    assert store.last_deployment() is not None and store.last_deployment().state == state  # type: ignore[union-attr]
+    assert_serving(store, v1)
+
+
+def test_disk_full_during_install(tmp_path: Path, keys, bundles) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1800k", "tmpfs", str(state)], capture_output=True
+    ).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        store, v1 = installed_store(tmp_path, bundles["v1"], keys)
+        big = tmp_path / "big.bundle"
+        build_bundle(
+            [DEMO_MODELS / "demo_detector.onnx"],
+            big,
+            name="demo",
+            version="2.0.0",
+            key=load_private_key(keys["private"]),
+        )
+        deployment = install(big, store, probe(), [load_public_key(keys["public"])])
+        assert (deployment.state, deployment.error["code"]) == ("REJECTED", "DISK_FULL"), deployment.error  # type: ignore[index]
+        assert_serving(store, v1)
+    finally:
+        subprocess.run(["umount", str(state)], check=False)
+
+
+def test_unsigned_bundle_only_when_allowed(tmp_path: Path, bundles) -> None:
+    unsigned = write_tar(tmp_path / "unsigned", without(read_files(bundles["v1"]), "manifest.sig"))
+    store = Store(tmp_path / "state")
+    refused = install(unsigned, store, probe(), [])
+    assert (refused.state, refused.error["code"]) == ("REJECTED", "NO_TRUSTED_KEYS")  # type: ignore[index]
+    accepted = install(unsigned, store, probe(), [], allow_unsigned=True)
+    assert accepted.state == "SUCCEEDED"
+    assert_serving(store, accepted.sha256)
+
+
+def test_install_switch_rollback_and_gc(tmp_path: Path, keys, bundles) -> None:
+    store, v1 = installed_store(tmp_path, bundles["v1"], keys)
+    v2 = install(bundles["v2"], store, probe(), [load_public_key(keys["public"])])
+    assert v2.state == "SUCCEEDED" and [s for s, _ in v2.history] == [
+        "VERIFYING",
+        "INSTALLING",
+        "ACTIVATING",
+        "SUCCEEDED",
+    ]
+    assert (store.current_sha(), store.previous_sha()) == (v2.sha256, v1)
+    assert_serving(store, v2.sha256)
+    assert store.rollback() == v1
+    assert (store.current_sha(), store.previous_sha()) == (v1, v2.sha256)
+    assert_serving(store, v1)
+    # Reinstalling the previous version reuses its folder.
+    again = install(bundles["v2"], store, probe(), [load_public_key(keys["public"])])
+    assert again.state == "SUCCEEDED" and store.current_sha() == v2.sha256
+
+
+KILL_STEPS = ["verifying", "unpacked", "installing", "installed", "activating", "switched"]
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_sigkill_at_each_step_recovers_to_a_complete_version(step: str, tmp_path: Path, keys, bundles) -> None:
+    store, v1 = installed_store(tmp_path, bundles["v1"], keys)
+    cli = [sys.executable, "-m", "agent.cli"]
+    state = ["--state-dir", str(store.root)]
+    killed = subprocess.run(
+        [*cli, "install", str(bundles["v2"]), *state, "--trust-key", str(keys["public"])],
+        cwd=REPO,
+        env={**os.environ, "EDGE_AGENT_KILL_AT": step},
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr
+    status = subprocess.run([*cli, "status", *state, "--json"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    v2 = hashlib.sha256(bundles["v2"].read_bytes()).hexdigest()
+    expected = v2 if step == "switched" else v1
+    assert report["current"]["sha256"] == expected
+    assert report["deployment"]["state"] in ("SUCCEEDED", "REJECTED", "ROLLED_BACK")
+    assert report["deployment"]["state"] == ("SUCCEEDED" if step == "switched" else report["deployment"]["state"])
+    if step != "switched":
+        assert report["deployment"]["error"]["code"] == "INTERRUPTED"
+        assert not (store.versions / v2).exists(), "the unfinished version was removed"
+    assert_serving(store, expected)
+
+
+def test_cli_end_to_end(tmp_path: Path, capsys) -> None:
+    from agent.cli import main
+
+    models = DEMO_MODELS
+    state = ["--state-dir", str(tmp_path / "state")]
+    assert main(["keygen", "--out", str(tmp_path / "keys")]) == 0
+    assert oct((tmp_path / "keys" / "signing.key").stat().st_mode & 0o777) == "0o600"
+    trust = ["--trust-key", str(tmp_path / "keys" / "signing.pub")]
+    for version, model in (("1.0.0", "demo_detector_int8_qdq.onnx"), ("1.1.0", "demo_detector_fp32.tflite")):
+        out = tmp_path / f"demo-{version}.bundle"
+        argv = [
+            "bundle",
+            "build",
+            "--model",
+            str(models / model),
+            "--labels",
+            str(models / "labels.txt"),
+            "--name",
+            "demo",
+            "--version",
+            version,
+            "--key",
+            str(tmp_path / "keys" / "signing.key"),
+            "-o",
+            str(out),
+        ]
+        assert main(argv) == 0
+        assert main(["bundle", "verify", str(out), *trust]) == 0
+        assert "signed by key" in capsys.readouterr().out
+        assert main(["install", str(out), *state, *trust]) == 0
+        assert main(["status", *state, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert report["current"]["version"] == version and report["deployment"] == {"state": "SUCCEEDED", "error": None}
+    assert report["previous"]["version"] == "1.0.0"
+    assert main(["bundle", "inspect", str(tmp_path / "demo-1.1.0.bundle")]) == 0
+    assert "demo 1.1.0 (detect, decoder yolov8)" in capsys.readouterr().out
+    assert main(["rollback", *state]) == 0
+    assert main(["status", *state, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (report["current"]["version"], report["previous"]["version"]) == ("1.0.0", "1.1.0")
+    assert report["deployment"]["state"] == "ROLLED_BACK"
+
+
+def test_cli_errors_are_one_line(tmp_path: Path, capsys, keys, bundles) -> None:
+    from agent.cli import main
+
+    state = ["--state-dir", str(tmp_path / "state")]
+    assert main(["install", str(bundles["v1"]), *state]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "edge-agent: error: REJECTED: NO_TRUSTED_KEYS: "
+        "this device trusts no signing key and unsigned bundles are not allowed"
+    )
+    assert main(["bundle", "verify", str(bundles["v1"]), "--trust-key", str(tmp_path / "nokey.pub")]) == 1
+    assert "cannot read public key" in capsys.readouterr().err
+    assert main(["rollback", *state]) == 1
+    assert "no previous version" in capsys.readouterr().err
+    config = tmp_path / "agent.yaml"
+    config.write_text("state_dir: /tmp/x\ntrust_key: []\n")
+    assert main(["status", "--config", str(config)]) == 1
+    assert "trust_key: Extra inputs are not permitted" in capsys.readouterr().err
+    assert main(["keygen", "--out", str(keys["public"].parent)]) == 1
+    assert "already exists" in capsys.readouterr().err
