@@ -191,18 +191,21 @@ class Store:
             shutil.rmtree(self.versions / sha, ignore_errors=True)
 
     def gc(self) -> list[str]:
-        """Delete the oldest versions beyond `keep`, never current or previous."""
-        protected = {self.current_sha(), self.previous_sha()}
-        installed = sorted(
-            (p for p in self.versions.iterdir() if p.is_dir() and not p.name.endswith(".tmp")),
+        """Keep `keep` versions: current and previous always, then the newest others."""
+        protected = {sha for sha in (self.current_sha(), self.previous_sha()) if sha}
+        others = sorted(
+            (
+                p
+                for p in self.versions.iterdir()
+                if p.is_dir() and not p.name.endswith(".tmp") and p.name not in protected
+            ),
             key=lambda p: p.stat().st_mtime,
             reverse=True,
         )
         removed = []
-        for folder in installed[self.keep :]:
-            if folder.name not in protected:
-                shutil.rmtree(folder, ignore_errors=True)
-                removed.append(folder.name)
+        for folder in others[max(0, self.keep - len(protected)) :]:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
         return removed
 
     def recover(self) -> Deployment | None:
