@@ -438,3 +438,60 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys, keys, bundles) -> None:
     assert "trust_key: Extra inputs are not permitted" in capsys.readouterr().err
     assert main(["keygen", "--out", str(keys["public"].parent)]) == 1
     assert "already exists" in capsys.readouterr().err
+
+
+def test_build_with_calibration_images_and_labels(tmp_path: Path, keys, capsys) -> None:
+    import cv2
+
+    from agent.cli import main
+
+    calibration = tmp_path / "calib"
+    calibration.mkdir()
+    for i in range(3):
+        cv2.imwrite(str(calibration / f"frame{i}.png"), SyntheticScene(seed=300 + i).render(0)[0])
+    (calibration / "notes.txt").write_text("ignored: not an image")
+    out = tmp_path / "calib.bundle"
+    argv = [
+        "bundle",
+        "build",
+        "--model",
+        str(DEMO_MODELS / "demo_detector.onnx"),
+        "--calibration",
+        str(calibration),
+        "--labels",
+        str(DEMO_MODELS / "labels.txt"),
+        "--key",
+        str(keys["private"]),
+        "-o",
+        str(out),
+    ]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["bundle", "inspect", str(out), "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["calibration"] == {"folder": "calibration", "count": 3}
+    assert manifest["labels"] == ["circle", "square", "triangle"]
+    assert sorted(f["path"] for f in manifest["files"]) == [
+        "calibration/0000.png",
+        "calibration/0001.png",
+        "calibration/0002.png",
+        "labels.txt",
+        "reference.npz",
+    ]
+    assert main(["bundle", "verify", str(out), "--trust-key", str(keys["public"])]) == 0
+    assert (
+        main(
+            [
+                "bundle",
+                "build",
+                "--model",
+                str(DEMO_MODELS / "demo_detector.onnx"),
+                "--calibration",
+                str(tmp_path / "none"),
+                "-o",
+                str(tmp_path / "x.bundle"),
+            ]
+        )
+        == 1
+    )
+    assert "calibration folder not found" in capsys.readouterr().err
