@@ -12,15 +12,16 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.cli_bundles import BUNDLE_COMMANDS, DECODER_CHOICES, add_bundle_commands
+from agent.cli_errors import CliError
+
 if TYPE_CHECKING:
     import numpy as np
 
-    from agent.config import DeviceConfig
     from agent.probe import Board
     from pipelines.detections import Detections
     from pipelines.labels import Labels
@@ -31,15 +32,6 @@ log = logging.getLogger("edge_agent")
 
 RUNTIME_CHOICES = ("auto", "tensorrt", "onnxruntime", "litert")
 VIDEO_SUFFIXES = frozenset({".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".mjpeg"})
-DECODER_CHOICES = ("auto", "yolov8", "yolov5", "yolox", "ssd")
-
-
-class CliError(Exception):
-    """An error to print as one line, with the exit status."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _unit_interval(text: str) -> float:
@@ -95,71 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
-    keygen = commands.add_parser("keygen", help="create an Ed25519 signing key pair for bundles")
-    keygen.add_argument("--out", type=Path, required=True, help="folder for signing.key (0600) and signing.pub")
-
-    bundle = commands.add_parser("bundle", help="build, inspect and verify model bundles")
-    bundle_commands = bundle.add_subparsers(dest="bundle_command", required=True, metavar="ACTION")
-    build = bundle_commands.add_parser("build", help="write a bundle from models")
-    build.add_argument("--model", type=Path, action="append", required=True, help=".onnx or .tflite (repeatable)")
-    build.add_argument("--labels", type=Path, help="labels file (default: the model's metadata)")
-    build.add_argument("--decoder", choices=DECODER_CHOICES, default="auto")
-    build.add_argument("--name", help="bundle name (default: the first model's file name)")
-    build.add_argument("--version", default="0.1.0", help="semantic version (default 0.1.0)")
-    build.add_argument("--description", default="")
-    build.add_argument("--calibration", type=Path, help="folder of calibration images (.jpg/.png)")
-    build.add_argument("--key", type=Path, help="signing.key to sign the manifest with")
-    build.add_argument("-o", "--out", type=Path, required=True, help="bundle file to write")
-    inspect = bundle_commands.add_parser("inspect", help="print a bundle's manifest summary")
-    inspect.add_argument("bundle", type=Path)
-    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    verify = bundle_commands.add_parser("verify", help="check a bundle completely without installing it")
-    verify.add_argument("bundle", type=Path)
-    _trust_arguments(verify)
-
-    install = commands.add_parser("install", help="install and activate a bundle on this device")
-    install.add_argument("bundle", type=Path)
-    _trust_arguments(install)
-    _state_arguments(install)
-    rollback = commands.add_parser("rollback", help="return to the previous version")
-    _state_arguments(rollback)
-    status = commands.add_parser("status", help="current and previous versions, last deployment")
-    _state_arguments(status)
-    status.add_argument("--json", action="store_true")
+    add_bundle_commands(commands)
 
     probe = commands.add_parser("probe", help="show the hardware and runtimes found, and the runtime policy's choice")
     probe.add_argument("--json", action="store_true", help="print one JSON object")
     probe.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
     probe.add_argument("--arch", help="CPU architecture to assume (default: this machine's)")
     return parser
-
-
-def _trust_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trust-key", type=Path, action="append", default=[], help="trusted signing.pub (repeatable)")
-    parser.add_argument("--allow-unsigned", action="store_true", help="accept bundles without a valid signature")
-    parser.add_argument("--config", type=Path, help="device config (YAML): state_dir, trust_keys, limits, ...")
-
-
-def _state_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--state-dir", type=Path, help="state directory (default: the config's, else /var/lib/edge-agent)"
-    )
-    if not any(a.dest == "config" for a in parser._actions):
-        parser.add_argument("--config", type=Path, help="device config (YAML)")
-
-
-def _device_config(args: argparse.Namespace) -> DeviceConfig:
-    from agent.config import DeviceConfig, load_config
-
-    config = load_config(args.config) if getattr(args, "config", None) else DeviceConfig()
-    updates: dict[str, Any] = {}
-    if getattr(args, "state_dir", None):
-        updates["state_dir"] = args.state_dir
-    if getattr(args, "trust_key", None):
-        updates["trust_keys"] = [*config.trust_keys, *args.trust_key]
-    if getattr(args, "allow_unsigned", False):
-        updates["allow_unsigned"] = True
-    return config.model_copy(update=updates)
 
 
 def _select_and_load(model: Path, preference: str, warmup: bool = True) -> tuple[Runtime, Choice]:
@@ -354,192 +288,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_keygen(args: argparse.Namespace) -> int:
-    from agent.signing import generate_keypair, key_id, load_public_key
-
-    try:
-        private, public = generate_keypair(args.out)
-    except (FileExistsError, OSError) as exc:
-        raise CliError(str(exc)) from exc
-    print(f"wrote {private} (keep it secret) and {public} (key id {key_id(load_public_key(public))})")
-    return 0
-
-
-def cmd_bundle(args: argparse.Namespace) -> int:
-    return {"build": _bundle_build, "inspect": _bundle_inspect, "verify": _bundle_verify}[args.bundle_command](args)
-
-
-def _bundle_build(args: argparse.Namespace) -> int:
-    from agent.bundle import build_bundle
-    from agent.signing import load_private_key
-    from pipelines.labels import Labels
-
-    for model in args.model:
-        if not model.is_file():
-            raise CliError(f"model file not found: {model}")
-    labels = None
-    if args.labels:
-        parsed = Labels.from_file(args.labels)
-        labels = [parsed(i) for i in range(max(parsed.names) + 1)] if parsed.names else None
-    calibration: list[Path] = []
-    if args.calibration:
-        if not args.calibration.is_dir():
-            raise CliError(f"calibration folder not found: {args.calibration}")
-        calibration = sorted(p for p in args.calibration.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
-        if not calibration:
-            raise CliError(f"no .jpg or .png images in {args.calibration}")
-    key = load_private_key(args.key) if args.key else None
-    manifest = build_bundle(
-        args.model,
-        args.out,
-        name=args.name,
-        version=args.version,
-        labels=labels,
-        decoder=args.decoder,
-        calibration=calibration,
-        key=key,
-        description=args.description,
-    )
-    signed = "signed" if key else "unsigned"
-    print(f"wrote {args.out}: {manifest.name} {manifest.version}, {len(manifest.artifacts)} artifact(s), {signed}")
-    return 0
-
-
-@contextmanager
-def _unpacked(bundle: Path) -> Iterator[Path]:
-    import tempfile
-
-    from agent.bundle import Limits, unpack
-
-    if not bundle.is_file():
-        raise CliError(f"bundle not found: {bundle}")
-    with tempfile.TemporaryDirectory(prefix="edge-agent-bundle-") as folder:
-        unpack(bundle, Path(folder), Limits())
-        yield Path(folder)
-
-
-def _bundle_inspect(args: argparse.Namespace) -> int:
-    from agent.bundle import _read_manifest
-
-    with _unpacked(args.bundle) as folder:
-        _, manifest = _read_manifest(folder)
-        signed = (folder / "manifest.sig").is_file()
-    if args.json:
-        print(json.dumps(manifest.model_dump(mode="json")))
-        return 0
-    print(f"{manifest.name} {manifest.version} ({manifest.task}, decoder {manifest.decoder}), built {manifest.created}")
-    print(f"  signed: {'yes' if signed else 'no'}")
-    h, w = manifest.input.size
-    print(f"  input: {w}x{h} {manifest.input.color}, {manifest.input.resize}")
-    more = ", ..." if len(manifest.labels) > 5 else ""
-    print(f"  labels: {len(manifest.labels)} ({', '.join(manifest.labels[:5])}{more})")
-    for a in manifest.artifacts:
-        print(f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes, sha256 {a.sha256[:16]}...")
-    return 0
-
-
-def _bundle_verify(args: argparse.Namespace) -> int:
-    from agent.bundle import verify_unpacked
-    from agent.signing import load_public_key
-
-    config = _device_config(args)
-    trusted = [load_public_key(p) for p in config.trust_keys]
-    with _unpacked(args.bundle) as folder:
-        verified = verify_unpacked(folder, trusted, config.allow_unsigned)
-    signer = f"signed by key {verified.signer}" if verified.signer else "UNSIGNED (allowed by --allow-unsigned)"
-    print(f"{args.bundle}: OK, {verified.manifest.name} {verified.manifest.version}, {signer}")
-    return 0
-
-
-def cmd_install(args: argparse.Namespace) -> int:
-    from agent.bundle import Limits
-    from agent.deploy import install
-    from agent.probe import probe
-    from agent.signing import load_public_key
-    from agent.store import Store
-
-    config = _device_config(args)
-    if not args.bundle.is_file():
-        raise CliError(f"bundle not found: {args.bundle}")
-    trusted = [load_public_key(p) for p in config.trust_keys]
-    store = Store(config.state_dir, keep=config.keep_versions)
-    limits = Limits(config.bundle_limits.max_files, config.bundle_limits.max_bytes)
-    deployment = install(
-        args.bundle,
-        store,
-        probe(),
-        trusted,
-        config.allow_unsigned,
-        limits,
-        config.runtime,
-        on_state=lambda d: print(d.state, flush=True),
-    )
-    if deployment.state != "SUCCEEDED":
-        error = deployment.error or {"code": "UNKNOWN", "message": ""}
-        raise CliError(f"{deployment.state}: {error['code']}: {error['message']}")
-    print(f"installed {deployment.name} {deployment.version} ({deployment.sha256[:12]}); it is now current")
-    return 0
-
-
-def cmd_rollback(args: argparse.Namespace) -> int:
-    from agent.store import Deployment, Store
-
-    config = _device_config(args)
-    store = Store(config.state_dir, keep=config.keep_versions).ensure()
-    store.recover()
-    try:
-        sha = store.rollback()
-    except LookupError as exc:
-        raise CliError(str(exc)) from exc
-    deployment = Deployment(id=f"rollback-{sha[:12]}", sha256=sha, name=None, version=None)
-    info = store.info(sha)
-    if info:
-        deployment.name, deployment.version = info.name, info.version
-    deployment.to("ROLLED_BACK")
-    store.record(deployment)
-    print(f"rolled back to {deployment.name} {deployment.version} ({sha[:12]})")
-    return 0
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from agent.store import Store
-
-    config = _device_config(args)
-    store = Store(config.state_dir, keep=config.keep_versions)
-    store.recover()
-
-    def version(sha: str | None) -> dict[str, str] | None:
-        info = store.info(sha)
-        return {"name": info.name, "version": info.version, "sha256": info.sha256} if info else None
-
-    deployment = store.last_deployment()
-    report = {
-        "current": version(store.current_sha()),
-        "previous": version(store.previous_sha()),
-        "deployment": {"state": deployment.state, "error": deployment.error} if deployment else None,
-    }
-    if args.json:
-        print(json.dumps(report))
-        return 0
-    for key in ("current", "previous"):
-        v = report[key]
-        print(f"{key + ':':<10} " + (f"{v['name']} {v['version']} ({v['sha256'][:12]})" if v else "none"))  # type: ignore[index]
-    if deployment:
-        error = f" {deployment.error['code']}: {deployment.error['message']}" if deployment.error else ""
-        print(f"{'last:':<10} {deployment.id} {deployment.state}{error}")
-    return 0
-
-
-COMMANDS = {
-    "detect": cmd_detect,
-    "probe": cmd_probe,
-    "bench": cmd_bench,
-    "keygen": cmd_keygen,
-    "bundle": cmd_bundle,
-    "install": cmd_install,
-    "rollback": cmd_rollback,
-    "status": cmd_status,
-}
+COMMANDS = {"detect": cmd_detect, "probe": cmd_probe, "bench": cmd_bench, **BUNDLE_COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
