@@ -17,6 +17,7 @@ import io
 import json
 import os
 import tarfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -132,6 +133,8 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False) -> lis
         if isinstance(exc, tarfile.ReadError) or "not a gzip file" in str(exc).lower():
             raise BundleError("NOT_A_TAR", f"{bundle.name} is not a tar archive ({exc})") from exc
         raise BundleError("UNPACK_FAILED", f"cannot unpack {bundle.name}: {exc}") from exc
+    except zlib.error as exc:
+        raise BundleError("BUNDLE_TRUNCATED", f"{bundle.name}: compressed data is corrupt ({exc})") from exc
     except (tarfile.ReadError, tarfile.StreamError, EOFError) as exc:
         if not names and not isinstance(exc, EOFError) and "unexpected end" not in str(exc).lower():
             raise BundleError("NOT_A_TAR", f"{bundle.name} is not a tar archive ({exc})") from exc
