@@ -297,8 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from agent.config import ConfigError
-    from agent.errors import BundleError
+    from agent.errors import BundleError, ConfigError
     from pipelines.decoders import DecoderError
     from pipelines.labels import LabelsError
     from pipelines.sources import SourceError

@@ -13,11 +13,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.errors import ConfigError
+
 DEFAULT_STATE_DIR = Path("/var/lib/edge-agent")
-
-
-class ConfigError(ValueError):
-    """The configuration file cannot be read or is invalid; the message lists every problem."""
 
 
 class BundleLimitsConfig(BaseModel):

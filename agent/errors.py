@@ -14,3 +14,7 @@ class BundleError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class ConfigError(ValueError):
+    """The configuration file cannot be read or is invalid; the message lists every problem."""
