@@ -33,6 +33,7 @@ from agent.bundle import Limits, Verified, read_reference, sha256_file, unpack, 
 from agent.errors import BundleError
 from agent.probe import Board
 from agent.store import Deployment, Store, fsync_tree
+from runtimes.base import TensorSpec, dequantize
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +56,11 @@ class Activation:
 
 
 def parity_fraction(
-    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], specs: Sequence[object], atol: float, rtol: float
+    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], specs: Sequence[TensorSpec], atol: float, rtol: float
 ) -> float:
     """Fraction of output values within ``atol + rtol * |expected|``, compared dequantized."""
-    from runtimes.base import TensorSpec, dequantize
-
     within = total = 0
     for got, want, spec in zip(outputs, expected, specs, strict=True):
-        assert isinstance(spec, TensorSpec)
         if got.shape != want.shape:
             return 0.0
         a, b = dequantize(got, spec), dequantize(want, spec)

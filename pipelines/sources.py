@@ -89,7 +89,18 @@ def _open_capture(target: Any, api: int, what: str, **props: float) -> Any:
     return capture
 
 
-class FileSource:
+class _OpenCVCapture:
+    """Holds a `cv2.VideoCapture` and releases it on close."""
+
+    _capture: Any = None
+
+    def close(self) -> None:
+        if self._capture is not None:
+            self._capture.release()
+            self._capture = None
+
+
+class FileSource(_OpenCVCapture):
     """A video (or image) file, read once or in a loop; every frame is delivered."""
 
     live = False
@@ -97,7 +108,7 @@ class FileSource:
     def __init__(self, path: Path, loop: bool = False) -> None:
         self.path, self.loop = path, loop
         self.name = f"file:{path}"
-        self._capture: Any = None
+        self._capture = None
         self._index = 0
         self._position = 0  # frames read in the current pass
 
@@ -137,11 +148,6 @@ class FileSource:
         self._position += 1
         return frame
 
-    def close(self) -> None:
-        if self._capture is not None:
-            self._capture.release()
-            self._capture = None
-
 
 def _has_gstreamer() -> bool:
     import cv2
@@ -149,7 +155,7 @@ def _has_gstreamer() -> bool:
     return bool(re.search(r"GStreamer:\s*YES", cv2.getBuildInformation()))
 
 
-class CameraSource:
+class CameraSource(_OpenCVCapture):
     """A live camera or stream through OpenCV: a V4L2 device (``/dev/videoN`` or an index), a
     GStreamer pipeline ending in ``appsink``, or an ``rtsp://`` URL."""
 
@@ -165,7 +171,7 @@ class CameraSource:
     ) -> None:
         self.target, self.width, self.height, self.fps, self.mjpg = target, width, height, fps, mjpg
         self.name = target
-        self._capture: Any = None
+        self._capture = None
         self._index = 0
 
     @property
@@ -217,11 +223,6 @@ class CameraSource:
         frame = Frame(self._index, time.monotonic(), image)
         self._index += 1
         return frame
-
-    def close(self) -> None:
-        if self._capture is not None:
-            self._capture.release()
-            self._capture = None
 
 
 class SyntheticSource:
