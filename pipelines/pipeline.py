@@ -14,7 +14,6 @@ reopened with jittered backoff; nothing here raises into the caller's thread.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -46,8 +45,6 @@ class _Prepared:
 
 
 _END = object()  # the source has no more frames
-#: nice value of the capture thread of a file or benchmark source (see _yield_to_inference)
-CAPTURE_NICE = 19
 
 
 class Pipeline:
@@ -172,8 +169,6 @@ class Pipeline:
     # -- threads ---------------------------------------------------------------------------
 
     def _capture_loop(self) -> None:
-        if not self.source.live:
-            self._yield_to_inference()
         opened = False
         while not self._stop.is_set():
             try:
@@ -201,18 +196,6 @@ class Pipeline:
                 start = self._clock()
                 tensor, transform = detector.prepare(frame.image)
                 self._deliver(_Prepared(frame, tensor, transform, detector, self._clock() - start))
-
-    def _yield_to_inference(self) -> None:
-        """Lower this thread's priority (Linux: per-thread nice) when every frame is processed.
-
-        Decoding and preprocessing then run in the inference runtime's idle moments instead of
-        preempting one of its worker threads, which would stall each parallel operator; the
-        queue of prepared frames absorbs the difference. Live capture keeps normal priority.
-        """
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CAPTURE_NICE)
-        except (OSError, AttributeError) as exc:  # not Linux, or not permitted
-            log.debug("pipeline %s: capture thread keeps its priority: %s", self.name, exc)
 
     def _source_failed(self, error: str) -> bool:
         self.source_status.set("reconnecting", error)
