@@ -12,6 +12,7 @@ bytes are counted as they are decompressed).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -128,7 +129,7 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False) -> lis
     except BundleError:
         raise
     except OSError as exc:
-        if exc.errno == 28:  # ENOSPC
+        if exc.errno == errno.ENOSPC:
             raise BundleError("DISK_FULL", f"no space left while unpacking into {dest}") from exc
         if isinstance(exc, tarfile.ReadError) or "not a gzip file" in str(exc).lower():
             raise BundleError("NOT_A_TAR", f"{bundle.name} is not a tar archive ({exc})") from exc
@@ -144,7 +145,7 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False) -> lis
     return names
 
 
-def _read_manifest(folder: Path) -> tuple[bytes, Manifest]:
+def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
     path = folder / MANIFEST
     if not path.is_file():
         raise BundleError("MANIFEST_MISSING", "the bundle has no manifest.json")
@@ -180,7 +181,7 @@ def read_reference(folder: Path, manifest: Manifest) -> dict[str, np.ndarray]:
 
 def verify_unpacked(folder: Path, trusted: Sequence[Ed25519PublicKey], allow_unsigned: bool = False) -> Verified:
     """Check the manifest, its signature, every artifact's size and hash, and the reference."""
-    data, manifest = _read_manifest(folder)
+    data, manifest = read_manifest(folder)
     sig_path = folder / SIGNATURE
     signature = sig_path.read_bytes() if sig_path.is_file() else None
     signer: str | None = None

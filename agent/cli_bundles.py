@@ -146,10 +146,10 @@ def _unpacked(bundle: Path) -> Iterator[Path]:
 
 
 def _bundle_inspect(args: argparse.Namespace) -> int:
-    from agent.bundle import _read_manifest
+    from agent.bundle import read_manifest
 
     with _unpacked(args.bundle) as folder:
-        _, manifest = _read_manifest(folder)
+        _, manifest = read_manifest(folder)
         signed = (folder / "manifest.sig").is_file()
     if args.json:
         print(json.dumps(manifest.model_dump(mode="json")))
@@ -209,22 +209,15 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from agent.store import Deployment, Store
+    from agent.deploy import rollback
+    from agent.store import Store
 
     config = _device_config(args)
-    store = Store(config.state_dir, keep=config.keep_versions).ensure()
-    store.recover()
     try:
-        sha = store.rollback()
+        deployment = rollback(Store(config.state_dir, keep=config.keep_versions))
     except LookupError as exc:
         raise CliError(str(exc)) from exc
-    deployment = Deployment(id=f"rollback-{sha[:12]}", sha256=sha, name=None, version=None)
-    info = store.info(sha)
-    if info:
-        deployment.name, deployment.version = info.name, info.version
-    deployment.to("ROLLED_BACK")
-    store.record(deployment)
-    print(f"rolled back to {deployment.name} {deployment.version} ({sha[:12]})")
+    print(f"rolled back to {deployment.name} {deployment.version} ({deployment.sha256[:12]})")
     return 0
 
 

@@ -16,6 +16,7 @@ point: ``verifying``, ``unpacked``, ``installing``, ``installed``, ``activating`
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -128,6 +129,25 @@ def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activa
     raise BundleError("NO_RUNTIME", "no runtime could load the bundle here: " + "; ".join(failures))
 
 
+def _file_error(exc: OSError, what: str) -> BundleError:
+    code = "DISK_FULL" if exc.errno == errno.ENOSPC else "INSTALL_FAILED"
+    return BundleError(code, f"{what}: {exc.strerror}")
+
+
+def rollback(store: Store) -> Deployment:
+    """Make `previous` current again and record it; raises `LookupError` without a previous."""
+    store.ensure()
+    store.recover()
+    sha = store.rollback()
+    info = store.info(sha)
+    deployment = Deployment(
+        id=f"rollback-{sha[:12]}", sha256=sha, name=info.name if info else None, version=info.version if info else None
+    )
+    deployment.to("ROLLED_BACK")
+    store.record(deployment)
+    return deployment
+
+
 def install(
     bundle_path: Path,
     store: Store,
@@ -173,8 +193,7 @@ def install(
         return deployment
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        code = "DISK_FULL" if exc.errno == 28 else "INSTALL_FAILED"
-        step("REJECTED", BundleError(code, f"cannot unpack into {staging}: {exc.strerror}"))
+        step("REJECTED", _file_error(exc, f"cannot unpack into {staging}"))
         return deployment
     deployment.name, deployment.version = verified.manifest.name, verified.manifest.version
     step("INSTALLING")
@@ -189,8 +208,7 @@ def install(
         verified = Verified(final, verified.manifest, verified.signer)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        code = "DISK_FULL" if exc.errno == 28 else "INSTALL_FAILED"
-        step("REJECTED", BundleError(code, f"cannot install into {final}: {exc.strerror}"))
+        step("REJECTED", _file_error(exc, f"cannot install into {final}"))
         return deployment
     checkpoint("installed")
     step("ACTIVATING")
