@@ -68,6 +68,67 @@ def _progress(total: int | None, enabled: bool) -> Any:
     return tqdm(total=total, unit="frame", leave=False)
 
 
+def _tick(bar: Any) -> None:
+    if bar is not None:
+        bar.update(1)
+
+
+def _bench_runtime(detector: Detector, source: FrameSource, count: int, bar: Any) -> dict[str, Any]:
+    """Inference alone, `count` times on the tensor prepared from the source's first frame."""
+    first = source.read()
+    source.close()
+    if first is None:
+        raise SourceError(f"{source.name}: no frame to benchmark with")
+    tensor, _ = detector.prepare(first.image)
+    window = LatencyWindow(stages=("inference",), size=count)
+    start = time.perf_counter()
+    for _ in range(count):
+        t0 = time.perf_counter()
+        detector.runtime.infer([tensor])
+        window.record(inference=(time.perf_counter() - t0) * 1000)
+        _tick(bar)
+    stages = window.percentiles()
+    return {
+        "input_shape": list(tensor.shape),
+        "frames": count,
+        "seconds": time.perf_counter() - start,
+        "latency_ms": stages["inference"],
+        "stages_ms": stages,
+        "dropped": 0,
+    }
+
+
+def _bench_pipeline(detector: Detector, source: FrameSource, bar: Any) -> dict[str, Any]:
+    """The whole pipeline on every frame of `source`; a source failure ends it with the error."""
+    shapes: list[list[int]] = []
+
+    def tick(frame: Frame, _: Any) -> None:
+        if not shapes:  # the tensor shape of a dynamic model depends on the frame size
+            shapes.append(list(detector.prepare(frame.image)[0].shape))
+        _tick(bar)
+
+    pipeline = Pipeline("bench", source, detector, sinks=[tick])
+    start = time.perf_counter()
+    pipeline.start()
+    try:
+        while not pipeline.wait(0.2):
+            if pipeline.source_status.state == "reconnecting":
+                raise SourceError(pipeline.source_status.error or f"{source.name} failed")
+        seconds = time.perf_counter() - start
+    finally:
+        pipeline.stop()
+    stats = pipeline.stats()
+    stages = stats["latency_ms"]
+    return {
+        "input_shape": shapes[0] if shapes else [],
+        "frames": stats["frames"],
+        "seconds": seconds,
+        "latency_ms": stages.get("total", {"p50": 0.0, "p95": 0.0}),
+        "stages_ms": stages,
+        "dropped": stats["dropped"],
+    }
+
+
 def run_bench(runtime: Any, source_spec: str, frames: int | None, mode: str, progress: bool = False) -> dict[str, Any]:
     """Benchmark `runtime` (loaded, warmed up); returns the report as a dict (times in ms)."""
     detector = Detector(runtime)
@@ -75,61 +136,20 @@ def run_bench(runtime: Any, source_spec: str, frames: int | None, mode: str, pro
     bar = _progress(total, progress)
     try:
         if mode == "runtime":
-            first = source.read()
-            if first is None:
-                raise SourceError(f"{source_spec}: no frame to benchmark with")
-            source.close()
-            tensor, _ = detector.prepare(first.image)
-            count = total or DEFAULT_FRAMES
-            window = LatencyWindow(stages=("inference",), size=count)
-            start = time.perf_counter()
-            for _ in range(count):
-                t0 = time.perf_counter()
-                runtime.infer([tensor])
-                window.record(inference=(time.perf_counter() - t0) * 1000)
-                if bar is not None:
-                    bar.update(1)
-            seconds = time.perf_counter() - start
-            stages = window.percentiles()
-            processed, dropped, shape = count, 0, tuple(tensor.shape)
-            latency = stages["inference"]
+            result = _bench_runtime(detector, source, total or DEFAULT_FRAMES, bar)
         else:
-            shapes: list[tuple[int, ...]] = []
-            pipeline = Pipeline("bench", source, detector)
-
-            def tick(frame: Frame, _: Any) -> None:
-                if not shapes:
-                    shapes.append(tuple(detector.prepare(frame.image)[0].shape))
-                if bar is not None:
-                    bar.update(1)
-
-            pipeline.add_sink(tick)
-            start = time.perf_counter()
-            pipeline.start()
-            pipeline.wait()
-            seconds = time.perf_counter() - start
-            pipeline.stop()
-            stats = pipeline.stats()
-            if stats["source_status"]["error"]:
-                raise SourceError(stats["source_status"]["error"])
-            processed, dropped = stats["frames"], stats["dropped"]
-            stages = stats["latency_ms"]
-            latency = stages.get("total", {"p50": 0.0, "p95": 0.0})
-            shape = shapes[0] if shapes else ()
+            result = _bench_pipeline(detector, source, bar)
     finally:
         if bar is not None:
             bar.close()
+    seconds = result.pop("seconds")
     return {
         "model": runtime.model_path.name,
         "runtime": runtime.name,
         "mode": mode,
         "source": source_spec,
-        "input_shape": list(shape),
-        "frames": processed,
+        **result,
         "seconds": round(seconds, 3),
-        "fps": round(processed / seconds, 2) if seconds > 0 else 0.0,
-        "latency_ms": latency,
-        "stages_ms": stages,
-        "dropped": dropped,
+        "fps": round(result["frames"] / seconds, 2) if seconds > 0 else 0.0,
         "rss_mb": round(peak_rss_mb(), 1),
     }

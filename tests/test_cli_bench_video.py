@@ -139,3 +139,12 @@ def test_dynamic_model_gets_the_smallest_stride_multiple_input(capsys) -> None:
     assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 3, 256, 320]
     assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--frames", "5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 3, 320, 320]
+
+
+def test_bench_ends_with_the_error_when_the_file_breaks(tmp_path: Path, capsys) -> None:
+    """A source that fails mid-run ends the benchmark with its error instead of reconnecting forever."""
+    video = write_video(tmp_path / "clip.avi", 40, size=(320, 240))
+    data = video.read_bytes()
+    video.write_bytes(data[: len(data) // 3])  # the header still promises 40 frames
+    assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--source", str(video), "--json"]) == 1
+    assert "read failed at frame" in capsys.readouterr().err
