@@ -190,7 +190,7 @@ class Pipeline:
                 self._deliver(_END)
                 return
             if self.source.live:
-                self._deliver(frame)
+                self._deliver(_Prepared(frame))
             else:
                 detector = self._detector
                 start = self._clock()
@@ -225,7 +225,7 @@ class Pipeline:
                 while self._newest is None and not self._stop.is_set():
                     self._newest_ready.wait(0.1)
                 item, self._newest = self._newest, None
-                return item if item is _END else _Prepared(item) if item is not None else None
+                return item
         while not self._stop.is_set():
             try:
                 return self._queue.get(timeout=0.1)
