@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.cli_bundles import BUNDLE_COMMANDS, DECODER_CHOICES, add_bundle_commands
+from agent.cli_daemon import DAEMON_COMMANDS, add_daemon_commands
 from agent.cli_errors import CliError
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
     add_bundle_commands(commands)
+    add_daemon_commands(commands)
 
     probe = commands.add_parser("probe", help="show the hardware and runtimes found, and the runtime policy's choice")
     probe.add_argument("--json", action="store_true", help="print one JSON object")
@@ -288,7 +290,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"detect": cmd_detect, "probe": cmd_probe, "bench": cmd_bench, **BUNDLE_COMMANDS}
+COMMANDS = {"detect": cmd_detect, "probe": cmd_probe, "bench": cmd_bench, **BUNDLE_COMMANDS, **DAEMON_COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from agent.cli_errors import CliError
 
 if TYPE_CHECKING:
-    from agent.config import DeviceConfig
+    from agent.config import AgentConfig
 
 DECODER_CHOICES = ("auto", "yolov8", "yolov5", "yolox", "ssd")
 
@@ -67,10 +67,10 @@ def _state_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--config", type=Path, help="device config (YAML)")
 
 
-def _device_config(args: argparse.Namespace) -> DeviceConfig:
-    from agent.config import DeviceConfig, load_config
+def _device_config(args: argparse.Namespace) -> AgentConfig:
+    from agent.config import AgentConfig, load_config
 
-    config = load_config(args.config) if getattr(args, "config", None) else DeviceConfig()
+    config = load_config(args.config) if getattr(args, "config", None) else AgentConfig()
     updates: dict[str, Any] = {}
     if getattr(args, "state_dir", None):
         updates["state_dir"] = args.state_dir

@@ -1,35 +1,187 @@
-"""Device configuration (the part bundles and installs use; the daemon's sections come later).
+"""The agent's configuration, ``/etc/edge-agent/agent.yaml`` (docs/configuration.md).
 
 YAML (or JSON) loaded into pydantic models with unknown keys forbidden, so a typo fails with
-its location instead of being ignored. Validators check values only; files are read by the
-code that uses them.
+its location instead of being ignored. Validators check values only; files named here (keys,
+certificates, password files) are read by the code that uses them, and `check_files` reports
+the missing ones for ``edge-agent config check``.
+
+``python -m agent.config`` prints the JSON Schema (kept as docs/agent-config.schema.json).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import socket
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.errors import ConfigError
 
+DEFAULT_CONFIG = Path("/etc/edge-agent/agent.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/edge-agent")
+_TOPIC_WORD = re.compile(r"^[A-Za-z0-9_.-]+$")  # no MQTT wildcards, separators or spaces
 
 
-class BundleLimitsConfig(BaseModel):
+class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+class BundleLimitsConfig(_Section):
     max_files: int = Field(default=256, ge=1, description="Most files one bundle may hold.")
     max_bytes: int = Field(default=1 << 30, ge=1, description="Most bytes one bundle may unpack to.")
 
 
-class DeviceConfig(BaseModel):
-    """Settings for bundle installs on this device."""
+class DeviceSection(_Section):
+    id: str | None = Field(
+        default=None, description="Device id in topic names (letters, digits, '_', '-', '.'); default: the hostname."
+    )
+    group: str | None = Field(default=None, description="Fleet group: the device follows the group's deployments.")
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    @field_validator("id", "group")
+    @classmethod
+    def _topic_safe(cls, value: str | None) -> str | None:
+        if value is not None and not _TOPIC_WORD.match(value):
+            raise ValueError(f"{value!r} may only hold letters, digits, '_', '-' and '.'")
+        return value
 
+
+class Secret(_Section):
+    """A secret given inline, read from a file (first line), or from an environment variable."""
+
+    value: str | None = Field(default=None, description="The secret itself (prefer file or env).")
+    file: Path | None = Field(default=None, description="File whose first line is the secret.")
+    env: str | None = Field(default=None, description="Environment variable holding the secret.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Secret:
+        given = [k for k in ("value", "file", "env") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of value, file, env (got {', '.join(given) or 'none'})")
+        return self
+
+    def resolve(self) -> str:
+        """Read the secret; raises `ConfigError` naming the file or variable that is missing."""
+        if self.value is not None:
+            return self.value
+        if self.file is not None:
+            try:
+                return self.file.read_text(encoding="utf-8").splitlines()[0].strip()
+            except (OSError, IndexError) as exc:
+                raise ConfigError(f"cannot read the secret file {self.file}: {exc}") from exc
+        assert self.env is not None
+        if self.env not in os.environ:
+            raise ConfigError(f"the environment variable {self.env} (a secret in the config) is not set")
+        return os.environ[self.env]
+
+
+class TlsSection(_Section):
+    ca_file: Path | None = Field(default=None, description="CA certificate(s) (PEM); default: the system's.")
+    cert_file: Path | None = Field(default=None, description="Client certificate (PEM), for mutual TLS.")
+    key_file: Path | None = Field(default=None, description="Client private key (PEM), for mutual TLS.")
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSection:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        return self
+
+
+class MqttSection(_Section):
+    broker: str = Field(description="mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS).")
+    topic_root: str = Field(default="edge", description="First level of every topic.")
+    client_id: str | None = Field(default=None, description="MQTT client id; default: edge-agent-<device id>.")
+    keepalive_s: int = Field(default=30, ge=5, le=3600, description="MQTT keep-alive in seconds.")
+    username: str | None = Field(default=None, description="User name, if the broker wants one.")
+    password: Secret | None = Field(default=None, description="Password: {value|file|env: ...}.")
+    tls: TlsSection | None = Field(default=None, description="TLS settings (implied by mqtts://).")
+    reconnect_min_s: float = Field(default=0.5, gt=0, description="First reconnect delay (doubles, jittered).")
+    reconnect_max_s: float = Field(default=60.0, gt=0, description="Longest reconnect delay.")
+    offline_queue: int = Field(
+        default=1000, ge=0, description="Telemetry and event messages kept while offline (oldest dropped)."
+    )
+
+    @field_validator("broker")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
+            raise ValueError(f"{value!r} is not mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError as exc:
+            raise ValueError(f"{value!r}: {exc}") from exc
+        return value
+
+    @field_validator("topic_root")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        if not all(_TOPIC_WORD.match(level) for level in value.split("/")):
+            raise ValueError(f"{value!r} must be topic levels of letters, digits, '_', '-', '.' joined by '/'")
+        return value
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.broker).hostname or ""
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.broker)
+        return parts.port or (8883 if parts.scheme == "mqtts" else 1883)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls is not None or urlsplit(self.broker).scheme == "mqtts"
+
+
+class PipelineSection(_Section):
+    name: str = Field(default="cam0", description="Pipeline (camera) name, used in telemetry and events.")
+    source: str = Field(
+        description="synthetic[:SEED], a video file, /dev/videoN or an index, rtsp://..., or a GStreamer pipeline."
+    )
+    loop: bool = Field(default=True, description="Play a video file in a loop.")
+    width: int | None = Field(default=None, ge=1, description="Camera capture width.")
+    height: int | None = Field(default=None, ge=1, description="Camera capture height.")
+    fps: float | None = Field(default=None, gt=0, description="Camera frame rate (the synthetic scene's defaults to 15).")
+    max_fps: float | None = Field(default=None, gt=0, description="Most frames per second inferred.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _TOPIC_WORD.match(value):
+            raise ValueError(f"{value!r} may only hold letters, digits, '_', '-' and '.'")
+        return value
+
+
+class DeploymentSection(_Section):
+    max_download_rate: int = Field(
+        default=0, ge=0, description="Bundle download limit in bytes per second (0: none), for metered links."
+    )
+    window: int = Field(default=16, ge=1, le=1024, description="Chunks requested at a time.")
+    stall_timeout_s: float = Field(default=60.0, gt=0, description="Re-request chunks after this long without one.")
+    http_timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one HTTP request (url sources).")
+
+
+class TelemetrySection(_Section):
+    interval_s: float = Field(default=10.0, ge=0.2, description="Seconds between telemetry messages.")
+
+
+class EventsSection(_Section):
+    enabled: bool = Field(default=True, description="Publish detection events.")
+    min_interval_s: float = Field(default=5.0, ge=0, description="Least time between events of one label per camera.")
+    min_confidence: float = Field(default=0.5, ge=0, le=1, description="Detections below this make no event.")
+    labels: list[str] = Field(default_factory=list, description="Labels that make events (empty: all).")
+
+
+class AgentConfig(_Section):
+    """Everything the agent reads from agent.yaml; every section has working defaults."""
+
+    device: DeviceSection = Field(default_factory=DeviceSection, description="Who this device is.")
     state_dir: Path = Field(default=DEFAULT_STATE_DIR, description="Where versions and the deployment record live.")
     trust_keys: list[Path] = Field(
         default_factory=list, description="Ed25519 public keys (PEM) whose bundles are accepted."
@@ -40,17 +192,123 @@ class DeviceConfig(BaseModel):
     )
     keep_versions: int = Field(default=3, ge=2, description="Installed versions kept, current and previous included.")
     bundle_limits: BundleLimitsConfig = Field(default_factory=BundleLimitsConfig, description="Unpack limits.")
+    mqtt: MqttSection | None = Field(default=None, description="The fleet broker; without it the agent runs alone.")
+    deployments: DeploymentSection = Field(default_factory=DeploymentSection, description="Bundle downloads.")
+    pipelines: list[PipelineSection] = Field(default_factory=list, description="Cameras to run the active model on.")
+    telemetry: TelemetrySection = Field(default_factory=TelemetrySection, description="Telemetry topic.")
+    events: EventsSection = Field(default_factory=EventsSection, description="Detection events topic.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log verbosity.")
+
+    @field_validator("pipelines")
+    @classmethod
+    def _unique_names(cls, value: list[PipelineSection]) -> list[PipelineSection]:
+        names = [p.name for p in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"pipeline names must be unique: {', '.join(duplicates)} repeated")
+        return value
+
+    def device_id(self) -> str:
+        """The configured id, else this machine's hostname (made topic-safe)."""
+        return self.device.id or re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())
 
 
-def load_config(path: Path) -> DeviceConfig:
+def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Line number (1-based) of every mapping key and sequence item, by its location."""
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, loc: tuple[str, ...]) -> None:
+        lines.setdefault(loc, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                where = (*loc, str(key.value))
+                lines[where] = key.start_mark.line + 1
+                walk(value, where)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*loc, str(i)))
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return lines
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def _parse(path: Path) -> tuple[AgentConfig | None, list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+        return None, [f"{path}: cannot read: {exc.strerror}"]
+    except UnicodeDecodeError as exc:
+        return None, [f"{path}: not UTF-8 text: {exc}"]
     try:
-        return DeviceConfig.model_validate(raw or {})
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return None, [f"{path}: not valid YAML: {exc}"]
+    if raw is not None and not isinstance(raw, dict):
+        return None, [f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}"]
+    try:
+        return AgentConfig.model_validate(raw or {}), []
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"config {path}: {problems}") from exc
+        lines = _yaml_lines(text)
+        problems = []
+        for error in exc.errors():
+            loc = tuple(str(p) for p in error["loc"])
+            line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
+            where = f"{path}:{line}" if line else str(path)
+            problems.append(f"{where}: {'.'.join(loc) or '(top)'}: {error['msg']}")
+        return None, problems
+
+
+def load_config(path: Path) -> AgentConfig:
+    """Load agent.yaml; raises `ConfigError` listing every problem with its file, line and key."""
+    config, problems = _parse(path)
+    if config is None:
+        raise ConfigError("; ".join(problems))
+    return config
+
+
+def check_files(config: AgentConfig) -> list[str]:
+    """Files and variables the config names but this machine lacks (the I/O validators skip)."""
+    problems = []
+    named: list[tuple[str, Path | None]] = [(f"trust_keys.{i}", key) for i, key in enumerate(config.trust_keys)]
+    mqtt = config.mqtt
+    if mqtt is not None:
+        if mqtt.tls is not None:
+            named += [(f"mqtt.tls.{k}", getattr(mqtt.tls, k)) for k in ("ca_file", "cert_file", "key_file")]
+        if mqtt.password is not None:
+            named.append(("mqtt.password.file", mqtt.password.file))
+            if mqtt.password.env is not None and mqtt.password.env not in os.environ:
+                problems.append(f"mqtt.password.env: the environment variable {mqtt.password.env} is not set")
+    for where, path in named:
+        if path is not None and not path.is_file():
+            problems.append(f"{where}: no such file {path}")
+    for i, pipeline in enumerate(config.pipelines):
+        source = pipeline.source
+        looks_like_file = not (
+            source.startswith(("synthetic", "/dev/video", "rtsp://", "rtsps://", "http://", "https://"))
+            or source.isdigit()
+            or "!" in source
+        )
+        if looks_like_file and not Path(source).is_file():
+            problems.append(f"pipelines.{i}.source: no such video file {source}")
+    if not config.trust_keys and not config.allow_unsigned:
+        problems.append("trust_keys: empty and allow_unsigned is false, so every bundle will be refused")
+    return problems
+
+
+def check_config(path: Path) -> list[str]:
+    """Every problem with the config at `path`: parse and value errors with their line, then files."""
+    config, problems = _parse(path)
+    return problems if config is None else check_files(config)
+
+
+def schema_json() -> str:
+    return json.dumps(AgentConfig.model_json_schema(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    print(schema_json(), end="")

@@ -26,15 +26,21 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agent.bundle import Limits, Verified, read_reference, sha256_file, unpack, verify_unpacked
+from agent.bundle import Limits, Verified, read_manifest, read_reference, sha256_file, unpack, verify_unpacked
 from agent.errors import BundleError
+from agent.manifest import Manifest
 from agent.probe import Board
 from agent.store import Deployment, Store, fsync_tree
 from runtimes.base import TensorSpec, dequantize
+
+if TYPE_CHECKING:
+    from pipelines.detector import Detector
+    from runtimes.selection import Choice
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,40 @@ def parity_fraction(
     return within / total if total else 1.0
 
 
+def _choices(folder: Path, manifest: Manifest, board: Board, preference: str) -> list[Choice]:
+    """The runtimes that could run this version here, best first (`runtimes.selection`)."""
+    from runtimes.registry import available_runtimes
+    from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
+
+    artifacts = [Artifact(str(folder / a.path), a.format, a.precision) for a in manifest.artifacts]
+    try:
+        return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)  # type: ignore[arg-type]
+    except SelectionError as exc:
+        raise BundleError("NO_RUNTIME", str(exc)) from exc
+
+
+def open_detector(folder: Path, board: Board, preference: str = "auto") -> tuple[Detector, Manifest]:
+    """Load an installed version for serving: the best runtime that loads it, with the decoder
+    and thresholds of its manifest. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
+    from pipelines.detector import Detector
+    from runtimes.base import ModelLoadError, RuntimeUnavailable
+    from runtimes.registry import load_runtime
+
+    _, manifest = read_manifest(folder)
+    failures = []
+    for choice in _choices(folder, manifest, board, preference):
+        try:
+            runtime = load_runtime(choice.runtime, Path(choice.artifact.path))
+        except (RuntimeUnavailable, ModelLoadError) as exc:
+            failures.append(f"{choice.runtime}: {exc}")
+            continue
+        thresholds = manifest.thresholds
+        detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
+        log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
+        return detector, manifest
+    raise BundleError("NO_RUNTIME", f"no runtime could load {folder}: " + "; ".join(failures))
+
+
 def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activation:
     """Choose a runtime for this board, load, warm up, decode once and check parity.
 
@@ -79,15 +119,10 @@ def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activa
     from pipelines.decoders import DecoderError
     from pipelines.detector import Detector
     from runtimes.base import InferenceError, ModelLoadError, NotAModelError, RuntimeUnavailable
-    from runtimes.registry import available_runtimes, load_runtime
-    from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
+    from runtimes.registry import load_runtime
 
     manifest = bundle.manifest
-    artifacts = [Artifact(str(bundle.folder / a.path), a.format, a.precision) for a in manifest.artifacts]
-    try:
-        choices = select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)  # type: ignore[arg-type]
-    except SelectionError as exc:
-        raise BundleError("NO_RUNTIME", str(exc)) from exc
+    choices = _choices(bundle.folder, manifest, board, preference)
     reference = read_reference(bundle.folder, manifest)
     failures = []
     for choice in choices:
@@ -157,27 +192,38 @@ def install(
     limits: Limits | None = None,
     preference: str = "auto",
     on_state: Callable[[Deployment], None] = lambda d: None,
+    deployment: Deployment | None = None,
 ) -> Deployment:
-    """Run the state machine for one bundle file; returns the final deployment record."""
+    """Run the state machine for one bundle file; returns the final deployment record.
+
+    `deployment` continues a record that an earlier step (the daemon's download) began; its
+    sha256 must be the file's, else the bundle is REJECTED with ``BUNDLE_HASH_MISMATCH``.
+    """
     store.ensure()
     store.recover()
     try:
         sha = sha256_file(bundle_path)
     except OSError as exc:
         raise BundleError("BUNDLE_UNREADABLE", f"cannot read {bundle_path}: {exc.strerror}") from exc
-    deployment = Deployment(
-        id=f"local-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
-        sha256=sha,
-        from_sha=store.current_sha(),
-        previous_before=store.previous_sha(),
-    )
+    if deployment is None:
+        deployment = Deployment(
+            id=f"local-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            sha256=sha,
+            from_sha=store.current_sha(),
+            previous_before=store.previous_sha(),
+        )
+    record = deployment
 
     def step(state: str, error: BundleError | None = None) -> None:
-        deployment.to(state, (error.code, error.message) if error else None)
-        store.record(deployment)
-        on_state(deployment)
-        log.info("deployment %s: %s%s", deployment.id, state, f" ({error})" if error else "")
+        record.to(state, (error.code, error.message) if error else None)
+        store.record(record)
+        on_state(record)
+        log.info("deployment %s: %s%s", record.id, state, f" ({error})" if error else "")
 
+    if sha != deployment.sha256:
+        mismatch = f"{bundle_path} is {sha[:12]}, not {deployment.sha256[:12]}"
+        step("REJECTED", BundleError("BUNDLE_HASH_MISMATCH", mismatch))
+        return deployment
     step("VERIFYING")
     checkpoint("verifying")
     staging = store.versions / f"{sha}.tmp"

@@ -3,9 +3,11 @@
 Layout under the state directory (default ``/var/lib/edge-agent``)::
 
     versions/<sha256>/        an unpacked, verified bundle (``<sha256>.tmp`` while unpacking)
+    downloads/<sha256>/       a bundle being downloaded chunk by chunk (agent.transfer)
     current -> versions/<sha> the version that serves
     previous -> versions/<sha>
     deployment.json           the last deployment: id, bundle, state, error, history
+    followed.json             the id of the last desired document acted on
 
 Pointers are symlinks replaced with ``rename`` and files are written to a temp file, fsynced
 and renamed, so a crash at any point leaves either the old or the new state, never a mix.
@@ -33,6 +35,7 @@ STATES = (
     "ROLLED_BACK",
 )
 FINAL_STATES = ("SUCCEEDED", "REJECTED", "ROLLED_BACK")
+RESUMABLE_STATES = ("QUEUED", "DOWNLOADING")
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -178,6 +181,20 @@ class Store:
     def record(self, deployment: Deployment) -> None:
         atomic_write(self.root / "deployment.json", json.dumps(asdict(deployment), indent=2).encode())
 
+    def followed(self) -> str | None:
+        """The id of the last desired document this device acted on (it acts on each id once)."""
+        try:
+            return str(json.loads((self.root / "followed.json").read_bytes())["id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def follow(self, desired_id: str) -> None:
+        atomic_write(self.root / "followed.json", json.dumps({"id": desired_id}).encode())
+
+    @property
+    def downloads(self) -> Path:
+        return self.root / "downloads"
+
     def last_deployment(self) -> Deployment | None:
         try:
             return Deployment.from_dict(json.loads((self.root / "deployment.json").read_bytes()))
@@ -222,8 +239,8 @@ class Store:
             if (self.root / name).is_symlink() and self._pointer(name) is None:
                 (self.root / name).unlink()  # points at a version that is gone
         deployment = self.last_deployment()
-        if deployment is None or deployment.state in FINAL_STATES:
-            return None
+        if deployment is None or deployment.state in (*FINAL_STATES, *RESUMABLE_STATES):
+            return None  # a download touched no version; the daemon resumes it
         if deployment.state == "ACTIVATING" and self.current_sha() == deployment.sha256:
             deployment.to("SUCCEEDED")  # switched, but the record was not written yet
         else:

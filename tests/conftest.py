@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -98,3 +99,45 @@ def write_video(path: Path, frames: int, size: tuple[int, int] = (160, 120), see
         writer.write(scene.render(i)[0])
     writer.release()
     return path
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A fleet signing key pair (private, public) and a stranger's private key (other)."""
+    from agent.signing import generate_keypair
+
+    folder = tmp_path_factory.mktemp("keys")
+    private, public = generate_keypair(folder / "fleet")
+    other, _ = generate_keypair(folder / "stranger")
+    return {"private": private, "public": public, "other": other}
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> dict[str, Path]:
+    """Signed demo bundles: v1 (INT8 Q/DQ ONNX) and v2 (INT8 TFLite)."""
+    from agent.bundle import build_bundle
+    from agent.signing import load_private_key
+
+    folder = tmp_path_factory.mktemp("bundles")
+    key = load_private_key(keys["private"])
+    v1 = folder / "demo-1.0.0.bundle"
+    v2 = folder / "demo-1.1.0.bundle"
+    build_bundle([DEMO_MODELS / "demo_detector_int8_qdq.onnx"], v1, name="demo", version="1.0.0", key=key)
+    build_bundle([DEMO_MODELS / "demo_detector_int8.tflite"], v2, name="demo", version="1.1.0", key=key)
+    return {"v1": v1, "v2": v2}
+
+
+@pytest.fixture
+def range_server() -> Iterator[Callable[..., str]]:
+    """``range_server(path, drop_after=None, ignore_range=False)`` serves `path`; returns its URL."""
+    from tests.mqtt_tools import RangeServer
+
+    servers: list[RangeServer] = []
+
+    def serve(path: Path, **options: Any) -> str:
+        servers.append(RangeServer(path, **options))
+        return servers[-1].url
+
+    yield serve
+    for server in servers:
+        server.close()

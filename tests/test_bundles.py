@@ -19,64 +19,13 @@ import pytest
 from agent.bundle import Limits, build_bundle
 from agent.deploy import install
 from agent.probe import probe
-from agent.signing import generate_keypair, load_private_key, load_public_key, signature_file
+from agent.signing import load_private_key, load_public_key, signature_file
 from agent.store import Store
 from pipelines.detector import Detector
 from pipelines.synthetic import SyntheticScene
 from runtimes.registry import load_runtime
+from tests.bundle_tools import Files, read_files, resign, write_tar
 from tests.conftest import DEMO_MODELS, REPO
-
-Files = dict[str, bytes]
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("keys")
-    private, public = generate_keypair(folder / "fleet")
-    other, _ = generate_keypair(folder / "stranger")
-    return {"private": private, "public": public, "other": other}
-
-
-@pytest.fixture(scope="module")
-def bundles(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("bundles")
-    key = load_private_key(keys["private"])
-    v1 = folder / "demo-1.0.0.bundle"
-    v2 = folder / "demo-1.1.0.bundle"
-    build_bundle([DEMO_MODELS / "demo_detector_int8_qdq.onnx"], v1, name="demo", version="1.0.0", key=key)
-    build_bundle([DEMO_MODELS / "demo_detector_int8.tflite"], v2, name="demo", version="1.1.0", key=key)
-    return {"v1": v1, "v2": v2}
-
-
-def read_files(bundle: Path) -> Files:
-    with tarfile.open(bundle) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
-
-
-def write_tar(
-    path: Path, files: Files, extra: Callable[[tarfile.TarFile], None] | None = None, gz: bool = False
-) -> Path:
-    with tarfile.open(path, "w:gz" if gz else "w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        if extra:
-            extra(tar)
-    return path
-
-
-def resign(files: Files, key_path: Path, edit: Callable[[dict], None] | None = None) -> Files:
-    """Apply `edit` to the manifest, refresh the hashes of files that changed, sign again."""
-    manifest = json.loads(files["manifest.json"])
-    if edit:
-        edit(manifest)
-    for entry in manifest.get("artifacts", []) + manifest.get("files", []):
-        if isinstance(entry, dict) and entry.get("path") in files:
-            data = files[entry["path"]]
-            entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
-    data = json.dumps(manifest, sort_keys=True, indent=2).encode() + b"\n"
-    return {**files, "manifest.json": data, "manifest.sig": signature_file(data, load_private_key(key_path))}
 
 
 def without(files: Files, name: str) -> Files:

@@ -1,0 +1,106 @@
+"""The daemon's cameras: one `Pipeline` per configured source, all serving the active version.
+
+`activate` loads the installed version once per camera (each pipeline owns its runtime, since
+not every runtime may be called from two threads) and either starts the pipelines or swaps the
+new model in between frames, so capture never stops for a deployment.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agent.config import PipelineSection
+from agent.deploy import open_detector
+from agent.manifest import Manifest
+from agent.probe import Board
+from pipelines.detector import Detector
+from pipelines.pipeline import Pipeline, Sink
+from pipelines.sources import FrameSource, open_source
+
+log = logging.getLogger(__name__)
+
+
+SYNTHETIC_FPS = 15.0  # the synthetic camera's rate when the config gives none: a live camera, not a clip
+
+
+def source_for(section: PipelineSection) -> FrameSource:
+    camera: dict[str, Any] = {k: getattr(section, k) for k in ("width", "height", "fps") if getattr(section, k)}
+    if section.source.startswith("synthetic"):
+        camera.setdefault("fps", SYNTHETIC_FPS)
+    return open_source(section.source, loop=section.loop, **camera)
+
+
+class Cameras:
+    """The configured pipelines; `sink_for(name)` makes each pipeline's sink (events)."""
+
+    def __init__(
+        self,
+        sections: Sequence[PipelineSection],
+        board: Board,
+        preference: str,
+        sink_for: Callable[[str], Sink] | None = None,
+    ) -> None:
+        self.sections, self.board, self.preference = list(sections), board, preference
+        self._sink_for = sink_for
+        self._lock = threading.Lock()
+        self._pipelines: dict[str, Pipeline] = {}
+        self.version: Path | None = None
+        self.manifest: Manifest | None = None
+
+    def activate(self, version: Path) -> None:
+        """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`."""
+        with self._lock:
+            detectors = [open_detector(version, self.board, self.preference) for _ in self.sections]
+            for section, (detector, manifest) in zip(self.sections, detectors, strict=True):
+                running = self._pipelines.get(section.name)
+                if running is not None:
+                    running.swap_detector(detector)
+                else:
+                    self._pipelines[section.name] = self._start(section, detector)
+                self.manifest = manifest
+            self.version = version
+
+    def restart(self, name: str | None = None) -> list[str]:
+        """Stop and start one pipeline (or all) with a fresh source; returns the names restarted."""
+        with self._lock:
+            names = [name] if name is not None else list(self._pipelines)
+            unknown = [n for n in names if n not in self._pipelines]
+            if unknown:
+                raise KeyError(f"no running pipeline named {unknown[0]!r}; running: {', '.join(self._pipelines)}")
+            for n in names:
+                old = self._pipelines[n]
+                old.stop()
+                section = next(s for s in self.sections if s.name == n)
+                self._pipelines[n] = self._start(section, old.detector)
+            return names
+
+    def _start(self, section: PipelineSection, detector: Detector) -> Pipeline:
+        sinks = [self._sink_for(section.name)] if self._sink_for else []
+        return Pipeline(section.name, source_for(section), detector, max_fps=section.max_fps, sinks=sinks).start()
+
+    def stop(self) -> None:
+        with self._lock:
+            for pipeline in self._pipelines.values():
+                pipeline.stop()
+            for pipeline in self._pipelines.values():
+                pipeline.detector.runtime.close()
+            self._pipelines.clear()
+
+    def get(self, name: str | None) -> Pipeline:
+        """The named pipeline, or the first one; raises `KeyError` with what is running."""
+        with self._lock:
+            if not self._pipelines:
+                raise KeyError("no pipeline is running (no active bundle, or no pipelines configured)")
+            if name is None:
+                return next(iter(self._pipelines.values()))
+            if name not in self._pipelines:
+                raise KeyError(f"no running pipeline named {name!r}; running: {', '.join(self._pipelines)}")
+            return self._pipelines[name]
+
+    def stats(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [p.stats() for p in self._pipelines.values()]

@@ -1,0 +1,239 @@
+"""`edge-agent` commands for the daemon and the fleet: config check/example, run, and
+fleet push/status/rollback/gc (see docs/configuration.md and docs/mqtt.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.cli_errors import CliError
+
+if TYPE_CHECKING:
+    from agent.config import MqttSection
+    from agent.mqtt_link import MqttLink
+    from agent.protocol import Topics
+
+
+def _chunk_size(text: str) -> int:
+    units = {"k": 1024, "m": 1024 * 1024}
+    try:
+        value = int(text[:-1]) * units[text[-1].lower()] if text[-1:].lower() in units else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 262144, 256k or 1m") from None
+    if not 1024 <= value <= 64 * 1024 * 1024:
+        raise argparse.ArgumentTypeError(f"chunk size {value} is outside 1 KiB .. 64 MiB")
+    return value
+
+
+def add_daemon_commands(commands: Any) -> None:
+    config = commands.add_parser("config", help="check agent.yaml or print an example")
+    actions = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = actions.add_parser("check", help="print every problem of a config file (exit 1 if any)")
+    check.add_argument("file", type=Path)
+    example = actions.add_parser("example", help="print a working agent.yaml")
+    example.add_argument("--device-id", default="cam-01")
+    example.add_argument("--group")
+    example.add_argument("--broker", default="mqtt://localhost:1883", help="mqtt://HOST:PORT or mqtts://...")
+    example.add_argument("--state-dir", type=Path, default=Path("/var/lib/edge-agent"))
+    example.add_argument("--source", default="synthetic", help="synthetic, a video file, /dev/videoN or rtsp://...")
+    example.add_argument("--trust-key", type=Path, help="signing.pub whose bundles the device accepts")
+
+    run = commands.add_parser("run", help="run the agent daemon")
+    run.add_argument("--config", type=Path, default=Path("/etc/edge-agent/agent.yaml"), help="agent.yaml")
+    run.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
+
+    fleet = commands.add_parser("fleet", help="push bundles to devices and watch them (operator side)")
+    fleet_actions = fleet.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
+    push = fleet_actions.add_parser("push", help="publish a bundle and make targets install it")
+    push.add_argument("bundle", type=Path)
+    push.add_argument("--target", required=True, help="device:ID or group:NAME")
+    push.add_argument("--chunk-size", type=_chunk_size, default=256 * 1024, help="bytes per chunk (default 256k)")
+    push.add_argument("--url", help="devices download the bundle from this HTTP(S) URL instead of the broker")
+    status = fleet_actions.add_parser("status", help="a table of devices")
+    status.add_argument("--json", action="store_true")
+    rollback = fleet_actions.add_parser("rollback", help="make targets return to their previous version")
+    rollback.add_argument("--target", required=True, help="device:ID or group:NAME")
+    rollback.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer")
+    gc = fleet_actions.add_parser("gc", help="remove retained chunks that no desired document references")
+    gc.add_argument("--dry-run", action="store_true", help="only list them")
+    for parser in (push, status, rollback, gc):
+        _broker_arguments(parser)
+
+
+def _broker_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("broker")
+    group.add_argument("--broker", default=os.environ.get("EDGE_AGENT_BROKER", "mqtt://localhost:1883"))
+    group.add_argument("--topic-root", default="edge")
+    group.add_argument("--username")
+    group.add_argument("--password-env", help="environment variable holding the password")
+    group.add_argument("--password-file", type=Path, help="file whose first line is the password")
+    group.add_argument("--ca-file", type=Path)
+    group.add_argument("--cert-file", type=Path)
+    group.add_argument("--key-file", type=Path)
+    group.add_argument("--wait", type=float, default=2.0, help="seconds to collect retained state (default 2)")
+
+
+def _broker_settings(args: argparse.Namespace) -> MqttSection:
+    from pydantic import ValidationError
+
+    from agent.config import MqttSection
+
+    raw: dict[str, Any] = {"broker": args.broker, "topic_root": args.topic_root, "username": args.username}
+    if args.password_env or args.password_file:
+        raw["password"] = {"env": args.password_env} if args.password_env else {"file": args.password_file}
+    if args.ca_file or args.cert_file or args.key_file:
+        raw["tls"] = {"ca_file": args.ca_file, "cert_file": args.cert_file, "key_file": args.key_file}
+    try:
+        return MqttSection.model_validate(raw)
+    except ValidationError as exc:
+        raise CliError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from agent.config import check_config
+    from agent.config_example import example_config
+
+    if args.config_command == "example":
+        print(
+            example_config(
+                device_id=args.device_id,
+                group=args.group,
+                broker=args.broker,
+                state_dir=args.state_dir,
+                source=args.source,
+                trust_key=args.trust_key,
+            ),
+            end="",
+        )
+        return 0
+    problems = check_config(args.file)
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"{args.file}: no problems found")
+    return 0
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import logging
+
+    from agent.config import load_config
+    from agent.daemon import Agent
+    from agent.probe import probe
+
+    config = load_config(args.config)
+    logging.getLogger().setLevel(config.log_level.upper())
+    agent = Agent(config, probe(args.root), config_path=args.config)
+    return agent.run()
+
+
+# -- fleet --------------------------------------------------------------------------------------
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from agent.fleet import FleetError, connect
+    from agent.protocol import ProtocolError, Topics
+
+    actions = {"push": _fleet_push, "status": _fleet_status, "rollback": _fleet_rollback, "gc": _fleet_gc}
+    settings = _broker_settings(args)
+    try:
+        link = connect(settings)
+        try:
+            return actions[args.fleet_command](args, link, Topics(settings.topic_root))
+        finally:
+            link.stop()
+    except (FleetError, ProtocolError) as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    from tqdm import tqdm
+
+    from agent.fleet import push
+
+    if not args.bundle.is_file():
+        raise CliError(f"bundle file not found: {args.bundle}")
+    with tqdm(
+        total=args.bundle.stat().st_size, unit="B", unit_scale=True, desc="push", disable=not sys.stderr.isatty()
+    ) as bar:
+
+        def progress(done: int) -> None:
+            bar.update(done - bar.n)
+
+        desired = push(
+            link, topics, args.bundle, args.target, chunk_size=args.chunk_size, url=args.url, progress=progress
+        )
+    print(
+        f"pushed {desired.name} {desired.version} ({desired.size} bytes, {desired.chunks} chunks, "
+        f"sha256 {desired.sha256[:12]}) to {args.target} as deployment {desired.id}"
+    )
+    return 0
+
+
+def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    from agent.fleet import fleet_state, status_rows
+
+    devices = fleet_state(link, topics, args.wait)
+    if args.json:
+        print(json.dumps(devices, indent=2))
+        return 0
+    rows = status_rows(devices)
+    if not rows:
+        print(f"no device has reported on {args.broker} under {topics.root}/")
+        return 0
+    columns = ("device", "state", "group", "bundle", "deployment", "fps", "temperature_c")
+    cells = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    return 0
+
+
+def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    from agent.fleet import command, targets
+
+    devices = targets(link, topics, args.target, args.wait)
+    answers = command(link, topics, devices, "rollback", timeout=args.timeout)
+    failed = 0
+    for device, answer in answers.items():
+        if answer is None:
+            failed += 1
+            print(f"{device}: no answer within {args.timeout:.0f} s (offline?)")
+            continue
+        body = json.loads(answer[0])
+        if body.get("ok"):
+            result = body["result"]
+            print(f"{device}: rolled back to {result.get('name')} {result.get('version')}")
+        else:
+            failed += 1
+            print(f"{device}: {body['error']['code']}: {body['error']['message']}")
+    return 1 if failed else 0
+
+
+def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    from agent.fleet import clear_bundle, unreferenced_bundles
+
+    unused = unreferenced_bundles(link, topics, args.wait)
+    for sha, index in unused.items():
+        if not args.dry_run:
+            clear_bundle(link, topics, index)
+        verb = "would remove" if args.dry_run else "removed"
+        print(f"{verb} bundle {sha[:12]} ({index.size} bytes, {len(index.chunks)} chunks)")
+    if not unused:
+        print("every bundle on the broker is referenced by a desired document")
+    return 0
+
+
+DAEMON_COMMANDS = {"config": cmd_config, "run": cmd_run, "fleet": cmd_fleet}

@@ -1,0 +1,72 @@
+"""``edge-agent config example``: a commented agent.yaml that ``edge-agent run`` accepts as is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _quoted(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid YAML scalar, whatever it holds
+
+
+def example_config(
+    *,
+    device_id: str = "cam-01",
+    group: str | None = None,
+    broker: str = "mqtt://localhost:1883",
+    state_dir: Path = Path("/var/lib/edge-agent"),
+    source: str = "synthetic",
+    trust_key: Path | None = None,
+) -> str:
+    """The YAML text; `trust_key` None writes ``allow_unsigned: true`` with a warning comment."""
+    if trust_key is not None:
+        trust = f"trust_keys:\n  - {_quoted(str(trust_key))}\nallow_unsigned: false"
+    else:
+        trust = (
+            "# No trusted key given: unsigned bundles are accepted. Add your signing.pub here\n"
+            "# (edge-agent keygen) and set allow_unsigned: false before going to the field.\n"
+            "trust_keys: []\nallow_unsigned: true"
+        )
+    group_line = (
+        f"  group: {_quoted(group)}" if group else "  # group: lobby-cameras   # follow the group's deployments"
+    )
+    return f"""\
+# edge-agent configuration (docs/configuration.md). Check it with: edge-agent config check FILE
+device:
+  id: {_quoted(device_id)}
+{group_line}
+
+state_dir: {_quoted(str(state_dir))}
+{trust}
+runtime: auto           # auto | tensorrt | onnxruntime | litert
+keep_versions: 3
+
+mqtt:
+  broker: {_quoted(broker)}
+  topic_root: edge
+  # username: device-cam-01
+  # password: {{file: /etc/edge-agent/mqtt-password}}   # or {{env: EDGE_AGENT_MQTT_PASSWORD}}
+  # tls:
+  #   ca_file: /etc/edge-agent/ca.pem
+  #   cert_file: /etc/edge-agent/device.pem   # mutual TLS
+  #   key_file: /etc/edge-agent/device.key
+  offline_queue: 1000
+
+deployments:
+  max_download_rate: 0  # bytes per second, 0 = unlimited
+  window: 16
+
+pipelines:
+  - name: cam0
+    source: {_quoted(source)}
+    loop: true
+    max_fps: 15
+
+telemetry:
+  interval_s: 10
+
+events:
+  min_interval_s: 5
+  min_confidence: 0.5
+"""

@@ -1,0 +1,285 @@
+"""``edge-agent run``: the daemon.
+
+It recovers an interrupted deployment, starts the cameras on the active version (if any),
+connects to the broker (if configured) and keeps serving detections whether or not the broker
+is reachable. Threads: paho's network thread (via `MqttLink`), the deployer, one thread for
+commands, one for telemetry, two per camera. The main thread only waits for signals:
+
+- SIGTERM / SIGINT: status ``stopping``, deployer stopped after its current step (a download
+  resumes next time), pipelines joined, status ``offline``, clean disconnect.
+- SIGHUP: reload the config file; a config with problems is refused (logged) and the running
+  one kept; a good one restarts the components with it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import queue
+import signal
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+
+from agent.cameras import Cameras
+from agent.commands import Command, CommandError, NoArgs, PipelineArgs, Response, SnapshotArgs, run_command
+from agent.config import AgentConfig, load_config
+from agent.deploy import rollback
+from agent.deployer import Deployer, deployment_document
+from agent.errors import BundleError, ConfigError
+from agent.events import EventSink
+from agent.mqtt_link import MqttLink, Will, reply_to
+from agent.probe import Board
+from agent.protocol import Topics, json_payload
+from agent.signing import load_public_key
+from agent.store import Deployment, Store
+from agent.telemetry import SystemMonitor, telemetry_document
+
+log = logging.getLogger(__name__)
+
+
+def agent_version() -> str:
+    try:
+        return importlib.metadata.version("edge-agent")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class Agent:
+    """One device's daemon, built from its config; `run` blocks until stopped."""
+
+    def __init__(self, config: AgentConfig, board: Board, config_path: Path | None = None) -> None:
+        self.board, self.config_path = board, config_path
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._configure(config)
+
+    def _configure(self, config: AgentConfig) -> None:
+        """Build (not start) the components for `config`; raises `ConfigError` / `BundleError`."""
+        self.config = config
+        self.device = config.device_id()
+        self.topics = Topics(config.mqtt.topic_root if config.mqtt else "edge")
+        self.store = Store(config.state_dir, config.keep_versions)
+        self.trusted = [load_public_key(path) for path in config.trust_keys]
+        self.events = EventSink(config.events, self._labels, self._publish_event)
+        self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline)
+        self.monitor = SystemMonitor()
+        self.link: MqttLink | None = None
+        self.deployer: Deployer | None = None
+        self._state = "starting"
+        self._serving_error: str | None = None
+        self._commands: queue.Queue[mqtt.MQTTMessage | None] = queue.Queue(maxsize=64)
+        self._threads: list[threading.Thread] = []
+        self._components_stop = threading.Event()
+        if config.mqtt is not None:
+            self.link = MqttLink(
+                config.mqtt,
+                config.mqtt.client_id or f"edge-agent-{self.device}",
+                will=Will(self.topics.status(self.device), json_payload(self._status("offline"))),
+                on_connect=self._publish_status,
+            )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        self.start()
+        try:
+            while not self._stop.wait(0.5):
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload()
+        finally:
+            self.stop()
+        return 0
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def start(self) -> None:
+        self.store.ensure()
+        recovered = self.store.recover()
+        if recovered is not None:
+            log.warning("recovered deployment %s: now %s", recovered.id, recovered.state)
+        self._serve_current()
+        self._state = "online"
+        self._components_stop.clear()
+        if self.link is not None:
+            self.deployer = Deployer(
+                self.config,
+                self.device,
+                self.store,
+                self.board,
+                self.link,
+                self.topics,
+                self.trusted,
+                self._on_deployed,
+            )
+            self.link.subscribe(self.topics.command(self.device, "+"), self._enqueue_command)
+            self.link.start()
+            self.deployer.start()
+            self._spawn(self._command_loop, "commands")
+            self._spawn(self._telemetry_loop, "telemetry")
+        log.info(
+            "edge-agent %s running as %s (%s), %d pipeline(s), broker %s",
+            agent_version(),
+            self.device,
+            self.board.model,
+            len(self.config.pipelines),
+            self.config.mqtt.broker if self.config.mqtt else "none",
+        )
+
+    def stop(self) -> None:
+        log.info("stopping")
+        self._state = "stopping"
+        self._publish_status()
+        if self.deployer is not None:
+            self.deployer.stop()
+        self._components_stop.set()
+        self._commands.put(None)
+        for thread in self._threads:
+            thread.join(10.0)
+        self._threads.clear()
+        self.cameras.stop()
+        self._state = "offline"
+        if self.link is not None:
+            self._publish_status()
+            self.link.stop()
+        log.info("stopped")
+
+    def reload(self) -> None:
+        if self.config_path is None:
+            log.warning("SIGHUP: no config file to reload")
+            return
+        try:
+            config = load_config(self.config_path)
+            [load_public_key(path) for path in config.trust_keys]
+        except (ConfigError, BundleError) as exc:
+            log.error("SIGHUP: keeping the running config: %s", exc)
+            return
+        log.info("SIGHUP: reloading %s", self.config_path)
+        self.stop()
+        self._configure(config)
+        self.start()
+
+    def _spawn(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # -- serving -------------------------------------------------------------------------------
+
+    def _serve_current(self) -> None:
+        sha = self.store.current_sha()
+        if sha is None or not self.config.pipelines:
+            return
+        try:
+            self.cameras.activate(self.store.versions / sha)
+            self._serving_error = None
+        except BundleError as exc:
+            self._serving_error = str(exc)
+            log.error("cannot serve the current version %s: %s", sha[:12], exc)
+
+    def _on_deployed(self, deployment: Deployment) -> None:
+        self._serve_current()
+        self._publish_status()
+
+    def _labels(self) -> list[str]:
+        manifest = self.cameras.manifest
+        return manifest.labels if manifest else []
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def _status(self, state: str) -> dict[str, Any]:
+        info = self.store.info(self.store.current_sha())
+        pipelines = self.cameras.stats() if state != "offline" else []
+        return {
+            "state": state,
+            "ts": round(time.time(), 3),
+            "device": self.device,
+            "group": self.config.device.group,
+            "agent_version": agent_version(),
+            "board": {"kind": self.board.kind, "model": self.board.model, "arch": self.board.arch},
+            "bundle": {"name": info.name, "version": info.version, "sha256": info.sha256} if info else None,
+            "runtime": pipelines[0]["runtime"] if pipelines else None,
+            "pipelines": [p["name"] for p in pipelines],
+            "fps": round(sum(p["fps"] for p in pipelines), 2),
+            "temperature_c": None,  # filled by the sensors issue
+            "error": self._serving_error,
+        }
+
+    def _publish_status(self) -> None:
+        if self.link is not None:
+            self.link.publish_state(self.topics.status(self.device), json_payload(self._status(self._state)))
+
+    def _publish_event(self, event: dict[str, object]) -> None:
+        if self.link is not None:
+            self.link.publish_queued(self.topics.events(self.device), json_payload({"device": self.device, **event}))
+
+    def _telemetry_loop(self) -> None:
+        assert self.link is not None
+        while not self._components_stop.wait(self.config.telemetry.interval_s):
+            document = telemetry_document(self.device, self.cameras.stats(), self.monitor.sample(), self.link.stats())
+            document["events"] = {"published": self.events.published, "suppressed": self.events.limiter.suppressed}
+            self.link.publish_queued(self.topics.telemetry(self.device), json_payload(document))
+            self._publish_status()  # keeps the retained fps current for `fleet status`
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def _enqueue_command(self, message: mqtt.MQTTMessage) -> None:
+        try:
+            self._commands.put_nowait(message)
+        except queue.Full:
+            log.warning("commands: queue full, %s dropped", message.topic)
+
+    def _command_loop(self) -> None:
+        assert self.link is not None
+        commands = {
+            "ping": Command(NoArgs, lambda _: {"pong": round(time.time(), 3), "state": self._state}),
+            "rollback": Command(NoArgs, self._cmd_rollback),
+            "restart-pipeline": Command(PipelineArgs, self._cmd_restart),
+            "snapshot": Command(SnapshotArgs, self._cmd_snapshot),
+        }
+        while (message := self._commands.get()) is not None:
+            name = message.topic.rsplit("/", 1)[1]
+            response = run_command(commands, name, message.payload)
+            log.info("command %s: %s", name, "ok" if response.ok else response.payload.decode()[:200])
+            topic, properties = reply_to(message, response.content_type)
+            if topic:
+                self.link.publish(topic, response.payload, qos=1, properties=properties)
+
+    def _cmd_rollback(self, _: NoArgs) -> dict[str, Any]:
+        assert self.deployer is not None and self.link is not None
+        if not self.deployer.install_lock.acquire(blocking=False):
+            raise CommandError("BUSY", "a deployment is in progress; roll back after it ends")
+        try:
+            deployment = rollback(self.store)
+        except LookupError as exc:
+            raise CommandError("NO_PREVIOUS", str(exc)) from exc
+        finally:
+            self.deployer.install_lock.release()
+        self.link.publish_state(self.topics.deployment(self.device), json_payload(deployment_document(deployment)))
+        self._on_deployed(deployment)
+        return asdict(deployment)
+
+    def _cmd_restart(self, args: PipelineArgs) -> dict[str, Any]:
+        try:
+            return {"restarted": self.cameras.restart(args.pipeline)}
+        except KeyError as exc:
+            raise CommandError("NO_PIPELINE", str(exc.args[0])) from exc
+
+    def _cmd_snapshot(self, args: SnapshotArgs) -> Response:
+        try:
+            pipeline = self.cameras.get(args.pipeline)
+        except KeyError as exc:
+            raise CommandError("NO_PIPELINE", str(exc.args[0])) from exc
+        jpeg = pipeline.snapshot(args.quality)
+        if jpeg is None:
+            raise CommandError("NO_FRAME", f"pipeline {pipeline.name} has not processed a frame yet")
+        return Response(jpeg, "image/jpeg")

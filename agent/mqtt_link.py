@@ -1,0 +1,269 @@
+"""The connection to the broker (paho-mqtt 2, MQTT 5), kept alive by an explicit reconnect loop.
+
+`MqttLink.start` runs a supervisor thread: connect, hand the socket to paho's network thread,
+wait until the connection is lost, sleep a jittered exponential backoff, connect again. After
+every (re)connect the link re-subscribes to every filter it was given and re-publishes the
+retained state documents (status, deployment), so the rest of the agent never has to care.
+
+Messages:
+- `publish_state`: retained, QoS 1, last value per topic wins; sent now or on the next connect.
+- `publish_queued`: telemetry and events; while offline they wait in a bounded queue (oldest
+  dropped, `dropped` counts them) and go out on the next connect.
+- `publish`: sent now or not at all (returns whether it went out): command responses, chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from agent.config import MqttSection
+from agent.errors import ConfigError
+from pipelines.sources import Backoff
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[mqtt.MQTTMessage], None]
+
+
+def reply_to(request: mqtt.MQTTMessage, content_type: str) -> tuple[str | None, Properties]:
+    """The response topic of an MQTT 5 request and the properties for its answer (content type,
+    the request's correlation data)."""
+    asked = request.properties
+    properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    properties.ContentType = content_type
+    correlation = getattr(asked, "CorrelationData", None)
+    if correlation is not None:
+        properties.CorrelationData = correlation
+    return getattr(asked, "ResponseTopic", None), properties
+
+
+@dataclass(frozen=True)
+class Will:
+    topic: str
+    payload: bytes
+
+
+class MqttLink:
+    """One MQTT 5 client with reconnects, re-subscription and an offline queue.
+
+    Handlers run in paho's network thread: they must return quickly (hand work to a queue).
+    """
+
+    def __init__(
+        self,
+        settings: MqttSection,
+        client_id: str,
+        *,
+        will: Will | None = None,
+        on_connect: Callable[[], None] = lambda: None,
+        backoff: Backoff | None = None,
+        max_inflight: int = 20,
+    ) -> None:
+        self.settings = settings
+        self._on_connect_hook = on_connect
+        self._backoff = backoff or Backoff(initial=settings.reconnect_min_s, maximum=settings.reconnect_max_s)
+        self._client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=MQTTProtocolVersion.MQTTv5,
+            reconnect_on_failure=False,  # the supervisor below reconnects, with jitter
+        )
+        self._client.max_inflight_messages_set(max_inflight)
+        self._configure(will)
+        self._client.on_connect = self._handle_connect
+        self._client.on_disconnect = self._handle_disconnect
+        self._client.on_message = self._handle_message
+        self._lock = threading.Lock()
+        self._handlers: dict[str, tuple[Handler, int]] = {}
+        self._states: dict[str, bytes] = {}
+        self._queue: deque[tuple[str, bytes, int]] = deque(maxlen=max(1, settings.offline_queue))
+        self._connected = threading.Event()
+        self._lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.dropped = 0  # queued messages pushed out by newer ones while offline
+        self.reconnects = 0
+        self.last_error: str | None = None
+
+    def _configure(self, will: Will | None) -> None:
+        settings = self.settings
+        if settings.username is not None:
+            password = settings.password.resolve() if settings.password is not None else None
+            self._client.username_pw_set(settings.username, password)
+        if settings.uses_tls:
+            tls = settings.tls
+            try:
+                self._client.tls_set(
+                    ca_certs=str(tls.ca_file) if tls and tls.ca_file else None,
+                    certfile=str(tls.cert_file) if tls and tls.cert_file else None,
+                    keyfile=str(tls.key_file) if tls and tls.key_file else None,
+                )
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"mqtt.tls: cannot load the certificates or key: {exc}") from exc
+        if will is not None:
+            self._client.will_set(will.topic, will.payload, qos=1, retain=True)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> MqttLink:
+        self._thread = threading.Thread(target=self._supervise, name="mqtt-link", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Disconnect cleanly (no last will) after the queued messages went out."""
+        self._stop.set()
+        if self._connected.is_set():
+            self._client.disconnect()
+        self._lost.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._client.loop_stop()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        return self._connected.wait(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "connected": self.connected,
+            "broker": self.settings.broker,
+            "reconnects": self.reconnects,
+            "queued": len(self._queue),
+            "dropped": self.dropped,
+            "last_error": self.last_error,
+        }
+
+    def _supervise(self) -> None:
+        settings = self.settings
+        first = True
+        while not self._stop.is_set():
+            if not first:
+                delay = self._backoff.next_delay()
+                log.info("mqtt: reconnecting to %s in %.1f s", settings.broker, delay)
+                if self._stop.wait(delay):
+                    break
+            first = False
+            self._lost.clear()
+            try:
+                self._client.connect(settings.host, settings.port, settings.keepalive_s, clean_start=True)
+            except (OSError, ssl.SSLError) as exc:
+                self.last_error = f"cannot connect to {settings.broker}: {exc}"
+                log.warning("mqtt: %s", self.last_error)
+                continue
+            self._client.loop_start()
+            self._lost.wait()
+            self._client.loop_stop()
+            self._connected.clear()
+
+    # -- paho callbacks (network thread) -----------------------------------------------------
+
+    def _handle_connect(
+        self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
+    ) -> None:
+        if reason.is_failure:
+            self.last_error = f"{self.settings.broker} refused the connection: {reason}"
+            log.warning("mqtt: %s", self.last_error)
+            self._lost.set()
+            return
+        if self.reconnects or self.last_error:
+            log.info("mqtt: connected to %s again", self.settings.broker)
+        self._backoff.reset()
+        with self._lock:
+            self._connected.set()
+            if self._handlers:
+                client.subscribe([(f, qos) for f, (_, qos) in self._handlers.items()])
+            for topic, payload in self._states.items():
+                client.publish(topic, payload, qos=1, retain=True)
+            while self._queue:
+                topic, payload, qos = self._queue.popleft()
+                client.publish(topic, payload, qos=qos)
+        try:
+            self._on_connect_hook()
+        except Exception:
+            log.exception("mqtt: the on-connect hook failed")
+
+    def _handle_disconnect(
+        self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
+    ) -> None:
+        self._connected.clear()
+        if not self._stop.is_set():
+            self.reconnects += 1
+            self.last_error = f"connection to {self.settings.broker} lost: {reason}"
+            log.warning("mqtt: %s", self.last_error)
+        self._lost.set()
+
+    def _handle_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        with self._lock:
+            handlers = [h for f, (h, _) in self._handlers.items() if mqtt.topic_matches_sub(f, message.topic)]
+        for handler in handlers:
+            try:
+                handler(message)
+            except Exception:
+                log.exception("mqtt: handler for %s failed", message.topic)
+
+    # -- subscriptions and publishing (any thread) -------------------------------------------
+
+    def subscribe(self, topic_filter: str, handler: Handler, qos: int = 1) -> None:
+        with self._lock:
+            self._handlers[topic_filter] = (handler, qos)
+            if self._connected.is_set():
+                self._client.subscribe(topic_filter, qos)
+
+    def subscribe_many(self, filters: list[str], handler: Handler, qos: int = 1) -> None:
+        """Several filters in one SUBSCRIBE packet (retained messages arrive in this order)."""
+        with self._lock:
+            for topic_filter in filters:
+                self._handlers[topic_filter] = (handler, qos)
+            if self._connected.is_set() and filters:
+                self._client.subscribe([(f, qos) for f in filters])
+
+    def unsubscribe(self, topic_filter: str) -> None:
+        with self._lock:
+            if self._handlers.pop(topic_filter, None) is not None and self._connected.is_set():
+                self._client.unsubscribe(topic_filter)
+
+    def publish(
+        self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, properties: Properties | None = None
+    ) -> mqtt.MQTTMessageInfo | None:
+        """Send now; None when offline (nothing is kept)."""
+        if not self._connected.is_set():
+            return None
+        info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
+        return info if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS else None
+
+    def publish_state(self, topic: str, payload: bytes) -> None:
+        """A retained document: the newest per topic is (re)sent whenever the link is up."""
+        with self._lock:
+            self._states[topic] = payload
+            if self._connected.is_set():
+                self._client.publish(topic, payload, qos=1, retain=True)
+
+    def publish_queued(self, topic: str, payload: bytes, qos: int = 0) -> None:
+        """Telemetry and events: sent now, or kept (bounded, oldest dropped) until the next connect."""
+        with self._lock:
+            if self._connected.is_set():
+                info = self._client.publish(topic, payload, qos=qos)
+                if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS:
+                    return
+            if self.settings.offline_queue == 0:
+                self.dropped += 1
+                return
+            if len(self._queue) == self._queue.maxlen:
+                self.dropped += 1
+            self._queue.append((topic, payload, qos))

@@ -1,0 +1,249 @@
+"""Resumable bundle downloads: chunks checked one by one, over MQTT or HTTP Range requests.
+
+A download lives in ``<state>/downloads/<sha256>/bundle.part``, written at each chunk's offset.
+The file itself is the progress record: on (re)start every chunk range is hashed against the
+index and only the ranges that do not match are fetched again, so a crash, a broker restart or
+a network cut costs at most the chunks that were in flight. A chunk whose hash does not match
+the index is refused (``CHUNK_CORRUPT``); the whole file is checked against the bundle's sha256
+before it is handed to the installer (``BUNDLE_HASH_MISMATCH``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+
+from agent.errors import BundleError
+from agent.mqtt_link import MqttLink
+from agent.protocol import ChunkIndex, Topics
+from pipelines.sources import Backoff
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]  # chunks done, chunks total
+
+
+class Cancelled(Exception):
+    """The download was stopped (agent stopping, or the desired bundle changed); it can resume."""
+
+
+class PartialBundle:
+    """One bundle being assembled from chunks in `folder`."""
+
+    def __init__(self, folder: Path, index: ChunkIndex) -> None:
+        self.folder, self.index = folder, index
+        self.path = folder / "bundle.part"
+        self._lock = threading.Lock()
+        self.done: set[int] = set()
+        self.resumed = 0  # chunks already on disk when the download (re)started
+        self.written = 0  # chunks written by this process
+        self.duplicates = 0  # chunks received again after they were complete
+        self._fd: int | None = None
+
+    def open(self) -> PartialBundle:
+        """Create the file, or find which chunks an earlier run already wrote."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        mode = "r+b" if self.path.exists() else "w+b"
+        with self.path.open(mode) as part:
+            part.truncate(self.index.size)
+            for i, expected in enumerate(self.index.chunks):
+                start, length = self.index.span(i)
+                part.seek(start)
+                if hashlib.sha256(part.read(length)).hexdigest() == expected:
+                    self.done.add(i)
+        self.resumed = len(self.done)
+        self._fd = os.open(self.path, os.O_WRONLY)
+        return self
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def missing(self) -> list[int]:
+        return [i for i in range(len(self.index.chunks)) if i not in self.done]
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done) == len(self.index.chunks)
+
+    def write(self, i: int, data: bytes) -> bool:
+        """Store chunk `i` after checking its hash; False when it was already there."""
+        if not 0 <= i < len(self.index.chunks):
+            raise BundleError("CHUNK_CORRUPT", f"chunk {i} is outside the index (0..{len(self.index.chunks) - 1})")
+        start, length = self.index.span(i)
+        if len(data) != length or hashlib.sha256(data).hexdigest() != self.index.chunks[i]:
+            raise BundleError(
+                "CHUNK_CORRUPT",
+                f"chunk {i} of bundle {self.index.sha256[:12]} does not match its sha256 in the index "
+                f"({len(data)} bytes, expected {length}); push the bundle again",
+            )
+        with self._lock:
+            if i in self.done:
+                self.duplicates += 1
+                return False
+            assert self._fd is not None, "open() the partial bundle first"
+            os.pwrite(self._fd, data, start)
+            self.done.add(i)
+            self.written += 1
+            return True
+
+    def finish(self) -> Path:
+        """Check the whole file against the bundle's sha256 and return it, ready to install."""
+        self.close()
+        digest = hashlib.sha256()
+        with self.path.open("rb") as part:
+            os.fsync(part.fileno())
+            while block := part.read(1 << 20):
+                digest.update(block)
+        if digest.hexdigest() != self.index.sha256:
+            raise BundleError(
+                "BUNDLE_HASH_MISMATCH",
+                f"the downloaded bundle hashes to {digest.hexdigest()[:12]}, not {self.index.sha256[:12]} as announced",
+            )
+        return self.path
+
+    def remove(self) -> None:
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class _RateLimit:
+    """Lets through `rate` bytes per second on average (0: unlimited), one chunk of burst."""
+
+    def __init__(self, rate: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self._clock = rate, clock
+        self._start = clock()
+        self._granted = 0
+
+    def wait_time(self, size: int) -> float:
+        if self.rate <= 0 or self._granted == 0:
+            return 0.0
+        return max(0.0, (self._granted + size) / self.rate - (self._clock() - self._start))
+
+    def grant(self, size: int) -> None:
+        self._granted += size
+
+
+def fetch_over_mqtt(
+    link: MqttLink,
+    topics: Topics,
+    partial: PartialBundle,
+    *,
+    window: int,
+    max_rate: int,
+    stall_timeout: float,
+    cancel: threading.Event,
+    progress: Progress,
+) -> None:
+    """Subscribe to the missing chunks, at most `window` at a time, until all are stored.
+
+    Retained chunks arrive on subscription; each is unsubscribed once stored. After a reconnect
+    the link re-subscribes to the outstanding ones. Raises `BundleError` for a corrupt chunk and
+    `Cancelled` when `cancel` is set.
+    """
+    sha = partial.index.sha256
+    pending = deque(partial.missing())
+    outstanding: set[int] = set()
+    arrived = threading.Condition()
+    failure: list[BundleError] = []
+    limit = _RateLimit(max_rate)
+
+    def on_chunk(message: mqtt.MQTTMessage) -> None:
+        i = int(message.topic.rsplit("/", 1)[1])
+        try:
+            partial.write(i, bytes(message.payload))
+        except BundleError as exc:
+            failure.append(exc)
+        link.unsubscribe(topics.chunk(sha, i))
+        with arrived:
+            outstanding.discard(i)
+            arrived.notify_all()
+
+    last_arrival, reported = time.monotonic(), len(partial.done)
+    try:
+        while not partial.complete:
+            if cancel.is_set():
+                raise Cancelled()
+            if failure:
+                raise failure[0]
+            with arrived:
+                while pending and len(outstanding) < window:
+                    size = partial.index.span(pending[0])[1]
+                    if limit.wait_time(size) > 0:
+                        break
+                    i = pending.popleft()
+                    limit.grant(size)
+                    outstanding.add(i)
+                    link.subscribe(topics.chunk(sha, i), on_chunk)
+                arrived.wait(min(0.5, max(0.005, limit.wait_time(partial.index.chunk_size))))
+            if len(partial.done) != reported:
+                last_arrival, reported = time.monotonic(), len(partial.done)
+                progress(reported, len(partial.index.chunks))
+            elif outstanding and time.monotonic() - last_arrival > stall_timeout:
+                log.warning("download %s: no chunk for %.0f s, asking again", sha[:12], stall_timeout)
+                for i in list(outstanding):
+                    link.unsubscribe(topics.chunk(sha, i))
+                    link.subscribe(topics.chunk(sha, i), on_chunk)
+                last_arrival = time.monotonic()
+    finally:
+        for i in list(outstanding):
+            link.unsubscribe(topics.chunk(sha, i))
+    progress(len(partial.done), len(partial.index.chunks))
+
+
+def fetch_over_http(
+    url: str,
+    partial: PartialBundle,
+    *,
+    max_rate: int,
+    timeout: float,
+    cancel: threading.Event,
+    progress: Progress,
+    backoff: Backoff | None = None,
+) -> None:
+    """Fetch the missing chunks with HTTP Range requests; transient failures are retried with
+    backoff, a client error (4xx) or a server without Range support ends it (``DOWNLOAD_FAILED``)."""
+    backoff = backoff or Backoff(initial=1.0, maximum=60.0)
+    limit = _RateLimit(max_rate)
+    for i in partial.missing():
+        start, length = partial.index.span(i)
+        if cancel.wait(limit.wait_time(length)):
+            raise Cancelled()
+        limit.grant(length)
+        while True:
+            if cancel.is_set():
+                raise Cancelled()
+            request = urllib.request.Request(url, headers={"Range": f"bytes={start}-{start + length - 1}"})
+            try:
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    if response.status != 206:
+                        raise BundleError(
+                            "DOWNLOAD_FAILED", f"{url} answered {response.status} to a Range request; it must send 206"
+                        )
+                    data = response.read(length + 1)
+                break
+            except urllib.error.HTTPError as exc:
+                if 400 <= exc.code < 500:
+                    raise BundleError("DOWNLOAD_FAILED", f"{url}: HTTP {exc.code} {exc.reason}") from exc
+                error = f"HTTP {exc.code}"
+            except (urllib.error.URLError, OSError) as exc:
+                error = str(getattr(exc, "reason", exc))
+            delay = backoff.next_delay()
+            log.warning("download %s: %s; retrying in %.1f s", url, error, delay)
+            if cancel.wait(delay):
+                raise Cancelled()
+        backoff.reset()
+        partial.write(i, data)
+        progress(len(partial.done), len(partial.index.chunks))

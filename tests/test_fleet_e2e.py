@@ -1,0 +1,406 @@
+"""The daemon and the fleet CLI against a real mosquitto: pushes, catch-up, overrides, broker and
+agent kills mid-transfer, network cuts, rejections, last will, commands."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import paho.mqtt.client as mqtt
+import pytest
+import yaml
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+from agent.cli import main
+from agent.protocol import ChunkIndex, Desired, Topics
+from tests.bundle_tools import read_files, write_tar
+from tests.mqtt_tools import AgentProcess, Broker, TcpProxy, Watcher, agent_config, wait_until
+
+FINAL = ("SUCCEEDED", "REJECTED", "ROLLED_BACK")
+SHAPES = {"circle", "square", "triangle"}
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    broker = Broker(tmp_path / "broker").start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def watcher(broker: Broker) -> Iterator[Watcher]:
+    watcher = Watcher(broker, ["edge/#"])
+    yield watcher
+    watcher.close()
+
+
+@pytest.fixture
+def agents(tmp_path: Path, broker: Broker, keys: dict[str, Path]) -> Iterator[Callable[..., AgentProcess]]:
+    """``agents(device, group=None, broker_url=None, **config)`` starts an agent process."""
+    started: list[AgentProcess] = []
+
+    def start(device: str, group: str | None = None, env: dict[str, str] | None = None, **config: Any) -> AgentProcess:
+        path = agent_config(tmp_path, broker, device, keys["public"], group, **config)
+        agent = AgentProcess(path, env).start()
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        if agent.alive():
+            agent.stop()
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    status = main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out + captured.err
+
+
+def push(capsys: pytest.CaptureFixture[str], broker: Broker, bundle: Path, target: str, *extra: str) -> str:
+    status, out = cli(capsys, "fleet", "push", str(bundle), "--target", target, "--broker", broker.url, *extra)
+    assert status == 0, out
+    return out.split(" as deployment ")[1].strip()
+
+
+def online(watcher: Watcher, device: str, timeout: float = 60) -> dict[str, Any]:
+    return watcher.wait_json(f"edge/{device}/status", lambda d: d["state"] == "online", timeout)  # type: ignore[no-any-return]
+
+
+def finished(watcher: Watcher, device: str, deployment_id: str, timeout: float = 90) -> dict[str, Any]:
+    return watcher.wait_json(  # type: ignore[no-any-return]
+        f"edge/{device}/deployment", lambda d: d["id"] == deployment_id and d["state"] in FINAL, timeout
+    )
+
+
+def serving(watcher: Watcher, device: str, version: str, timeout: float = 60) -> dict[str, Any]:
+    """The status names `version` and new telemetry shows frames flowing through it."""
+    status = watcher.wait_json(
+        f"edge/{device}/status", lambda d: (d.get("bundle") or {}).get("version") == version, timeout
+    )
+    since = time.time()
+    watcher.wait_json(f"edge/{device}/telemetry", lambda d: d["ts"] > since and d["fps"] > 0, timeout)
+    return status  # type: ignore[no-any-return]
+
+
+def test_push_to_a_group_reaches_every_device_honours_overrides_and_catches_up_late_devices(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+) -> None:
+    agents("dev1", group="lobby")
+    agents("dev2", group="lobby")
+    online(watcher, "dev1")
+    online(watcher, "dev2")
+
+    override = push(capsys, broker, bundles["v2"], "device:dev2")
+    assert finished(watcher, "dev2", override)["state"] == "SUCCEEDED"
+    group = push(capsys, broker, bundles["v1"], "group:lobby")
+    record = finished(watcher, "dev1", group)
+    assert record["state"] == "SUCCEEDED", record
+    assert [h["state"] for h in record["history"]] == [
+        "QUEUED",
+        "DOWNLOADING",
+        "VERIFYING",
+        "INSTALLING",
+        "ACTIVATING",
+        "SUCCEEDED",
+    ]
+    serving(watcher, "dev1", "1.0.0")
+    labels = {e["label"] for e in watcher.all_json("edge/dev1/events")}
+    assert labels and labels <= SHAPES, labels
+
+    agents("dev3", group="lobby")  # was offline during the push
+    assert finished(watcher, "dev3", group)["state"] == "SUCCEEDED"
+    serving(watcher, "dev3", "1.0.0")
+
+    assert watcher.json("edge/dev2/deployment")["id"] == override, "the device-level document wins"
+    serving(watcher, "dev2", "1.1.0")
+
+    status, out = cli(capsys, "fleet", "status", "--broker", broker.url, "--json")
+    assert status == 0, out
+    devices = json.loads(out)
+    assert {d: p["status"]["bundle"]["version"] for d, p in devices.items()} == {
+        "dev1": "1.0.0",
+        "dev2": "1.1.0",
+        "dev3": "1.0.0",
+    }
+    status, table = cli(capsys, "fleet", "status", "--broker", broker.url)
+    lines = table.splitlines()
+    assert lines[0].split()[:5] == ["DEVICE", "STATE", "GROUP", "BUNDLE", "DEPLOYMENT"]
+    assert any(line.split()[:2] == ["dev2", "online"] and "1.1.0" in line for line in lines[1:]), table
+
+
+def slow_download() -> dict[str, Any]:
+    """Agent settings that stretch a 1.7 MB download over several seconds."""
+    return {"deployments": {"max_download_rate": 250_000, "window": 4}}
+
+
+def test_broker_killed_mid_transfer_resumes_without_fetching_finished_chunks_again(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+) -> None:
+    agent = agents("dev1", **slow_download())
+    online(watcher, "dev1")
+    deployment = push(capsys, broker, bundles["v1"], "device:dev1", "--chunk-size", "16k")
+    time.sleep(1.5)  # the broker autosaves every second: the pushed chunks are on its disk
+    progress = watcher.wait_json(
+        "edge/dev1/deployment", lambda d: d.get("progress", {}).get("chunks_done", 0) >= 20, 60
+    )["progress"]
+    assert progress["chunks_done"] < progress["chunks_total"], "the download finished before the broker was killed"
+    watcher.close()
+    broker.kill()
+    time.sleep(1.0)
+    broker.start()
+    watcher = Watcher(broker, ["edge/#"])
+    try:
+        record = finished(watcher, "dev1", deployment)
+        assert record["state"] == "SUCCEEDED", record
+        final = record["progress"]
+        assert final["resumed"] == 0 and final["fetched"] == final["chunks_total"], final
+        assert final["duplicates"] <= 4, f"at most the chunks in flight are received twice: {final}"
+        assert "connected to" in agent.output() and "again" in agent.output()
+        serving(watcher, "dev1", "1.0.0")
+    finally:
+        watcher.close()
+
+
+def test_agent_sigkilled_mid_download_resumes_from_the_chunks_on_disk(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+) -> None:
+    agent = agents("dev1", **slow_download())
+    online(watcher, "dev1")
+    deployment = push(capsys, broker, bundles["v1"], "device:dev1", "--chunk-size", "16k")
+    done = watcher.wait_json("edge/dev1/deployment", lambda d: d.get("progress", {}).get("chunks_done", 0) >= 20, 60)
+    agent.kill()
+    assert watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "offline", 10)
+    before = done["progress"]["chunks_done"]
+    agent.start()
+    record = finished(watcher, "dev1", deployment)
+    assert record["state"] == "SUCCEEDED", record
+    final = record["progress"]
+    assert final["resumed"] >= before, final
+    assert final["fetched"] == final["chunks_total"] - final["resumed"], final
+    assert record["history"][0]["state"] == "QUEUED", "the record continued across the restart"
+    serving(watcher, "dev1", "1.0.0")
+
+
+def publish_raw(broker: Broker, topics: list[tuple[str, bytes]]) -> None:
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+    client.connect("127.0.0.1", broker.port)
+    client.loop_start()
+    try:
+        for topic, payload in topics:
+            client.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def announce(data: bytes, device: str, chunk_size: int, sha256: str | None = None, bad_chunk: int | None = None):
+    """The retained messages of a push, optionally with one corrupted chunk or a false sha256."""
+    index = ChunkIndex.of(data, chunk_size)
+    sha = sha256 or index.sha256
+    index = ChunkIndex(sha256=sha, size=index.size, chunk_size=chunk_size, chunks=index.chunks)
+    topics = Topics()
+    messages = [(topics.index(sha), index.to_bytes())]
+    for i in range(len(index.chunks)):
+        start, length = index.span(i)
+        chunk = data[start : start + length]
+        if i == bad_chunk:
+            chunk = bytes(length)
+        messages.append((topics.chunk(sha, i), chunk))
+    desired = Desired(
+        id=f"manual-{sha[:8]}-{bad_chunk}",
+        name="demo",
+        version="9.9.9",
+        sha256=sha,
+        size=index.size,
+        chunk_size=chunk_size,
+        chunks=len(index.chunks),
+    )
+    messages.append((topics.desired(device), desired.to_bytes()))
+    return desired.id, messages
+
+
+def test_corrupt_chunk_wrong_hash_and_bad_signature_are_rejected_and_the_active_model_keeps_serving(
+    tmp_path: Path, capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+) -> None:
+    agents("dev1")
+    online(watcher, "dev1")
+    assert finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))["state"] == "SUCCEEDED"
+    v1 = serving(watcher, "dev1", "1.0.0")["bundle"]["sha256"]
+
+    data = bundles["v2"].read_bytes()
+    files = read_files(bundles["v2"])
+    forged = json.loads(files["manifest.json"])
+    forged["description"] = "changed after signing"
+    tampered = write_tar(tmp_path / "tampered.bundle", {**files, "manifest.json": json.dumps(forged).encode()})
+    cases = [
+        ("CHUNK_CORRUPT", lambda: announce(data, "dev1", 65536, bad_chunk=3)),
+        ("BUNDLE_HASH_MISMATCH", lambda: announce(data, "dev1", 65536, sha256="ab" * 32)),
+        ("SIGNATURE_INVALID", lambda: (push(capsys, broker, tampered, "device:dev1"), [])),
+    ]
+    for code, make in cases:
+        deployment, messages = make()
+        publish_raw(broker, messages)
+        record = finished(watcher, "dev1", deployment)
+        assert (record["state"], record["error"]["code"]) == ("REJECTED", code), record
+        assert record["error"]["message"]
+        status = serving(watcher, "dev1", "1.0.0")
+        assert status["bundle"]["sha256"] == v1
+
+
+def test_last_will_marks_a_killed_agent_offline_and_sigterm_stops_cleanly(
+    broker: Broker, watcher: Watcher, agents
+) -> None:
+    agent = agents("dev1")
+    online(watcher, "dev1")
+    agent.kill()
+    assert watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "offline", 10)
+
+    agent.start()
+    online(watcher, "dev1")
+    assert agent.stop() == 0
+    states = [s["state"] for s in watcher.all_json("edge/dev1/status")]
+    assert states[-2:] == ["stopping", "offline"], states
+    assert "Traceback" not in agent.output()
+
+
+def request(broker: Broker, device: str, name: str, payload: bytes = b"", timeout: float = 30) -> tuple[bytes, str]:
+    """One MQTT 5 request with a response topic and correlation data; returns (payload, content type)."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    answers: list[mqtt.MQTTMessage] = []
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+    client.on_message = lambda c, u, m: answers.append(m)
+    client.connect("127.0.0.1", broker.port)
+    client.loop_start()
+    try:
+        client.subscribe("test/answers", qos=1)
+        time.sleep(0.2)
+        properties = Properties(PacketTypes.PUBLISH)
+        properties.ResponseTopic = "test/answers"
+        properties.CorrelationData = b"request-42"
+        client.publish(f"edge/{device}/cmd/{name}", payload, qos=1, properties=properties)
+        wait_until(lambda: answers, timeout, f"an answer to {name}")
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    answer = answers[0]
+    assert answer.properties.CorrelationData == b"request-42"
+    return bytes(answer.payload), answer.properties.ContentType
+
+
+def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+) -> None:
+    agent = agents("dev1")
+    online(watcher, "dev1")
+    body = json.loads(request(broker, "dev1", "rollback")[0])
+    assert (body["ok"], body["error"]["code"]) == (False, "NO_PREVIOUS")
+
+    finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
+    second = push(capsys, broker, bundles["v2"], "device:dev1")
+    assert finished(watcher, "dev1", second)["state"] == "SUCCEEDED"
+    serving(watcher, "dev1", "1.1.0")
+
+    pong, kind = request(broker, "dev1", "ping")
+    assert kind == "application/json" and json.loads(pong)["ok"] is True
+    jpeg, kind = request(broker, "dev1", "snapshot", b'{"quality": 70}')
+    assert kind == "image/jpeg"
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert image is not None and image.shape[2] == 3
+    for name, payload, code in [
+        ("self-destruct", b"", "UNKNOWN_COMMAND"),
+        ("snapshot", b"not json", "BAD_PAYLOAD"),
+        ("snapshot", b'{"quality": 500}', "BAD_PAYLOAD"),
+        ("restart-pipeline", b'{"pipeline": "nope"}', "NO_PIPELINE"),
+        ("rollback", b'{"force": true}', "BAD_PAYLOAD"),
+    ]:
+        body = json.loads(request(broker, "dev1", name, payload)[0])
+        assert (body["ok"], body["error"]["code"]) == (False, code), body
+    assert watcher.json("edge/dev1/status")["bundle"]["version"] == "1.1.0", "bad commands changed nothing"
+
+    body = json.loads(request(broker, "dev1", "restart-pipeline", b'{"pipeline": "cam0"}')[0])
+    assert body["result"] == {"restarted": ["cam0"]}
+
+    status, out = cli(capsys, "fleet", "rollback", "--target", "device:dev1", "--broker", broker.url)
+    assert status == 0 and "rolled back to demo 1.0.0" in out, out
+    serving(watcher, "dev1", "1.0.0")
+    assert watcher.json("edge/dev1/deployment")["state"] == "ROLLED_BACK"
+
+    agent.stop()  # the retained desired document (1.1.0) was followed already: no reinstall on restart
+    agent.start()
+    online(watcher, "dev1")
+    time.sleep(2)
+    assert watcher.json("edge/dev1/status")["bundle"]["version"] == "1.0.0"
+
+
+def test_network_cut_keeps_detections_running_and_queues_telemetry(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+) -> None:
+    proxy = TcpProxy(broker.port).restore()
+    agents("dev1", mqtt={"broker": proxy.url, "keepalive_s": 5, "offline_queue": 4})
+    online(watcher, "dev1")
+    finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
+    serving(watcher, "dev1", "1.0.0")
+
+    proxy.cut()
+    cut_at = time.time()
+    assert watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "offline", 15), "last will on the cut"
+    time.sleep(4)
+    proxy.restore()
+    restored_at = time.time()
+    online(watcher, "dev1", 30)
+    wait_until(lambda: [t for t in watcher.all_json("edge/dev1/telemetry") if t["ts"] > restored_at], 30, "telemetry")
+
+    telemetry = watcher.all_json("edge/dev1/telemetry")
+    queued = [t for t in telemetry if cut_at + 1 < t["ts"] < restored_at]
+    offsets = [round(t["ts"] - cut_at, 2) for t in telemetry]
+    assert 1 <= len(queued) <= 4, f"the offline queue holds at most 4: {offsets}, restored {restored_at - cut_at}"
+    assert all(t["fps"] > 0 for t in queued), "detections kept running while offline"
+    latest = max(telemetry, key=lambda t: t["ts"])
+    assert latest["mqtt"]["dropped"] > 0 and latest["mqtt"]["reconnects"] >= 1, latest["mqtt"]
+
+
+def test_url_source_downloads_with_range_requests(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path], range_server
+) -> None:
+    url = range_server(bundles["v1"])
+    agents("dev1")
+    online(watcher, "dev1")
+    deployment = push(capsys, broker, bundles["v1"], "device:dev1", "--url", url, "--chunk-size", "64k")
+    record = finished(watcher, "dev1", deployment)
+    assert record["state"] == "SUCCEEDED", record
+    assert not [t for t in watcher.latest if "/bundles/" in t and not t.endswith("/index")], "no chunks on the broker"
+    serving(watcher, "dev1", "1.0.0")
+
+
+def test_sighup_reloads_a_good_config_and_keeps_the_running_one_on_a_bad_one(
+    tmp_path: Path, capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+) -> None:
+    agent = agents("dev1")
+    online(watcher, "dev1")
+    finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
+    serving(watcher, "dev1", "1.0.0")
+    good = agent.config.read_text()
+
+    agent.config.write_text(good + "bogus_key: 1\n")
+    assert agent.process is not None
+    agent.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "keeping the running config" in agent.output(), 20, "the refusal in the log")
+    assert "bogus_key" in agent.output()
+
+    config = yaml.safe_load(good)
+    config["pipelines"].append({"name": "cam1", "source": "synthetic:7"})
+    agent.config.write_text(yaml.safe_dump(config))
+    agent.process.send_signal(signal.SIGHUP)
+    status = watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)
+    assert status["bundle"]["version"] == "1.0.0"
+    assert agent.alive()
