@@ -147,7 +147,7 @@ class PipelineSection(_Section):
     loop: bool = Field(default=True, description="Play a video file in a loop.")
     width: int | None = Field(default=None, ge=1, description="Camera capture width.")
     height: int | None = Field(default=None, ge=1, description="Camera capture height.")
-    fps: float | None = Field(default=None, gt=0, description="Camera frame rate (the synthetic scene's defaults to 15).")
+    fps: float | None = Field(default=None, gt=0, description="Camera frame rate (synthetic: 15 by default).")
     max_fps: float | None = Field(default=None, gt=0, description="Most frames per second inferred.")
 
     @field_validator("name")
