@@ -19,7 +19,7 @@ import json
 import os
 import tarfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -54,6 +54,35 @@ class Verified:
     signer: str | None  # key id, or None for an unsigned bundle the config allows
 
 
+@dataclass(frozen=True)
+class Unpacked:
+    """What `unpack` wrote: each file's sha256 (hashed as it was written) and the bundle's."""
+
+    files: dict[str, str]
+    sha256: str | None  # None when unpack was told the caller hashed the bundle already
+
+
+class _HashingReader(io.RawIOBase):
+    """A read-only file that hashes every byte read through it."""
+
+    def __init__(self, raw: io.BufferedReader) -> None:
+        self._raw, self.digest = raw, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._raw.readinto(buffer)
+        self.digest.update(memoryview(buffer)[:count])
+        return count
+
+    def drain(self) -> str:
+        """Hash what the tar reader left unread (end-of-archive padding); the file's sha256."""
+        while block := self._raw.read(_CHUNK):
+            self.digest.update(block)
+        return self.digest.hexdigest()
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -83,17 +112,21 @@ def _allowed(path: PurePosixPath) -> bool:
     return path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz") or path.suffix in (".onnx", ".tflite")
 
 
-def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False) -> list[str]:
-    """Extract `bundle` into the empty folder `dest`, enforcing `limits`; return the file names.
+def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False, hash_bundle: bool = True) -> Unpacked:
+    """Extract `bundle` into the empty folder `dest`, enforcing `limits`, hashing the files (and,
+    with `hash_bundle`, the bundle itself) as it goes, so the bundle is read once.
 
     Raises `BundleError` (``NOT_A_TAR``, ``BUNDLE_TRUNCATED``, ``UNSAFE_PATH``, ``LINK_ENTRY``,
     ``SPECIAL_ENTRY``, ``DUPLICATE_ENTRY``, ``UNEXPECTED_FILE``, ``TOO_MANY_FILES``,
     ``TOO_LARGE``, ``DISK_FULL``); `dest` may then hold a partial extraction.
     """
-    names: list[str] = []
+    files: dict[str, str] = {}
     total = 0
     try:
-        with tarfile.open(bundle, mode="r|*") as tar:
+        with (
+            bundle.open("rb") as raw,
+            tarfile.open(fileobj=(reader := _HashingReader(raw)), mode="r|*", bufsize=_CHUNK) as tar,
+        ):
             for member in tar:
                 path = _member_path(member.name)
                 if member.issym() or member.islnk():
@@ -104,15 +137,15 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False) -> lis
                     raise BundleError(
                         "SPECIAL_ENTRY", f"bundle entry {member.name!r} is a device, fifo or other special file"
                     )
-                if str(path) in names:
+                if str(path) in files:
                     raise BundleError("DUPLICATE_ENTRY", f"bundle entry {member.name!r} appears twice")
                 if not _allowed(path):
                     raise BundleError(
                         "UNEXPECTED_FILE", f"bundle entry {member.name!r} is not a file a bundle may carry"
                     )
-                if len(names) >= limits.max_files:
+                if len(files) >= limits.max_files:
                     raise BundleError("TOO_MANY_FILES", f"bundle has more than {limits.max_files} files")
-                names.append(str(path))
+                digest = hashlib.sha256()
                 source = tar.extractfile(member)
                 assert source is not None  # a regular file always has content
                 target = dest / path
@@ -123,9 +156,12 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False) -> lis
                         if total > limits.max_bytes:
                             raise BundleError("TOO_LARGE", f"bundle unpacks to more than {limits.max_bytes} bytes")
                         out.write(chunk)
+                        digest.update(chunk)
                     if fsync:
                         out.flush()
                         os.fsync(out.fileno())
+                files[str(path)] = digest.hexdigest()
+            sha256 = reader.drain() if isinstance(reader, _HashingReader) else None
     except BundleError:
         raise
     except OSError as exc:
@@ -137,12 +173,12 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False) -> lis
     except zlib.error as exc:
         raise BundleError("BUNDLE_TRUNCATED", f"{bundle.name}: compressed data is corrupt ({exc})") from exc
     except (tarfile.ReadError, tarfile.StreamError, EOFError) as exc:
-        if not names and not isinstance(exc, EOFError) and "unexpected end" not in str(exc).lower():
+        if not files and not isinstance(exc, EOFError) and "unexpected end" not in str(exc).lower():
             raise BundleError("NOT_A_TAR", f"{bundle.name} is not a tar archive ({exc})") from exc
         raise BundleError("BUNDLE_TRUNCATED", f"{bundle.name} ends early: incomplete download? ({exc})") from exc
     except tarfile.TarError as exc:
         raise BundleError("NOT_A_TAR", f"{bundle.name} is not a valid tar archive ({exc})") from exc
-    return names
+    return Unpacked(files, sha256)
 
 
 def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
@@ -179,8 +215,14 @@ def read_reference(folder: Path, manifest: Manifest) -> dict[str, np.ndarray]:
     return arrays
 
 
-def verify_unpacked(folder: Path, trusted: Sequence[Ed25519PublicKey], allow_unsigned: bool = False) -> Verified:
-    """Check the manifest, its signature, every artifact's size and hash, and the reference."""
+def verify_unpacked(
+    folder: Path,
+    trusted: Sequence[Ed25519PublicKey],
+    allow_unsigned: bool = False,
+    digests: Mapping[str, str] | None = None,
+) -> Verified:
+    """Check the manifest, its signature, every artifact's size and hash, and the reference.
+    `digests` (from `unpack`) saves hashing the files again."""
     data, manifest = read_manifest(folder)
     sig_path = folder / SIGNATURE
     signature = sig_path.read_bytes() if sig_path.is_file() else None
@@ -205,7 +247,7 @@ def verify_unpacked(folder: Path, trusted: Sequence[Ed25519PublicKey], allow_uns
             raise BundleError(
                 "ARTIFACT_HASH_MISMATCH", f"{entry.path} has {size} bytes, the manifest says {entry.size}"
             )
-        digest = sha256_file(path)
+        digest = digests[entry.path] if digests and entry.path in digests else sha256_file(path)
         if digest != entry.sha256:
             raise BundleError(
                 "ARTIFACT_HASH_MISMATCH",

@@ -193,25 +193,28 @@ def install(
     preference: str = "auto",
     on_state: Callable[[Deployment], None] = lambda d: None,
     deployment: Deployment | None = None,
+    sha256_checked: bool = False,
 ) -> Deployment:
     """Run the state machine for one bundle file; returns the final deployment record.
 
-    `deployment` continues a record that an earlier step (the daemon's download) began; its
-    sha256 must be the file's, else the bundle is REJECTED with ``BUNDLE_HASH_MISMATCH``.
+    `deployment` continues a record that an earlier step (the daemon's download) began; the
+    file must hash to its sha256 (checked while unpacking, unless `sha256_checked` says the
+    download did), else it is REJECTED with ``BUNDLE_HASH_MISMATCH``.
     """
     store.ensure()
     store.recover()
-    try:
-        sha = sha256_file(bundle_path)
-    except OSError as exc:
-        raise BundleError("BUNDLE_UNREADABLE", f"cannot read {bundle_path}: {exc.strerror}") from exc
     if deployment is None:
+        try:
+            sha = sha256_file(bundle_path)
+        except OSError as exc:
+            raise BundleError("BUNDLE_UNREADABLE", f"cannot read {bundle_path}: {exc.strerror}") from exc
         deployment = Deployment(
             id=f"local-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
             sha256=sha,
             from_sha=store.current_sha(),
             previous_before=store.previous_sha(),
         )
+    sha = deployment.sha256
     record = deployment
 
     def step(state: str, error: BundleError | None = None) -> None:
@@ -220,19 +223,20 @@ def install(
         on_state(record)
         log.info("deployment %s: %s%s", record.id, state, f" ({error})" if error else "")
 
-    if sha != deployment.sha256:
-        mismatch = f"{bundle_path} is {sha[:12]}, not {deployment.sha256[:12]}"
-        step("REJECTED", BundleError("BUNDLE_HASH_MISMATCH", mismatch))
-        return deployment
     step("VERIFYING")
     checkpoint("verifying")
     staging = store.versions / f"{sha}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir()
-        unpack(bundle_path, staging, limits or Limits())
+        unpacked = unpack(bundle_path, staging, limits or Limits(), hash_bundle=not sha256_checked)
+        if unpacked.sha256 is not None and unpacked.sha256 != sha:
+            raise BundleError(
+                "BUNDLE_HASH_MISMATCH",
+                f"the bundle hashes to {unpacked.sha256[:12]}, not {sha[:12]} as announced; push it again",
+            )
         checkpoint("unpacked")
-        verified = verify_unpacked(staging, trusted, allow_unsigned)
+        verified = verify_unpacked(staging, trusted, allow_unsigned, unpacked.files)
     except BundleError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         step("REJECTED", exc)

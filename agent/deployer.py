@@ -220,6 +220,7 @@ class Deployer:
             config.runtime,
             on_state=self._publish,
             deployment=deployment,
+            sha256_checked=True,  # PartialBundle.finish hashed it
         )
         bundle.remove()
         self._finish(result, desired)

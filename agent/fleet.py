@@ -6,6 +6,7 @@ retained on it, so a device that is offline now catches up when it connects.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tarfile
 import threading
@@ -88,24 +89,27 @@ def push(
     progress: Callable[[int], None] = lambda n: None,
     timeout: float = 600.0,
 ) -> Desired:
-    """Publish the bundle's chunks (unless `url` serves it) and index, then the desired document
-    for `target` (``device:ID`` or ``group:NAME``); all retained, QoS 1. `progress` gets bytes
-    acknowledged by the broker."""
+    """Publish the bundle's chunks (unless `url` serves it) and index, then, once the broker has
+    acknowledged them, the desired document for `target` (``device:ID`` or ``group:NAME``); all
+    retained, QoS 1. `progress` gets the bytes acknowledged so far."""
     desired_topic = topics.target_desired(target)
     manifest = bundle_manifest(bundle)
-    data = bundle.read_bytes()
-    index = ChunkIndex.of(data, chunk_size)
-    _wait_all([_publish(link, topics.index(index.sha256), index.to_bytes())], link, timeout)
-    if url is None:
-        infos = []
-        for i in range(len(index.chunks)):
-            start, length = index.span(i)
-            infos.append(_publish(link, topics.chunk(index.sha256, i), data[start : start + length]))
-        done = 0
-        for i, info in enumerate(infos):
-            _wait_all([info], link, timeout)
-            done += index.span(i)[1]
-            progress(done)
+    data = memoryview(bundle.read_bytes())
+    sha256 = hashlib.sha256(data).hexdigest()  # names the chunk topics, so it comes first
+    chunks, infos = [], []
+    for start in range(0, len(data), chunk_size):
+        piece = data[start : start + chunk_size]
+        chunks.append(hashlib.sha256(piece).hexdigest())  # hashing overlaps paho sending the previous chunk
+        if url is None:
+            infos.append(_publish(link, topics.chunk(sha256, len(chunks) - 1), piece.tobytes()))
+    index = ChunkIndex(sha256=sha256, size=len(data), chunk_size=chunk_size, chunks=chunks)
+    infos.append(_publish(link, topics.index(sha256), index.to_bytes()))
+    done = 0
+    for i, info in enumerate(infos[:-1]):
+        _wait_all([info], link, timeout)
+        done += index.span(i)[1]
+        progress(done)
+    _wait_all(infos[-1:], link, timeout)
     desired = Desired(
         id=f"{manifest.name}-{manifest.version}-{uuid.uuid4().hex[:8]}",
         name=manifest.name,

@@ -15,6 +15,7 @@ Messages:
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import threading
 from collections import deque
@@ -86,7 +87,7 @@ class MqttLink:
         self._client.on_disconnect = self._handle_disconnect
         self._client.on_message = self._handle_message
         self._lock = threading.Lock()
-        self._handlers: dict[str, tuple[Handler, int]] = {}
+        self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
         self._states: dict[str, bytes] = {}
         self._queue: deque[tuple[str, bytes, int]] = deque(maxlen=max(1, settings.offline_queue))
         self._connected = threading.Event()
@@ -166,6 +167,11 @@ class MqttLink:
                 self.last_error = f"cannot connect to {settings.broker}: {exc}"
                 log.warning("mqtt: %s", self.last_error)
                 continue
+            sock = self._client.socket()
+            if isinstance(
+                sock, socket.socket
+            ):  # small packets (acks, subscribes) go out at once, not after Nagle's delay
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._client.loop_start()
             self._lost.wait()
             self._client.loop_stop()
@@ -187,7 +193,7 @@ class MqttLink:
         with self._lock:
             self._connected.set()
             if self._handlers:
-                client.subscribe([(f, qos) for f, (_, qos) in self._handlers.items()])
+                client.subscribe([(f, qos) for f, (_, qos, _) in self._handlers.items()])
             for topic, payload in self._states.items():
                 client.publish(topic, payload, qos=1, retain=True)
             while self._queue:
@@ -201,7 +207,9 @@ class MqttLink:
     def _handle_disconnect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
     ) -> None:
-        self._connected.clear()
+        with self._lock:
+            self._connected.clear()
+            self._handlers = {f: h for f, h in self._handlers.items() if h[2]}  # drop the one-connection ones
         if not self._stop.is_set():
             self.reconnects += 1
             self.last_error = f"connection to {self.settings.broker} lost: {reason}"
@@ -210,7 +218,7 @@ class MqttLink:
 
     def _handle_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         with self._lock:
-            handlers = [h for f, (h, _) in self._handlers.items() if mqtt.topic_matches_sub(f, message.topic)]
+            handlers = [h for f, (h, _, _) in self._handlers.items() if mqtt.topic_matches_sub(f, message.topic)]
         for handler in handlers:
             try:
                 handler(message)
@@ -219,9 +227,11 @@ class MqttLink:
 
     # -- subscriptions and publishing (any thread) -------------------------------------------
 
-    def subscribe(self, topic_filter: str, handler: Handler, qos: int = 1) -> None:
+    def subscribe(self, topic_filter: str, handler: Handler, qos: int = 1, resubscribe: bool = True) -> None:
+        """Route messages on `topic_filter` to `handler`. With `resubscribe` False the
+        subscription ends with the connection (`reconnects` tells the caller it ended)."""
         with self._lock:
-            self._handlers[topic_filter] = (handler, qos)
+            self._handlers[topic_filter] = (handler, qos, resubscribe)
             if self._connected.is_set():
                 self._client.subscribe(topic_filter, qos)
 
@@ -229,7 +239,7 @@ class MqttLink:
         """Several filters in one SUBSCRIBE packet (retained messages arrive in this order)."""
         with self._lock:
             for topic_filter in filters:
-                self._handlers[topic_filter] = (handler, qos)
+                self._handlers[topic_filter] = (handler, qos, True)
             if self._connected.is_set() and filters:
                 self._client.subscribe([(f, qos) for f in filters])
 

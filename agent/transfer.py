@@ -4,8 +4,8 @@ A download lives in ``<state>/downloads/<sha256>/bundle.part``, written at each 
 The file itself is the progress record: on (re)start every chunk range is hashed against the
 index and only the ranges that do not match are fetched again, so a crash, a broker restart or
 a network cut costs at most the chunks that were in flight. A chunk whose hash does not match
-the index is refused (``CHUNK_CORRUPT``); the whole file is checked against the bundle's sha256
-before it is handed to the installer (``BUNDLE_HASH_MISMATCH``).
+the index is refused (``CHUNK_CORRUPT``); the whole file is hashed while the chunks arrive and
+checked against the bundle's sha256 at the end (``BUNDLE_HASH_MISMATCH``).
 """
 
 from __future__ import annotations
@@ -50,20 +50,22 @@ class PartialBundle:
         self.written = 0  # chunks written by this process
         self.duplicates = 0  # chunks received again after they were complete
         self._fd: int | None = None
+        self._digest = hashlib.sha256()  # of the chunks before `_hashed`, in order
+        self._hashed = 0
 
     def open(self) -> PartialBundle:
         """Create the file, or find which chunks an earlier run already wrote."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        mode = "r+b" if self.path.exists() else "w+b"
-        with self.path.open(mode) as part:
+        resuming = self.path.exists()
+        with self.path.open("r+b" if resuming else "w+b") as part:
             part.truncate(self.index.size)
-            for i, expected in enumerate(self.index.chunks):
+            for i, expected in enumerate(self.index.chunks if resuming else ()):
                 start, length = self.index.span(i)
                 part.seek(start)
                 if hashlib.sha256(part.read(length)).hexdigest() == expected:
                     self.done.add(i)
         self.resumed = len(self.done)
-        self._fd = os.open(self.path, os.O_WRONLY)
+        self._fd = os.open(self.path, os.O_RDWR)
         return self
 
     def close(self) -> None:
@@ -99,18 +101,27 @@ class PartialBundle:
             self.written += 1
             return True
 
+    def hash_ready(self) -> None:
+        """Feed the whole-file digest with the chunks now contiguous after the hashed prefix.
+        The downloading thread calls it while it waits, so the hashing overlaps the transfer."""
+        assert self._fd is not None, "open() the partial bundle first"
+        while self._hashed in self.done:
+            start, length = self.index.span(self._hashed)
+            self._digest.update(os.pread(self._fd, length, start))
+            self._hashed += 1
+
     def finish(self) -> Path:
-        """Check the whole file against the bundle's sha256 and return it, ready to install."""
+        """Check the complete file against the bundle's sha256 and return it. No fsync: a torn
+        file after a power cut fails its chunk hashes and is fetched again."""
+        if not self.complete:
+            raise BundleError("INSTALL_FAILED", f"{len(self.missing())} chunks of {self.path} are missing")
+        self.hash_ready()
         self.close()
-        digest = hashlib.sha256()
-        with self.path.open("rb") as part:
-            os.fsync(part.fileno())
-            while block := part.read(1 << 20):
-                digest.update(block)
-        if digest.hexdigest() != self.index.sha256:
+        if self._digest.hexdigest() != self.index.sha256:
             raise BundleError(
                 "BUNDLE_HASH_MISMATCH",
-                f"the downloaded bundle hashes to {digest.hexdigest()[:12]}, not {self.index.sha256[:12]} as announced",
+                f"the downloaded chunks make a bundle hashing to {self._digest.hexdigest()[:12]}, not "
+                f"{self.index.sha256[:12]} as announced; push it again",
             )
         return self.path
 
@@ -136,6 +147,58 @@ class _RateLimit:
         self._granted += size
 
 
+class _MqttFetch:
+    """The state of one download over MQTT; `on_chunk` runs in the network thread."""
+
+    def __init__(self, link: MqttLink, topics: Topics, partial: PartialBundle) -> None:
+        self.link, self.topics, self.partial = link, topics, partial
+        self.sha = partial.index.sha256
+        self.arrived = threading.Condition()
+        self.outstanding: set[int] = set()
+        self.failure: BundleError | None = None
+        self.bulk: str | None = None  # the wildcard filter while in bulk mode
+
+    def on_chunk(self, message: mqtt.MQTTMessage) -> None:
+        leaf = message.topic.rsplit("/", 1)[1]
+        if not leaf.isdigit():
+            return  # the index, which the bulk wildcard matches too
+        i = int(leaf)
+        try:
+            self.partial.write(i, bytes(message.payload))
+        except BundleError as exc:
+            self.failure = exc
+        if self.bulk is None:
+            self.link.unsubscribe(self.topics.chunk(self.sha, i))
+        with self.arrived:
+            self.outstanding.discard(i)
+            self.arrived.notify_all()
+
+    def start_bulk(self) -> int:
+        """Subscribe to every chunk at once; returns the link's reconnect count at that time."""
+        self.bulk = f"{self.topics.root}/bundles/{self.sha}/+"
+        generation = self.link.reconnects
+        self.link.subscribe(self.bulk, self.on_chunk, resubscribe=False)
+        return generation
+
+    def end_bulk(self) -> None:
+        if self.bulk is not None:
+            self.link.unsubscribe(self.bulk)
+            self.bulk = None
+        with self.arrived:
+            self.outstanding.clear()
+
+    def ask(self, i: int) -> None:
+        with self.arrived:
+            self.outstanding.add(i)
+        self.link.subscribe(self.topics.chunk(self.sha, i), self.on_chunk)
+
+    def close(self) -> None:
+        self.end_bulk()
+        for i in range(len(self.partial.index.chunks)):
+            if i not in self.partial.done:
+                self.link.unsubscribe(self.topics.chunk(self.sha, i))
+
+
 def fetch_over_mqtt(
     link: MqttLink,
     topics: Topics,
@@ -147,59 +210,53 @@ def fetch_over_mqtt(
     cancel: threading.Event,
     progress: Progress,
 ) -> None:
-    """Subscribe to the missing chunks, at most `window` at a time, until all are stored.
+    """Fetch the missing chunks from their retained topics until all are stored.
 
-    Retained chunks arrive on subscription; each is unsubscribed once stored. After a reconnect
-    the link re-subscribes to the outstanding ones. Raises `BundleError` for a corrupt chunk and
-    `Cancelled` when `cancel` is set.
+    A fresh, unthrottled download subscribes to all chunks with one wildcard (bulk mode: the
+    broker streams them back to back). Otherwise, and as soon as the connection drops during a
+    bulk download, chunks are asked for one topic each, at most `window` at a time, so only the
+    missing ones travel; the link re-subscribes those after a reconnect. Raises `BundleError`
+    for a corrupt chunk and `Cancelled` when `cancel` is set.
     """
-    sha = partial.index.sha256
-    pending = deque(partial.missing())
-    outstanding: set[int] = set()
-    arrived = threading.Condition()
-    failure: list[BundleError] = []
+    fetch = _MqttFetch(link, topics, partial)
     limit = _RateLimit(max_rate)
-
-    def on_chunk(message: mqtt.MQTTMessage) -> None:
-        i = int(message.topic.rsplit("/", 1)[1])
-        try:
-            partial.write(i, bytes(message.payload))
-        except BundleError as exc:
-            failure.append(exc)
-        link.unsubscribe(topics.chunk(sha, i))
-        with arrived:
-            outstanding.discard(i)
-            arrived.notify_all()
-
+    pending: deque[int] = deque()
+    generation = fetch.start_bulk() if max_rate <= 0 and not partial.done else None
+    if generation is None:
+        pending.extend(partial.missing())
     last_arrival, reported = time.monotonic(), len(partial.done)
     try:
         while not partial.complete:
             if cancel.is_set():
                 raise Cancelled()
-            if failure:
-                raise failure[0]
-            with arrived:
-                while pending and len(outstanding) < window:
-                    size = partial.index.span(pending[0])[1]
-                    if limit.wait_time(size) > 0:
-                        break
-                    i = pending.popleft()
-                    limit.grant(size)
-                    outstanding.add(i)
-                    link.subscribe(topics.chunk(sha, i), on_chunk)
-                arrived.wait(min(0.5, max(0.005, limit.wait_time(partial.index.chunk_size))))
+            if fetch.failure is not None:
+                raise fetch.failure
+            stalled = time.monotonic() - last_arrival > stall_timeout
+            if fetch.bulk is not None and (link.reconnects != generation or stalled):
+                log.info("download %s: continuing chunk by chunk (%d missing)", fetch.sha[:12], len(partial.missing()))
+                fetch.end_bulk()
+                pending = deque(partial.missing())
+            elif stalled and fetch.outstanding:
+                log.warning("download %s: no chunk for %.0f s, asking again", fetch.sha[:12], stall_timeout)
+                for i in list(fetch.outstanding):
+                    link.unsubscribe(topics.chunk(fetch.sha, i))
+                    fetch.ask(i)
+                last_arrival = time.monotonic()
+            while fetch.bulk is None and pending and len(fetch.outstanding) < window:
+                size = partial.index.span(pending[0])[1]
+                if limit.wait_time(size) > 0:
+                    break
+                limit.grant(size)
+                fetch.ask(pending.popleft())
+            partial.hash_ready()
+            with fetch.arrived:
+                if len(partial.done) == reported:
+                    fetch.arrived.wait(min(0.5, max(0.005, limit.wait_time(partial.index.chunk_size))))
             if len(partial.done) != reported:
                 last_arrival, reported = time.monotonic(), len(partial.done)
                 progress(reported, len(partial.index.chunks))
-            elif outstanding and time.monotonic() - last_arrival > stall_timeout:
-                log.warning("download %s: no chunk for %.0f s, asking again", sha[:12], stall_timeout)
-                for i in list(outstanding):
-                    link.unsubscribe(topics.chunk(sha, i))
-                    link.subscribe(topics.chunk(sha, i), on_chunk)
-                last_arrival = time.monotonic()
     finally:
-        for i in list(outstanding):
-            link.unsubscribe(topics.chunk(sha, i))
+        fetch.close()
     progress(len(partial.done), len(partial.index.chunks))
 
 
@@ -246,4 +303,5 @@ def fetch_over_http(
                 raise Cancelled()
         backoff.reset()
         partial.write(i, data)
+        partial.hash_ready()
         progress(len(partial.done), len(partial.index.chunks))

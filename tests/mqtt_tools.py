@@ -56,7 +56,7 @@ class Broker:
         self.conf.write_text(
             f"user {user}\n"
             + (listener or f"listener {self.port} 127.0.0.1\nallow_anonymous true\n")
-            + f"persistence true\npersistence_location {folder}/\nautosave_interval 1\n"
+            + f"persistence true\npersistence_location {folder}/\nautosave_interval 1\nset_tcp_nodelay true\n"
             f"log_dest file {folder}/mosquitto.log\nlog_type error\nlog_type warning\n" + extra
         )
         self.process: subprocess.Popen[bytes] | None = None
