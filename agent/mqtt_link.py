@@ -94,6 +94,7 @@ class MqttLink:
         self._lost = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._refused = False  # the broker answered this connection attempt with a failure code
         self.dropped = 0  # queued messages pushed out by newer ones while offline
         self.reconnects = 0
         self.last_error: str | None = None
@@ -161,6 +162,7 @@ class MqttLink:
                     break
             first = False
             self._lost.clear()
+            self._refused = False
             try:
                 self._client.connect(settings.host, settings.port, settings.keepalive_s, clean_start=True)
             except (OSError, ssl.SSLError) as exc:
@@ -183,6 +185,7 @@ class MqttLink:
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
     ) -> None:
         if reason.is_failure:
+            self._refused = True
             self.last_error = f"{self.settings.broker} refused the connection: {reason}"
             log.warning("mqtt: %s", self.last_error)
             self._lost.set()
@@ -208,11 +211,20 @@ class MqttLink:
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
     ) -> None:
         with self._lock:
+            was_connected = self._connected.is_set()
             self._connected.clear()
             self._handlers = {f: h for f, h in self._handlers.items() if h[2]}  # drop the one-connection ones
-        if not self._stop.is_set():
+        if self._stop.is_set() or self._refused:
+            pass  # a clean stop, or a refused CONNACK that already said why
+        elif was_connected:
             self.reconnects += 1
             self.last_error = f"connection to {self.settings.broker} lost: {reason}"
+            log.warning("mqtt: %s", self.last_error)
+        else:
+            self.last_error = (
+                f"{self.settings.broker} closed the connection before accepting it ({reason}); "
+                "check the TLS certificates and the credentials"
+            )
             log.warning("mqtt: %s", self.last_error)
         self._lost.set()
 

@@ -44,9 +44,10 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval
 
 
 class Broker:
-    """mosquitto on a free port with persistence in `folder`; `extra` lines go into its config."""
+    """mosquitto on a free port with persistence in `folder`; `listener` holds the listener's
+    options (anonymous by default), `extra` more lines for its config."""
 
-    def __init__(self, folder: Path, extra: str = "", listener: str | None = None) -> None:
+    def __init__(self, folder: Path, extra: str = "", listener: str = "allow_anonymous true\n") -> None:
         if MOSQUITTO is None:
             pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
         self.folder, self.port = folder, free_port()
@@ -54,10 +55,9 @@ class Broker:
         self.conf = folder / "mosquitto.conf"
         user = pwd.getpwuid(os.geteuid()).pw_name
         self.conf.write_text(
-            f"user {user}\n"
-            + (listener or f"listener {self.port} 127.0.0.1\nallow_anonymous true\n")
-            + f"persistence true\npersistence_location {folder}/\nautosave_interval 1\nset_tcp_nodelay true\n"
-            f"log_dest file {folder}/mosquitto.log\nlog_type error\nlog_type warning\n" + extra
+            f"user {user}\nper_listener_settings true\nlistener {self.port} 127.0.0.1\n{listener}"
+            f"persistence true\npersistence_location {folder}/\nautosave_interval 1\nset_tcp_nodelay true\n"
+            f"log_dest file {folder}/mosquitto.log\nlog_type error\nlog_type warning\n{extra}"
         )
         self.process: subprocess.Popen[bytes] | None = None
 

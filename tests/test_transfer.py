@@ -1,0 +1,352 @@
+"""Protocol documents, chunked downloads (disk, HTTP Range, MQTT bulk and chunk by chunk), the
+MQTT link's offline queue and TLS, commands and events."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.commands import Command, CommandError, NoArgs, PipelineArgs, run_command
+from agent.config import EventsSection, MqttSection
+from agent.errors import BundleError
+from agent.events import EventLimiter, EventSink
+from agent.fleet import status_rows
+from agent.mqtt_link import MqttLink
+from agent.protocol import ChunkIndex, Desired, ProtocolError, Topics
+from agent.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
+from pipelines.detections import Detections
+from pipelines.sources import Backoff, Frame
+from tests.mqtt_tools import Broker, TcpProxy, Watcher, wait_until
+
+DATA = os.urandom(100_000)
+
+
+def test_chunk_index_and_desired_documents_are_checked() -> None:
+    index = ChunkIndex.of(DATA, 16384)
+    assert len(index.chunks) == 7 and index.span(6) == (6 * 16384, 100_000 - 6 * 16384)
+    assert ChunkIndex.parse(index.to_bytes(), "t") == index
+    with pytest.raises(ProtocolError, match="make 7 chunks, not 6"):
+        ChunkIndex.parse(index.model_copy(update={"chunks": index.chunks[:6]}).to_bytes(), "t")
+    good = {"id": "d1", "name": "demo", "version": "1.0.0", "sha256": index.sha256, "size": 1, "chunk_size": 1}
+    with pytest.raises(ProtocolError, match="chunks"):
+        Desired.parse(json.dumps(good).encode(), "edge/x/desired")
+    for bad, words in [
+        ({"chunks": 1, "source": "url"}, "url source needs url"),
+        ({"chunks": 1, "source": "url", "url": "ftp://x"}, "is not http"),
+        ({"chunks": 1, "sha256": "nothex"}, "sha256"),
+        ({"chunks": 1, "extra": 1}, "extra"),
+    ]:
+        with pytest.raises(ProtocolError, match=words):
+            Desired.parse(json.dumps({**good, **bad}).encode(), "edge/x/desired")
+
+
+@pytest.mark.parametrize("target", ["device:", "cam-1", "group:a/b", "fleet:x", "device:+"])
+def test_bad_targets_are_refused(target: str) -> None:
+    with pytest.raises(ProtocolError, match="device:ID or group:NAME"):
+        Topics().target_desired(target)
+
+
+def test_partial_bundle_checks_chunks_resumes_from_disk_and_checks_the_whole(tmp_path: Path) -> None:
+    index = ChunkIndex.of(DATA, 16384)
+    partial = PartialBundle(tmp_path / "d", index).open()
+    with pytest.raises(BundleError, match="CHUNK_CORRUPT"):
+        partial.write(2, bytes(16384))
+    for i in (0, 1, 4):
+        start, length = index.span(i)
+        assert partial.write(i, DATA[start : start + length])
+    assert not partial.write(0, DATA[:16384]) and partial.duplicates == 1
+    partial.close()
+
+    resumed = PartialBundle(tmp_path / "d", index).open()  # a new process finds what is on disk
+    assert resumed.resumed == 3 and resumed.missing() == [2, 3, 5, 6]
+    for i in resumed.missing():
+        start, length = index.span(i)
+        resumed.write(i, DATA[start : start + length])
+    assert resumed.finish().read_bytes() == DATA
+
+    lying = ChunkIndex(sha256="ab" * 32, size=index.size, chunk_size=index.chunk_size, chunks=index.chunks)
+    other = PartialBundle(tmp_path / "e", lying).open()
+    for i in range(len(index.chunks)):
+        start, length = index.span(i)
+        other.write(i, DATA[start : start + length])
+    with pytest.raises(BundleError, match="BUNDLE_HASH_MISMATCH"):
+        other.finish()
+
+
+def test_http_range_download_retries_a_dropped_connection(tmp_path: Path, range_server) -> None:
+    source = tmp_path / "bundle.tar"
+    source.write_bytes(DATA)
+    url = range_server(source, drop_after=2)
+    partial = PartialBundle(tmp_path / "d", ChunkIndex.of(DATA, 16384)).open()
+    seen: list[int] = []
+    fetch_over_http(
+        url,
+        partial,
+        max_rate=0,
+        timeout=5,
+        cancel=threading.Event(),
+        progress=lambda done, total: seen.append(done),
+        backoff=Backoff(initial=0.01),
+    )
+    assert partial.finish().read_bytes() == DATA
+    assert seen == list(range(1, 8)), "one progress report per chunk, none fetched twice"
+
+
+@pytest.mark.parametrize(
+    ("options", "path", "words"), [({"ignore_range": True}, "bundle.tar", "must send 206"), ({}, "nope", "HTTP 404")]
+)
+def test_http_servers_that_cannot_serve_ranges_fail_clearly(tmp_path: Path, range_server, options, path, words) -> None:
+    source = tmp_path / "bundle.tar"
+    source.write_bytes(DATA)
+    url = range_server(source, **options).rsplit("/", 1)[0] + "/" + path
+    partial = PartialBundle(tmp_path / "d", ChunkIndex.of(DATA, 16384)).open()
+    with pytest.raises(BundleError, match=words) as error:
+        fetch_over_http(url, partial, max_rate=0, timeout=5, cancel=threading.Event(), progress=lambda d, t: None)
+    assert error.value.code == "DOWNLOAD_FAILED"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    broker = Broker(tmp_path / "broker").start()
+    yield broker
+    broker.stop()
+
+
+def link_to(url: str, **settings: object) -> MqttLink:
+    link = MqttLink(MqttSection(broker=url, reconnect_min_s=0.1, reconnect_max_s=0.3, **settings), "test-link")
+    return link
+
+
+def publish_retained(broker: Broker, messages: list[tuple[str, bytes]]) -> None:
+    link = link_to(broker.url).start()
+    assert link.wait_connected(10)
+    infos = [link.publish(topic, payload, qos=1, retain=True) for topic, payload in messages]
+    for info in infos:
+        assert info is not None
+        info.wait_for_publish(10)
+    link.stop()
+
+
+def test_bulk_download_switches_to_missing_chunks_only_after_a_network_cut(tmp_path: Path, broker: Broker) -> None:
+    topics, index = Topics(), ChunkIndex.of(DATA, 8192)  # 13 chunks
+    first = [(topics.chunk(index.sha256, i), DATA[i * 8192 : (i + 1) * 8192]) for i in range(6)]
+    rest = [(topics.chunk(index.sha256, i), DATA[i * 8192 : (i + 1) * 8192]) for i in range(6, 13)]
+    publish_retained(broker, first)  # only the first six are on the broker yet
+    proxy = TcpProxy(broker.port).restore()
+    link = link_to(proxy.url).start()
+    assert link.wait_connected(10)
+    partial = PartialBundle(tmp_path / "d", index).open()
+    cancel, errors = threading.Event(), []
+
+    def fetch() -> None:
+        try:
+            fetch_over_mqtt(
+                link, topics, partial, window=2, max_rate=0, stall_timeout=60, cancel=cancel, progress=lambda d, t: None
+            )
+        except (BundleError, Cancelled) as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=fetch)
+    worker.start()
+    try:
+        wait_until(lambda: len(partial.done) == 6, 10, "the bulk subscription to deliver the retained chunks")
+        proxy.cut()
+        time.sleep(0.5)
+        proxy.restore()
+        assert link.wait_connected(10)
+        wait_until(lambda: link.reconnects >= 1 and link.connected, 10, "the reconnect")
+        publish_retained(broker, rest)
+        worker.join(20)
+        assert not worker.is_alive() and not errors, errors
+    finally:
+        cancel.set()
+        worker.join(5)
+        link.stop()
+        proxy.cut()
+    assert partial.finish().read_bytes() == DATA
+    assert (partial.written, partial.duplicates) == (13, 0), "finished chunks were not sent again"
+
+
+def test_offline_queue_keeps_the_newest_messages_and_counts_the_dropped(broker: Broker) -> None:
+    link = link_to(broker.url, offline_queue=3)
+    for i in range(5):
+        link.publish_queued("edge/q/telemetry", str(i).encode())
+    link.publish_state("edge/q/status", b"online")
+    assert link.dropped == 2 and link.stats()["queued"] == 3
+    watcher = Watcher(broker, ["edge/q/#"])
+    try:
+        link.start()
+        wait_until(lambda: len(watcher.messages) == 4, 10, "the queued messages")
+        assert [m.payload for m in watcher.messages if m.topic.endswith("telemetry")] == [b"2", b"3", b"4"]
+        assert watcher.latest["edge/q/status"] == b"online"
+    finally:
+        link.stop()
+        watcher.close()
+
+
+def make_certificates(folder: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    paths: dict[str, Path] = {}
+
+    def issue(name: str, issuer_key, issuer_name, ca: bool, san: x509.GeneralName | None = None):
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(issuer_name or subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if san is not None:
+            builder = builder.add_extension(x509.SubjectAlternativeName([san]), critical=False)
+        cert = builder.sign(issuer_key or key, hashes.SHA256())
+        paths[f"{name}.pem"] = folder / f"{name}.pem"
+        paths[f"{name}.pem"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        paths[f"{name}.key"] = folder / f"{name}.key"
+        paths[f"{name}.key"].write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        return key, subject
+
+    ca_key, ca_name = issue("ca", None, None, True)
+    issue("server", ca_key, ca_name, False, x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    issue("device", ca_key, ca_name, False)
+    return paths
+
+
+def test_tls_with_client_certificate_and_password(tmp_path: Path, capsys) -> None:
+    import subprocess
+
+    from agent.cli import main
+
+    certs = make_certificates(tmp_path)
+    passwords = tmp_path / "passwords"
+    subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwords), "cam-1", "s3cret"], check=True)
+    listener = (
+        f"cafile {certs['ca.pem']}\ncertfile {certs['server.pem']}\nkeyfile {certs['server.key']}\n"
+        f"require_certificate true\npassword_file {passwords}\nallow_anonymous false\n"
+    )
+    broker = Broker(tmp_path / "broker", listener=listener)
+    (tmp_path / "pw").write_text("s3cret\n")
+    tls = {"ca_file": certs["ca.pem"], "cert_file": certs["device.pem"], "key_file": certs["device.key"]}
+    url = f"mqtts://127.0.0.1:{broker.port}"
+    broker.start()
+    try:
+        good = link_to(url, username="cam-1", password={"file": tmp_path / "pw"}, tls=tls).start()
+        assert good.wait_connected(10), good.last_error
+        good.publish_state("edge/cam-1/status", b'{"state": "online"}')
+        time.sleep(0.3)
+        good.stop()
+
+        wrong = link_to(url, username="cam-1", password={"value": "nope"}, tls=tls).start()
+        wait_until(lambda: wrong.last_error, 10, "the refusal")
+        assert not wrong.connected and "refused" in (wrong.last_error or "")
+        wrong.stop()
+        no_cert = link_to(url, username="cam-1", password={"value": "s3cret"}, tls={"ca_file": certs["ca.pem"]})
+        no_cert.start()
+        wait_until(lambda: no_cert.last_error, 10, "the TLS failure")
+        assert not no_cert.connected
+        no_cert.stop()
+
+        args = ["fleet", "status", "--json", "--broker", url, "--username", "cam-1", "--password-file"]
+        args += [str(tmp_path / "pw"), "--ca-file", str(certs["ca.pem"]), "--cert-file", str(certs["device.pem"])]
+        assert main([*args, "--key-file", str(certs["device.key"])]) == 0
+        assert json.loads(capsys.readouterr().out)["cam-1"]["status"] == {"state": "online"}
+    finally:
+        broker.stop()
+
+
+def test_commands_check_payloads_and_shape_answers() -> None:
+    calls: list[str] = []
+
+    def restart(args: PipelineArgs) -> dict[str, object]:
+        if args.pipeline == "ghost":
+            raise CommandError("NO_PIPELINE", "no pipeline named 'ghost'")
+        calls.append(args.pipeline or "all")
+        return {"restarted": [args.pipeline]}
+
+    commands = {"restart-pipeline": Command(PipelineArgs, restart), "ping": Command(NoArgs, lambda _: {"pong": 1})}
+    answers = {
+        (name, payload): json.loads(run_command(commands, name, payload).payload)
+        for name, payload in [
+            ("ping", b""),
+            ("restart-pipeline", b'{"pipeline": "cam0"}'),
+            ("restart-pipeline", b'{"pipeline": "ghost"}'),
+            ("restart-pipeline", b'{"pipe": "cam0"}'),
+            ("restart-pipeline", b"[1]"),
+            ("restart-pipeline", b"\xff"),
+            ("format-disk", b""),
+        ]
+    }
+    codes = [a["error"]["code"] if not a["ok"] else "ok" for a in answers.values()]
+    assert codes == ["ok", "ok", "NO_PIPELINE", "BAD_PAYLOAD", "BAD_PAYLOAD", "BAD_PAYLOAD", "UNKNOWN_COMMAND"]
+    assert calls == ["cam0"], "bad payloads never reach the command"
+
+
+def test_events_are_rate_limited_per_camera_and_label() -> None:
+    now = [0.0]
+    published: list[dict[str, object]] = []
+    sink = EventSink(EventsSection(min_interval_s=5, min_confidence=0.5), lambda: ["person", "car"], published.append)
+    sink.limiter = EventLimiter(5, clock=lambda: now[0])
+    detections = Detections(
+        xyxy=np.array([[0, 0, 10, 10], [5, 5, 20, 20], [1, 1, 2, 2]], np.float32),
+        confidence=np.array([0.9, 0.7, 0.3], np.float32),
+        class_id=np.array([0, 0, 1], np.int32),
+    )
+    frame = Frame(index=3, timestamp=0.0, image=np.zeros((4, 4, 3), np.uint8))
+    sink.handle("cam0", frame, detections)
+    sink.handle("cam1", frame, detections)
+    now[0] = 4.9
+    sink.handle("cam0", frame, detections)
+    now[0] = 5.0
+    sink.handle("cam0", frame, detections)
+    assert [(e["pipeline"], e["label"], e["confidence"], e["count"]) for e in published] == [
+        ("cam0", "person", 0.9, 2),
+        ("cam1", "person", 0.9, 2),
+        ("cam0", "person", 0.9, 2),
+    ], "the car at 0.3 is below min_confidence; cam0 waits 5 s between events"
+
+
+def test_fleet_status_rows_show_progress_and_error_codes() -> None:
+    rows = status_rows(
+        {
+            "a": {
+                "status": {"state": "online", "group": "g", "bundle": {"name": "demo", "version": "1.0.0"}, "fps": 9},
+                "deployment": {"state": "DOWNLOADING", "progress": {"chunks_done": 3, "chunks_total": 4}},
+            },
+            "b": {"status": {"state": "offline"}, "deployment": {"state": "REJECTED", "error": {"code": "X"}}},
+        }
+    )
+    assert [(r["device"], r["state"], r["bundle"], r["deployment"], r["fps"]) for r in rows] == [
+        ("a", "online", "demo 1.0.0", "DOWNLOADING 75%", 9),
+        ("b", "offline", None, "REJECTED (X)", None),
+    ]
+
+
+def test_hashes_match_what_the_fleet_publishes() -> None:
+    index = ChunkIndex.of(DATA, 30000)
+    assert index.sha256 == hashlib.sha256(DATA).hexdigest()
+    assert index.chunks[-1] == hashlib.sha256(DATA[90000:]).hexdigest()
