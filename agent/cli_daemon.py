@@ -53,6 +53,13 @@ def add_daemon_commands(commands: Any) -> None:
     push.add_argument("--target", required=True, help="device:ID or group:NAME")
     push.add_argument("--chunk-size", type=_chunk_size, default=256 * 1024, help="bytes per chunk (default 256k)")
     push.add_argument("--url", help="devices download the bundle from this HTTP(S) URL instead of the broker")
+    push.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the targets to finish (exit 1 if any fails)",
+    )
     status = fleet_actions.add_parser("status", help="a table of devices")
     status.add_argument("--json", action="store_true")
     rollback = fleet_actions.add_parser("rollback", help="make targets return to their previous version")
@@ -60,7 +67,12 @@ def add_daemon_commands(commands: Any) -> None:
     rollback.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer")
     gc = fleet_actions.add_parser("gc", help="remove retained chunks that no desired document references")
     gc.add_argument("--dry-run", action="store_true", help="only list them")
-    for parser in (push, status, rollback, gc):
+    snapshot = fleet_actions.add_parser("snapshot", help="save a device's latest annotated frame as JPEG")
+    snapshot.add_argument("--target", required=True, help="device:ID")
+    snapshot.add_argument("--pipeline", help="pipeline name (default: the first)")
+    snapshot.add_argument("-o", "--out", type=Path, required=True, help="JPEG file to write")
+    snapshot.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    for parser in (push, status, rollback, gc, snapshot):
         _broker_arguments(parser)
 
 
@@ -74,7 +86,9 @@ def _broker_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ca-file", type=Path)
     group.add_argument("--cert-file", type=Path)
     group.add_argument("--key-file", type=Path)
-    group.add_argument("--wait", type=float, default=2.0, help="seconds to collect retained state (default 2)")
+    group.add_argument(
+        "--listen", type=float, default=2.0, metavar="SECONDS", help="longest time to collect devices' retained state"
+    )
 
 
 def _broker_settings(args: argparse.Namespace) -> MqttSection:
@@ -145,7 +159,13 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     from agent.fleet import FleetError, connect
     from agent.protocol import ProtocolError, Topics
 
-    actions = {"push": _fleet_push, "status": _fleet_status, "rollback": _fleet_rollback, "gc": _fleet_gc}
+    actions = {
+        "push": _fleet_push,
+        "status": _fleet_status,
+        "rollback": _fleet_rollback,
+        "gc": _fleet_gc,
+        "snapshot": _fleet_snapshot,
+    }
     settings = _broker_settings(args)
     try:
         link = connect(settings)
@@ -178,13 +198,37 @@ def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
         f"pushed {desired.name} {desired.version} ({desired.size} bytes, {desired.chunks} chunks, "
         f"sha256 {desired.sha256[:12]}) to {args.target} as deployment {desired.id}"
     )
-    return 0
+    return _follow(args, link, topics, desired.id) if args.wait > 0 else 0
+
+
+def _follow(args: argparse.Namespace, link: MqttLink, topics: Topics, deployment_id: str) -> int:
+    from agent.fleet import FleetError, follow, targets
+
+    try:
+        devices = targets(link, topics, args.target, args.listen)
+    except FleetError as exc:
+        print(f"{exc}; its devices install the bundle when they connect")
+        return 0
+    failed = 0
+    for device, record in follow(link, topics, devices, deployment_id, args.wait).items():
+        state = (record or {}).get("state")
+        if state == "SUCCEEDED":
+            print(f"{device}: SUCCEEDED")
+            continue
+        failed += 1
+        if record is None:
+            print(f"{device}: no answer within {args.wait:.0f} s (offline? it installs the bundle when it connects)")
+        elif record.get("error"):
+            print(f"{device}: {state} {record['error']['code']}: {record['error']['message']}")
+        else:
+            print(f"{device}: still {state} after {args.wait:.0f} s")
+    return 1 if failed else 0
 
 
 def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
     from agent.fleet import fleet_state, status_rows
 
-    devices = fleet_state(link, topics, args.wait)
+    devices = fleet_state(link, topics, args.listen)
     if args.json:
         print(json.dumps(devices, indent=2))
         return 0
@@ -204,7 +248,7 @@ def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> i
 def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
     from agent.fleet import command, targets
 
-    devices = targets(link, topics, args.target, args.wait)
+    devices = targets(link, topics, args.target, args.listen)
     answers = command(link, topics, devices, "rollback", timeout=args.timeout)
     failed = 0
     for device, answer in answers.items():
@@ -225,7 +269,7 @@ def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
 def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
     from agent.fleet import clear_bundle, unreferenced_bundles
 
-    unused = unreferenced_bundles(link, topics, args.wait)
+    unused = unreferenced_bundles(link, topics, args.listen)
     for sha, index in unused.items():
         if not args.dry_run:
             clear_bundle(link, topics, index)
@@ -233,6 +277,25 @@ def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
         print(f"{verb} bundle {sha[:12]} ({index.size} bytes, {len(index.chunks)} chunks)")
     if not unused:
         print("every bundle on the broker is referenced by a desired document")
+    return 0
+
+
+def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    from agent.fleet import command
+
+    kind, _, device = args.target.partition(":")
+    if kind != "device" or not device:
+        raise CliError(f"snapshot needs --target device:ID, not {args.target!r}")
+    payload = json.dumps({"pipeline": args.pipeline} if args.pipeline else {}).encode()
+    answer = command(link, topics, [device], "snapshot", payload, timeout=args.timeout)[device]
+    if answer is None:
+        raise CliError(f"{device} did not answer within {args.timeout:.0f} s (offline?)")
+    body, content_type = answer
+    if content_type != "image/jpeg":
+        error = json.loads(body)["error"]
+        raise CliError(f"{device}: {error['code']}: {error['message']}")
+    args.out.write_bytes(body)
+    print(f"wrote {args.out} ({len(body)} bytes) from {device}")
     return 0
 
 

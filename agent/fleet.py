@@ -154,7 +154,7 @@ def collect(link: MqttLink, filters: list[str], wait: float, quiet: float = 0.3)
         return {t: p for t, p in retained.messages.items() if p}
 
 
-def _json(payload: bytes) -> Any:
+def _json(payload: bytes | bytearray) -> Any:
     try:
         return json.loads(payload)
     except ValueError:
@@ -272,3 +272,37 @@ def clear_bundle(link: MqttLink, topics: Topics, index: ChunkIndex, timeout: flo
     infos = [_publish(link, topics.chunk(index.sha256, i), b"") for i in range(len(index.chunks))]
     infos.append(_publish(link, topics.index(index.sha256), b""))
     _wait_all(infos, link, timeout)
+
+
+FINAL_STATES = ("SUCCEEDED", "REJECTED", "ROLLED_BACK")
+
+
+def follow(
+    link: MqttLink, topics: Topics, devices: list[str], deployment_id: str, timeout: float
+) -> dict[str, dict[str, Any] | None]:
+    """Wait until every device's ``deployment`` record for `deployment_id` reaches a final state
+    (or `timeout` seconds pass); {device: its latest record for that deployment, or None}."""
+    records: dict[str, dict[str, Any] | None] = dict.fromkeys(devices)
+    changed = threading.Condition()
+
+    def on_record(message: mqtt.MQTTMessage) -> None:
+        record = _json(message.payload)
+        device = message.topic[len(topics.root) + 1 :].split("/", 1)[0]
+        if isinstance(record, dict) and record.get("id") == deployment_id and device in records:
+            with changed:
+                records[device] = record
+                changed.notify_all()
+
+    filters = [topics.deployment(device) for device in devices]
+    link.subscribe_many(filters, on_record)
+    deadline = time.monotonic() + timeout
+    try:
+        with changed:
+            while time.monotonic() < deadline and not all(
+                r is not None and r.get("state") in FINAL_STATES for r in records.values()
+            ):
+                changed.wait(0.2)
+            return dict(records)
+    finally:
+        for topic_filter in filters:
+            link.unsubscribe(topic_filter)

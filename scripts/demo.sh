@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# The demo: set up .venv, show what the probe finds, run the project's demo detector on a
-# synthetic camera frame with ONNX Runtime and LiteRT, benchmark the pipeline on a clip, then
-# build, sign and install a demo bundle into a local state directory.
+# The demo: set up .venv, show what the probe finds, run the project's demo detector with ONNX
+# Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle, then the
+# fleet: a local mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT.
+# The broker and the agent keep running for you to look at; `scripts/demo.sh stop` ends them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
 out=demo-out
+
+stop_fleet() {
+  for name in agent mosquitto; do
+    if [ -f "$out/$name.pid" ]; then
+      kill "$(cat "$out/$name.pid")" 2>/dev/null && echo "stopped $name" || true
+      rm -f "$out/$name.pid"
+    fi
+  done
+}
+if [ "${1:-}" = stop ]; then stop_fleet; exit 0; fi
+
+scripts/setup.sh
+stop_fleet >/dev/null
 .venv/bin/python scripts/make_demo_media.py "$out" --frames 150
 echo; echo "== edge-agent probe"
 .venv/bin/edge-agent probe
@@ -15,11 +28,45 @@ echo; echo "== edge-agent detect (LiteRT, INT8)"
 .venv/bin/edge-agent detect agent/demo/demo_detector_int8.tflite "$out/scene.png"
 echo; echo "== edge-agent bench (pipeline on a 150-frame clip)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --source "$out/scene.mp4"
-echo; echo "== a signed demo bundle, installed into $out/state"
+echo; echo "== a signed demo bundle"
 [ -f "$out/keys/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/keys"
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
 .venv/bin/edge-agent bundle inspect "$out/demo-1.0.0.bundle"
-.venv/bin/edge-agent install "$out/demo-1.0.0.bundle" --state-dir "$out/state" --trust-key "$out/keys/signing.pub"
-.venv/bin/edge-agent status --state-dir "$out/state"
-echo; echo "annotated frame: $out/scene.jpg"
+
+echo; echo "== the fleet: mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT"
+port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+broker="mqtt://127.0.0.1:$port"
+mosquitto=$(command -v mosquitto || echo /usr/sbin/mosquitto)
+cat > "$out/mosquitto.conf" <<CONF
+listener $port 127.0.0.1
+allow_anonymous true
+set_tcp_nodelay true
+persistence false
+user $(id -un)
+CONF
+"$mosquitto" -c "$out/mosquitto.conf" > "$out/mosquitto.log" 2>&1 &
+echo $! > "$out/mosquitto.pid"
+rm -rf "$out/fleet-state"
+.venv/bin/edge-agent config example --device-id demo-cam --group demo --broker "$broker" \
+  --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" > "$out/agent.yaml"
+.venv/bin/edge-agent config check "$out/agent.yaml"
+.venv/bin/edge-agent run --config "$out/agent.yaml" > "$out/agent.log" 2>&1 &
+echo $! > "$out/agent.pid"
+mosquitto_sub -p "$port" -t edge/demo-cam/status -C 1 -W 30 > /dev/null  # the agent is online
+.venv/bin/edge-agent fleet push "$out/demo-1.0.0.bundle" --target group:demo --broker "$broker" --wait 60
+sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
+.venv/bin/edge-agent fleet status --broker "$broker"
+.venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
+echo; echo "== one detection event"
+mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
+
+cat <<TEXT
+
+Where to look (the broker and the agent keep running; stop them with: scripts/demo.sh stop)
+  annotated frames:   $out/scene.jpg (detect), $out/snapshot.jpg (the agent's camera)
+  everything:         mosquitto_sub -p $port -t 'edge/#' -v
+  telemetry:          mosquitto_sub -p $port -t edge/demo-cam/telemetry
+  the fleet:          .venv/bin/edge-agent fleet status --broker $broker
+  the agent's log:    $out/agent.log      its config: $out/agent.yaml
+TEXT

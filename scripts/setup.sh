@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Create .venv and install edge-agent into it (editable). `scripts/setup.sh dev` adds the
-# test and lint tools. Installs Debian's python3-venv first when this Python lacks venv.
+# test and lint tools. Installs Debian's python3-venv first when this Python lacks venv, and
+# the mosquitto broker and clients that the demo and the tests start on a free port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra=${1:-}
 python=${PYTHON:-python3}
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=no
+apt_install() {
+  echo "installing $* (Debian/Ubuntu)" >&2
+  [ "$apt_updated" = yes ] || { as_root apt-get update -qq; apt_updated=yes; }
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
 
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
   || { echo "edge-agent needs Python >= 3.10 ($python is $("$python" -V 2>&1))" >&2; exit 1; }
@@ -14,11 +21,13 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 if [ ! -x .venv/bin/python ]; then
   if ! "$python" -m venv .venv 2>/dev/null; then
     rm -rf .venv
-    echo "installing python3-venv (Debian/Ubuntu)" >&2
-    as_root apt-get update -qq
-    as_root apt-get install -y -qq python3-venv
+    apt_install python3-venv
     "$python" -m venv .venv
   fi
+fi
+have_mosquitto() { command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ]; }
+if ! have_mosquitto || ! command -v mosquitto_sub >/dev/null; then
+  apt_install mosquitto mosquitto-clients
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$extra" = dev ]; then

@@ -3,6 +3,7 @@ agent kills mid-transfer, network cuts, rejections, last will, commands."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import time
@@ -404,3 +405,75 @@ def test_sighup_reloads_a_good_config_and_keeps_the_running_one_on_a_bad_one(
     status = watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)
     assert status["bundle"]["version"] == "1.0.0"
     assert agent.alive()
+
+
+def test_the_example_config_runs_as_is_and_push_waits_for_the_result(
+    tmp_path: Path, capsys, broker: Broker, watcher: Watcher, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    example = ["config", "example", "--device-id", "demo-cam", "--group", "demo", "--broker", broker.url]
+    status, text = cli(capsys, *example, "--state-dir", str(tmp_path / "state"), "--trust-key", str(keys["public"]))
+    assert status == 0
+    config = tmp_path / "agent.yaml"
+    config.write_text(text)
+    agent = AgentProcess(config).start()
+    try:
+        online(watcher, "demo-cam")
+        status, out = cli(
+            capsys,
+            "fleet",
+            "push",
+            str(bundles["v1"]),
+            "--target",
+            "group:demo",
+            "--broker",
+            broker.url,
+            "--wait",
+            "60",
+        )
+        assert status == 0 and "demo-cam: SUCCEEDED" in out, out
+        serving(watcher, "demo-cam", "1.0.0")
+        jpeg = tmp_path / "snap.jpg"
+        status, out = cli(
+            capsys, "fleet", "snapshot", "--target", "device:demo-cam", "-o", str(jpeg), "--broker", broker.url
+        )
+        assert status == 0, out
+        assert cv2.imread(str(jpeg)) is not None
+
+        files = read_files(bundles["v2"])
+        tampered = write_tar(tmp_path / "t.bundle", {**files, "manifest.json": files["manifest.json"] + b" "})
+        status, out = cli(
+            capsys,
+            "fleet",
+            "push",
+            str(tampered),
+            "--target",
+            "device:demo-cam",
+            "--broker",
+            broker.url,
+            "--wait",
+            "60",
+        )
+        assert status == 1 and "demo-cam: REJECTED SIGNATURE_INVALID" in out, out
+    finally:
+        agent.stop()
+
+
+def test_fleet_gc_removes_only_bundles_no_desired_document_names(
+    capsys, broker: Broker, bundles: dict[str, Path]
+) -> None:
+    push(capsys, broker, bundles["v1"], "device:ghost")
+    push(capsys, broker, bundles["v2"], "group:nobody")
+    push(capsys, broker, bundles["v2"], "device:ghost")  # v1 is no longer wanted by anyone
+    status, out = cli(capsys, "fleet", "gc", "--dry-run", "--broker", broker.url)
+    assert status == 0 and out.count("would remove") == 1, out
+    status, out = cli(capsys, "fleet", "gc", "--broker", broker.url)
+    assert status == 0 and out.count("removed bundle") == 1, out
+    watcher = Watcher(broker, ["edge/bundles/+/index"])
+    try:
+        time.sleep(0.5)
+        left = {json.loads(p)["sha256"] for p in watcher.latest.values()}
+    finally:
+        watcher.close()
+    assert left == {hashlib.sha256(bundles["v2"].read_bytes()).hexdigest()}
+    status, out = cli(capsys, "fleet", "gc", "--broker", broker.url)
+    assert "every bundle on the broker is referenced" in out
