@@ -18,6 +18,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,7 @@ class MqttLink:
         self._lock = threading.Lock()
         self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
         self._states: dict[str, bytes] = {}
+        self._state_infos: dict[str, mqtt.MQTTMessageInfo] = {}  # the latest publish of each state
         self._queue: deque[tuple[str, bytes, int]] = deque(maxlen=max(1, settings.offline_queue))
         self._connected = threading.Event()
         self._lost = threading.Event()
@@ -128,7 +130,14 @@ class MqttLink:
         """Disconnect cleanly (no last will) after the queued messages went out."""
         self._stop.set()
         if self._connected.is_set():
+            # Wait for the broker's acks first: a socket closed with unread data (a late PUBACK)
+            # is reset, and a broker that sees the reset before the DISCONNECT sends the will.
+            deadline = time.monotonic() + min(timeout, 2.0)
+            for info in list(self._state_infos.values()):
+                while not info.is_published() and time.monotonic() < deadline and self._connected.is_set():
+                    info.wait_for_publish(0.05)
             self._client.disconnect()
+            self._lost.wait(timeout)  # paho wrote the DISCONNECT and closed the socket
         self._lost.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -274,7 +283,7 @@ class MqttLink:
         with self._lock:
             self._states[topic] = payload
             if self._connected.is_set():
-                self._client.publish(topic, payload, qos=1, retain=True)
+                self._state_infos[topic] = self._client.publish(topic, payload, qos=1, retain=True)
 
     def publish_queued(self, topic: str, payload: bytes, qos: int = 0) -> None:
         """Telemetry and events: sent now, or kept (bounded, oldest dropped) until the next connect."""
