@@ -103,7 +103,7 @@ class MqttSection(_Section):
     reconnect_min_s: float = Field(default=0.5, gt=0, description="First reconnect delay (doubles, jittered).")
     reconnect_max_s: float = Field(default=60.0, gt=0, description="Longest reconnect delay.")
     offline_queue: int = Field(
-        default=1000, ge=0, description="Telemetry and event messages kept while offline (oldest dropped)."
+        default=1000, ge=0, description="Messages kept per topic (telemetry, events) while offline; oldest dropped."
     )
 
     @field_validator("broker")

@@ -7,8 +7,9 @@ retained state documents (status, deployment), so the rest of the agent never ha
 
 Messages:
 - `publish_state`: retained, QoS 1, last value per topic wins; sent now or on the next connect.
-- `publish_queued`: telemetry and events; while offline they wait in a bounded queue (oldest
-  dropped, `dropped` counts them) and go out on the next connect.
+- `publish_queued`: telemetry and events; while offline they wait in a bounded queue per topic
+  (oldest dropped, `dropped` counts them, so a burst of events cannot push out all the
+  telemetry) and go out, each topic in order, on the next connect.
 - `publish`: sent now or not at all (returns whether it went out): command responses, chunks.
 """
 
@@ -91,7 +92,7 @@ class MqttLink:
         self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
         self._states: dict[str, bytes] = {}
         self._state_infos: dict[str, mqtt.MQTTMessageInfo] = {}  # the latest publish of each state
-        self._queue: deque[tuple[str, bytes, int]] = deque(maxlen=max(1, settings.offline_queue))
+        self._queues: dict[str, deque[tuple[bytes, int]]] = {}  # topic -> (payload, qos), oldest first
         self._connected = threading.Event()
         self._lost = threading.Event()
         self._stop = threading.Event()
@@ -155,7 +156,7 @@ class MqttLink:
             "connected": self.connected,
             "broker": self.settings.broker,
             "reconnects": self.reconnects,
-            "queued": len(self._queue),
+            "queued": sum(len(q) for q in self._queues.values()),
             "dropped": self.dropped,
             "last_error": self.last_error,
         }
@@ -208,9 +209,10 @@ class MqttLink:
                 client.subscribe([(f, qos) for f, (_, qos, _) in self._handlers.items()])
             for topic, payload in self._states.items():
                 client.publish(topic, payload, qos=1, retain=True)
-            while self._queue:
-                topic, payload, qos = self._queue.popleft()
-                client.publish(topic, payload, qos=qos)
+            for topic, queue in self._queues.items():
+                while queue:
+                    payload, qos = queue.popleft()
+                    client.publish(topic, payload, qos=qos)
         try:
             self._on_connect_hook()
         except Exception:
@@ -286,7 +288,8 @@ class MqttLink:
                 self._state_infos[topic] = self._client.publish(topic, payload, qos=1, retain=True)
 
     def publish_queued(self, topic: str, payload: bytes, qos: int = 0) -> None:
-        """Telemetry and events: sent now, or kept (bounded, oldest dropped) until the next connect."""
+        """Telemetry and events: sent now, or kept until the next connect (`offline_queue`
+        messages per topic, the oldest dropped)."""
         with self._lock:
             if self._connected.is_set():
                 info = self._client.publish(topic, payload, qos=qos)
@@ -295,6 +298,7 @@ class MqttLink:
             if self.settings.offline_queue == 0:
                 self.dropped += 1
                 return
-            if len(self._queue) == self._queue.maxlen:
+            queue = self._queues.setdefault(topic, deque(maxlen=self.settings.offline_queue))
+            if len(queue) == queue.maxlen:
                 self.dropped += 1
-            self._queue.append((topic, payload, qos))
+            queue.append((payload, qos))

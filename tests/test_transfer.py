@@ -175,17 +175,20 @@ def test_bulk_download_switches_to_missing_chunks_only_after_a_network_cut(tmp_p
     assert (partial.written, partial.duplicates) == (13, 0), "finished chunks were not sent again"
 
 
-def test_offline_queue_keeps_the_newest_messages_and_counts_the_dropped(broker: Broker) -> None:
+def test_offline_queue_keeps_the_newest_messages_per_topic_and_counts_the_dropped(broker: Broker) -> None:
     link = link_to(broker.url, offline_queue=3)
     for i in range(5):
         link.publish_queued("edge/q/telemetry", str(i).encode())
+    for i in range(10):
+        link.publish_queued("edge/q/events", f"e{i}".encode())  # a burst of events
     link.publish_state("edge/q/status", b"online")
-    assert link.dropped == 2 and link.stats()["queued"] == 3
+    assert link.dropped == 2 + 7 and link.stats()["queued"] == 6
     watcher = Watcher(broker, ["edge/q/#"])
     try:
         link.start()
-        wait_until(lambda: len(watcher.messages) == 4, 10, "the queued messages")
+        wait_until(lambda: len(watcher.messages) == 7, 10, "the queued messages")
         assert [m.payload for m in watcher.messages if m.topic.endswith("telemetry")] == [b"2", b"3", b"4"]
+        assert [m.payload for m in watcher.messages if m.topic.endswith("events")] == [b"e7", b"e8", b"e9"]
         assert watcher.latest["edge/q/status"] == b"online"
     finally:
         link.stop()
