@@ -147,7 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agent.probe import probe
 
     config = load_config(args.config)
-    logging.getLogger().setLevel(config.log_level.upper())
+    root = logging.getLogger()
+    root.setLevel(min(root.level, logging.getLevelName(config.log_level.upper())))  # -v can only add detail
     agent = Agent(config, probe(args.root), config_path=args.config)
     return agent.run()
 

@@ -99,9 +99,6 @@ class Agent:
             self.stop()
         return 0
 
-    def request_stop(self) -> None:
-        self._stop.set()
-
     def start(self) -> None:
         self.store.ensure()
         recovered = self.store.recover()
@@ -159,7 +156,8 @@ class Agent:
             return
         try:
             config = load_config(self.config_path)
-            [load_public_key(path) for path in config.trust_keys]
+            for path in config.trust_keys:
+                load_public_key(path)  # a key that does not load refuses the whole config
         except (ConfigError, BundleError) as exc:
             log.error("SIGHUP: keeping the running config: %s", exc)
             return

@@ -103,14 +103,20 @@ class Deployer:
     def wanted(self) -> Desired | None:
         return self._device_doc if self._device_doc is not None else self._group_doc
 
+    def _parse(self, kind: type[Desired] | type[ChunkIndex], message: mqtt.MQTTMessage) -> Any:
+        """The document in `message`, or None (logged, kept in `problem`) when it is malformed."""
+        try:
+            return kind.parse(message.payload, message.topic)
+        except ProtocolError as exc:
+            self.problem = str(exc)
+            log.error("deployment: %s; ignored", exc)
+            return None
+
     def _on_desired(self, message: mqtt.MQTTMessage) -> None:
         document: Desired | None = None
-        if message.payload:
-            try:
-                document = Desired.parse(message.payload, message.topic)
-            except ProtocolError as exc:
-                self.problem = str(exc)
-                log.error("deployment: %s; ignored", exc)
+        if message.payload:  # an empty retained message clears the document
+            document = self._parse(Desired, message)
+            if document is None:
                 return
         with self._lock:
             if message.topic == self.topics.desired(self.device):
@@ -123,17 +129,11 @@ class Deployer:
             self._lock.notify_all()
 
     def _on_index(self, message: mqtt.MQTTMessage) -> None:
-        if not message.payload:
-            return
-        try:
-            index = ChunkIndex.parse(message.payload, message.topic)
-        except ProtocolError as exc:
-            self.problem = str(exc)
-            log.error("deployment: %s", exc)
-            return
-        with self._lock:
-            self._index[message.topic] = index
-            self._lock.notify_all()
+        index = self._parse(ChunkIndex, message) if message.payload else None
+        if index is not None:
+            with self._lock:
+                self._index[message.topic] = index
+                self._lock.notify_all()
 
     # -- the worker ----------------------------------------------------------------------------
 

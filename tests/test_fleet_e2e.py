@@ -137,21 +137,26 @@ def test_push_to_a_group_reaches_every_device_honours_overrides_and_catches_up_l
     assert any(line.split()[:2] == ["dev2", "online"] and "1.1.0" in line for line in lines[1:]), table
 
 
-def slow_download() -> dict[str, Any]:
-    """Agent settings that stretch a 1.7 MB download over several seconds."""
-    return {"deployments": {"max_download_rate": 250_000, "window": 4}}
+def start_slow_download(capsys, broker: Broker, watcher: Watcher, agents, bundle: Path) -> tuple[AgentProcess, str]:
+    """An agent whose download of `bundle` (in 16 KiB chunks, at 250 kB/s) takes seconds."""
+    agent = agents("dev1", deployments={"max_download_rate": 250_000, "window": 4})
+    online(watcher, "dev1")
+    return agent, push(capsys, broker, bundle, "device:dev1", "--chunk-size", "16k")
+
+
+def chunks_done(watcher: Watcher, at_least: int) -> dict[str, Any]:
+    record = watcher.wait_json(
+        "edge/dev1/deployment", lambda d: d.get("progress", {}).get("chunks_done", 0) >= at_least, 60
+    )
+    return record["progress"]  # type: ignore[no-any-return]
 
 
 def test_broker_killed_mid_transfer_resumes_without_fetching_finished_chunks_again(
     capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
 ) -> None:
-    agent = agents("dev1", **slow_download())
-    online(watcher, "dev1")
-    deployment = push(capsys, broker, bundles["v1"], "device:dev1", "--chunk-size", "16k")
+    agent, deployment = start_slow_download(capsys, broker, watcher, agents, bundles["v1"])
     time.sleep(1.5)  # the broker autosaves every second: the pushed chunks are on its disk
-    progress = watcher.wait_json(
-        "edge/dev1/deployment", lambda d: d.get("progress", {}).get("chunks_done", 0) >= 20, 60
-    )["progress"]
+    progress = chunks_done(watcher, 20)
     assert progress["chunks_done"] < progress["chunks_total"], "the download finished before the broker was killed"
     watcher.close()
     broker.kill()
@@ -173,13 +178,11 @@ def test_broker_killed_mid_transfer_resumes_without_fetching_finished_chunks_aga
 def test_agent_sigkilled_mid_download_resumes_from_the_chunks_on_disk(
     capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
 ) -> None:
-    agent = agents("dev1", **slow_download())
-    online(watcher, "dev1")
-    deployment = push(capsys, broker, bundles["v1"], "device:dev1", "--chunk-size", "16k")
-    done = watcher.wait_json("edge/dev1/deployment", lambda d: d.get("progress", {}).get("chunks_done", 0) >= 20, 60)
+    agent, deployment = start_slow_download(capsys, broker, watcher, agents, bundles["v1"])
+    progress = chunks_done(watcher, 20)
     agent.kill()
     assert watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "offline", 10)
-    before = done["progress"]["chunks_done"]
+    before = progress["chunks_done"]
     agent.start()
     record = finished(watcher, "dev1", deployment)
     assert record["state"] == "SUCCEEDED", record
