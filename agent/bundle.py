@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
@@ -197,7 +198,7 @@ def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
         raise BundleError("MANIFEST_INVALID", f"manifest.json: {problems}") from exc
 
 
-def read_reference(folder: Path, manifest: Manifest) -> dict[str, np.ndarray]:
+def read_reference(folder: Path, manifest: Manifest) -> dict[str, npt.NDArray[Any]]:
     """The reference arrays, loaded without pickle; each artifact needs ``<path>__input``."""
     path = folder / manifest.reference.path
     try:
@@ -278,7 +279,7 @@ def _precision(path: Path, runtime: Any) -> str:
     return "fp16" if any(spec.dtype == np.float16 for spec in runtime.inputs) else "fp32"
 
 
-def _reference_frame(calibration: Sequence[Path]) -> np.ndarray:
+def _reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
     import cv2
 
     for path in calibration:
@@ -315,7 +316,7 @@ def build_bundle(
     if not models:
         raise BundleError("NO_MODEL", "a bundle needs at least one model")
     entries: list[ArtifactEntry] = []
-    reference: dict[str, np.ndarray] = {}
+    reference: dict[str, npt.NDArray[Any]] = {}
     frame = _reference_frame(calibration)
     first: Detector | None = None
     for path in models:

@@ -21,7 +21,7 @@ from agent.cli_daemon import DAEMON_COMMANDS, add_daemon_commands
 from agent.cli_errors import CliError
 
 if TYPE_CHECKING:
-    import numpy as np
+    import numpy.typing as npt
 
     from agent.probe import Board
     from pipelines.detections import Detections
@@ -165,7 +165,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     return status
 
 
-def _annotated_writer(folder: Path, labels: Labels) -> Callable[[Path, int | None, np.ndarray, Detections], None]:
+def _annotated_writer(folder: Path, labels: Labels) -> Callable[[Path, int | None, npt.NDArray[Any], Detections], None]:
     import cv2
 
     from pipelines.annotate import BoxAnnotator
@@ -176,7 +176,7 @@ def _annotated_writer(folder: Path, labels: Labels) -> Callable[[Path, int | Non
         raise CliError(f"cannot create {folder}: {exc.strerror}") from exc
     annotator = BoxAnnotator(labels)
 
-    def save(path: Path, index: int | None, image: np.ndarray, detections: Detections) -> None:
+    def save(path: Path, index: int | None, image: npt.NDArray[Any], detections: Detections) -> None:
         name = f"{path.stem}.jpg" if index is None else f"{path.stem}_{index:06d}.jpg"
         if not cv2.imwrite(str(folder / name), annotator.annotate(image, detections)):
             raise CliError(f"cannot write {folder / name}")
@@ -184,7 +184,7 @@ def _annotated_writer(folder: Path, labels: Labels) -> Callable[[Path, int | Non
     return save
 
 
-def _image_frame(path: Path) -> Iterator[tuple[int | None, np.ndarray]]:
+def _image_frame(path: Path) -> Iterator[tuple[int | None, npt.NDArray[Any]]]:
     import cv2
 
     image = cv2.imread(str(path), cv2.IMREAD_COLOR) if path.is_file() else None
@@ -193,7 +193,7 @@ def _image_frame(path: Path) -> Iterator[tuple[int | None, np.ndarray]]:
     yield None, image
 
 
-def _video_frames(path: Path, every: int) -> Iterator[tuple[int | None, np.ndarray]]:
+def _video_frames(path: Path, every: int) -> Iterator[tuple[int | None, npt.NDArray[Any]]]:
     from pipelines.sources import FileSource, SourceError
 
     source = FileSource(path)

@@ -26,9 +26,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agent.bundle import Limits, Verified, read_manifest, read_reference, sha256_file, unpack, verify_unpacked
@@ -63,7 +64,11 @@ class Activation:
 
 
 def parity_fraction(
-    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], specs: Sequence[TensorSpec], atol: float, rtol: float
+    outputs: Sequence[npt.NDArray[Any]],
+    expected: Sequence[npt.NDArray[Any]],
+    specs: Sequence[TensorSpec],
+    atol: float,
+    rtol: float,
 ) -> float:
     """Fraction of output values within ``atol + rtol * |expected|``, compared dequantized."""
     within = total = 0

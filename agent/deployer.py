@@ -176,6 +176,13 @@ class Deployer:
         store = self.store
         self._progress = None
         last = store.last_deployment()
+        attempt = 1
+        if last is not None and last.id == desired.id and last.state in FINAL_STATES:
+            if not self._retry_after_crash(last):
+                self._publish(last)
+                self._finish(last, desired)
+                return
+            attempt = last.attempt + 1
         if last is not None and last.id == desired.id and last.state not in FINAL_STATES:
             deployment = last  # resume after a restart: same record, same history
         else:
@@ -186,6 +193,7 @@ class Deployer:
                 version=desired.version,
                 from_sha=store.current_sha(),
                 previous_before=store.previous_sha(),
+                attempt=attempt,
             )
         if desired.sha256 == store.current_sha():
             deployment.to("SUCCEEDED")
@@ -224,6 +232,15 @@ class Deployer:
         )
         bundle.remove()
         self._finish(result, desired)
+
+    @staticmethod
+    def _retry_after_crash(last: Deployment) -> bool:
+        """A deployment that ended without being followed was cut short by a crash (the record
+        is final, `followed.json` not written yet). Retry it once if the crash came while
+        verifying or installing (a power cut); never after a crash while activating, where the
+        new model itself may be what took the process down (retrying could loop forever)."""
+        interrupted = (last.error or {}).get("code") == "INTERRUPTED"
+        return interrupted and last.state == "REJECTED" and last.attempt < 2
 
     def _wait_index(self, desired: Desired) -> ChunkIndex:
         topic = self.topics.index(desired.sha256)

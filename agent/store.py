@@ -81,6 +81,7 @@ class Deployment:
     error: dict[str, str] | None = None
     from_sha: str | None = None  # `current` when it started
     previous_before: str | None = None  # `previous` when it started
+    attempt: int = 1  # the daemon retries a deployment once after a crash while verifying or installing
     history: list[tuple[str, float]] = field(default_factory=list)
 
     def to(self, state: str, error: tuple[str, str] | None = None) -> None:

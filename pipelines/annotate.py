@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import cv2
-import numpy as np
+import numpy.typing as npt
 
 from pipelines.detections import Detections
 
@@ -32,9 +33,9 @@ class BoxAnnotator:
     def __init__(self, label: Callable[[int], str] = str, thickness: int = 2, font_scale: float = 0.5) -> None:
         self.label, self.thickness, self.font_scale = label, thickness, font_scale
 
-    def annotate(self, frame: np.ndarray, detections: Detections) -> np.ndarray:
+    def annotate(self, frame: npt.NDArray[Any], detections: Detections) -> npt.NDArray[Any]:
         """Return a copy of the BGR `frame` with `detections` (frame pixels) drawn on it."""
-        out: np.ndarray = frame.copy()
+        out: npt.NDArray[Any] = frame.copy()
         for (x1, y1, x2, y2), score, class_id in zip(
             detections.xyxy.astype(int), detections.confidence, detections.class_id, strict=True
         ):
@@ -57,7 +58,7 @@ class BoxAnnotator:
         return out
 
 
-def encode_jpeg(image: np.ndarray, quality: int = 85) -> bytes:
+def encode_jpeg(image: npt.NDArray[Any], quality: int = 85) -> bytes:
     """JPEG bytes of a BGR image."""
     ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
     if not ok:

@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from pipelines.detections import Detections
 
@@ -58,12 +59,14 @@ CONVENTIONS: dict[DecoderName, InputConvention] = {
 }
 
 
-def _cxcywh_to_xyxy(cx: np.ndarray, cy: np.ndarray, w: np.ndarray, h: np.ndarray) -> np.ndarray:
+def _cxcywh_to_xyxy(
+    cx: npt.NDArray[Any], cy: npt.NDArray[Any], w: npt.NDArray[Any], h: npt.NDArray[Any]
+) -> npt.NDArray[Any]:
     half_w, half_h = w / 2, h / 2
     return np.stack([cx - half_w, cy - half_h, cx + half_w, cy + half_h], axis=1).astype(np.float32)
 
 
-def _single_output(outputs: Sequence[np.ndarray], decoder: str) -> np.ndarray:
+def _single_output(outputs: Sequence[npt.NDArray[Any]], decoder: str) -> npt.NDArray[Any]:
     if len(outputs) != 1:
         shapes = [tuple(o.shape) for o in outputs]
         raise DecoderError(f"{decoder} expects one output, the model has {len(outputs)}: {shapes}")
@@ -72,17 +75,19 @@ def _single_output(outputs: Sequence[np.ndarray], decoder: str) -> np.ndarray:
         out = out[None]
     if out.ndim != 3 or out.shape[0] != 1:
         raise DecoderError(f"{decoder} expects an output of shape (1, A, B), got {tuple(outputs[0].shape)}")
-    first: np.ndarray = out[0]
+    first: npt.NDArray[Any] = out[0]
     return first
 
 
-def _top_candidates(idx: np.ndarray, scores: np.ndarray) -> np.ndarray:
+def _top_candidates(idx: npt.NDArray[Any], scores: npt.NDArray[Any]) -> npt.NDArray[Any]:
     if idx.size > MAX_CANDIDATES:
         idx = idx[np.argsort(-scores[idx], kind="stable")[:MAX_CANDIDATES]]
     return idx
 
 
-def _scale_if_normalised(boxes: np.ndarray, all_centres: np.ndarray, input_hw: tuple[int, int]) -> np.ndarray:
+def _scale_if_normalised(
+    boxes: npt.NDArray[Any], all_centres: npt.NDArray[Any], input_hw: tuple[int, int]
+) -> npt.NDArray[Any]:
     """Scale xyxy boxes by the input size when the model's centre coordinates are normalised."""
     if all_centres.size and float(np.abs(all_centres).max()) <= _NORMALISED_LIMIT:
         h, w = input_hw
@@ -90,7 +95,7 @@ def _scale_if_normalised(boxes: np.ndarray, all_centres: np.ndarray, input_hw: t
     return boxes
 
 
-def decode_yolov8(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], conf: float) -> Detections:
+def decode_yolov8(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
     """``(1, 4+nc, N)`` or ``(1, N, 4+nc)`` -> candidates above `conf` (input pixels)."""
     out = _single_output(outputs, "yolov8")
     if out.shape[0] > out.shape[1]:
@@ -106,7 +111,7 @@ def decode_yolov8(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], conf
     return Detections(boxes, scores[idx].astype(np.float32), class_id.astype(np.int32))
 
 
-def decode_yolov5(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], conf: float) -> Detections:
+def decode_yolov5(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
     """``(1, N, 5+nc)`` with objectness -> candidates above `conf` (input pixels)."""
     out = _single_output(outputs, "yolov5")
     if out.shape[1] < 6:
@@ -129,7 +134,7 @@ def yolox_cells(input_hw: tuple[int, int], strides: Sequence[int] = YOLOX_STRIDE
 
 
 @lru_cache(maxsize=8)
-def _yolox_grid(input_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _yolox_grid(input_hw: tuple[int, int]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Cell offsets ``(N, 2)`` (gx, gy) and strides ``(N, 1)``, row-major, x fastest."""
     h, w = input_hw
     grids, strides = [], []
@@ -140,7 +145,7 @@ def _yolox_grid(input_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(grids).astype(np.float32), np.concatenate(strides).astype(np.float32)
 
 
-def decode_yolox(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], conf: float) -> Detections:
+def decode_yolox(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
     """``(1, N, 5+nc)`` YOLOX head output -> candidates above `conf` (input pixels)."""
     out = _single_output(outputs, "yolox")
     if out.shape[1] < 6:
@@ -169,7 +174,7 @@ def decode_yolox(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], conf:
     return Detections(boxes, scores[sel].astype(np.float32), class_id[sel].astype(np.int32))
 
 
-def _ssd_roles(outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _ssd_roles(outputs: Sequence[npt.NDArray[Any]]) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], int]:
     """Find boxes, classes, scores and count among the four post-process outputs."""
     shapes = [tuple(o.shape) for o in outputs]
     if len(outputs) != 4:
@@ -181,7 +186,7 @@ def _ssd_roles(outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
         raise DecoderError(f"ssd expects outputs shaped (1, K, 4), (1, K), (1, K), (1,), got {shapes}")
     a, b = pairs[0][0], pairs[1][0]
 
-    def looks_like_classes(v: np.ndarray) -> bool:
+    def looks_like_classes(v: npt.NDArray[Any]) -> bool:
         return bool(np.all(v == np.round(v))) and float(v.max(initial=0.0)) > 1.0
 
     # Scores lie in 0..1 and come sorted; class ids are whole numbers, usually above 1.
@@ -195,7 +200,7 @@ def _ssd_roles(outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
     return boxes[0][0], classes, scores, count
 
 
-def decode_ssd(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], conf: float) -> Detections:
+def decode_ssd(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
     """TFLite detection post-process outputs -> detections above `conf` (input pixels)."""
     boxes, classes, scores, count = _ssd_roles(outputs)
     count = max(0, min(count, boxes.shape[0]))
@@ -211,7 +216,7 @@ def decode_ssd(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], conf: f
     )
 
 
-DECODERS: dict[DecoderName, Callable[[Sequence[np.ndarray], tuple[int, int], float], Detections]] = {
+DECODERS: dict[DecoderName, Callable[[Sequence[npt.NDArray[Any]], tuple[int, int], float], Detections]] = {
     "yolov8": decode_yolov8,
     "yolov5": decode_yolov5,
     "yolox": decode_yolox,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pipelines.decoders import CONVENTIONS, DECODERS, DecoderError, DecoderName, choose_decoder
 from pipelines.detections import Detections
@@ -111,16 +113,16 @@ class Detector:
         )
         log.info("decoder %s: %s", self.decoder, self.decoder_reason)
 
-    def prepare(self, frame: np.ndarray) -> tuple[np.ndarray, Transform]:
+    def prepare(self, frame: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], Transform]:
         """Preprocess a BGR ``(H, W, 3) uint8`` frame into the model's input tensor."""
         return preprocess(frame, self.preprocess_config)
 
-    def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
+    def infer(self, tensor: npt.NDArray[Any]) -> list[npt.NDArray[Any]]:
         """Run the model; outputs come back dequantized to float32."""
         raw = self.runtime.infer([tensor])
         return [dequantize(array, spec) for array, spec in zip(raw, self.runtime.outputs, strict=True)]
 
-    def postprocess(self, outputs: list[np.ndarray], transform: Transform) -> Detections:
+    def postprocess(self, outputs: list[npt.NDArray[Any]], transform: Transform) -> Detections:
         """Decode, NMS, and map boxes to frame pixels (clipped; boxes left empty are dropped)."""
         candidates = DECODERS[self.decoder](outputs, transform.input_hw, self.conf)
         kept = class_aware_nms(candidates, self.iou, self.max_det)
@@ -128,7 +130,7 @@ class Detector:
         visible = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
         return Detections(xyxy, kept.confidence, kept.class_id)[visible]
 
-    def detect(self, frame: np.ndarray) -> Detections:
+    def detect(self, frame: npt.NDArray[Any]) -> Detections:
         """Detect objects in one BGR ``(H, W, 3) uint8`` frame; boxes in frame pixels."""
         tensor, transform = self.prepare(frame)
         return self.postprocess(self.infer(tensor), transform)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -66,7 +67,7 @@ HELD_OUT_SEED = 100_000
 
 
 def evaluate_on_synthetic(
-    detect: Callable[[np.ndarray], Detections],
+    detect: Callable[[npt.NDArray[Any]], Detections],
     scenes: int = 4,
     frames_per_scene: int = 50,
     min_visible: float = 0.5,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -21,7 +23,9 @@ def box_iou(box: npt.NDArray[np.float32], boxes: npt.NDArray[np.float32]) -> npt
     return np.where(union > 0, inter / np.maximum(union, 1e-9), 0.0).astype(np.float32)
 
 
-def _greedy(columns: tuple[np.ndarray, ...], areas: np.ndarray, order: np.ndarray, iou_threshold: float) -> list[int]:
+def _greedy(
+    columns: tuple[npt.NDArray[Any], ...], areas: npt.NDArray[Any], order: npt.NDArray[Any], iou_threshold: float
+) -> list[int]:
     """Greedy suppression over `order` (indices, best first) of boxes given as x1, y1, x2, y2 columns."""
     x1, y1, x2, y2 = columns
     keep: list[int] = []

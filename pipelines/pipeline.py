@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+import numpy.typing as npt
 
 from pipelines.annotate import BoxAnnotator, encode_jpeg
 from pipelines.detections import Detections
@@ -38,7 +38,7 @@ Sink = Callable[[Frame, Detections], None]
 @dataclass(frozen=True)
 class _Prepared:
     frame: Frame
-    tensor: np.ndarray | None = None
+    tensor: npt.NDArray[Any] | None = None
     transform: Transform | None = None
     detector: Detector | None = None  # the detector whose preprocessing made `tensor`
     prepare_s: float = 0.0  # how long that preprocessing took

@@ -6,7 +6,7 @@ Frames are OpenCV images: ``(H, W, 3) uint8`` in BGR order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import cv2
 import numpy as np
@@ -39,7 +39,7 @@ class PreprocessConfig:
     layout: Layout = "NCHW"
     mean: float = 0.0
     std: float = 255.0
-    dtype: np.dtype = np.dtype(np.float32)  # noqa: RUF009 (a dtype is immutable)
+    dtype: np.dtype[Any] = np.dtype(np.float32)  # noqa: RUF009 (a dtype is immutable)
     quantization: Quantization | None = None
     rect_stride: int | None = None
 
@@ -67,7 +67,7 @@ class Transform:
         return out
 
 
-def _resize(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Transform]:
+def _resize(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[Any], Transform]:
     src_h, src_w = image.shape[:2]
     dst_h, dst_w = config.size
     if config.resize == "stretch":
@@ -90,7 +90,7 @@ def _resize(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Tr
     return canvas, Transform(new_w / src_w, new_h / src_h, float(left), float(top), (src_h, src_w), (dst_h, dst_w))
 
 
-def preprocess(image: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, Transform]:
+def preprocess(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[Any], Transform]:
     """Resize, reorder, normalise and (de)quantize one BGR ``(H, W, 3) uint8`` frame.
 
     Returns the ``(1, 3, h, w)`` or ``(1, h, w, 3)`` tensor of `config.dtype` and the

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
+import numpy.typing as npt
 
 from pipelines.synthetic import GroundTruth, SyntheticScene
 
@@ -35,7 +35,7 @@ class Frame:
 
     index: int
     timestamp: float
-    image: np.ndarray
+    image: npt.NDArray[Any]
     truth: GroundTruth | None = None
 
 

@@ -10,6 +10,7 @@ shapes overlap; each ground-truth entry carries the fraction of the shape left v
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -58,7 +59,7 @@ def _vertices(kind: int, centre: tuple[float, float], size: float, angle: float)
 def _background(width: int, height: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
     """A muted, textured background: smooth colour blobs, stripes and fine grain."""
     coarse = rng.uniform(60, 170, (6, 8, 3)).astype(np.float32)
-    image = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC)
+    image = np.asarray(cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC), np.float32)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     direction = rng.uniform(0, np.pi)
     stripes = 12 * np.sin((xx * np.cos(direction) + yy * np.sin(direction)) / rng.uniform(6, 20))
@@ -128,7 +129,7 @@ class SyntheticScene:
                 )
             )
 
-    def _draw(self, canvas: np.ndarray, shape: _Shape, t: int, color: tuple[int, ...]) -> tuple[float, ...]:
+    def _draw(self, canvas: npt.NDArray[Any], shape: _Shape, t: int, color: tuple[int, ...]) -> tuple[float, ...]:
         """Draw `shape` at frame t onto `canvas`; return its exact xyxy box."""
         r = shape.size / 2
         cx = _bounce(shape.position[0], shape.velocity[0], t, r, self.width - r)
@@ -150,7 +151,7 @@ class SyntheticScene:
         image = self._background.copy()
         boxes = [self._draw(image, shape, index, shape.color) for shape in self._shapes]
         if self._grain:
-            image = cv2.add(image, self._grain[index % len(self._grain)], dtype=cv2.CV_8U)
+            image = np.asarray(cv2.add(image, self._grain[index % len(self._grain)], dtype=cv2.CV_8U), np.uint8)
         truth = Detections.from_arrays(
             np.clip(np.array(boxes, np.float32).reshape(-1, 4), 0, [self.width, self.height, self.width, self.height]),
             np.ones(len(self._shapes), np.float32),

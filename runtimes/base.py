@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 Layout = Literal["NCHW", "NHWC"]
 RuntimeName = Literal["tensorrt", "onnxruntime", "litert"]
@@ -58,7 +59,7 @@ class TensorSpec:
 
     name: str
     shape: tuple[int | None, ...]
-    dtype: np.dtype
+    dtype: np.dtype[Any]
     layout: Layout | None = None
     quantization: Quantization | None = None
 
@@ -120,11 +121,11 @@ def guess_layout(shape: Sequence[int | None]) -> Layout | None:
     return None
 
 
-def dequantize(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+def dequantize(array: npt.NDArray[Any], spec: TensorSpec) -> npt.NDArray[Any]:
     """Return `array` as float32, undoing `spec`'s quantization when it has one."""
     if spec.is_quantized and spec.quantization is not None:
         q = spec.quantization
-        result: np.ndarray = (array.astype(np.float32) - np.float32(q.zero_point)) * np.float32(q.scale)
+        result: npt.NDArray[Any] = (array.astype(np.float32) - np.float32(q.zero_point)) * np.float32(q.scale)
         return result
     return array.astype(np.float32, copy=False)
 
@@ -149,7 +150,7 @@ class Runtime(abc.ABC):
         return "cpu"
 
     @abc.abstractmethod
-    def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         """Run the model on one array per input (in `inputs` order); return raw outputs."""
 
     def close(self) -> None:  # noqa: B027 (optional hook)
@@ -184,7 +185,7 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def check_inputs(specs: Sequence[TensorSpec], arrays: Sequence[np.ndarray]) -> None:
+def check_inputs(specs: Sequence[TensorSpec], arrays: Sequence[npt.NDArray[Any]]) -> None:
     """Raise `InferenceError` unless `arrays` match `specs` in count, rank, fixed dims and dtype."""
     if len(arrays) != len(specs):
         raise InferenceError(f"model takes {len(specs)} input(s), got {len(arrays)}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtimes.base import (
@@ -149,7 +150,7 @@ class LiteRTBackend(Runtime):
         """Whether the model holds int8/uint8 tensors (weights or activations)."""
         return any(d["dtype"] in (np.int8, np.uint8) for d in self._interpreter.get_tensor_details())
 
-    def _resize_inputs(self, arrays: Sequence[np.ndarray]) -> None:
+    def _resize_inputs(self, arrays: Sequence[npt.NDArray[Any]]) -> None:
         """Resize dynamic inputs to the shapes given (a no-op for fixed shapes)."""
         changed = False
         for detail, array in zip(self._input_details, arrays, strict=True):
@@ -161,7 +162,7 @@ class LiteRTBackend(Runtime):
             self._input_details = self._interpreter.get_input_details()
             self._output_details = self._interpreter.get_output_details()
 
-    def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         check_inputs(self.inputs, arrays)
         try:
             self._resize_inputs(arrays)

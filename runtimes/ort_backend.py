@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtimes.base import (
@@ -41,7 +42,7 @@ PROVIDERS: dict[ProviderName, str] = {
     "openvino": "OpenVINOExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
-_ORT_TYPES: dict[str, np.dtype] = {
+_ORT_TYPES: dict[str, np.dtype[Any]] = {
     "tensor(float)": np.dtype(np.float32),
     "tensor(float16)": np.dtype(np.float16),
     "tensor(double)": np.dtype(np.float64),
@@ -170,7 +171,7 @@ class OnnxRuntimeBackend(Runtime):
     def device(self) -> str:
         return str(self._session.get_providers()[0])
 
-    def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         check_inputs(self.inputs, arrays)
         feed = {spec.name: array for spec, array in zip(self.inputs, arrays, strict=True)}
         try:

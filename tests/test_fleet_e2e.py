@@ -481,3 +481,30 @@ def test_fleet_gc_removes_only_bundles_no_desired_document_names(
     assert left == {hashlib.sha256(bundles["v2"].read_bytes()).hexdigest()}
     status, out = cli(capsys, "fleet", "gc", "--broker", broker.url)
     assert "every bundle on the broker is referenced" in out
+
+
+@pytest.mark.parametrize(
+    ("step", "state", "version"),
+    [("installing", "SUCCEEDED", "1.0.0"), ("activating", "ROLLED_BACK", None)],
+)
+def test_a_crash_mid_install_is_retried_once_but_never_after_a_crash_while_activating(
+    step: str, state: str, version: str | None, capsys, broker: Broker, watcher: Watcher, agents, bundles
+) -> None:
+    crashing = agents("dev1", env={"EDGE_AGENT_KILL_AT": step})
+    online(watcher, "dev1")
+    deployment = push(capsys, broker, bundles["v1"], "device:dev1")
+    assert crashing.process is not None and crashing.process.wait(60) == -signal.SIGKILL
+    restarted = AgentProcess(crashing.config).start()  # same device, without the kill hook
+    try:
+        record = finished(watcher, "dev1", deployment)
+        assert record["state"] == state, record
+        if version is None:
+            assert (record["error"]["code"], record["attempt"]) == ("INTERRUPTED", 1), record
+            status = online(watcher, "dev1")
+            time.sleep(1.5)  # would a retry start? it must not
+            assert watcher.json("edge/dev1/deployment")["state"] == "ROLLED_BACK" and status["bundle"] is None
+        else:
+            assert record["attempt"] == 2, record
+            serving(watcher, "dev1", version)
+    finally:
+        restarted.stop()
