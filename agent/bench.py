@@ -15,7 +15,7 @@ from typing import Any
 
 from pipelines.detector import Detector
 from pipelines.metrics import LatencyWindow
-from pipelines.pipeline import Pipeline
+from pipelines.pipeline import Pipeline, use_one_opencv_thread
 from pipelines.sources import FileSource, Frame, FrameSource, SourceError, SyntheticSource
 
 DEFAULT_FRAMES = 300
@@ -107,6 +107,7 @@ def _bench_pipeline(detector: Detector, source: FrameSource, bar: Any) -> dict[s
             shapes.append(list(detector.prepare(frame.image)[0].shape))
         _tick(bar)
 
+    use_one_opencv_thread()
     pipeline = Pipeline("bench", source, detector, sinks=[tick])
     start = time.perf_counter()
     pipeline.start()

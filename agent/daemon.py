@@ -38,6 +38,7 @@ from agent.protocol import Topics, json_payload
 from agent.signing import load_public_key
 from agent.store import Deployment, Store
 from agent.telemetry import SystemMonitor, telemetry_document
+from pipelines.pipeline import use_one_opencv_thread
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class Agent:
         return 0
 
     def start(self) -> None:
+        use_one_opencv_thread()
         self.store.ensure()
         recovered = self.store.recover()
         if recovered is not None:

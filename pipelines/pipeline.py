@@ -35,6 +35,19 @@ log = logging.getLogger(__name__)
 Sink = Callable[[Frame, Detections], None]
 
 
+def use_one_opencv_thread() -> None:
+    """Make OpenCV run its resize and colour conversion on the calling thread only.
+
+    OpenCV's default thread pool spreads each call over every core, where the runtime's own
+    threads are busy with inference; on a 2-core board that contention cost the fixed-model
+    pipeline about 5 % of its FPS (docs/benchmarks.md). Process-wide, so the programs that run
+    pipelines (the daemon, ``edge-agent bench``) call it once at start.
+    """
+    import cv2
+
+    cv2.setNumThreads(1)
+
+
 @dataclass(frozen=True)
 class _Prepared:
     frame: Frame

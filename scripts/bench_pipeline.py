@@ -5,7 +5,9 @@ A YOLOv8n-architecture model with random weights (640x640, and a dynamic height/
 of the same network) runs on a 1280x720 synthetic clip, every frame processed. Each contender
 runs in its own process, in turn, for several rounds; medians are reported.
 
-- ``bare``: ``InferenceSession.run`` in a loop on one pre-made tensor (the ceiling);
+- ``bare``: ``InferenceSession.run`` in a loop on one pre-made tensor (the ceiling); it runs
+  back to back with ``edge-agent fixed``, alternating which goes first, and the median of the
+  per-round ratios (``fixed_vs_bare_paired``) cancels the VM's slow swings in speed;
 - ``edge-agent fixed`` / ``edge-agent dynamic``: ``edge-agent bench MODEL --source clip``;
 - ``ultralytics``: ``YOLO(onnx).predict(source=clip, stream=True)``, steady-state FPS
   (first to last result, so its model loading is not counted against it);
@@ -132,9 +134,13 @@ def main() -> None:
 
     results: dict[str, list[dict]] = {k: [] for k in ("bare", "edge_fixed", "edge_dynamic", "ultralytics")}
     startup: dict[str, list[float]] = {"edge_agent_detect": [], "ultralytics_predict": []}
+    pairs = [
+        ("bare", [sys.executable, "-c", BARE, str(fixed), str(args.frames)]),
+        ("edge_fixed", [*EDGE_AGENT, "bench", str(fixed), "--source", str(clip), "--json"]),
+    ]
     for round_ in range(args.rounds):
-        results["bare"].append(run_json([sys.executable, "-c", BARE, str(fixed), str(args.frames)]))
-        results["edge_fixed"].append(run_json([*EDGE_AGENT, "bench", str(fixed), "--source", str(clip), "--json"]))
+        for name, cmd in pairs if round_ % 2 == 0 else pairs[::-1]:  # back to back, alternating who goes first
+            results[name].append(run_json(cmd))
         results["edge_dynamic"].append(run_json([*EDGE_AGENT, "bench", str(dynamic), "--source", str(clip), "--json"]))
         results["ultralytics"].append(
             run_json([args.ultralytics_python, "-c", ULTRALYTICS, str(fixed), str(clip)], cwd=work)
@@ -160,6 +166,10 @@ def main() -> None:
         "rss_mb": {name: median(name, "rss_mb") for name in results},
         "edge_dynamic_input": results["edge_dynamic"][0]["input_shape"],
         "fixed_vs_bare": round(median("edge_fixed", "fps") / bare, 3),
+        "fixed_vs_bare_paired": round(
+            statistics.median(e["fps"] / b["fps"] for e, b in zip(results["edge_fixed"], results["bare"], strict=True)),
+            3,
+        ),
         "fixed_vs_ultralytics": round(median("edge_fixed", "fps") / ultra, 3),
         "dynamic_vs_ultralytics": round(median("edge_dynamic", "fps") / ultra, 3),
         "startup_s": {name: round(statistics.median(v), 3) for name, v in startup.items()},
