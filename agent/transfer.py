@@ -10,6 +10,7 @@ checked against the bundle's sha256 at the end (``BUNDLE_HASH_MISMATCH``).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -96,7 +97,11 @@ class PartialBundle:
                 self.duplicates += 1
                 return False
             assert self._fd is not None, "open() the partial bundle first"
-            os.pwrite(self._fd, data, start)
+            try:
+                os.pwrite(self._fd, data, start)
+            except OSError as exc:
+                code = "DISK_FULL" if exc.errno == errno.ENOSPC else "DOWNLOAD_FAILED"
+                raise BundleError(code, f"cannot write chunk {i} to {self.path}: {exc.strerror}") from exc
             self.done.add(i)
             self.written += 1
             return True

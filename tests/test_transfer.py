@@ -81,6 +81,25 @@ def test_partial_bundle_checks_chunks_resumes_from_disk_and_checks_the_whole(tmp
         other.finish()
 
 
+def test_a_full_disk_during_a_download_is_a_clear_error(tmp_path: Path) -> None:
+    import subprocess
+
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        index = ChunkIndex.of(DATA, 16384)
+        partial = PartialBundle(folder / "d", index).open()
+        with pytest.raises(BundleError, match="DISK_FULL"):
+            for i in range(len(index.chunks)):
+                start, length = index.span(i)
+                partial.write(i, DATA[start : start + length])
+        partial.close()
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
 def test_http_range_download_retries_a_dropped_connection(tmp_path: Path, range_server) -> None:
     source = tmp_path / "bundle.tar"
     source.write_bytes(DATA)
