@@ -136,6 +136,10 @@ def test_push_to_a_group_reaches_every_device_honours_overrides_and_catches_up_l
     assert lines[0].split()[:5] == ["DEVICE", "STATE", "GROUP", "BUNDLE", "DEPLOYMENT"]
     assert any(line.split()[:2] == ["dev2", "online"] and "1.1.0" in line for line in lines[1:]), table
 
+    status, out = cli(capsys, "fleet", "rollback", "--target", "group:lobby", "--broker", broker.url)
+    assert status == 1, "nobody has a previous version: every member answers NO_PREVIOUS"
+    assert sorted(line.split(":")[0] for line in out.splitlines() if "NO_PREVIOUS" in line) == ["dev1", "dev2", "dev3"]
+
 
 def start_slow_download(capsys, broker: Broker, watcher: Watcher, agents, bundle: Path) -> tuple[AgentProcess, str]:
     """An agent whose download of `bundle` (in 16 KiB chunks, at 250 kB/s) takes seconds."""
