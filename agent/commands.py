@@ -10,11 +10,14 @@ command or a bad payload is answered with an error and changes nothing.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+log = logging.getLogger(__name__)
 
 
 class CommandError(Exception):
@@ -87,6 +90,9 @@ def run_command(commands: Mapping[str, Command], name: str, payload: bytes | byt
         result = command.run(args)
     except CommandError as exc:
         return error(name, exc.code, exc.message)
+    except Exception as exc:  # a bug or an I/O failure: answered, logged, and the next command still runs
+        log.exception("command %s failed", name)
+        return error(name, "COMMAND_FAILED", f"{type(exc).__name__}: {exc}")
     if isinstance(result, Response):
         return result
     return Response(json.dumps({"ok": True, "command": name, "result": result}, default=str).encode())

@@ -180,9 +180,8 @@ class MqttLink:
                 log.warning("mqtt: %s", self.last_error)
                 continue
             sock = self._client.socket()
-            if isinstance(
-                sock, socket.socket
-            ):  # small packets (acks, subscribes) go out at once, not after Nagle's delay
+            if isinstance(sock, socket.socket):
+                # small packets (acks, subscribes) go out at once, not after Nagle's delay
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._client.loop_start()
             self._lost.wait()
@@ -208,7 +207,7 @@ class MqttLink:
             if self._handlers:
                 client.subscribe([(f, qos) for f, (_, qos, _) in self._handlers.items()])
             for topic, payload in self._states.items():
-                client.publish(topic, payload, qos=1, retain=True)
+                self._state_infos[topic] = client.publish(topic, payload, qos=1, retain=True)
             for topic, queue in self._queues.items():
                 while queue:
                     payload, qos = queue.popleft()

@@ -310,7 +310,14 @@ def test_commands_check_payloads_and_shape_answers() -> None:
         calls.append(args.pipeline or "all")
         return {"restarted": [args.pipeline]}
 
-    commands = {"restart-pipeline": Command(PipelineArgs, restart), "ping": Command(NoArgs, lambda _: {"pong": 1})}
+    def broken(_: NoArgs) -> dict[str, object]:
+        raise OSError("disk on fire")
+
+    commands = {
+        "restart-pipeline": Command(PipelineArgs, restart),
+        "ping": Command(NoArgs, lambda _: {"pong": 1}),
+        "broken": Command(NoArgs, broken),
+    }
     answers = {
         (name, payload): json.loads(run_command(commands, name, payload).payload)
         for name, payload in [
@@ -321,10 +328,20 @@ def test_commands_check_payloads_and_shape_answers() -> None:
             ("restart-pipeline", b"[1]"),
             ("restart-pipeline", b"\xff"),
             ("format-disk", b""),
+            ("broken", b""),
         ]
     }
     codes = [a["error"]["code"] if not a["ok"] else "ok" for a in answers.values()]
-    assert codes == ["ok", "ok", "NO_PIPELINE", "BAD_PAYLOAD", "BAD_PAYLOAD", "BAD_PAYLOAD", "UNKNOWN_COMMAND"]
+    assert codes == [
+        "ok",
+        "ok",
+        "NO_PIPELINE",
+        "BAD_PAYLOAD",
+        "BAD_PAYLOAD",
+        "BAD_PAYLOAD",
+        "UNKNOWN_COMMAND",
+        "COMMAND_FAILED",
+    ]
     assert calls == ["cam0"], "bad payloads never reach the command"
 
 
