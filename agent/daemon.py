@@ -212,6 +212,7 @@ class Agent:
             "fps": round(sum(p["fps"] for p in pipelines), 2),
             "temperature_c": None,  # filled by the sensors issue
             "error": self._serving_error,
+            "deployment_problem": self.deployer.problem if self.deployer else None,
         }
 
     def _publish_status(self) -> None:

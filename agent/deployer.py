@@ -245,12 +245,17 @@ class Deployer:
     def _wait_index(self, desired: Desired) -> ChunkIndex:
         topic = self.topics.index(desired.sha256)
         self.link.subscribe(topic, self._on_index)
+        warn_at = time.monotonic() + self.config.deployments.stall_timeout_s
         try:
             with self._lock:
                 while topic not in self._index:
                     if self._cancel.is_set():
                         raise Cancelled()
                     self._lock.wait(0.5)
+                    if time.monotonic() > warn_at:
+                        warn_at = float("inf")
+                        self.problem = f"no chunk index {topic} on the broker (removed by fleet gc?); still waiting"
+                        log.warning("deployment %s: %s", desired.id, self.problem)
                 index = self._index.pop(topic)
         finally:
             self.link.unsubscribe(topic)

@@ -262,6 +262,11 @@ def test_corrupt_chunk_wrong_hash_and_bad_signature_are_rejected_and_the_active_
         status = serving(watcher, "dev1", "1.0.0")
         assert status["bundle"]["sha256"] == v1
 
+    publish_raw(broker, [("edge/dev1/desired", b'{"id": "x", "bundle": "?"}')])
+    status = watcher.wait_json("edge/dev1/status", lambda d: bool(d.get("deployment_problem")), 30)
+    assert "edge/dev1/desired is not a valid Desired document" in status["deployment_problem"], status
+    assert status["bundle"]["sha256"] == v1, "a malformed desired document changes nothing"
+
 
 def test_last_will_marks_a_killed_agent_offline_and_sigterm_stops_cleanly(
     broker: Broker, watcher: Watcher, agents
