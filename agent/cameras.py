@@ -17,6 +17,7 @@ from agent.config import PipelineSection
 from agent.deploy import open_detector
 from agent.manifest import Manifest
 from agent.probe import Board
+from pipelines.annotate import BoxAnnotator
 from pipelines.detector import Detector
 from pipelines.pipeline import Pipeline, Sink
 from pipelines.sources import FrameSource, open_source
@@ -54,14 +55,15 @@ class Cameras:
     def activate(self, version: Path) -> None:
         """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`."""
         with self._lock:
-            detectors = [open_detector(version, self.board, self.preference) for _ in self.sections]
-            for section, (detector, manifest) in zip(self.sections, detectors, strict=True):
+            loaded = [open_detector(version, self.board, self.preference) for _ in self.sections]
+            if loaded:
+                self.manifest = loaded[0][1]
+            for section, (detector, _) in zip(self.sections, loaded, strict=True):
                 running = self._pipelines.get(section.name)
                 if running is not None:
                     running.swap_detector(detector)
                 else:
                     self._pipelines[section.name] = self._start(section, detector)
-                self.manifest = manifest
             self.version = version
 
     def restart(self, name: str | None = None) -> list[str]:
@@ -80,7 +82,15 @@ class Cameras:
 
     def _start(self, section: PipelineSection, detector: Detector) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
-        return Pipeline(section.name, source_for(section), detector, max_fps=section.max_fps, sinks=sinks).start()
+        annotator = BoxAnnotator(label=self.label)
+        return Pipeline(
+            section.name, source_for(section), detector, max_fps=section.max_fps, sinks=sinks, annotator=annotator
+        ).start()
+
+    def label(self, class_id: int) -> str:
+        """The serving version's name for `class_id` (snapshots show names, not numbers)."""
+        labels = self.manifest.labels if self.manifest else []
+        return labels[class_id] if 0 <= class_id < len(labels) else str(class_id)
 
     def stop(self) -> None:
         with self._lock:
