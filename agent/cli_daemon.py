@@ -78,8 +78,12 @@ def add_daemon_commands(commands: Any) -> None:
 
 def _broker_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("broker")
-    group.add_argument("--broker", default=os.environ.get("EDGE_AGENT_BROKER", "mqtt://localhost:1883"))
-    group.add_argument("--topic-root", default="edge")
+    group.add_argument(
+        "--broker",
+        default=os.environ.get("EDGE_AGENT_BROKER", "mqtt://localhost:1883"),
+        help="mqtt://HOST[:PORT] or mqtts://... (default: $EDGE_AGENT_BROKER, else mqtt://localhost:1883)",
+    )
+    group.add_argument("--topic-root", default="edge", help="first level of every topic (default edge)")
     group.add_argument("--username")
     group.add_argument("--password-env", help="environment variable holding the password")
     group.add_argument("--password-file", type=Path, help="file whose first line is the password")
@@ -168,14 +172,30 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         "snapshot": _fleet_snapshot,
     }
     settings = _broker_settings(args)
+    topics = Topics(settings.topic_root)
     try:
+        _check_before_connecting(args, topics)
         link = connect(settings)
         try:
-            return actions[args.fleet_command](args, link, Topics(settings.topic_root))
+            return actions[args.fleet_command](args, link, topics)
         finally:
             link.stop()
     except (FleetError, ProtocolError) as exc:
         raise CliError(str(exc)) from exc
+
+
+def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
+    """Mistakes in the arguments are reported before any broker is contacted."""
+    from agent.fleet import bundle_manifest
+
+    if getattr(args, "target", None):
+        topics.target_desired(args.target)  # raises ProtocolError for anything but device:ID / group:NAME
+    if args.fleet_command == "push":
+        if not args.bundle.is_file():
+            raise CliError(f"bundle file not found: {args.bundle}")
+        bundle_manifest(args.bundle)  # raises BundleError for a file that is not a bundle
+    if args.fleet_command == "snapshot" and not args.target.startswith("device:"):
+        raise CliError(f"snapshot needs --target device:ID, not {args.target!r}")
 
 
 def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
@@ -183,8 +203,6 @@ def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
 
     from agent.fleet import push
 
-    if not args.bundle.is_file():
-        raise CliError(f"bundle file not found: {args.bundle}")
     with tqdm(
         total=args.bundle.stat().st_size, unit="B", unit_scale=True, desc="push", disable=not sys.stderr.isatty()
     ) as bar:
@@ -284,9 +302,7 @@ def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
 def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
     from agent.fleet import command
 
-    kind, _, device = args.target.partition(":")
-    if kind != "device" or not device:
-        raise CliError(f"snapshot needs --target device:ID, not {args.target!r}")
+    device = args.target.partition(":")[2]
     payload = json.dumps({"pipeline": args.pipeline} if args.pipeline else {}).encode()
     answer = command(link, topics, [device], "snapshot", payload, timeout=args.timeout)[device]
     if answer is None:

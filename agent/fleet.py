@@ -37,10 +37,13 @@ class FleetError(Exception):
 
 
 def connect(settings: MqttSection, timeout: float = 10.0) -> MqttLink:
+    """A connected link for one operator command; fails at the first refused attempt."""
     link = MqttLink(settings, f"edge-agent-fleet-{uuid.uuid4().hex[:8]}", max_inflight=64).start()
-    if not link.wait_connected(timeout):
-        link.stop()
-        raise FleetError(f"cannot reach the broker {settings.broker}: {link.last_error or 'no answer'}")
+    deadline = time.monotonic() + timeout
+    while not link.wait_connected(0.1):
+        if link.last_error is not None or time.monotonic() > deadline:
+            link.stop()
+            raise FleetError(f"cannot reach the broker {settings.broker}: {link.last_error or 'no answer'}")
     return link
 
 

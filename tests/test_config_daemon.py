@@ -143,3 +143,27 @@ def test_config_schema_in_docs_is_current() -> None:
     assert (REPO / "docs" / "agent-config.schema.json").read_text() == schema_json(), (
         "run: python -m agent.config > docs/agent-config.schema.json"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["fleet", "status", "--broker", "http://x"], "is not mqtt://HOST"),
+        (["fleet", "status", "--broker", "mqtt://127.0.0.1:1"], "cannot reach the broker mqtt://127.0.0.1:1"),
+        (["fleet", "push", "missing.bundle", "--target", "device:a", "--broker", "mqtt://127.0.0.1:1"], "not found"),
+        (["fleet", "snapshot", "--target", "group:a", "-o", "x.jpg", "--broker", "mqtt://127.0.0.1:1"], "device:ID"),
+        (
+            ["fleet", "push", str(REPO / "pyproject.toml"), "--target", "device:a", "--broker", "mqtt://127.0.0.1:1"],
+            "not a bundle",
+        ),
+        (["fleet", "rollback", "--target", "cam-1", "--broker", "mqtt://127.0.0.1:1"], "is not device:ID"),
+        (["config", "check", "/nonexistent/agent.yaml"], "cannot read"),
+        (["run", "--config", "/nonexistent/agent.yaml"], "cannot read"),
+    ],
+)
+def test_daemon_and_fleet_commands_fail_with_one_clear_line(args: list[str], words: str, capsys) -> None:
+    status = main(args)
+    out = capsys.readouterr()
+    assert status == 1, out
+    text = out.err + out.out
+    assert words in text and "Traceback" not in text, text
