@@ -67,6 +67,13 @@ def add_daemon_commands(commands: Any) -> None:
     rollback.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer")
     gc = fleet_actions.add_parser("gc", help="remove retained chunks that no desired document references")
     gc.add_argument("--dry-run", action="store_true", help="only list them")
+    gc.add_argument(
+        "--min-age",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="spare bundles pushed less than this long ago: a push in progress (default 600)",
+    )
     snapshot = fleet_actions.add_parser("snapshot", help="save a device's latest annotated frame as JPEG")
     snapshot.add_argument("--target", required=True, help="device:ID")
     snapshot.add_argument("--pipeline", help="pipeline name (default: the first)")
@@ -288,7 +295,7 @@ def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
 def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
     from agent.fleet import clear_bundle, unreferenced_bundles
 
-    unused = unreferenced_bundles(link, topics, args.listen)
+    unused = unreferenced_bundles(link, topics, args.listen, args.min_age)
     for sha, index in unused.items():
         if not args.dry_run:
             clear_bundle(link, topics, index)

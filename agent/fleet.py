@@ -105,7 +105,8 @@ def push(
         chunks.append(hashlib.sha256(piece).hexdigest())  # hashing overlaps paho sending the previous chunk
         if url is None:
             infos.append(_publish(link, topics.chunk(sha256, len(chunks) - 1), piece.tobytes()))
-    index = ChunkIndex(sha256=sha256, size=len(data), chunk_size=chunk_size, chunks=chunks)
+    created = datetime.now(timezone.utc).replace(microsecond=0)
+    index = ChunkIndex(sha256=sha256, size=len(data), chunk_size=chunk_size, chunks=chunks, created=created)
     infos.append(_publish(link, topics.index(sha256), index.to_bytes()))
     done = 0
     for i, info in enumerate(infos[:-1]):
@@ -123,7 +124,7 @@ def push(
         chunks=len(index.chunks),
         source="url" if url else "mqtt",
         url=url,
-        created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        created=created.isoformat(),
     )
     _wait_all([_publish(link, desired_topic, desired.to_bytes())], link, timeout)
     return desired
@@ -253,8 +254,12 @@ def command(
     return answers
 
 
-def unreferenced_bundles(link: MqttLink, topics: Topics, wait: float = 2.0) -> dict[str, ChunkIndex]:
-    """Bundles whose chunks are on the broker but that no desired document names."""
+def unreferenced_bundles(
+    link: MqttLink, topics: Topics, wait: float = 2.0, min_age_s: float = 600.0
+) -> dict[str, ChunkIndex]:
+    """Bundles whose chunks are on the broker but that no desired document names, pushed more
+    than `min_age_s` seconds ago (a push in progress has its chunks out before its desired
+    document: a younger index may belong to one)."""
     root = topics.root
     messages = collect(link, [f"{root}/bundles/+/index", f"{root}/+/desired", f"{root}/groups/+/desired"], wait)
     referenced, indexes = set(), {}
@@ -267,7 +272,17 @@ def unreferenced_bundles(link: MqttLink, topics: Topics, wait: float = 2.0) -> d
                 referenced.add(Desired.parse(payload, topic).sha256)
         except ProtocolError:
             continue  # not ours to judge; a device reports it
-    return {sha: index for sha, index in indexes.items() if sha not in referenced}
+    now = datetime.now(timezone.utc)
+
+    def old_enough(index: ChunkIndex) -> bool:
+        created = index.created
+        if created is None:
+            return True
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=timezone.utc)
+        return (now - created).total_seconds() >= min_age_s
+
+    return {sha: index for sha, index in indexes.items() if sha not in referenced and old_enough(index)}
 
 
 def clear_bundle(link: MqttLink, topics: Topics, index: ChunkIndex, timeout: float = 60.0) -> None:

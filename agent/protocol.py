@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -89,6 +90,7 @@ class ChunkIndex(_Document):
     size: int = Field(ge=1, description="Bundle size in bytes.")
     chunk_size: int = Field(ge=1, description="Bytes per chunk (the last one may be shorter).")
     chunks: list[str] = Field(min_length=1, description="SHA-256 of each chunk, in order.")
+    created: datetime | None = Field(default=None, description="When it was pushed (fleet gc spares young ones).")
 
     @model_validator(mode="after")
     def _consistent(self) -> ChunkIndex:
