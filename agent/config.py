@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.errors import ConfigError
+from pipelines.sources import SourceError, source_kind
 
 DEFAULT_CONFIG = Path("/etc/edge-agent/agent.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/edge-agent")
@@ -157,6 +158,15 @@ class PipelineSection(_Section):
             raise ValueError(f"{value!r} may only hold letters, digits, '_', '-' and '.'")
         return value
 
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        try:
+            source_kind(value)
+        except SourceError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
 
 class DeploymentSection(_Section):
     max_download_rate: int = Field(
@@ -287,14 +297,8 @@ def check_files(config: AgentConfig) -> list[str]:
         if path is not None and not path.is_file():
             problems.append(f"{where}: no such file {path}")
     for i, pipeline in enumerate(config.pipelines):
-        source = pipeline.source
-        looks_like_file = not (
-            source.startswith(("synthetic", "/dev/video", "rtsp://", "rtsps://", "http://", "https://"))
-            or source.isdigit()
-            or "!" in source
-        )
-        if looks_like_file and not Path(source).is_file():
-            problems.append(f"pipelines.{i}.source: no such video file {source}")
+        if source_kind(pipeline.source) == "file" and not Path(pipeline.source).is_file():
+            problems.append(f"pipelines.{i}.source: no such video file {pipeline.source}")
     if not config.trust_keys and not config.allow_unsigned:
         problems.append("trust_keys: empty and allow_unsigned is false, so every bundle will be refused")
     return problems

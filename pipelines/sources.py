@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy and OpenCV load with the first source, not with this module
+    import numpy.typing as npt
 
-from pipelines.synthetic import GroundTruth, SyntheticScene
+    from pipelines.synthetic import GroundTruth, SyntheticScene
 
 
 class SourceError(Exception):
@@ -236,6 +237,8 @@ class SyntheticSource:
         frames: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        from pipelines.synthetic import SyntheticScene
+
         self.scene = scene or SyntheticScene()
         self.fps, self.frames = fps, frames
         self.live = fps is not None
@@ -264,13 +267,29 @@ class SyntheticSource:
         pass
 
 
-def open_source(spec: str, loop: bool = False, **camera: Any) -> FrameSource:
-    """A source from a config/CLI string: ``synthetic``, a file path, ``/dev/videoN`` or an
-    index, ``rtsp://...``, or a GStreamer pipeline (anything containing ``!``)."""
+def source_kind(spec: str) -> Literal["synthetic", "camera", "file"]:
+    """What a source string names (no I/O): ``synthetic[:SEED]``; a camera (``/dev/videoN`` or an
+    index, ``rtsp://``, ``http(s)://``, a GStreamer pipeline: anything containing ``!``); else a
+    video file. Raises `SourceError` for a synthetic seed that is not an integer."""
     if spec == "synthetic" or spec.startswith("synthetic:"):
-        seed = int(spec.split(":", 1)[1]) if ":" in spec else 0
-        return SyntheticSource(SyntheticScene(seed=seed), fps=camera.get("fps"))
+        seed = spec.partition(":")[2]
+        if seed and not seed.lstrip("-").isdigit():
+            raise SourceError(f"{spec!r}: the synthetic scene's seed must be an integer")
+        return "synthetic"
     if spec.isdigit() or spec.startswith(("/dev/video", "rtsp://", "rtsps://", "http://", "https://")) or "!" in spec:
+        return "camera"
+    return "file"
+
+
+def open_source(spec: str, loop: bool = False, **camera: Any) -> FrameSource:
+    """A source from a config/CLI string (see `source_kind`)."""
+    kind = source_kind(spec)
+    if kind == "synthetic":
+        seed = int(spec.partition(":")[2] or 0)
+        from pipelines.synthetic import SyntheticScene
+
+        return SyntheticSource(SyntheticScene(seed=seed), fps=camera.get("fps"))
+    if kind == "camera":
         return CameraSource(spec, **camera)
     return FileSource(Path(spec), loop=loop)
 

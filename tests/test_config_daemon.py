@@ -23,7 +23,7 @@ mqtt:
   password: {file: /a, env: B}
 pipelines:
   - name: cam0
-    source: synthetic
+    source: synthetic:abc
     max_fps: 0
 telemetry:
   interval_s: 0.01
@@ -43,6 +43,7 @@ def test_config_check_lists_every_problem_with_its_line(tmp_path: Path, capsys) 
         "mqtt.broker@4",
         "mqtt.tls@5",
         "mqtt.password@6",
+        "pipelines.0.source@9",
         "pipelines.0.max_fps@10",
         "telemetry.interval_s@12",
         "runtime@13",
