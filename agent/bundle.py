@@ -30,7 +30,7 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
-from agent.errors import BundleError
+from agent.errors import BundleError, validation_problems
 from agent.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, FileEntry, InputSpec, Manifest, Reference
 from agent.signing import signature_file, verify
 
@@ -194,7 +194,7 @@ def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
     try:
         return data, Manifest.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:5])
+        problems = "; ".join(validation_problems(exc)[:5])
         raise BundleError("MANIFEST_INVALID", f"manifest.json: {problems}") from exc
 
 

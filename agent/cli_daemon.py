@@ -106,6 +106,7 @@ def _broker_settings(args: argparse.Namespace) -> MqttSection:
     from pydantic import ValidationError
 
     from agent.config import MqttSection
+    from agent.errors import validation_problems
 
     raw: dict[str, Any] = {"broker": args.broker, "topic_root": args.topic_root, "username": args.username}
     if args.password_env or args.password_file:
@@ -115,7 +116,7 @@ def _broker_settings(args: argparse.Namespace) -> MqttSection:
     try:
         return MqttSection.model_validate(raw)
     except ValidationError as exc:
-        raise CliError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+        raise CliError("; ".join(validation_problems(exc))) from exc
 
 
 # -- config -------------------------------------------------------------------------------------

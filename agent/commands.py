@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.errors import validation_problems
+
 log = logging.getLogger(__name__)
 
 
@@ -84,7 +86,7 @@ def run_command(commands: Mapping[str, Command], name: str, payload: bytes | byt
     try:
         args = command.args.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(validation_problems(exc))
         return error(name, "BAD_PAYLOAD", problems)
     try:
         result = command.run(args)

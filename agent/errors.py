@@ -3,6 +3,11 @@ the status page) and a message a technician can act on."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class BundleError(Exception):
     """A bundle was refused or could not be installed or activated.
@@ -18,3 +23,8 @@ class BundleError(Exception):
 
 class ConfigError(ValueError):
     """The configuration file cannot be read or is invalid; the message lists every problem."""
+
+
+def validation_problems(exc: ValidationError) -> list[str]:
+    """Each problem pydantic found, as ``dotted.location: message`` (``(top)`` for the whole)."""
+    return [f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()]

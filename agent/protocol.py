@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agent.errors import validation_problems
+
 DEFAULT_CHUNK_SIZE = 256 * 1024
 COMMANDS = ("rollback", "restart-pipeline", "snapshot", "ping")
 _SHA = r"^[0-9a-f]{64}$"
@@ -79,7 +81,7 @@ class _Document(BaseModel):
         try:
             return cls.model_validate_json(payload)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(validation_problems(exc))
             raise ProtocolError(f"{what} is not a valid {cls.__name__} document: {problems}") from exc
 
 
