@@ -219,6 +219,7 @@ def install(
             from_sha=store.current_sha(),
             previous_before=store.previous_sha(),
         )
+        sha256_checked = True  # the record's sha256 was just computed from this file
     sha = deployment.sha256
     record = deployment
 
