@@ -167,6 +167,12 @@ class Deployer:
         document = deployment_document(deployment, self._progress)
         self.link.publish_state(self.topics.deployment(self.device), json_payload(document))
 
+    def _step(self, deployment: Deployment, state: str, error: BundleError | None = None) -> None:
+        """Move the record to `state`, write it (atomically) and publish it."""
+        deployment.to(state, (error.code, error.message) if error else None)
+        self.store.record(deployment)
+        self._publish(deployment)
+
     def _finish(self, deployment: Deployment, desired: Desired) -> None:
         self.store.follow(desired.id)
         if deployment.state == "SUCCEEDED":
@@ -176,15 +182,13 @@ class Deployer:
         store = self.store
         self._progress = None
         last = store.last_deployment()
-        attempt = 1
-        if last is not None and last.id == desired.id and last.state in FINAL_STATES:
-            if not self._retry_after_crash(last):
-                self._publish(last)
-                self._finish(last, desired)
-                return
-            attempt = last.attempt + 1
-        if last is not None and last.id == desired.id and last.state not in FINAL_STATES:
-            deployment = last  # resume after a restart: same record, same history
+        same = last if last is not None and last.id == desired.id else None
+        if same is not None and same.state in FINAL_STATES and not self._retry_after_crash(same):
+            self._publish(same)
+            self._finish(same, desired)
+            return
+        if same is not None and same.state not in FINAL_STATES:
+            deployment = same  # resume after a restart: same record, same history
         else:
             deployment = Deployment(
                 id=desired.id,
@@ -193,26 +197,20 @@ class Deployer:
                 version=desired.version,
                 from_sha=store.current_sha(),
                 previous_before=store.previous_sha(),
-                attempt=attempt,
+                attempt=same.attempt + 1 if same is not None else 1,
             )
         if desired.sha256 == store.current_sha():
-            deployment.to("SUCCEEDED")
-            store.record(deployment)
-            self._publish(deployment)
+            self._step(deployment, "SUCCEEDED")
             store.follow(desired.id)
             log.info("deployment %s: %s %s is already running", desired.id, desired.name, desired.version)
             return
         if deployment.state != "DOWNLOADING":
-            deployment.to("QUEUED")
-            store.record(deployment)
-            self._publish(deployment)
+            self._step(deployment, "QUEUED")
         try:
             index = self._wait_index(desired)
             bundle = self._download(desired, index, deployment)
         except BundleError as exc:
-            deployment.to("REJECTED", (exc.code, exc.message))
-            store.record(deployment)
-            self._publish(deployment)
+            self._step(deployment, "REJECTED", exc)
             log.error("deployment %s rejected: %s", desired.id, exc)
             self._finish(deployment, desired)
             return
