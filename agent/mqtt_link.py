@@ -252,16 +252,13 @@ class MqttLink:
     def subscribe(self, topic_filter: str, handler: Handler, qos: int = 1, resubscribe: bool = True) -> None:
         """Route messages on `topic_filter` to `handler`. With `resubscribe` False the
         subscription ends with the connection (`reconnects` tells the caller it ended)."""
-        with self._lock:
-            self._handlers[topic_filter] = (handler, qos, resubscribe)
-            if self._connected.is_set():
-                self._client.subscribe(topic_filter, qos)
+        self.subscribe_many([topic_filter], handler, qos, resubscribe)
 
-    def subscribe_many(self, filters: list[str], handler: Handler, qos: int = 1) -> None:
+    def subscribe_many(self, filters: list[str], handler: Handler, qos: int = 1, resubscribe: bool = True) -> None:
         """Several filters in one SUBSCRIBE packet (retained messages arrive in this order)."""
         with self._lock:
             for topic_filter in filters:
-                self._handlers[topic_filter] = (handler, qos, True)
+                self._handlers[topic_filter] = (handler, qos, resubscribe)
             if self._connected.is_set() and filters:
                 self._client.subscribe([(f, qos) for f in filters])
 
