@@ -236,6 +236,7 @@ class SyntheticSource:
         fps: float | None = None,
         frames: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from pipelines.synthetic import SyntheticScene
 
@@ -243,23 +244,23 @@ class SyntheticSource:
         self.fps, self.frames = fps, frames
         self.live = fps is not None
         self.name = f"synthetic:seed={self.scene.seed}"
-        self._sleep = sleep
+        self._sleep, self._clock = sleep, clock
         self._index = 0
         self._next_due = 0.0
 
     def open(self) -> None:
-        self._next_due = time.monotonic()
+        self._next_due = self._clock()
 
     def read(self) -> Frame | None:
         if self.frames is not None and self._index >= self.frames:
             return None
         if self.fps:
-            delay = self._next_due - time.monotonic()
+            delay = self._next_due - self._clock()
             if delay > 0:
                 self._sleep(delay)
-            self._next_due = max(self._next_due + 1 / self.fps, time.monotonic() - 1 / self.fps)
+            self._next_due = max(self._next_due + 1 / self.fps, self._clock() - 1 / self.fps)
         image, truth = self.scene.render(self._index)
-        frame = Frame(self._index, time.monotonic(), image, truth)
+        frame = Frame(self._index, self._clock(), image, truth)
         self._index += 1
         return frame
 

@@ -63,15 +63,35 @@ def test_synthetic_source_bounded_and_with_truth() -> None:
     assert not source.live and SyntheticSource(fps=30).live
 
 
+class FakeClock:
+    """Time that passes only when the source sleeps (or when a test says so)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
 def test_paced_synthetic_source_sleeps_to_its_fps() -> None:
-    slept: list[float] = []
-    source = SyntheticSource(fps=10, frames=4, sleep=slept.append)
+    clock = FakeClock()
+    source = SyntheticSource(fps=10, frames=6, sleep=clock.sleep, clock=clock)
     source.open()
-    for _ in range(4):
-        source.read()
-    # the fake sleep lets no time pass, so each frame is due one period (0.1 s) after the last
-    assert len(slept) == 3
-    assert np.diff(slept) == pytest.approx([0.1, 0.1], abs=0.01)
+    stamps = [frame.timestamp for frame in (source.read() for _ in range(3)) if frame]
+    assert clock.slept == pytest.approx([0.1, 0.1])
+    assert np.diff(stamps) == pytest.approx([0.1, 0.1])
+    # a slow consumer (0.25 s late): two frames without sleeping, then back on the 0.1 s grid
+    clock.now += 0.25
+    source.read()
+    source.read()
+    assert clock.slept == pytest.approx([0.1, 0.1])
+    source.read()
+    assert clock.slept == pytest.approx([0.1, 0.1, 0.05])
 
 
 def test_camera_that_is_not_there() -> None:
