@@ -68,6 +68,8 @@ class Transform:
 
 
 def _resize(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[Any], Transform]:
+    """Resize `image` to its place in the tensor; the returned `Transform` says where it goes
+    (`pad_x`, `pad_y`) inside the tensor's `input_hw`. Padding is left to the caller."""
     src_h, src_w = image.shape[:2]
     dst_h, dst_w = config.size
     if config.resize == "stretch":
@@ -84,10 +86,40 @@ def _resize(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDAr
         left, top = (dst_w - new_w) // 2, (dst_h - new_h) // 2
     else:
         left, top = 0, 0
-    pad = (config.pad_value,) * 3
-    bottom, right = dst_h - new_h - top, dst_w - new_w - left
-    canvas = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=pad)
-    return canvas, Transform(new_w / src_w, new_h / src_h, float(left), float(top), (src_h, src_w), (dst_h, dst_w))
+    return image, Transform(new_w / src_w, new_h / src_h, float(left), float(top), (src_h, src_w), (dst_h, dst_w))
+
+
+def _borders(transform: Transform, placed_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) padding around an image of `placed_hw` inside the tensor."""
+    (dst_h, dst_w), (h, w) = transform.input_hw, placed_hw
+    top, left = int(transform.pad_y), int(transform.pad_x)
+    return top, dst_h - h - top, left, dst_w - w - left
+
+
+def _float_tensor(resized: npt.NDArray[Any], transform: Transform, config: PreprocessConfig) -> npt.NDArray[Any]:
+    """Write the resized uint8 pixels, normalised, straight into the tensor's interior and fill
+    only the borders: no padded uint8 canvas, and each channel converted from a contiguous plane."""
+    h, w = resized.shape[:2]
+    dst_h, dst_w = transform.input_hw
+    top, left = int(transform.pad_y), int(transform.pad_x)
+    gain, offset = np.float32(1.0 / config.std), np.float32(-config.mean / config.std)
+    planes = cv2.split(resized)  # B, G, R
+    if config.color == "RGB":
+        planes = planes[::-1]
+    nchw = config.layout == "NCHW"
+    tensor = np.empty((1, 3, dst_h, dst_w) if nchw else (1, dst_h, dst_w, 3), config.dtype)
+    spatial = tensor[0] if nchw else tensor[0].transpose(2, 0, 1)  # (3, H, W) view either way
+    pad = (config.pad_value - config.mean) / config.std
+    spatial[:, :top] = pad
+    spatial[:, top + h :] = pad
+    spatial[:, top : top + h, :left] = pad
+    spatial[:, top : top + h, left + w :] = pad
+    for channel, plane in enumerate(planes):
+        interior = spatial[channel, top : top + h, left : left + w]
+        np.multiply(plane, gain, out=interior, casting="unsafe")
+        if offset:
+            interior += offset
+    return tensor
 
 
 def preprocess(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[Any], Transform]:
@@ -98,25 +130,24 @@ def preprocess(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.N
     """
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise ValueError(f"expected a (H, W, 3) uint8 image, got {image.shape} {image.dtype}")
-    canvas, transform = _resize(image, config)
+    resized, transform = _resize(image, config)
+    if np.issubdtype(config.dtype, np.floating):
+        return _float_tensor(resized, transform, config), transform
+    top, bottom, left, right = _borders(transform, resized.shape[:2])
+    pad = (config.pad_value,) * 3
+    canvas = cv2.copyMakeBorder(resized, top, bottom, left, right, cv2.BORDER_CONSTANT, value=pad)
     # Reorder the uint8 pixels first (views, no copy), then convert in one pass into the output.
     pixels = canvas[..., ::-1] if config.color == "RGB" else canvas
     if config.layout == "NCHW":
         pixels = pixels.transpose(2, 0, 1)
     pixels = pixels[None]
-    if config.quantization is not None and np.issubdtype(config.dtype, np.integer):
+    if config.quantization is not None:
         q = config.quantization
         info = np.iinfo(config.dtype)
         # q = (pixel - mean) / std / scale + zp, folded into one multiply-add.
         gain = 1.0 / (config.std * q.scale)
         offset = q.zero_point - config.mean * gain
         values = np.rint(pixels.astype(np.float32) * np.float32(gain) + np.float32(offset))
-        tensor = np.ascontiguousarray(np.clip(values, info.min, info.max), dtype=config.dtype)
-    elif np.issubdtype(config.dtype, np.floating):
-        tensor = np.empty(pixels.shape, config.dtype)
-        np.multiply(pixels, np.float32(1.0 / config.std), out=tensor, casting="unsafe")
-        if config.mean:
-            tensor -= np.float32(config.mean / config.std)
-    else:  # an integer input without quantization parameters takes raw pixels
-        tensor = np.ascontiguousarray(pixels, dtype=config.dtype)
-    return tensor, transform
+        return np.ascontiguousarray(np.clip(values, info.min, info.max), dtype=config.dtype), transform
+    # an integer input without quantization parameters takes raw pixels
+    return np.ascontiguousarray(pixels, dtype=config.dtype), transform

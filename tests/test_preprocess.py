@@ -68,3 +68,35 @@ def test_quantized_inputs(dtype, quant, mean, std, expected_pad) -> None:
 def test_rejects_non_bgr_images() -> None:
     with pytest.raises(ValueError, match=r"expected a \(H, W, 3\) uint8 image"):
         preprocess(np.zeros((10, 10), np.uint8), PreprocessConfig(size=(32, 32)))
+
+
+def reference_tensor(image: np.ndarray, config: PreprocessConfig) -> np.ndarray:
+    """The float input computed the plain way: pad a uint8 canvas, reorder, normalise."""
+    import cv2
+
+    _, transform = preprocess(image, config)
+    (h, w), (src_h, src_w) = transform.input_hw, transform.source_hw
+    new_w, new_h = round(src_w * transform.scale_x), round(src_h * transform.scale_y)
+    top, left = int(transform.pad_y), int(transform.pad_x)
+    canvas = np.full((h, w, 3), config.pad_value, np.uint8)
+    canvas[top : top + new_h, left : left + new_w] = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    pixels = canvas[..., ::-1] if config.color == "RGB" else canvas
+    values = (pixels.astype(np.float64) - config.mean) / config.std
+    return (values.transpose(2, 0, 1) if config.layout == "NCHW" else values)[None]
+
+
+@pytest.mark.parametrize("resize", ["letterbox", "letterbox-topleft", "stretch"])
+@pytest.mark.parametrize(("color", "layout"), [("RGB", "NCHW"), ("BGR", "NHWC"), ("RGB", "NHWC")])
+@pytest.mark.parametrize(("mean", "std", "rect_stride"), [(0.0, 255.0, None), (127.5, 127.5, 32)])
+@pytest.mark.parametrize("hw", [(333, 517), (517, 333)], ids=["wide", "tall"])
+def test_float_inputs_match_the_plain_computation(resize, color, layout, mean, std, rect_stride, hw) -> None:
+    """The float path writes pixels straight into the tensor's interior and fills only the
+    borders; every layout, order and normalisation must equal padding a canvas first."""
+    image = np.random.default_rng(3).integers(0, 256, (*hw, 3), dtype=np.uint8)
+    config = PreprocessConfig(
+        size=(320, 480), resize=resize, color=color, layout=layout, mean=mean, std=std, rect_stride=rect_stride
+    )
+    tensor, _ = preprocess(image, config)
+    expected = reference_tensor(image, config)
+    assert tensor.dtype == np.float32 and tensor.shape == expected.shape
+    np.testing.assert_allclose(tensor, expected, atol=1e-6)
