@@ -4,11 +4,15 @@
   capture, preprocess, inference, decode + NMS, with capture and preprocessing overlapped.
 - ``runtime`` mode times inference alone on one prepared tensor: the ceiling the pipeline
   is compared against.
+
+With `workers` > 1 that many inference calls run at once on the one model (the pipeline's
+inference threads; in runtime mode, as many bare loops in threads).
 """
 
 from __future__ import annotations
 
 import resource
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -73,20 +77,30 @@ def _tick(bar: Any) -> None:
         bar.update(1)
 
 
-def _bench_runtime(detector: Detector, source: FrameSource, count: int, bar: Any) -> dict[str, Any]:
-    """Inference alone, `count` times on the tensor prepared from the source's first frame."""
+def _bench_runtime(detector: Detector, source: FrameSource, count: int, bar: Any, workers: int) -> dict[str, Any]:
+    """Inference alone, `count` times on the tensor prepared from the source's first frame,
+    split over `workers` threads calling the runtime at once."""
     first = source.read()
     source.close()
     if first is None:
         raise SourceError(f"{source.name}: no frame to benchmark with")
     tensor, _ = detector.prepare(first.image)
     window = LatencyWindow(stages=("inference",), size=count)
+
+    def loop(runs: int) -> None:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            detector.runtime.infer([tensor])
+            window.record(inference=(time.perf_counter() - t0) * 1000)
+            _tick(bar)
+
+    shares = [count // workers + (i < count % workers) for i in range(workers)]
+    threads = [threading.Thread(target=loop, args=(runs,)) for runs in shares]
     start = time.perf_counter()
-    for _ in range(count):
-        t0 = time.perf_counter()
-        detector.runtime.infer([tensor])
-        window.record(inference=(time.perf_counter() - t0) * 1000)
-        _tick(bar)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     stages = window.percentiles()
     return {
         "input_shape": list(tensor.shape),
@@ -98,7 +112,7 @@ def _bench_runtime(detector: Detector, source: FrameSource, count: int, bar: Any
     }
 
 
-def _bench_pipeline(detector: Detector, source: FrameSource, bar: Any) -> dict[str, Any]:
+def _bench_pipeline(detector: Detector, source: FrameSource, bar: Any, workers: int) -> dict[str, Any]:
     """The whole pipeline on every frame of `source`; a source failure ends it with the error."""
     shapes: list[list[int]] = []
 
@@ -108,7 +122,7 @@ def _bench_pipeline(detector: Detector, source: FrameSource, bar: Any) -> dict[s
         _tick(bar)
 
     use_one_opencv_thread()
-    pipeline = Pipeline("bench", source, detector, sinks=[tick])
+    pipeline = Pipeline("bench", source, detector, sinks=[tick], workers=workers)
     start = time.perf_counter()
     pipeline.start()
     try:
@@ -130,16 +144,18 @@ def _bench_pipeline(detector: Detector, source: FrameSource, bar: Any) -> dict[s
     }
 
 
-def run_bench(runtime: Any, source_spec: str, frames: int | None, mode: str, progress: bool = False) -> dict[str, Any]:
+def run_bench(
+    runtime: Any, source_spec: str, frames: int | None, mode: str, progress: bool = False, workers: int = 1
+) -> dict[str, Any]:
     """Benchmark `runtime` (loaded, warmed up); returns the report as a dict (times in ms)."""
     detector = Detector(runtime)
     source, total = _source(source_spec, frames)
     bar = _progress(total, progress)
     try:
         if mode == "runtime":
-            result = _bench_runtime(detector, source, total or DEFAULT_FRAMES, bar)
+            result = _bench_runtime(detector, source, total or DEFAULT_FRAMES, bar, workers)
         else:
-            result = _bench_pipeline(detector, source, bar)
+            result = _bench_pipeline(detector, source, bar, workers)
     finally:
         if bar is not None:
             bar.close()
@@ -148,6 +164,7 @@ def run_bench(runtime: Any, source_spec: str, frames: int | None, mode: str, pro
         "model": runtime.model_path.name,
         "runtime": runtime.name,
         "mode": mode,
+        "workers": workers,
         "source": source_spec,
         **result,
         "seconds": round(seconds, 3),

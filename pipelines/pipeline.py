@@ -1,14 +1,16 @@
-"""The camera-to-detection pipeline: a capture thread and an inference thread per camera.
+"""The camera-to-detection pipeline: a capture thread and one or more inference threads per camera.
 
 - Live sources (cameras, streams): the capture thread keeps only the newest frame; a frame
   replaced before inference took it counts as dropped.
 - Files and benchmark clips: every frame is processed; the capture thread also preprocesses,
   so decoding and letterboxing overlap with inference (a queue of two prepared frames).
 
-The inference thread runs preprocess (when not done yet) -> infer -> decode + NMS, records
-per-stage latency and FPS, and hands each frame's `Detections` to the sinks. Pause/resume, an
-FPS cap and a model swap between frames are safe to call from any thread. A failing source is
-reopened with jittered backoff; nothing here raises into the caller's thread.
+An inference thread runs preprocess (when not done yet) -> infer -> decode + NMS, records
+per-stage latency and FPS, and hands each frame's `Detections` to the sinks. With `workers` > 1
+several frames are in flight at once on one model (runtimes that allow it), and results still
+reach the sinks in frame order. Pause/resume, an FPS cap and a model swap between frames are
+safe to call from any thread. A failing source is reopened with jittered backoff; nothing here
+raises into the caller's thread.
 """
 
 from __future__ import annotations
@@ -60,9 +62,23 @@ class _Prepared:
 _END = object()  # the source has no more frames
 
 
+@dataclass(frozen=True)
+class _Result:
+    frame: Frame
+    detections: Detections | None  # None: inference failed on this frame
+    latency_ms: dict[str, float]
+
+
 class Pipeline:
     """One camera's detection loop. `max_fps` caps inference (``None``: as fast as possible);
-    `sinks` are called with every processed frame and its detections, in the inference thread."""
+    `sinks` are called with every processed frame and its detections, in frame order, from an
+    inference thread.
+
+    `workers` is the number of inference threads sharing the detector. One keeps each frame's
+    latency lowest; more trade latency for throughput when one inference cannot use every core
+    (e.g. two ONNX Runtime calls of one thread each on a 2-core board, docs/benchmarks.md).
+    More than one needs a runtime whose `infer` may run concurrently (`Runtime.concurrent`).
+    """
 
     def __init__(
         self,
@@ -75,8 +91,16 @@ class Pipeline:
         annotator: BoxAnnotator | None = None,
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.monotonic,
+        workers: int = 1,
     ) -> None:
-        self.name, self.source = name, source
+        if workers < 1:
+            raise ValueError(f"pipeline {name}: workers must be at least 1, got {workers}")
+        if workers > 1 and not detector.runtime.concurrent:
+            raise ValueError(
+                f"pipeline {name}: {detector.runtime.name} cannot run one model from {workers} threads at once; "
+                "use workers: 1"
+            )
+        self.name, self.source, self.workers = name, source, workers
         self._detector = detector
         self._pending_detector: Detector | None = None
         self.max_fps = max_fps
@@ -99,15 +123,25 @@ class Pipeline:
         self._newest: Any = None  # live mode: the newest frame, or _END
         self._newest_ready = threading.Condition(self._lock)
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
+        self._take_lock = threading.Lock()  # inference threads take frames one at a time
+        self._taken = 0  # sequence number of the next frame taken
+        self._ended = False  # an inference thread took the end of the source
+        self._next_due = 0.0  # the FPS cap's next slot, in clock seconds
+        self._results_lock = threading.Lock()
+        self._results: dict[int, _Result] = {}  # finished out of order, waiting for earlier frames
+        self._delivered = 0  # sequence number of the next result the sinks get
+        self._working = 0  # inference threads still running
         self._latest: tuple[Frame, Detections] | None = None
         self._threads: list[threading.Thread] = []
 
     # -- control ---------------------------------------------------------------------------
 
     def start(self) -> Pipeline:
-        self._threads = [
-            threading.Thread(target=self._capture_loop, name=f"capture-{self.name}", daemon=True),
-            threading.Thread(target=self._inference_loop, name=f"infer-{self.name}", daemon=True),
+        self._working, self._next_due = self.workers, self._clock()
+        self._threads = [threading.Thread(target=self._capture_loop, name=f"capture-{self.name}", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._inference_loop, name=f"infer-{self.name}-{i}", daemon=True)
+            for i in range(self.workers)
         ]
         for thread in self._threads:
             thread.start()
@@ -173,6 +207,7 @@ class Pipeline:
             "swaps": self.swaps,
             "paused": self.paused,
             "max_fps": self.max_fps,
+            "workers": self.workers,
             "latency_ms": self.latency.percentiles(),
             "source_status": self.source_status.as_dict(),
             "runtime": self._detector.runtime.name,
@@ -247,30 +282,43 @@ class Pipeline:
         return None
 
     def _inference_loop(self) -> None:
-        next_due = self._clock()
-        while not self._stop.is_set():
-            item = self._next_item()
-            if item is None:
-                continue
+        while True:
+            taken = self._take()
+            if taken is None:
+                break
+            seq, item, detector = taken
+            self._finish(seq, self._process(item, detector))
+        with self._results_lock:
+            self._working -= 1
+            if self._working == 0:
+                self._done.set()
+
+    def _take(self) -> tuple[int, _Prepared, Detector] | None:
+        """The next frame, its sequence number and the detector to run, once pause and the FPS
+        cap allow; None when the source ended or the pipeline stops."""
+        with self._take_lock:
+            item = None
+            while item is None and not self._ended and not self._stop.is_set():
+                item = self._next_item()
             if item is _END:
-                break
+                self._ended = True
             self._running.wait()
-            if self._stop.is_set():
-                break
+            if self._ended or self._stop.is_set() or item is None:
+                return None
             with self._lock:
                 if self._pending_detector is not None:
                     self._detector, self._pending_detector = self._pending_detector, None
                     self.swaps += 1
+                detector = self._detector
             if self.max_fps:
-                delay = next_due - self._clock()
+                delay = self._next_due - self._clock()
                 if delay > 0:
                     self._stop.wait(delay)
-                next_due = max(next_due + 1.0 / self.max_fps, self._clock() - 1.0 / self.max_fps)
-            self._process(item)
-        self._done.set()
+                self._next_due = max(self._next_due + 1.0 / self.max_fps, self._clock() - 1.0 / self.max_fps)
+            self._taken += 1
+            return self._taken - 1, item, detector
 
-    def _process(self, item: _Prepared) -> None:
-        detector = self._detector
+    def _process(self, item: _Prepared, detector: Detector) -> _Result:
         start = self._clock()
         try:
             if item.detector is detector and item.tensor is not None and item.transform is not None:
@@ -283,22 +331,37 @@ class Pipeline:
             inferred = self._clock()
             detections = detector.postprocess(outputs, transform)
         except Exception:
-            self.errors += 1
             log.exception("pipeline %s: inference failed on frame %d", self.name, item.frame.index)
-            return
+            return _Result(item.frame, None, {})
         done = self._clock()
-        self.latency.record(
-            capture_age=(start - item.frame.timestamp) * 1000,
-            preprocess=prepare_s * 1000,
-            inference=(inferred - prepared) * 1000,
-            postprocess=(done - inferred) * 1000,
-            total=(done - item.frame.timestamp) * 1000,
-        )
+        latency_ms = {
+            "capture_age": (start - item.frame.timestamp) * 1000,
+            "preprocess": prepare_s * 1000,
+            "inference": (inferred - prepared) * 1000,
+            "postprocess": (done - inferred) * 1000,
+            "total": (done - item.frame.timestamp) * 1000,
+        }
+        return _Result(item.frame, detections, latency_ms)
+
+    def _finish(self, seq: int, result: _Result) -> None:
+        """Hand results to the sinks in frame order: a frame finished early waits for the
+        earlier ones, and whichever thread completes the run delivers all of it."""
+        with self._results_lock:
+            self._results[seq] = result
+            while self._delivered in self._results:
+                self._deliver_result(self._results.pop(self._delivered))
+                self._delivered += 1
+
+    def _deliver_result(self, result: _Result) -> None:
+        if result.detections is None:
+            self.errors += 1
+            return
+        self.latency.record(**result.latency_ms)
         self.frames += 1
         self.fps_meter.tick()
-        self._latest = (item.frame, detections)
+        self._latest = (result.frame, result.detections)
         for sink in self._sinks:
             try:
-                sink(item.frame, detections)
+                sink(result.frame, result.detections)
             except Exception:
                 log.exception("pipeline %s: sink %r failed", self.name, sink)

@@ -135,6 +135,10 @@ class Runtime(abc.ABC):
 
     #: registry key of the backend, e.g. ``"onnxruntime"``
     name: str = ""
+    #: whether `infer` may be called from several threads at once (one model in memory serving
+    #: several frames in flight); a backend that keeps per-call state (an interpreter, an
+    #: execution context) leaves this False
+    concurrent: bool = False
     #: the model's inputs and outputs in its own order, and what the file says about itself;
     #: a backend sets all three when it loads the model
     inputs: list[TensorSpec]

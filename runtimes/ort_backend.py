@@ -133,6 +133,7 @@ class OnnxRuntimeBackend(Runtime):
     """A model loaded into an `onnxruntime.InferenceSession`."""
 
     name = KEY
+    concurrent = True  # InferenceSession.run is thread-safe; each call has its own buffers
 
     def __init__(self, model_path: Path, config: OnnxRuntimeConfig | None = None, warmup: bool = True) -> None:
         super().__init__(model_path)

@@ -5,10 +5,14 @@ A YOLOv8n-architecture model with random weights (640x640, and a dynamic height/
 of the same network) runs on a 1280x720 synthetic clip, every frame processed. Each contender
 runs in its own process, in turn, for several rounds; medians are reported.
 
-- ``bare``: ``InferenceSession.run`` in a loop on one pre-made tensor (the ceiling); it runs
-  back to back with ``edge-agent fixed``, alternating which goes first, and the median of the
-  per-round ratios (``fixed_vs_bare_paired``) cancels the VM's slow swings in speed;
-- ``edge-agent fixed`` / ``edge-agent dynamic``: ``edge-agent bench MODEL --source clip``;
+- ``bare``: ``InferenceSession.run`` in a loop on one pre-made tensor (the issue's ceiling:
+  ONNX Runtime's default threads, one call at a time);
+- ``bare_2x1``: the same session with one intra-op thread, called from two threads at once
+  (the ceiling of two frames in flight);
+- ``edge-agent fixed`` / ``edge-agent fixed --workers 2`` / ``edge-agent dynamic``:
+  ``edge-agent bench MODEL --source clip [--workers 2]``;
+  the two bare loops and the two fixed runs go back to back, in an order reversed every round,
+  and the medians of the per-round ratios (``*_paired``) cancel the VM's slow swings in speed;
 - ``ultralytics``: ``YOLO(onnx).predict(source=clip, stream=True)``, steady-state FPS
   (first to last result, so its model loading is not counted against it);
 - start-up: process start to the first detection printed, for ``edge-agent detect`` and for
@@ -45,18 +49,27 @@ shutil.move(path, sys.argv[2])
 """
 
 BARE = """
-import json, resource, sys, time
+import json, resource, sys, threading, time
 import numpy as np, onnxruntime as ort
-session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+n, calls = int(sys.argv[2]), int(sys.argv[3])  # calls: how many threads call run() at once
+options = ort.SessionOptions()
+if calls > 1:
+    options.intra_op_num_threads = 1
+session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
 x = np.random.default_rng(0).random((1, 3, 640, 640), dtype=np.float32)
-for _ in range(5):
-    session.run(None, {"images": x})
-n = int(sys.argv[2])
+def loop(runs):
+    for _ in range(runs):
+        session.run(None, {"images": x})
+loop(5)
+threads = [threading.Thread(target=loop, args=(n // calls,)) for _ in range(calls)]
 start = time.perf_counter()
-for _ in range(n):
-    session.run(None, {"images": x})
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 seconds = time.perf_counter() - start
-print(json.dumps({"fps": n / seconds, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+fps = n // calls * calls / seconds
+print(json.dumps({"fps": fps, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 ULTRALYTICS = """
@@ -132,14 +145,17 @@ def main() -> None:
         )
     image = work / "scene.png"
 
-    results: dict[str, list[dict]] = {k: [] for k in ("bare", "edge_fixed", "edge_dynamic", "ultralytics")}
+    names = ("bare", "bare_2x1", "edge_fixed", "edge_fixed_w2", "edge_dynamic", "ultralytics")
+    results: dict[str, list[dict]] = {k: [] for k in names}
     startup: dict[str, list[float]] = {"edge_agent_detect": [], "ultralytics_predict": []}
-    pairs = [
-        ("bare", [sys.executable, "-c", BARE, str(fixed), str(args.frames)]),
+    side_by_side = [
+        ("bare", [sys.executable, "-c", BARE, str(fixed), str(args.frames), "1"]),
         ("edge_fixed", [*EDGE_AGENT, "bench", str(fixed), "--source", str(clip), "--json"]),
+        ("edge_fixed_w2", [*EDGE_AGENT, "bench", str(fixed), "--source", str(clip), "--workers", "2", "--json"]),
+        ("bare_2x1", [sys.executable, "-c", BARE, str(fixed), str(args.frames), "2"]),
     ]
     for round_ in range(args.rounds):
-        for name, cmd in pairs if round_ % 2 == 0 else pairs[::-1]:  # back to back, alternating who goes first
+        for name, cmd in side_by_side if round_ % 2 == 0 else side_by_side[::-1]:
             results[name].append(run_json(cmd))
         results["edge_dynamic"].append(run_json([*EDGE_AGENT, "bench", str(dynamic), "--source", str(clip), "--json"]))
         results["ultralytics"].append(
@@ -156,6 +172,10 @@ def main() -> None:
     def median(name: str, key: str) -> float:
         return round(statistics.median(r[key] for r in results[name]), 2)
 
+    def paired(name: str, reference: str) -> float:
+        ratios = (e["fps"] / b["fps"] for e, b in zip(results[name], results[reference], strict=True))
+        return round(statistics.median(ratios), 3)
+
     bare = median("bare", "fps")
     ultra = median("ultralytics", "fps")
     summary = {
@@ -166,11 +186,12 @@ def main() -> None:
         "rss_mb": {name: median(name, "rss_mb") for name in results},
         "edge_dynamic_input": results["edge_dynamic"][0]["input_shape"],
         "fixed_vs_bare": round(median("edge_fixed", "fps") / bare, 3),
-        "fixed_vs_bare_paired": round(
-            statistics.median(e["fps"] / b["fps"] for e, b in zip(results["edge_fixed"], results["bare"], strict=True)),
-            3,
-        ),
+        "fixed_vs_bare_paired": paired("edge_fixed", "bare"),
+        "fixed_w2_vs_bare": round(median("edge_fixed_w2", "fps") / bare, 3),
+        "fixed_w2_vs_bare_paired": paired("edge_fixed_w2", "bare"),
+        "fixed_w2_vs_bare_2x1_paired": paired("edge_fixed_w2", "bare_2x1"),
         "fixed_vs_ultralytics": round(median("edge_fixed", "fps") / ultra, 3),
+        "fixed_w2_vs_ultralytics": round(median("edge_fixed_w2", "fps") / ultra, 3),
         "dynamic_vs_ultralytics": round(median("edge_dynamic", "fps") / ultra, 3),
         "startup_s": {name: round(statistics.median(v), 3) for name, v in startup.items()},
         "all_fps": {name: [round(r["fps"], 2) for r in runs] for name, runs in results.items()},

@@ -35,6 +35,22 @@ def test_bench_frames_loops_a_short_file_and_runtime_mode(tmp_path: Path, capsys
     assert (report["mode"], report["frames"], report["input_shape"]) == ("runtime", 15, [1, 3, 320, 320])
 
 
+def test_bench_workers_in_pipeline_and_runtime_mode(tmp_path: Path, capsys) -> None:
+    video = write_video(tmp_path / "clip.avi", 25, size=(320, 240))
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    assert main(["bench", model, "--source", str(video), "--workers", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["frames"], report["workers"], report["dropped"]) == (25, 2, 0)
+    assert main(["bench", model, "--mode", "runtime", "--frames", "15", "--workers", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["frames"], report["workers"]) == (15, 2)
+
+
+def test_bench_workers_refused_for_a_runtime_without_concurrent_calls(capsys) -> None:
+    assert main(["bench", str(DEMO_MODELS / "demo_detector_int8.tflite"), "--workers", "2"]) != 0
+    assert "--workers 2: litert cannot run one model from several threads" in capsys.readouterr().err
+
+
 def test_bench_text_output_and_synthetic_default(capsys) -> None:
     assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--frames", "12"]) == 0
     out = capsys.readouterr().out

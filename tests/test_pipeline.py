@@ -194,4 +194,73 @@ def test_several_pipelines_in_one_process_and_a_failing_sink() -> None:
     for p in pipelines:
         p.stop()
     assert [p.frames for p in pipelines] == [20, 20, 20]
-    assert {t.name for p in pipelines for t in p._threads} >= {"capture-cam0", "infer-cam2"}
+    assert {t.name for p in pipelines for t in p._threads} >= {"capture-cam0", "infer-cam2-0"}
+
+
+class FailsOnce:
+    """Wraps a real runtime; its `fail_on`-th call raises, as a driver fault on one frame would."""
+
+    def __init__(self, runtime, fail_on: int) -> None:
+        self._runtime, self._fail_on, self.calls = runtime, fail_on, 0
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        return getattr(self._runtime, name)
+
+    def infer(self, arrays):
+        with self._lock:
+            self.calls += 1
+            failing = self.calls == self._fail_on
+        if failing:
+            raise RuntimeError("simulated inference fault")
+        return self._runtime.infer(arrays)
+
+
+def run_clip(pipeline: Pipeline) -> list[tuple[int, list]]:
+    seen: list[tuple[int, list]] = []
+    pipeline.add_sink(lambda f, d: seen.append((f.index, np.round(d.xyxy).tolist())))
+    pipeline.start()
+    assert pipeline.wait(120)
+    pipeline.stop()
+    return seen
+
+
+def test_two_workers_deliver_every_frame_in_order_with_the_same_detections() -> None:
+    scene = SyntheticScene(seed=5, width=320, height=240)
+    one = run_clip(Pipeline("cam", SyntheticSource(scene, frames=60), detector()))
+    two_pipeline = Pipeline("cam", SyntheticSource(scene, frames=60), detector(), workers=2)
+    two = run_clip(two_pipeline)
+    assert [i for i, _ in two] == list(range(60))
+    assert two == one
+    assert two_pipeline.frames == 60 and two_pipeline.stats()["workers"] == 2
+    assert {t.name for t in two_pipeline._threads} == {"capture-cam", "infer-cam-0", "infer-cam-1"}
+
+
+def test_a_failed_frame_does_not_hold_back_the_frames_after_it() -> None:
+    shared = detector()
+    shared.runtime = FailsOnce(shared.runtime, fail_on=10)
+    pipeline = Pipeline("cam", SyntheticSource(SyntheticScene(width=320, height=240), frames=40), shared, workers=2)
+    indices = [i for i, _ in run_clip(pipeline)]
+    assert len(indices) == 39 and indices == sorted(indices)
+    assert pipeline.errors == 1 and pipeline.frames == 39
+
+
+def test_two_workers_hot_swap_and_fps_cap() -> None:
+    pipeline = Pipeline(
+        "cam", SyntheticSource(SyntheticScene(width=320, height=240), frames=40), detector(), max_fps=20, workers=2
+    )
+    new = detector("demo_detector_int8_qdq.onnx")
+    pipeline.add_sink(lambda f, d: f.index == 15 and pipeline.swap_detector(new))
+    start = time.monotonic()
+    indices = [i for i, _ in run_clip(pipeline)]
+    assert indices == list(range(40))
+    assert time.monotonic() - start >= 39 / 20, "the cap is shared by both workers"
+    assert pipeline.swaps == 1 and pipeline.detector is new
+
+
+def test_workers_need_a_runtime_that_allows_concurrent_calls() -> None:
+    source = SyntheticSource(frames=1)
+    with pytest.raises(ValueError, match="litert cannot run one model from 2 threads at once"):
+        Pipeline("cam", source, detector("demo_detector_fp32.tflite"), workers=2)
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        Pipeline("cam", source, detector(), workers=0)
