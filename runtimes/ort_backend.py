@@ -74,6 +74,12 @@ class OnnxRuntimeConfig(BaseModel):
     )
     intra_op_threads: int = Field(default=0, ge=0, description="Threads inside one op; 0 = ORT's default.")
     inter_op_threads: int = Field(default=0, ge=0, description="Threads across ops; 0 = ORT's default.")
+    memory_pattern: bool = Field(
+        default=False,
+        description="Plan one block per run for all intermediate tensors (ORT's default). Off, the "
+        "arena reuses freed tensors instead: about 24 MB less for YOLOv8n at 640x640, 28 MB "
+        "less with two calls in flight, at the same speed (docs/benchmarks.md).",
+    )
     spinning: bool = Field(
         default=True,
         description="Let idle ORT threads spin-wait for work (lowest latency) instead of sleeping "
@@ -148,6 +154,7 @@ class OnnxRuntimeBackend(Runtime):
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[self.config.graph_optimization]
+        options.enable_mem_pattern = self.config.memory_pattern
         options.intra_op_num_threads = self.config.intra_op_threads
         options.inter_op_num_threads = self.config.inter_op_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.config.spinning else "0")

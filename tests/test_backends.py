@@ -26,6 +26,17 @@ def test_ort_specs_metadata_and_infer(constant_model) -> None:
         np.testing.assert_array_equal(result, out)
 
 
+def test_ort_session_options_follow_the_config(constant_model) -> None:
+    path = constant_model(np.zeros((1, 2, 6), np.float32))
+    with OnnxRuntimeBackend(path) as rt:
+        options = rt._session.get_session_options()
+        assert not options.enable_mem_pattern and options.intra_op_num_threads == 0
+        assert rt.concurrent
+    with OnnxRuntimeBackend(path, OnnxRuntimeConfig(memory_pattern=True, intra_op_threads=1)) as rt:
+        options = rt._session.get_session_options()
+        assert options.enable_mem_pattern and options.intra_op_num_threads == 1
+
+
 def test_ort_dynamic_axes_are_none(constant_model) -> None:
     path = constant_model(np.zeros((1, 5, 10), np.float32), input_shape=("batch", 3, "height", "width"))
     with OnnxRuntimeBackend(path) as rt:
