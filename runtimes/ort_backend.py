@@ -77,8 +77,8 @@ class OnnxRuntimeConfig(BaseModel):
     memory_pattern: bool = Field(
         default=False,
         description="Plan one block per run for all intermediate tensors (ORT's default). Off, the "
-        "arena reuses freed tensors instead: about 24 MB less for YOLOv8n at 640x640, 28 MB "
-        "less with two calls in flight, at the same speed (docs/benchmarks.md).",
+        "arena reuses freed tensors instead: 20-23 MB less resident for YOLOv8n at 640x640, "
+        "with no consistent speed difference (docs/benchmarks.md).",
     )
     spinning: bool = Field(
         default=True,
