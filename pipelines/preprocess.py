@@ -89,9 +89,9 @@ def _resize(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDAr
     return image, Transform(new_w / src_w, new_h / src_h, float(left), float(top), (src_h, src_w), (dst_h, dst_w))
 
 
-def _borders(transform: Transform, placed_hw: tuple[int, int]) -> tuple[int, int, int, int]:
-    """(top, bottom, left, right) padding around an image of `placed_hw` inside the tensor."""
-    (dst_h, dst_w), (h, w) = transform.input_hw, placed_hw
+def _borders(transform: Transform, h: int, w: int) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) padding around an `h` x `w` image inside the tensor."""
+    dst_h, dst_w = transform.input_hw
     top, left = int(transform.pad_y), int(transform.pad_x)
     return top, dst_h - h - top, left, dst_w - w - left
 
@@ -133,7 +133,7 @@ def preprocess(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.N
     resized, transform = _resize(image, config)
     if np.issubdtype(config.dtype, np.floating):
         return _float_tensor(resized, transform, config), transform
-    top, bottom, left, right = _borders(transform, resized.shape[:2])
+    top, bottom, left, right = _borders(transform, resized.shape[0], resized.shape[1])
     pad = (config.pad_value,) * 3
     canvas = cv2.copyMakeBorder(resized, top, bottom, left, right, cv2.BORDER_CONSTANT, value=pad)
     # Reorder the uint8 pixels first (views, no copy), then convert in one pass into the output.
