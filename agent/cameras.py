@@ -2,7 +2,9 @@
 
 `activate` loads the installed version once per camera (each pipeline owns its runtime, since
 not every runtime may be called from two threads) and either starts the pipelines or swaps the
-new model in between frames, so capture never stops for a deployment.
+new model in between frames, so capture never stops for a deployment. A camera configured with
+several workers runs them only on a runtime that allows concurrent calls; when a deployment
+moves it between such a runtime and one that does not, its pipeline restarts instead.
 """
 
 from __future__ import annotations
@@ -35,6 +37,19 @@ def source_for(section: PipelineSection) -> FrameSource:
     return open_source(section.source, loop=section.loop, **camera)
 
 
+def _workers(section: PipelineSection, detector: Detector) -> int:
+    """The configured workers, or 1 on a runtime that serves one call at a time."""
+    if section.workers > 1 and not detector.runtime.concurrent:
+        log.warning(
+            "pipeline %s: %s serves one frame at a time; running 1 worker instead of %d",
+            section.name,
+            detector.runtime.name,
+            section.workers,
+        )
+        return 1
+    return section.workers
+
+
 class Cameras:
     """The configured pipelines; `sink_for(name)` makes each pipeline's sink (events)."""
 
@@ -55,15 +70,18 @@ class Cameras:
     def activate(self, version: Path) -> None:
         """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`."""
         with self._lock:
-            loaded = [open_detector(version, self.board, self.preference) for _ in self.sections]
+            loaded = [open_detector(version, self.board, self.preference, s.workers) for s in self.sections]
             if loaded:
                 self.manifest = loaded[0][1]
             for section, (detector, _) in zip(self.sections, loaded, strict=True):
+                workers = _workers(section, detector)
                 running = self._pipelines.get(section.name)
-                if running is not None:
+                if running is not None and running.workers == workers:
                     running.swap_detector(detector)
-                else:
-                    self._pipelines[section.name] = self._start(section, detector)
+                    continue
+                if running is not None:
+                    running.stop()
+                self._pipelines[section.name] = self._start(section, detector, workers)
             self.version = version
 
     def restart(self, name: str | None = None) -> list[str]:
@@ -77,14 +95,20 @@ class Cameras:
                 old = self._pipelines[n]
                 old.stop()
                 section = next(s for s in self.sections if s.name == n)
-                self._pipelines[n] = self._start(section, old.detector)
+                self._pipelines[n] = self._start(section, old.detector, old.workers)
             return names
 
-    def _start(self, section: PipelineSection, detector: Detector) -> Pipeline:
+    def _start(self, section: PipelineSection, detector: Detector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
         return Pipeline(
-            section.name, source_for(section), detector, max_fps=section.max_fps, sinks=sinks, annotator=annotator
+            section.name,
+            source_for(section),
+            detector,
+            max_fps=section.max_fps,
+            sinks=sinks,
+            annotator=annotator,
+            workers=workers,
         ).start()
 
     def label(self, class_id: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
@@ -111,7 +110,6 @@ def _select_and_load(model: Path, preference: str, warmup: bool = True, workers:
     calls in flight at once, ONNX Runtime gives each call an equal share of the cores."""
     from agent.probe import probe
     from runtimes.base import RuntimeUnavailable
-    from runtimes.ort_backend import OnnxRuntimeConfig
     from runtimes.registry import available_runtimes, load_runtime
     from runtimes.selection import Artifact, runtimes_for, select_runtimes
 
@@ -121,10 +119,7 @@ def _select_and_load(model: Path, preference: str, warmup: bool = True, workers:
     failures = []
     for choice in choices:
         try:
-            config = None
-            if choice.runtime == "onnxruntime" and workers > 1:
-                config = OnnxRuntimeConfig(intra_op_threads=max(1, (os.cpu_count() or 1) // workers))
-            runtime = load_runtime(choice.runtime, model, config, warmup=warmup)
+            runtime = load_runtime(choice.runtime, model, warmup=warmup, workers=workers)
         except RuntimeUnavailable as exc:
             failures.append(f"{choice.runtime}: {exc}")
             log.warning("runtime %s unavailable, trying the next: %s", choice.runtime, exc)

@@ -150,6 +150,13 @@ class PipelineSection(_Section):
     height: int | None = Field(default=None, ge=1, description="Camera capture height.")
     fps: float | None = Field(default=None, gt=0, description="Camera frame rate (synthetic: 15 by default).")
     max_fps: float | None = Field(default=None, gt=0, description="Most frames per second inferred.")
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="Frames in flight at once on this camera's model: more throughput, each frame slower "
+        "(ONNX Runtime; on a runtime that serves one call at a time the camera uses 1).",
+    )
 
     @field_validator("name")
     @classmethod

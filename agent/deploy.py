@@ -93,9 +93,10 @@ def _choices(folder: Path, manifest: Manifest, board: Board, preference: str) ->
         raise BundleError("NO_RUNTIME", str(exc)) from exc
 
 
-def open_detector(folder: Path, board: Board, preference: str = "auto") -> tuple[Detector, Manifest]:
+def open_detector(folder: Path, board: Board, preference: str = "auto", workers: int = 1) -> tuple[Detector, Manifest]:
     """Load an installed version for serving: the best runtime that loads it, with the decoder
-    and thresholds of its manifest. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
+    and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
+    several. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
     from pipelines.detector import Detector
     from runtimes.base import ModelLoadError, RuntimeUnavailable
     from runtimes.registry import load_runtime
@@ -104,7 +105,7 @@ def open_detector(folder: Path, board: Board, preference: str = "auto") -> tuple
     failures = []
     for choice in _choices(folder, manifest, board, preference):
         try:
-            runtime = load_runtime(choice.runtime, Path(choice.artifact.path))
+            runtime = load_runtime(choice.runtime, Path(choice.artifact.path), workers=workers)
         except (RuntimeUnavailable, ModelLoadError) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue

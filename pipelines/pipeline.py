@@ -174,7 +174,13 @@ class Pipeline:
         return not self._running.is_set()
 
     def swap_detector(self, detector: Detector) -> None:
-        """Use `detector` from the next frame on; capture never stops."""
+        """Use `detector` from the next frame on; capture never stops. With several workers the
+        new runtime must allow concurrent calls too (`ValueError` otherwise)."""
+        if self.workers > 1 and not detector.runtime.concurrent:
+            raise ValueError(
+                f"pipeline {self.name}: {detector.runtime.name} cannot serve {self.workers} workers; "
+                "restart the pipeline with 1"
+            )
         with self._lock:
             self._pending_detector = detector
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated
@@ -67,13 +68,20 @@ def load_runtime(
     model_path: Path,
     config: OnnxRuntimeConfig | LiteRTConfig | None = None,
     warmup: bool = True,
+    workers: int = 1,
 ) -> Runtime:
     """Load `model_path` with the named backend, warmed up unless `warmup` is false (one-shot
     commands skip it). Raises `RuntimeUnavailable` when the backend cannot run here and
-    `ModelLoadError` when it refuses the model."""
+    `ModelLoadError` when it refuses the model.
+
+    `workers` is how many calls the caller will have in flight at once; without a `config`,
+    ONNX Runtime then gives each call an equal share of the cores (other backends ignore it:
+    they serve one call at a time)."""
     if name == "onnxruntime":
         if config is not None and not isinstance(config, OnnxRuntimeConfig):
             raise TypeError(f"onnxruntime takes an OnnxRuntimeConfig, got {type(config).__name__}")
+        if config is None and workers > 1:
+            config = OnnxRuntimeConfig(intra_op_threads=max(1, (os.cpu_count() or 1) // workers))
         return ort_backend.OnnxRuntimeBackend(model_path, config, warmup)
     if name == "litert":
         if config is not None and not isinstance(config, LiteRTConfig):

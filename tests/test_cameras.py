@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import cv2
@@ -53,3 +54,36 @@ def test_cameras_serve_swap_and_restart(tmp_path: Path, keys: dict[str, Path], b
     finally:
         cameras.stop()
     assert cameras.stats() == []
+
+
+def test_camera_workers_follow_the_runtime(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path], caplog
+) -> None:
+    """Two workers on ONNX Runtime (one intra-op thread each on 2 cores); a deployment to the
+    LiteRT version restarts the camera with one worker instead of swapping, and back again."""
+    store = Store(tmp_path / "state")
+    trusted = [load_public_key(keys["public"])]
+    versions = []
+    for name in ("v1", "v2"):
+        deployment = install(bundles[name], store, probe(), trusted)
+        assert deployment.state == "SUCCEEDED", deployment.error
+        versions.append(store.versions / deployment.sha256)
+    cameras = Cameras([PipelineSection(name="a", source="synthetic:1", fps=30, workers=2)], probe(), "auto")
+    try:
+        cameras.activate(versions[0])
+        first = cameras.get("a")
+        wait_until(lambda: first.frames > 5, 30, "frames with two workers")
+        assert first.workers == 2 and first.stats()["runtime"] == "onnxruntime"
+        threads = first.detector.runtime._session.get_session_options().intra_op_num_threads
+        assert threads == max(1, (os.cpu_count() or 1) // 2)
+
+        cameras.activate(versions[1])
+        second = cameras.get("a")
+        assert second is not first and second.workers == 1 and second.stats()["runtime"] == "litert"
+        assert "litert serves one frame at a time; running 1 worker instead of 2" in caplog.text
+        wait_until(lambda: second.frames > 3, 30, "frames after the restart")
+
+        cameras.activate(versions[0])
+        assert cameras.get("a").workers == 2
+    finally:
+        cameras.stop()

@@ -25,6 +25,7 @@ pipelines:
   - name: cam0
     source: synthetic:abc
     max_fps: 0
+    workers: 0
 telemetry:
   interval_s: 0.01
 runtime: tpu
@@ -45,9 +46,10 @@ def test_config_check_lists_every_problem_with_its_line(tmp_path: Path, capsys) 
         "mqtt.password@6",
         "pipelines.0.source@9",
         "pipelines.0.max_fps@10",
-        "telemetry.interval_s@12",
-        "runtime@13",
-        "colour@14",
+        "pipelines.0.workers@11",
+        "telemetry.interval_s@13",
+        "runtime@14",
+        "colour@15",
     }, lines
 
 

@@ -262,5 +262,7 @@ def test_workers_need_a_runtime_that_allows_concurrent_calls() -> None:
     source = SyntheticSource(frames=1)
     with pytest.raises(ValueError, match="litert cannot run one model from 2 threads at once"):
         Pipeline("cam", source, detector("demo_detector_fp32.tflite"), workers=2)
+    with pytest.raises(ValueError, match="litert cannot serve 2 workers"):
+        Pipeline("cam", source, detector(), workers=2).swap_detector(detector("demo_detector_fp32.tflite"))
     with pytest.raises(ValueError, match="workers must be at least 1"):
         Pipeline("cam", source, detector(), workers=0)
