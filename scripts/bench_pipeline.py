@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+import bench_ort_options  # scripts/ is on the path when this runs as a script
+
 REPO = Path(__file__).resolve().parent.parent
 EDGE_AGENT = [sys.executable, "-m", "agent.cli"]
 
@@ -48,29 +50,8 @@ path = model.export(format="onnx", imgsz=640, dynamic=dynamic, simplify=True)
 shutil.move(path, sys.argv[2])
 """
 
-BARE = """
-import json, resource, sys, threading, time
-import numpy as np, onnxruntime as ort
-n, calls = int(sys.argv[2]), int(sys.argv[3])  # calls: how many threads call run() at once
-options = ort.SessionOptions()
-if calls > 1:
-    options.intra_op_num_threads = 1
-session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
-x = np.random.default_rng(0).random((1, 3, 640, 640), dtype=np.float32)
-def loop(runs):
-    for _ in range(runs):
-        session.run(None, {"images": x})
-loop(5)
-threads = [threading.Thread(target=loop, args=(n // calls,)) for _ in range(calls)]
-start = time.perf_counter()
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-seconds = time.perf_counter() - start
-fps = n // calls * calls / seconds
-print(json.dumps({"fps": fps, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
+# the bare loops: inference alone on one pre-made tensor, N calls at once, ORT's memory pattern on
+BARE = bench_ort_options.VARIANT
 
 ULTRALYTICS = """
 import json, resource, sys, time
@@ -149,10 +130,10 @@ def main() -> None:
     results: dict[str, list[dict]] = {k: [] for k in names}
     startup: dict[str, list[float]] = {"edge_agent_detect": [], "ultralytics_predict": []}
     side_by_side = [
-        ("bare", [sys.executable, "-c", BARE, str(fixed), str(args.frames), "1"]),
+        ("bare", [sys.executable, "-c", BARE, str(fixed), str(args.frames), "1", "on"]),
         ("edge_fixed", [*EDGE_AGENT, "bench", str(fixed), "--source", str(clip), "--json"]),
         ("edge_fixed_w2", [*EDGE_AGENT, "bench", str(fixed), "--source", str(clip), "--workers", "2", "--json"]),
-        ("bare_2x1", [sys.executable, "-c", BARE, str(fixed), str(args.frames), "2"]),
+        ("bare_2x1", [sys.executable, "-c", BARE, str(fixed), str(args.frames), "2", "on"]),
     ]
     for round_ in range(args.rounds):
         for name, cmd in side_by_side if round_ % 2 == 0 else side_by_side[::-1]:

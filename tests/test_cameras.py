@@ -17,7 +17,8 @@ from agent.store import Store
 from tests.mqtt_tools import wait_until
 
 
-def test_cameras_serve_swap_and_restart(tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]) -> None:
+def install_versions(tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]) -> list[Path]:
+    """Install the v1 (ONNX) and v2 (int8 TFLite) test bundles; their version folders."""
     store = Store(tmp_path / "state")
     trusted = [load_public_key(keys["public"])]
     versions = []
@@ -25,6 +26,11 @@ def test_cameras_serve_swap_and_restart(tmp_path: Path, keys: dict[str, Path], b
         deployment = install(bundles[name], store, probe(), trusted)
         assert deployment.state == "SUCCEEDED", deployment.error
         versions.append(store.versions / deployment.sha256)
+    return versions
+
+
+def test_cameras_serve_swap_and_restart(tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]) -> None:
+    versions = install_versions(tmp_path, keys, bundles)
     events: list[tuple[str, int]] = []
     sections = [
         PipelineSection(name="a", source="synthetic:1", fps=30),
@@ -61,13 +67,7 @@ def test_camera_workers_follow_the_runtime(
 ) -> None:
     """Two workers on ONNX Runtime (one intra-op thread each on 2 cores); a deployment to the
     LiteRT version restarts the camera with one worker instead of swapping, and back again."""
-    store = Store(tmp_path / "state")
-    trusted = [load_public_key(keys["public"])]
-    versions = []
-    for name in ("v1", "v2"):
-        deployment = install(bundles[name], store, probe(), trusted)
-        assert deployment.state == "SUCCEEDED", deployment.error
-        versions.append(store.versions / deployment.sha256)
+    versions = install_versions(tmp_path, keys, bundles)
     cameras = Cameras([PipelineSection(name="a", source="synthetic:1", fps=30, workers=2)], probe(), "auto")
     try:
         cameras.activate(versions[0])
