@@ -132,8 +132,10 @@ def test_hot_swap_of_a_live_camera_drops_at_most_one_frame() -> None:
     assert pipeline.dropped <= 1
 
 
-def test_pause_and_resume() -> None:
-    pipeline = Pipeline("cam", SyntheticSource(SyntheticScene(width=320, height=240), fps=50), detector()).start()
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pause_and_resume(workers: int) -> None:
+    source = SyntheticSource(SyntheticScene(width=320, height=240), fps=50)
+    pipeline = Pipeline("cam", source, detector(), workers=workers).start()
     try:
         assert wait_for(lambda: pipeline.frames > 5)
         pipeline.pause()
