@@ -134,12 +134,9 @@ def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activa
     for choice in choices:
         try:
             runtime = load_runtime(choice.runtime, Path(choice.artifact.path))
-        except RuntimeUnavailable as exc:
-            failures.append(f"{choice.runtime}: {exc}")
-            continue
-        except NotAModelError as exc:
+        except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
             raise BundleError("ARTIFACT_NOT_A_MODEL", str(exc)) from exc
-        except ModelLoadError as exc:
+        except (RuntimeUnavailable, ModelLoadError) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         with runtime:
@@ -222,13 +219,12 @@ def install(
         )
         sha256_checked = True  # the record's sha256 was just computed from this file
     sha = deployment.sha256
-    record = deployment
 
     def step(state: str, error: BundleError | None = None) -> None:
-        record.to(state, (error.code, error.message) if error else None)
-        store.record(record)
-        on_state(record)
-        log.info("deployment %s: %s%s", record.id, state, f" ({error})" if error else "")
+        deployment.to(state, error)
+        store.record(deployment)
+        on_state(deployment)
+        log.info("deployment %s: %s%s", deployment.id, state, f" ({error})" if error else "")
 
     step("VERIFYING")
     checkpoint("verifying")

@@ -169,7 +169,7 @@ class Deployer:
 
     def _step(self, deployment: Deployment, state: str, error: BundleError | None = None) -> None:
         """Move the record to `state`, write it (atomically) and publish it."""
-        deployment.to(state, (error.code, error.message) if error else None)
+        deployment.to(state, error)
         self.store.record(deployment)
         self._publish(deployment)
 

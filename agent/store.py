@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.errors import BundleError
+
 STATES = (
     "QUEUED",
     "DOWNLOADING",
@@ -84,12 +86,13 @@ class Deployment:
     attempt: int = 1  # the daemon retries a deployment once after a crash while verifying or installing
     history: list[tuple[str, float]] = field(default_factory=list)
 
-    def to(self, state: str, error: tuple[str, str] | None = None) -> None:
+    def to(self, state: str, error: BundleError | None = None) -> None:
+        """Enter `state` (recorded in the history); `error` becomes the record's code and message."""
         if state not in STATES:
             raise ValueError(f"unknown deployment state {state}")
         self.state = state
         if error is not None:
-            self.error = {"code": error[0], "message": error[1]}
+            self.error = {"code": error.code, "message": error.message}
         self.history.append((state, round(time.time(), 3)))
 
     @classmethod
@@ -251,10 +254,11 @@ class Store:
                 self._set_pointer("previous", deployment.previous_before)
             if deployment.sha256 not in (self.current_sha(), self.previous_sha()):
                 shutil.rmtree(self.versions / deployment.sha256, ignore_errors=True)
+            interrupted = BundleError("INTERRUPTED", f"the agent stopped during {deployment.state}")
             if deployment.state == "ACTIVATING":
-                deployment.to("FAILED", ("INTERRUPTED", f"the agent stopped during {deployment.state}"))
+                deployment.to("FAILED", interrupted)
                 deployment.to("ROLLED_BACK")
             else:
-                deployment.to("REJECTED", ("INTERRUPTED", f"the agent stopped during {deployment.state}"))
+                deployment.to("REJECTED", interrupted)
         self.record(deployment)
         return deployment
