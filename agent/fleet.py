@@ -28,6 +28,7 @@ from agent.errors import BundleError
 from agent.manifest import Manifest
 from agent.mqtt_link import MqttLink
 from agent.protocol import ChunkIndex, Desired, ProtocolError, Topics
+from agent.store import FINAL_STATES
 
 MAX_MANIFEST_BYTES = 1 << 20
 
@@ -290,9 +291,6 @@ def clear_bundle(link: MqttLink, topics: Topics, index: ChunkIndex, timeout: flo
     infos = [_publish(link, topics.chunk(index.sha256, i), b"") for i in range(len(index.chunks))]
     infos.append(_publish(link, topics.index(index.sha256), b""))
     _wait_all(infos, link, timeout)
-
-
-FINAL_STATES = ("SUCCEEDED", "REJECTED", "ROLLED_BACK")
 
 
 def follow(

@@ -199,9 +199,8 @@ class _MqttFetch:
 
     def close(self) -> None:
         self.end_bulk()
-        for i in range(len(self.partial.index.chunks)):
-            if i not in self.partial.done:
-                self.link.unsubscribe(self.topics.chunk(self.sha, i))
+        for i in self.partial.missing():
+            self.link.unsubscribe(self.topics.chunk(self.sha, i))
 
 
 def fetch_over_mqtt(
