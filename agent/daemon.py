@@ -3,7 +3,8 @@
 It recovers an interrupted deployment, starts the cameras on the active version (if any),
 connects to the broker (if configured) and keeps serving detections whether or not the broker
 is reachable. Threads: paho's network thread (via `MqttLink`), the deployer, one thread for
-commands, one for telemetry, two per camera. The main thread only waits for signals:
+commands, one for telemetry, and per camera one for capture and one per inference worker. The
+main thread only waits for signals:
 
 - SIGTERM / SIGINT: status ``stopping``, deployer stopped after its current step (a download
   resumes next time), pipelines joined, status ``offline``, clean disconnect.

@@ -148,7 +148,7 @@ class Pipeline:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop both threads and close the source (idempotent)."""
+        """Stop the capture and inference threads and close the source (idempotent)."""
         self._stop.set()
         self._running.set()
         with self._newest_ready:
