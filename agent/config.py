@@ -15,11 +15,11 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.errors import ConfigError
 from pipelines.sources import SourceError, source_kind
@@ -27,6 +27,15 @@ from pipelines.sources import SourceError, source_kind
 DEFAULT_CONFIG = Path("/etc/edge-agent/agent.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/edge-agent")
 _TOPIC_WORD = re.compile(r"^[A-Za-z0-9_.-]+$")  # no MQTT wildcards, separators or spaces
+
+
+def _topic_word(value: str) -> str:
+    if not _TOPIC_WORD.match(value):
+        raise ValueError(f"{value!r} may only hold letters, digits, '_', '-' and '.'")
+    return value
+
+
+TopicWord = Annotated[str, AfterValidator(_topic_word)]  # one level of an MQTT topic
 
 
 class _Section(BaseModel):
@@ -39,17 +48,12 @@ class BundleLimitsConfig(_Section):
 
 
 class DeviceSection(_Section):
-    id: str | None = Field(
+    id: TopicWord | None = Field(
         default=None, description="Device id in topic names (letters, digits, '_', '-', '.'); default: the hostname."
     )
-    group: str | None = Field(default=None, description="Fleet group: the device follows the group's deployments.")
-
-    @field_validator("id", "group")
-    @classmethod
-    def _topic_safe(cls, value: str | None) -> str | None:
-        if value is not None and not _TOPIC_WORD.match(value):
-            raise ValueError(f"{value!r} may only hold letters, digits, '_', '-' and '.'")
-        return value
+    group: TopicWord | None = Field(
+        default=None, description="Fleet group: the device follows the group's deployments."
+    )
 
 
 class Secret(_Section):
@@ -141,7 +145,7 @@ class MqttSection(_Section):
 
 
 class PipelineSection(_Section):
-    name: str = Field(default="cam0", description="Pipeline (camera) name, used in telemetry and events.")
+    name: TopicWord = Field(default="cam0", description="Pipeline (camera) name, used in telemetry and events.")
     source: str = Field(
         description="synthetic[:SEED], a video file, /dev/videoN or an index, rtsp://..., or a GStreamer pipeline."
     )
@@ -157,13 +161,6 @@ class PipelineSection(_Section):
         description="Frames in flight at once on this camera's model: more throughput, each frame slower "
         "(ONNX Runtime; on a runtime that serves one call at a time the camera uses 1).",
     )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _TOPIC_WORD.match(value):
-            raise ValueError(f"{value!r} may only hold letters, digits, '_', '-' and '.'")
-        return value
 
     @field_validator("source")
     @classmethod
