@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.cli_errors import CliError
+from agent.paths import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
     from agent.config import AgentConfig
@@ -61,7 +62,7 @@ def _trust_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _state_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--state-dir", type=Path, help="state directory (default: the config's, else /var/lib/edge-agent)"
+        "--state-dir", type=Path, help=f"state directory (default: the config's, else {DEFAULT_STATE_DIR})"
     )
     if not any(a.dest == "config" for a in parser._actions):
         parser.add_argument("--config", type=Path, help="device config (YAML)")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.cli_errors import CliError
+from agent.paths import DEFAULT_CONFIG, DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
     from agent.config import MqttSection
@@ -38,12 +39,12 @@ def add_daemon_commands(commands: Any) -> None:
     example.add_argument("--device-id", default="cam-01")
     example.add_argument("--group")
     example.add_argument("--broker", default="mqtt://localhost:1883", help="mqtt://HOST:PORT or mqtts://...")
-    example.add_argument("--state-dir", type=Path, default=Path("/var/lib/edge-agent"))
+    example.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     example.add_argument("--source", default="synthetic", help="synthetic, a video file, /dev/videoN or rtsp://...")
     example.add_argument("--trust-key", type=Path, help="signing.pub whose bundles the device accepts")
 
     run = commands.add_parser("run", help="run the agent daemon")
-    run.add_argument("--config", type=Path, default=Path("/etc/edge-agent/agent.yaml"), help="agent.yaml")
+    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="agent.yaml")
     run.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
 
     fleet = commands.add_parser("fleet", help="push bundles to devices and watch them (operator side)")

@@ -22,10 +22,9 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.errors import ConfigError
+from agent.paths import DEFAULT_STATE_DIR
 from pipelines.sources import SourceError, source_kind
 
-DEFAULT_CONFIG = Path("/etc/edge-agent/agent.yaml")
-DEFAULT_STATE_DIR = Path("/var/lib/edge-agent")
 _TOPIC_WORD = re.compile(r"^[A-Za-z0-9_.-]+$")  # no MQTT wildcards, separators or spaces
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agent.paths import DEFAULT_STATE_DIR
+
 
 def _quoted(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid YAML scalar, whatever it holds
@@ -15,7 +17,7 @@ def example_config(
     device_id: str = "cam-01",
     group: str | None = None,
     broker: str = "mqtt://localhost:1883",
-    state_dir: Path = Path("/var/lib/edge-agent"),
+    state_dir: Path = DEFAULT_STATE_DIR,
     source: str = "synthetic",
     trust_key: Path | None = None,
 ) -> str:
