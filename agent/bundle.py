@@ -53,6 +53,7 @@ class Verified:
     folder: Path
     manifest: Manifest
     signer: str | None  # key id, or None for an unsigned bundle the config allows
+    reference: dict[str, npt.NDArray[Any]]  # reference.npz, loaded while checking it (`read_reference`)
 
 
 @dataclass(frozen=True)
@@ -261,8 +262,7 @@ def verify_unpacked(
     )
     if unlisted:
         raise BundleError("UNEXPECTED_FILE", f"files not listed in the manifest: {', '.join(unlisted[:5])}")
-    read_reference(folder, manifest)
-    return Verified(folder, manifest, signer)
+    return Verified(folder, manifest, signer, read_reference(folder, manifest))
 
 
 # -- building ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ point: ``verifying``, ``unpacked``, ``installing``, ``installed``, ``activating`
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -32,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agent.bundle import Limits, Verified, read_manifest, read_reference, sha256_file, unpack, verify_unpacked
+from agent.bundle import Limits, Verified, read_manifest, sha256_file, unpack, verify_unpacked
 from agent.errors import BundleError
 from agent.manifest import Manifest
 from agent.probe import Board
@@ -129,7 +130,7 @@ def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activa
 
     manifest = bundle.manifest
     choices = _choices(bundle.folder, manifest, board, preference)
-    reference = read_reference(bundle.folder, manifest)
+    reference = bundle.reference
     failures = []
     for choice in choices:
         try:
@@ -258,7 +259,7 @@ def install(
         else:
             fsync_tree(staging)
             os.replace(staging, final)
-        verified = Verified(final, verified.manifest, verified.signer)
+        verified = dataclasses.replace(verified, folder=final)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         step("REJECTED", _file_error(exc, f"cannot install into {final}"))
