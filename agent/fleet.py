@@ -172,7 +172,7 @@ def fleet_state(link: MqttLink, topics: Topics, wait: float = 2.0) -> dict[str, 
     messages = collect(link, [f"{topics.root}/+/{leaf}" for leaf in leaves], wait)
     devices: dict[str, dict[str, Any]] = {}
     for topic, payload in messages.items():
-        device, leaf = topic[len(topics.root) + 1 :].split("/", 1)
+        device, leaf = topics.split_device(topic)
         devices.setdefault(device, {})[leaf] = _json(payload)
     return dict(sorted(devices.items()))
 
@@ -303,7 +303,7 @@ def follow(
 
     def on_record(message: mqtt.MQTTMessage) -> None:
         record = _json(message.payload)
-        device = message.topic[len(topics.root) + 1 :].split("/", 1)[0]
+        device, _ = topics.split_device(message.topic)
         if isinstance(record, dict) and record.get("id") == deployment_id and device in records:
             with changed:
                 records[device] = record

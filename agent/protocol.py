@@ -35,6 +35,11 @@ class Topics:
     def device(self, device: str, leaf: str) -> str:
         return f"{self.root}/{device}/{leaf}"
 
+    def split_device(self, topic: str) -> tuple[str, str]:
+        """A device topic back into (device, leaf): the inverse of `device`."""
+        device, leaf = topic[len(self.root) + 1 :].split("/", 1)
+        return device, leaf
+
     def status(self, device: str) -> str:
         return self.device(device, "status")
 
