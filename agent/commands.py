@@ -17,15 +17,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.errors import validation_problems
+from agent.errors import CodedError, validation_problems
 
 log = logging.getLogger(__name__)
 
 
-class CommandError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code, self.message = code, message
+class CommandError(CodedError):
+    """A command refused or failed; the answer carries its code and message."""
 
 
 class _Args(BaseModel):

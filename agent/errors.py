@@ -9,16 +9,20 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 
-class BundleError(Exception):
-    """A bundle was refused or could not be installed or activated.
-
-    `code` is one of the upper-case codes listed in ``docs/bundles.md``.
-    """
+class CodedError(Exception):
+    """An error with an upper-case `code` for machines and a `message` for people."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class BundleError(CodedError):
+    """A bundle was refused or could not be installed or activated.
+
+    `code` is one of the upper-case codes listed in ``docs/bundles.md``.
+    """
 
 
 class ConfigError(ValueError):
