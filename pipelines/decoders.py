@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +29,10 @@ import numpy.typing as npt
 from pipelines.detections import Detections
 
 DecoderName = Literal["yolov8", "yolov5", "yolox", "ssd"]
-DECODER_NAMES: tuple[DecoderName, ...] = ("yolov8", "yolov5", "yolox", "ssd")
+DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)
+#: what a user may ask for: a decoder, or "auto" (chosen from the output shapes and metadata)
+DecoderChoice = Literal["auto", DecoderName]
+DECODER_CHOICES: tuple[str, ...] = get_args(DecoderChoice)
 YOLOX_STRIDES = (8, 16, 32)
 #: boxes whose centre coordinates never exceed this are taken as normalised 0..1
 _NORMALISED_LIMIT = 2.0

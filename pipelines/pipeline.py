@@ -26,11 +26,12 @@ from typing import Any
 import numpy.typing as npt
 
 from pipelines.annotate import BoxAnnotator, encode_jpeg
+from pipelines.backoff import Backoff
 from pipelines.detections import Detections
 from pipelines.detector import Detector
 from pipelines.metrics import FpsMeter, LatencyWindow
 from pipelines.preprocess import Transform
-from pipelines.sources import Backoff, Frame, FrameSource, SourceError, SourceStatus
+from pipelines.sources import Frame, FrameSource, SourceError, SourceStatus
 
 log = logging.getLogger(__name__)
 

@@ -3,14 +3,13 @@ scene, behind one small protocol.
 
 A source is opened, read frame by frame and closed. ``read()`` returns ``None`` at the end of a
 finite source and raises `SourceError` when the device or stream fails; the pipeline then
-reconnects with `Backoff`. Live sources (cameras, streams, a paced synthetic scene) produce
+reconnects with `pipelines.backoff.Backoff`. Live sources (cameras, streams, a paced synthetic scene) produce
 frames at their own pace and the pipeline keeps only the newest; the others are read as fast
 as they are consumed, every frame.
 """
 
 from __future__ import annotations
 
-import random
 import re
 import threading
 import time
@@ -51,31 +50,6 @@ class FrameSource(Protocol):
     def read(self) -> Frame | None: ...
 
     def close(self) -> None: ...
-
-
-class Backoff:
-    """Jittered exponential backoff: ``initial * factor**n`` capped at `maximum`, times a random
-    factor in ``1 ± jitter``."""
-
-    def __init__(
-        self,
-        initial: float = 0.5,
-        maximum: float = 30.0,
-        factor: float = 2.0,
-        jitter: float = 0.2,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.initial, self.maximum, self.factor, self.jitter = initial, maximum, factor, jitter
-        self._rng = rng or random.Random()
-        self._attempt = 0
-
-    def next_delay(self) -> float:
-        base = min(self.maximum, self.initial * self.factor**self._attempt)
-        self._attempt += 1
-        return base * (1 + self._rng.uniform(-self.jitter, self.jitter))
-
-    def reset(self) -> None:
-        self._attempt = 0
 
 
 def _open_capture(target: Any, api: int, what: str, **props: float) -> Any:
@@ -266,6 +240,28 @@ class SyntheticSource:
 
     def close(self) -> None:
         pass
+
+
+class LimitedSource:
+    """`source` cut off after `limit` frames (benchmarks of a looping file)."""
+
+    def __init__(self, source: FrameSource, limit: int) -> None:
+        self.source, self.limit = source, limit
+        self.name, self.live = source.name, source.live
+        self._count = 0
+
+    def open(self) -> None:
+        self.source.open()
+
+    def read(self) -> Frame | None:
+        if self._count >= self.limit:
+            return None
+        frame = self.source.read()
+        self._count += frame is not None
+        return frame
+
+    def close(self) -> None:
+        self.source.close()
 
 
 def source_kind(spec: str) -> Literal["synthetic", "camera", "file"]:

@@ -16,13 +16,11 @@ from typing import Annotated
 from pydantic import Field
 
 from runtimes import litert_backend, ort_backend
-from runtimes.base import Runtime, RuntimeInfo, RuntimeName, RuntimeUnavailable
+from runtimes.base import RUNTIME_NAMES, Runtime, RuntimeInfo, RuntimeName, RuntimeUnavailable
 from runtimes.litert_backend import LiteRTConfig
 from runtimes.ort_backend import OnnxRuntimeConfig
 
 log = logging.getLogger(__name__)
-
-RUNTIME_NAMES: tuple[RuntimeName, ...] = ("tensorrt", "onnxruntime", "litert")
 
 #: Backend settings, discriminated by ``type`` (a wrong name or field fails at load).
 RuntimeConfig = Annotated[OnnxRuntimeConfig | LiteRTConfig, Field(discriminator="type")]

@@ -20,7 +20,8 @@ from typing import Literal, Protocol
 
 from runtimes.base import BackendError, RuntimeInfo, RuntimeName
 
-Preference = Literal["auto", "tensorrt", "onnxruntime", "litert"]
+#: a configured runtime: one by name, or "auto" (this policy decides)
+Preference = Literal["auto", RuntimeName]
 ArtifactFormat = Literal["onnx", "tflite"]
 Precision = Literal["fp32", "fp16", "int8"]
 
@@ -48,7 +49,7 @@ class SelectionError(BackendError):
 
 
 class BoardFacts(Protocol):
-    """What the policy needs to know about the device (`agent.probe.Board` provides it)."""
+    """What the policy needs to know about the device (`agent.hardware.probe.Board` provides it)."""
 
     @property
     def kind(self) -> str: ...  # "jetson", "raspberry_pi" or "generic"

@@ -35,11 +35,12 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent.bundle import build_bundle  # noqa: E402
-from agent.config import MqttSection  # noqa: E402
-from agent.fleet import connect, push  # noqa: E402
-from agent.protocol import Topics  # noqa: E402
-from agent.signing import generate_keypair, load_private_key  # noqa: E402
+from agent.bundles.archive import build_bundle  # noqa: E402
+from agent.bundles.signing import generate_keypair, load_private_key  # noqa: E402
+from agent.config.models import MqttSection  # noqa: E402
+from agent.fleet.client import connect  # noqa: E402
+from agent.fleet.push import push  # noqa: E402
+from agent.mqtt.protocol import Topics  # noqa: E402
 
 
 def free_port() -> int:

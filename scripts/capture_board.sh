@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copy the files `agent.probe` reads from this device into DEST, laid out like the root
+# Copy the files `agent.hardware.probe` reads from this device into DEST, laid out like the root
 # filesystem, so the board can be added as a fake tree under tests/fakes/.
 # Usage: scripts/capture_board.sh DEST
 set -euo pipefail

@@ -9,7 +9,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.signing import load_private_key, signature_file
+from agent.bundles.signing import load_private_key, signature_file
 
 Files = dict[str, bytes]
 

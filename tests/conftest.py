@@ -104,7 +104,7 @@ def write_video(path: Path, frames: int, size: tuple[int, int] = (160, 120), see
 @pytest.fixture(scope="session")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A fleet signing key pair (private, public) and a stranger's private key (other)."""
-    from agent.signing import generate_keypair
+    from agent.bundles.signing import generate_keypair
 
     folder = tmp_path_factory.mktemp("keys")
     private, public = generate_keypair(folder / "fleet")
@@ -115,8 +115,8 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def bundles(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> dict[str, Path]:
     """Signed demo bundles: v1 (INT8 Q/DQ ONNX) and v2 (INT8 TFLite)."""
-    from agent.bundle import build_bundle
-    from agent.signing import load_private_key
+    from agent.bundles.archive import build_bundle
+    from agent.bundles.signing import load_private_key
 
     folder = tmp_path_factory.mktemp("bundles")
     key = load_private_key(keys["private"])

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.bundle import Limits, build_bundle
-from agent.deploy import install
-from agent.probe import probe
-from agent.signing import load_private_key, load_public_key, signature_file
-from agent.store import Store
+from agent.bundles.archive import Limits, build_bundle
+from agent.bundles.install import install
+from agent.bundles.signing import load_private_key, load_public_key, signature_file
+from agent.bundles.store import Store
+from agent.hardware.probe import probe
 from pipelines.detector import Detector
 from pipelines.synthetic import SyntheticScene
 from runtimes.registry import load_runtime

@@ -8,12 +8,12 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from agent.cameras import Cameras
-from agent.config import PipelineSection
-from agent.deploy import install
-from agent.probe import probe
-from agent.signing import load_public_key
-from agent.store import Store
+from agent.bundles.install import install
+from agent.bundles.signing import load_public_key
+from agent.bundles.store import Store
+from agent.config.models import PipelineSection
+from agent.hardware.probe import probe
+from agent.serving.cameras import Cameras
 from tests.mqtt_tools import wait_until
 
 

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from agent.cli import main
-from agent.config import AgentConfig, MqttSection, Secret, check_config, load_config, schema_json
-from agent.config_example import example_config
+from agent.config.example import example_config
+from agent.config.loading import check_config, load_config, schema_json
+from agent.config.models import AgentConfig, MqttSection, Secret
 from agent.errors import ConfigError
 from tests.conftest import REPO
 

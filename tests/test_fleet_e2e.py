@@ -19,7 +19,7 @@ import yaml
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from agent.cli import main
-from agent.protocol import ChunkIndex, Desired, Topics
+from agent.mqtt.protocol import ChunkIndex, Desired, Topics
 from tests.bundle_tools import read_files, write_tar
 from tests.mqtt_tools import AgentProcess, Broker, TcpProxy, Watcher, agent_config, wait_until
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agent.manifest import Manifest, schema_json
-from agent.store import Deployment, Store
+from agent.bundles.manifest import Manifest, schema_json
+from agent.bundles.store import Deployment, Store
 from tests.conftest import REPO
 
 GOOD = {
@@ -55,7 +55,7 @@ def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
 
 
 def test_exported_schema_is_current() -> None:
-    """docs/manifest.schema.json is regenerated with `python -m agent.manifest`."""
+    """docs/manifest.schema.json is regenerated with `python -m agent.bundles.manifest`."""
     assert (REPO / "docs" / "manifest.schema.json").read_text() == schema_json()
 
 

@@ -11,10 +11,11 @@ import cv2
 import numpy as np
 import pytest
 
+from pipelines.backoff import Backoff
 from pipelines.detector import Detector
 from pipelines.evaluate import HELD_OUT_SEED, MatchCounts
 from pipelines.pipeline import Pipeline
-from pipelines.sources import Backoff, FileSource, SyntheticSource
+from pipelines.sources import FileSource, SyntheticSource
 from pipelines.synthetic import SyntheticScene
 from runtimes.registry import load_runtime
 from tests.conftest import DEMO_MODELS, write_video

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.probe import Board, probe
+from agent.hardware.probe import Board, probe
 from tests.conftest import FAKES
 
 

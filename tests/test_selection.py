@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.probe import Board
+from agent.hardware.probe import Board
 from runtimes.base import RuntimeInfo
 from runtimes.selection import Artifact, SelectionError, select_runtimes
 

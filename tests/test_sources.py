@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.sources import Backoff, CameraSource, FileSource, SourceError, SyntheticSource, open_source
+from pipelines.backoff import Backoff
+from pipelines.sources import CameraSource, FileSource, SourceError, SyntheticSource, open_source
 from tests.conftest import write_video
 
 

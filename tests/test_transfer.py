@@ -14,16 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.commands import Command, CommandError, NoArgs, PipelineArgs, run_command
-from agent.config import EventsSection, MqttSection
+from agent.config.models import EventsSection, MqttSection
+from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError
-from agent.events import EventLimiter, EventSink
-from agent.fleet import status_rows
-from agent.mqtt_link import MqttLink
-from agent.protocol import ChunkIndex, Desired, ProtocolError, Topics
-from agent.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
+from agent.fleet.state import status_rows
+from agent.mqtt.commands import Command, CommandError, NoArgs, PipelineArgs, run_command
+from agent.mqtt.link import MqttLink
+from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics
+from agent.serving.events import EventLimiter, EventSink
+from pipelines.backoff import Backoff
 from pipelines.detections import Detections
-from pipelines.sources import Backoff, Frame
+from pipelines.sources import Frame
 from tests.mqtt_tools import Broker, TcpProxy, Watcher, wait_until
 
 DATA = os.urandom(100_000)

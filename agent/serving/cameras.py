@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.config import PipelineSection
-from agent.deploy import open_detector
-from agent.manifest import Manifest
-from agent.probe import Board
+from agent.bundles.manifest import Manifest
+from agent.config.models import PipelineSection
+from agent.hardware.probe import Board
+from agent.serving.loader import open_detector
 from pipelines.annotate import BoxAnnotator
 from pipelines.detector import Detector
 from pipelines.pipeline import Pipeline, Sink

@@ -23,15 +23,15 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from agent.bundle import Limits
-from agent.config import AgentConfig
-from agent.deploy import install
+from agent.bundles.archive import Limits
+from agent.bundles.install import install
+from agent.bundles.store import FINAL_STATES, Deployment, Store
+from agent.config.models import AgentConfig
+from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError
-from agent.mqtt_link import MqttLink
-from agent.probe import Board
-from agent.protocol import ChunkIndex, Desired, ProtocolError, Topics, json_payload
-from agent.store import FINAL_STATES, Deployment, Store
-from agent.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
+from agent.hardware.probe import Board
+from agent.mqtt.link import MqttLink
+from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics, json_payload
 
 log = logging.getLogger(__name__)
 

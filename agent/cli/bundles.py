@@ -10,13 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.cli_errors import CliError
+from agent.cli.errors import CliError
 from agent.paths import DEFAULT_STATE_DIR
+from pipelines.decoders import DECODER_CHOICES
 
 if TYPE_CHECKING:
-    from agent.config import AgentConfig
-
-DECODER_CHOICES = ("auto", "yolov8", "yolov5", "yolox", "ssd")
+    from agent.config.models import AgentConfig
 
 
 def add_bundle_commands(commands: Any) -> None:
@@ -69,7 +68,8 @@ def _state_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _device_config(args: argparse.Namespace) -> AgentConfig:
-    from agent.config import AgentConfig, load_config
+    from agent.config.loading import load_config
+    from agent.config.models import AgentConfig
 
     config = load_config(args.config) if getattr(args, "config", None) else AgentConfig()
     updates: dict[str, Any] = {}
@@ -83,7 +83,7 @@ def _device_config(args: argparse.Namespace) -> AgentConfig:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    from agent.signing import generate_keypair, key_id, load_public_key
+    from agent.bundles.signing import generate_keypair, key_id, load_public_key
 
     try:
         private, public = generate_keypair(args.out)
@@ -98,8 +98,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def _bundle_build(args: argparse.Namespace) -> int:
-    from agent.bundle import build_bundle
-    from agent.signing import load_private_key
+    from agent.bundles.archive import build_bundle
+    from agent.bundles.signing import load_private_key
     from pipelines.labels import Labels
 
     for model in args.model:
@@ -137,7 +137,7 @@ def _bundle_build(args: argparse.Namespace) -> int:
 def _unpacked(bundle: Path) -> Iterator[Path]:
     import tempfile
 
-    from agent.bundle import Limits, unpack
+    from agent.bundles.archive import Limits, unpack
 
     if not bundle.is_file():
         raise CliError(f"bundle not found: {bundle}")
@@ -147,7 +147,7 @@ def _unpacked(bundle: Path) -> Iterator[Path]:
 
 
 def _bundle_inspect(args: argparse.Namespace) -> int:
-    from agent.bundle import read_manifest
+    from agent.bundles.archive import read_manifest
 
     with _unpacked(args.bundle) as folder:
         _, manifest = read_manifest(folder)
@@ -167,8 +167,8 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
 
 
 def _bundle_verify(args: argparse.Namespace) -> int:
-    from agent.bundle import verify_unpacked
-    from agent.signing import load_public_key
+    from agent.bundles.archive import verify_unpacked
+    from agent.bundles.signing import load_public_key
 
     config = _device_config(args)
     trusted = [load_public_key(p) for p in config.trust_keys]
@@ -180,11 +180,11 @@ def _bundle_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from agent.bundle import Limits
-    from agent.deploy import install
-    from agent.probe import probe
-    from agent.signing import load_public_key
-    from agent.store import Store
+    from agent.bundles.archive import Limits
+    from agent.bundles.install import install
+    from agent.bundles.signing import load_public_key
+    from agent.bundles.store import Store
+    from agent.hardware.probe import probe
 
     config = _device_config(args)
     if not args.bundle.is_file():
@@ -210,8 +210,8 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from agent.deploy import rollback
-    from agent.store import Store
+    from agent.bundles.install import rollback
+    from agent.bundles.store import Store
 
     config = _device_config(args)
     try:
@@ -223,7 +223,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from agent.store import Store
+    from agent.bundles.store import Store
 
     config = _device_config(args)
     store = Store(config.state_dir, keep=config.keep_versions)

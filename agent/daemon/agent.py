@@ -26,19 +26,21 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from agent.cameras import Cameras
-from agent.commands import Command, CommandError, NoArgs, PipelineArgs, Response, SnapshotArgs, run_command
-from agent.config import AgentConfig, load_config
-from agent.deploy import rollback
-from agent.deployer import Deployer, deployment_document
+from agent.bundles.install import rollback
+from agent.bundles.signing import load_public_key
+from agent.bundles.store import Deployment, Store
+from agent.config.loading import load_config
+from agent.config.models import AgentConfig
+from agent.daemon.deployer import Deployer, deployment_document
+from agent.daemon.telemetry import telemetry_document
 from agent.errors import BundleError, ConfigError
-from agent.events import EventSink
-from agent.mqtt_link import MqttLink, Will, reply_to
-from agent.probe import Board
-from agent.protocol import Topics, json_payload
-from agent.signing import load_public_key
-from agent.store import Deployment, Store
-from agent.telemetry import SystemMonitor, telemetry_document
+from agent.hardware.probe import Board
+from agent.hardware.system import SystemMonitor
+from agent.mqtt.commands import Command, CommandError, NoArgs, PipelineArgs, Response, SnapshotArgs, run_command
+from agent.mqtt.link import MqttLink, Will, reply_to
+from agent.mqtt.protocol import Topics, json_payload
+from agent.serving.cameras import Cameras
+from agent.serving.events import EventSink
 from pipelines.pipeline import use_one_opencv_thread
 
 log = logging.getLogger(__name__)

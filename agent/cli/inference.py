@@ -1,84 +1,56 @@
-"""`edge-agent` command line.
+"""`edge-agent detect`, `bench` and `probe`: a model on images, video or a synthetic camera,
+and what this device can run.
 
 Heavy libraries (OpenCV, ONNX Runtime, LiteRT) are imported inside the commands that need them,
-so ``edge-agent --help`` and a first detection start fast. Every expected failure ends as one
-line on stderr and exit status 1 (2 for usage errors), never a traceback.
+so ``edge-agent --help`` and a first detection start fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
-from agent.cli_bundles import BUNDLE_COMMANDS, DECODER_CHOICES, add_bundle_commands
-from agent.cli_daemon import DAEMON_COMMANDS, add_daemon_commands
-from agent.cli_errors import CliError
+from agent.cli.args import positive_int, unit_interval
+from agent.cli.errors import CliError
+from pipelines.decoders import DECODER_CHOICES
+from runtimes.selection import Preference
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from agent.probe import Board
+    from agent.hardware.probe import Board
     from pipelines.detections import Detections
     from pipelines.labels import Labels
-    from runtimes.base import Runtime, RuntimeInfo, RuntimeName
-    from runtimes.selection import Choice
+    from runtimes.base import RuntimeInfo, RuntimeName
 
-log = logging.getLogger("edge_agent")
-
-RUNTIME_CHOICES = ("auto", "tensorrt", "onnxruntime", "litert")
+RUNTIME_CHOICES: tuple[str, ...] = get_args(Preference)
 VIDEO_SUFFIXES = frozenset({".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".mjpeg"})
 
 
-def _unit_interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a number within 0..1, got {text!r}") from exc
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number within 0..1, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from exc
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="edge-agent", description="Edge inference agent for Jetson, Raspberry Pi and Linux boxes."
-    )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def add_inference_commands(commands: Any) -> None:
+    """Add detect, bench and probe to the `edge-agent` subparsers."""
     detect = commands.add_parser("detect", help="run a detection model on images")
     detect.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
     detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image or video files")
     detect.add_argument("--labels", type=Path, help="labels file, one per line (default: the model's metadata)")
     detect.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     detect.add_argument("--decoder", choices=DECODER_CHOICES, default="auto")
-    detect.add_argument("--conf", type=_unit_interval, default=0.25, help="score threshold (default 0.25)")
-    detect.add_argument("--iou", type=_unit_interval, default=0.45, help="NMS IoU threshold (default 0.45)")
-    detect.add_argument("--max-det", type=_positive_int, default=300, help="most detections per image")
+    detect.add_argument("--conf", type=unit_interval, default=0.25, help="score threshold (default 0.25)")
+    detect.add_argument("--iou", type=unit_interval, default=0.45, help="NMS IoU threshold (default 0.45)")
+    detect.add_argument("--max-det", type=positive_int, default=300, help="most detections per image")
     detect.add_argument("--save-dir", type=Path, help="also write each image with its boxes drawn, as JPEG, here")
-    detect.add_argument("--every", type=_positive_int, default=1, help="videos: detect on every N-th frame")
+    detect.add_argument("--every", type=positive_int, default=1, help="videos: detect on every N-th frame")
     detect.add_argument("--json", action="store_true", help="one JSON object per image (or video frame) per line")
 
     bench = commands.add_parser("bench", help="measure FPS, latency and memory of a model")
     bench.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
     bench.add_argument("--source", default="synthetic", help="a video file or 'synthetic' (default)")
-    bench.add_argument("--frames", type=_positive_int, help="frames to process (default: the whole file, or 300)")
+    bench.add_argument("--frames", type=positive_int, help="frames to process (default: the whole file, or 300)")
     bench.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     bench.add_argument(
         "--mode",
@@ -88,45 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="inference calls in flight at once on one model (default 1; ONNX Runtime only): more "
         "throughput, each frame slower; each call gets cores/N threads",
     )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
-    add_bundle_commands(commands)
-    add_daemon_commands(commands)
-
     probe = commands.add_parser("probe", help="show the hardware and runtimes found, and the runtime policy's choice")
     probe.add_argument("--json", action="store_true", help="print one JSON object")
     probe.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
     probe.add_argument("--arch", help="CPU architecture to assume (default: this machine's)")
-    return parser
-
-
-def _select_and_load(model: Path, preference: str, warmup: bool = True, workers: int = 1) -> tuple[Runtime, Choice]:
-    """Rank runtimes for `model` on this board and load the first that works. With `workers`
-    calls in flight at once, ONNX Runtime gives each call an equal share of the cores."""
-    from agent.probe import probe
-    from runtimes.base import RuntimeUnavailable
-    from runtimes.registry import available_runtimes, load_runtime
-    from runtimes.selection import Artifact, runtimes_for, select_runtimes
-
-    artifacts = [Artifact.from_path(model)]
-    available = available_runtimes(runtimes_for(artifacts))
-    choices = select_runtimes(probe(), available, artifacts, preference)  # type: ignore[arg-type]
-    failures = []
-    for choice in choices:
-        try:
-            runtime = load_runtime(choice.runtime, model, warmup=warmup, workers=workers)
-        except RuntimeUnavailable as exc:
-            failures.append(f"{choice.runtime}: {exc}")
-            log.warning("runtime %s unavailable, trying the next: %s", choice.runtime, exc)
-            continue
-        log.info("runtime %s on %s: %s", choice.runtime, choice.device, choice.reason)
-        return runtime, choice
-    raise CliError("no runtime could load the model: " + "; ".join(failures))
 
 
 def _detection_rows(detections: Detections, labels: Labels) -> list[dict[str, Any]]:
@@ -144,6 +88,7 @@ def _detection_rows(detections: Detections, labels: Labels) -> list[dict[str, An
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
+    from agent.serving.loader import load_model
     from pipelines.detector import Detector
     from pipelines.labels import Labels
 
@@ -151,7 +96,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if not model.is_file():
         raise CliError(f"model file not found: {model}")
     labels = Labels.from_file(args.labels) if args.labels else None
-    runtime, choice = _select_and_load(model, args.runtime, warmup=False)  # the first image warms it up
+    runtime, choice = load_model(model, args.runtime, warmup=False)  # the first image warms it up
     with runtime:
         detector = Detector(runtime, args.decoder, conf=args.conf, iou=args.iou, max_det=args.max_det)
         if labels is None:
@@ -251,7 +196,7 @@ def _probe_report(board: Board, runtimes: Mapping[RuntimeName, RuntimeInfo]) -> 
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from agent.probe import probe
+    from agent.hardware.probe import probe
     from runtimes.registry import available_runtimes
 
     report = _probe_report(probe(args.root, args.arch), available_runtimes())
@@ -275,11 +220,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agent.bench import run_bench
+    from agent.serving.loader import load_model
+    from pipelines.bench import run_bench
 
     if not args.model.is_file():
         raise CliError(f"model file not found: {args.model}")
-    runtime, choice = _select_and_load(args.model, args.runtime, workers=args.workers)
+    runtime, choice = load_model(args.model, args.runtime, workers=args.workers)
     with runtime:
         if args.workers > 1 and not runtime.concurrent:
             raise CliError(f"--workers {args.workers}: {runtime.name} cannot run one model from several threads")
@@ -304,38 +250,4 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"detect": cmd_detect, "probe": cmd_probe, "bench": cmd_bench, **BUNDLE_COMMANDS, **DAEMON_COMMANDS}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from agent.errors import BundleError, ConfigError
-    from pipelines.decoders import DecoderError
-    from pipelines.labels import LabelsError
-    from pipelines.sources import SourceError
-    from runtimes.base import BackendError
-
-    try:
-        return COMMANDS[args.command](args)
-    except CliError as exc:
-        print(f"edge-agent: error: {exc}", file=sys.stderr)
-        return exc.status
-    except (BackendError, DecoderError, LabelsError, SourceError, ConfigError) as exc:
-        print(f"edge-agent: error: {exc}", file=sys.stderr)
-        return 1
-    except BundleError as exc:
-        print(f"edge-agent: error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # a file system problem the commands did not anticipate: still one line
-        print(f"edge-agent: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+INFERENCE_COMMANDS = {"detect": cmd_detect, "probe": cmd_probe, "bench": cmd_bench}

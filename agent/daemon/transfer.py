@@ -26,9 +26,9 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 
 from agent.errors import BundleError
-from agent.mqtt_link import MqttLink
-from agent.protocol import ChunkIndex, Topics
-from pipelines.sources import Backoff
+from agent.mqtt.link import MqttLink
+from agent.mqtt.protocol import ChunkIndex, Topics
+from pipelines.backoff import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
+from agent.bundles.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, FileEntry, InputSpec, Manifest, Reference
+from agent.bundles.signing import signature_file, verify
 from agent.errors import BundleError, validation_problems
-from agent.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, FileEntry, InputSpec, Manifest, Reference
-from agent.signing import signature_file, verify
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 _CHUNK = 1 << 20

@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from agent.config import EventsSection
+from agent.config.models import EventsSection
 from pipelines.detections import Detections
 from pipelines.sources import Frame
 

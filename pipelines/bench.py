@@ -20,31 +20,9 @@ from typing import Any
 from pipelines.detector import Detector
 from pipelines.metrics import LatencyWindow
 from pipelines.pipeline import Pipeline, use_one_opencv_thread
-from pipelines.sources import FileSource, Frame, FrameSource, SourceError, SyntheticSource
+from pipelines.sources import FileSource, Frame, FrameSource, LimitedSource, SourceError, SyntheticSource
 
 DEFAULT_FRAMES = 300
-
-
-class LimitedSource:
-    """Ends `source` after `limit` frames."""
-
-    def __init__(self, source: FrameSource, limit: int) -> None:
-        self.source, self.limit = source, limit
-        self.name, self.live = source.name, source.live
-        self._count = 0
-
-    def open(self) -> None:
-        self.source.open()
-
-    def read(self) -> Frame | None:
-        if self._count >= self.limit:
-            return None
-        frame = self.source.read()
-        self._count += frame is not None
-        return frame
-
-    def close(self) -> None:
-        self.source.close()
 
 
 def _source(spec: str, frames: int | None) -> tuple[FrameSource, int | None]:

@@ -33,15 +33,14 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agent.bundle import Limits, Verified, read_manifest, sha256_file, unpack, verify_unpacked
+from agent.bundles.archive import Limits, Verified, sha256_file, unpack, verify_unpacked
+from agent.bundles.manifest import Manifest
+from agent.bundles.store import Deployment, Store, fsync_tree
 from agent.errors import BundleError
-from agent.manifest import Manifest
-from agent.probe import Board
-from agent.store import Deployment, Store, fsync_tree
+from agent.hardware.probe import Board
 from runtimes.base import TensorSpec, dequantize
 
 if TYPE_CHECKING:
-    from pipelines.detector import Detector
     from runtimes.selection import Choice
 
 log = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ def parity_fraction(
     return within / total if total else 1.0
 
 
-def _choices(folder: Path, manifest: Manifest, board: Board, preference: str) -> list[Choice]:
+def runtime_choices(folder: Path, manifest: Manifest, board: Board, preference: str) -> list[Choice]:
     """The runtimes that could run this version here, best first (`runtimes.selection`)."""
     from runtimes.registry import available_runtimes
     from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
@@ -92,29 +91,6 @@ def _choices(folder: Path, manifest: Manifest, board: Board, preference: str) ->
         return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)  # type: ignore[arg-type]
     except SelectionError as exc:
         raise BundleError("NO_RUNTIME", str(exc)) from exc
-
-
-def open_detector(folder: Path, board: Board, preference: str = "auto", workers: int = 1) -> tuple[Detector, Manifest]:
-    """Load an installed version for serving: the best runtime that loads it, with the decoder
-    and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
-    several. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
-    from pipelines.detector import Detector
-    from runtimes.base import ModelLoadError, RuntimeUnavailable
-    from runtimes.registry import load_runtime
-
-    _, manifest = read_manifest(folder)
-    failures = []
-    for choice in _choices(folder, manifest, board, preference):
-        try:
-            runtime = load_runtime(choice.runtime, Path(choice.artifact.path), workers=workers)
-        except (RuntimeUnavailable, ModelLoadError) as exc:
-            failures.append(f"{choice.runtime}: {exc}")
-            continue
-        thresholds = manifest.thresholds
-        detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
-        log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
-        return detector, manifest
-    raise BundleError("NO_RUNTIME", f"no runtime could load {folder}: " + "; ".join(failures))
 
 
 def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activation:
@@ -129,7 +105,7 @@ def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activa
     from runtimes.registry import load_runtime
 
     manifest = bundle.manifest
-    choices = _choices(bundle.folder, manifest, board, preference)
+    choices = runtime_choices(bundle.folder, manifest, board, preference)
     reference = bundle.reference
     failures = []
     for choice in choices:

@@ -1,5 +1,4 @@
-"""`edge-agent` commands for the daemon and the fleet: config check/example, run, and
-fleet push/status/rollback/gc (see docs/configuration.md and docs/mqtt.md)."""
+"""`edge-agent fleet push|status|rollback|snapshot|gc`: the operator's side (docs/mqtt.md)."""
 
 from __future__ import annotations
 
@@ -10,13 +9,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.cli_errors import CliError
-from agent.paths import DEFAULT_CONFIG, DEFAULT_STATE_DIR
+from agent.cli.errors import CliError
 
 if TYPE_CHECKING:
-    from agent.config import MqttSection
-    from agent.mqtt_link import MqttLink
-    from agent.protocol import Topics
+    from agent.config.models import MqttSection
+    from agent.mqtt.link import MqttLink
+    from agent.mqtt.protocol import Topics
 
 
 def _chunk_size(text: str) -> int:
@@ -30,23 +28,8 @@ def _chunk_size(text: str) -> int:
     return value
 
 
-def add_daemon_commands(commands: Any) -> None:
-    config = commands.add_parser("config", help="check agent.yaml or print an example")
-    actions = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
-    check = actions.add_parser("check", help="print every problem of a config file (exit 1 if any)")
-    check.add_argument("file", type=Path)
-    example = actions.add_parser("example", help="print a working agent.yaml")
-    example.add_argument("--device-id", default="cam-01")
-    example.add_argument("--group")
-    example.add_argument("--broker", default="mqtt://localhost:1883", help="mqtt://HOST:PORT or mqtts://...")
-    example.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
-    example.add_argument("--source", default="synthetic", help="synthetic, a video file, /dev/videoN or rtsp://...")
-    example.add_argument("--trust-key", type=Path, help="signing.pub whose bundles the device accepts")
-
-    run = commands.add_parser("run", help="run the agent daemon")
-    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="agent.yaml")
-    run.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
-
+def add_fleet_commands(commands: Any) -> None:
+    """Add `fleet` and its actions to the `edge-agent` subparsers."""
     fleet = commands.add_parser("fleet", help="push bundles to devices and watch them (operator side)")
     fleet_actions = fleet.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
     push = fleet_actions.add_parser("push", help="publish a bundle and make targets install it")
@@ -106,7 +89,7 @@ def _broker_arguments(parser: argparse.ArgumentParser) -> None:
 def _broker_settings(args: argparse.Namespace) -> MqttSection:
     from pydantic import ValidationError
 
-    from agent.config import MqttSection
+    from agent.config.models import MqttSection
     from agent.errors import validation_problems
 
     raw: dict[str, Any] = {"broker": args.broker, "topic_root": args.topic_root, "username": args.username}
@@ -120,58 +103,12 @@ def _broker_settings(args: argparse.Namespace) -> MqttSection:
         raise CliError("; ".join(validation_problems(exc))) from exc
 
 
-# -- config -------------------------------------------------------------------------------------
-
-
-def cmd_config(args: argparse.Namespace) -> int:
-    from agent.config import check_config
-    from agent.config_example import example_config
-
-    if args.config_command == "example":
-        print(
-            example_config(
-                device_id=args.device_id,
-                group=args.group,
-                broker=args.broker,
-                state_dir=args.state_dir,
-                source=args.source,
-                trust_key=args.trust_key,
-            ),
-            end="",
-        )
-        return 0
-    problems = check_config(args.file)
-    for problem in problems:
-        print(problem)
-    if problems:
-        return 1
-    print(f"{args.file}: no problems found")
-    return 0
-
-
-# -- run ----------------------------------------------------------------------------------------
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    import logging
-
-    from agent.config import load_config
-    from agent.daemon import Agent
-    from agent.probe import probe
-
-    config = load_config(args.config)
-    root = logging.getLogger()
-    root.setLevel(min(root.level, logging.getLevelName(config.log_level.upper())))  # -v can only add detail
-    agent = Agent(config, probe(args.root), config_path=args.config)
-    return agent.run()
-
-
 # -- fleet --------------------------------------------------------------------------------------
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from agent.fleet import FleetError, connect
-    from agent.protocol import ProtocolError, Topics
+    from agent.fleet.client import FleetError, connect
+    from agent.mqtt.protocol import ProtocolError, Topics
 
     actions = {
         "push": _fleet_push,
@@ -195,7 +132,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
     """Mistakes in the arguments are reported before any broker is contacted."""
-    from agent.fleet import bundle_manifest
+    from agent.fleet.push import bundle_manifest
 
     if getattr(args, "target", None):
         topics.target_desired(args.target)  # raises ProtocolError for anything but device:ID / group:NAME
@@ -210,7 +147,7 @@ def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
 def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
     from tqdm import tqdm
 
-    from agent.fleet import push
+    from agent.fleet.push import push
 
     with tqdm(
         total=args.bundle.stat().st_size, unit="B", unit_scale=True, desc="push", disable=not sys.stderr.isatty()
@@ -230,7 +167,9 @@ def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
 
 
 def _follow(args: argparse.Namespace, link: MqttLink, topics: Topics, deployment_id: str) -> int:
-    from agent.fleet import FleetError, follow, targets
+    from agent.fleet.client import FleetError
+    from agent.fleet.push import follow
+    from agent.fleet.state import targets
 
     try:
         devices = targets(link, topics, args.target, args.listen)
@@ -254,7 +193,7 @@ def _follow(args: argparse.Namespace, link: MqttLink, topics: Topics, deployment
 
 
 def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    from agent.fleet import fleet_state, status_rows
+    from agent.fleet.state import fleet_state, status_rows
 
     devices = fleet_state(link, topics, args.listen)
     if args.json:
@@ -274,7 +213,8 @@ def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> i
 
 
 def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    from agent.fleet import command, targets
+    from agent.fleet.client import command
+    from agent.fleet.state import targets
 
     devices = targets(link, topics, args.target, args.listen)
     answers = command(link, topics, devices, "rollback", timeout=args.timeout)
@@ -295,7 +235,7 @@ def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
 
 
 def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    from agent.fleet import clear_bundle, unreferenced_bundles
+    from agent.fleet.gc import clear_bundle, unreferenced_bundles
 
     unused = unreferenced_bundles(link, topics, args.listen, args.min_age)
     for sha, index in unused.items():
@@ -309,7 +249,7 @@ def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
 
 
 def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    from agent.fleet import command
+    from agent.fleet.client import command
 
     device = args.target.partition(":")[2]
     payload = json.dumps({"pipeline": args.pipeline} if args.pipeline else {}).encode()
@@ -325,4 +265,4 @@ def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
     return 0
 
 
-DAEMON_COMMANDS = {"config": cmd_config, "run": cmd_run, "fleet": cmd_fleet}
+FLEET_COMMANDS = {"fleet": cmd_fleet}

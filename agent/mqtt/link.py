@@ -31,9 +31,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from agent.config import MqttSection
+from agent.config.models import MqttSection
 from agent.errors import ConfigError
-from pipelines.sources import Backoff
+from pipelines.backoff import Backoff
 
 log = logging.getLogger(__name__)
 

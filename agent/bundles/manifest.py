@@ -1,7 +1,7 @@
 """The bundle manifest: what a model bundle holds and how to run it.
 
 Pydantic models with unknown keys forbidden and every field described; the JSON Schema is
-exported to ``docs/manifest.schema.json`` (``python -m agent.manifest > docs/manifest.schema.json``).
+exported to ``docs/manifest.schema.json`` (``python -m agent.bundles.manifest > docs/manifest.schema.json``).
 Validators only check values: no file or network access happens here.
 """
 

@@ -1,0 +1,78 @@
+"""`edge-agent config check|example` and `edge-agent run`: the device's configuration and the
+daemon (docs/configuration.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from agent.paths import DEFAULT_CONFIG, DEFAULT_STATE_DIR
+
+
+def add_device_commands(commands: Any) -> None:
+    """Add config and run to the `edge-agent` subparsers."""
+    config = commands.add_parser("config", help="check agent.yaml or print an example")
+    actions = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = actions.add_parser("check", help="print every problem of a config file (exit 1 if any)")
+    check.add_argument("file", type=Path)
+    example = actions.add_parser("example", help="print a working agent.yaml")
+    example.add_argument("--device-id", default="cam-01")
+    example.add_argument("--group")
+    example.add_argument("--broker", default="mqtt://localhost:1883", help="mqtt://HOST:PORT or mqtts://...")
+    example.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    example.add_argument("--source", default="synthetic", help="synthetic, a video file, /dev/videoN or rtsp://...")
+    example.add_argument("--trust-key", type=Path, help="signing.pub whose bundles the device accepts")
+
+    run = commands.add_parser("run", help="run the agent daemon")
+    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="agent.yaml")
+    run.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from agent.config.example import example_config
+    from agent.config.loading import check_config
+
+    if args.config_command == "example":
+        print(
+            example_config(
+                device_id=args.device_id,
+                group=args.group,
+                broker=args.broker,
+                state_dir=args.state_dir,
+                source=args.source,
+                trust_key=args.trust_key,
+            ),
+            end="",
+        )
+        return 0
+    problems = check_config(args.file)
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"{args.file}: no problems found")
+    return 0
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import logging
+
+    from agent.config.loading import load_config
+    from agent.daemon.agent import Agent
+    from agent.hardware.probe import probe
+
+    config = load_config(args.config)
+    root = logging.getLogger()
+    root.setLevel(min(root.level, logging.getLevelName(config.log_level.upper())))  # -v can only add detail
+    agent = Agent(config, probe(args.root), config_path=args.config)
+    return agent.run()
+
+
+DEVICE_COMMANDS = {"config": cmd_config, "run": cmd_run}

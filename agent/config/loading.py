@@ -1,0 +1,110 @@
+"""Loading ``agent.yaml``: YAML into `AgentConfig`, every problem reported with its file and line.
+
+`load_config` raises `ConfigError` listing every problem; `check_config` returns them (for
+``edge-agent config check``), adding what the validators cannot see because it needs I/O:
+files and environment variables the config names but this machine lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from agent.config.models import AgentConfig
+from agent.errors import ConfigError
+from pipelines.sources import source_kind
+
+
+def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Line number (1-based) of every mapping key and sequence item, by its location."""
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, loc: tuple[str, ...]) -> None:
+        lines.setdefault(loc, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                where = (*loc, str(key.value))
+                lines[where] = key.start_mark.line + 1
+                walk(value, where)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*loc, str(i)))
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return lines
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def _parse(path: Path) -> tuple[AgentConfig | None, list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return None, [f"{path}: cannot read: {exc.strerror}"]
+    except UnicodeDecodeError as exc:
+        return None, [f"{path}: not UTF-8 text: {exc}"]
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return None, [f"{path}: not valid YAML: {exc}"]
+    if raw is not None and not isinstance(raw, dict):
+        return None, [f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}"]
+    try:
+        return AgentConfig.model_validate(raw or {}), []
+    except ValidationError as exc:
+        lines = _yaml_lines(text)
+        problems = []
+        for error in exc.errors():
+            loc = tuple(str(p) for p in error["loc"])
+            line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
+            where = f"{path}:{line}" if line else str(path)
+            problems.append(f"{where}: {'.'.join(loc) or '(top)'}: {error['msg']}")
+        return None, problems
+
+
+def load_config(path: Path) -> AgentConfig:
+    """Load agent.yaml; raises `ConfigError` listing every problem with its file, line and key."""
+    config, problems = _parse(path)
+    if config is None:
+        raise ConfigError("; ".join(problems))
+    return config
+
+
+def check_files(config: AgentConfig) -> list[str]:
+    """Files and variables the config names but this machine lacks (the I/O validators skip)."""
+    problems = []
+    named: list[tuple[str, Path | None]] = [(f"trust_keys.{i}", key) for i, key in enumerate(config.trust_keys)]
+    mqtt = config.mqtt
+    if mqtt is not None:
+        if mqtt.tls is not None:
+            named += [(f"mqtt.tls.{k}", getattr(mqtt.tls, k)) for k in ("ca_file", "cert_file", "key_file")]
+        if mqtt.password is not None:
+            named.append(("mqtt.password.file", mqtt.password.file))
+            if mqtt.password.env is not None and mqtt.password.env not in os.environ:
+                problems.append(f"mqtt.password.env: the environment variable {mqtt.password.env} is not set")
+    for where, path in named:
+        if path is not None and not path.is_file():
+            problems.append(f"{where}: no such file {path}")
+    for i, pipeline in enumerate(config.pipelines):
+        if source_kind(pipeline.source) == "file" and not Path(pipeline.source).is_file():
+            problems.append(f"pipelines.{i}.source: no such video file {pipeline.source}")
+    if not config.trust_keys and not config.allow_unsigned:
+        problems.append("trust_keys: empty and allow_unsigned is false, so every bundle will be refused")
+    return problems
+
+
+def check_config(path: Path) -> list[str]:
+    """Every problem with the config at `path`: parse and value errors with their line, then files."""
+    config, problems = _parse(path)
+    return problems if config is None else check_files(config)
+
+
+def schema_json() -> str:
+    return json.dumps(AgentConfig.model_json_schema(), indent=2) + "\n"

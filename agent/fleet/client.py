@@ -1,0 +1,121 @@
+"""The operator's connection to the broker: connect, publish retained documents and wait for
+the broker's acks, collect retained state, and MQTT 5 request/response commands."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from agent.config.models import MqttSection
+from agent.mqtt.link import MqttLink
+from agent.mqtt.protocol import Topics
+
+
+class FleetError(Exception):
+    """What went wrong talking to the fleet, in words for the operator."""
+
+
+def connect(settings: MqttSection, timeout: float = 10.0) -> MqttLink:
+    """A connected link for one operator command; fails at the first refused attempt."""
+    link = MqttLink(settings, f"edge-agent-fleet-{uuid.uuid4().hex[:8]}", max_inflight=64).start()
+    deadline = time.monotonic() + timeout
+    while not link.wait_connected(0.1):
+        if link.last_error is not None or time.monotonic() > deadline:
+            link.stop()
+            raise FleetError(f"cannot reach the broker {settings.broker}: {link.last_error or 'no answer'}")
+    return link
+
+
+def wait_acked(infos: list[mqtt.MQTTMessageInfo], link: MqttLink, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for info in infos:
+        while not info.is_published():
+            if not link.connected:
+                raise FleetError("the broker connection was lost during the push; run it again")
+            if time.monotonic() > deadline:
+                raise FleetError(f"the broker did not acknowledge the push within {timeout:.0f} s")
+            info.wait_for_publish(0.2)
+
+
+def publish_retained(link: MqttLink, topic: str, payload: bytes, retain: bool = True) -> mqtt.MQTTMessageInfo:
+    info = link.publish(topic, payload, qos=1, retain=retain)
+    if info is None:
+        raise FleetError("the broker connection was lost during the push; run it again")
+    return info
+
+
+@dataclass
+class Retained:
+    """What a subscription collected: topic -> payload (the retained ones arrive first)."""
+
+    messages: dict[str, bytes] = field(default_factory=dict)
+    last: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, message: mqtt.MQTTMessage) -> None:
+        with self.lock:
+            self.messages[message.topic] = bytes(message.payload)
+            self.last = time.monotonic()
+
+
+def collect(link: MqttLink, filters: list[str], wait: float, quiet: float = 0.3) -> dict[str, bytes]:
+    """Subscribe to `filters` and gather messages until `quiet` seconds pass without one (at most
+    `wait` seconds); empty payloads (cleared retained topics) are left out."""
+    retained = Retained()
+    link.subscribe_many(filters, retained.add)
+    start = retained.last = time.monotonic()
+    while time.monotonic() - start < wait and time.monotonic() - retained.last < quiet:
+        time.sleep(0.05)
+    for topic_filter in filters:
+        link.unsubscribe(topic_filter)
+    with retained.lock:
+        return {t: p for t, p in retained.messages.items() if p}
+
+
+def parse_json(payload: bytes | bytearray) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return None
+
+
+def command(
+    link: MqttLink, topics: Topics, devices: list[str], name: str, payload: bytes = b"", timeout: float = 30.0
+) -> dict[str, tuple[bytes, str] | None]:
+    """Send command `name` to each device (MQTT 5 request/response); {device: (answer, content
+    type), or None when it did not answer within `timeout` seconds}."""
+    reply_topic = f"{topics.root}/fleet/{uuid.uuid4().hex}/response"
+    answers: dict[str, tuple[bytes, str] | None] = dict.fromkeys(devices)
+    arrived = threading.Condition()
+
+    def on_answer(message: mqtt.MQTTMessage) -> None:
+        device = bytes(getattr(message.properties, "CorrelationData", b"") or b"").decode(errors="replace")
+        with arrived:
+            if device in answers:
+                answers[device] = (bytes(message.payload), getattr(message.properties, "ContentType", ""))
+                arrived.notify_all()
+
+    link.subscribe(reply_topic, on_answer)
+    try:
+        time.sleep(0.1)  # let the SUBACK land before the first answer can
+        for device in devices:
+            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            properties.ResponseTopic = reply_topic
+            properties.CorrelationData = device.encode()
+            if link.publish(topics.command(device, name), payload, qos=1, properties=properties) is None:
+                raise FleetError("the broker connection was lost; run it again")
+        deadline = time.monotonic() + timeout
+        with arrived:
+            while any(v is None for v in answers.values()) and time.monotonic() < deadline:
+                arrived.wait(0.2)
+    finally:
+        link.unsubscribe(reply_topic)
+    return answers

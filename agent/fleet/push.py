@@ -1,0 +1,123 @@
+"""Pushing a bundle: its chunks, index and desired document left retained on the broker (a
+device that is offline now catches up when it connects), and following the devices' records
+until each deployment ends."""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from pydantic import ValidationError
+
+from agent.bundles.manifest import Manifest
+from agent.bundles.store import FINAL_STATES
+from agent.errors import BundleError
+from agent.fleet.client import parse_json, publish_retained, wait_acked
+from agent.mqtt.link import MqttLink
+from agent.mqtt.protocol import ChunkIndex, Desired, Topics
+
+MAX_MANIFEST_BYTES = 1 << 20
+
+
+def bundle_manifest(bundle: Path) -> Manifest:
+    """Read the manifest out of a bundle file without unpacking the rest."""
+    try:
+        with tarfile.open(bundle, "r:") as tar:
+            member = tar.getmember("manifest.json")
+            if not member.isfile() or member.size > MAX_MANIFEST_BYTES:
+                raise BundleError("MANIFEST_INVALID", f"{bundle}: manifest.json is not a small regular file")
+            raw = tar.extractfile(member)
+            assert raw is not None
+            return Manifest.model_validate_json(raw.read())
+    except (OSError, tarfile.TarError, KeyError) as exc:
+        raise BundleError("NOT_A_BUNDLE", f"{bundle} is not a bundle (a tar with manifest.json): {exc}") from exc
+    except ValidationError as exc:
+        raise BundleError("MANIFEST_INVALID", f"{bundle}: manifest.json is not valid: {exc}") from exc
+
+
+def push(
+    link: MqttLink,
+    topics: Topics,
+    bundle: Path,
+    target: str,
+    *,
+    chunk_size: int,
+    url: str | None = None,
+    progress: Callable[[int], None] = lambda n: None,
+    timeout: float = 600.0,
+) -> Desired:
+    """Publish the bundle's chunks (unless `url` serves it) and index, then, once the broker has
+    acknowledged them, the desired document for `target` (``device:ID`` or ``group:NAME``); all
+    retained, QoS 1. `progress` gets the bytes acknowledged so far."""
+    desired_topic = topics.target_desired(target)
+    manifest = bundle_manifest(bundle)
+    data = memoryview(bundle.read_bytes())
+    sha256 = hashlib.sha256(data).hexdigest()  # names the chunk topics, so it comes first
+    chunks, infos = [], []
+    for start in range(0, len(data), chunk_size):
+        piece = data[start : start + chunk_size]
+        chunks.append(hashlib.sha256(piece).hexdigest())  # hashing overlaps paho sending the previous chunk
+        if url is None:
+            infos.append(publish_retained(link, topics.chunk(sha256, len(chunks) - 1), piece.tobytes()))
+    created = datetime.now(timezone.utc).replace(microsecond=0)
+    index = ChunkIndex(sha256=sha256, size=len(data), chunk_size=chunk_size, chunks=chunks, created=created)
+    infos.append(publish_retained(link, topics.index(sha256), index.to_bytes()))
+    done = 0
+    for i, info in enumerate(infos[:-1]):
+        wait_acked([info], link, timeout)
+        done += index.span(i)[1]
+        progress(done)
+    wait_acked(infos[-1:], link, timeout)
+    desired = Desired(
+        id=f"{manifest.name}-{manifest.version}-{uuid.uuid4().hex[:8]}",
+        name=manifest.name,
+        version=manifest.version,
+        sha256=index.sha256,
+        size=index.size,
+        chunk_size=chunk_size,
+        chunks=len(index.chunks),
+        source="url" if url else "mqtt",
+        url=url,
+        created=created.isoformat(),
+    )
+    wait_acked([publish_retained(link, desired_topic, desired.to_bytes())], link, timeout)
+    return desired
+
+
+def follow(
+    link: MqttLink, topics: Topics, devices: list[str], deployment_id: str, timeout: float
+) -> dict[str, dict[str, Any] | None]:
+    """Wait until every device's ``deployment`` record for `deployment_id` reaches a final state
+    (or `timeout` seconds pass); {device: its latest record for that deployment, or None}."""
+    records: dict[str, dict[str, Any] | None] = dict.fromkeys(devices)
+    changed = threading.Condition()
+
+    def on_record(message: mqtt.MQTTMessage) -> None:
+        record = parse_json(message.payload)
+        device, _ = topics.split_device(message.topic)
+        if isinstance(record, dict) and record.get("id") == deployment_id and device in records:
+            with changed:
+                records[device] = record
+                changed.notify_all()
+
+    filters = [topics.deployment(device) for device in devices]
+    link.subscribe_many(filters, on_record)
+    deadline = time.monotonic() + timeout
+    try:
+        with changed:
+            while time.monotonic() < deadline and not all(
+                r is not None and r.get("state") in FINAL_STATES for r in records.values()
+            ):
+                changed.wait(0.2)
+            return dict(records)
+    finally:
+        for topic_filter in filters:
+            link.unsubscribe(topic_filter)

@@ -1,0 +1,65 @@
+"""The fleet's state as the devices left it on the broker: status, deployment and telemetry per
+device, the rows of `fleet status`, and the members of a group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.fleet.client import FleetError, collect, parse_json
+from agent.mqtt.link import MqttLink
+from agent.mqtt.protocol import Topics
+
+
+def fleet_state(link: MqttLink, topics: Topics, wait: float = 2.0) -> dict[str, dict[str, Any]]:
+    """Every device that left a status, deployment or telemetry message: {device: {...}}."""
+    leaves = ("status", "deployment", "telemetry")
+    messages = collect(link, [f"{topics.root}/+/{leaf}" for leaf in leaves], wait)
+    devices: dict[str, dict[str, Any]] = {}
+    for topic, payload in messages.items():
+        device, leaf = topics.split_device(topic)
+        devices.setdefault(device, {})[leaf] = parse_json(payload)
+    return dict(sorted(devices.items()))
+
+
+def status_rows(devices: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per device for the `fleet status` table."""
+    rows = []
+    for device, parts in devices.items():
+        status = parts.get("status") or {}
+        deployment = parts.get("deployment") or {}
+        telemetry = parts.get("telemetry") or {}
+        bundle = status.get("bundle") or {}
+        progress = deployment.get("progress") or {}
+        state = deployment.get("state")
+        if state == "DOWNLOADING" and progress.get("chunks_total"):
+            state = f"DOWNLOADING {100 * progress['chunks_done'] // progress['chunks_total']}%"
+        if deployment.get("error"):
+            state = f"{state} ({deployment['error'].get('code')})"
+        rows.append(
+            {
+                "device": device,
+                "state": status.get("state", "?"),
+                "group": status.get("group"),
+                "bundle": f"{bundle.get('name')} {bundle.get('version')}" if bundle else None,
+                "deployment": state,
+                "fps": telemetry.get("fps", status.get("fps")),
+                "temperature_c": status.get("temperature_c"),
+            }
+        )
+    return rows
+
+
+def targets(link: MqttLink, topics: Topics, target: str, wait: float = 2.0) -> list[str]:
+    """The device ids a target names: itself, or every device whose status names the group."""
+    topics.target_desired(target)  # checks the form
+    kind, _, name = target.partition(":")
+    if kind == "device":
+        return [name]
+    members = [
+        device
+        for device, parts in fleet_state(link, topics, wait).items()
+        if (parts.get("status") or {}).get("group") == name
+    ]
+    if not members:
+        raise FleetError(f"no device reported being in group {name!r}")
+    return members

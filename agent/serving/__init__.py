@@ -1,0 +1,1 @@
+"""Runs the active version: loading it (`loader`), the cameras' pipelines, detection events."""

@@ -1,0 +1,60 @@
+"""Loading a model to serve: an installed version (`open_detector`, for the cameras) or a bare
+model file (`load_model`, for ``edge-agent detect`` and ``bench``), on the best runtime of this
+board that loads it (`runtimes.selection`), falling back to the next when one fails."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from agent.bundles.archive import read_manifest
+from agent.bundles.install import runtime_choices
+from agent.bundles.manifest import Manifest
+from agent.errors import BundleError
+from agent.hardware.probe import Board, probe
+from pipelines.detector import Detector
+from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
+from runtimes.registry import available_runtimes, load_runtime
+from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
+
+log = logging.getLogger(__name__)
+
+
+def open_detector(folder: Path, board: Board, preference: str = "auto", workers: int = 1) -> tuple[Detector, Manifest]:
+    """Load an installed version for serving: the best runtime that loads it, with the decoder
+    and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
+    several. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
+    _, manifest = read_manifest(folder)
+    failures = []
+    for choice in runtime_choices(folder, manifest, board, preference):
+        try:
+            runtime = load_runtime(choice.runtime, Path(choice.artifact.path), workers=workers)
+        except (RuntimeUnavailable, ModelLoadError) as exc:
+            failures.append(f"{choice.runtime}: {exc}")
+            continue
+        thresholds = manifest.thresholds
+        detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
+        log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
+        return detector, manifest
+    raise BundleError("NO_RUNTIME", f"no runtime could load {folder}: " + "; ".join(failures))
+
+
+def load_model(
+    model: Path, preference: Preference = "auto", warmup: bool = True, workers: int = 1
+) -> tuple[Runtime, Choice]:
+    """Rank runtimes for `model` on this board and load the first that works. With `workers`
+    calls in flight at once, ONNX Runtime gives each call an equal share of the cores. Raises
+    `RuntimeUnavailable` naming why each runtime failed."""
+    artifacts = [Artifact.from_path(model)]
+    available = available_runtimes(runtimes_for(artifacts))
+    failures = []
+    for choice in select_runtimes(probe(), available, artifacts, preference):
+        try:
+            runtime = load_runtime(choice.runtime, model, warmup=warmup, workers=workers)
+        except RuntimeUnavailable as exc:
+            failures.append(f"{choice.runtime}: {exc}")
+            log.warning("runtime %s unavailable, trying the next: %s", choice.runtime, exc)
+            continue
+        log.info("runtime %s on %s: %s", choice.runtime, choice.device, choice.reason)
+        return runtime, choice
+    raise RuntimeUnavailable("no runtime could load the model: " + "; ".join(failures))
