@@ -14,6 +14,7 @@ from __future__ import annotations
 import resource
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def _bench_runtime(detector: Detector, source: FrameSource, count: int, bar: Any
         thread.start()
     for thread in threads:
         thread.join()
-    stages = window.percentiles()
+    stages = {stage: asdict(values) for stage, values in window.percentiles().items()}
     return {
         "input_shape": list(tensor.shape),
         "frames": count,
@@ -111,14 +112,14 @@ def _bench_pipeline(detector: Detector, source: FrameSource, bar: Any, workers: 
     finally:
         pipeline.stop()
     stats = pipeline.stats()
-    stages = stats["latency_ms"]
+    stages = {stage: asdict(values) for stage, values in stats.latency_ms.items()}
     return {
         "input_shape": shapes[0] if shapes else [],
-        "frames": stats["frames"],
+        "frames": stats.frames,
         "seconds": seconds,
         "latency_ms": stages.get("total", {"p50": 0.0, "p95": 0.0}),
         "stages_ms": stages,
-        "dropped": stats["dropped"],
+        "dropped": stats.dropped,
     }
 
 

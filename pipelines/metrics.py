@@ -10,10 +10,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 STAGES = ("capture_age", "preprocess", "inference", "postprocess", "total")
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Median and 95th percentile of one stage's latency, in milliseconds."""
+
+    p50: float
+    p95: float
 
 
 class LatencyWindow:
@@ -28,13 +37,13 @@ class LatencyWindow:
             for stage, value in latencies_ms.items():
                 self._values[stage].append(value)
 
-    def percentiles(self) -> dict[str, dict[str, float]]:
-        """``{stage: {"p50": ms, "p95": ms}}`` for stages with samples."""
+    def percentiles(self) -> dict[str, Percentiles]:
+        """Each stage with samples, in the order the stages were given."""
         with self._lock:
-            snapshot = {stage: np.array(values) for stage, values in self._values.items() if values}
+            samples = {stage: np.array(values) for stage, values in self._values.items() if values}
         return {
-            stage: {"p50": round(float(np.percentile(v, 50)), 3), "p95": round(float(np.percentile(v, 95)), 3)}
-            for stage, v in snapshot.items()
+            stage: Percentiles(round(float(np.percentile(v, 50)), 3), round(float(np.percentile(v, 95)), 3))
+            for stage, v in samples.items()
         }
 
 

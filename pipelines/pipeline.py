@@ -9,7 +9,8 @@ An inference thread runs preprocess (when not done yet) -> infer -> decode + NMS
 per-stage latency and FPS, and hands each frame's `Detections` to the sinks. With `workers` > 1
 several frames are in flight at once on one model (runtimes that allow it), and results still
 reach the sinks in frame order. Pause/resume, an FPS cap and a model swap between frames are
-safe to call from any thread. A failing source is reopened with jittered backoff; nothing here
+safe to call from any thread; a detector swapped out is retired (by default its runtime is
+closed) once no frame in flight uses it. A failing source is reopened with jittered backoff; nothing here
 raises into the caller's thread.
 """
 
@@ -29,9 +30,9 @@ from pipelines.annotate import BoxAnnotator, encode_jpeg
 from pipelines.backoff import Backoff
 from pipelines.detections import Detections
 from pipelines.detector import Detector
-from pipelines.metrics import FpsMeter, LatencyWindow
+from pipelines.metrics import FpsMeter, LatencyWindow, Percentiles
 from pipelines.preprocess import Transform
-from pipelines.sources import Frame, FrameSource, SourceError, SourceStatus
+from pipelines.sources import Frame, FrameSource, SourceError, SourceState, SourceStatus
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,29 @@ class _Result:
     latency_ms: dict[str, float]
 
 
+@dataclass(frozen=True)
+class PipelineStats:
+    """One camera at one moment: `fps` over the last seconds, counters since it started
+    (`frames` inferred, `dropped` replaced before inference, `errors` failed, `swaps` of the
+    model), per-stage latency percentiles in ms, the capture side, and the runtime and model
+    file it serves with."""
+
+    name: str
+    source: str
+    fps: float
+    frames: int
+    dropped: int
+    errors: int
+    swaps: int
+    paused: bool
+    max_fps: float | None
+    workers: int
+    latency_ms: dict[str, Percentiles]
+    source_status: SourceState
+    runtime: str
+    model: str
+
+
 class Pipeline:
     """One camera's detection loop. `max_fps` caps inference (``None``: as fast as possible);
     `sinks` are called with every processed frame and its detections, in frame order, from an
@@ -79,6 +103,11 @@ class Pipeline:
     latency lowest; more trade latency for throughput when one inference cannot use every core
     (e.g. two ONNX Runtime calls of one thread each on a 2-core board, docs/benchmarks.md).
     More than one needs a runtime whose `infer` may run concurrently (`Runtime.concurrent`).
+
+    `retire` is called (from an inference thread, or the caller of `swap_detector` / `stop`)
+    with each detector the pipeline stops using: swapped out, or replaced before it served. The
+    default closes its runtime, for a pipeline that owns its model; the detector serving when the
+    pipeline stops is left to the caller.
     """
 
     def __init__(
@@ -93,6 +122,7 @@ class Pipeline:
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.monotonic,
         workers: int = 1,
+        retire: Callable[[Detector], None] = lambda detector: detector.runtime.close(),
     ) -> None:
         if workers < 1:
             raise ValueError(f"pipeline {name}: workers must be at least 1, got {workers}")
@@ -104,6 +134,9 @@ class Pipeline:
         self.name, self.source, self.workers = name, source, workers
         self._detector = detector
         self._pending_detector: Detector | None = None
+        self._retire = retire
+        self._in_flight: dict[Detector, int] = {}  # frames being inferred, per detector (under _lock)
+        self._retiring: list[Detector] = []  # swapped out, waiting for their frames in flight
         self.max_fps = max_fps
         self._sinks = list(sinks)
         self._annotator = annotator or BoxAnnotator()
@@ -159,6 +192,11 @@ class Pipeline:
         self.source.close()
         if self.source_status.state != "ended":
             self.source_status.set("stopped")
+        with self._lock:
+            unused = [d for d in (self._pending_detector, *self._retiring) if d is not None]
+            self._pending_detector, self._retiring = None, []
+        for detector in unused:
+            self._retire(detector)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a finite source is fully processed (or `stop`); True when done."""
@@ -183,7 +221,9 @@ class Pipeline:
                 "restart the pipeline with 1"
             )
         with self._lock:
-            self._pending_detector = detector
+            replaced, self._pending_detector = self._pending_detector, detector
+        if replaced is not None:
+            self._retire(replaced)  # never served
 
     @property
     def detector(self) -> Detector:
@@ -202,24 +242,25 @@ class Pipeline:
         frame, detections = latest
         return encode_jpeg(self._annotator.annotate(frame.image, detections), quality)
 
-    def stats(self) -> dict[str, Any]:
-        """Numbers for telemetry and the status page (latencies in ms)."""
-        return {
-            "name": self.name,
-            "source": self.source.name,
-            "fps": round(self.fps_meter.fps, 2),
-            "frames": self.frames,
-            "dropped": self.dropped,
-            "errors": self.errors,
-            "swaps": self.swaps,
-            "paused": self.paused,
-            "max_fps": self.max_fps,
-            "workers": self.workers,
-            "latency_ms": self.latency.percentiles(),
-            "source_status": self.source_status.as_dict(),
-            "runtime": self._detector.runtime.name,
-            "model": self._detector.runtime.model_path.name,
-        }
+    def stats(self) -> PipelineStats:
+        """Numbers for telemetry and the status page (any thread)."""
+        runtime = self._detector.runtime
+        return PipelineStats(
+            name=self.name,
+            source=self.source.name,
+            fps=round(self.fps_meter.fps, 2),
+            frames=self.frames,
+            dropped=self.dropped,
+            errors=self.errors,
+            swaps=self.swaps,
+            paused=self.paused,
+            max_fps=self.max_fps,
+            workers=self.workers,
+            latency_ms=self.latency.percentiles(),
+            source_status=self.source_status.snapshot(),
+            runtime=runtime.name,
+            model=runtime.model_path.name,
+        )
 
     # -- threads ---------------------------------------------------------------------------
 
@@ -294,7 +335,11 @@ class Pipeline:
             if taken is None:
                 break
             seq, item, detector = taken
-            self._finish(seq, self._process(item, detector))
+            try:
+                result = self._process(item, detector)
+            finally:
+                self._release(detector)
+            self._finish(seq, result)
         with self._results_lock:
             self._working -= 1
             if self._working == 0:
@@ -314,9 +359,12 @@ class Pipeline:
                 return None
             with self._lock:
                 if self._pending_detector is not None:
+                    self._retiring.append(self._detector)
                     self._detector, self._pending_detector = self._pending_detector, None
                     self.swaps += 1
                 detector = self._detector
+                self._in_flight[detector] = self._in_flight.get(detector, 0) + 1
+            self._retire_idle()
             if self.max_fps:
                 delay = self._next_due - self._clock()
                 if delay > 0:
@@ -324,6 +372,24 @@ class Pipeline:
                 self._next_due = max(self._next_due + 1.0 / self.max_fps, self._clock() - 1.0 / self.max_fps)
             self._taken += 1
             return self._taken - 1, item, detector
+
+    def _release(self, detector: Detector) -> None:
+        """One frame on `detector` is done; retire the swapped-out detectors no frame uses."""
+        with self._lock:
+            self._in_flight[detector] -= 1
+            if self._in_flight[detector] == 0:
+                del self._in_flight[detector]
+        self._retire_idle()
+
+    def _retire_idle(self) -> None:
+        with self._lock:
+            idle = [d for d in self._retiring if d not in self._in_flight]
+            self._retiring = [d for d in self._retiring if d in self._in_flight]
+        for detector in idle:
+            try:
+                self._retire(detector)
+            except Exception:
+                log.exception("pipeline %s: retiring %s failed", self.name, detector.runtime.model_path.name)
 
     def _process(self, item: _Prepared, detector: Detector) -> _Result:
         start = self._clock()

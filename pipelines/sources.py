@@ -291,17 +291,29 @@ def open_source(spec: str, loop: bool = False, **camera: Any) -> FrameSource:
     return FileSource(Path(spec), loop=loop)
 
 
+SourceStateName = Literal["starting", "running", "reconnecting", "ended", "stopped"]
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A camera's capture side at one moment: `state`; `error`, the last failure (kept after it
+    recovered); `reconnects`, how many times it recovered."""
+
+    state: SourceStateName
+    error: str | None
+    reconnects: int
+
+
 class SourceStatus:
-    """What the capture side reports: ``state`` is ``starting``, ``running``, ``reconnecting``,
-    ``ended`` or ``stopped``; `error` the last failure; `reconnects` how many times it recovered."""
+    """What the capture side reports, set by the capture thread and read from any thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.state = "starting"
+        self.state: SourceStateName = "starting"
         self.error: str | None = None
         self.reconnects = 0
 
-    def set(self, state: str, error: str | None = None) -> None:
+    def set(self, state: SourceStateName, error: str | None = None) -> None:
         with self._lock:
             if state == "running" and self.state == "reconnecting":
                 self.reconnects += 1
@@ -309,6 +321,6 @@ class SourceStatus:
             if error is not None:
                 self.error = error
 
-    def as_dict(self) -> dict[str, Any]:
+    def snapshot(self) -> SourceState:
         with self._lock:
-            return {"state": self.state, "error": self.error, "reconnects": self.reconnects}
+            return SourceState(self.state, self.error, self.reconnects)

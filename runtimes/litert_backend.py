@@ -162,8 +162,14 @@ class LiteRTBackend(Runtime):
             self._input_details = self._interpreter.get_input_details()
             self._output_details = self._interpreter.get_output_details()
 
+    def close(self) -> None:
+        """Drop the interpreter and its tensors."""
+        self._interpreter = None
+
     def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         check_inputs(self.inputs, arrays)
+        if self._interpreter is None:
+            raise InferenceError(f"{self.model_path.name} was closed")
         try:
             self._resize_inputs(arrays)
             for detail, array in zip(self._input_details, arrays, strict=True):

@@ -171,18 +171,26 @@ class OnnxRuntimeBackend(Runtime):
         self.outputs = [_spec(o) for o in self._session.get_outputs()]
         self._output_names = [o.name for o in self.outputs]
         self.metadata = parse_metadata(self._session.get_modelmeta().custom_metadata_map)
-        log.info("onnxruntime loaded %s with providers %s", model_path, self._session.get_providers())
+        self._providers = list(self._session.get_providers())
+        log.info("onnxruntime loaded %s with providers %s", model_path, self._providers)
         if warmup:
             self.warmup()
 
     @property
     def device(self) -> str:
-        return str(self._session.get_providers()[0])
+        return str(self._providers[0])
+
+    def close(self) -> None:
+        """Drop the session: ONNX Runtime frees its weights and arenas when the last call ends."""
+        self._session = None
 
     def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         check_inputs(self.inputs, arrays)
         feed = {spec.name: array for spec, array in zip(self.inputs, arrays, strict=True)}
+        session = self._session
+        if session is None:
+            raise InferenceError(f"{self.model_path.name} was closed")
         try:
-            return list(self._session.run(self._output_names, feed))
+            return list(session.run(self._output_names, feed))
         except Exception as exc:
             raise InferenceError(f"ONNX Runtime failed on {self.model_path.name}: {exc}") from exc

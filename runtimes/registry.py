@@ -1,60 +1,73 @@
-"""Runtime names -> backends, with guarded imports.
+"""Runtime names -> backends, with guarded imports, and the settings of each backend.
 
-A backend whose library is missing is reported unavailable with the reason; asking to load
-it raises `RuntimeUnavailable`, it never crashes the process at import time.
+`BACKENDS` is the one table of backends: its keys are `RuntimeName`, each entry has the
+backend's settings model (a ``type``-tagged pydantic model, as Frigate configures detectors)
+and its availability probe. `RuntimeSettings` is the ``runtimes:`` section of agent.yaml, one
+tagged section per backend. A backend whose library is missing is reported unavailable with the
+reason; asking to load it raises `RuntimeUnavailable`, it never crashes the process at import.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from runtimes import litert_backend, ort_backend
+from runtimes import litert_backend, ort_backend, tensorrt_backend
 from runtimes.base import RUNTIME_NAMES, Runtime, RuntimeInfo, RuntimeName, RuntimeUnavailable
 from runtimes.litert_backend import LiteRTConfig
 from runtimes.ort_backend import OnnxRuntimeConfig
+from runtimes.tensorrt_backend import TensorRTConfig
 
 log = logging.getLogger(__name__)
 
+BackendConfig = OnnxRuntimeConfig | LiteRTConfig | TensorRTConfig
 #: Backend settings, discriminated by ``type`` (a wrong name or field fails at load).
-RuntimeConfig = Annotated[OnnxRuntimeConfig | LiteRTConfig, Field(discriminator="type")]
+RuntimeConfig = Annotated[BackendConfig, Field(discriminator="type")]
 
 
-def _tensorrt_availability() -> RuntimeInfo:
-    """TensorRT's native backend is not part of this release; say so, with the library version."""
-    try:
-        trt = importlib.import_module("tensorrt")
-        version = str(getattr(trt, "__version__", "unknown"))
-    except ImportError:
-        return RuntimeInfo(
-            name="tensorrt", available=False, reason="tensorrt (JetPack / TensorRT wheel) is not installed"
-        )
-    return RuntimeInfo(
-        name="tensorrt",
-        available=False,
-        version=version,
-        reason="this edge-agent release has no native TensorRT backend yet; "
-        "ONNX Runtime's TensorRT execution provider is used where installed",
+@dataclass(frozen=True)
+class Backend:
+    """One runtime backend: its settings model and how to tell whether it runs here."""
+
+    config: type[BackendConfig]
+    availability: Callable[[], RuntimeInfo]
+
+
+BACKENDS: dict[RuntimeName, Backend] = {
+    "tensorrt": Backend(TensorRTConfig, tensorrt_backend.availability),
+    "onnxruntime": Backend(OnnxRuntimeConfig, ort_backend.availability),
+    "litert": Backend(LiteRTConfig, litert_backend.availability),
+}
+
+
+class RuntimeSettings(BaseModel):
+    """The ``runtimes:`` section of agent.yaml: one section per backend, each optional."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    onnxruntime: OnnxRuntimeConfig = Field(
+        default_factory=OnnxRuntimeConfig, description="ONNX Runtime: execution providers in order, threads, ..."
+    )
+    litert: LiteRTConfig = Field(default_factory=LiteRTConfig, description="LiteRT: threads, external delegate.")
+    tensorrt: TensorRTConfig = Field(
+        default_factory=TensorRTConfig, description="TensorRT: precision, engine cache, workspace."
     )
 
-
-_AVAILABILITY: dict[RuntimeName, Callable[[], RuntimeInfo]] = {
-    "tensorrt": _tensorrt_availability,
-    "onnxruntime": ort_backend.availability,
-    "litert": litert_backend.availability,
-}
+    def config_for(self, name: RuntimeName) -> BackendConfig:
+        config: BackendConfig = getattr(self, name)
+        return config
 
 
 def available_runtimes(names: Iterable[RuntimeName] = RUNTIME_NAMES) -> dict[RuntimeName, RuntimeInfo]:
     """Probe the named backends' libraries (importing each costs memory, so callers that know
     the artifact format probe only the runtimes that load it); unavailable ones carry the reason."""
-    infos = {name: _AVAILABILITY[name]() for name in names}
+    infos = {name: BACKENDS[name].availability() for name in names}
     for info in infos.values():
         if not info.available:
             log.info("runtime %s unavailable: %s", info.name, info.reason)
@@ -64,7 +77,7 @@ def available_runtimes(names: Iterable[RuntimeName] = RUNTIME_NAMES) -> dict[Run
 def load_runtime(
     name: RuntimeName,
     model_path: Path,
-    config: OnnxRuntimeConfig | LiteRTConfig | None = None,
+    config: BackendConfig | None = None,
     warmup: bool = True,
     workers: int = 1,
 ) -> Runtime:
@@ -72,19 +85,18 @@ def load_runtime(
     commands skip it). Raises `RuntimeUnavailable` when the backend cannot run here and
     `ModelLoadError` when it refuses the model.
 
-    `workers` is how many calls the caller will have in flight at once; without a `config`,
-    ONNX Runtime then gives each call an equal share of the cores (other backends ignore it:
-    they serve one call at a time)."""
-    if name == "onnxruntime":
-        if config is not None and not isinstance(config, OnnxRuntimeConfig):
-            raise TypeError(f"onnxruntime takes an OnnxRuntimeConfig, got {type(config).__name__}")
-        if config is None and workers > 1:
-            config = OnnxRuntimeConfig(intra_op_threads=max(1, (os.cpu_count() or 1) // workers))
+    `workers` is how many calls the caller will have in flight at once; when the ONNX Runtime
+    settings leave the thread count to it (0), each call then gets an equal share of the cores
+    (other backends ignore it: they serve one call at a time)."""
+    if name not in BACKENDS:
+        raise RuntimeUnavailable(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")
+    config = config if config is not None else BACKENDS[name].config()
+    if not isinstance(config, BACKENDS[name].config):
+        raise TypeError(f"{name} takes a {BACKENDS[name].config.__name__}, got {type(config).__name__}")
+    if isinstance(config, OnnxRuntimeConfig):
+        if workers > 1 and config.intra_op_threads == 0:
+            config = config.model_copy(update={"intra_op_threads": max(1, (os.cpu_count() or 1) // workers)})
         return ort_backend.OnnxRuntimeBackend(model_path, config, warmup)
-    if name == "litert":
-        if config is not None and not isinstance(config, LiteRTConfig):
-            raise TypeError(f"litert takes a LiteRTConfig, got {type(config).__name__}")
+    if isinstance(config, LiteRTConfig):
         return litert_backend.LiteRTBackend(model_path, config, warmup)
-    if name == "tensorrt":
-        raise RuntimeUnavailable(_tensorrt_availability().reason or "tensorrt is unavailable")
-    raise RuntimeUnavailable(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")
+    raise RuntimeUnavailable(tensorrt_backend.availability().reason or "tensorrt is unavailable")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from agent.bundles.archive import Limits, build_bundle
-from agent.bundles.install import install
+from agent.bundles.install import InstallPolicy, install
 from agent.bundles.signing import load_private_key, load_public_key, signature_file
 from agent.bundles.store import Store
 from agent.hardware.probe import probe
@@ -210,7 +210,7 @@ CASES: dict[str, tuple[Callable[[Files, dict, Path], Path], str, str, Limits | N
 
 def installed_store(tmp_path: Path, bundle: Path, keys: dict[str, Path]) -> tuple[Store, str]:
     store = Store(tmp_path / "state")
-    deployment = install(bundle, store, probe(), [load_public_key(keys["public"])])
+    deployment = install(bundle, store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])]))
     assert deployment.state == "SUCCEEDED", deployment.error
     return store, deployment.sha256
 
@@ -235,7 +235,7 @@ def test_bad_bundles_leave_the_active_version_serving(case: str, tmp_path: Path,
     make, state, code, limits = CASES[case]
     store, v1 = installed_store(tmp_path, bundles["v1"], keys)
     bad = make(read_files(bundles["v1"]), keys, tmp_path)
-    deployment = install(bad, store, probe(), [load_public_key(keys["public"])], limits=limits)
+    deployment = install(bad, store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])], limits=limits or Limits()))
     assert (deployment.state, (deployment.error or {}).get("code")) == (state, code), deployment.error
     assert deployment.error and deployment.error["message"]
     assert store.last_deployment() is not None and store.last_deployment().state == state  # type: ignore[union-attr]
@@ -259,7 +259,7 @@ def test_disk_full_during_install(tmp_path: Path, keys, bundles) -> None:
             version="2.0.0",
             key=load_private_key(keys["private"]),
         )
-        deployment = install(big, store, probe(), [load_public_key(keys["public"])])
+        deployment = install(big, store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])]))
         assert (deployment.state, deployment.error["code"]) == ("REJECTED", "DISK_FULL"), deployment.error  # type: ignore[index]
         assert_serving(store, v1)
     finally:
@@ -269,16 +269,16 @@ def test_disk_full_during_install(tmp_path: Path, keys, bundles) -> None:
 def test_unsigned_bundle_only_when_allowed(tmp_path: Path, bundles) -> None:
     unsigned = write_tar(tmp_path / "unsigned", without(read_files(bundles["v1"]), "manifest.sig"))
     store = Store(tmp_path / "state")
-    refused = install(unsigned, store, probe(), [])
+    refused = install(unsigned, store, probe(), InstallPolicy())
     assert (refused.state, refused.error["code"]) == ("REJECTED", "NO_TRUSTED_KEYS")  # type: ignore[index]
-    accepted = install(unsigned, store, probe(), [], allow_unsigned=True)
+    accepted = install(unsigned, store, probe(), InstallPolicy(allow_unsigned=True))
     assert accepted.state == "SUCCEEDED"
     assert_serving(store, accepted.sha256)
 
 
 def test_install_switch_rollback_and_gc(tmp_path: Path, keys, bundles) -> None:
     store, v1 = installed_store(tmp_path, bundles["v1"], keys)
-    v2 = install(bundles["v2"], store, probe(), [load_public_key(keys["public"])])
+    v2 = install(bundles["v2"], store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])]))
     assert v2.state == "SUCCEEDED" and [s for s, _ in v2.history] == [
         "VERIFYING",
         "INSTALLING",
@@ -291,7 +291,7 @@ def test_install_switch_rollback_and_gc(tmp_path: Path, keys, bundles) -> None:
     assert (store.current_sha(), store.previous_sha()) == (v1, v2.sha256)
     assert_serving(store, v1)
     # Reinstalling the previous version reuses its folder.
-    again = install(bundles["v2"], store, probe(), [load_public_key(keys["public"])])
+    again = install(bundles["v2"], store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])]))
     assert again.state == "SUCCEEDED" and store.current_sha() == v2.sha256
 
 

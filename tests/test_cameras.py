@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from agent.bundles.install import install
+from agent.bundles.install import InstallPolicy, install
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
 from agent.config.models import PipelineSection
@@ -23,7 +23,7 @@ def install_versions(tmp_path: Path, keys: dict[str, Path], bundles: dict[str, P
     trusted = [load_public_key(keys["public"])]
     versions = []
     for name in ("v1", "v2"):
-        deployment = install(bundles[name], store, probe(), trusted)
+        deployment = install(bundles[name], store, probe(), InstallPolicy(trusted=trusted))
         assert deployment.state == "SUCCEEDED", deployment.error
         versions.append(store.versions / deployment.sha256)
     return versions
@@ -39,14 +39,14 @@ def test_cameras_serve_swap_and_restart(tmp_path: Path, keys: dict[str, Path], b
     cameras = Cameras(sections, probe(), "auto", lambda name: lambda frame, found: events.append((name, len(found))))
     try:
         cameras.activate(versions[0])
-        wait_until(lambda: all(s["frames"] > 5 for s in cameras.stats()), 30, "frames on both cameras")
+        wait_until(lambda: all(s.frames > 5 for s in cameras.stats()), 30, "frames on both cameras")
         assert {name for name, _ in events} == {"a", "b"} and max(n for _, n in events) > 0
-        assert [s["runtime"] for s in cameras.stats()] == ["onnxruntime", "onnxruntime"]
+        assert [s.runtime for s in cameras.stats()] == ["onnxruntime", "onnxruntime"]
         assert cameras.label(1) == "square"
 
         before = cameras.get("a").frames
         cameras.activate(versions[1])  # the int8 TFLite version, swapped in between frames
-        wait_until(lambda: all(s["runtime"] == "litert" for s in cameras.stats()), 30, "the swap")
+        wait_until(lambda: all(s.runtime == "litert" for s in cameras.stats()), 30, "the swap")
         assert cameras.get("a").frames > before and cameras.get("a").swaps == 1
 
         jpeg = cameras.get(None).snapshot()
@@ -56,7 +56,7 @@ def test_cameras_serve_swap_and_restart(tmp_path: Path, keys: dict[str, Path], b
 
         assert cameras.restart("b") == ["b"]
         wait_until(lambda: cameras.get("b").frames > 3, 30, "frames after the restart")
-        assert cameras.get("b").stats()["runtime"] == "litert", "a restart keeps the serving model"
+        assert cameras.get("b").stats().runtime == "litert", "a restart keeps the serving model"
     finally:
         cameras.stop()
     assert cameras.stats() == []
@@ -73,13 +73,13 @@ def test_camera_workers_follow_the_runtime(
         cameras.activate(versions[0])
         first = cameras.get("a")
         wait_until(lambda: first.frames > 5, 30, "frames with two workers")
-        assert first.workers == 2 and first.stats()["runtime"] == "onnxruntime"
+        assert first.workers == 2 and first.stats().runtime == "onnxruntime"
         threads = first.detector.runtime._session.get_session_options().intra_op_num_threads
         assert threads == max(1, (os.cpu_count() or 1) // 2)
 
         cameras.activate(versions[1])
         second = cameras.get("a")
-        assert second is not first and second.workers == 1 and second.stats()["runtime"] == "litert"
+        assert second is not first and second.workers == 1 and second.stats().runtime == "litert"
         assert "litert serves one frame at a time; running 1 worker instead of 2" in caplog.text
         wait_until(lambda: second.frames > 3, 30, "frames after the restart")
 

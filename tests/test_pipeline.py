@@ -61,9 +61,9 @@ def test_synthetic_ground_truth_through_the_pipeline(model: str) -> None:
     assert counts.precision >= 0.9, f"{model}: precision {counts.precision:.3f}"
     assert counts.recall >= 0.9, f"{model}: recall {counts.recall:.3f}"
     stats = pipeline.stats()
-    assert stats["source_status"]["state"] == "ended"
-    assert set(stats["latency_ms"]) == {"capture_age", "preprocess", "inference", "postprocess", "total"}
-    assert all(v["p95"] >= v["p50"] >= 0 for v in stats["latency_ms"].values())
+    assert stats.source_status.state == "ended"
+    assert set(stats.latency_ms) == {"capture_age", "preprocess", "inference", "postprocess", "total"}
+    assert all(v.p95 >= v.p50 >= 0 for v in stats.latency_ms.values())
 
 
 def test_source_that_cannot_open_reports_and_recovers(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_pause_and_resume(workers: int) -> None:
         time.sleep(0.2)  # let the frame in flight finish
         paused_at = pipeline.frames
         time.sleep(0.5)
-        assert pipeline.frames == paused_at and pipeline.stats()["paused"]
+        assert pipeline.frames == paused_at and pipeline.stats().paused
         pipeline.resume()
         assert wait_for(lambda: pipeline.frames > paused_at + 5)
     finally:
@@ -163,7 +163,7 @@ def test_fps_cap_holds() -> None:
     assert pipeline.frames == 40
     assert elapsed >= 39 / 20
     # frames stamp when they finish, so inference jitter and one catch-up frame may show a little over
-    assert 0 < pipeline.stats()["fps"] <= 20 * 1.1
+    assert 0 < pipeline.stats().fps <= 20 * 1.1
 
 
 def test_snapshot_is_an_annotated_jpeg() -> None:
@@ -235,7 +235,7 @@ def test_two_workers_deliver_every_frame_in_order_with_the_same_detections() -> 
     two = run_clip(two_pipeline)
     assert [i for i, _ in two] == list(range(60))
     assert two == one
-    assert two_pipeline.frames == 60 and two_pipeline.stats()["workers"] == 2
+    assert two_pipeline.frames == 60 and two_pipeline.stats().workers == 2
     assert {t.name for t in two_pipeline._threads} == {"capture-cam", "infer-cam-0", "infer-cam-1"}
 
 

@@ -151,7 +151,7 @@ def publish_retained(broker: Broker, messages: list[tuple[str, bytes]]) -> None:
     infos = [link.publish(topic, payload, qos=1, retain=True) for topic, payload in messages]
     for info in infos:
         assert info is not None
-        info.wait_for_publish(10)
+        assert info.wait(10)
     link.stop()
 
 
@@ -202,7 +202,7 @@ def test_offline_queue_keeps_the_newest_messages_per_topic_and_counts_the_droppe
     for i in range(10):
         link.publish_queued("edge/q/events", f"e{i}".encode())  # a burst of events
     link.publish_state("edge/q/status", b"online")
-    assert link.dropped == 2 + 7 and link.stats()["queued"] == 6
+    assert link.dropped == 2 + 7 and link.stats().queued == 6
     watcher = Watcher(broker, ["edge/q/#"])
     try:
         link.start()

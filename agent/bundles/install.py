@@ -25,7 +25,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +35,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agent.bundles.archive import Limits, Verified, sha256_file, unpack, verify_unpacked
 from agent.bundles.manifest import Manifest
+from agent.bundles.signing import load_public_key
 from agent.bundles.store import Deployment, Store, fsync_tree
 from agent.errors import BundleError
 from agent.hardware.probe import Board
 from runtimes.base import TensorSpec, dequantize
+from runtimes.registry import RuntimeSettings
+from runtimes.selection import Preference
 
 if TYPE_CHECKING:
+    from agent.config.models import AgentConfig
     from runtimes.selection import Choice
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,30 @@ def checkpoint(step: str) -> None:
     """Test hook: die here, as a power cut would, when ``EDGE_AGENT_KILL_AT`` names this step."""
     if os.environ.get(KILL_HOOK) == step:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class InstallPolicy:
+    """What this device accepts (signers, unsigned bundles, unpack limits) and how it runs what
+    it accepts (runtime preference and each backend's settings)."""
+
+    trusted: Sequence[Ed25519PublicKey] = ()
+    allow_unsigned: bool = False
+    limits: Limits = field(default_factory=Limits)
+    preference: Preference = "auto"
+    runtimes: RuntimeSettings = field(default_factory=RuntimeSettings)
+
+    @classmethod
+    def from_config(cls, config: AgentConfig) -> InstallPolicy:
+        """The policy agent.yaml sets; reads the trusted keys (`BundleError` ``KEY_INVALID``)."""
+        limits = config.bundle_limits
+        return cls(
+            trusted=[load_public_key(path) for path in config.trust_keys],
+            allow_unsigned=config.allow_unsigned,
+            limits=Limits(limits.max_files, limits.max_bytes),
+            preference=config.runtime,
+            runtimes=config.runtimes,
+        )
 
 
 @dataclass(frozen=True)
@@ -81,19 +109,21 @@ def parity_fraction(
     return within / total if total else 1.0
 
 
-def runtime_choices(folder: Path, manifest: Manifest, board: Board, preference: str) -> list[Choice]:
+def runtime_choices(folder: Path, manifest: Manifest, board: Board, preference: Preference) -> list[Choice]:
     """The runtimes that could run this version here, best first (`runtimes.selection`)."""
     from runtimes.registry import available_runtimes
     from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
 
     artifacts = [Artifact(str(folder / a.path), a.format, a.precision) for a in manifest.artifacts]
     try:
-        return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)  # type: ignore[arg-type]
+        return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)
     except SelectionError as exc:
         raise BundleError("NO_RUNTIME", str(exc)) from exc
 
 
-def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activation:
+def activate(
+    bundle: Verified, board: Board, preference: Preference = "auto", settings: RuntimeSettings | None = None
+) -> Activation:
     """Choose a runtime for this board, load, warm up, decode once and check parity.
 
     Raises `BundleError`: ``NO_RUNTIME`` (no runtime here can load any artifact),
@@ -105,12 +135,13 @@ def activate(bundle: Verified, board: Board, preference: str = "auto") -> Activa
     from runtimes.registry import load_runtime
 
     manifest = bundle.manifest
+    settings = settings or RuntimeSettings()
     choices = runtime_choices(bundle.folder, manifest, board, preference)
     reference = bundle.reference
     failures = []
     for choice in choices:
         try:
-            runtime = load_runtime(choice.runtime, Path(choice.artifact.path))
+            runtime = load_runtime(choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime))
         except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
             raise BundleError("ARTIFACT_NOT_A_MODEL", str(exc)) from exc
         except (RuntimeUnavailable, ModelLoadError) as exc:
@@ -167,10 +198,8 @@ def install(
     bundle_path: Path,
     store: Store,
     board: Board,
-    trusted: Sequence[Ed25519PublicKey] = (),
-    allow_unsigned: bool = False,
-    limits: Limits | None = None,
-    preference: str = "auto",
+    policy: InstallPolicy | None = None,
+    *,
     on_state: Callable[[Deployment], None] = lambda d: None,
     deployment: Deployment | None = None,
     sha256_checked: bool = False,
@@ -181,6 +210,7 @@ def install(
     file must hash to its sha256 (checked while unpacking, unless `sha256_checked` says the
     download did), else it is REJECTED with ``BUNDLE_HASH_MISMATCH``.
     """
+    policy = policy or InstallPolicy()
     store.ensure()
     store.recover()
     if deployment is None:
@@ -209,14 +239,14 @@ def install(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir()
-        unpacked = unpack(bundle_path, staging, limits or Limits(), hash_bundle=not sha256_checked)
+        unpacked = unpack(bundle_path, staging, policy.limits, hash_bundle=not sha256_checked)
         if unpacked.sha256 is not None and unpacked.sha256 != sha:
             raise BundleError(
                 "BUNDLE_HASH_MISMATCH",
                 f"the bundle hashes to {unpacked.sha256[:12]}, not {sha[:12]} as announced; push it again",
             )
         checkpoint("unpacked")
-        verified = verify_unpacked(staging, trusted, allow_unsigned, unpacked.files)
+        verified = verify_unpacked(staging, policy.trusted, policy.allow_unsigned, unpacked.files)
     except BundleError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         step("REJECTED", exc)
@@ -244,7 +274,7 @@ def install(
     step("ACTIVATING")
     checkpoint("activating")
     try:
-        activation = activate(verified, board, preference)
+        activation = activate(verified, board, policy.preference, policy.runtimes)
     except BundleError as exc:
         step("FAILED", exc)
         store.remove_version(sha)

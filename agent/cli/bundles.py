@@ -180,27 +180,16 @@ def _bundle_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from agent.bundles.archive import Limits
-    from agent.bundles.install import install
-    from agent.bundles.signing import load_public_key
+    from agent.bundles.install import InstallPolicy, install
     from agent.bundles.store import Store
     from agent.hardware.probe import probe
 
     config = _device_config(args)
     if not args.bundle.is_file():
         raise CliError(f"bundle not found: {args.bundle}")
-    trusted = [load_public_key(p) for p in config.trust_keys]
     store = Store(config.state_dir, keep=config.keep_versions)
-    limits = Limits(config.bundle_limits.max_files, config.bundle_limits.max_bytes)
     deployment = install(
-        args.bundle,
-        store,
-        probe(),
-        trusted,
-        config.allow_unsigned,
-        limits,
-        config.runtime,
-        on_state=lambda d: print(d.state, flush=True),
+        args.bundle, store, probe(), InstallPolicy.from_config(config), on_state=lambda d: print(d.state, flush=True)
     )
     if deployment.state != "SUCCEEDED":
         error = deployment.error or {"code": "UNKNOWN", "message": ""}

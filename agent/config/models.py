@@ -21,6 +21,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from agent.errors import ConfigError
 from agent.paths import DEFAULT_STATE_DIR
 from pipelines.sources import SourceError, source_kind
+from runtimes.registry import RuntimeSettings
+from runtimes.selection import Preference
 
 _TOPIC_WORD = re.compile(r"^[A-Za-z0-9_.-]+$")  # no MQTT wildcards, separators or spaces
 
@@ -197,8 +199,9 @@ class AgentConfig(_Section):
         default_factory=list, description="Ed25519 public keys (PEM) whose bundles are accepted."
     )
     allow_unsigned: bool = Field(default=False, description="Accept bundles without a valid signature (testing only).")
-    runtime: Literal["auto", "tensorrt", "onnxruntime", "litert"] = Field(
-        default="auto", description="Runtime preference."
+    runtime: Preference = Field(default="auto", description="Runtime preference: auto, or one runtime by name.")
+    runtimes: RuntimeSettings = Field(
+        default_factory=RuntimeSettings, description="Settings of each runtime backend (onnxruntime, litert, tensorrt)."
     )
     keep_versions: int = Field(default=3, ge=2, description="Installed versions kept, current and previous included.")
     bundle_limits: BundleLimitsConfig = Field(default_factory=BundleLimitsConfig, description="Unpack limits.")

@@ -2,14 +2,18 @@
 
 It recovers an interrupted deployment, starts the cameras on the active version (if any),
 connects to the broker (if configured) and keeps serving detections whether or not the broker
-is reachable. Threads: paho's network thread (via `MqttLink`), the deployer, one thread for
-commands, one for telemetry, and per camera one for capture and one per inference worker. The
-main thread only waits for signals:
+is reachable. Threads: the sampler (system readings every ``telemetry.interval_s``; with a
+broker it also publishes telemetry and status), and with a broker paho's network thread (via
+`MqttLink`), the link's supervisor, the deployer and one thread for commands; per camera one
+for capture and one per inference worker. The main thread only waits for signals:
 
 - SIGTERM / SIGINT: status ``stopping``, deployer stopped after its current step (a download
   resumes next time), pipelines joined, status ``offline``, clean disconnect.
 - SIGHUP: reload the config file; a config with problems is refused (logged) and the running
   one kept; a good one restarts the components with it.
+
+`snapshot()` is the agent's state as one typed value (`AgentSnapshot`), readable from any
+thread with or without a broker: the status and telemetry documents are made from it.
 """
 
 from __future__ import annotations
@@ -24,23 +28,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
-
-from agent.bundles.install import rollback
-from agent.bundles.signing import load_public_key
+from agent.bundles.install import InstallPolicy, rollback
 from agent.bundles.store import Deployment, Store
 from agent.config.loading import load_config
 from agent.config.models import AgentConfig
-from agent.daemon.deployer import Deployer, deployment_document
-from agent.daemon.telemetry import telemetry_document
+from agent.daemon.deployer import Deployer, deployment_status
+from agent.daemon.telemetry import status_document, telemetry_document
 from agent.errors import BundleError, ConfigError
 from agent.hardware.probe import Board
-from agent.hardware.system import SystemMonitor
+from agent.hardware.system import SystemMonitor, SystemReadings
 from agent.mqtt.commands import Command, CommandError, NoArgs, PipelineArgs, Response, SnapshotArgs, run_command
-from agent.mqtt.link import MqttLink, Will, reply_to
+from agent.mqtt.link import Message, MqttLink, Will
 from agent.mqtt.protocol import Topics, json_payload
 from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
+from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Serving, VersionRef
 from pipelines.pipeline import use_one_opencv_thread
 
 log = logging.getLogger(__name__)
@@ -68,22 +70,23 @@ class Agent:
         self.device = config.device_id()
         self.topics = Topics(config.mqtt.topic_root if config.mqtt else "edge")
         self.store = Store(config.state_dir, config.keep_versions)
-        self.trusted = [load_public_key(path) for path in config.trust_keys]
+        self.policy = InstallPolicy.from_config(config)
         self.events = EventSink(config.events, self._labels, self._publish_event)
-        self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline)
+        self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes)
         self.monitor = SystemMonitor()
         self.link: MqttLink | None = None
         self.deployer: Deployer | None = None
-        self._state = "starting"
+        self._state: AgentState = "starting"
         self._serving_error: str | None = None
-        self._commands: queue.Queue[mqtt.MQTTMessage | None] = queue.Queue(maxsize=64)
+        self._system: SystemReadings | None = None  # the sampler's latest reading
+        self._commands: queue.Queue[Message | None] = queue.Queue(maxsize=64)
         self._threads: list[threading.Thread] = []
         self._components_stop = threading.Event()
         if config.mqtt is not None:
             self.link = MqttLink(
                 config.mqtt,
                 config.mqtt.client_id or f"edge-agent-{self.device}",
-                will=Will(self.topics.status(self.device), json_payload(self._status("offline"))),
+                will=Will(self.topics.status(self.device), json_payload(status_document(self.snapshot("offline")))),
                 on_connect=self._publish_status,
             )
 
@@ -112,6 +115,8 @@ class Agent:
         self._serve_current()
         self._state = "online"
         self._components_stop.clear()
+        self._system = self.monitor.sample()
+        self._spawn(self._sampler_loop, "sampler")
         if self.link is not None:
             self.deployer = Deployer(
                 self.config,
@@ -120,14 +125,13 @@ class Agent:
                 self.board,
                 self.link,
                 self.topics,
-                self.trusted,
+                self.policy,
                 self._on_deployed,
             )
             self.link.subscribe(self.topics.command(self.device, "+"), self._enqueue_command)
             self.link.start()
             self.deployer.start()
             self._spawn(self._command_loop, "commands")
-            self._spawn(self._telemetry_loop, "telemetry")
         log.info(
             "edge-agent %s running as %s (%s), %d pipeline(s), broker %s",
             agent_version(),
@@ -161,8 +165,7 @@ class Agent:
             return
         try:
             config = load_config(self.config_path)
-            for path in config.trust_keys:
-                load_public_key(path)  # a key that does not load refuses the whole config
+            InstallPolicy.from_config(config)  # a key that does not load refuses the whole config
         except (ConfigError, BundleError) as exc:
             log.error("SIGHUP: keeping the running config: %s", exc)
             return
@@ -197,46 +200,63 @@ class Agent:
         manifest = self.cameras.manifest
         return manifest.labels if manifest else []
 
-    # -- publishing ----------------------------------------------------------------------------
+    # -- the snapshot --------------------------------------------------------------------------
 
-    def _status(self, state: str) -> dict[str, Any]:
-        info = self.store.info(self.store.current_sha())
-        pipelines = self.cameras.stats() if state != "offline" else []
-        return {
-            "state": state,
-            "ts": round(time.time(), 3),
-            "device": self.device,
-            "group": self.config.device.group,
-            "agent_version": agent_version(),
-            "board": {"kind": self.board.kind, "model": self.board.model, "arch": self.board.arch},
-            "bundle": {"name": info.name, "version": info.version, "sha256": info.sha256} if info else None,
-            "runtime": pipelines[0]["runtime"] if pipelines else None,
-            "pipelines": [p["name"] for p in pipelines],
-            "fps": round(sum(p["fps"] for p in pipelines), 2),
-            "temperature_c": None,  # filled by the sensors issue
-            "error": self._serving_error,
-            "deployment_problem": self.deployer.problem if self.deployer else None,
-        }
+    def snapshot(self, state: AgentState | None = None) -> AgentSnapshot:
+        """The agent now (any thread); `state` overrides the lifecycle state (the last will)."""
+        state = state or self._state
+        current = self.store.info(self.store.current_sha())
+        previous = self.store.info(self.store.previous_sha())
+        choice = self.cameras.choice
+        deployer = self.deployer
+        deployment = deployer.latest if deployer is not None else None
+        if deployment is None and (record := self.store.last_deployment()) is not None:
+            deployment = deployment_status(record)
+        return AgentSnapshot(
+            ts=time.time(),
+            state=state,
+            device=self.device,
+            group=self.config.device.group,
+            agent_version=agent_version(),
+            board=self.board,
+            bundle=VersionRef(current.name, current.version, current.sha256) if current else None,
+            previous=VersionRef(previous.name, previous.version, previous.sha256) if previous else None,
+            serving=Serving(choice.runtime, choice.device, Path(choice.artifact.path).name, choice.reason)
+            if choice
+            else None,
+            serving_error=self._serving_error,
+            deployment=deployment,
+            deployment_problem=deployer.problem if deployer is not None else None,
+            cameras=tuple(self.cameras.stats()) if state != "offline" else (),
+            broker=self.link.stats() if self.link is not None else None,
+            system=self._system,
+            events=EventCounts(self.events.published, self.events.limiter.suppressed),
+        )
+
+    # -- publishing ----------------------------------------------------------------------------
 
     def _publish_status(self) -> None:
         if self.link is not None:
-            self.link.publish_state(self.topics.status(self.device), json_payload(self._status(self._state)))
+            document = status_document(self.snapshot())
+            self.link.publish_state(self.topics.status(self.device), json_payload(document))
 
     def _publish_event(self, event: dict[str, object]) -> None:
         if self.link is not None:
             self.link.publish_queued(self.topics.events(self.device), json_payload({"device": self.device, **event}))
 
-    def _telemetry_loop(self) -> None:
-        assert self.link is not None
+    def _sampler_loop(self) -> None:
+        """Every telemetry interval: sample the system; with a broker, publish telemetry and the
+        status (which keeps the retained fps current for `fleet status`)."""
         while not self._components_stop.wait(self.config.telemetry.interval_s):
-            document = telemetry_document(self.device, self.cameras.stats(), self.monitor.sample(), self.link.stats())
-            document["events"] = {"published": self.events.published, "suppressed": self.events.limiter.suppressed}
-            self.link.publish_queued(self.topics.telemetry(self.device), json_payload(document))
-            self._publish_status()  # keeps the retained fps current for `fleet status`
+            self._system = self.monitor.sample()
+            if self.link is not None:
+                snapshot = self.snapshot()
+                self.link.publish_queued(self.topics.telemetry(self.device), json_payload(telemetry_document(snapshot)))
+                self.link.publish_state(self.topics.status(self.device), json_payload(status_document(snapshot)))
 
     # -- commands ------------------------------------------------------------------------------
 
-    def _enqueue_command(self, message: mqtt.MQTTMessage) -> None:
+    def _enqueue_command(self, message: Message) -> None:
         try:
             self._commands.put_nowait(message)
         except queue.Full:
@@ -254,9 +274,7 @@ class Agent:
             name = message.topic.rsplit("/", 1)[1]
             response = run_command(commands, name, message.payload)
             log.info("command %s: %s", name, "ok" if response.ok else response.payload.decode()[:200])
-            topic, properties = reply_to(message, response.content_type)
-            if topic:
-                self.link.publish(topic, response.payload, qos=1, properties=properties)
+            self.link.reply(message, response.payload, response.content_type)
 
     def _cmd_rollback(self, _: NoArgs) -> dict[str, Any]:
         assert self.deployer is not None and self.link is not None
@@ -268,7 +286,7 @@ class Agent:
             raise CommandError("NO_PREVIOUS", str(exc)) from exc
         finally:
             self.deployer.install_lock.release()
-        self.link.publish_state(self.topics.deployment(self.device), json_payload(deployment_document(deployment)))
+        self.deployer.report(deployment)
         self._on_deployed(deployment)
         return asdict(deployment)
 

@@ -21,29 +21,44 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-import paho.mqtt.client as mqtt
-
-from agent.bundles.archive import Limits
-from agent.bundles.install import install
+from agent.bundles.install import InstallPolicy, install
 from agent.bundles.store import FINAL_STATES, Deployment, Store
 from agent.config.models import AgentConfig
 from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError
 from agent.hardware.probe import Board
-from agent.mqtt.link import MqttLink
+from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics, json_payload
+from agent.snapshot import DeploymentStatus, DownloadProgress
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 0.5
 
 
-def deployment_document(deployment: Deployment, progress: dict[str, int] | None = None) -> dict[str, Any]:
+def deployment_document(deployment: Deployment, progress: DownloadProgress | None = None) -> dict[str, Any]:
+    """The retained ``deployment`` document (docs/mqtt.md)."""
     document = asdict(deployment)
     document["history"] = [{"state": s, "ts": t} for s, t in deployment.history]
     if progress is not None:
-        document["progress"] = progress
+        document["progress"] = asdict(progress)
     return document
+
+
+def deployment_status(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentStatus:
+    """The record as the agent snapshot shows it."""
+    error = deployment.error or {}
+    return DeploymentStatus(
+        id=deployment.id,
+        name=deployment.name,
+        version=deployment.version,
+        sha256=deployment.sha256,
+        state=deployment.state,
+        error_code=error.get("code"),
+        error_message=error.get("message"),
+        attempt=deployment.attempt,
+        progress=progress,
+    )
 
 
 class Deployer:
@@ -58,11 +73,11 @@ class Deployer:
         board: Board,
         link: MqttLink,
         topics: Topics,
-        trusted: list[Any],
+        policy: InstallPolicy,
         on_succeeded: Callable[[Deployment], None],
     ) -> None:
         self.config, self.device, self.store, self.board = config, device, store, board
-        self.link, self.topics, self.trusted = link, topics, trusted
+        self.link, self.topics, self.policy = link, topics, policy
         self._on_succeeded = on_succeeded
         self._lock = threading.Condition()
         self._device_doc: Desired | None = None
@@ -70,7 +85,8 @@ class Deployer:
         self._index: dict[str, ChunkIndex] = {}
         self._working_on: str | None = None
         self.install_lock = threading.Lock()  # held while a deployment changes the store
-        self._progress: dict[str, int] | None = None  # of the download in this deployment
+        self._progress: DownloadProgress | None = None  # of the download in this deployment
+        self.latest: DeploymentStatus | None = None  # the record last published
         self._stop = threading.Event()
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
@@ -103,7 +119,7 @@ class Deployer:
     def wanted(self) -> Desired | None:
         return self._device_doc if self._device_doc is not None else self._group_doc
 
-    def _parse(self, kind: type[Desired] | type[ChunkIndex], message: mqtt.MQTTMessage) -> Any:
+    def _parse(self, kind: type[Desired] | type[ChunkIndex], message: Message) -> Any:
         """The document in `message`, or None (logged, kept in `problem`) when it is malformed."""
         try:
             return kind.parse(message.payload, message.topic)
@@ -112,7 +128,7 @@ class Deployer:
             log.error("deployment: %s; ignored", exc)
             return None
 
-    def _on_desired(self, message: mqtt.MQTTMessage) -> None:
+    def _on_desired(self, message: Message) -> None:
         document: Desired | None = None
         if message.payload:  # an empty retained message clears the document
             document = self._parse(Desired, message)
@@ -128,7 +144,7 @@ class Deployer:
                 self._cancel.set()  # a newer document replaces the one being downloaded
             self._lock.notify_all()
 
-    def _on_index(self, message: mqtt.MQTTMessage) -> None:
+    def _on_index(self, message: Message) -> None:
         index = self._parse(ChunkIndex, message) if message.payload else None
         if index is not None:
             with self._lock:
@@ -160,12 +176,18 @@ class Deployer:
                 with self._lock:
                     self._working_on = None
 
-    def _publish(self, deployment: Deployment, progress: dict[str, int] | None = None) -> None:
+    def _publish(self, deployment: Deployment, progress: DownloadProgress | None = None) -> None:
         """Publish the record; the download's last progress stays in it through the later states."""
         if progress is not None:
             self._progress = progress
+        self.latest = deployment_status(deployment, self._progress)
         document = deployment_document(deployment, self._progress)
         self.link.publish_state(self.topics.deployment(self.device), json_payload(document))
+
+    def report(self, deployment: Deployment) -> None:
+        """Publish a record made outside a download (a rollback), with no progress."""
+        self._progress = None
+        self._publish(deployment)
 
     def _step(self, deployment: Deployment, state: str, error: BundleError | None = None) -> None:
         """Move the record to `state`, write it (atomically) and publish it."""
@@ -214,16 +236,11 @@ class Deployer:
             log.error("deployment %s rejected: %s", desired.id, exc)
             self._finish(deployment, desired)
             return
-        config = self.config
-        limits = Limits(config.bundle_limits.max_files, config.bundle_limits.max_bytes)
         result = install(
             bundle.path,
             store,
             self.board,
-            self.trusted,
-            config.allow_unsigned,
-            limits,
-            config.runtime,
+            self.policy,
             on_state=self._publish,
             deployment=deployment,
             sha256_checked=True,  # PartialBundle.finish hashed it
@@ -280,15 +297,15 @@ class Deployer:
                 last = now
                 self._publish(
                     deployment,
-                    {
-                        "chunks_done": done,
-                        "chunks_total": total,
-                        "bytes_done": min(done * index.chunk_size, index.size),
-                        "bytes_total": index.size,
-                        "resumed": partial.resumed,
-                        "fetched": partial.written,
-                        "duplicates": partial.duplicates,
-                    },
+                    DownloadProgress(
+                        chunks_done=done,
+                        chunks_total=total,
+                        bytes_done=min(done * index.chunk_size, index.size),
+                        bytes_total=index.size,
+                        resumed=partial.resumed,
+                        fetched=partial.written,
+                        duplicates=partial.duplicates,
+                    ),
                 )
 
         progress(len(partial.done), len(index.chunks))

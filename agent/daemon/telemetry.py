@@ -1,32 +1,53 @@
-"""What the ``telemetry`` topic carries: per-camera FPS, drops and stage latencies, CPU and
-memory from psutil, the broker link, and a `sensors` object that the temperature, power and
-battery readers fill in (empty until those land)."""
+"""The ``status`` and ``telemetry`` documents (docs/mqtt.md), made from an `AgentSnapshot`.
+
+This is the JSON edge of the MQTT topics: the snapshot's typed values become the documents'
+dicts here and nowhere else (latencies in ms, fps in frames per second, times in Unix seconds).
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
+from agent.snapshot import AgentSnapshot
 
-def telemetry_document(
-    device: str,
-    pipelines: Sequence[Mapping[str, Any]],
-    system: Mapping[str, float],
-    link: Mapping[str, Any] | None,
-    sensors: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One telemetry message (latencies in ms, fps in frames per second)."""
+_CAMERA_FIELDS = ("name", "fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")
+
+
+def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
+    """The retained ``status`` document: who the device is and what it serves."""
+    board = snapshot.board
     return {
-        "ts": round(time.time(), 3),
-        "device": device,
-        "fps": round(sum(float(p["fps"]) for p in pipelines), 2),
-        "dropped": sum(int(p["dropped"]) for p in pipelines),
-        "pipelines": [
-            {k: p[k] for k in ("name", "fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")}
-            for p in pipelines
-        ],
-        "system": dict(system),
-        "sensors": dict(sensors or {}),
-        "mqtt": {k: link[k] for k in ("queued", "dropped", "reconnects")} if link else None,
+        "state": snapshot.state,
+        "ts": round(snapshot.ts, 3),
+        "device": snapshot.device,
+        "group": snapshot.group,
+        "agent_version": snapshot.agent_version,
+        "board": {"kind": board.kind, "model": board.model, "arch": board.arch},
+        "bundle": asdict(snapshot.bundle) if snapshot.bundle else None,
+        "runtime": snapshot.cameras[0].runtime if snapshot.cameras else None,
+        "pipelines": [camera.name for camera in snapshot.cameras],
+        "fps": snapshot.fps,
+        "temperature_c": None,  # filled by the sensors issue
+        "error": snapshot.serving_error,
+        "deployment_problem": snapshot.deployment_problem,
+    }
+
+
+def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:
+    """One ``telemetry`` message: per-camera numbers, system readings, sensors, the link."""
+    cameras = [asdict(camera) for camera in snapshot.cameras]
+    broker = snapshot.broker
+    return {
+        "ts": round(snapshot.ts, 3),
+        "device": snapshot.device,
+        "fps": snapshot.fps,
+        "dropped": sum(camera.dropped for camera in snapshot.cameras),
+        "pipelines": [{key: camera[key] for key in _CAMERA_FIELDS} for camera in cameras],
+        "system": asdict(snapshot.system) if snapshot.system else {},
+        "sensors": dict(snapshot.sensors),
+        "mqtt": {"queued": broker.queued, "dropped": broker.dropped, "reconnects": broker.reconnects}
+        if broker
+        else None,
+        "events": asdict(snapshot.events),
     }

@@ -23,10 +23,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import paho.mqtt.client as mqtt
-
 from agent.errors import BundleError
-from agent.mqtt.link import MqttLink
+from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Topics
 from pipelines.backoff import Backoff
 
@@ -163,13 +161,13 @@ class _MqttFetch:
         self.failure: BundleError | None = None
         self.bulk: str | None = None  # the wildcard filter while in bulk mode
 
-    def on_chunk(self, message: mqtt.MQTTMessage) -> None:
+    def on_chunk(self, message: Message) -> None:
         leaf = message.topic.rsplit("/", 1)[1]
         if not leaf.isdigit():
             return  # the index, which the bulk wildcard matches too
         i = int(leaf)
         try:
-            self.partial.write(i, bytes(message.payload))
+            self.partial.write(i, message.payload)
         except BundleError as exc:
             self.failure = exc
         if self.bulk is None:

@@ -10,12 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-
 from agent.config.models import MqttSection
-from agent.mqtt.link import MqttLink
+from agent.mqtt.link import Delivery, Message, MqttLink
 from agent.mqtt.protocol import Topics
 
 
@@ -34,22 +30,25 @@ def connect(settings: MqttSection, timeout: float = 10.0) -> MqttLink:
     return link
 
 
-def wait_acked(infos: list[mqtt.MQTTMessageInfo], link: MqttLink, timeout: float) -> None:
+def wait_acked(deliveries: list[Delivery], link: MqttLink, timeout: float) -> None:
+    """Wait until the broker acknowledged every delivery; `FleetError` if the link drops or
+    `timeout` seconds pass."""
     deadline = time.monotonic() + timeout
-    for info in infos:
-        while not info.is_published():
+    for delivery in deliveries:
+        while not delivery.acked:
             if not link.connected:
                 raise FleetError("the broker connection was lost during the push; run it again")
             if time.monotonic() > deadline:
                 raise FleetError(f"the broker did not acknowledge the push within {timeout:.0f} s")
-            info.wait_for_publish(0.2)
+            delivery.wait(0.2)
 
 
-def publish_retained(link: MqttLink, topic: str, payload: bytes, retain: bool = True) -> mqtt.MQTTMessageInfo:
-    info = link.publish(topic, payload, qos=1, retain=retain)
-    if info is None:
+def publish_retained(link: MqttLink, topic: str, payload: bytes, retain: bool = True) -> Delivery:
+    """Publish at QoS 1 (retained by default); `FleetError` when the link is down."""
+    delivery = link.publish(topic, payload, qos=1, retain=retain)
+    if delivery is None:
         raise FleetError("the broker connection was lost during the push; run it again")
-    return info
+    return delivery
 
 
 @dataclass
@@ -60,7 +59,7 @@ class Retained:
     last: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, message: mqtt.MQTTMessage) -> None:
+    def add(self, message: Message) -> None:
         with self.lock:
             self.messages[message.topic] = bytes(message.payload)
             self.last = time.monotonic()
@@ -96,21 +95,25 @@ def command(
     answers: dict[str, tuple[bytes, str] | None] = dict.fromkeys(devices)
     arrived = threading.Condition()
 
-    def on_answer(message: mqtt.MQTTMessage) -> None:
-        device = bytes(getattr(message.properties, "CorrelationData", b"") or b"").decode(errors="replace")
+    def on_answer(message: Message) -> None:
+        device = (message.correlation_data or b"").decode(errors="replace")
         with arrived:
             if device in answers:
-                answers[device] = (bytes(message.payload), getattr(message.properties, "ContentType", ""))
+                answers[device] = (message.payload, message.content_type or "")
                 arrived.notify_all()
 
     link.subscribe(reply_topic, on_answer)
     try:
         time.sleep(0.1)  # let the SUBACK land before the first answer can
         for device in devices:
-            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-            properties.ResponseTopic = reply_topic
-            properties.CorrelationData = device.encode()
-            if link.publish(topics.command(device, name), payload, qos=1, properties=properties) is None:
+            request = link.publish(
+                topics.command(device, name),
+                payload,
+                qos=1,
+                response_topic=reply_topic,
+                correlation_data=device.encode(),
+            )
+            if request is None:
                 raise FleetError("the broker connection was lost; run it again")
         deadline = time.monotonic() + timeout
         with arrived:

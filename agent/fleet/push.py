@@ -14,14 +14,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
 from pydantic import ValidationError
 
 from agent.bundles.manifest import Manifest
 from agent.bundles.store import FINAL_STATES
 from agent.errors import BundleError
 from agent.fleet.client import parse_json, publish_retained, wait_acked
-from agent.mqtt.link import MqttLink
+from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, Topics
 
 MAX_MANIFEST_BYTES = 1 << 20
@@ -100,7 +99,7 @@ def follow(
     records: dict[str, dict[str, Any] | None] = dict.fromkeys(devices)
     changed = threading.Condition()
 
-    def on_record(message: mqtt.MQTTMessage) -> None:
+    def on_record(message: Message) -> None:
         record = parse_json(message.payload)
         device, _ = topics.split_device(message.topic)
         if isinstance(record, dict) and record.get("id") == deployment_id and device in records:

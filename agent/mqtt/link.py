@@ -10,7 +10,11 @@ Messages:
 - `publish_queued`: telemetry and events; while offline they wait in a bounded queue per topic
   (oldest dropped, `dropped` counts them, so a burst of events cannot push out all the
   telemetry) and go out, each topic in order, on the next connect.
-- `publish`: sent now or not at all (returns whether it went out): command responses, chunks.
+- `publish`: sent now or not at all (returns a `Delivery`, or None when offline): command
+  requests and responses, chunks.
+
+This is the only module that imports paho: handlers get the link's own `Message`, publishing
+returns its own `Delivery`, so no paho object leaves it.
 """
 
 from __future__ import annotations
@@ -37,19 +41,78 @@ from pipelines.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[mqtt.MQTTMessage], None]
+
+@dataclass(frozen=True)
+class Message:
+    """One message received: its topic, payload and retain flag, and the MQTT 5 request/response
+    properties when the sender set them."""
+
+    topic: str
+    payload: bytes
+    retain: bool = False
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+    content_type: str | None = None
+
+    @classmethod
+    def from_paho(cls, message: mqtt.MQTTMessage) -> Message:
+        properties = getattr(message, "properties", None)
+        correlation = getattr(properties, "CorrelationData", None)
+        return cls(
+            topic=message.topic,
+            payload=bytes(message.payload),
+            retain=bool(message.retain),
+            response_topic=getattr(properties, "ResponseTopic", None),
+            correlation_data=bytes(correlation) if correlation is not None else None,
+            content_type=getattr(properties, "ContentType", None),
+        )
 
 
-def reply_to(request: mqtt.MQTTMessage, content_type: str) -> tuple[str | None, Properties]:
-    """The response topic of an MQTT 5 request and the properties for its answer (content type,
-    the request's correlation data)."""
-    asked = request.properties
-    properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    properties.ContentType = content_type
-    correlation = getattr(asked, "CorrelationData", None)
-    if correlation is not None:
-        properties.CorrelationData = correlation
-    return getattr(asked, "ResponseTopic", None), properties
+Handler = Callable[[Message], None]
+
+
+class Delivery:
+    """A QoS 1 message handed to paho: `acked` once the broker acknowledged it."""
+
+    def __init__(self, info: mqtt.MQTTMessageInfo) -> None:
+        self._info = info
+
+    @property
+    def acked(self) -> bool:
+        return self._info.is_published()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the broker's ack; True once acked."""
+        if not self._info.is_published():
+            try:
+                self._info.wait_for_publish(timeout)
+            except (RuntimeError, ValueError):  # the message was dropped (connection lost)
+                return False
+        return self._info.is_published()
+
+
+def _properties(response_topic: str | None, correlation_data: bytes | None, content_type: str | None) -> Properties:
+    properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]  # paho's constructor is untyped
+    if response_topic is not None:
+        properties.ResponseTopic = response_topic
+    if correlation_data is not None:
+        properties.CorrelationData = correlation_data
+    if content_type is not None:
+        properties.ContentType = content_type
+    return properties
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """The link as `stats()` found it: `queued` messages wait for the next connect, `dropped`
+    were pushed out of the offline queue, `reconnects` counts lost connections."""
+
+    broker: str
+    connected: bool
+    reconnects: int
+    queued: int
+    dropped: int
+    last_error: str | None
 
 
 @dataclass(frozen=True)
@@ -91,7 +154,7 @@ class MqttLink:
         self._lock = threading.Lock()
         self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
         self._states: dict[str, bytes] = {}
-        self._state_infos: dict[str, mqtt.MQTTMessageInfo] = {}  # the latest publish of each state
+        self._state_infos: dict[str, Delivery] = {}  # the latest publish of each state
         self._queues: dict[str, deque[tuple[bytes, int]]] = {}  # topic -> (payload, qos), oldest first
         self._connected = threading.Event()
         self._lost = threading.Event()
@@ -134,9 +197,9 @@ class MqttLink:
             # Wait for the broker's acks first: a socket closed with unread data (a late PUBACK)
             # is reset, and a broker that sees the reset before the DISCONNECT sends the will.
             deadline = time.monotonic() + min(timeout, 2.0)
-            for info in list(self._state_infos.values()):
-                while not info.is_published() and time.monotonic() < deadline and self._connected.is_set():
-                    info.wait_for_publish(0.05)
+            for delivery in list(self._state_infos.values()):
+                while not delivery.acked and time.monotonic() < deadline and self._connected.is_set():
+                    delivery.wait(0.05)
             self._client.disconnect()
             self._lost.wait(timeout)  # paho wrote the DISCONNECT and closed the socket
         self._lost.set()
@@ -151,15 +214,18 @@ class MqttLink:
     def wait_connected(self, timeout: float | None = None) -> bool:
         return self._connected.wait(timeout)
 
-    def stats(self) -> dict[str, Any]:
-        return {
-            "connected": self.connected,
-            "broker": self.settings.broker,
-            "reconnects": self.reconnects,
-            "queued": sum(len(q) for q in self._queues.values()),
-            "dropped": self.dropped,
-            "last_error": self.last_error,
-        }
+    def stats(self) -> LinkStats:
+        """A consistent reading of the link (any thread)."""
+        with self._lock:
+            queued = sum(len(q) for q in self._queues.values())
+            return LinkStats(
+                broker=self.settings.broker,
+                connected=self.connected,
+                reconnects=self.reconnects,
+                queued=queued,
+                dropped=self.dropped,
+                last_error=self.last_error,
+            )
 
     def _supervise(self) -> None:
         settings = self.settings
@@ -207,7 +273,7 @@ class MqttLink:
             if self._handlers:
                 client.subscribe([(f, qos) for f, (_, qos, _) in self._handlers.items()])
             for topic, payload in self._states.items():
-                self._state_infos[topic] = client.publish(topic, payload, qos=1, retain=True)
+                self._state_infos[topic] = Delivery(client.publish(topic, payload, qos=1, retain=True))
             for topic, queue in self._queues.items():
                 while queue:
                     payload, qos = queue.popleft()
@@ -238,9 +304,10 @@ class MqttLink:
             log.warning("mqtt: %s", self.last_error)
         self._lost.set()
 
-    def _handle_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+    def _handle_message(self, client: mqtt.Client, userdata: Any, raw: mqtt.MQTTMessage) -> None:
         with self._lock:
-            handlers = [h for f, (h, _, _) in self._handlers.items() if mqtt.topic_matches_sub(f, message.topic)]
+            handlers = [h for f, (h, _, _) in self._handlers.items() if mqtt.topic_matches_sub(f, raw.topic)]
+        message = Message.from_paho(raw)
         for handler in handlers:
             try:
                 handler(message)
@@ -268,20 +335,46 @@ class MqttLink:
                 self._client.unsubscribe(topic_filter)
 
     def publish(
-        self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, properties: Properties | None = None
-    ) -> mqtt.MQTTMessageInfo | None:
-        """Send now; None when offline (nothing is kept)."""
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        *,
+        response_topic: str | None = None,
+        correlation_data: bytes | None = None,
+        content_type: str | None = None,
+    ) -> Delivery | None:
+        """Send now; None when offline (nothing is kept). `response_topic`, `correlation_data`
+        and `content_type` are the MQTT 5 request/response properties."""
         if not self._connected.is_set():
             return None
+        properties = None
+        if response_topic is not None or correlation_data is not None or content_type is not None:
+            properties = _properties(response_topic, correlation_data, content_type)
         info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
-        return info if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS else None
+        return Delivery(info) if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS else None
+
+    def reply(self, request: Message, payload: bytes, content_type: str) -> bool:
+        """Answer an MQTT 5 request on its response topic with its correlation data (QoS 1);
+        False when the request named no response topic or the link is down."""
+        if request.response_topic is None:
+            return False
+        delivery = self.publish(
+            request.response_topic,
+            payload,
+            qos=1,
+            correlation_data=request.correlation_data,
+            content_type=content_type,
+        )
+        return delivery is not None
 
     def publish_state(self, topic: str, payload: bytes) -> None:
         """A retained document: the newest per topic is (re)sent whenever the link is up."""
         with self._lock:
             self._states[topic] = payload
             if self._connected.is_set():
-                self._state_infos[topic] = self._client.publish(topic, payload, qos=1, retain=True)
+                self._state_infos[topic] = Delivery(self._client.publish(topic, payload, qos=1, retain=True))
 
     def publish_queued(self, topic: str, payload: bytes, qos: int = 0) -> None:
         """Telemetry and events: sent now, or kept until the next connect (`offline_queue`

@@ -2,9 +2,12 @@
 
 `activate` loads the installed version once per camera (each pipeline owns its runtime, since
 not every runtime may be called from two threads) and either starts the pipelines or swaps the
-new model in between frames, so capture never stops for a deployment. A camera configured with
-several workers runs them only on a runtime that allows concurrent calls; when a deployment
-moves it between such a runtime and one that does not, its pipeline restarts instead.
+new model in between frames, so capture never stops for a deployment; the pipeline closes the
+runtime it swapped out once no frame uses it. A camera configured with several workers runs
+them only on a runtime that allows concurrent calls; when a deployment moves it between such a
+runtime and one that does not, its pipeline restarts instead.
+
+Thread safety: every method may be called from any thread (one lock around the pipelines).
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from agent.hardware.probe import Board
 from agent.serving.loader import open_detector
 from pipelines.annotate import BoxAnnotator
 from pipelines.detector import Detector
-from pipelines.pipeline import Pipeline, Sink
+from pipelines.pipeline import Pipeline, PipelineStats, Sink
 from pipelines.sources import FrameSource, open_source
+from runtimes.registry import RuntimeSettings
+from runtimes.selection import Choice, Preference
 
 log = logging.getLogger(__name__)
 
@@ -57,31 +62,37 @@ class Cameras:
         self,
         sections: Sequence[PipelineSection],
         board: Board,
-        preference: str,
+        preference: Preference = "auto",
         sink_for: Callable[[str], Sink] | None = None,
+        settings: RuntimeSettings | None = None,
     ) -> None:
         self.sections, self.board, self.preference = list(sections), board, preference
+        self.settings = settings or RuntimeSettings()
         self._sink_for = sink_for
         self._lock = threading.Lock()
         self._pipelines: dict[str, Pipeline] = {}
         self.version: Path | None = None
         self.manifest: Manifest | None = None
+        self.choice: Choice | None = None  # the runtime serving the first camera, and why
 
     def activate(self, version: Path) -> None:
         """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`."""
         with self._lock:
-            loaded = [open_detector(version, self.board, self.preference, s.workers) for s in self.sections]
+            loaded = [
+                open_detector(version, self.board, self.preference, s.workers, self.settings) for s in self.sections
+            ]
             if loaded:
-                self.manifest = loaded[0][1]
-            for section, (detector, _) in zip(self.sections, loaded, strict=True):
-                workers = _workers(section, detector)
+                self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
+            for section, model in zip(self.sections, loaded, strict=True):
+                workers = _workers(section, model.detector)
                 running = self._pipelines.get(section.name)
                 if running is not None and running.workers == workers:
-                    running.swap_detector(detector)
+                    running.swap_detector(model.detector)
                     continue
                 if running is not None:
                     running.stop()
-                self._pipelines[section.name] = self._start(section, detector, workers)
+                    running.detector.runtime.close()
+                self._pipelines[section.name] = self._start(section, model.detector, workers)
             self.version = version
 
     def restart(self, name: str | None = None) -> list[str]:
@@ -135,6 +146,6 @@ class Cameras:
                 raise KeyError(f"no running pipeline named {name!r}; running: {', '.join(self._pipelines)}")
             return self._pipelines[name]
 
-    def stats(self) -> list[dict[str, Any]]:
+    def stats(self) -> list[PipelineStats]:
         with self._lock:
             return [p.stats() for p in self._pipelines.values()]

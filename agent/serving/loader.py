@@ -5,6 +5,7 @@ board that loads it (`runtimes.selection`), falling back to the next when one fa
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.bundles.archive import read_manifest
@@ -14,28 +15,47 @@ from agent.errors import BundleError
 from agent.hardware.probe import Board, probe
 from pipelines.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
-from runtimes.registry import available_runtimes, load_runtime
+from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime
 from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
 
 log = logging.getLogger(__name__)
 
 
-def open_detector(folder: Path, board: Board, preference: str = "auto", workers: int = 1) -> tuple[Detector, Manifest]:
+@dataclass(frozen=True)
+class Loaded:
+    """An installed version loaded for serving: the detector, its manifest, and the runtime
+    choice that loaded it (runtime, artifact, device and why)."""
+
+    detector: Detector
+    manifest: Manifest
+    choice: Choice
+
+
+def open_detector(
+    folder: Path,
+    board: Board,
+    preference: Preference = "auto",
+    workers: int = 1,
+    settings: RuntimeSettings | None = None,
+) -> Loaded:
     """Load an installed version for serving: the best runtime that loads it, with the decoder
     and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
     several. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
+    settings = settings or RuntimeSettings()
     _, manifest = read_manifest(folder)
     failures = []
     for choice in runtime_choices(folder, manifest, board, preference):
         try:
-            runtime = load_runtime(choice.runtime, Path(choice.artifact.path), workers=workers)
+            runtime = load_runtime(
+                choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
+            )
         except (RuntimeUnavailable, ModelLoadError) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         thresholds = manifest.thresholds
         detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
         log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
-        return detector, manifest
+        return Loaded(detector, manifest, choice)
     raise BundleError("NO_RUNTIME", f"no runtime could load {folder}: " + "; ".join(failures))
 
 

@@ -1,0 +1,117 @@
+"""The running agent at one moment: `AgentSnapshot`, a typed, read-only value.
+
+The daemon produces it (`agent.daemon.agent.Agent.snapshot`, callable from any thread, with or
+without a broker); the MQTT status and telemetry documents and the status page are made from
+it, and `to_json` is the one place it becomes a dict. Every field is a frozen value: numbers
+keep their units in their names (`fps`, `latency_ms`, `process_rss_mb`), times are Unix
+seconds (`ts`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agent.hardware.probe import Board
+from agent.hardware.system import SystemReadings
+from agent.mqtt.link import LinkStats
+from pipelines.pipeline import PipelineStats
+
+AgentState = Literal["starting", "online", "stopping", "offline"]
+
+
+@dataclass(frozen=True)
+class VersionRef:
+    """An installed bundle version."""
+
+    name: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The runtime serving the cameras: `runtime` on `device` with `artifact`, and why the
+    selection policy chose it."""
+
+    runtime: str
+    device: str
+    artifact: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    """A bundle download: chunks and bytes done of the total, chunks found on disk when it
+    (re)started (`resumed`), fetched by this process, and received twice (`duplicates`)."""
+
+    chunks_done: int
+    chunks_total: int
+    bytes_done: int
+    bytes_total: int
+    resumed: int
+    fetched: int
+    duplicates: int
+
+
+@dataclass(frozen=True)
+class DeploymentStatus:
+    """The last deployment (or rollback) on this device: its state, its error (code and message
+    a technician can act on) and, while it downloads, its progress."""
+
+    id: str
+    name: str | None
+    version: str | None
+    sha256: str
+    state: str
+    error_code: str | None
+    error_message: str | None
+    attempt: int
+    progress: DownloadProgress | None = None
+
+
+@dataclass(frozen=True)
+class EventCounts:
+    """Detection events published and held back by the rate limit since the agent started."""
+
+    published: int
+    suppressed: int
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """The whole agent. `broker` is None when no broker is configured; `system` is None until
+    the first sample; `sensors` holds the temperature, power and battery readings (empty until
+    the sensors are read)."""
+
+    ts: float
+    state: AgentState
+    device: str
+    group: str | None
+    agent_version: str
+    board: Board
+    bundle: VersionRef | None
+    previous: VersionRef | None
+    serving: Serving | None
+    serving_error: str | None
+    deployment: DeploymentStatus | None
+    deployment_problem: str | None
+    cameras: tuple[PipelineStats, ...]
+    broker: LinkStats | None
+    system: SystemReadings | None
+    events: EventCounts
+    sensors: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def fps(self) -> float:
+        """Frames inferred per second over all cameras."""
+        return round(sum(camera.fps for camera in self.cameras), 2)
+
+    def to_json(self) -> dict[str, Any]:
+        """The snapshot as JSON-ready dicts and lists (the status page's ``/api/status``)."""
+        document = dataclasses.asdict(self)
+        document["sensors"] = dict(self.sensors)
+        document["fps"] = self.fps
+        return document
