@@ -3,16 +3,76 @@ the status page) and a message a technician can act on."""
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
 
+class ErrorCode(str, Enum):
+    """Every machine-readable error code the agent reports: in deployment records, command
+    answers and CLI errors. Documented in the "Error codes" tables of docs/bundles.md and
+    docs/mqtt.md (a test keeps the tables and this list equal). A `str`, so it compares to and
+    serialises as its name."""
+
+    # a bundle refused while downloading (fleet)
+    INDEX_MISMATCH = "INDEX_MISMATCH"
+    CHUNK_CORRUPT = "CHUNK_CORRUPT"
+    BUNDLE_HASH_MISMATCH = "BUNDLE_HASH_MISMATCH"
+    DOWNLOAD_FAILED = "DOWNLOAD_FAILED"
+    # a bundle refused while verifying
+    BUNDLE_UNREADABLE = "BUNDLE_UNREADABLE"
+    SIGNATURE_MISSING = "SIGNATURE_MISSING"
+    UNKNOWN_SIGNER = "UNKNOWN_SIGNER"
+    SIGNATURE_INVALID = "SIGNATURE_INVALID"
+    NO_TRUSTED_KEYS = "NO_TRUSTED_KEYS"
+    NOT_A_TAR = "NOT_A_TAR"
+    BUNDLE_TRUNCATED = "BUNDLE_TRUNCATED"
+    UNPACK_FAILED = "UNPACK_FAILED"
+    UNSAFE_PATH = "UNSAFE_PATH"
+    LINK_ENTRY = "LINK_ENTRY"
+    SPECIAL_ENTRY = "SPECIAL_ENTRY"
+    DUPLICATE_ENTRY = "DUPLICATE_ENTRY"
+    UNEXPECTED_FILE = "UNEXPECTED_FILE"
+    TOO_MANY_FILES = "TOO_MANY_FILES"
+    TOO_LARGE = "TOO_LARGE"
+    MANIFEST_MISSING = "MANIFEST_MISSING"
+    MANIFEST_NOT_JSON = "MANIFEST_NOT_JSON"
+    MANIFEST_INVALID = "MANIFEST_INVALID"
+    ARTIFACT_MISSING = "ARTIFACT_MISSING"
+    ARTIFACT_HASH_MISMATCH = "ARTIFACT_HASH_MISMATCH"
+    REFERENCE_INVALID = "REFERENCE_INVALID"
+    # a bundle that could not be installed or activated
+    DISK_FULL = "DISK_FULL"
+    INSTALL_FAILED = "INSTALL_FAILED"
+    INTERRUPTED = "INTERRUPTED"
+    ARTIFACT_NOT_A_MODEL = "ARTIFACT_NOT_A_MODEL"
+    NO_RUNTIME = "NO_RUNTIME"
+    DECODER_MISMATCH = "DECODER_MISMATCH"
+    PARITY_FAILED = "PARITY_FAILED"
+    # building, signing and pushing bundles (operator side)
+    NO_MODEL = "NO_MODEL"
+    UNKNOWN_FORMAT = "UNKNOWN_FORMAT"
+    KEY_INVALID = "KEY_INVALID"
+    NOT_A_BUNDLE = "NOT_A_BUNDLE"
+    # command answers
+    UNKNOWN_COMMAND = "UNKNOWN_COMMAND"
+    BAD_PAYLOAD = "BAD_PAYLOAD"
+    COMMAND_FAILED = "COMMAND_FAILED"
+    BUSY = "BUSY"
+    NO_PREVIOUS = "NO_PREVIOUS"
+    NO_PIPELINE = "NO_PIPELINE"
+    NO_FRAME = "NO_FRAME"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class CodedError(Exception):
     """An error with an upper-case `code` for machines and a `message` for people."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message

@@ -8,6 +8,7 @@ model's raw outputs. Backends never decode detections: that is `pipelines`' job.
 from __future__ import annotations
 
 import abc
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,21 @@ class Runtime(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def return_freed_memory() -> None:
+    """Hand memory freed by a closed model back to the operating system.
+
+    glibc keeps freed heap memory for reuse, and a model's arenas are freed in many threads'
+    malloc arenas: without this, each model swapped out left 3-4 MB resident (a YOLOv8n at 640:
+    RSS 170 -> 220 MB over 20 swaps; flat with it, docs/benchmarks.md). A no-op where the C
+    library is not glibc."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def first_line(exc: BaseException) -> str:

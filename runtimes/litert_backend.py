@@ -31,6 +31,7 @@ from runtimes.base import (
     check_inputs,
     first_line,
     guess_layout,
+    return_freed_memory,
 )
 from runtimes.metadata import read_tflite_metadata
 
@@ -163,8 +164,10 @@ class LiteRTBackend(Runtime):
             self._output_details = self._interpreter.get_output_details()
 
     def close(self) -> None:
-        """Drop the interpreter and its tensors."""
-        self._interpreter = None
+        """Drop the interpreter and its tensors, and return the freed memory to the system."""
+        if self._interpreter is not None:
+            self._interpreter = None
+            return_freed_memory()
 
     def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         check_inputs(self.inputs, arrays)

@@ -28,6 +28,7 @@ from runtimes.base import (
     check_inputs,
     first_line,
     guess_layout,
+    return_freed_memory,
 )
 from runtimes.metadata import parse_metadata
 
@@ -181,8 +182,11 @@ class OnnxRuntimeBackend(Runtime):
         return str(self._providers[0])
 
     def close(self) -> None:
-        """Drop the session: ONNX Runtime frees its weights and arenas when the last call ends."""
-        self._session = None
+        """Drop the session (ONNX Runtime frees its weights and arenas when the last call using
+        it ends) and return the freed memory to the system."""
+        if self._session is not None:
+            self._session = None
+            return_freed_memory()
 
     def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         check_inputs(self.inputs, arrays)

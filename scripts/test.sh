@@ -7,4 +7,5 @@ scripts/setup.sh dev
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 .venv/bin/pytest "$@"

@@ -86,6 +86,50 @@ def constant_model(tmp_path: Path) -> OnnxBuilder:
     return build
 
 
+@pytest.fixture(scope="session")
+def heavy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ONNX detector shaped like a small YOLO backbone at 640x640 (nine 3x3 convolutions with
+    SiLU, strides down to 20x20, random weights), so its sessions take memory as a real model's
+    do; it decodes as YOLOv8 with 4 classes (output ``(1, 8, 400)``)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    layers = [(3, 16, 2), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1), (64, 128, 2), (128, 128, 1)]
+    layers += [(128, 256, 2), (256, 256, 1)]
+    nodes, initializers, previous = [], [], "images"
+    for i, (cin, cout, stride) in enumerate(layers):
+        weights = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
+        initializers.append(numpy_helper.from_array(weights, f"w{i}"))
+        nodes += [
+            helper.make_node("Conv", [previous, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride, stride]),
+            helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"]),
+            helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"a{i}"]),
+        ]
+        previous = f"a{i}"
+    initializers += [
+        numpy_helper.from_array((rng.standard_normal((8, 256, 1, 1)) * 0.1).astype(np.float32), "head"),
+        numpy_helper.from_array(np.array([1, 8, -1], np.int64), "shape"),
+    ]
+    nodes += [
+        helper.make_node("Conv", [previous, "head"], ["h"]),
+        helper.make_node("Reshape", ["h", "shape"], ["output0"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "backbone",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 640, 640])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 8, 400])],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path = tmp_path_factory.mktemp("heavy") / "backbone.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
 DEMO_MODELS = REPO / "agent" / "demo"
 
 

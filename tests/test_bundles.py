@@ -235,7 +235,9 @@ def test_bad_bundles_leave_the_active_version_serving(case: str, tmp_path: Path,
     make, state, code, limits = CASES[case]
     store, v1 = installed_store(tmp_path, bundles["v1"], keys)
     bad = make(read_files(bundles["v1"]), keys, tmp_path)
-    deployment = install(bad, store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])], limits=limits or Limits()))
+    deployment = install(
+        bad, store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])], limits=limits or Limits())
+    )
     assert (deployment.state, (deployment.error or {}).get("code")) == (state, code), deployment.error
     assert deployment.error and deployment.error["message"]
     assert store.last_deployment() is not None and store.last_deployment().state == state  # type: ignore[union-attr]

@@ -87,3 +87,45 @@ def test_camera_workers_follow_the_runtime(
         assert cameras.get("a").workers == 2
     finally:
         cameras.stop()
+
+
+def test_the_agent_snapshot_without_a_broker(tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]) -> None:
+    """The daemon's state is one typed value, readable with no broker configured (the status
+    page serves it when the uplink is down)."""
+    import json
+
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+
+    install_versions(tmp_path, keys, bundles)  # v1 then v2: v2 (int8 TFLite) is current, v1 previous
+    config = AgentConfig.model_validate(
+        {
+            "device": {"id": "bench-7", "group": "lab"},
+            "state_dir": str(tmp_path / "state"),
+            "trust_keys": [str(keys["public"])],
+            "pipelines": [{"name": "door", "source": "synthetic:3", "fps": 20}],
+            "telemetry": {"interval_s": 0.2},
+        }
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        snapshot = wait_until(
+            lambda: (s := agent.snapshot()).cameras and s.cameras[0].frames > 3 and s.system is not None and s,
+            30,
+            "frames and a system sample",
+        )
+    finally:
+        agent.stop()
+    assert (snapshot.device, snapshot.group, snapshot.state, snapshot.broker) == ("bench-7", "lab", "online", None)
+    assert snapshot.bundle is not None and (snapshot.bundle.name, snapshot.bundle.version) == ("demo", "1.1.0")
+    assert snapshot.previous is not None and snapshot.previous.version == "1.0.0"
+    assert snapshot.serving is not None and snapshot.serving.runtime == "litert"
+    assert snapshot.serving.artifact == "demo_detector_int8.tflite" and "litert on" in snapshot.serving.reason
+    assert snapshot.deployment is not None and snapshot.deployment.state == "SUCCEEDED"
+    assert snapshot.cameras[0].name == "door" and snapshot.cameras[0].source_status.state == "running"
+    assert snapshot.fps > 0 and snapshot.system is not None and snapshot.system.process_rss_mb > 0
+    document = json.loads(json.dumps(snapshot.to_json()))
+    assert document["cameras"][0]["latency_ms"]["inference"]["p50"] > 0
+    assert document["board"]["kind"] == snapshot.board.kind and document["broker"] is None
+    assert agent.snapshot().state == "offline" and agent.snapshot().cameras == ()

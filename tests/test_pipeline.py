@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +20,7 @@ from pipelines.evaluate import HELD_OUT_SEED, MatchCounts
 from pipelines.pipeline import Pipeline
 from pipelines.sources import FileSource, SyntheticSource
 from pipelines.synthetic import SyntheticScene
+from runtimes.base import InferenceError
 from runtimes.registry import load_runtime
 from tests.conftest import DEMO_MODELS, write_video
 
@@ -117,6 +121,67 @@ def test_hot_swap_mid_run_loses_no_frame_of_a_file() -> None:
     pipeline.stop()
     assert seen == list(range(80))
     assert pipeline.swaps == 1 and pipeline.detector is new
+
+
+def test_a_swapped_out_runtime_is_closed_once_its_frames_are_done() -> None:
+    first = detector()
+    pipeline = Pipeline("cam", SyntheticSource(frames=40), first, workers=2)
+    new = detector("demo_detector_int8_qdq.onnx")
+    pipeline.add_sink(lambda f, d: f.index == 10 and pipeline.swap_detector(new))
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.stop()
+    assert pipeline.errors == 0 and pipeline.frames == 40, "no frame in flight ran on a closed runtime"
+    with pytest.raises(InferenceError, match="was closed"):
+        first.runtime.infer([np.zeros((1, 3, 320, 320), np.float32)])
+    assert new.runtime.infer([np.zeros((1, 3, 320, 320), np.float32)])  # the serving one stays open
+
+
+def test_a_model_replaced_before_it_served_is_closed_too() -> None:
+    pipeline = Pipeline("cam", SyntheticSource(fps=5), detector())
+    never, then = detector("demo_detector_int8_qdq.onnx"), detector()
+    pipeline.swap_detector(never)
+    pipeline.swap_detector(then)  # before any frame took `never`
+    with pytest.raises(InferenceError, match="was closed"):
+        never.runtime.infer([np.zeros((1, 3, 320, 320), np.float32)])
+    pipeline.stop()
+
+
+SWAP_RSS_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+import psutil
+from pipelines.detector import Detector
+from pipelines.pipeline import Pipeline
+from pipelines.sources import SyntheticSource
+from runtimes.base import InferenceError
+from runtimes.registry import load_runtime
+
+def detector():
+    return Detector(load_runtime("onnxruntime", Path(sys.argv[1])), "yolov8")
+
+pipeline = Pipeline("cam", SyntheticSource(fps=30), detector(), workers=2).start()
+rss = []
+for swap in range(1, 21):
+    pipeline.swap_detector(detector())
+    while pipeline.swaps < swap:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the frames in flight on the old model finish
+    rss.append(psutil.Process().memory_info().rss / 2**20)
+pipeline.stop()
+print(json.dumps(rss))
+"""
+
+
+def test_swapped_out_sessions_give_their_memory_back(tmp_path: Path, heavy_model: Path) -> None:
+    """20 deployments in a row must not grow the daemon: each old session is closed and its
+    memory returned (without that, RSS grew by a quarter over 20 swaps of a YOLOv8n)."""
+    run = subprocess.run(
+        [sys.executable, "-c", SWAP_RSS_SCRIPT, str(heavy_model)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    rss = json.loads(run.stdout)
+    assert rss[19] <= rss[1] * 1.10, f"RSS after 2 swaps {rss[1]:.0f} MB, after 20 {rss[19]:.0f} MB: {rss}"
 
 
 def test_hot_swap_of_a_live_camera_drops_at_most_one_frame() -> None:

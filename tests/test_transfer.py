@@ -195,6 +195,51 @@ def test_bulk_download_switches_to_missing_chunks_only_after_a_network_cut(tmp_p
     assert (partial.written, partial.duplicates) == (13, 0), "finished chunks were not sent again"
 
 
+class ThreadRecordingBundle(PartialBundle):
+    """A real partial bundle that records which thread wrote each chunk."""
+
+    writers: set[str]
+
+    def write(self, i: int, data: bytes) -> bool:
+        self.writers.add(threading.current_thread().name)
+        return super().write(i, data)
+
+
+@pytest.mark.parametrize("window", [0, 3], ids=["bulk", "chunk-by-chunk"])
+def test_chunks_are_checked_and_written_in_the_downloading_thread(tmp_path: Path, broker: Broker, window: int) -> None:
+    """Hashing and writing a chunk must not run in paho's network thread (it would stop
+    answering the broker while a large chunk is hashed); the downloader's thread does it."""
+    topics, index = Topics(), ChunkIndex.of(DATA, 8192)
+    publish_retained(broker, [(topics.chunk(index.sha256, i), DATA[i * 8192 : (i + 1) * 8192]) for i in range(13)])
+    link = link_to(broker.url).start()
+    assert link.wait_connected(10)
+    partial = ThreadRecordingBundle(tmp_path / "d", index)
+    partial.writers = set()
+    partial.open()
+    if window:  # a resumed download fetches chunk by chunk
+        partial.write(0, DATA[:8192])
+        partial.writers.clear()
+
+    def fetch() -> None:
+        fetch_over_mqtt(
+            link,
+            topics,
+            partial,
+            window=max(window, 1),
+            max_rate=0,
+            stall_timeout=60,
+            cancel=threading.Event(),
+            progress=lambda d, t: None,
+        )
+
+    downloader = threading.Thread(target=fetch, name="downloader")
+    downloader.start()
+    downloader.join(30)
+    link.stop()
+    assert partial.finish().read_bytes() == DATA
+    assert partial.writers == {"downloader"}
+
+
 def test_offline_queue_keeps_the_newest_messages_per_topic_and_counts_the_dropped(broker: Broker) -> None:
     link = link_to(broker.url, offline_queue=3)
     for i in range(5):
@@ -213,6 +258,29 @@ def test_offline_queue_keeps_the_newest_messages_per_topic_and_counts_the_droppe
     finally:
         link.stop()
         watcher.close()
+
+
+def test_link_stats_read_the_offline_queues_under_the_lock() -> None:
+    """stats() runs in the telemetry thread while events are queued from camera threads: it
+    must read the queues under the link's lock (a topic added mid-read is a torn count, or a
+    'dictionary changed size during iteration')."""
+    link = link_to("mqtt://127.0.0.1:1")  # never started: every message waits in the queues
+    link.publish_queued("edge/d/telemetry", b"1")
+    writer_waited = []
+
+    class WatchedQueues(dict):  # the link's own queues, noticing a write while stats() reads them
+        def values(self):  # type: ignore[override]
+            if not writer_waited:  # the first read only
+                writer = threading.Thread(target=link.publish_queued, args=("edge/d/events", b"2"))
+                writer.start()
+                writer.join(0.3)
+                writer_waited.append(writer.is_alive())
+            return super().values()
+
+    link._queues = WatchedQueues(link._queues)
+    assert link.stats().queued == 1
+    assert writer_waited == [True], "a camera thread changed the queues while stats() read them"
+    wait_until(lambda: link.stats().queued == 2, 5, "the waiting write")
 
 
 def make_certificates(folder: Path) -> dict[str, Path]:

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from agent.bundles.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, FileEntry, InputSpec, Manifest, Reference
 from agent.bundles.signing import signature_file, verify
-from agent.errors import BundleError, validation_problems
+from agent.errors import BundleError, ErrorCode, validation_problems
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 _CHUNK = 1 << 20
@@ -96,12 +96,12 @@ def sha256_file(path: Path) -> str:
 def _member_path(name: str) -> PurePosixPath:
     path = PurePosixPath(name)
     if path.is_absolute() or name.startswith(("/", "\\")):
-        raise BundleError("UNSAFE_PATH", f"bundle entry {name!r} has an absolute path")
+        raise BundleError(ErrorCode.UNSAFE_PATH, f"bundle entry {name!r} has an absolute path")
     if ".." in path.parts or "\\" in name:
-        raise BundleError("UNSAFE_PATH", f"bundle entry {name!r} points outside the bundle")
+        raise BundleError(ErrorCode.UNSAFE_PATH, f"bundle entry {name!r} points outside the bundle")
     parts = [p for p in path.parts if p != "."]
     if not parts:
-        raise BundleError("UNSAFE_PATH", f"bundle entry {name!r} has no file name")
+        raise BundleError(ErrorCode.UNSAFE_PATH, f"bundle entry {name!r} has no file name")
     return PurePosixPath(*parts)
 
 
@@ -132,21 +132,21 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False, hash_b
             for member in tar:
                 path = _member_path(member.name)
                 if member.issym() or member.islnk():
-                    raise BundleError("LINK_ENTRY", f"bundle entry {member.name!r} is a link")
+                    raise BundleError(ErrorCode.LINK_ENTRY, f"bundle entry {member.name!r} is a link")
                 if member.isdir():
                     continue
                 if not member.isfile():
                     raise BundleError(
-                        "SPECIAL_ENTRY", f"bundle entry {member.name!r} is a device, fifo or other special file"
+                        ErrorCode.SPECIAL_ENTRY, f"bundle entry {member.name!r} is a device, fifo or other special file"
                     )
                 if str(path) in files:
-                    raise BundleError("DUPLICATE_ENTRY", f"bundle entry {member.name!r} appears twice")
+                    raise BundleError(ErrorCode.DUPLICATE_ENTRY, f"bundle entry {member.name!r} appears twice")
                 if not _allowed(path):
                     raise BundleError(
-                        "UNEXPECTED_FILE", f"bundle entry {member.name!r} is not a file a bundle may carry"
+                        ErrorCode.UNEXPECTED_FILE, f"bundle entry {member.name!r} is not a file a bundle may carry"
                     )
                 if len(files) >= limits.max_files:
-                    raise BundleError("TOO_MANY_FILES", f"bundle has more than {limits.max_files} files")
+                    raise BundleError(ErrorCode.TOO_MANY_FILES, f"bundle has more than {limits.max_files} files")
                 digest = hashlib.sha256()
                 source = tar.extractfile(member)
                 assert source is not None  # a regular file always has content
@@ -156,7 +156,9 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False, hash_b
                     while chunk := source.read(_CHUNK):
                         total += len(chunk)
                         if total > limits.max_bytes:
-                            raise BundleError("TOO_LARGE", f"bundle unpacks to more than {limits.max_bytes} bytes")
+                            raise BundleError(
+                                ErrorCode.TOO_LARGE, f"bundle unpacks to more than {limits.max_bytes} bytes"
+                            )
                         out.write(chunk)
                         digest.update(chunk)
                     if fsync:
@@ -168,35 +170,37 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False, hash_b
         raise
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise BundleError("DISK_FULL", f"no space left while unpacking into {dest}") from exc
+            raise BundleError(ErrorCode.DISK_FULL, f"no space left while unpacking into {dest}") from exc
         if isinstance(exc, tarfile.ReadError) or "not a gzip file" in str(exc).lower():
-            raise BundleError("NOT_A_TAR", f"{bundle.name} is not a tar archive ({exc})") from exc
-        raise BundleError("UNPACK_FAILED", f"cannot unpack {bundle.name}: {exc}") from exc
+            raise BundleError(ErrorCode.NOT_A_TAR, f"{bundle.name} is not a tar archive ({exc})") from exc
+        raise BundleError(ErrorCode.UNPACK_FAILED, f"cannot unpack {bundle.name}: {exc}") from exc
     except zlib.error as exc:
-        raise BundleError("BUNDLE_TRUNCATED", f"{bundle.name}: compressed data is corrupt ({exc})") from exc
+        raise BundleError(ErrorCode.BUNDLE_TRUNCATED, f"{bundle.name}: compressed data is corrupt ({exc})") from exc
     except (tarfile.ReadError, tarfile.StreamError, EOFError) as exc:
         if not files and not isinstance(exc, EOFError) and "unexpected end" not in str(exc).lower():
-            raise BundleError("NOT_A_TAR", f"{bundle.name} is not a tar archive ({exc})") from exc
-        raise BundleError("BUNDLE_TRUNCATED", f"{bundle.name} ends early: incomplete download? ({exc})") from exc
+            raise BundleError(ErrorCode.NOT_A_TAR, f"{bundle.name} is not a tar archive ({exc})") from exc
+        raise BundleError(
+            ErrorCode.BUNDLE_TRUNCATED, f"{bundle.name} ends early: incomplete download? ({exc})"
+        ) from exc
     except tarfile.TarError as exc:
-        raise BundleError("NOT_A_TAR", f"{bundle.name} is not a valid tar archive ({exc})") from exc
+        raise BundleError(ErrorCode.NOT_A_TAR, f"{bundle.name} is not a valid tar archive ({exc})") from exc
     return Unpacked(files, sha256)
 
 
 def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
     path = folder / MANIFEST
     if not path.is_file():
-        raise BundleError("MANIFEST_MISSING", "the bundle has no manifest.json")
+        raise BundleError(ErrorCode.MANIFEST_MISSING, "the bundle has no manifest.json")
     data = path.read_bytes()
     try:
         raw = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise BundleError("MANIFEST_NOT_JSON", f"manifest.json is not JSON: {exc}") from exc
+        raise BundleError(ErrorCode.MANIFEST_NOT_JSON, f"manifest.json is not JSON: {exc}") from exc
     try:
         return data, Manifest.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(validation_problems(exc)[:5])
-        raise BundleError("MANIFEST_INVALID", f"manifest.json: {problems}") from exc
+        raise BundleError(ErrorCode.MANIFEST_INVALID, f"manifest.json: {problems}") from exc
 
 
 def read_reference(folder: Path, manifest: Manifest) -> dict[str, npt.NDArray[Any]]:
@@ -206,14 +210,16 @@ def read_reference(folder: Path, manifest: Manifest) -> dict[str, npt.NDArray[An
         with np.load(path, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in npz.files}
     except FileNotFoundError as exc:
-        raise BundleError("REFERENCE_INVALID", f"{manifest.reference.path} is missing") from exc
+        raise BundleError(ErrorCode.REFERENCE_INVALID, f"{manifest.reference.path} is missing") from exc
     except (ValueError, OSError, EOFError) as exc:
         raise BundleError(
-            "REFERENCE_INVALID", f"{manifest.reference.path} cannot be loaded without pickle: {exc}"
+            ErrorCode.REFERENCE_INVALID, f"{manifest.reference.path} cannot be loaded without pickle: {exc}"
         ) from exc
     for artifact in manifest.artifacts:
         if f"{artifact.path}__input" not in arrays or f"{artifact.path}__output0" not in arrays:
-            raise BundleError("REFERENCE_INVALID", f"{manifest.reference.path} has no reference for {artifact.path}")
+            raise BundleError(
+                ErrorCode.REFERENCE_INVALID, f"{manifest.reference.path} has no reference for {artifact.path}"
+            )
     return arrays
 
 
@@ -234,7 +240,9 @@ def verify_unpacked(
     elif signature is not None and not trusted and allow_unsigned:
         signer = None  # signed, but this device trusts no key and accepts unsigned bundles
     elif not trusted:
-        raise BundleError("NO_TRUSTED_KEYS", "this device trusts no signing key and unsigned bundles are not allowed")
+        raise BundleError(
+            ErrorCode.NO_TRUSTED_KEYS, "this device trusts no signing key and unsigned bundles are not allowed"
+        )
     else:
         signer = verify(data, signature, trusted)
     listed = {MANIFEST, SIGNATURE}
@@ -243,16 +251,18 @@ def verify_unpacked(
         listed.add(entry.path)
         path = folder / entry.path
         if not path.is_file():
-            raise BundleError("ARTIFACT_MISSING", f"{entry.path} is listed in the manifest but not in the bundle")
+            raise BundleError(
+                ErrorCode.ARTIFACT_MISSING, f"{entry.path} is listed in the manifest but not in the bundle"
+            )
         size = path.stat().st_size
         if size != entry.size:
             raise BundleError(
-                "ARTIFACT_HASH_MISMATCH", f"{entry.path} has {size} bytes, the manifest says {entry.size}"
+                ErrorCode.ARTIFACT_HASH_MISMATCH, f"{entry.path} has {size} bytes, the manifest says {entry.size}"
             )
         digest = digests[entry.path] if digests and entry.path in digests else sha256_file(path)
         if digest != entry.sha256:
             raise BundleError(
-                "ARTIFACT_HASH_MISMATCH",
+                ErrorCode.ARTIFACT_HASH_MISMATCH,
                 f"{entry.path} sha256 {digest[:12]}... differs from the manifest's {entry.sha256[:12]}...",
             )
     unlisted = sorted(
@@ -261,7 +271,7 @@ def verify_unpacked(
         if p.is_file() and str(p.relative_to(folder)) not in listed
     )
     if unlisted:
-        raise BundleError("UNEXPECTED_FILE", f"files not listed in the manifest: {', '.join(unlisted[:5])}")
+        raise BundleError(ErrorCode.UNEXPECTED_FILE, f"files not listed in the manifest: {', '.join(unlisted[:5])}")
     return Verified(folder, manifest, signer, read_reference(folder, manifest))
 
 
@@ -314,14 +324,14 @@ def build_bundle(
     from runtimes.registry import load_runtime
 
     if not models:
-        raise BundleError("NO_MODEL", "a bundle needs at least one model")
+        raise BundleError(ErrorCode.NO_MODEL, "a bundle needs at least one model")
     entries: list[ArtifactEntry] = []
     reference: dict[str, npt.NDArray[Any]] = {}
     frame = _reference_frame(calibration)
     first: Detector | None = None
     for path in models:
         if path.suffix not in (".onnx", ".tflite"):
-            raise BundleError("UNKNOWN_FORMAT", f"{path}: expected an .onnx or .tflite model")
+            raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"{path}: expected an .onnx or .tflite model")
         runtime = load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", path)
         with runtime:
             detector = Detector(runtime, decoder if first is None else first.decoder)

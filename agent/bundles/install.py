@@ -36,8 +36,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agent.bundles.archive import Limits, Verified, sha256_file, unpack, verify_unpacked
 from agent.bundles.manifest import Manifest
 from agent.bundles.signing import load_public_key
-from agent.bundles.store import Deployment, Store, fsync_tree
-from agent.errors import BundleError
+from agent.bundles.store import Deployment, State, Store, fsync_tree
+from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
 from runtimes.base import TensorSpec, dequantize
 from runtimes.registry import RuntimeSettings
@@ -118,7 +118,7 @@ def runtime_choices(folder: Path, manifest: Manifest, board: Board, preference: 
     try:
         return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)
     except SelectionError as exc:
-        raise BundleError("NO_RUNTIME", str(exc)) from exc
+        raise BundleError(ErrorCode.NO_RUNTIME, str(exc)) from exc
 
 
 def activate(
@@ -143,7 +143,7 @@ def activate(
         try:
             runtime = load_runtime(choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime))
         except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
-            raise BundleError("ARTIFACT_NOT_A_MODEL", str(exc)) from exc
+            raise BundleError(ErrorCode.ARTIFACT_NOT_A_MODEL, str(exc)) from exc
         except (RuntimeUnavailable, ModelLoadError) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
@@ -153,9 +153,9 @@ def activate(
                 Detector(runtime, manifest.decoder)
                 outputs = runtime.infer([reference[f"{name}__input"]])
             except DecoderError as exc:
-                raise BundleError("DECODER_MISMATCH", f"{name}: {exc}") from exc
+                raise BundleError(ErrorCode.DECODER_MISMATCH, f"{name}: {exc}") from exc
             except InferenceError as exc:
-                raise BundleError("PARITY_FAILED", f"{name} cannot run its reference input: {exc}") from exc
+                raise BundleError(ErrorCode.PARITY_FAILED, f"{name} cannot run its reference input: {exc}") from exc
             expected = [
                 reference[f"{name}__output{i}"] for i in range(len(outputs)) if f"{name}__output{i}" in reference
             ]
@@ -167,16 +167,16 @@ def activate(
             )
             if fraction < ref.min_fraction:
                 raise BundleError(
-                    "PARITY_FAILED",
+                    ErrorCode.PARITY_FAILED,
                     f"{name} on {choice.runtime}: {fraction:.1%} of output values within tolerance "
                     f"(atol {ref.atol}, rtol {ref.rtol}); the manifest requires {ref.min_fraction:.1%}",
                 )
             return Activation(choice.runtime, name, choice.device, choice.reason, fraction)
-    raise BundleError("NO_RUNTIME", "no runtime could load the bundle here: " + "; ".join(failures))
+    raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the bundle here: " + "; ".join(failures))
 
 
 def _file_error(exc: OSError, what: str) -> BundleError:
-    code = "DISK_FULL" if exc.errno == errno.ENOSPC else "INSTALL_FAILED"
+    code = ErrorCode.DISK_FULL if exc.errno == errno.ENOSPC else ErrorCode.INSTALL_FAILED
     return BundleError(code, f"{what}: {exc.strerror}")
 
 
@@ -189,7 +189,7 @@ def rollback(store: Store) -> Deployment:
     deployment = Deployment(
         id=f"rollback-{sha[:12]}", sha256=sha, name=info.name if info else None, version=info.version if info else None
     )
-    deployment.to("ROLLED_BACK")
+    deployment.to(State.ROLLED_BACK)
     store.record(deployment)
     return deployment
 
@@ -217,7 +217,7 @@ def install(
         try:
             sha = sha256_file(bundle_path)
         except OSError as exc:
-            raise BundleError("BUNDLE_UNREADABLE", f"cannot read {bundle_path}: {exc.strerror}") from exc
+            raise BundleError(ErrorCode.BUNDLE_UNREADABLE, f"cannot read {bundle_path}: {exc.strerror}") from exc
         deployment = Deployment(
             id=f"local-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
             sha256=sha,
@@ -227,13 +227,13 @@ def install(
         sha256_checked = True  # the record's sha256 was just computed from this file
     sha = deployment.sha256
 
-    def step(state: str, error: BundleError | None = None) -> None:
+    def step(state: State, error: BundleError | None = None) -> None:
         deployment.to(state, error)
         store.record(deployment)
         on_state(deployment)
         log.info("deployment %s: %s%s", deployment.id, state, f" ({error})" if error else "")
 
-    step("VERIFYING")
+    step(State.VERIFYING)
     checkpoint("verifying")
     staging = store.versions / f"{sha}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
@@ -242,21 +242,21 @@ def install(
         unpacked = unpack(bundle_path, staging, policy.limits, hash_bundle=not sha256_checked)
         if unpacked.sha256 is not None and unpacked.sha256 != sha:
             raise BundleError(
-                "BUNDLE_HASH_MISMATCH",
+                ErrorCode.BUNDLE_HASH_MISMATCH,
                 f"the bundle hashes to {unpacked.sha256[:12]}, not {sha[:12]} as announced; push it again",
             )
         checkpoint("unpacked")
         verified = verify_unpacked(staging, policy.trusted, policy.allow_unsigned, unpacked.files)
     except BundleError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        step("REJECTED", exc)
+        step(State.REJECTED, exc)
         return deployment
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        step("REJECTED", _file_error(exc, f"cannot unpack into {staging}"))
+        step(State.REJECTED, _file_error(exc, f"cannot unpack into {staging}"))
         return deployment
     deployment.name, deployment.version = verified.manifest.name, verified.manifest.version
-    step("INSTALLING")
+    step(State.INSTALLING)
     checkpoint("installing")
     final = store.versions / sha
     try:
@@ -268,17 +268,17 @@ def install(
         verified = dataclasses.replace(verified, folder=final)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        step("REJECTED", _file_error(exc, f"cannot install into {final}"))
+        step(State.REJECTED, _file_error(exc, f"cannot install into {final}"))
         return deployment
     checkpoint("installed")
-    step("ACTIVATING")
+    step(State.ACTIVATING)
     checkpoint("activating")
     try:
         activation = activate(verified, board, policy.preference, policy.runtimes)
     except BundleError as exc:
-        step("FAILED", exc)
+        step(State.FAILED, exc)
         store.remove_version(sha)
-        step("ROLLED_BACK")
+        step(State.ROLLED_BACK)
         return deployment
     log.info(
         "activated %s on %s (%s): parity %.1f%%",
@@ -289,6 +289,6 @@ def install(
     )
     store.switch(sha)
     checkpoint("switched")
-    step("SUCCEEDED")
+    step(State.SUCCEEDED)
     store.gc()
     return deployment

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipelines.decoders import DecoderName
+
 SCHEMA_VERSION: Literal[1] = 1
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -120,7 +122,7 @@ class Manifest(_Strict):
     task: Literal["detect"] = Field(default="detect", description="What the model does.")
     description: str = Field(default="", max_length=1000, description="Free text for operators.")
     created: str = Field(description="When the bundle was built, ISO 8601 UTC.")
-    decoder: Literal["yolov8", "yolov5", "yolox", "ssd"] = Field(description="Output decoder.")
+    decoder: DecoderName = Field(description="Output decoder.")
     input: InputSpec = Field(description="Input preprocessing.")
     labels: list[str] = Field(min_length=1, description="Class labels, index = class id.")
     thresholds: Thresholds = Field(default_factory=Thresholds, description="Post-processing thresholds.")

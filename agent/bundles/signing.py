@@ -13,7 +13,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agent.errors import BundleError
+from agent.errors import BundleError, ErrorCode
 
 
 def key_id(public: Ed25519PublicKey) -> str:
@@ -49,9 +49,9 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
-        raise BundleError("KEY_INVALID", f"cannot read signing key {path}: {exc}") from exc
+        raise BundleError(ErrorCode.KEY_INVALID, f"cannot read signing key {path}: {exc}") from exc
     if not isinstance(key, Ed25519PrivateKey):
-        raise BundleError("KEY_INVALID", f"{path} is not an Ed25519 private key")
+        raise BundleError(ErrorCode.KEY_INVALID, f"{path} is not an Ed25519 private key")
     return key
 
 
@@ -59,9 +59,9 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(path.read_bytes())
     except (OSError, ValueError, TypeError) as exc:
-        raise BundleError("KEY_INVALID", f"cannot read public key {path}: {exc}") from exc
+        raise BundleError(ErrorCode.KEY_INVALID, f"cannot read public key {path}: {exc}") from exc
     if not isinstance(key, Ed25519PublicKey):
-        raise BundleError("KEY_INVALID", f"{path} is not an Ed25519 public key")
+        raise BundleError(ErrorCode.KEY_INVALID, f"{path} is not an Ed25519 public key")
     return key
 
 
@@ -78,22 +78,23 @@ def verify(data: bytes, signature_json: bytes | None, trusted: Sequence[Ed25519P
     does not trust) or ``SIGNATURE_INVALID`` (malformed, or the manifest changed after signing).
     """
     if signature_json is None:
-        raise BundleError("SIGNATURE_MISSING", "the bundle is not signed (manifest.sig is missing)")
+        raise BundleError(ErrorCode.SIGNATURE_MISSING, "the bundle is not signed (manifest.sig is missing)")
     try:
         parsed = json.loads(signature_json)
         signer, signature = str(parsed["key_id"]), base64.b64decode(parsed["signature"], validate=True)
     except (ValueError, KeyError, TypeError) as exc:
-        raise BundleError("SIGNATURE_INVALID", f"manifest.sig is malformed: {exc}") from exc
+        raise BundleError(ErrorCode.SIGNATURE_INVALID, f"manifest.sig is malformed: {exc}") from exc
     by_id = {key_id(k): k for k in trusted}
     if signer not in by_id:
         known = ", ".join(by_id) or "none"
         raise BundleError(
-            "UNKNOWN_SIGNER", f"signed by key {signer}, which this device does not trust (trusted: {known})"
+            ErrorCode.UNKNOWN_SIGNER, f"signed by key {signer}, which this device does not trust (trusted: {known})"
         )
     try:
         by_id[signer].verify(signature, data)
     except InvalidSignature as exc:
         raise BundleError(
-            "SIGNATURE_INVALID", f"the signature of key {signer} does not match manifest.json: changed after signing?"
+            ErrorCode.SIGNATURE_INVALID,
+            f"the signature of key {signer} does not match manifest.json: changed after signing?",
         ) from exc
     return signer

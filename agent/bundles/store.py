@@ -20,24 +20,35 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from agent.errors import BundleError
+from agent.errors import BundleError, ErrorCode
 
-STATES = (
-    "QUEUED",
-    "DOWNLOADING",
-    "VERIFYING",
-    "INSTALLING",
-    "ACTIVATING",
-    "SUCCEEDED",
-    "REJECTED",
-    "FAILED",
-    "ROLLED_BACK",
-)
-FINAL_STATES = ("SUCCEEDED", "REJECTED", "ROLLED_BACK")
-RESUMABLE_STATES = ("QUEUED", "DOWNLOADING")
+
+class State(str, Enum):
+    """The states of a deployment, in the order a successful one passes them (docs/bundles.md,
+    docs/mqtt.md). A `str`, so it compares to and serialises as its name."""
+
+    QUEUED = "QUEUED"
+    DOWNLOADING = "DOWNLOADING"
+    VERIFYING = "VERIFYING"
+    INSTALLING = "INSTALLING"
+    ACTIVATING = "ACTIVATING"
+    SUCCEEDED = "SUCCEEDED"
+    REJECTED = "REJECTED"
+    FAILED = "FAILED"
+    ROLLED_BACK = "ROLLED_BACK"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: a deployment in one of these has ended: nothing more happens to it
+FINAL_STATES = frozenset({State.SUCCEEDED, State.REJECTED, State.ROLLED_BACK})
+#: a deployment in one of these touched no version: the daemon resumes it after a restart
+RESUMABLE_STATES = frozenset({State.QUEUED, State.DOWNLOADING})
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -77,20 +88,18 @@ class Deployment:
 
     id: str
     sha256: str
-    state: str = "QUEUED"
+    state: State = State.QUEUED
     name: str | None = None
     version: str | None = None
     error: dict[str, str] | None = None
     from_sha: str | None = None  # `current` when it started
     previous_before: str | None = None  # `previous` when it started
     attempt: int = 1  # the daemon retries a deployment once after a crash while verifying or installing
-    history: list[tuple[str, float]] = field(default_factory=list)
+    history: list[tuple[State, float]] = field(default_factory=list)
 
-    def to(self, state: str, error: BundleError | None = None) -> None:
+    def to(self, state: State, error: BundleError | None = None) -> None:
         """Enter `state` (recorded in the history); `error` becomes the record's code and message."""
-        if state not in STATES:
-            raise ValueError(f"unknown deployment state {state}")
-        self.state = state
+        self.state = State(state)
         if error is not None:
             self.error = {"code": error.code, "message": error.message}
         self.history.append((state, round(time.time(), 3)))
@@ -98,7 +107,8 @@ class Deployment:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Deployment:
         raw = dict(raw)
-        raw["history"] = [tuple(item) for item in raw.get("history", [])]
+        raw["state"] = State(raw.get("state", State.QUEUED))
+        raw["history"] = [(State(state), float(ts)) for state, ts in raw.get("history", [])]
         return cls(**raw)
 
 
@@ -245,8 +255,8 @@ class Store:
         deployment = self.last_deployment()
         if deployment is None or deployment.state in (*FINAL_STATES, *RESUMABLE_STATES):
             return None  # a download touched no version; the daemon resumes it
-        if deployment.state == "ACTIVATING" and self.current_sha() == deployment.sha256:
-            deployment.to("SUCCEEDED")  # switched, but the record was not written yet
+        if deployment.state == State.ACTIVATING and self.current_sha() == deployment.sha256:
+            deployment.to(State.SUCCEEDED)  # switched, but the record was not written yet
         else:
             if self.current_sha() != deployment.from_sha and deployment.from_sha is not None:
                 self._set_pointer("current", deployment.from_sha)
@@ -254,11 +264,11 @@ class Store:
                 self._set_pointer("previous", deployment.previous_before)
             if deployment.sha256 not in (self.current_sha(), self.previous_sha()):
                 shutil.rmtree(self.versions / deployment.sha256, ignore_errors=True)
-            interrupted = BundleError("INTERRUPTED", f"the agent stopped during {deployment.state}")
-            if deployment.state == "ACTIVATING":
-                deployment.to("FAILED", interrupted)
-                deployment.to("ROLLED_BACK")
+            interrupted = BundleError(ErrorCode.INTERRUPTED, f"the agent stopped during {deployment.state}")
+            if deployment.state == State.ACTIVATING:
+                deployment.to(State.FAILED, interrupted)
+                deployment.to(State.ROLLED_BACK)
             else:
-                deployment.to("REJECTED", interrupted)
+                deployment.to(State.REJECTED, interrupted)
         self.record(deployment)
         return deployment

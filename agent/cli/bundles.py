@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.bundles.store import State
 from agent.cli.errors import CliError
 from agent.paths import DEFAULT_STATE_DIR
 from pipelines.decoders import DECODER_CHOICES
@@ -191,9 +192,9 @@ def cmd_install(args: argparse.Namespace) -> int:
     deployment = install(
         args.bundle, store, probe(), InstallPolicy.from_config(config), on_state=lambda d: print(d.state, flush=True)
     )
-    if deployment.state != "SUCCEEDED":
-        error = deployment.error or {"code": "UNKNOWN", "message": ""}
-        raise CliError(f"{deployment.state}: {error['code']}: {error['message']}")
+    if deployment.state != State.SUCCEEDED:
+        error = deployment.error or {}
+        raise CliError(f"{deployment.state}: {error.get('code')}: {error.get('message')}")
     print(f"installed {deployment.name} {deployment.version} ({deployment.sha256[:12]}); it is now current")
     return 0
 

@@ -42,6 +42,10 @@ device:
 state_dir: {_quoted(str(state_dir))}
 {trust}
 runtime: auto           # auto | tensorrt | onnxruntime | litert
+# runtimes:             # settings per backend (docs/configuration.md)
+#   onnxruntime: {{providers: [cuda, cpu], intra_op_threads: 0}}
+#   litert: {{num_threads: 4}}
+#   tensorrt: {{precision: fp16, workspace_mb: 1024}}
 keep_versions: 3
 
 mqtt:

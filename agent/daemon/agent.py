@@ -34,7 +34,7 @@ from agent.config.loading import load_config
 from agent.config.models import AgentConfig
 from agent.daemon.deployer import Deployer, deployment_status
 from agent.daemon.telemetry import status_document, telemetry_document
-from agent.errors import BundleError, ConfigError
+from agent.errors import BundleError, ConfigError, ErrorCode
 from agent.hardware.probe import Board
 from agent.hardware.system import SystemMonitor, SystemReadings
 from agent.mqtt.commands import Command, CommandError, NoArgs, PipelineArgs, Response, SnapshotArgs, run_command
@@ -279,11 +279,11 @@ class Agent:
     def _cmd_rollback(self, _: NoArgs) -> dict[str, Any]:
         assert self.deployer is not None and self.link is not None
         if not self.deployer.install_lock.acquire(blocking=False):
-            raise CommandError("BUSY", "a deployment is in progress; roll back after it ends")
+            raise CommandError(ErrorCode.BUSY, "a deployment is in progress; roll back after it ends")
         try:
             deployment = rollback(self.store)
         except LookupError as exc:
-            raise CommandError("NO_PREVIOUS", str(exc)) from exc
+            raise CommandError(ErrorCode.NO_PREVIOUS, str(exc)) from exc
         finally:
             self.deployer.install_lock.release()
         self.deployer.report(deployment)
@@ -294,14 +294,14 @@ class Agent:
         try:
             return {"restarted": self.cameras.restart(args.pipeline)}
         except KeyError as exc:
-            raise CommandError("NO_PIPELINE", str(exc.args[0])) from exc
+            raise CommandError(ErrorCode.NO_PIPELINE, str(exc.args[0])) from exc
 
     def _cmd_snapshot(self, args: SnapshotArgs) -> Response:
         try:
             pipeline = self.cameras.get(args.pipeline)
         except KeyError as exc:
-            raise CommandError("NO_PIPELINE", str(exc.args[0])) from exc
+            raise CommandError(ErrorCode.NO_PIPELINE, str(exc.args[0])) from exc
         jpeg = pipeline.snapshot(args.quality)
         if jpeg is None:
-            raise CommandError("NO_FRAME", f"pipeline {pipeline.name} has not processed a frame yet")
+            raise CommandError(ErrorCode.NO_FRAME, f"pipeline {pipeline.name} has not processed a frame yet")
         return Response(jpeg, "image/jpeg")

@@ -22,10 +22,10 @@ from dataclasses import asdict
 from typing import Any
 
 from agent.bundles.install import InstallPolicy, install
-from agent.bundles.store import FINAL_STATES, Deployment, Store
+from agent.bundles.store import FINAL_STATES, Deployment, State, Store
 from agent.config.models import AgentConfig
 from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
-from agent.errors import BundleError
+from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics, json_payload
@@ -189,7 +189,7 @@ class Deployer:
         self._progress = None
         self._publish(deployment)
 
-    def _step(self, deployment: Deployment, state: str, error: BundleError | None = None) -> None:
+    def _step(self, deployment: Deployment, state: State, error: BundleError | None = None) -> None:
         """Move the record to `state`, write it (atomically) and publish it."""
         deployment.to(state, error)
         self.store.record(deployment)
@@ -197,7 +197,7 @@ class Deployer:
 
     def _finish(self, deployment: Deployment, desired: Desired) -> None:
         self.store.follow(desired.id)
-        if deployment.state == "SUCCEEDED":
+        if deployment.state == State.SUCCEEDED:
             self._on_succeeded(deployment)
 
     def _deploy(self, desired: Desired) -> None:
@@ -222,17 +222,17 @@ class Deployer:
                 attempt=same.attempt + 1 if same is not None else 1,
             )
         if desired.sha256 == store.current_sha():
-            self._step(deployment, "SUCCEEDED")
+            self._step(deployment, State.SUCCEEDED)
             store.follow(desired.id)
             log.info("deployment %s: %s %s is already running", desired.id, desired.name, desired.version)
             return
-        if deployment.state != "DOWNLOADING":
-            self._step(deployment, "QUEUED")
+        if deployment.state != State.DOWNLOADING:
+            self._step(deployment, State.QUEUED)
         try:
             index = self._wait_index(desired)
             bundle = self._download(desired, index, deployment)
         except BundleError as exc:
-            self._step(deployment, "REJECTED", exc)
+            self._step(deployment, State.REJECTED, exc)
             log.error("deployment %s rejected: %s", desired.id, exc)
             self._finish(deployment, desired)
             return
@@ -254,8 +254,8 @@ class Deployer:
         is final, `followed.json` not written yet). Retry it once if the crash came while
         verifying or installing (a power cut); never after a crash while activating, where the
         new model itself may be what took the process down (retrying could loop forever)."""
-        interrupted = (last.error or {}).get("code") == "INTERRUPTED"
-        return interrupted and last.state == "REJECTED" and last.attempt < 2
+        interrupted = (last.error or {}).get("code") == ErrorCode.INTERRUPTED
+        return interrupted and last.state == State.REJECTED and last.attempt < 2
 
     def _wait_index(self, desired: Desired) -> ChunkIndex:
         topic = self.topics.index(desired.sha256)
@@ -277,7 +277,7 @@ class Deployer:
         announced = (desired.sha256, desired.size, desired.chunk_size, desired.chunks)
         if (index.sha256, index.size, index.chunk_size, len(index.chunks)) != announced:
             raise BundleError(
-                "INDEX_MISMATCH",
+                ErrorCode.INDEX_MISMATCH,
                 f"the chunk index of {desired.sha256[:12]} does not match the desired document "
                 "(sha256, size, chunk size or count differ); push the bundle again",
             )
@@ -286,7 +286,7 @@ class Deployer:
     def _download(self, desired: Desired, index: ChunkIndex, deployment: Deployment) -> PartialBundle:
         partial = PartialBundle(self.store.downloads / desired.sha256, index).open()
         self._clean_other_downloads(keep=desired.sha256)
-        deployment.to("DOWNLOADING")
+        deployment.to(State.DOWNLOADING)
         self.store.record(deployment)
         last = 0.0
 

@@ -14,6 +14,7 @@ import errno
 import hashlib
 import logging
 import os
+import queue
 import shutil
 import threading
 import time
@@ -23,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.errors import BundleError
+from agent.errors import BundleError, ErrorCode
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Topics
 from pipelines.backoff import Backoff
@@ -82,11 +83,13 @@ class PartialBundle:
     def write(self, i: int, data: bytes) -> bool:
         """Store chunk `i` after checking its hash; False when it was already there."""
         if not 0 <= i < len(self.index.chunks):
-            raise BundleError("CHUNK_CORRUPT", f"chunk {i} is outside the index (0..{len(self.index.chunks) - 1})")
+            raise BundleError(
+                ErrorCode.CHUNK_CORRUPT, f"chunk {i} is outside the index (0..{len(self.index.chunks) - 1})"
+            )
         start, length = self.index.span(i)
         if len(data) != length or hashlib.sha256(data).hexdigest() != self.index.chunks[i]:
             raise BundleError(
-                "CHUNK_CORRUPT",
+                ErrorCode.CHUNK_CORRUPT,
                 f"chunk {i} of bundle {self.index.sha256[:12]} does not match its sha256 in the index "
                 f"({len(data)} bytes, expected {length}); push the bundle again",
             )
@@ -98,7 +101,7 @@ class PartialBundle:
             try:
                 os.pwrite(self._fd, data, start)
             except OSError as exc:
-                code = "DISK_FULL" if exc.errno == errno.ENOSPC else "DOWNLOAD_FAILED"
+                code = ErrorCode.DISK_FULL if exc.errno == errno.ENOSPC else ErrorCode.DOWNLOAD_FAILED
                 raise BundleError(code, f"cannot write chunk {i} to {self.path}: {exc.strerror}") from exc
             self.done.add(i)
             self.written += 1
@@ -117,12 +120,12 @@ class PartialBundle:
         """Check the complete file against the bundle's sha256 and return it. No fsync: a torn
         file after a power cut fails its chunk hashes and is fetched again."""
         if not self.complete:
-            raise BundleError("INSTALL_FAILED", f"{len(self.missing())} chunks of {self.path} are missing")
+            raise BundleError(ErrorCode.INSTALL_FAILED, f"{len(self.missing())} chunks of {self.path} are missing")
         self.hash_ready()
         self.close()
         if self._digest.hexdigest() != self.index.sha256:
             raise BundleError(
-                "BUNDLE_HASH_MISMATCH",
+                ErrorCode.BUNDLE_HASH_MISMATCH,
                 f"the downloaded chunks make a bundle hashing to {self._digest.hexdigest()[:12]}, not "
                 f"{self.index.sha256[:12]} as announced; push it again",
             )
@@ -150,31 +153,57 @@ class _RateLimit:
         self._granted += size
 
 
+#: bytes of chunks that may wait between the network thread and the downloading thread
+QUEUED_BYTES = 16 << 20
+
+
 class _MqttFetch:
-    """The state of one download over MQTT; `on_chunk` runs in the network thread."""
+    """The state of one download over MQTT.
+
+    `on_chunk` runs in paho's network thread and only queues the chunk: hashing and writing it
+    happen in the downloading thread (`store`), so the network thread keeps answering the
+    broker. The queue is bounded (`QUEUED_BYTES`); when it is full the network thread waits,
+    which slows the broker down through TCP, until the download is closed.
+    """
 
     def __init__(self, link: MqttLink, topics: Topics, partial: PartialBundle) -> None:
         self.link, self.topics, self.partial = link, topics, partial
         self.sha = partial.index.sha256
-        self.arrived = threading.Condition()
-        self.outstanding: set[int] = set()
-        self.failure: BundleError | None = None
+        capacity = max(2, min(64, QUEUED_BYTES // partial.index.chunk_size))
+        self.arrivals: queue.Queue[tuple[int, bytes]] = queue.Queue(maxsize=capacity)
+        self.closed = threading.Event()
+        self.outstanding: set[int] = set()  # asked for one by one and not arrived (downloading thread)
         self.bulk: str | None = None  # the wildcard filter while in bulk mode
 
     def on_chunk(self, message: Message) -> None:
         leaf = message.topic.rsplit("/", 1)[1]
         if not leaf.isdigit():
             return  # the index, which the bulk wildcard matches too
-        i = int(leaf)
+        while not self.closed.is_set():
+            try:
+                self.arrivals.put((int(leaf), message.payload), timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def store(self, timeout: float) -> int:
+        """Write the chunks that arrived (waiting up to `timeout` seconds for the first); returns
+        how many. Raises `BundleError` for a chunk that does not match the index."""
         try:
-            self.partial.write(i, message.payload)
-        except BundleError as exc:
-            self.failure = exc
-        if self.bulk is None:
-            self.link.unsubscribe(self.topics.chunk(self.sha, i))
-        with self.arrived:
+            arrivals = [self.arrivals.get(timeout=timeout)]
+        except queue.Empty:
+            return 0
+        while True:
+            try:
+                arrivals.append(self.arrivals.get_nowait())
+            except queue.Empty:
+                break
+        for i, data in arrivals:
+            self.partial.write(i, data)
+            if self.bulk is None:
+                self.link.unsubscribe(self.topics.chunk(self.sha, i))
             self.outstanding.discard(i)
-            self.arrived.notify_all()
+        return len(arrivals)
 
     def start_bulk(self) -> int:
         """Subscribe to every chunk at once; returns the link's reconnect count at that time."""
@@ -187,15 +216,14 @@ class _MqttFetch:
         if self.bulk is not None:
             self.link.unsubscribe(self.bulk)
             self.bulk = None
-        with self.arrived:
-            self.outstanding.clear()
+        self.outstanding.clear()
 
     def ask(self, i: int) -> None:
-        with self.arrived:
-            self.outstanding.add(i)
+        self.outstanding.add(i)
         self.link.subscribe(self.topics.chunk(self.sha, i), self.on_chunk)
 
     def close(self) -> None:
+        self.closed.set()
         self.end_bulk()
         for i in self.partial.missing():
             self.link.unsubscribe(self.topics.chunk(self.sha, i))
@@ -219,6 +247,9 @@ def fetch_over_mqtt(
     bulk download, chunks are asked for one topic each, at most `window` at a time, so only the
     missing ones travel; the link re-subscribes those after a reconnect. Raises `BundleError`
     for a corrupt chunk and `Cancelled` when `cancel` is set.
+
+    Runs in the calling (deployer) thread, which checks, writes and hashes every chunk; paho's
+    network thread only hands the chunks over.
     """
     fetch = _MqttFetch(link, topics, partial)
     limit = _RateLimit(max_rate)
@@ -231,8 +262,6 @@ def fetch_over_mqtt(
         while not partial.complete:
             if cancel.is_set():
                 raise Cancelled()
-            if fetch.failure is not None:
-                raise fetch.failure
             stalled = time.monotonic() - last_arrival > stall_timeout
             if fetch.bulk is not None and (link.reconnects != generation or stalled):
                 log.info("download %s: continuing chunk by chunk (%d missing)", fetch.sha[:12], len(partial.missing()))
@@ -250,10 +279,8 @@ def fetch_over_mqtt(
                     break
                 limit.grant(size)
                 fetch.ask(pending.popleft())
+            fetch.store(min(0.5, max(0.005, limit.wait_time(partial.index.chunk_size))))
             partial.hash_ready()
-            with fetch.arrived:
-                if len(partial.done) == reported:
-                    fetch.arrived.wait(min(0.5, max(0.005, limit.wait_time(partial.index.chunk_size))))
             if len(partial.done) != reported:
                 last_arrival, reported = time.monotonic(), len(partial.done)
                 progress(reported, len(partial.index.chunks))
@@ -289,13 +316,14 @@ def fetch_over_http(
                 with urllib.request.urlopen(request, timeout=timeout) as response:
                     if response.status != 206:
                         raise BundleError(
-                            "DOWNLOAD_FAILED", f"{url} answered {response.status} to a Range request; it must send 206"
+                            ErrorCode.DOWNLOAD_FAILED,
+                            f"{url} answered {response.status} to a Range request; it must send 206",
                         )
                     data = response.read(length + 1)
                 break
             except urllib.error.HTTPError as exc:
                 if 400 <= exc.code < 500:
-                    raise BundleError("DOWNLOAD_FAILED", f"{url}: HTTP {exc.code} {exc.reason}") from exc
+                    raise BundleError(ErrorCode.DOWNLOAD_FAILED, f"{url}: HTTP {exc.code} {exc.reason}") from exc
                 error = f"HTTP {exc.code}"
             except (urllib.error.URLError, OSError) as exc:
                 error = str(getattr(exc, "reason", exc))

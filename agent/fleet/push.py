@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from agent.bundles.manifest import Manifest
 from agent.bundles.store import FINAL_STATES
-from agent.errors import BundleError
+from agent.errors import BundleError, ErrorCode
 from agent.fleet.client import parse_json, publish_retained, wait_acked
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, Topics
@@ -32,14 +32,16 @@ def bundle_manifest(bundle: Path) -> Manifest:
         with tarfile.open(bundle, "r:") as tar:
             member = tar.getmember("manifest.json")
             if not member.isfile() or member.size > MAX_MANIFEST_BYTES:
-                raise BundleError("MANIFEST_INVALID", f"{bundle}: manifest.json is not a small regular file")
+                raise BundleError(ErrorCode.MANIFEST_INVALID, f"{bundle}: manifest.json is not a small regular file")
             raw = tar.extractfile(member)
             assert raw is not None
             return Manifest.model_validate_json(raw.read())
     except (OSError, tarfile.TarError, KeyError) as exc:
-        raise BundleError("NOT_A_BUNDLE", f"{bundle} is not a bundle (a tar with manifest.json): {exc}") from exc
+        raise BundleError(
+            ErrorCode.NOT_A_BUNDLE, f"{bundle} is not a bundle (a tar with manifest.json): {exc}"
+        ) from exc
     except ValidationError as exc:
-        raise BundleError("MANIFEST_INVALID", f"{bundle}: manifest.json is not valid: {exc}") from exc
+        raise BundleError(ErrorCode.MANIFEST_INVALID, f"{bundle}: manifest.json is not valid: {exc}") from exc
 
 
 def push(

@@ -1,7 +1,7 @@
 """Hardware probe: what board this is, read from a filesystem root.
 
-`probe(root)` reads only files under `root` (default ``/``), so tests point it at fake trees
-under ``tests/fakes/<board>/`` shaped like the real boards':
+`probe(root)` reads only files under `root` (default ``/``) through `SysFS`, so tests point it
+at fake trees under ``tests/fakes/<board>/`` shaped like the real boards':
 
 - ``proc/device-tree/model`` (NUL-terminated), e.g. ``Raspberry Pi 5 Model B Rev 1.0``
 - ``etc/nv_tegra_release``, e.g. ``# R36 (release), REVISION: 3.0, ...`` on Jetson (L4T)
@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from agent.hardware.sysfs import SysFS
 
 BoardKind = Literal["jetson", "raspberry_pi", "generic"]
 
@@ -38,13 +40,6 @@ class Board:
     nvidia_gpu: bool
     gpu_name: str | None = None
     l4t_release: str | None = None
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace").replace("\x00", "").strip()
-    except OSError:
-        return None
 
 
 def _count_cpus(spec: str) -> int:
@@ -69,15 +64,10 @@ def _l4t_release(text: str | None) -> str | None:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def _discrete_gpu(root: Path) -> str | None:
+def _discrete_gpu(fs: SysFS) -> str | None:
     """Name of the first NVIDIA GPU the driver lists, or ``None``."""
-    gpus = root / "proc/driver/nvidia/gpus"
-    try:
-        entries = sorted(gpus.iterdir())
-    except OSError:
-        return None
-    for entry in entries:
-        info = _read_text(entry / "information") or ""
+    for entry in fs.listdir("proc/driver/nvidia/gpus"):
+        info = fs.read_text(f"proc/driver/nvidia/gpus/{entry}/information") or ""
         for line in info.splitlines():
             if line.startswith("Model:"):
                 return line.split(":", 1)[1].strip()
@@ -85,15 +75,17 @@ def _discrete_gpu(root: Path) -> str | None:
     return None
 
 
-def probe(root: Path = Path("/"), arch: str | None = None) -> Board:
-    """Identify the board under `root`. `arch` defaults to this machine's ``platform.machine()``."""
+def probe(root: Path | SysFS = Path("/"), arch: str | None = None) -> Board:
+    """Identify the board under `root` (a folder or a `SysFS`). `arch` defaults to this
+    machine's ``platform.machine()``."""
+    fs = root if isinstance(root, SysFS) else SysFS(root)
     arch = arch or platform.machine()
-    model = _read_text(root / "proc/device-tree/model") or _read_text(root / "sys/firmware/devicetree/base/model")
-    l4t = _l4t_release(_read_text(root / "etc/nv_tegra_release"))
-    cpus = _count_cpus(_read_text(root / "sys/devices/system/cpu/online") or "") or os.cpu_count() or 1
+    model = fs.read_text("proc/device-tree/model") or fs.read_text("sys/firmware/devicetree/base/model")
+    l4t = _l4t_release(fs.read_text("etc/nv_tegra_release"))
+    cpus = _count_cpus(fs.read_text("sys/devices/system/cpu/online") or "") or os.cpu_count() or 1
     if l4t is not None or (model and "jetson" in model.lower()):
         return Board("jetson", model or "NVIDIA Jetson", arch, cpus, True, model or "Tegra", l4t)
-    gpu = _discrete_gpu(root)
+    gpu = _discrete_gpu(fs)
     if model and model.startswith("Raspberry Pi"):
         return Board("raspberry_pi", model, arch, cpus, gpu is not None, gpu)
     return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu)

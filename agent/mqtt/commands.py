@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.errors import CodedError, validation_problems
+from agent.errors import CodedError, ErrorCode, validation_problems
 
 log = logging.getLogger(__name__)
 
@@ -74,25 +74,25 @@ def run_command(commands: Mapping[str, Command], name: str, payload: bytes | byt
     """Check the payload, run the command and shape its answer; never raises."""
     command = commands.get(name)
     if command is None:
-        return error(name, "UNKNOWN_COMMAND", f"unknown command {name!r}; known: {', '.join(sorted(commands))}")
+        return error(name, ErrorCode.UNKNOWN_COMMAND, f"unknown command {name!r}; known: {', '.join(sorted(commands))}")
     try:
         raw = json.loads(payload) if payload.strip() else {}
     except (ValueError, UnicodeDecodeError) as exc:
-        return error(name, "BAD_PAYLOAD", f"the payload is not JSON: {exc}")
+        return error(name, ErrorCode.BAD_PAYLOAD, f"the payload is not JSON: {exc}")
     if not isinstance(raw, dict):
-        return error(name, "BAD_PAYLOAD", f"the payload must be a JSON object, got {type(raw).__name__}")
+        return error(name, ErrorCode.BAD_PAYLOAD, f"the payload must be a JSON object, got {type(raw).__name__}")
     try:
         args = command.args.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(validation_problems(exc))
-        return error(name, "BAD_PAYLOAD", problems)
+        return error(name, ErrorCode.BAD_PAYLOAD, problems)
     try:
         result = command.run(args)
     except CommandError as exc:
         return error(name, exc.code, exc.message)
     except Exception as exc:  # a bug or an I/O failure: answered, logged, and the next command still runs
         log.exception("command %s failed", name)
-        return error(name, "COMMAND_FAILED", f"{type(exc).__name__}: {exc}")
+        return error(name, ErrorCode.COMMAND_FAILED, f"{type(exc).__name__}: {exc}")
     if isinstance(result, Response):
         return result
     return Response(json.dumps({"ok": True, "command": name, "result": result}, default=str).encode())

@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.bundles.archive import read_manifest
 from agent.bundles.install import runtime_choices
 from agent.bundles.manifest import Manifest
-from agent.errors import BundleError
+from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board, probe
 from pipelines.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
@@ -56,7 +56,7 @@ def open_detector(
         detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
         log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
         return Loaded(detector, manifest, choice)
-    raise BundleError("NO_RUNTIME", f"no runtime could load {folder}: " + "; ".join(failures))
+    raise BundleError(ErrorCode.NO_RUNTIME, f"no runtime could load {folder}: " + "; ".join(failures))
 
 
 def load_model(

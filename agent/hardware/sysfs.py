@@ -1,0 +1,52 @@
+"""`SysFS(root)`: the one way the agent reads the device's files (``/proc``, ``/sys``, ``/etc``).
+
+Every reader of the hardware (the board probe, the sensors) takes a `SysFS` instead of opening
+paths itself, so a whole board can be a folder: tests point it at ``tests/fakes/<board>/``
+(gpiozero's ``sensor_file=`` idea, for a whole tree). Reads never raise: a file that is
+missing, unreadable or garbled reads as None, because on a device a sensor may come and go.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class SysFS:
+    """Files under `root` (default ``/``), addressed by paths relative to it
+    (``"sys/class/thermal/thermal_zone0/temp"``). Stateless, so any thread may share one."""
+
+    def __init__(self, root: Path = Path("/")) -> None:
+        self.root = root
+
+    def path(self, relative: str) -> Path:
+        return self.root / relative.lstrip("/")
+
+    def read_text(self, relative: str) -> str | None:
+        """The file's text without NULs and surrounding whitespace (device-tree strings end in
+        NUL); None when it cannot be read."""
+        try:
+            return self.path(relative).read_text(errors="replace").replace("\x00", "").strip()
+        except (OSError, ValueError):
+            return None
+
+    def read_int(self, relative: str) -> int | None:
+        """The file as one integer (``45000``); None when missing or not an integer."""
+        text = self.read_text(relative)
+        try:
+            return int(text) if text is not None else None
+        except ValueError:
+            return None
+
+    def glob(self, pattern: str) -> list[str]:
+        """Relative paths matching `pattern` (``"sys/class/thermal/thermal_zone*"``), sorted."""
+        try:
+            return sorted(str(p.relative_to(self.root)) for p in self.root.glob(pattern.lstrip("/")))
+        except OSError:
+            return []
+
+    def listdir(self, relative: str) -> list[str]:
+        """Names in a folder, sorted; empty when it is missing."""
+        try:
+            return sorted(p.name for p in self.path(relative).iterdir())
+        except OSError:
+            return []
