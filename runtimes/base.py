@@ -21,6 +21,8 @@ import numpy.typing as npt
 Layout = Literal["NCHW", "NHWC"]
 RuntimeName = Literal["tensorrt", "onnxruntime", "litert"]
 RUNTIME_NAMES: tuple[RuntimeName, ...] = get_args(RuntimeName)
+#: numeric precision of a model's weights (or a TensorRT engine)
+Precision = Literal["fp32", "fp16", "int8"]
 
 
 class BackendError(Exception):

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Literal, Protocol
 
-from runtimes.base import BackendError, RuntimeInfo, RuntimeName
+from runtimes.base import BackendError, Precision, RuntimeInfo, RuntimeName
 
 #: a configured runtime: one by name, or "auto" (this policy decides)
 Preference = Literal["auto", RuntimeName]
 ArtifactFormat = Literal["onnx", "tflite"]
-Precision = Literal["fp32", "fp16", "int8"]
 
 _FORMAT_OF: dict[RuntimeName, ArtifactFormat] = {"tensorrt": "onnx", "onnxruntime": "onnx", "litert": "tflite"}
 

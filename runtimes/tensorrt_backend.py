@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtimes.base import RuntimeInfo
+from runtimes.base import Precision, RuntimeInfo
 
 KEY = "tensorrt"
 
@@ -24,7 +24,7 @@ class TensorRTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["tensorrt"] = "tensorrt"
-    precision: Literal["fp32", "fp16", "int8"] = Field(
+    precision: Precision = Field(
         default="fp16",
         description="Engine precision: fp16 where the GPU has fast FP16; int8 needs a Q/DQ model or the "
         "bundle's calibration images.",

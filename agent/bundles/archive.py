@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from agent.bundles.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, FileEntry, InputSpec, Manifest, Reference
 from agent.bundles.signing import signature_file, verify
 from agent.errors import BundleError, ErrorCode, validation_problems
+from runtimes.base import Precision
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 _CHUNK = 1 << 20
@@ -278,7 +279,7 @@ def verify_unpacked(
 # -- building ---------------------------------------------------------------------------------
 
 
-def _precision(path: Path, runtime: Any) -> str:
+def _precision(path: Path, runtime: Any) -> Precision:
     """int8 when the model holds quantized tensors or ops, else fp16/fp32 by its input type."""
     if path.suffix == ".onnx":
         data = path.read_bytes()
@@ -347,7 +348,7 @@ def build_bundle(
             ArtifactEntry(
                 path=path.name,
                 format="onnx" if path.suffix == ".onnx" else "tflite",
-                precision=precision,  # type: ignore[arg-type]
+                precision=precision,
                 sha256=sha256_file(path),
                 size=path.stat().st_size,
             )

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipelines.decoders import DecoderName
+from runtimes.base import Precision
 
 SCHEMA_VERSION: Literal[1] = 1
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
@@ -51,7 +52,7 @@ class ArtifactEntry(_Strict):
 
     path: str = Field(description="File name inside the bundle (no folders).")
     format: Literal["onnx", "tflite"] = Field(description="Model format.")
-    precision: Literal["fp32", "fp16", "int8"] = Field(description="Numeric precision of the weights.")
+    precision: Precision = Field(description="Numeric precision of the weights.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")
     size: int = Field(ge=1, description="File size in bytes.")
 

@@ -232,9 +232,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    for key in ("current", "previous"):
-        v = report[key]
-        print(f"{key + ':':<10} " + (f"{v['name']} {v['version']} ({v['sha256'][:12]})" if v else "none"))  # type: ignore[index]
+    for key, sha in (("current", store.current_sha()), ("previous", store.previous_sha())):
+        info = store.info(sha)
+        print(f"{key + ':':<10} " + (f"{info.name} {info.version} ({info.sha256[:12]})" if info else "none"))
     if deployment:
         error = f" {deployment.error['code']}: {deployment.error['message']}" if deployment.error else ""
         print(f"{'last:':<10} {deployment.id} {deployment.state}{error}")
