@@ -51,6 +51,8 @@ class ErrorCode(str, Enum):
     NO_RUNTIME = "NO_RUNTIME"
     DECODER_MISMATCH = "DECODER_MISMATCH"
     PARITY_FAILED = "PARITY_FAILED"
+    # a TensorRT engine that could not be built on the device (ONNX Runtime serves instead)
+    ENGINE_BUILD_FAILED = "ENGINE_BUILD_FAILED"
     # building, signing and pushing bundles (operator side)
     NO_MODEL = "NO_MODEL"
     UNKNOWN_FORMAT = "UNKNOWN_FORMAT"

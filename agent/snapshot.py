@@ -17,6 +17,7 @@ from typing import Any, Literal
 from agent.hardware.probe import Board
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import LinkStats
+from agent.serving.engine_builder import EngineStatus
 from pipelines.pipeline import PipelineStats
 
 AgentState = Literal["starting", "online", "stopping", "offline"]
@@ -84,7 +85,7 @@ class EventCounts:
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
     the first sample; `sensors` holds the temperature, power and battery readings (empty until
-    the sensors are read)."""
+    the sensors are read); `engine` is the TensorRT engine build in progress or the last one."""
 
     ts: float
     state: AgentState
@@ -103,6 +104,7 @@ class AgentSnapshot:
     system: SystemReadings | None
     events: EventCounts
     sensors: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    engine: EngineStatus | None = None  # the TensorRT engine build in progress, or the last one
 
     @property
     def fps(self) -> float:

@@ -44,6 +44,7 @@ def trt_double(monkeypatch: pytest.MonkeyPatch) -> Iterator[TrtDouble]:
     memory = _double.HostDeviceMemory()
     _double.device = memory
     _double.builds.clear()
+    _double.build_gate, _double.output_offset = None, 0.0
     monkeypatch.setattr(_double, "UNSUPPORTED_OPS", set(_double.UNSUPPORTED_OPS))
     monkeypatch.setattr(cuda_memory, "IMPLEMENTATIONS", (("host double", lambda device: memory),))
     try:

@@ -24,7 +24,7 @@ import shutil
 import signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,12 +34,13 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agent.bundles.archive import Limits, Verified, sha256_file, unpack, verify_unpacked
+from agent.bundles.engines import version_settings
 from agent.bundles.manifest import Manifest
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Deployment, State, Store, fsync_tree
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
-from runtimes.base import TensorSpec, dequantize
+from runtimes.base import Runtime, TensorSpec, dequantize
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Preference
 
@@ -78,7 +79,7 @@ class InstallPolicy:
             allow_unsigned=config.allow_unsigned,
             limits=Limits(limits.max_files, limits.max_bytes),
             preference=config.runtime,
-            runtimes=config.runtimes,
+            runtimes=config.runtime_settings(),
         )
 
 
@@ -109,6 +110,31 @@ def parity_fraction(
     return within / total if total else 1.0
 
 
+def check_parity(runtime: Runtime, name: str, manifest: Manifest, reference: Mapping[str, npt.NDArray[Any]]) -> float:
+    """Run artifact `name`'s reference input on `runtime`; the fraction of output values within
+    the manifest's tolerance. Raises `BundleError` ``PARITY_FAILED`` below its minimum."""
+    from runtimes.base import InferenceError
+
+    try:
+        outputs = runtime.infer([reference[f"{name}__input"]])
+    except InferenceError as exc:
+        raise BundleError(ErrorCode.PARITY_FAILED, f"{name} cannot run its reference input: {exc}") from exc
+    expected = [reference[f"{name}__output{i}"] for i in range(len(outputs)) if f"{name}__output{i}" in reference]
+    ref = manifest.reference
+    fraction = (
+        parity_fraction(outputs, expected, runtime.outputs, ref.atol, ref.rtol)
+        if len(expected) == len(outputs)
+        else 0.0
+    )
+    if fraction < ref.min_fraction:
+        raise BundleError(
+            ErrorCode.PARITY_FAILED,
+            f"{name} on {runtime.name}: {fraction:.1%} of output values within tolerance "
+            f"(atol {ref.atol}, rtol {ref.rtol}); the manifest requires {ref.min_fraction:.1%}",
+        )
+    return fraction
+
+
 def runtime_choices(folder: Path, manifest: Manifest, board: Board, preference: Preference) -> list[Choice]:
     """The runtimes that could run this version here, best first (`runtimes.selection`)."""
     from runtimes.registry import available_runtimes
@@ -131,11 +157,11 @@ def activate(
     """
     from pipelines.decoders import DecoderError
     from pipelines.detector import Detector
-    from runtimes.base import InferenceError, ModelLoadError, NotAModelError, RuntimeUnavailable
+    from runtimes.base import ModelLoadError, NotAModelError, RuntimeUnavailable
     from runtimes.registry import load_runtime
 
     manifest = bundle.manifest
-    settings = settings or RuntimeSettings()
+    settings = version_settings(settings or RuntimeSettings(), manifest)
     choices = runtime_choices(bundle.folder, manifest, board, preference)
     reference = bundle.reference
     failures = []
@@ -151,26 +177,9 @@ def activate(
             name = Path(choice.artifact.path).name
             try:
                 Detector(runtime, manifest.decoder)
-                outputs = runtime.infer([reference[f"{name}__input"]])
             except DecoderError as exc:
                 raise BundleError(ErrorCode.DECODER_MISMATCH, f"{name}: {exc}") from exc
-            except InferenceError as exc:
-                raise BundleError(ErrorCode.PARITY_FAILED, f"{name} cannot run its reference input: {exc}") from exc
-            expected = [
-                reference[f"{name}__output{i}"] for i in range(len(outputs)) if f"{name}__output{i}" in reference
-            ]
-            ref = manifest.reference
-            fraction = (
-                parity_fraction(outputs, expected, runtime.outputs, ref.atol, ref.rtol)
-                if len(expected) == len(outputs)
-                else 0.0
-            )
-            if fraction < ref.min_fraction:
-                raise BundleError(
-                    ErrorCode.PARITY_FAILED,
-                    f"{name} on {choice.runtime}: {fraction:.1%} of output values within tolerance "
-                    f"(atol {ref.atol}, rtol {ref.rtol}); the manifest requires {ref.min_fraction:.1%}",
-                )
+            fraction = check_parity(runtime, name, manifest, reference)
             return Activation(choice.runtime, name, choice.device, choice.reason, fraction)
     raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the bundle here: " + "; ".join(failures))
 

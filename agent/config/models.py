@@ -221,6 +221,15 @@ class AgentConfig(_Section):
             raise ValueError(f"pipeline names must be unique: {', '.join(duplicates)} repeated")
         return value
 
+    def runtime_settings(self) -> RuntimeSettings:
+        """`runtimes` with what it leaves to the state directory filled in: TensorRT's engine
+        cache defaults to ``<state_dir>/engines``."""
+        tensorrt = self.runtimes.tensorrt
+        if tensorrt.engine_cache_dir is not None:
+            return self.runtimes
+        engines = tensorrt.model_copy(update={"engine_cache_dir": self.state_dir / "engines"})
+        return self.runtimes.model_copy(update={"tensorrt": engines})
+
     def device_id(self) -> str:
         """The configured id, else this machine's hostname (made topic-safe)."""
         return self.device.id or re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())

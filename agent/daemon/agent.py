@@ -72,7 +72,9 @@ class Agent:
         self.store = Store(config.state_dir, config.keep_versions)
         self.policy = InstallPolicy.from_config(config)
         self.events = EventSink(config.events, self._labels, self._publish_event)
-        self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes)
+        self.cameras = Cameras(
+            config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtime_settings()
+        )
         self.monitor = SystemMonitor()
         self.link: MqttLink | None = None
         self.deployer: Deployer | None = None
@@ -231,6 +233,7 @@ class Agent:
             broker=self.link.stats() if self.link is not None else None,
             system=self._system,
             events=EventCounts(self.events.published, self.events.limiter.suppressed),
+            engine=self.cameras.engine_status(),
         )
 
     # -- publishing ----------------------------------------------------------------------------

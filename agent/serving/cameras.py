@@ -3,9 +3,13 @@
 `activate` loads the installed version once per camera (each pipeline owns its runtime, since
 not every runtime may be called from two threads) and either starts the pipelines or swaps the
 new model in between frames, so capture never stops for a deployment; the pipeline closes the
-runtime it swapped out once no frame uses it. A camera configured with several workers runs
-them only on a runtime that allows concurrent calls; when a deployment moves it between such a
-runtime and one that does not, its pipeline restarts instead.
+runtime it swapped out once no frame uses it. A TensorRT engine that is not built yet is built
+in the background (`EngineBuilder`, thread ``engine-build``) while the previous version, or on a
+first install ONNX Runtime, serves; the cameras swap to the engine when it is ready and passes
+the bundle's parity check, else stay on ONNX Runtime with the reason in `engine_status`. A
+camera configured with several workers runs them only on a runtime that allows concurrent
+calls; when a deployment moves it between such a runtime and one that does not, its pipeline
+restarts instead.
 
 Thread safety: every method may be called from any thread (one lock around the pipelines).
 """
@@ -18,16 +22,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent.bundles.archive import read_reference
+from agent.bundles.install import check_parity
 from agent.bundles.manifest import Manifest
 from agent.config.models import PipelineSection
+from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
-from agent.serving.loader import open_detector
+from agent.serving.engine_builder import EngineBuilder, EngineStatus
+from agent.serving.loader import Loaded, open_detector
 from pipelines.annotate import BoxAnnotator
 from pipelines.detector import Detector
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
 from pipelines.sources import FrameSource, open_source
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Choice, Preference
+from runtimes.tensorrt_backend import TensorRTBackend, engine_cache
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +83,30 @@ class Cameras:
         self.version: Path | None = None
         self.manifest: Manifest | None = None
         self.choice: Choice | None = None  # the runtime serving the first camera, and why
+        self._wanted: Path | None = None  # the version asked for last (it may wait for its engine)
+        self._stopped = False
+        self.builder = EngineBuilder(self._engine_done)
 
-    def activate(self, version: Path) -> None:
-        """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`."""
+    def activate(self, version: Path, engine_ready: bool = False) -> None:
+        """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`.
+
+        When TensorRT would serve it but its engine is not built yet, the build starts in the
+        background and the version serving now keeps serving (on a first install, ONNX Runtime
+        serves the new version); when the engine is ready (`engine_ready`, from the builder) its
+        parity is checked and the cameras swap to it, or stay on ONNX Runtime saying why."""
         with self._lock:
-            loaded = [
-                open_detector(version, self.board, self.preference, s.workers, self.settings) for s in self.sections
-            ]
+            self._wanted, self._stopped = version, False
+            loaded = self._load(version)
+            if engine_ready and loaded and loaded[0].choice.runtime == "tensorrt":
+                loaded = self._checked_engine(version, loaded)
+            if loaded and loaded[0].pending is not None and loaded[0].pending.failure is None:
+                self._request_engine(version, loaded[0])
+                if self.version is not None and self.version != version and self._pipelines:
+                    for model in loaded:
+                        model.detector.runtime.close()
+                    self.builder.note(f"version {self.version.name[:12]} keeps serving until the engine is ready")
+                    return
+                self.builder.note(f"{loaded[0].choice.runtime} serves until the engine is ready")
             if loaded:
                 self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
             for section, model in zip(self.sections, loaded, strict=True):
@@ -94,6 +120,47 @@ class Cameras:
                     running.detector.runtime.close()
                 self._pipelines[section.name] = self._start(section, model.detector, workers)
             self.version = version
+
+    def _load(self, version: Path) -> list[Loaded]:
+        return [open_detector(version, self.board, self.preference, s.workers, self.settings) for s in self.sections]
+
+    def _request_engine(self, version: Path, loaded: Loaded) -> None:
+        artifact = loaded.pending_artifact
+        assert artifact is not None
+        sha256 = next(a.sha256 for a in loaded.manifest.artifacts if a.path == artifact.name)
+        self.builder.request(version, loaded.manifest, artifact, sha256, self.settings.tensorrt)
+
+    def _checked_engine(self, version: Path, loaded: list[Loaded]) -> list[Loaded]:
+        """The freshly built engine passes the bundle's parity check, or it is recorded as failed
+        (so it is not served or rebuilt) and the version is loaded again on the next runtime."""
+        runtime = loaded[0].detector.runtime
+        try:
+            check_parity(
+                runtime, runtime.model_path.name, loaded[0].manifest, read_reference(version, loaded[0].manifest)
+            )
+            return loaded
+        except BundleError as exc:
+            message = f"the new TensorRT engine fails the bundle's parity check: {exc.message}"
+            log.error("%s; ONNX Runtime serves instead", message)
+            if isinstance(runtime, TensorRTBackend):
+                engine_cache(self.settings.tensorrt).record_failure(runtime.record.key, message)
+            self.builder.fail(ErrorCode.PARITY_FAILED, message)
+            for model in loaded:
+                model.detector.runtime.close()
+            return self._load(version)
+
+    def _engine_done(self, version: Path, status: EngineStatus) -> None:
+        """From the build thread: swap to the engine (or fall back) if `version` is still wanted."""
+        if self._stopped or self._wanted != version:
+            return
+        try:
+            self.activate(version, engine_ready=status.state == "ready")
+        except BundleError as exc:
+            log.error("after the engine build of %s: %s", status.artifact, exc)
+
+    def engine_status(self) -> EngineStatus | None:
+        """The TensorRT engine build in progress, or the last one (None: there was none)."""
+        return self.builder.status()
 
     def restart(self, name: str | None = None) -> list[str]:
         """Stop and start one pipeline (or all) with a fresh source; returns the names restarted."""
@@ -128,6 +195,8 @@ class Cameras:
         return labels[class_id] if 0 <= class_id < len(labels) else str(class_id)
 
     def stop(self) -> None:
+        self._stopped = True
+        self.builder.stop()
         with self._lock:
             for pipeline in self._pipelines.values():
                 pipeline.stop()

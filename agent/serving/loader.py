@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.bundles.archive import read_manifest
+from agent.bundles.engines import version_settings
 from agent.bundles.install import runtime_choices
 from agent.bundles.manifest import Manifest
 from agent.errors import BundleError, ErrorCode
@@ -17,6 +18,7 @@ from pipelines.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
 from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime
 from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
+from runtimes.tensorrt_backend import EngineNotReady
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +26,15 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Loaded:
     """An installed version loaded for serving: the detector, its manifest, and the runtime
-    choice that loaded it (runtime, artifact, device and why)."""
+    choice that loaded it (runtime, artifact, device and why). `pending` is set when a better
+    runtime, TensorRT, was passed over only because its engine is not built yet (or its last
+    build failed: `pending.failure`), with the artifact it would serve."""
 
     detector: Detector
     manifest: Manifest
     choice: Choice
+    pending: EngineNotReady | None = None
+    pending_artifact: Path | None = None
 
 
 def open_detector(
@@ -41,21 +47,28 @@ def open_detector(
     """Load an installed version for serving: the best runtime that loads it, with the decoder
     and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
     several. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
-    settings = settings or RuntimeSettings()
     _, manifest = read_manifest(folder)
+    settings = version_settings(settings or RuntimeSettings(), manifest)
     failures = []
+    pending: tuple[EngineNotReady, Path] | None = None
     for choice in runtime_choices(folder, manifest, board, preference):
         try:
             runtime = load_runtime(
                 choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
             )
+        except EngineNotReady as exc:
+            pending = pending or (exc, Path(choice.artifact.path))
+            failures.append(f"{choice.runtime}: {exc}")
+            continue
         except (RuntimeUnavailable, ModelLoadError) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         thresholds = manifest.thresholds
         detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
         log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
-        return Loaded(detector, manifest, choice)
+        if pending is None:
+            return Loaded(detector, manifest, choice)
+        return Loaded(detector, manifest, choice, pending[0], pending[1])
     raise BundleError(ErrorCode.NO_RUNTIME, f"no runtime could load {folder}: " + "; ".join(failures))
 
 

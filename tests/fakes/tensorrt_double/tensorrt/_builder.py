@@ -134,6 +134,9 @@ class Builder(_Strict):
                     if not self._calibrate(config.int8_calibrator, [t.name for t in inputs]):
                         return None
                     calibrated = True
+        if _double.build_gate is not None and not _double.build_gate.wait(60):
+            self._error("test double: build_gate was never opened")
+            return None
         monitor = config.progress_monitor
         steps = ["parse", "optimize", "tactics", "serialize"]
         if monitor is not None:

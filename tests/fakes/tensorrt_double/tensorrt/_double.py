@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,8 @@ class HostDeviceMemory(DeviceMemory, DeviceAccess):
     library = "host double"
 
     def __init__(self) -> None:
+        self._lock = threading.RLock()  # the build thread and inference threads share the "GPU"
+        self._streams = 0
         self._next = 0x7F00_0000_0000
         self._allocations: dict[int, _Allocation] = {}
         self._queues: dict[int, list[Callable[[], None]]] = {}
@@ -82,13 +85,16 @@ class HostDeviceMemory(DeviceMemory, DeviceAccess):
         return GpuInfo(GPU.name, GPU.compute_capability, GPU.total_memory_mb)
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
-        address, self._next = self._next, self._next + ((max(1, nbytes) + 255) // 256) * 256
-        self._allocations[address] = _Allocation(bytearray(max(1, nbytes)))
+        with self._lock:
+            address, self._next = self._next, self._next + ((max(1, nbytes) + 255) // 256) * 256
+            self._allocations[address] = _Allocation(bytearray(max(1, nbytes)))
         self.log.append(f"alloc {nbytes}")
         return DeviceBuffer(address, max(1, nbytes))
 
     def free(self, buffer: DeviceBuffer) -> None:
-        if self._allocations.pop(buffer.address, None) is None:
+        with self._lock:
+            found = self._allocations.pop(buffer.address, None)
+        if found is None:
             raise AssertionError(f"free of {buffer.address:#x}: not allocated (double free?)")
         self.log.append("free")
 
@@ -101,8 +107,10 @@ class HostDeviceMemory(DeviceMemory, DeviceAccess):
         self._pinned.remove(id(array))
 
     def stream(self) -> Stream:
-        handle = 1000 + len(self.log)
-        self._queues[handle] = []
+        with self._lock:
+            self._streams += 1
+            handle = 1000 + self._streams
+            self._queues[handle] = []
         self.log.append(f"stream {handle}")
         return Stream(handle, handle)
 
@@ -111,7 +119,9 @@ class HostDeviceMemory(DeviceMemory, DeviceAccess):
             raise AssertionError("stream destroyed with work still queued")
 
     def _find(self, address: int, nbytes: int) -> bytearray:
-        for base, allocation in self._allocations.items():
+        with self._lock:
+            allocations = list(self._allocations.items())
+        for base, allocation in allocations:
             if base <= address and address + nbytes <= base + len(allocation.data):
                 return allocation.data
         raise AssertionError(f"device access of {nbytes} bytes at {address:#x} outside every allocation")
@@ -161,6 +171,10 @@ class HostDeviceMemory(DeviceMemory, DeviceAccess):
 device: DeviceAccess | None = None
 #: what each build was asked for: flags, workspace limit, profile, calibration, timing cache
 builds: list[dict[str, Any]] = []
+#: set: builds wait for it before they finish (a real build takes minutes on a Jetson)
+build_gate: threading.Event | None = None
+#: added to every float output (an engine whose numbers are off: the parity check must catch it)
+output_offset = 0.0
 
 
 @dataclass
@@ -218,6 +232,7 @@ class Executor:
         if fp16:
             feed = {k: v.astype(np.float16).astype(v.dtype) if v.dtype == np.float32 else v for k, v in feed.items()}
         outputs = self.session.run(None, feed)
+        outputs = [o + np.asarray(output_offset, o.dtype) if o.dtype.kind == "f" else o for o in outputs]
         if fp16:
             outputs = [o.astype(np.float16).astype(o.dtype) if o.dtype == np.float32 else o for o in outputs]
         return outputs
