@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.bundles.manifest import ArtifactEntry, EngineTags, Manifest, TensorRTProfile
+from agent.bundles.manifest import ArtifactEntry, EngineTags, InputSpec, Manifest, TensorRTProfile
 from agent.errors import BundleError, ErrorCode
 from pipelines.preprocess import PreprocessConfig, preprocess
 from runtimes.engine_cache import EngineKey
@@ -91,14 +91,12 @@ def calibration_images(folder: Path, manifest: Manifest) -> list[Path]:
     return sorted(p for p in images.iterdir() if p.suffix.lower() in _IMAGES) if images.is_dir() else []
 
 
-def calibration_batches(folder: Path, manifest: Manifest) -> CalibrationBatches | None:
-    """INT8 calibration batches: each calibration image preprocessed as the manifest says
-    (size, colour order, resize, normalisation) into a (1, 3, H, W) float32 tensor, read one at a
-    time; None when the bundle ships no images."""
-    paths = calibration_images(folder, manifest)
-    if not paths:
+def calibration_batches(images: Sequence[Path], spec: InputSpec) -> CalibrationBatches | None:
+    """INT8 calibration batches: each image preprocessed as `spec` says (size, colour order,
+    resize, normalisation) into a (1, 3, H, W) float32 tensor, read one at a time when TensorRT
+    asks; None without images."""
+    if not images:
         return None
-    spec = manifest.input
     config = PreprocessConfig(
         size=spec.size, resize=spec.resize, pad_value=spec.pad_value, color=spec.color, mean=spec.mean, std=spec.std
     )
@@ -106,9 +104,14 @@ def calibration_batches(folder: Path, manifest: Manifest) -> CalibrationBatches 
     def batches() -> Iterator[npt.NDArray[Any]]:
         import cv2
 
-        for path in paths:
+        for path in images:
             image = cv2.imread(str(path), cv2.IMREAD_COLOR)
             if image is not None:
                 yield np.ascontiguousarray(preprocess(np.asarray(image), config)[0])
 
     return batches
+
+
+def bundle_calibration(folder: Path, manifest: Manifest) -> CalibrationBatches | None:
+    """The bundle's calibration images as calibration batches (None when it ships none)."""
+    return calibration_batches(calibration_images(folder, manifest), manifest.input)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from agent.bundles.engines import calibration_batches, prebuilt_engines, tensorrt_config
+from agent.bundles.engines import bundle_calibration, prebuilt_engines, tensorrt_config
 from agent.bundles.manifest import Manifest
 from agent.errors import ErrorCode
 from runtimes.base import BackendError
@@ -127,7 +127,7 @@ class EngineBuilder:
                 job.artifact,
                 config,
                 sha256=sha256,
-                calibration=calibration_batches(job.version, manifest),
+                calibration=bundle_calibration(job.version, manifest),
                 prebuilt=prebuilt_engines(job.version, manifest),
                 on_progress=lambda progress: self._progress(job, progress),
                 cancel=job.cancel,
