@@ -48,8 +48,9 @@ from runtimes.tensorrt_build import Profile, make_logger, require_tensorrt, shap
 log = logging.getLogger(__name__)
 
 KEY = "tensorrt"
-#: byte patterns of ONNX operators that make a model explicitly quantized (its engine is INT8)
-_QDQ_OPS = (b"QuantizeLinear", b"DequantizeLinear")
+#: the ONNX operator that makes a model explicitly quantized, Q/DQ (its engine is INT8); ONNX
+#: Runtime's dynamic quantization (DynamicQuantizeLinear + ConvInteger) has none, and no importer
+_QDQ_OP = b"DequantizeLinear"
 
 
 class ProfileSettings(BaseModel):
@@ -133,8 +134,7 @@ def sha256_of(path: Path) -> str:
 def engine_precision(onnx_path: Path, requested: Precision) -> Precision:
     """The precision an engine of `onnx_path` is built in: int8 for an explicitly quantized (Q/DQ)
     model, else `requested`."""
-    data = onnx_path.read_bytes()
-    return "int8" if any(op in data for op in _QDQ_OPS) else requested
+    return "int8" if _QDQ_OP in onnx_path.read_bytes() else requested
 
 
 def engine_key(

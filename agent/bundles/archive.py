@@ -294,7 +294,9 @@ def _precision(path: Path, runtime: Any) -> Precision:
     return "fp16" if any(spec.dtype == np.float16 for spec in runtime.inputs) else "fp32"
 
 
-def _reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
+def reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
+    """The frame a bundle's reference inputs are made from: its first readable calibration image,
+    else the synthetic scene's first frame (seed 0)."""
     import cv2
 
     for path in calibration:
@@ -335,7 +337,7 @@ def build_bundle(
         raise BundleError(ErrorCode.NO_MODEL, "a bundle needs at least one model")
     entries: list[ArtifactEntry] = []
     reference: dict[str, npt.NDArray[Any]] = {}
-    frame = _reference_frame(calibration)
+    frame = reference_frame(calibration)
     first: Detector | None = None
     for path in models:
         if path.suffix not in (".onnx", ".tflite"):

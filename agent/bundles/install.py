@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -40,7 +39,8 @@ from agent.bundles.signing import load_public_key
 from agent.bundles.store import Deployment, State, Store, fsync_tree
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
-from runtimes.base import Runtime, TensorSpec, dequantize
+from pipelines.parity import parity_fraction
+from runtimes.base import Runtime
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Preference
 
@@ -62,13 +62,17 @@ def checkpoint(step: str) -> None:
 @dataclass(frozen=True)
 class InstallPolicy:
     """What this device accepts (signers, unsigned bundles, unpack limits) and how it runs what
-    it accepts (runtime preference and each backend's settings)."""
+    it accepts (runtime preference, each backend's settings, autotune at activation with its
+    frames per configuration and latency limit)."""
 
     trusted: Sequence[Ed25519PublicKey] = ()
     allow_unsigned: bool = False
     limits: Limits = field(default_factory=Limits)
     preference: Preference = "auto"
     runtimes: RuntimeSettings = field(default_factory=RuntimeSettings)
+    autotune: bool = False  # measure the ways to run a version at activation and serve the fastest
+    autotune_frames: int = 30
+    max_latency_ms: float | None = None
 
     @classmethod
     def from_config(cls, config: AgentConfig) -> InstallPolicy:
@@ -80,6 +84,9 @@ class InstallPolicy:
             limits=Limits(limits.max_files, limits.max_bytes),
             preference=config.runtime,
             runtimes=config.runtime_settings(),
+            autotune=config.deployments.autotune,
+            autotune_frames=config.deployments.autotune_frames,
+            max_latency_ms=config.deployments.max_latency_ms,
         )
 
 
@@ -90,24 +97,6 @@ class Activation:
     device: str
     reason: str
     parity: float  # fraction of output values within tolerance
-
-
-def parity_fraction(
-    outputs: Sequence[npt.NDArray[Any]],
-    expected: Sequence[npt.NDArray[Any]],
-    specs: Sequence[TensorSpec],
-    atol: float,
-    rtol: float,
-) -> float:
-    """Fraction of output values within ``atol + rtol * |expected|``, compared dequantized."""
-    within = total = 0
-    for got, want, spec in zip(outputs, expected, specs, strict=True):
-        if got.shape != want.shape:
-            return 0.0
-        a, b = dequantize(got, spec), dequantize(want, spec)
-        within += int(np.count_nonzero(np.abs(a - b) <= atol + rtol * np.abs(b)))
-        total += b.size
-    return within / total if total else 1.0
 
 
 def check_parity(runtime: Runtime, name: str, manifest: Manifest, reference: Mapping[str, npt.NDArray[Any]]) -> float:
@@ -182,6 +171,26 @@ def activate(
             fraction = check_parity(runtime, name, manifest, reference)
             return Activation(choice.runtime, name, choice.device, choice.reason, fraction)
     raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the bundle here: " + "; ".join(failures))
+
+
+def _autotune(verified: Verified, board: Board, policy: InstallPolicy, store: Store, deployment: Deployment) -> None:
+    """Measure how this version runs best here (`agent.bundles.tuning`); keep the choice for the
+    cameras and the choice with every measured row in the deployment record. Never fails the
+    activation: without a qualifying configuration the runtime policy decides, as without autotune."""
+    from agent.bundles.tuning import autotune
+
+    tuning, rows = autotune(
+        verified.folder,
+        verified.manifest,
+        verified.reference,
+        board,
+        version_settings(policy.runtimes, verified.manifest),
+        policy.autotune_frames,
+        policy.max_latency_ms,
+    )
+    if tuning is not None:
+        store.save_tuning(deployment.sha256, tuning.to_json())
+    deployment.tuning = {"choice": tuning.to_json() if tuning else None, "rows": [row.to_json() for row in rows]}
 
 
 def _file_error(exc: OSError, what: str) -> BundleError:
@@ -296,6 +305,8 @@ def install(
         activation.reason,
         activation.parity * 100,
     )
+    if policy.autotune:
+        _autotune(verified, board, policy, store, deployment)
     store.switch(sha)
     checkpoint("switched")
     step(State.SUCCEEDED)

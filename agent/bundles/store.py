@@ -96,6 +96,7 @@ class Deployment:
     previous_before: str | None = None  # `previous` when it started
     attempt: int = 1  # the daemon retries a deployment once after a crash while verifying or installing
     history: list[tuple[State, float]] = field(default_factory=list)
+    tuning: dict[str, Any] | None = None  # autotune at activation: the choice and the measured rows
 
     def to(self, state: State, error: BundleError | None = None) -> None:
         """Enter `state` (recorded in the history); `error` becomes the record's code and message."""
@@ -215,11 +216,32 @@ class Store:
         except (OSError, ValueError, TypeError):
             return None
 
+    # -- tuning (autotune's choice per version) -------------------------------------------
+
+    def _tuning_path(self, sha: str) -> Path:
+        return self.root / "tuning" / f"{sha}.json"
+
+    def save_tuning(self, sha: str, document: dict[str, Any]) -> None:
+        """Keep what autotune chose for version `sha` (the cameras serve it that way)."""
+        self._tuning_path(sha).parent.mkdir(exist_ok=True)
+        atomic_write(self._tuning_path(sha), json.dumps(document, indent=2).encode())
+
+    def tuning(self, sha: str | None) -> dict[str, Any] | None:
+        """Autotune's choice for version `sha`, or None (not tuned, or unreadable)."""
+        if sha is None:
+            return None
+        try:
+            document = json.loads(self._tuning_path(sha).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return document if isinstance(document, dict) else None
+
     # -- housekeeping --------------------------------------------------------------------
 
     def remove_version(self, sha: str) -> None:
         if sha not in (self.current_sha(), self.previous_sha()):
             shutil.rmtree(self.versions / sha, ignore_errors=True)
+            self._tuning_path(sha).unlink(missing_ok=True)
 
     def gc(self) -> list[str]:
         """Keep `keep` versions: current and previous always, then the newest others."""
@@ -236,6 +258,7 @@ class Store:
         removed = []
         for folder in others[max(0, self.keep - len(protected)) :]:
             shutil.rmtree(folder, ignore_errors=True)
+            self._tuning_path(folder.name).unlink(missing_ok=True)
             removed.append(folder.name)
         return removed
 

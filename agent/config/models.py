@@ -152,13 +152,19 @@ class PipelineSection(_Section):
     height: int | None = Field(default=None, ge=1, description="Camera capture height.")
     fps: float | None = Field(default=None, gt=0, description="Camera frame rate (synthetic: 15 by default).")
     max_fps: float | None = Field(default=None, gt=0, description="Most frames per second inferred.")
-    workers: int = Field(
-        default=1,
-        ge=1,
-        le=8,
-        description="Frames in flight at once on this camera's model: more throughput, each frame slower "
-        "(ONNX Runtime; on a runtime that serves one call at a time the camera uses 1).",
+    workers: int | Literal["auto"] = Field(
+        default="auto",
+        description="Frames in flight at once on this camera's model (1-8): more throughput, each frame slower "
+        "(ONNX Runtime; on a runtime that serves one call at a time the camera uses 1). auto: what autotune "
+        "chose at activation, else 1.",
     )
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 8:
+            raise ValueError(f"workers must be 1..8 or auto, got {value}")
+        return value
 
     @field_validator("source")
     @classmethod
@@ -177,6 +183,23 @@ class DeploymentSection(_Section):
     window: int = Field(default=16, ge=1, le=1024, description="Chunks requested at a time.")
     stall_timeout_s: float = Field(default=60.0, gt=0, description="Re-request chunks after this long without one.")
     http_timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one HTTP request (url sources).")
+    autotune: bool = Field(
+        default=True,
+        description="At activation, measure each way to run the version here (runtime, provider or delegate, "
+        "artifact, threads, workers) and serve the fastest within the bundle's parity tolerance.",
+    )
+    autotune_frames: int = Field(default=30, ge=5, le=1000, description="Frames timed per configuration by autotune.")
+    max_latency_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="Autotune serves only configurations whose p95 latency per frame is within this.",
+    )
+    report: bool = Field(
+        default=False,
+        description="After each activation, run the optimisation matrix (edge-agent bench --matrix) and publish "
+        "it retained on <device>/report.",
+    )
+    report_frames: int = Field(default=100, ge=5, le=10000, description="Frames timed per row of that report.")
 
 
 class TelemetrySection(_Section):

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.bundles.install import InstallPolicy, rollback
-from agent.bundles.store import Deployment, Store
+from agent.bundles.store import Deployment, State, Store
+from agent.bundles.tuning import Tuning
 from agent.config.loading import load_config
 from agent.config.models import AgentConfig
 from agent.daemon.deployer import Deployer, deployment_status
@@ -188,7 +189,8 @@ class Agent:
         if sha is None or not self.config.pipelines:
             return
         try:
-            self.cameras.activate(self.store.versions / sha)
+            tuned = self.store.tuning(sha)
+            self.cameras.activate(self.store.versions / sha, Tuning.from_json(tuned) if tuned else None)
             self._serving_error = None
         except BundleError as exc:
             self._serving_error = str(exc)
@@ -197,6 +199,23 @@ class Agent:
     def _on_deployed(self, deployment: Deployment) -> None:
         self._serve_current()
         self._publish_status()
+        if self.config.deployments.report and deployment.state == State.SUCCEEDED:
+            self._spawn(lambda: self._publish_report(deployment.sha256), "report")
+
+    def _publish_report(self, sha: str) -> None:
+        """The optimisation report of version `sha`, retained on ``<device>/report`` (thread ``report``)."""
+        from agent.daemon.report import report_document
+
+        try:
+            settings = self.config.runtime_settings()
+            frames = self.config.deployments.report_frames
+            document = report_document(self.store, sha, self.device, self.board, settings, frames)
+        except (BundleError, OSError) as exc:
+            log.error("optimisation report of %s: %s", sha[:12], exc)
+            return
+        if self.link is not None and not self._components_stop.is_set():
+            self.link.publish_state(self.topics.report(self.device), json_payload(document))
+            log.info("published the optimisation report of %s (%d rows)", sha[:12], len(document["rows"]))
 
     def _labels(self) -> list[str]:
         manifest = self.cameras.manifest

@@ -25,6 +25,7 @@ from typing import Any
 from agent.bundles.archive import read_reference
 from agent.bundles.install import check_parity
 from agent.bundles.manifest import Manifest
+from agent.bundles.tuning import Tuning
 from agent.config.models import PipelineSection
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
@@ -51,17 +52,25 @@ def source_for(section: PipelineSection) -> FrameSource:
     return open_source(section.source, loop=section.loop, **camera)
 
 
-def _workers(section: PipelineSection, detector: Detector) -> int:
-    """The configured workers, or 1 on a runtime that serves one call at a time."""
-    if section.workers > 1 and not detector.runtime.concurrent:
+def wanted_workers(section: PipelineSection, tuning: Tuning | None) -> int:
+    """The configured workers; for ``auto`` what autotune chose for the version, else 1."""
+    if section.workers != "auto":
+        return section.workers
+    return tuning.workers if tuning is not None else 1
+
+
+def _workers(section: PipelineSection, detector: Detector, tuning: Tuning | None) -> int:
+    """The workers wanted, or 1 on a runtime that serves one call at a time."""
+    workers = wanted_workers(section, tuning)
+    if workers > 1 and not detector.runtime.concurrent:
         log.warning(
             "pipeline %s: %s serves one frame at a time; running 1 worker instead of %d",
             section.name,
             detector.runtime.name,
-            section.workers,
+            workers,
         )
         return 1
-    return section.workers
+    return workers
 
 
 class Cameras:
@@ -84,10 +93,11 @@ class Cameras:
         self.manifest: Manifest | None = None
         self.choice: Choice | None = None  # the runtime serving the first camera, and why
         self._wanted: Path | None = None  # the version asked for last (it may wait for its engine)
+        self._tuning: Tuning | None = None  # autotune's choice for that version
         self._stopped = False
         self.builder = EngineBuilder(self._engine_done)
 
-    def activate(self, version: Path, engine_ready: bool = False) -> None:
+    def activate(self, version: Path, tuning: Tuning | None = None, engine_ready: bool = False) -> None:
         """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`.
 
         When TensorRT would serve it but its engine is not built yet, the build starts in the
@@ -95,6 +105,8 @@ class Cameras:
         serves the new version); when the engine is ready (`engine_ready`, from the builder) its
         parity is checked and the cameras swap to it, or stay on ONNX Runtime saying why."""
         with self._lock:
+            if version != self._wanted or tuning is not None:
+                self._tuning = tuning
             self._wanted, self._stopped = version, False
             loaded = self._load(version)
             if engine_ready and loaded and loaded[0].choice.runtime == "tensorrt":
@@ -110,7 +122,7 @@ class Cameras:
             if loaded:
                 self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
             for section, model in zip(self.sections, loaded, strict=True):
-                workers = _workers(section, model.detector)
+                workers = _workers(section, model.detector, self._tuning)
                 running = self._pipelines.get(section.name)
                 if running is not None and running.workers == workers:
                     running.swap_detector(model.detector)
@@ -122,7 +134,12 @@ class Cameras:
             self.version = version
 
     def _load(self, version: Path) -> list[Loaded]:
-        return [open_detector(version, self.board, self.preference, s.workers, self.settings) for s in self.sections]
+        return [
+            open_detector(
+                version, self.board, self.preference, wanted_workers(s, self._tuning), self.settings, self._tuning
+            )
+            for s in self.sections
+        ]
 
     def _request_engine(self, version: Path, loaded: Loaded) -> None:
         artifact = loaded.pending_artifact
@@ -154,7 +171,7 @@ class Cameras:
         if self._stopped or self._wanted != version:
             return
         try:
-            self.activate(version, engine_ready=status.state == "ready")
+            self.activate(version, self._tuning, engine_ready=status.state == "ready")
         except BundleError as exc:
             log.error("after the engine build of %s: %s", status.artifact, exc)
 

@@ -12,10 +12,12 @@ from agent.bundles.archive import read_manifest
 from agent.bundles.engines import version_settings
 from agent.bundles.install import runtime_choices
 from agent.bundles.manifest import Manifest
+from agent.bundles.tuning import Tuning
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board, probe
 from pipelines.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
+from runtimes.ort_backend import PROVIDERS
 from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime
 from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
 from runtimes.tensorrt_backend import EngineNotReady
@@ -37,21 +39,49 @@ class Loaded:
     pending_artifact: Path | None = None
 
 
+def _tuned(
+    choices: list[Choice], settings: RuntimeSettings, tuning: Tuning, folder: Path, manifest: Manifest, workers: int
+) -> tuple[list[Choice], RuntimeSettings]:
+    """Autotune's choice first (after TensorRT when the policy ranks it first: an engine, once
+    built, beats every CPU configuration), with its provider or delegate and, when the camera
+    runs as many workers as were tuned, its threads per call."""
+    entry = next((a for a in manifest.artifacts if a.path == tuning.artifact), None)
+    if entry is None or tuning.runtime not in ("onnxruntime", "litert"):
+        return choices, settings
+    artifact = Artifact(str(folder / entry.path), entry.format, entry.precision)
+    tuned = Choice(tuning.runtime, artifact, tuning.provider, f"autotune: {tuning.reason}")
+    rest = [c for c in choices if (c.runtime, c.artifact.path) != (tuned.runtime, artifact.path)]
+    first = 1 if rest and rest[0].runtime == "tensorrt" else 0
+    threads = tuning.threads if workers == tuning.workers else None
+    if tuning.runtime == "onnxruntime":
+        key = next((k for k, name in PROVIDERS.items() if name == tuning.provider), "cpu")
+        ort = settings.onnxruntime.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
+        settings = settings.model_copy(update={"onnxruntime": ort})
+    elif threads:
+        settings = settings.model_copy(update={"litert": settings.litert.model_copy(update={"num_threads": threads})})
+    return [*rest[:first], tuned, *rest[first:]], settings
+
+
 def open_detector(
     folder: Path,
     board: Board,
     preference: Preference = "auto",
     workers: int = 1,
     settings: RuntimeSettings | None = None,
+    tuning: Tuning | None = None,
 ) -> Loaded:
-    """Load an installed version for serving: the best runtime that loads it, with the decoder
+    """Load an installed version for serving: the best runtime that loads it (autotune's choice
+    when `tuning` is given and the configuration leaves the runtime to auto), with the decoder
     and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
     several. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
     _, manifest = read_manifest(folder)
     settings = version_settings(settings or RuntimeSettings(), manifest)
     failures = []
     pending: tuple[EngineNotReady, Path] | None = None
-    for choice in runtime_choices(folder, manifest, board, preference):
+    choices = runtime_choices(folder, manifest, board, preference)
+    if tuning is not None and preference == "auto":
+        choices, settings = _tuned(choices, settings, tuning, folder, manifest, workers)
+    for choice in choices:
         try:
             runtime = load_runtime(
                 choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
