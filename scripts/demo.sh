@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: set up .venv, show what the probe finds, run the project's demo detector with ONNX
-# Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle, then the
-# fleet: a local mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT.
+# Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle and measure
+# its optimisation matrix, then the fleet: a local mosquitto, the agent on a synthetic camera
+# (autotune at activation), the bundle pushed over MQTT.
 # The broker and the agent keep running for you to look at; `scripts/demo.sh stop` ends them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,8 @@ echo; echo "== a signed demo bundle"
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
 .venv/bin/edge-agent bundle inspect "$out/demo-1.0.0.bundle"
+echo; echo "== the optimisation report: every runtime x artifact this machine can run (TensorRT rows say why not)"
+.venv/bin/edge-agent bench "$out/demo-1.0.0.bundle" --matrix --frames 50
 
 echo; echo "== the fleet: mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT"
 port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
