@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import BundleError, ErrorCode
+from runtimes.base import atomic_write, fsync_dir
 
 
 class State(str, Enum):
@@ -49,25 +50,6 @@ class State(str, Enum):
 FINAL_STATES = frozenset({State.SUCCEEDED, State.REJECTED, State.ROLLED_BACK})
 #: a deployment in one of these touched no version: the daemon resumes it after a restart
 RESUMABLE_STATES = frozenset({State.QUEUED, State.DOWNLOADING})
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers see the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_tree(folder: Path) -> None:
