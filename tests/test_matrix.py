@@ -214,3 +214,14 @@ def test_the_daemon_publishes_its_report_and_the_tuning(
         agent.stop()
         watcher.close()
         broker.stop()
+
+
+def test_bench_workers_auto_takes_the_faster_measured_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--frames", "10", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    measured = report["workers_auto_fps"]
+    assert set(measured) == {str(w) for w, _ in worker_variants(os.cpu_count() or 1)}
+    assert report["workers"] == int(max(measured, key=measured.__getitem__))
+    assert main(["bench", str(DEMO_MODELS / "demo_detector_int8.tflite"), "--frames", "10", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["workers"] == 1 and "workers_auto_fps" not in report, "LiteRT serves one call at a time"

@@ -63,6 +63,8 @@ def _workers(section: PipelineSection, detector: Detector, tuning: Tuning | None
     """The workers wanted, or 1 on a runtime that serves one call at a time."""
     workers = wanted_workers(section, tuning)
     if workers > 1 and not detector.runtime.concurrent:
+        if section.workers == "auto":  # tuned for another runtime (e.g. before a TensorRT engine swapped in)
+            return 1
         log.warning(
             "pipeline %s: %s serves one frame at a time; running 1 worker instead of %d",
             section.name,
