@@ -225,3 +225,13 @@ def test_bench_workers_auto_takes_the_faster_measured_variant(capsys: pytest.Cap
     assert main(["bench", str(DEMO_MODELS / "demo_detector_int8.tflite"), "--frames", "10", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["workers"] == 1 and "workers_auto_fps" not in report, "LiteRT serves one call at a time"
+
+
+def test_an_isolated_row_reports_its_own_peak_memory(unpacked) -> None:
+    """ru_maxrss survives exec on Linux: a spawned process would report its parent's memory."""
+    folder, manifest = unpacked.folder, unpacked.manifest
+    reference = reference_of(folder, manifest, unpacked.reference)
+    candidate = next(c for c in candidates(folder, manifest, probe(), RuntimeSettings()) if c.runtime == "litert")
+    ballast = np.ones(600 << 20, np.uint8)  # 600 MB resident here while the row's process starts
+    row = measure_isolated(candidate, reference, 5)
+    assert ballast[-1] == 1 and row.rss_mb is not None and row.rss_mb < 400, row.rss_mb
