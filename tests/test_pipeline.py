@@ -163,11 +163,17 @@ def detector():
 pipeline = Pipeline("cam", SyntheticSource(fps=30), detector(), workers=2).start()
 rss = []
 for swap in range(1, 21):
+    old = pipeline.detector
     pipeline.swap_detector(detector())
     while pipeline.swaps < swap:
         time.sleep(0.01)
-    time.sleep(0.2)  # the frames in flight on the old model finish
-    rss.append(psutil.Process().memory_info().rss / 2**20)
+    while old.runtime._session is not None:  # retired once the frames in flight on it finish
+        time.sleep(0.01)
+    samples = []
+    for _ in range(10):  # what stays resident: two frames in flight add their activations for a moment
+        samples.append(psutil.Process().memory_info().rss / 2**20)
+        time.sleep(0.02)
+    rss.append(min(samples))
 pipeline.stop()
 print(json.dumps(rss))
 """
