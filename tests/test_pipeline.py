@@ -169,11 +169,11 @@ for swap in range(1, 21):
         time.sleep(0.01)
     while old.runtime._session is not None:  # retired once the frames in flight on it finish
         time.sleep(0.01)
-    samples = []
-    for _ in range(10):  # what stays resident: two frames in flight add their activations for a moment
-        samples.append(psutil.Process().memory_info().rss / 2**20)
-        time.sleep(0.02)
-    rss.append(min(samples))
+    pipeline.pause()  # measure what stays resident, not the activations of frames in flight
+    while pipeline._in_flight:
+        time.sleep(0.01)
+    rss.append(psutil.Process().memory_info().rss / 2**20)
+    pipeline.resume()
 pipeline.stop()
 print(json.dumps(rss))
 """
