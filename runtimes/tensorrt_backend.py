@@ -345,9 +345,9 @@ def open_engine(
     memory = memory or open_device_memory()
     key = engine_key(model_path, config, memory.info(), version, sha256)
     cache = engine_cache(config)
-    record = cache.lookup(key)
+    failure = cache.failure(key)  # a failed build, or an engine that failed its parity check: not served
+    record = cache.lookup(key) if failure is None else None
     if record is None:
-        failure = cache.failure(key)
         why = f"its last build failed: {failure}" if failure else "it has not been built yet"
         memory.close()
         raise EngineNotReady(f"no TensorRT engine for {model_path.name} ({key.describe()}): {why}", key, failure)

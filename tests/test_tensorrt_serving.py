@@ -19,6 +19,7 @@ from agent.daemon.agent import Agent
 from agent.daemon.telemetry import status_document
 from agent.hardware.probe import Board, probe
 from agent.serving.cameras import Cameras
+from runtimes.tensorrt_backend import EngineNotReady, open_engine
 from tests.conftest import DEMO_MODELS, FAKES
 from tests.mqtt_tools import wait_until
 from tests.trt_double import TrtDouble, trt_double
@@ -163,6 +164,12 @@ def test_an_engine_failing_parity_is_not_served(
         status = cameras.engine_status()
         assert status is not None and status.error_code == "PARITY_FAILED"
         assert "fails the bundle's parity check" in (status.message or "")
-        assert cameras.get("cam").stats().runtime == "onnxruntime"
+        camera = cameras.get("cam")
+        wait_until(lambda: camera.swaps == 1, 30, "the version loaded again without the engine")
+        before = camera.frames
+        wait_until(lambda: camera.frames > before + 5, 30, "frames after it")
+        assert camera.stats().runtime == "onnxruntime" and camera.swaps == 1
+        with pytest.raises(EngineNotReady, match="its last build failed: the new TensorRT engine fails"):
+            open_engine(DEMO_MODELS / "demo_detector.onnx", config.runtime_settings().tensorrt)
     finally:
         cameras.stop()

@@ -162,7 +162,9 @@ class Cameras:
             message = f"the new TensorRT engine fails the bundle's parity check: {exc.message}"
             log.error("%s; ONNX Runtime serves instead", message)
             if isinstance(runtime, TensorRTBackend):
-                engine_cache(self.settings.tensorrt).record_failure(runtime.record.key, message)
+                cache = engine_cache(self.settings.tensorrt)
+                cache.record_failure(runtime.record.key, message)
+                cache.discard(runtime.record.key)
             self.builder.fail(ErrorCode.PARITY_FAILED, message)
             for model in loaded:
                 model.detector.runtime.close()
