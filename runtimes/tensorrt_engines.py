@@ -4,9 +4,9 @@
 In order: an engine cached for exactly this key is kept; else a prebuilt engine the bundle
 carries is used when its tags (GPU, compute capability, TensorRT version, precision, profile,
 ONNX sha256) equal this device's key exactly; else the engine is built (`runtimes.tensorrt_build`)
-with the cache's timing and calibration caches. A failed build is recorded in the cache with its
-reason (the daemon does not retry it until the key changes, e.g. a new TensorRT version);
-`force` builds again regardless.
+with the cache's timing and calibration caches. A failed build (or an engine that failed its
+parity check) is recorded in the cache with its reason and not built again until the key
+changes (e.g. a new TensorRT version) or `force` asks for it.
 
 Runs in the caller's thread (seconds to minutes); progress and cancellation as in
 `build_engine`.
@@ -93,6 +93,8 @@ def prepare_engine(
     try:
         key = engine_key(onnx_path, config, memory.info(), version, sha256)
         cache = engine_cache(config)
+        if not force and (failure := cache.failure(key)) is not None:
+            raise EngineBuildError(f"the last build of this engine failed ({failure}); --force builds it again")
         if not force and (record := cache.lookup(key)) is not None:
             return Prepared(key, record, cache.engine_path(key), "cache")
         for candidate in prebuilt:

@@ -269,5 +269,9 @@ def test_a_failed_build_is_recorded_and_not_retried_unless_forced(trt_double: Tr
         open_engine(FIXED, settings)
     assert caught.value.failure is not None
     trt_double.internals.UNSUPPORTED_OPS.discard("Conv")
+    builds = len(trt_double.internals.builds)
+    with pytest.raises(EngineBuildError, match=r"the last build of this engine failed .*--force builds it again"):
+        prepare_engine(FIXED, settings)
+    assert len(trt_double.internals.builds) == builds
     assert prepare_engine(FIXED, settings, force=True).how == "built"
     assert EngineCache(settings.engine_cache_dir).failure(caught.value.key) is None
