@@ -148,6 +148,7 @@ def agent_config(
         "allow_unsigned": trust_key is None,
         "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
         "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
+        "deployments": {"autotune": False},  # the fleet tests time transfers; test_matrix.py tests autotune
         "telemetry": {"interval_s": 0.5},
         "events": {"min_interval_s": 1.0},
     }

@@ -198,7 +198,7 @@ def test_the_daemon_publishes_its_report_and_the_tuning(
 ) -> None:
     broker = Broker(tmp_path / "broker").start()
     watcher = Watcher(broker, ["edge/#"])
-    deployments = {"report": True, "report_frames": 5, "autotune_frames": 5}
+    deployments = {"autotune": True, "report": True, "report_frames": 5, "autotune_frames": 5}
     agent = AgentProcess(agent_config(tmp_path, broker, "dev1", None, deployments=deployments)).start()
     try:
         watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "online", 60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -187,7 +188,10 @@ def test_swapped_out_sessions_give_their_memory_back(tmp_path: Path, heavy_model
     )
     assert run.returncode == 0, run.stderr[-2000:]
     rss = json.loads(run.stdout)
-    assert rss[19] <= rss[1] * 1.10, f"RSS after 2 swaps {rss[1]:.0f} MB, after 20 {rss[19]:.0f} MB: {rss}"
+    # each sample wanders by about 10 % (the new session's arenas grow with how many frames it ran at once);
+    # without returning memory the median of the last five stood 41-55 % above the first, with it 2-11 %
+    late = statistics.median(rss[-5:])
+    assert late <= rss[0] * 1.25, f"RSS after the first swap {rss[0]:.0f} MB, after swaps 16-20 {late:.0f} MB: {rss}"
 
 
 def test_hot_swap_of_a_live_camera_drops_at_most_one_frame() -> None:
