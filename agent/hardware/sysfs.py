@@ -4,10 +4,12 @@ Every reader of the hardware (the board probe, the sensors) takes a `SysFS` inst
 paths itself, so a whole board can be a folder: tests point it at ``tests/fakes/<board>/``
 (gpiozero's ``sensor_file=`` idea, for a whole tree). Reads never raise: a file that is
 missing, unreadable or garbled reads as None, because on a device a sensor may come and go.
+`write_text` (a fan's duty) is the one write, and it does raise.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 
@@ -36,6 +38,21 @@ class SysFS:
             return int(text) if text is not None else None
         except ValueError:
             return None
+
+    def read_number(self, relative: str) -> float | None:
+        """The file as one finite number (``45000``, ``-1.5``); None when it is missing, empty or
+        not a number (``N/A``, ``nan``)."""
+        text = self.read_text(relative)
+        try:
+            value = float(text) if text else None
+        except ValueError:
+            return None
+        return value if value is not None and math.isfinite(value) else None
+
+    def write_text(self, relative: str, text: str) -> None:
+        """Write `text` to the file (a sysfs control such as a fan's ``pwm1``); raises `OSError`
+        naming the path when it cannot be written. The only write the agent does under the root."""
+        self.path(relative).write_text(text)
 
     def glob(self, pattern: str) -> list[str]:
         """Relative paths matching `pattern` (``"sys/class/thermal/thermal_zone*"``), sorted."""
