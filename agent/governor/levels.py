@@ -33,16 +33,10 @@ class BatteryLevel(str, Enum):
         return self.value
 
 
-#: how severe each level is, to name the one that governs (a battery CRITICAL stops everything)
-SEVERITY: dict[ThermalLevel | BatteryLevel, int] = {
-    ThermalLevel.NORMAL: 0,
-    BatteryLevel.OK: 0,
-    ThermalLevel.WARM: 1,
-    BatteryLevel.LOW: 2,
-    ThermalLevel.HOT: 3,
-    ThermalLevel.CRITICAL: 4,
-    BatteryLevel.CRITICAL: 5,
-}
+#: how severe each level is, to name the one that governs (a battery CRITICAL stops everything).
+#: Two tables: the enums are strings, so thermal and battery CRITICAL are equal as dict keys.
+THERMAL_SEVERITY = {ThermalLevel.NORMAL: 0, ThermalLevel.WARM: 1, ThermalLevel.HOT: 3, ThermalLevel.CRITICAL: 4}
+BATTERY_SEVERITY = {BatteryLevel.OK: 0, BatteryLevel.LOW: 2, BatteryLevel.CRITICAL: 5}
 
 ThresholdSource = Literal["config", "trip points", "default"]
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from agent.config.models import GovernorSection, LevelActions, ThermalGovernorSection
 from agent.governor.levels import (
-    SEVERITY,
+    BATTERY_SEVERITY,
+    THERMAL_SEVERITY,
     Actions,
     BatteryLevel,
     Decision,
@@ -59,6 +60,8 @@ def resolve_thresholds(section: ThermalGovernorSection, readings: SensorReadings
     crit, crit_source = _pick(section.critical_c, from_trip, DEFAULTS_C[2])
     warm_from_hot = hot - WARM_BELOW_HOT_C
     warm, warm_source = _pick(section.warm_c, warm_from_hot if hot_source == "trip points" else None, warm_from_hot)
+    if hot_source != "config" and hot <= warm:
+        hot = warm + TRIP_MARGIN_C
     if crit_source != "config" and crit <= hot:
         crit = hot + CRITICAL_ABOVE_HOT_C
     if hot_source != "config" and hot >= crit:
@@ -125,18 +128,23 @@ def _battery(
     return target, now, f"battery {percent:.0f} % rose above {limit + hyst:.0f} %: {target}"
 
 
-def _level_actions(section: GovernorSection, level: ThermalLevel | BatteryLevel) -> LevelActions | None:
+def _thermal_actions(section: GovernorSection, level: ThermalLevel) -> LevelActions:
     actions = section.actions
-    table: dict[ThermalLevel | BatteryLevel, LevelActions | None] = {
+    return {
         ThermalLevel.NORMAL: actions.normal,
         ThermalLevel.WARM: actions.warm,
         ThermalLevel.HOT: actions.hot,
         ThermalLevel.CRITICAL: actions.critical,
+    }[level]
+
+
+def _battery_actions(section: GovernorSection, level: BatteryLevel) -> LevelActions | None:
+    actions = section.actions
+    return {
         BatteryLevel.OK: None,
         BatteryLevel.LOW: actions.battery_low,
         BatteryLevel.CRITICAL: actions.battery_critical,
-    }
-    return table[level]
+    }[level]
 
 
 def merge_actions(*levels: LevelActions | None) -> Actions:
@@ -172,7 +180,7 @@ def decide(section: GovernorSection, previous: Decision | None, readings: Sensor
         thermal, t_since, t_reason = _thermal(thermal0, t_since0, temp_c, thresholds, dwell, now)
     percent = readings.battery.percent if readings.battery is not None else None
     battery, b_since, b_reason = _battery(section, battery0, b_since0, percent, now)
-    battery_governs = SEVERITY[battery] > SEVERITY[thermal]
+    battery_governs = BATTERY_SEVERITY[battery] > THERMAL_SEVERITY[thermal]
     level = battery if battery_governs else thermal
     reason = b_reason if battery_governs else t_reason
     if battery_governs and thermal != ThermalLevel.NORMAL:
@@ -187,7 +195,7 @@ def decide(section: GovernorSection, previous: Decision | None, readings: Sensor
         since=b_since if battery_governs else t_since,
         thermal_since=t_since,
         battery_since=b_since,
-        actions=merge_actions(_level_actions(section, thermal), _level_actions(section, battery)),
+        actions=merge_actions(_thermal_actions(section, thermal), _battery_actions(section, battery)),
         thresholds=thresholds,
         changed=thermal != thermal0 or battery != battery0,
         temp_c=temp_c,
