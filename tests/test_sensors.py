@@ -18,7 +18,7 @@ from agent.hardware.battery import Ina219Ups, read_power_supply_battery
 from agent.hardware.jetson import JtopSource
 from agent.hardware.nvidia import NvmlGpu
 from agent.hardware.raspberry import Vcgencmd, parse_pmic, parse_throttled, run_command
-from agent.hardware.readings import Battery, Rail, SensorReadings, ThermalZone, Throttled, TripPoint
+from agent.hardware.readings import Battery, Fan, Rail, SensorReadings, ThermalZone, Throttled, TripPoint
 from agent.hardware.sensors import Sensors
 from agent.hardware.sysfs import SysFS
 from tests.conftest import FAKES
@@ -443,3 +443,55 @@ def test_readings_are_checked_at_construction(build: Any, message: str) -> None:
 
 def test_throttled_from_bits_keeps_the_raw_value() -> None:
     assert Throttled.from_bits(0x50005).raw == 0x50005
+
+
+def test_fans_the_governor_drives(tmp_path: Path) -> None:
+    from gpiozero.pins.mock import MockFactory, MockPWMPin
+
+    from agent.config.models import FanSection
+    from agent.hardware.fan import FanError, open_fan
+
+    orin = copy_tree(tmp_path, "jetson-orin-nano")
+    orin_fan = open_fan(FanSection(kind="jetson"), SysFS(orin))
+    assert orin_fan is not None
+    orin_fan.set(60)
+    assert (orin / "sys/class/hwmon/hwmon2/pwm1").read_text() == "153\n"
+    assert Sensors(orin, runner=None).read().fan == Fan(60.0, 2316.0, "pwmfan")
+    nano = copy_tree(tmp_path, "jetson-nano")
+    fan = open_fan(FanSection(kind="jetson"), SysFS(nano))
+    assert fan is not None
+    fan.set(100)
+    assert (nano / "sys/devices/pwm-fan/target_pwm").read_text() == "255\n"
+    with pytest.raises(FanError, match="no Jetson fan under"):
+        open_fan(FanSection(kind="jetson"), SysFS(FAKES / "rpi4"))
+    (orin / "sys/class/hwmon/hwmon2").rename(tmp_path / "unplugged")  # the fan's device went away
+    with pytest.raises(FanError, match=r"cannot write .*pwm1"):
+        orin_fan.set(10)
+
+    factory = MockFactory(pin_class=MockPWMPin)
+    pwm = open_fan(FanSection(kind="gpio", pin=18), SysFS(tmp_path), factory)
+    assert pwm is not None
+    pwm.set(25)
+    assert factory.pin(18).state == 0.25
+    onoff = open_fan(FanSection(kind="gpio", pin=23, pwm=False), SysFS(tmp_path), factory)
+    assert onoff is not None
+    onoff.set(10)
+    assert factory.pin(23).state is True or factory.pin(23).state == 1
+    onoff.set(0)
+    assert not factory.pin(23).state
+    with pytest.raises(FanError, match="GPIO pin 18"):
+        open_fan(FanSection(kind="gpio", pin=18), SysFS(tmp_path), factory)  # already in use
+    assert open_fan(FanSection(), SysFS(tmp_path)) is None
+
+
+def test_probe_lists_the_sensors_found(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    on_path(monkeypatch, FAKES / "jetson-nano")
+    assert main(["probe", "--json", "--root", str(FAKES / "jetson-nano")]) == 0
+    assert json.loads(capsys.readouterr().out)["sensors"] == {
+        "thermal": "5 zone(s): AO-therm, CPU-therm, GPU-therm, PLL-therm, thermal-fan-est",
+        "ina3221": "rails POM_5V_IN, POM_5V_GPU, POM_5V_CPU; board power from POM_5V_IN",
+        "fan": "pwm-fan",
+        "devfreq": "GPU 57000000.gpu",
+    }
+    assert main(["probe", "--root", str(FAKES / "x86-generic")]) == 0
+    assert "sensors: none found" in capsys.readouterr().out
