@@ -495,3 +495,16 @@ def test_probe_lists_the_sensors_found(monkeypatch: pytest.MonkeyPatch, capsys) 
     }
     assert main(["probe", "--root", str(FAKES / "x86-generic")]) == 0
     assert "sensors: none found" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tree", ["jetson-orin-nano", "jetson-nano", "laptop-battery"])
+def test_a_captured_tree_reads_as_the_board_did(tree: str, tmp_path: Path) -> None:
+    """scripts/capture_board.sh copies what the sensors read, values only."""
+    import subprocess
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "CAPTURE_ROOT": str(FAKES / tree)}
+    subprocess.run([str(REPO / "scripts/capture_board.sh"), str(tmp_path / "captured")], env=env, check=True)
+    assert Sensors(tmp_path / "captured", runner=None).read() == Sensors(FAKES / tree, runner=None).read()
+    assert not (tmp_path / "captured/sys/class/power_supply/BAT0/model_name").exists()
