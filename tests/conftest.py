@@ -185,3 +185,23 @@ def range_server() -> Iterator[Callable[..., str]]:
     yield serve
     for server in servers:
         server.close()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Any]:
+    """A real mosquitto on a free port (`tests.mqtt_tools.Broker`), stopped after the test."""
+    from tests.mqtt_tools import Broker
+
+    broker = Broker(tmp_path / "broker").start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def watcher(broker: Any) -> Iterator[Any]:
+    """An MQTT client recording every message under ``edge/#`` (`tests.mqtt_tools.Watcher`)."""
+    from tests.mqtt_tools import Watcher
+
+    watcher = Watcher(broker, ["edge/#"])
+    yield watcher
+    watcher.close()

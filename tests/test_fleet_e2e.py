@@ -28,20 +28,6 @@ SHAPES = {"circle", "square", "triangle"}
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    broker = Broker(tmp_path / "broker").start()
-    yield broker
-    broker.stop()
-
-
-@pytest.fixture
-def watcher(broker: Broker) -> Iterator[Watcher]:
-    watcher = Watcher(broker, ["edge/#"])
-    yield watcher
-    watcher.close()
-
-
-@pytest.fixture
 def agents(tmp_path: Path, broker: Broker, keys: dict[str, Path]) -> Iterator[Callable[..., AgentProcess]]:
     """``agents(device, group=None, broker_url=None, **config)`` starts an agent process."""
     started: list[AgentProcess] = []

@@ -4,11 +4,9 @@ fake board tree whose files the test rewrites, a GPIO fan on gpiozero's MockFact
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from gpiozero.pins.mock import MockFactory, MockPWMPin
 
 from agent.bundles.archive import build_bundle
@@ -20,20 +18,6 @@ from agent.daemon.agent import Agent
 from agent.hardware.probe import probe
 from tests.conftest import DEMO_MODELS, FAKES
 from tests.mqtt_tools import AgentProcess, Broker, Watcher, agent_config, wait_until
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    broker = Broker(tmp_path / "broker").start()
-    yield broker
-    broker.stop()
-
-
-@pytest.fixture
-def watcher(broker: Broker) -> Iterator[Watcher]:
-    watcher = Watcher(broker, ["edge/#"])
-    yield watcher
-    watcher.close()
 
 
 def tree_copy(tmp_path: Path, tree: str) -> Path:

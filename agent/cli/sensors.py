@@ -15,21 +15,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.cli.args import positive_int
+from agent.cli.args import number_within, positive_int
 
 if TYPE_CHECKING:
     from agent.hardware.probe import Board
     from agent.hardware.readings import SensorReadings
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from exc
-    if not 0.1 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"expected 0.1..3600 seconds, got {text}")
-    return value
 
 
 def add_sensor_commands(commands: Any) -> None:
@@ -39,7 +29,8 @@ def add_sensor_commands(commands: Any) -> None:
     )
     mode = telemetry.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="read once and exit (the default)")
-    mode.add_argument("--watch", type=_seconds, metavar="SECONDS", help="read every SECONDS as a live table")
+    every = number_within(0.1, 3600, "seconds")
+    mode.add_argument("--watch", type=every, metavar="SECONDS", help="read every SECONDS as a live table")
     telemetry.add_argument("--count", type=positive_int, help="with --watch: stop after N readings")
     telemetry.add_argument("--json", action="store_true", help='print {"board": ..., "sensors": ...} (one line each)')
     telemetry.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to read (for fake trees)")

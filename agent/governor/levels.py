@@ -10,7 +10,14 @@ from enum import Enum
 from typing import Literal
 
 
-class ThermalLevel(str, Enum):
+class _Level(str, Enum):
+    """A level that reads, prints and serialises as its name."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class ThermalLevel(_Level):
     """How hot the board is, mildest first."""
 
     NORMAL = "NORMAL"
@@ -18,19 +25,13 @@ class ThermalLevel(str, Enum):
     HOT = "HOT"
     CRITICAL = "CRITICAL"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class BatteryLevel(str, Enum):
+class BatteryLevel(_Level):
     """How empty the battery is (``OK`` also when there is no battery or its charge is unknown)."""
 
     OK = "OK"
     LOW = "LOW"
     CRITICAL = "CRITICAL"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: how severe each level is, to name the one that governs (a battery CRITICAL stops everything).
