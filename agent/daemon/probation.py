@@ -9,7 +9,8 @@ version failed:
 - at the end, a camera whose source ran but that inferred no frame on the new version;
 - at the end, a camera whose FPS over the second half of the probation stayed below
   `min_fps_ratio` times what the previous version did on it just before the swap (only while
-  its source ran and it was not paused; cameras with no previous FPS are not compared).
+  its source ran and it was not paused; a cap in force now, the governor's, lowers what is
+  expected; cameras with no previous FPS are not compared).
 
 The deployer handles the rest: a rollback command or a stop during probation.
 """
@@ -71,11 +72,12 @@ class ProbationJudge:
                 continue  # the camera stopped (a restart, a config reload): nothing to judge
             if camera.ran and now.frames - camera.frames0 <= 0:
                 return f"camera {name} inferred no frame on the new version in {self.duration_s:.0f} s"
-            if camera.baseline_fps > 0 and camera.fps_samples:
+            baseline = camera.baseline_fps if now.max_fps is None else min(camera.baseline_fps, now.max_fps)
+            if baseline > 0 and camera.fps_samples:
                 fps = sum(camera.fps_samples) / len(camera.fps_samples)
-                if fps < self.min_fps_ratio * camera.baseline_fps:
+                if fps < self.min_fps_ratio * baseline:
                     return (
                         f"camera {name} ran at {fps:.1f} FPS, below {self.min_fps_ratio:g} x the "
-                        f"{camera.baseline_fps:.1f} FPS of the previous version"
+                        f"{baseline:.1f} FPS of the previous version"
                     )
         return PASSED
