@@ -456,3 +456,18 @@ def agent_config_file(tmp_path: Path, broker: Broker, keys: dict[str, Path], mqt
     from tests.mqtt_tools import agent_config
 
     return agent_config(tmp_path, broker, "dev1", keys["public"], "lobby", keys["operator_pub"], mqtt=mqtt_settings)
+
+
+def test_a_client_taking_the_device_s_client_id_is_named_in_the_log(broker: Broker, watcher: Watcher, agents) -> None:
+    agent = agents("dev1")
+    online(watcher, "dev1")
+    thief = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="edge-agent-dev1", protocol=MQTTProtocolVersion.MQTTv5)
+    thief.connect("127.0.0.1", broker.port)
+    thief.loop_start()
+    try:
+        wait_until(lambda: "another client connected with this client id" in agent.output(), 20, "the takeover named")
+    finally:
+        thief.loop_stop()
+        thief.disconnect()
+    assert "use_username_as_clientid" in agent.output()
+    online(watcher, "dev1")
