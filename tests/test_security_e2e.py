@@ -23,7 +23,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import load_private_key
 from agent.mqtt.control import sign
-from agent.mqtt.protocol import Desired, Topics
+from agent.mqtt.protocol import ChunkIndex, Desired, Topics
 from tests.conftest import DEMO_MODELS
 from tests.fleet_helpers import cli, finished, online, publish_raw, push, request, serving, signed_request
 from tests.mqtt_tools import AgentProcess, Broker, Watcher, wait_until
@@ -172,6 +172,16 @@ def test_every_deployment_ends_with_a_reported_state(
     status_code, out = cli(capsys, "fleet", "gc", "--min-age", "0", "--broker", broker.url)
     assert status_code == 0 and "removed 1 stray chunk(s)" in out, out
 
+    unavailable = http_503()
+    url = desired_for(
+        bundles["v1"], "dev1", operator_key, sha256="34" * 32, version="3.5.0", source="url", url=unavailable
+    )
+    publish_raw(broker, [("edge/bundles/" + "34" * 32 + "/index", index_for(bundles["v1"], "34" * 32))])
+    publish_raw(broker, [("edge/dev1/desired", url.to_bytes())])
+    record = finished(watcher, "dev1", url.id)
+    assert (record["state"], record["error"]["code"]) == ("FAILED", "DOWNLOAD_TIMEOUT"), record
+    assert "retrying" in agent.output(), "the 503s were retried until the deadline"
+
     stuck = desired_for(bundles["v1"], "dev1", operator_key, sha256="12" * 32, version="4.0.0")
     publish_raw(broker, [("edge/dev1/desired", stuck.to_bytes())])
     watcher.wait_json("edge/dev1/deployment", lambda d: d["id"] == stuck.id and d["state"] == "QUEUED", 10)
@@ -180,6 +190,29 @@ def test_every_deployment_ends_with_a_reported_state(
     cancelled = [r for r in watcher.all_json("edge/dev1/deployment") if r["id"] == stuck.id][-1]
     assert (cancelled["state"], cancelled["error"]["code"]) == ("REJECTED", "CANCELLED")
     serving(watcher, "dev1", "1.1.0")
+
+
+def http_503() -> str:
+    """A URL whose server answers every request 503 (overloaded), for good."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Overloaded(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(503)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Overloaded)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/bundle"
+
+
+def index_for(bundle: Path, sha: str) -> bytes:
+    """The chunk index of `bundle` under another sha256 (the download never gets as far as hashing)."""
+    index = ChunkIndex.of(bundle.read_bytes(), 256 * 1024)
+    return ChunkIndex(sha256=sha, size=index.size, chunk_size=index.chunk_size, chunks=index.chunks).to_bytes()
 
 
 def failing_on_live_frames(tmp_path: Path, keys: dict[str, Path]) -> Path:
