@@ -120,7 +120,8 @@ class Detector:
                 fitting.append((Candidate(candidate.name, "; ".join(filter(None, (candidate.reason, note)))), decode))
         if not fitting:
             raise DecoderError(self._mismatch(blank, rejected, explicit=decoder != "auto"))
-        (self.decoder, self.decoder_reason), self._decode = fitting[0]
+        #: the decoder in use and its decode function, replaced together (one reference)
+        self._current = fitting[0]
         convention = CONVENTIONS[self.decoder]
         #: later candidates that also read the blank frame plausibly and take the same input
         self._fallbacks = [(c, d) for c, d in fitting[1:] if CONVENTIONS[c.name] == convention]
@@ -139,6 +140,16 @@ class Detector:
         for name, found in rejected:
             log.info("decoder %s does not fit: %s", name, "; ".join(found))
         log.info("decoder %s: %s", self.decoder, self.decoder_reason)
+
+    @property
+    def decoder(self) -> DecoderName:
+        """The decoder in use."""
+        return self._current[0].name
+
+    @property
+    def decoder_reason(self) -> str:
+        """Why it was chosen."""
+        return self._current[0].reason
 
     def _blank_problems(
         self, name: DecoderName, decode: Decode, outputs: list[npt.NDArray[Any]], input_hw: tuple[int, int]
@@ -182,7 +193,7 @@ class Detector:
     ) -> tuple[DecoderName, Detections]:
         """Decode and run the guard; with ``auto``, move to the next candidate that reads these
         outputs plausibly. Raises `DecoderError` when none does."""
-        name, decode = self.decoder, self._decode
+        (name, _), decode = self._current
         candidates = decode(outputs, input_hw, self.conf)
         found = problems(candidates, input_hw)
         if not found:
@@ -203,7 +214,7 @@ class Detector:
                     "decoder %s read a frame implausibly (%s): switching to %s", name, "; ".join(found), candidate.name
                 )
                 self._fallbacks = [f for f in self._fallbacks if f[0] != candidate]
-                self.decoder, self.decoder_reason, self._decode = candidate.name, candidate.reason, other
+                self._current = (candidate, other)
                 return candidate.name, alternative
         raise DecoderError(self._mismatch(outputs, rejected, explicit=not self._auto or len(rejected) == 1))
 
@@ -212,7 +223,8 @@ class Detector:
         reference input): raises `DecoderError` naming the output shapes and what looked wrong."""
         hw = tensor.shape[2:4] if self.preprocess_config.layout == "NCHW" else tensor.shape[1:3]
         outputs = [dequantize(array, spec) for array, spec in zip(raw_outputs, self.runtime.outputs, strict=True)]
-        found = problems(self._decode(outputs, (int(hw[0]), int(hw[1])), self.conf), (int(hw[0]), int(hw[1])))
+        input_hw = (int(hw[0]), int(hw[1]))
+        found = problems(self._current[1](outputs, input_hw, self.conf), input_hw)
         if found:
             raise DecoderError(self._mismatch(outputs, [(self.decoder, found)], explicit=True))
 

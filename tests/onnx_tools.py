@@ -217,3 +217,29 @@ def constant_outputs_model(
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
+
+
+def brightness_model(rows_when_black: np.ndarray, path: Path, size: int = 64, metadata: dict | None = None) -> Path:
+    """One output that is zero on a blank grey frame (pixels 114) and `rows_when_black` on a
+    black one: ``(mean(input) - 114/255) * rows_when_black / -(114/255)``, input ``(1, 3, size, size)``."""
+    grey = 114 / 255
+    nodes = [
+        helper.make_node("ReduceMean", ["images"], ["mean"], keepdims=0),
+        helper.make_node("Sub", ["mean", "grey"], ["shift"]),
+        helper.make_node("Mul", ["shift", "rows"], ["output0"]),
+    ]
+    inits = [
+        _const("grey", np.array(grey, np.float32)),
+        _const("rows", (rows_when_black / -grey).astype(np.float32)),
+    ]
+    image = helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])
+    out = helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(rows_when_black.shape))
+    model = helper.make_model(
+        helper.make_graph(nodes, "brightness", [image], [out], inits), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    for key, value in (metadata or {}).items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
