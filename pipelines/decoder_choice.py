@@ -6,8 +6,10 @@ RT-DETR description) and, for files without metadata, the content of its outputs
 frame (`pipelines.query_decoders.end2end_evidence`). The `Detector` then keeps the first
 candidate whose detections pass the plausibility guard (`pipelines.plausibility`).
 
-The shape ``(1, 300, 4+nc)`` is RT-DETR's and also a YOLOv5-style layout: RT-DETR is chosen
-only when the metadata names it (else ``--decoder rtdetr`` or the manifest decides).
+The shape ``(1, 300, 4+nc)`` (RT-DETR exports before Ultralytics 8.4) is also a YOLOv5-style
+layout: RT-DETR is chosen only when the metadata names it (else ``--decoder rtdetr`` or the
+manifest decides). Ultralytics 8.4's ``(1, 300, 6)`` RT-DETR rows (``cx, cy, w, h, score,
+class``, normalised) are recognised by their content too.
 Pure functions; safe from any thread.
 """
 
@@ -38,6 +40,7 @@ from pipelines.query_decoders import (
     decode_rtdetr,
     detr_scores,
     end2end_evidence,
+    rtdetr_evidence,
 )
 from runtimes.base import ModelMetadata
 
@@ -84,21 +87,24 @@ class ModelHints:
 
 
 def _query_candidates(
-    shape: tuple[int, ...], hints: ModelHints, sample: Sequence[npt.NDArray[Any]] | None
+    shape: tuple[int, ...], input_hw: tuple[int, int], hints: ModelHints, sample: Sequence[npt.NDArray[Any]] | None
 ) -> list[Candidate]:
-    """end2end and rtdetr for one output of (rows, values) = `shape`, from metadata or content."""
+    """end2end and rtdetr for one output of (rows, values) = `shape`, from metadata or content.
+    An output with one row per grid cell (or three, YOLOv5's anchors) is a grid head's."""
     rows, values = shape[-2:]
+    cells = yolox_cells(input_hw)
+    queries = len(shape) == 3 and rows <= MAX_QUERIES and rows not in (cells, 3 * cells)
     found = []
-    if len(shape) == 3 and values in (6, 7) and rows <= MAX_QUERIES:
+    if hints.rtdetr and values >= 5 and (values == 6 or hints.num_classes in (None, values - 4)):
+        found.append(Candidate("rtdetr", f"output ({rows}, {values}) and metadata describing an RT-DETR model"))
+    if queries and values in (6, 7):
         if hints.end2end:
-            found.append(
-                Candidate("end2end", f"output ({rows}, {values}) and Ultralytics metadata: end2end or nms=True")
-            )
+            why = f"output ({rows}, {values}) and Ultralytics metadata: end2end or nms=True"
+            found.append(Candidate("end2end", why))
         elif sample is not None and (evidence := end2end_evidence(sample)):
             found.append(Candidate("end2end", evidence))
-    nc = hints.num_classes
-    if hints.rtdetr and values >= 5 and (nc is None or values == 4 + nc):
-        found.append(Candidate("rtdetr", f"output ({rows}, 4+{values - 4}) and metadata describing an RT-DETR model"))
+        elif sample is not None and (evidence := rtdetr_evidence(sample)):
+            found.append(Candidate("rtdetr", evidence))
     return found
 
 
@@ -149,10 +155,10 @@ def decoder_candidates(
     elif _is_detr(shapes):
         found.append(Candidate("detr", f"two outputs {shapes[0]} and {shapes[1]}: boxes (1, Q, 4) and class values"))
     elif len(shapes) == 1 and len(shapes[0]) in (2, 3):
-        found += _query_candidates(shapes[0], hints, sample)
+        found += _query_candidates(shapes[0], input_hw, hints, sample)
         found += _grid_candidates(shapes[0], input_hw, hints.num_classes)
     if found:
-        return found
+        return [c for i, c in enumerate(found) if c.name not in {f.name for f in found[:i]}]
     expected = (
         "(1, 4+nc, N) for yolov8, (1, N, 5+nc) for yolov5/yolox, (1, K, 6) rows for end2end, "
         "(1, 300, 4+nc) for rtdetr, boxes (1, Q, 4) + class values (1, Q, C) for detr, "

@@ -5,7 +5,8 @@ YOLOv5 multiplies a score by a class id and prints "person 12.84". After decodin
 looks for what is impossible:
 
 - scores outside [0, 1] (a small tolerance for float and quantization rounding);
-- most boxes inverted (``x2 < x1`` or ``y2 < y1``), not finite, or mostly outside the input;
+- most boxes inverted (``x2 < x1`` or ``y2 < y1``), not finite, or mostly outside the input
+  (less than a quarter of the box inside);
 - on a blank frame, more than ``max_det`` detections surviving NMS.
 
 `problems` and `blank_frame_problems` return what looked wrong as short phrases (empty when
@@ -23,8 +24,9 @@ from pipelines.detections import Detections
 SCORE_TOLERANCE = 0.01
 #: more than this share of bad boxes makes the detections implausible
 BAD_BOX_SHARE = 0.5
-#: a box with less than this share of its area inside the input counts as outside
-INSIDE_SHARE = 0.5
+#: a box with less than this share of its area inside the input counts as outside (a decoder that
+#: does not fit throws boxes far off; a fitting one keeps them on the letterboxed input)
+INSIDE_SHARE = 0.25
 
 
 def _inside_share(xyxy: npt.NDArray[np.float32], input_hw: tuple[int, int]) -> npt.NDArray[np.float32]:

@@ -5,8 +5,9 @@
   YOLOv10 / YOLO26 (the top K rows, no NMS needed). ``score`` and ``class`` may come in either
   order (the class column holds whole numbers); ``(1, K, 7)`` carries a batch index first.
   Boxes are in input pixels, or normalised 0..1 (TFLite exports): detected from the values.
-- ``rtdetr``: one output ``(1, Q, 4+nc)``: normalised ``cx, cy, w, h`` and ``nc`` class scores
-  already in 0..1 (Ultralytics RT-DETR exports, Q = 300).
+- ``rtdetr``: one output per query of normalised ``cx, cy, w, h`` then either ``score, class``
+  (``(1, 300, 6)``: Ultralytics 8.4 RT-DETR exports, whose head picks the top 300 (query, class)
+  pairs) or ``nc`` class scores already in 0..1 (``(1, 300, 4+nc)``: earlier exports).
 - ``detr``: two outputs, boxes ``(1, Q, 4)`` as normalised ``cx, cy, w, h`` and class values
   ``(1, Q, C)`` (RF-DETR, D-FINE and DETR exports), in either order. Scores are
   ``sigmoid(values)``, or ``softmax`` over ``C`` whose last column is "no object" (the original
@@ -109,12 +110,35 @@ def _best_class(scores: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray
     return class_id, scores[np.arange(len(scores)), class_id]
 
 
+def rtdetr_evidence(outputs: Sequence[npt.NDArray[Any]]) -> str | None:
+    """Why these outputs (of one frame) look like an Ultralytics 8.4 RT-DETR export, or None:
+    one output ``(1, Q, 6)`` of at most `MAX_QUERIES` rows whose box and score columns lie in
+    0..1 and whose last column holds whole numbers (the class), its boxes not ordered as corners
+    (``cx, cy, w, h``: not end-to-end rows)."""
+    if len(outputs) != 1 or outputs[0].ndim != 3 or outputs[0].shape[0] != 1 or outputs[0].shape[2] != 6:
+        return None
+    rows = outputs[0][0]
+    if not 0 < len(rows) <= MAX_QUERIES or not _whole(rows[:, 5]) or end2end_evidence(outputs) is not None:
+        return None
+    if float(rows[:, :5].min()) < -_WHOLE or float(rows[:, :5].max()) > 1 + _WHOLE:
+        return None
+    return f"output {tuple(outputs[0].shape)}: normalised cx, cy, w, h, a score and a whole-number class per query"
+
+
+def _rtdetr_scores(out: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Class ids and scores of RT-DETR rows: ``score, class`` columns (6 values, the last whole
+    numbers), else per-class scores."""
+    if out.shape[1] == 6 and _whole(out[:, 5]):
+        return np.rint(out[:, 5]), out[:, 4]
+    return _best_class(out[:, 4:])
+
+
 def decode_rtdetr(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
-    """``(1, Q, 4+nc)`` RT-DETR queries -> detections above `conf` (input pixels)."""
+    """``(1, Q, 6)`` or ``(1, Q, 4+nc)`` RT-DETR queries -> detections above `conf` (input pixels)."""
     out = single_output(outputs, "rtdetr")
     if out.shape[1] < 5:
         raise DecoderError(f"rtdetr expects rows of 4 box values and class scores, got {tuple(outputs[0].shape)}")
-    class_id, scores = _best_class(out[:, 4:])
+    class_id, scores = _rtdetr_scores(out)
     keep = scores > conf
     rows = out[keep]
     boxes = cxcywh_to_xyxy(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])

@@ -147,51 +147,69 @@ def test_bundle_build_records_end2end_and_activation_refuses_nonsense(models, tm
 
 # -- RT-DETR and DETR-style graphs with known outputs ------------------------------------------
 
+#: what Ultralytics 8.4.190 writes into an RT-DETR export (read from a real export)
 RTDETR_META = {
-    "description": "Ultralytics rtdetr-l model trained on coco8.yaml",
+    "description": "Ultralytics rtdetr-l model ",
     "author": "Ultralytics",
     "version": "8.4.190",
     "task": "detect",
     "stride": "32",
     "imgsz": "[640, 640]",
-    "names": "{0: 'person', 1: 'cat'}",
-    "args": onnx_tools.ULTRALYTICS_ARGS.format(nms=False),
+    "names": str({i: str(i) for i in range(80)}),
+    "args": onnx_tools.ULTRALYTICS_ARGS.format(nms=None),
     "end2end": "False",
 }
+# stretched onto coffee (600 x 400): a cat in the middle, a person top left
+WANT = [(15, [150, 40, 450, 360], 0.91), (0, [120, 80, 180, 160], 0.66)]
 
 
-def rtdetr_graph(path: Path, metadata: dict | None) -> Path:
-    """(1, 300, 6): two queries with objects (normalised cx, cy, w, h), 298 with low scores."""
+def rtdetr_rows(path: Path, metadata: dict | None) -> Path:
+    """Ultralytics 8.4's RT-DETR head: (1, 300, 6) rows cx, cy, w, h, score, class (normalised),
+    the top 300 (query, class) pairs, best first."""
+    rng = np.random.default_rng(5)
+    out = np.zeros((1, 300, 6), np.float32)
+    out[0, :, :4] = rng.uniform(0.2, 0.4, (300, 4))
+    out[0, :, 4] = np.sort(rng.uniform(0.001, 0.02, 300))[::-1]
+    out[0, :, 5] = rng.integers(0, 80, 300)
+    out[0, :2] = [[0.5, 0.5, 0.5, 0.8, 0.91, 15], [0.25, 0.3, 0.1, 0.2, 0.66, 0]]
+    return onnx_tools.constant_outputs_model({"output0": out}, path, size=640, metadata=metadata)
+
+
+def rtdetr_class_scores(path: Path, metadata: dict | None) -> Path:
+    """Earlier RT-DETR exports: (1, 300, 4+nc) normalised boxes and per-class scores, nc = 2 here."""
     rng = np.random.default_rng(5)
     out = np.zeros((1, 300, 6), np.float32)
     out[0, :, :4] = rng.uniform(0.2, 0.4, (300, 4))
     out[0, :, 4:] = rng.uniform(0.001, 0.1, (300, 2))
-    out[0, 17] = [0.5, 0.5, 0.5, 0.8, 0.02, 0.91]  # a cat in the middle
-    out[0, 42] = [0.25, 0.3, 0.1, 0.2, 0.66, 0.03]  # a person top left
+    out[0, 17] = [0.5, 0.5, 0.5, 0.8, 0.02, 0.91]  # class 1
+    out[0, 42] = [0.25, 0.3, 0.1, 0.2, 0.66, 0.03]  # class 0
     return onnx_tools.constant_outputs_model({"output0": out}, path, size=640, metadata=metadata)
 
 
-def test_rtdetr_from_metadata_and_by_name(photos, tmp_path, capsys) -> None:
-    image = photos["coffee"]  # 600 x 400: RT-DETR stretches, so boxes scale by (600, 400)
-    want = [("cat", [150, 40, 450, 360], 0.91), ("person", [120, 80, 180, 160], 0.66)]
-    named = detect(capsys, rtdetr_graph(tmp_path / "rtdetr.onnx", RTDETR_META), image)
-    plain_model = rtdetr_graph(tmp_path / "rtdetr_plain.onnx", None)
-    by_flag = detect(capsys, plain_model, image, "--decoder", "rtdetr", "--labels", str(write_labels(tmp_path)))
-    for result in (named, by_flag):
-        assert result["decoder"] == "rtdetr"
-        got = [(d["label"], d["box"], d["score"]) for d in result["detections"]]
-        assert [g[0] for g in got] == [w[0] for w in want]
-        for (_, box, score), (_, want_box, want_score) in zip(got, want, strict=True):
-            np.testing.assert_allclose(box, want_box, atol=0.5)
-            assert score == pytest.approx(want_score, abs=1e-3)
+def assert_found(result: dict, want: list) -> None:
+    assert result["decoder"] == "rtdetr"
+    got = [(d["class_id"], d["box"], d["score"]) for d in result["detections"]]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for (_, box, score), (_, want_box, want_score) in zip(got, want, strict=True):
+        np.testing.assert_allclose(box, want_box, atol=0.5)
+        assert score == pytest.approx(want_score, abs=1e-3)
+
+
+def test_rtdetr_rows_from_metadata_and_from_content(photos, tmp_path, capsys) -> None:
+    """Ultralytics 8.4.190 RT-DETR exports: (1, 300, 6) rows with the metadata a real export carries,
+    and the same rows without metadata, recognised by content."""
+    assert_found(detect(capsys, rtdetr_rows(tmp_path / "named.onnx", RTDETR_META), photos["coffee"]), WANT)
+    assert_found(detect(capsys, rtdetr_rows(tmp_path / "plain.onnx", None), photos["coffee"]), WANT)
+
+
+def test_rtdetr_class_scores_from_metadata_or_by_name(photos, tmp_path, capsys) -> None:
+    meta = {**RTDETR_META, "names": "{0: 'person', 1: 'cat'}"}
+    want = [(1, *WANT[0][1:]), WANT[1]]
+    assert_found(detect(capsys, rtdetr_class_scores(tmp_path / "named.onnx", meta), photos["coffee"]), want)
+    plain = rtdetr_class_scores(tmp_path / "plain.onnx", None)
+    assert_found(detect(capsys, plain, photos["coffee"], "--decoder", "rtdetr"), want)
     # without metadata the shape is also YOLOv5's: auto does not guess RT-DETR
-    assert detect(capsys, plain_model, image)["decoder"] == "yolov5"
-
-
-def write_labels(tmp_path: Path) -> Path:
-    path = tmp_path / "labels.txt"
-    path.write_text("person\ncat\n")
-    return path
+    assert detect(capsys, plain, photos["coffee"])["decoder"] == "yolov5"
 
 
 def detr_graph(path: Path, softmax: bool, reverse: bool = False) -> Path:
@@ -221,7 +239,7 @@ def test_detr_style_models(photos, tmp_path, capsys, softmax, reverse) -> None:
 
 
 def test_bundle_build_records_rtdetr_and_detr(photos, tmp_path) -> None:
-    plain = rtdetr_graph(tmp_path / "rtdetr_plain.onnx", None)
+    plain = rtdetr_class_scores(tmp_path / "rtdetr_plain.onnx", None)
     assert build_bundle([plain], tmp_path / "r.bundle", version="1.0.0", decoder="rtdetr").decoder == "rtdetr"
     manifest = build_bundle([detr_graph(tmp_path / "detr.onnx", False)], tmp_path / "d.bundle", version="1.0.0")
     assert (manifest.decoder, manifest.input.resize) == ("detr", "stretch")

@@ -11,7 +11,14 @@ from pipelines.decoders import DecoderError
 from pipelines.detections import Detections
 from pipelines.nms import nms_indices
 from pipelines.plausibility import blank_frame_problems, problems
-from pipelines.query_decoders import decode_detr, decode_end2end, decode_rtdetr, detr_scores, end2end_evidence
+from pipelines.query_decoders import (
+    decode_detr,
+    decode_end2end,
+    decode_rtdetr,
+    detr_scores,
+    end2end_evidence,
+    rtdetr_evidence,
+)
 from runtimes.metadata import parse_metadata
 
 HW = (640, 640)
@@ -75,6 +82,12 @@ def test_end2end_evidence(output: np.ndarray, fits: bool) -> None:
     assert (end2end_evidence([output]) is not None) == fits
 
 
+def test_rtdetr_evidence_tells_rows_from_end2end_and_class_scores() -> None:
+    assert rtdetr_evidence([rtdetr_rows()]) is not None
+    assert rtdetr_evidence([end2end_output(normalised=True)]) is None  # ordered corners: end2end
+    assert rtdetr_evidence([rtdetr_output(2)]) is None  # class scores, not whole numbers
+
+
 def rtdetr_output(nc: int = 2) -> np.ndarray:
     rng = np.random.default_rng(2)
     out = np.zeros((300, 4 + nc), np.float32)
@@ -83,6 +96,21 @@ def rtdetr_output(nc: int = 2) -> np.ndarray:
     out[7, :4] = [0.5, 0.5, 0.25, 0.5]
     out[7, 4 + 1] = 0.8
     return out[None]
+
+
+def rtdetr_rows() -> np.ndarray:
+    """Ultralytics 8.4: (1, 300, 6) rows cx, cy, w, h, score, class, normalised."""
+    out = rtdetr_output(2).copy()
+    out[0, :, 5] = np.arange(300) % 80
+    out[0, :, 4] = 0.01
+    out[0, 7, 4:] = [0.8, 1]
+    return out
+
+
+def test_rtdetr_score_and_class_rows() -> None:
+    found = decode_rtdetr([rtdetr_rows()], (384, 640), 0.25)
+    np.testing.assert_allclose(found.xyxy, [[240, 96, 400, 288]], atol=1e-3)
+    assert found.class_id.tolist() == [1] and found.confidence.tolist() == pytest.approx([0.8])
 
 
 def test_rtdetr_normalised_cxcywh_to_input_pixels() -> None:
@@ -147,6 +175,8 @@ RTDETR_META = ModelHints(num_classes=2, rtdetr=True)
         ([(1, 300, 7)], ModelHints(), [end2end_output(batch_index=True)], ["end2end", "yolov5"]),
         ([(1, 300, 6)], ModelHints(), [rtdetr_output()], ["yolov5"]),  # ambiguous: --decoder rtdetr decides
         ([(1, 300, 6)], RTDETR_META, [rtdetr_output()], ["rtdetr", "yolov8"]),
+        ([(1, 300, 6)], ModelHints(num_classes=80, rtdetr=True), [rtdetr_rows()], ["rtdetr", "yolov5"]),
+        ([(1, 300, 6)], ModelHints(), [rtdetr_rows()], ["rtdetr", "yolov5"]),  # 8.4 rows: by content
         ([(1, 300, 84)], ModelHints(num_classes=80, rtdetr=True), None, ["rtdetr", "yolov8"]),
         ([(1, 8400, 6)], ModelHints(num_classes=2), [np.zeros((1, 8400, 6), np.float32)], ["yolov8"]),  # a grid
         ([(1, 2100, 6)], ModelHints(), [np.zeros((1, 2100, 6), np.float32)], ["yolox"]),  # 320x320 grid cells
