@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy.typing as npt
 
+from pipelines import query_decoders
 from pipelines.decoders import (
     Decode,
     DecoderError,
@@ -33,15 +34,6 @@ from pipelines.decoders import (
     yolox_cells,
 )
 from pipelines.detections import Detections
-from pipelines.query_decoders import (
-    MAX_QUERIES,
-    decode_detr,
-    decode_end2end,
-    decode_rtdetr,
-    detr_scores,
-    end2end_evidence,
-    rtdetr_evidence,
-)
 from runtimes.base import ModelMetadata
 
 DECODERS: dict[DecoderName, Decode] = {
@@ -49,9 +41,9 @@ DECODERS: dict[DecoderName, Decode] = {
     "yolov5": decode_yolov5,
     "yolox": decode_yolox,
     "ssd": decode_ssd,
-    "end2end": decode_end2end,
-    "rtdetr": decode_rtdetr,
-    "detr": decode_detr,
+    "end2end": query_decoders.decode_end2end,
+    "rtdetr": query_decoders.decode_rtdetr,
+    "detr": query_decoders.decode_detr,
 }
 #: decoders whose detections are final (NMS inside the model, or one query per object): no NMS
 NMS_FREE: frozenset[DecoderName] = frozenset({"end2end", "rtdetr", "detr"})
@@ -93,7 +85,7 @@ def _query_candidates(
     An output with one row per grid cell (or three, YOLOv5's anchors) is a grid head's."""
     rows, values = shape[-2:]
     cells = yolox_cells(input_hw)
-    queries = len(shape) == 3 and rows <= MAX_QUERIES and rows not in (cells, 3 * cells)
+    queries = len(shape) == 3 and rows <= query_decoders.MAX_QUERIES and rows not in (cells, 3 * cells)
     found = []
     if hints.rtdetr and values >= 5 and (values == 6 or hints.num_classes in (None, values - 4)):
         found.append(Candidate("rtdetr", f"output ({rows}, {values}) and metadata describing an RT-DETR model"))
@@ -101,9 +93,9 @@ def _query_candidates(
         if hints.end2end:
             why = f"output ({rows}, {values}) and Ultralytics metadata: end2end or nms=True"
             found.append(Candidate("end2end", why))
-        elif sample is not None and (evidence := end2end_evidence(sample)):
+        elif sample is not None and (evidence := query_decoders.end2end_evidence(sample)):
             found.append(Candidate("end2end", evidence))
-        elif sample is not None and (evidence := rtdetr_evidence(sample)):
+        elif sample is not None and (evidence := query_decoders.rtdetr_evidence(sample)):
             found.append(Candidate("rtdetr", evidence))
     return found
 
@@ -185,11 +177,11 @@ def decoder_for(name: DecoderName, sample: Sequence[npt.NDArray[Any]], hints: Mo
     if name != "detr":
         return DECODERS[name], ""
     try:
-        mode, why = detr_scores(sample, hints.num_classes)
+        mode, why = query_decoders.detr_scores(sample, hints.num_classes)
     except DecoderError:
         return DECODERS[name], ""  # the decoder itself will name what does not fit
 
     def decode(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
-        return decode_detr(outputs, input_hw, conf, mode)
+        return query_decoders.decode_detr(outputs, input_hw, conf, mode)
 
     return decode, f"{mode} scores ({why})"

@@ -104,6 +104,22 @@ def decode_end2end(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int
     )
 
 
+def _above(
+    cxcywh: npt.NDArray[Any],
+    scores: npt.NDArray[Any],
+    class_id: npt.NDArray[Any],
+    input_hw: tuple[int, int],
+    conf: float,
+) -> Detections:
+    """Queries scoring above `conf`: ``(Q, 4)`` centre boxes (normalised, or input pixels: detected
+    from the values), ``(Q,)`` scores and class ids -> detections in input pixels."""
+    keep = scores > conf
+    rows = cxcywh[keep]
+    boxes = cxcywh_to_xyxy(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
+    boxes = scale_if_normalised(boxes, cxcywh[:, :2], input_hw)
+    return Detections(boxes.astype(np.float32), scores[keep].astype(np.float32), class_id[keep].astype(np.int32))
+
+
 def _best_class(scores: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Per row of ``(Q, C)`` scores: the best class and its score."""
     class_id = scores.argmax(axis=1)
@@ -139,11 +155,7 @@ def decode_rtdetr(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int]
     if out.shape[1] < 5:
         raise DecoderError(f"rtdetr expects rows of 4 box values and class scores, got {tuple(outputs[0].shape)}")
     class_id, scores = _rtdetr_scores(out)
-    keep = scores > conf
-    rows = out[keep]
-    boxes = cxcywh_to_xyxy(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
-    boxes = scale_if_normalised(boxes, out[:, :2], input_hw)
-    return Detections(boxes.astype(np.float32), scores[keep].astype(np.float32), class_id[keep].astype(np.int32))
+    return _above(out[:, :4], scores, class_id, input_hw, conf)
 
 
 def _detr_parts(outputs: Sequence[npt.NDArray[Any]]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
@@ -195,8 +207,4 @@ def decode_detr(
     else:
         probabilities = values
     class_id, best = _best_class(probabilities)
-    keep = best > conf
-    rows = boxes[keep]
-    xyxy = cxcywh_to_xyxy(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
-    xyxy = scale_if_normalised(xyxy, boxes[:, :2], input_hw)
-    return Detections(xyxy.astype(np.float32), best[keep].astype(np.float32), class_id[keep].astype(np.int32))
+    return _above(boxes, best, class_id, input_hw, conf)

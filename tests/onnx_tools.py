@@ -203,13 +203,13 @@ def constant_outputs_model(
         inits.append(_const(f"{name}_value", value.astype(np.float32)))
         nodes.append(helper.make_node("Add", [f"{name}_value", "nothing"], [name]))
         outs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(value.shape)))
-    graph = helper.make_graph(
-        nodes,
-        "constants",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
-        outs,
-        inits,
-    )
+    return _save(nodes, inits, outs, path, size, metadata)
+
+
+def _save(nodes: list, inits: list, outs: list, path: Path, size: int, metadata: dict | None) -> Path:
+    """A checked opset-17 model of `nodes` on an ``images (1, 3, size, size)`` input, saved to `path`."""
+    image = helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])
+    graph = helper.make_graph(nodes, path.stem, [image], outs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     for key, value in (metadata or {}).items():
@@ -232,14 +232,5 @@ def brightness_model(rows_when_black: np.ndarray, path: Path, size: int = 64, me
         _const("grey", np.array(grey, np.float32)),
         _const("rows", (rows_when_black / -grey).astype(np.float32)),
     ]
-    image = helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])
     out = helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(rows_when_black.shape))
-    model = helper.make_model(
-        helper.make_graph(nodes, "brightness", [image], [out], inits), opset_imports=[helper.make_opsetid("", 17)]
-    )
-    model.ir_version = 8
-    for key, value in (metadata or {}).items():
-        model.metadata_props.add(key=key, value=value)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
+    return _save(nodes, inits, [out], path, size, metadata)

@@ -6,19 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipelines import query_decoders as q
 from pipelines.decoder_choice import ModelHints, decoder_candidates
 from pipelines.decoders import DecoderError
 from pipelines.detections import Detections
 from pipelines.nms import nms_indices
 from pipelines.plausibility import blank_frame_problems, problems
-from pipelines.query_decoders import (
-    decode_detr,
-    decode_end2end,
-    decode_rtdetr,
-    detr_scores,
-    end2end_evidence,
-    rtdetr_evidence,
-)
 from runtimes.metadata import parse_metadata
 
 HW = (640, 640)
@@ -50,19 +43,19 @@ def end2end_output(normalised: bool = False, batch_index: bool = False, class_fi
     [(False, False, False), (True, False, False), (False, True, False), (False, False, True), (True, True, True)],
 )
 def test_end2end_rows_decode_in_every_variant(normalised: bool, batch_index: bool, class_first: bool) -> None:
-    found = decode_end2end([end2end_output(normalised, batch_index, class_first)], HW, 0.25).sorted_by_confidence()
+    found = q.decode_end2end([end2end_output(normalised, batch_index, class_first)], HW, 0.25).sorted_by_confidence()
     np.testing.assert_allclose(found.xyxy, [r[:4] for r in ROWS], atol=1e-3)
     assert found.confidence.tolist() == pytest.approx([0.9, 0.6])
     assert found.class_id.tolist() == [15, 2]
 
 
 def test_end2end_all_padding_is_empty() -> None:
-    assert len(decode_end2end([np.zeros((1, 300, 6), np.float32)], HW, 0.25)) == 0
+    assert len(q.decode_end2end([np.zeros((1, 300, 6), np.float32)], HW, 0.25)) == 0
 
 
 def test_end2end_wrong_width_names_the_shape() -> None:
     with pytest.raises(DecoderError, match=r"rows of 6 values .* got \(1, 300, 8\)"):
-        decode_end2end([np.zeros((1, 300, 8), np.float32)], HW, 0.25)
+        q.decode_end2end([np.zeros((1, 300, 8), np.float32)], HW, 0.25)
 
 
 @pytest.mark.parametrize(
@@ -79,13 +72,13 @@ def test_end2end_wrong_width_names_the_shape() -> None:
     ],
 )
 def test_end2end_evidence(output: np.ndarray, fits: bool) -> None:
-    assert (end2end_evidence([output]) is not None) == fits
+    assert (q.end2end_evidence([output]) is not None) == fits
 
 
 def test_rtdetr_evidence_tells_rows_from_end2end_and_class_scores() -> None:
-    assert rtdetr_evidence([rtdetr_rows()]) is not None
-    assert rtdetr_evidence([end2end_output(normalised=True)]) is None  # ordered corners: end2end
-    assert rtdetr_evidence([rtdetr_output(2)]) is None  # class scores, not whole numbers
+    assert q.rtdetr_evidence([rtdetr_rows()]) is not None
+    assert q.rtdetr_evidence([end2end_output(normalised=True)]) is None  # ordered corners: end2end
+    assert q.rtdetr_evidence([rtdetr_output(2)]) is None  # class scores, not whole numbers
 
 
 def rtdetr_output(nc: int = 2) -> np.ndarray:
@@ -108,13 +101,13 @@ def rtdetr_rows() -> np.ndarray:
 
 
 def test_rtdetr_score_and_class_rows() -> None:
-    found = decode_rtdetr([rtdetr_rows()], (384, 640), 0.25)
+    found = q.decode_rtdetr([rtdetr_rows()], (384, 640), 0.25)
     np.testing.assert_allclose(found.xyxy, [[240, 96, 400, 288]], atol=1e-3)
     assert found.class_id.tolist() == [1] and found.confidence.tolist() == pytest.approx([0.8])
 
 
 def test_rtdetr_normalised_cxcywh_to_input_pixels() -> None:
-    found = decode_rtdetr([rtdetr_output()], (384, 640), 0.25)
+    found = q.decode_rtdetr([rtdetr_output()], (384, 640), 0.25)
     np.testing.assert_allclose(found.xyxy, [[240, 96, 400, 288]], atol=1e-3)
     assert found.class_id.tolist() == [1] and found.confidence.tolist() == pytest.approx([0.8])
 
@@ -133,34 +126,34 @@ def detr_outputs(columns: int, queries: int = 100, softmax: bool = False) -> tup
 
 def test_detr_sigmoid_scores_in_either_output_order() -> None:
     boxes, logits = detr_outputs(91)
-    assert detr_scores([boxes, logits]) == ("sigmoid", "independent class logits")
+    assert q.detr_scores([boxes, logits]) == ("sigmoid", "independent class logits")
     for outputs in ([boxes, logits], [logits, boxes]):
-        found = decode_detr(outputs, HW, 0.5, "sigmoid")
+        found = q.decode_detr(outputs, HW, 0.5, "sigmoid")
         np.testing.assert_allclose(found.xyxy, [[160, 0, 480, 320]], atol=1e-3)
         assert found.class_id.tolist() == [5] and found.confidence[0] == pytest.approx(1 / (1 + np.exp(-6.0)))
 
 
 def test_detr_softmax_with_a_no_object_column() -> None:
     boxes, logits = detr_outputs(92, softmax=True)
-    mode, why = detr_scores([boxes, logits])
+    mode, why = q.detr_scores([boxes, logits])
     assert mode == "softmax" and "no object" in why
-    found = decode_detr([boxes, logits], HW, 0.5, mode)
+    found = q.decode_detr([boxes, logits], HW, 0.5, mode)
     assert found.class_id.tolist() == [5] and found.confidence[0] > 0.8
     # read with sigmoid, the "no object" column would be detected in every query
-    assert len(decode_detr([boxes, logits], HW, 0.5, "sigmoid")) == 100
+    assert len(q.decode_detr([boxes, logits], HW, 0.5, "sigmoid")) == 100
 
 
 def test_detr_scores_from_the_named_class_count_and_from_probabilities() -> None:
     boxes, logits = detr_outputs(3)
-    assert detr_scores([boxes, logits], num_classes=2)[0] == "softmax"
-    assert detr_scores([boxes, logits], num_classes=3)[0] == "sigmoid"
-    assert detr_scores([boxes, 1 / (1 + np.exp(-logits))])[0] == "probabilities"
+    assert q.detr_scores([boxes, logits], num_classes=2)[0] == "softmax"
+    assert q.detr_scores([boxes, logits], num_classes=3)[0] == "sigmoid"
+    assert q.detr_scores([boxes, 1 / (1 + np.exp(-logits))])[0] == "probabilities"
 
 
 @pytest.mark.parametrize("shapes", [[(1, 100, 4)], [(1, 100, 4), (1, 90, 91)], [(1, 100, 5), (1, 100, 91)]])
 def test_detr_refuses_other_shapes(shapes) -> None:
     with pytest.raises(DecoderError, match="detr expects two outputs"):
-        decode_detr([np.zeros(s, np.float32) for s in shapes], HW, 0.5)
+        q.decode_detr([np.zeros(s, np.float32) for s in shapes], HW, 0.5)
 
 
 E2E_META = ModelHints(num_classes=80, end2end=True)
