@@ -102,6 +102,7 @@ class AgentSnapshot:
     broker: LinkStats | None
     system: SystemReadings | None
     events: EventCounts
+    warnings: tuple[str, ...] = ()  # what the config allows that an attacker could use, and repairs made
     sensors: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property

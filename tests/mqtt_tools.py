@@ -138,17 +138,22 @@ def agent_config(
     device: str,
     trust_key: Path | None,
     group: str | None = None,
+    operator_key: Path | None = None,
     **overrides: Any,
 ) -> Path:
-    """Write an agent.yaml for a test device with the synthetic camera; returns its path."""
+    """Write an agent.yaml for a test device with the synthetic camera; returns its path.
+    Without `operator_key` the device obeys unsigned control."""
     config: dict[str, Any] = {
         "device": {"id": device, **({"group": group} if group else {})},
         "state_dir": str(tmp / device / "state"),
         "trust_keys": [str(trust_key)] if trust_key else [],
         "allow_unsigned": trust_key is None,
+        "operator_keys": [str(operator_key)] if operator_key else [],
+        "allow_unsigned_control": operator_key is None,
         "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
         "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
         "telemetry": {"interval_s": 0.5},
+        "deployments": {"probation_s": 1.0},
         "events": {"min_interval_s": 1.0},
     }
     for key, value in overrides.items():

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import get_args
 
 from agent.bundles.manifest import Manifest
-from agent.bundles.store import State
+from agent.bundles.record import State
 from agent.cli.main import build_parser
 from agent.config.models import AgentConfig
 from agent.errors import ErrorCode

@@ -43,6 +43,12 @@ class _Section(BaseModel):
 class BundleLimitsConfig(_Section):
     max_files: int = Field(default=256, ge=1, description="Most files one bundle may hold.")
     max_bytes: int = Field(default=1 << 30, ge=1, description="Most bytes one bundle may unpack to.")
+    max_bundle_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        description="Largest bundle file a deployment may download; a larger one is refused (TOO_LARGE) before "
+        "a byte is written.",
+    )
 
 
 class DeviceSection(_Section):
@@ -177,6 +183,25 @@ class DeploymentSection(_Section):
     window: int = Field(default=16, ge=1, le=1024, description="Chunks requested at a time.")
     stall_timeout_s: float = Field(default=60.0, gt=0, description="Re-request chunks after this long without one.")
     http_timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one HTTP request (url sources).")
+    download_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Longest a deployment may wait for its index and chunks, across restarts; then it ends "
+        "FAILED with DOWNLOAD_TIMEOUT.",
+    )
+    probation_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="Seconds a newly activated version is watched before it counts as SUCCEEDED (0: no "
+        "probation); it is rolled back if its cameras keep failing, its FPS stays low, or the agent stops.",
+    )
+    probation_min_fps_ratio: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="On probation, the new version must reach this fraction of the FPS the previous version "
+        "had on the same cameras.",
+    )
 
 
 class TelemetrySection(_Section):
@@ -199,6 +224,22 @@ class AgentConfig(_Section):
         default_factory=list, description="Ed25519 public keys (PEM) whose bundles are accepted."
     )
     allow_unsigned: bool = Field(default=False, description="Accept bundles without a valid signature (testing only).")
+    operator_keys: list[Path] = Field(
+        default_factory=list,
+        description="Ed25519 public keys (PEM) of the operators: desired documents and commands must be signed "
+        "by one of them.",
+    )
+    allow_unsigned_control: bool = Field(
+        default=False,
+        description="Act on unsigned desired documents and commands (anyone who can publish to the broker can "
+        "then steer this device: testing only).",
+    )
+    max_clock_skew_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A signed command must be issued within this many seconds of this device's clock, and no "
+        "control document may come from further in the future.",
+    )
     runtime: Preference = Field(default="auto", description="Runtime preference: auto, or one runtime by name.")
     runtimes: RuntimeSettings = Field(
         default_factory=RuntimeSettings, description="Settings of each runtime backend (onnxruntime, litert, tensorrt)."

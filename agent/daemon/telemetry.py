@@ -31,6 +31,7 @@ def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "temperature_c": None,  # filled by the sensors issue
         "error": snapshot.serving_error,
         "deployment_problem": snapshot.deployment_problem,
+        "warnings": list(snapshot.warnings),
     }
 
 
