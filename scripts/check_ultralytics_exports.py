@@ -3,12 +3,13 @@
 
 Ultralytics (AGPL-3.0, with PyTorch) lives only in a separate environment, never in the
 project's: that environment exports each model below with random weights (from its YAML,
-nothing downloaded) to ONNX and predicts on scikit-image's ``chelsea``; this script then runs
-`pipelines.detector.Detector` on the same export and photo and compares the decoder chosen and
-the detections (boxes clipped to the photo, within a pixel; scores within 1e-3) at Ultralytics'
-default NMS IoU threshold, 0.7.
+nothing downloaded) to ONNX and to LiteRT (.tflite, through litert-torch) and predicts on
+scikit-image's ``chelsea``; this script then runs `pipelines.detector.Detector` on the same
+export and photo and compares the decoder chosen and the detections (boxes clipped to the
+photo, within a pixel; scores within 1e-3) at Ultralytics' default NMS IoU threshold, 0.7.
 
-    python3 -m venv /tmp/ul && /tmp/ul/bin/pip install torch torchvision ultralytics onnx onnxslim onnxruntime
+    python3 -m venv /tmp/ul
+    /tmp/ul/bin/pip install torch torchvision ultralytics onnx onnxslim onnxruntime litert-torch
     YOLO_OFFLINE=1 .venv/bin/python scripts/check_ultralytics_exports.py --ultralytics-python /tmp/ul/bin/python
 
 Random weights give scores near zero, hence the low default ``--conf``. Exit status 1 when an
@@ -29,21 +30,26 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# (model YAML, export arguments, the decoder expected)
+# (model YAML, export format, export arguments, the decoder expected)
 EXPORTS = [
-    ("yolov8n.yaml", {"nms": True, "conf": 0.0001}, "end2end"),  # NMS in the graph at this threshold
-    ("yolo26n.yaml", {"nms": False}, "end2end"),
-    ("yolov10n.yaml", {"nms": False}, "end2end"),
-    ("yolo26n.yaml", {}, "yolov8"),
-    ("rtdetr-l.yaml", {}, "rtdetr"),
+    ("yolov8n.yaml", "onnx", {"nms": True, "conf": 0.0001}, "end2end"),  # NMS in the graph at this threshold
+    ("yolo26n.yaml", "onnx", {"nms": False}, "end2end"),
+    ("yolov10n.yaml", "onnx", {"nms": False}, "end2end"),
+    ("yolo26n.yaml", "onnx", {}, "yolov8"),
+    ("rtdetr-l.yaml", "onnx", {}, "rtdetr"),
+    ("yolov8n.yaml", "litert", {"nms": True, "conf": 0.0001}, "yolov8"),  # 8.4.190: no nms for LiteRT
+    ("yolo26n.yaml", "litert", {"nms": False}, "end2end"),
+    ("yolo26n.yaml", "litert", {}, "yolov8"),
+    ("rtdetr-l.yaml", "litert", {}, "rtdetr"),
 ]
 
 ULTRALYTICS_SIDE = """
 import json, sys
 from ultralytics import RTDETR, YOLO
-yaml, args, image, conf, imgsz = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
+yaml, fmt, args, image = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+conf, imgsz = float(sys.argv[5]), int(sys.argv[6])
 cls = RTDETR if yaml.startswith("rtdetr") else YOLO
-path = cls(yaml).export(format="onnx", imgsz=imgsz, **args)
+path = cls(yaml).export(format=fmt, imgsz=imgsz, **args)
 model = RTDETR(path) if cls is RTDETR else YOLO(path, task="detect")
 r = model.predict(image, conf=conf, imgsz=imgsz, verbose=False)[0]
 rows = [[*b, float(s), int(c)] for b, s, c in zip(r.boxes.xyxy.tolist(), r.boxes.conf.tolist(), r.boxes.cls.tolist())]
@@ -53,9 +59,9 @@ print(json.dumps({"path": str(path), "rows": rows}))
 
 def ours(path: Path, image: np.ndarray, conf: float) -> tuple[str, list[list[float]]]:
     from pipelines.detector import Detector
-    from runtimes.ort_backend import OnnxRuntimeBackend
+    from runtimes.registry import load_runtime
 
-    with OnnxRuntimeBackend(path) as runtime:
+    with load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", path) as runtime:
         detector = Detector(runtime, conf=conf, iou=0.7)  # Ultralytics' default IoU threshold
         found = detector.detect(image)
         rows = [
@@ -98,13 +104,14 @@ def main() -> int:
         image_path = Path(folder) / "chelsea.png"
         cv2.imwrite(str(image_path), data.chelsea()[..., ::-1])
         image = cv2.imread(str(image_path))
-        for yaml, export_args, expected in EXPORTS:
+        for yaml, fmt, export_args, expected in EXPORTS:
             run = subprocess.run(
                 [
                     args.ultralytics_python,
                     "-c",
                     ULTRALYTICS_SIDE,
                     yaml,
+                    fmt,
                     json.dumps(export_args),
                     str(image_path),
                     str(args.conf),
@@ -116,7 +123,7 @@ def main() -> int:
                 timeout=600,
             )
             if run.returncode != 0:
-                print(f"{yaml} {export_args}: ultralytics failed: {run.stderr[-500:]}")
+                print(f"FAIL {yaml} {fmt} {export_args}: ultralytics failed: {run.stderr.strip()[-300:]}")
                 failures += 1
                 continue
             theirs = json.loads(run.stdout.strip().splitlines()[-1])
@@ -124,7 +131,7 @@ def main() -> int:
             ok = decoder == expected and agree(theirs["rows"], mine, image.shape[:2], args.top)
             failures += not ok
             print(
-                f"{'ok  ' if ok else 'FAIL'} {yaml:<14} {json.dumps(export_args):<16} decoder {decoder:<8} "
+                f"{'ok  ' if ok else 'FAIL'} {yaml:<14} {fmt:<7} {json.dumps(export_args):<30} decoder {decoder:<8} "
                 f"(expected {expected}); detections: ultralytics {len(theirs['rows'])}, edge-agent {len(mine)}"
             )
     return 1 if failures else 0
