@@ -263,3 +263,18 @@ def test_auto_moves_to_the_next_candidate_when_a_frame_reads_implausibly(tmp_pat
     assert "decoder end2end read a frame implausibly" in caplog.text and "switching to yolov5" in caplog.text
     err = refused(capsys, "detect", str(model), str(black), "--decoder", "end2end")
     assert "decoder end2end does not fit this model's outputs (1, 10, 6)" in err and "1 inverted" in err
+
+
+QUERY_MODELS = Path(__file__).resolve().parent / "data" / "query_models"
+
+
+@pytest.mark.parametrize(("name", "score"), [("end2end", 0.91), ("rtdetr", 0.91), ("detr", 0.9997)])
+def test_query_decoders_on_litert(photos, capsys, name, score) -> None:
+    """The project's own LiteRT graphs with known rows (converted by litert-torch with
+    scripts/make_query_models.py): one object, the same box on the square astronaut photo
+    (end2end letterboxes, rtdetr and detr stretch: no padding either way)."""
+    result = detect(capsys, QUERY_MODELS / f"{name}.tflite", photos["astronaut"])
+    assert (result["runtime"], result["decoder"]) == ("litert", name)
+    (found,) = result["detections"]
+    assert found["class_id"] == 15 and found["score"] == pytest.approx(score, abs=1e-3)
+    np.testing.assert_allclose(found["box"], [128, 51.2, 384, 460.8], atol=0.5)
