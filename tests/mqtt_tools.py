@@ -170,15 +170,17 @@ def agent_config(
 class AgentProcess:
     """``edge-agent run`` in its own process, logging to a file next to its config."""
 
-    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        """`args` go after ``run --config FILE`` (``("--root", tree)``)."""
         self.config, self.log = config, config.with_suffix(".log")
         self.env = {**os.environ, **(env or {})}
+        self.args = args
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProcess:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "agent.cli", "-v", "run", "--config", str(self.config)],
+                [sys.executable, "-m", "agent.cli", "-v", "run", "--config", str(self.config), *self.args],
                 cwd=REPO,
                 env=self.env,
                 stdout=log,

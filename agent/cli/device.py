@@ -29,7 +29,9 @@ def add_device_commands(commands: Any) -> None:
 
     run = commands.add_parser("run", help="run the agent daemon")
     run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="agent.yaml")
-    run.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
+    run.add_argument(
+        "--root", type=Path, default=Path("/"), help="filesystem root to probe and read sensors from (for fake trees)"
+    )
 
 
 # -- config -------------------------------------------------------------------------------------
@@ -77,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     root = logging.getLogger()
     root.setLevel(min(root.level, logging.getLevelName(config.log_level.upper())))  # -v can only add detail
-    agent = Agent(config, probe(args.root), config_path=args.config)
+    agent = Agent(config, probe(args.root), config_path=args.config, root=args.root)
     return agent.run()
 
 

@@ -2,8 +2,9 @@
 
 It recovers an interrupted deployment, starts the cameras on the active version (if any),
 connects to the broker (if configured) and keeps serving detections whether or not the broker
-is reachable. Threads: the sampler (system readings every ``telemetry.interval_s``; with a
-broker it also publishes telemetry and status), and with a broker paho's network thread (via
+is reachable. Threads: the sampler (system and sensor readings every
+``telemetry.interval_s``, which also step the thermal and battery governor; with a broker it
+publishes telemetry and status), and with a broker paho's network thread (via
 `MqttLink`), the link's supervisor, the deployer and one thread for commands; per camera one
 for capture and one per inference worker. The main thread only waits for signals:
 
@@ -35,9 +36,13 @@ from agent.bundles.store import Store
 from agent.config.loading import load_config, security_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.deployer import Deployer, deployment_status
+from agent.daemon.governing import Governing
 from agent.daemon.telemetry import status_document, telemetry_document
 from agent.errors import BundleError, ConfigError, ErrorCode
+from agent.hardware.fan import FanError, open_fan
 from agent.hardware.probe import Board
+from agent.hardware.readings import SensorReadings
+from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor, SystemReadings
 from agent.mqtt.commands import (
     Command,
@@ -72,8 +77,18 @@ def agent_version() -> str:
 class Agent:
     """One device's daemon, built from its config; `run` blocks until stopped."""
 
-    def __init__(self, config: AgentConfig, board: Board, config_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        board: Board,
+        config_path: Path | None = None,
+        root: Path = Path("/"),
+        pin_factory: Any = None,
+    ) -> None:
+        """`root` is the filesystem the sensors read (a fake or captured tree in tests);
+        `pin_factory` is gpiozero's, for a GPIO fan (None: gpiozero's default)."""
         self.board, self.config_path = board, config_path
+        self.root, self.pin_factory = root, pin_factory
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._configure(config)
@@ -99,6 +114,9 @@ class Agent:
         self.events = EventSink(config.events, self._labels, self._publish_event)
         self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes)
         self.monitor = SystemMonitor()
+        self.sensors = Sensors.from_config(config.sensors, self.root, self.board)
+        self._readings: SensorReadings | None = None  # the sampler's latest sensor reading
+        self.governing = self._governing(config) if config.governor.enabled else None
         self.link: MqttLink | None = None
         self.deployer: Deployer | None = None
         self._state: AgentState = "starting"
@@ -142,7 +160,7 @@ class Agent:
         self._serve_current()
         self._state = "online"
         self._components_stop.clear()
-        self._system = self.monitor.sample()
+        self._sample()
         self._spawn(self._sampler_loop, "sampler")
         if self.link is not None:
             self.deployer = Deployer(
@@ -182,6 +200,9 @@ class Agent:
             thread.join(10.0)
         self._threads.clear()
         self.cameras.stop()
+        self.sensors.close()
+        if self.governing is not None:
+            self.governing.close()
         self._state = "offline"
         if self.link is not None:
             self._publish_status()
@@ -280,6 +301,8 @@ class Agent:
             broker=self.link.stats() if self.link is not None else None,
             system=self._system,
             events=EventCounts(self.events.published, self.events.limiter.suppressed),
+            sensors=self._readings,
+            governor=self.governing.state if self.governing is not None else None,
         )
 
     # -- publishing ----------------------------------------------------------------------------
@@ -297,11 +320,29 @@ class Agent:
         """Every telemetry interval: sample the system; with a broker, publish telemetry and the
         status (which keeps the retained fps current for `fleet status`)."""
         while not self._components_stop.wait(self.config.telemetry.interval_s):
-            self._system = self.monitor.sample()
+            self._sample()
             if self.link is not None:
                 snapshot = self.snapshot()
                 self.link.publish_queued(self.topics.telemetry(self.device), json_payload(telemetry_document(snapshot)))
                 self.link.publish_state(self.topics.status(self.device), json_payload(status_document(snapshot)))
+
+    # -- sensors and the governor --------------------------------------------------------------
+
+    def _governing(self, config: AgentConfig) -> Governing:
+        """The governor with its fan; a fan that cannot be opened is logged and left out."""
+        try:
+            fan = open_fan(config.governor.fan, self.sensors.fs, self.pin_factory)
+        except FanError as exc:
+            log.error("governor: no fan: %s", exc)
+            fan = None
+        return Governing(config.governor, self.cameras, fan, self._publish_event, self._publish_status)
+
+    def _sample(self) -> None:
+        """One tick of the sampler: system and sensor readings, then the governor's step."""
+        self._system = self.monitor.sample()
+        self._readings = self.sensors.read()
+        if self.governing is not None:
+            self.governing.step(self._readings)
 
     # -- commands ------------------------------------------------------------------------------
 
