@@ -3,7 +3,7 @@
 ``Detector(runtime).detect(frame)`` takes a BGR ``(H, W, 3) uint8`` frame and returns
 `Detections` in that frame's pixels, clipped to it, highest confidence first.
 
-Building one runs the model once on a blank (grey) frame: the outputs' shapes and content
+Building one runs the model once on a blank (black) frame: the outputs' shapes and content
 rank the decoders that could fit (`pipelines.decoder_choice`), and the plausibility guard
 (`pipelines.plausibility`) keeps the first whose detections are possible. Every decoded frame
 passes the guard again: with ``auto`` an implausible frame moves the detector to the next
@@ -99,7 +99,8 @@ class Detector:
         probe_config = PreprocessConfig(
             size=self.input_hw, layout=layout, dtype=spec.dtype, quantization=_input_quantization(spec, 0.0, 255.0)
         )
-        blank_tensor, blank_transform = preprocess(np.full((*self.input_hw, 3), 114, np.uint8), probe_config)
+        # a black frame of the input's own size: no padding, so the tensor is uniform (zeros for /255)
+        blank_tensor, blank_transform = preprocess(np.zeros((*self.input_hw, 3), np.uint8), probe_config)
         blank = self.infer(blank_tensor)
         self.output_shapes = [tuple(o.shape) for o in blank]
         hints = ModelHints.from_metadata(runtime.metadata)

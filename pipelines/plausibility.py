@@ -79,7 +79,7 @@ def problems(detections: Detections, input_hw: tuple[int, int]) -> list[str]:
 
 
 def blank_frame_problems(survivors: int, max_det: int) -> list[str]:
-    """A blank (uniform grey) frame holds no objects: more than `max_det` detections surviving
+    """A blank (uniform black) frame holds no objects: more than `max_det` detections surviving
     NMS on one means the decoder reads noise as objects."""
     if survivors > max_det:
         return [f"{survivors} detections survive on a blank frame, more than max_det {max_det}"]

@@ -219,18 +219,14 @@ def _save(nodes: list, inits: list, outs: list, path: Path, size: int, metadata:
     return path
 
 
-def brightness_model(rows_when_black: np.ndarray, path: Path, size: int = 64, metadata: dict | None = None) -> Path:
-    """One output that is zero on a blank grey frame (pixels 114) and `rows_when_black` on a
-    black one: ``(mean(input) - 114/255) * rows_when_black / -(114/255)``, input ``(1, 3, size, size)``."""
+def brightness_model(rows_when_grey: np.ndarray, path: Path, size: int = 64, metadata: dict | None = None) -> Path:
+    """One output that is zero on a blank black frame and `rows_when_grey` on a grey one (pixels
+    114): ``mean(input) * rows_when_grey / (114/255)``, input ``(1, 3, size, size)``."""
     grey = 114 / 255
     nodes = [
         helper.make_node("ReduceMean", ["images"], ["mean"], keepdims=0),
-        helper.make_node("Sub", ["mean", "grey"], ["shift"]),
-        helper.make_node("Mul", ["shift", "rows"], ["output0"]),
+        helper.make_node("Mul", ["mean", "rows"], ["output0"]),
     ]
-    inits = [
-        _const("grey", np.array(grey, np.float32)),
-        _const("rows", (rows_when_black / -grey).astype(np.float32)),
-    ]
-    out = helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(rows_when_black.shape))
+    inits = [_const("rows", (rows_when_grey / grey).astype(np.float32))]
+    out = helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(rows_when_grey.shape))
     return _save(nodes, inits, [out], path, size, metadata)

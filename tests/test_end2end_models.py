@@ -246,22 +246,22 @@ def test_bundle_build_records_rtdetr_and_detr(photos, tmp_path) -> None:
 
 
 def test_auto_moves_to_the_next_candidate_when_a_frame_reads_implausibly(tmp_path, capsys, caplog) -> None:
-    """Both candidates read the blank frame plausibly (nothing there); on a black frame the rows are
-    YOLOv5's (cx, cy, w, h, objectness, class score), impossible as end2end (x2 < x1)."""
+    """Both candidates read the blank (black) frame plausibly (nothing there); on a grey frame the
+    rows are YOLOv5's (cx, cy, w, h, objectness, class score), impossible as end2end (x2 < x1)."""
     import cv2
 
     rows = np.zeros((1, 10, 6), np.float32)
     rows[0, 0] = [32, 32, 10, 10, 0.9, 0.8]
     model = onnx_tools.brightness_model(rows, tmp_path / "m.onnx", metadata={"end2end": "True"})
-    black = tmp_path / "black.png"
-    cv2.imwrite(str(black), np.zeros((64, 64, 3), np.uint8))
-    result = detect(capsys, model, black)
+    grey = tmp_path / "grey.png"
+    cv2.imwrite(str(grey), np.full((64, 64, 3), 114, np.uint8))
+    result = detect(capsys, model, grey)
     assert result["decoder"] == "yolov5"
     (found,) = result["detections"]
     np.testing.assert_allclose(found["box"], [27, 27, 37, 37], atol=0.01)
     assert found["score"] == pytest.approx(0.72, abs=1e-3)
     assert "decoder end2end read a frame implausibly" in caplog.text and "switching to yolov5" in caplog.text
-    err = refused(capsys, "detect", str(model), str(black), "--decoder", "end2end")
+    err = refused(capsys, "detect", str(model), str(grey), "--decoder", "end2end")
     assert "decoder end2end does not fit this model's outputs (1, 10, 6)" in err and "1 inverted" in err
 
 
