@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipelines.decoder_choice import choose_decoder
 from pipelines.decoders import (
     DecoderError,
-    choose_decoder,
     decode_ssd,
     decode_yolov5,
     decode_yolov8,
