@@ -277,9 +277,12 @@ class TcpProxy:
 
 class RangeServer:
     """HTTP on a free port serving one file with Range support (206). `drop_after` closes the
-    connection after that many requests once (a flaky link); `ignore_range` answers 200."""
+    connection after that many requests once (a flaky link); `ignore_range` answers 200;
+    `unavailable` answers that many requests 503 before serving (an overloaded server)."""
 
-    def __init__(self, path: Path, drop_after: int | None = None, ignore_range: bool = False) -> None:
+    def __init__(
+        self, path: Path, drop_after: int | None = None, ignore_range: bool = False, unavailable: int = 0
+    ) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         data, server_state = path.read_bytes(), {"requests": 0, "dropped": False}
@@ -293,6 +296,9 @@ class RangeServer:
                 server_state["requests"] += 1
                 if self.path != "/" + path.name:
                     self.send_error(404)
+                    return
+                if server_state["requests"] <= unavailable:
+                    self.send_error(503)
                     return
                 if drop_after is not None and server_state["requests"] > drop_after and not server_state["dropped"]:
                     server_state["dropped"] = True

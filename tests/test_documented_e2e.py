@@ -112,6 +112,18 @@ def test_a_release_hands_the_device_back_to_its_group(
     serving(watcher, "dev1", "1.0.0")  # the group's version, lower: the release is the operator's intent
 
 
+def test_an_empty_retained_desired_hands_a_lab_device_back_to_its_group(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles
+) -> None:
+    agents("dev1", group="lobby", allow_unsigned_control=True, operator_keys=[])  # a lab device
+    online(watcher, "dev1")
+    assert finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "group:lobby"))["state"] == "SUCCEEDED"
+    assert finished(watcher, "dev1", push(capsys, broker, bundles["v2"], "device:dev1"))["state"] == "SUCCEEDED"
+    serving(watcher, "dev1", "1.1.0")
+    publish_raw(broker, [("edge/dev1/desired", b"")])  # clears the retained device document
+    serving(watcher, "dev1", "1.0.0")
+
+
 def test_deployment_problem_while_an_index_is_awaited_then_cleared(
     broker: Broker, watcher: Watcher, agents, bundles, operator_key: Path
 ) -> None:

@@ -167,6 +167,7 @@ class Deployer:
                 self._device_doc = document if isinstance(document, Desired) else None
                 if isinstance(document, Release):
                     self._released = document.issued_at
+                if not isinstance(document, Desired):  # a release, or an empty message where allowed
                     self._back_to_group = True
             else:
                 self._group_doc = document if isinstance(document, Desired) else None
