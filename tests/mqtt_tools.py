@@ -97,6 +97,8 @@ class Watcher:
         self.messages: list[mqtt.MQTTMessage] = []
         self.latest: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._token = os.urandom(16).hex().encode()
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
         self.client.on_message = self._on_message
         subscribed = threading.Event()
@@ -107,6 +109,9 @@ class Watcher:
         assert subscribed.wait(10), "the watcher could not subscribe"
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        if message.payload == self._token:
+            self._synced.set()
+            return
         with self._lock:
             self.messages.append(message)
             self.latest[message.topic] = bytes(message.payload)
@@ -122,6 +127,14 @@ class Watcher:
             return document if document is not None and predicate(document) else None
 
         return wait_until(match, timeout, f"{topic} to match")
+
+    def sync(self, topic: str, timeout: float = 10) -> None:
+        """Return once every message the broker sent before now has arrived (the retained ones
+        after subscribing too): publish a marker to `topic`, which the filters must match, and
+        wait for it to come back. The marker is not recorded."""
+        self._synced.clear()
+        self.client.publish(topic, self._token, qos=1)
+        assert self._synced.wait(timeout), f"the marker on {topic} did not come back"
 
     def all_json(self, topic: str) -> list[Any]:
         with self._lock:

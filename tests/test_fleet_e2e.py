@@ -103,7 +103,8 @@ def test_broker_killed_mid_transfer_resumes_without_fetching_finished_chunks_aga
     capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
 ) -> None:
     agent, deployment = start_slow_download(capsys, broker, watcher, agents, bundles["v1"])
-    time.sleep(1.5)  # the broker autosaves every second: the pushed chunks are on its disk
+    pushed_at, saved = time.time(), broker.folder / "mosquitto.db"
+    wait_until(lambda: saved.is_file() and saved.stat().st_mtime > pushed_at, 10, "the broker's autosave")
     progress = chunks_done(watcher, 20)
     assert progress["chunks_done"] < progress["chunks_total"], "the download finished before the broker was killed"
     watcher.close()
@@ -383,7 +384,7 @@ def test_fleet_gc_removes_only_bundles_no_desired_document_names(
     assert status == 0 and out.count("removed bundle") == 1, out
     watcher = Watcher(broker, ["edge/bundles/+/index"])
     try:
-        time.sleep(0.5)
+        watcher.sync("edge/bundles/sync/index")  # every retained index has arrived
         left = {json.loads(p)["sha256"] for p in watcher.latest.values()}
     finally:
         watcher.close()

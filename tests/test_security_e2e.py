@@ -9,6 +9,7 @@ import json
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,6 @@ def test_every_deployment_ends_with_a_reported_state(
 
 def http_503() -> str:
     """A URL whose server answers every request 503 (overloaded), for good."""
-    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Overloaded(BaseHTTPRequestHandler):
@@ -395,7 +395,9 @@ class Client:
         self.received: list[str] = []
         self.refused: str | None = None
         self.ready = False
+        self.subscribed = threading.Semaphore(0)
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+        self.client.on_subscribe = lambda *_: self.subscribed.release()
         if user is not None:
             self.client.username_pw_set(user, password)
         self.client.on_message = lambda c, u, m: self.received.append(m.topic)
@@ -412,7 +414,7 @@ class Client:
 
     def subscribe(self, topic: str) -> None:
         self.client.subscribe(topic, qos=1)
-        time.sleep(0.3)
+        assert self.subscribed.acquire(timeout=10), f"no SUBACK for {topic}"
 
     def publish(self, topic: str, payload: bytes) -> None:
         self.client.publish(topic, payload, qos=1).wait_for_publish(10)
@@ -453,8 +455,9 @@ def test_the_generated_acl_keeps_each_device_to_its_own_topics(
         ops.publish("edge/dev1/cmd/ping", b"{}")
         ops.publish("edge/dev2/cmd/ping", b"{}")
         wait_until(lambda: "edge/dev1/cmd/ping" in dev1.received, 10, "dev1's own command")
-        time.sleep(0.5)  # the forged publishes went out before ops's commands; none may arrive
-        assert [t for t in ops.received if not t.endswith("/cmd/ping")] == ["edge/dev1/status"], ops.received
+        dev1.publish("edge/dev1/status", b"last")  # the broker handles dev1's publishes in order:
+        wait_until(lambda: ops.received.count("edge/dev1/status") == 2, 10, "dev1's last status")  # all in
+        assert [t for t in ops.received if not t.endswith("/cmd/ping")] == ["edge/dev1/status"] * 2, ops.received
         assert dev1.received == ["edge/dev1/cmd/ping"], "dev1 reads its own commands only"
         for client in clients:
             client.close()

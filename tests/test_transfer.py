@@ -425,8 +425,7 @@ def test_tls_with_client_certificate_and_password(tmp_path: Path, capsys) -> Non
         good = link_to(url, username="cam-1", password={"file": tmp_path / "pw"}, tls=tls).start()
         assert good.wait_connected(10), good.last_error
         good.publish_state("edge/cam-1/status", b'{"state": "online"}')
-        time.sleep(0.3)
-        good.stop()
+        good.stop()  # waits for the broker's ack of the retained state
 
         wrong = link_to(url, username="cam-1", password={"value": "nope"}, tls=tls).start()
         wait_until(lambda: wrong.last_error, 10, "the refusal")
