@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
-import pytest
 import yaml
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from tests.conftest import REPO
+from tests.needs import missing
 
 MOSQUITTO = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
 
@@ -49,7 +49,7 @@ class Broker:
 
     def __init__(self, folder: Path, extra: str = "", listener: str = "allow_anonymous true\n") -> None:
         if MOSQUITTO is None:
-            pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+            missing("mosquitto", "mosquitto is not installed (apt-get install mosquitto)")
         self.folder, self.port = folder, free_port()
         folder.mkdir(parents=True, exist_ok=True)
         self.conf = folder / "mosquitto.conf"

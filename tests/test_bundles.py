@@ -26,6 +26,7 @@ from pipelines.synthetic import SyntheticScene
 from runtimes.registry import load_runtime
 from tests.bundle_tools import Files, read_files, resign, write_tar
 from tests.conftest import DEMO_MODELS, REPO
+from tests.needs import missing
 
 
 def without(files: Files, name: str) -> Files:
@@ -250,7 +251,7 @@ def test_disk_full_during_install(tmp_path: Path, keys, bundles) -> None:
     if subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=1800k", "tmpfs", str(state)], capture_output=True
     ).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
+        missing("root", "mounting a small tmpfs needs root")
     try:
         store, v1 = installed_store(tmp_path, bundles["v1"], keys)
         big = tmp_path / "big.bundle"

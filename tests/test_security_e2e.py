@@ -28,6 +28,7 @@ from agent.mqtt.protocol import ChunkIndex, Desired, Topics
 from tests.conftest import DEMO_MODELS
 from tests.fleet_helpers import cli, finished, online, publish_raw, push, request, serving, signed_request
 from tests.mqtt_tools import AgentProcess, Broker, Watcher, wait_until
+from tests.needs import missing
 
 pytestmark = pytest.mark.usefixtures("operator_key")
 
@@ -428,7 +429,7 @@ def test_the_generated_acl_keeps_each_device_to_its_own_topics(
     tmp_path: Path, capsys, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:
     if not Path(MOSQUITTO_PASSWD).exists():
-        pytest.skip("mosquitto_passwd is not installed (apt-get install mosquitto)")
+        missing("mosquitto_passwd", "mosquitto_passwd is not installed (apt-get install mosquitto)")
     folder = tmp_path / "secured"
     folder.mkdir()
     passwd, acl = folder / "passwd", folder / "edge-agent.acl"

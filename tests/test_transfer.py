@@ -29,6 +29,7 @@ from pipelines.backoff import Backoff
 from pipelines.detections import Detections
 from pipelines.sources import Frame
 from tests.mqtt_tools import Broker, TcpProxy, Watcher, wait_until
+from tests.needs import missing
 
 DATA = os.urandom(100_000)
 
@@ -91,7 +92,7 @@ def test_a_full_disk_during_a_download_is_a_clear_error(tmp_path: Path) -> None:
     folder = tmp_path / "small"
     folder.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
+        missing("root", "mounting a small tmpfs needs root")
     try:
         index = ChunkIndex.of(DATA, 16384)
         partial = PartialBundle(folder / "d", index).open()
