@@ -51,6 +51,7 @@ class ErrorCode(str, Enum):
     NO_RUNTIME = "NO_RUNTIME"
     DECODER_MISMATCH = "DECODER_MISMATCH"
     PARITY_FAILED = "PARITY_FAILED"
+    RUNTIME_CRASHED = "RUNTIME_CRASHED"
     # building, signing and pushing bundles (operator side)
     NO_MODEL = "NO_MODEL"
     UNKNOWN_FORMAT = "UNKNOWN_FORMAT"

@@ -18,6 +18,7 @@ from agent.hardware.probe import Board
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import LinkStats
 from pipelines.pipeline import PipelineStats
+from runtimes.base import RuntimeInfo
 
 AgentState = Literal["starting", "online", "stopping", "offline"]
 
@@ -84,7 +85,8 @@ class EventCounts:
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
     the first sample; `sensors` holds the temperature, power and battery readings (empty until
-    the sensors are read)."""
+    the sensors are read); `runtimes` the backends probed at start, each available or why not
+    (`RuntimeInfo.crashed` when its library killed the probe process)."""
 
     ts: float
     state: AgentState
@@ -103,6 +105,7 @@ class AgentSnapshot:
     system: SystemReadings | None
     events: EventCounts
     sensors: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    runtimes: tuple[RuntimeInfo, ...] = ()
 
     @property
     def fps(self) -> float:

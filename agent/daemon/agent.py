@@ -44,6 +44,8 @@ from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Serving, VersionRef
 from pipelines.pipeline import use_one_opencv_thread
+from runtimes.base import RuntimeInfo
+from runtimes.registry import available_runtimes
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class Agent:
         self._state: AgentState = "starting"
         self._serving_error: str | None = None
         self._system: SystemReadings | None = None  # the sampler's latest reading
+        self._runtimes: tuple[RuntimeInfo, ...] = ()  # probed at start, in child processes
         self._commands: queue.Queue[Message | None] = queue.Queue(maxsize=64)
         self._threads: list[threading.Thread] = []
         self._components_stop = threading.Event()
@@ -112,6 +115,7 @@ class Agent:
         recovered = self.store.recover()
         if recovered is not None:
             log.warning("recovered deployment %s: now %s", recovered.id, recovered.state)
+        self._runtimes = tuple(available_runtimes().values())  # once per process: a SIGHUP reuses it
         self._serve_current()
         self._state = "online"
         self._components_stop.clear()
@@ -231,6 +235,7 @@ class Agent:
             broker=self.link.stats() if self.link is not None else None,
             system=self._system,
             events=EventCounts(self.events.published, self.events.limiter.suppressed),
+            runtimes=self._runtimes,
         )
 
     # -- publishing ----------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board, probe
 from pipelines.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
-from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime
+from runtimes.isolation import RuntimeCrashed
+from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
 from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
 
 log = logging.getLogger(__name__)
@@ -40,16 +41,17 @@ def open_detector(
 ) -> Loaded:
     """Load an installed version for serving: the best runtime that loads it, with the decoder
     and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
-    several. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
+    several. A runtime whose first load of the artifact killed a check process is skipped (the
+    version keeps serving on the next one). Raises `BundleError` (``NO_RUNTIME``) when none loads."""
     settings = settings or RuntimeSettings()
     _, manifest = read_manifest(folder)
     failures = []
     for choice in runtime_choices(folder, manifest, board, preference):
         try:
-            runtime = load_runtime(
+            runtime = load_runtime_checked(
                 choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
             )
-        except (RuntimeUnavailable, ModelLoadError) as exc:
+        except (RuntimeUnavailable, ModelLoadError, RuntimeCrashed) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         thresholds = manifest.thresholds
