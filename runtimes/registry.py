@@ -106,17 +106,10 @@ def load_runtime(
     raise RuntimeUnavailable(tensorrt_backend.availability().reason or "tensorrt is unavailable")
 
 
-def load_runtime_checked(
-    name: RuntimeName,
-    model_path: Path,
-    config: BackendConfig | None = None,
-    warmup: bool = True,
-    workers: int = 1,
-) -> Runtime:
-    """`load_runtime`, once a child process has loaded and warmed up the same model with the
-    same settings without dying (checked once per process and file version). Raises
+def load_runtime_checked(name: RuntimeName, model_path: Path, config: BackendConfig, workers: int = 1) -> Runtime:
+    """`load_runtime` (warmed up), once a child process has loaded and warmed up the same model
+    with the same settings without dying (checked once per process and file version). Raises
     `runtimes.isolation.RuntimeCrashed` when that child died, else as `load_runtime`."""
     if name in BACKENDS:
-        settings = config if config is not None else BACKENDS[name].config()
-        check_load_isolated(name, model_path, settings.model_dump_json())
-    return load_runtime(name, model_path, config, warmup, workers)
+        check_load_isolated(name, model_path, config.model_dump_json())
+    return load_runtime(name, model_path, config, workers=workers)
