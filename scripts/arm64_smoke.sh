@@ -17,5 +17,5 @@ if [ ${#need[@]} -gt 0 ]; then
   as_root apt-get update -qq >&2
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
 fi
-[ -x .venv/bin/python ] || scripts/setup.sh >&2
+scripts/setup.sh >&2  # .venv with edge-agent's current requirements (the aarch64 wheels follow them)
 exec .venv/bin/python scripts/arm64_smoke.py "$@"

@@ -22,6 +22,9 @@ stop_fleet >/dev/null
 .venv/bin/python scripts/make_demo_media.py "$out" --frames 150
 echo; echo "== edge-agent probe"
 .venv/bin/edge-agent probe
+echo; echo "== edge-agent telemetry (this machine's sensors, then a Jetson Orin Nano's, from its fake tree)"
+.venv/bin/edge-agent telemetry
+.venv/bin/edge-agent telemetry --root tests/fakes/jetson-orin-nano
 echo; echo "== edge-agent detect (ONNX Runtime, FP32)"
 .venv/bin/edge-agent detect agent/demo/demo_detector.onnx "$out/scene.png" --save-dir "$out"
 echo; echo "== edge-agent detect (LiteRT, INT8)"
@@ -66,7 +69,8 @@ cat <<TEXT
 Where to look (the broker and the agent keep running; stop them with: scripts/demo.sh stop)
   annotated frames:   $out/scene.jpg (detect), $out/snapshot.jpg (the agent's camera)
   everything:         mosquitto_sub -p $port -t 'edge/#' -v
-  telemetry:          mosquitto_sub -p $port -t edge/demo-cam/telemetry
+  telemetry:          mosquitto_sub -p $port -t edge/demo-cam/telemetry   (sensors, governor, energy_mj_per_frame)
+  sensors, live:      .venv/bin/edge-agent telemetry --watch 2
   the fleet:          .venv/bin/edge-agent fleet status --broker $broker
   the agent's log:    $out/agent.log      its config: $out/agent.yaml
 TEXT

@@ -138,17 +138,22 @@ def agent_config(
     device: str,
     trust_key: Path | None,
     group: str | None = None,
+    operator_key: Path | None = None,
     **overrides: Any,
 ) -> Path:
-    """Write an agent.yaml for a test device with the synthetic camera; returns its path."""
+    """Write an agent.yaml for a test device with the synthetic camera; returns its path.
+    Without `operator_key` the device obeys unsigned control."""
     config: dict[str, Any] = {
         "device": {"id": device, **({"group": group} if group else {})},
         "state_dir": str(tmp / device / "state"),
         "trust_keys": [str(trust_key)] if trust_key else [],
         "allow_unsigned": trust_key is None,
+        "operator_keys": [str(operator_key)] if operator_key else [],
+        "allow_unsigned_control": operator_key is None,
         "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
         "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
         "telemetry": {"interval_s": 0.5},
+        "deployments": {"probation_s": 1.0},
         "events": {"min_interval_s": 1.0},
     }
     for key, value in overrides.items():
@@ -165,15 +170,17 @@ def agent_config(
 class AgentProcess:
     """``edge-agent run`` in its own process, logging to a file next to its config."""
 
-    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        """`args` go after ``run --config FILE`` (``("--root", tree)``)."""
         self.config, self.log = config, config.with_suffix(".log")
         self.env = {**os.environ, **(env or {})}
+        self.args = args
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProcess:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "agent.cli", "-v", "run", "--config", str(self.config)],
+                [sys.executable, "-m", "agent.cli", "-v", "run", "--config", str(self.config), *self.args],
                 cwd=REPO,
                 env=self.env,
                 stdout=log,

@@ -15,16 +15,17 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from agent.cli import main
 from runtimes.base import ModelLoadError
 from runtimes.isolation import ChildResult, ChildRunner, IsolationUnavailable, RuntimeCrashed, exit_description
 from runtimes.registry import load_runtime
 from tests.conftest import DEMO_MODELS, REPO
-from tests.mqtt_tools import AgentProcess, Broker, Watcher, agent_config, wait_until
+from tests.fleet_helpers import finished, online, push, serving
+from tests.mqtt_tools import AgentProcess, Broker, Watcher, wait_until
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 ORT_VERSION = metadata.version("onnxruntime")
@@ -150,8 +151,10 @@ def test_probe_command_survives_a_library_that_crashes_on_import() -> None:
     assert text.returncode == 0 and f"unavailable: onnxruntime {ORT_VERSION} crashed on import (SIGSEGV)" in text.stdout
 
 
-def _install(env: dict[str, str], bundle: Path, state: Path, trust: Path) -> subprocess.CompletedProcess[str]:
-    return edge_agent(env, "install", str(bundle), "--state-dir", str(state), "--trust-key", str(trust))
+def _install(
+    env: dict[str, str], bundle: Path, state: Path, trust: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return edge_agent(env, "install", str(bundle), "--state-dir", str(state), "--trust-key", str(trust), *extra)
 
 
 def _status(state: Path) -> dict[str, object]:
@@ -177,7 +180,7 @@ def _sha(state: Path) -> str:
 def test_install_of_an_artifact_that_crashes_its_runtime_is_rolled_back(tmp_path: Path, keys, bundles) -> None:
     state = tmp_path / "state"
     assert _install(dict(os.environ), bundles["v2"], state, keys["public"]).returncode == 0
-    crashing = _install(standin_env("crash_on_load"), bundles["v1"], state, keys["public"])
+    crashing = _install(standin_env("crash_on_load"), bundles["v1"], state, keys["public"], "--allow-downgrade")
     assert crashing.returncode == 1
     assert "ROLLED_BACK: RUNTIME_CRASHED" in crashing.stderr
     assert f"onnxruntime {ORT_VERSION} crashed (SIGILL) while loading demo_detector_int8_qdq.onnx" in crashing.stderr
@@ -187,61 +190,39 @@ def test_install_of_an_artifact_that_crashes_its_runtime_is_rolled_back(tmp_path
 
 
 def test_the_daemon_reports_crashed_runtimes_and_keeps_serving(
-    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path], capsys
+    capsys, broker: Broker, watcher: Watcher, agents, operator_key: Path, bundles: dict[str, Path]
 ) -> None:
     """Over a real broker: one device whose onnxruntime crashes on import (status says so; the
     ONNX-only version is refused, the TFLite one serves), one whose onnxruntime crashes on a
     model (that version ends RUNTIME_CRASHED; the device serves on and stays online)."""
-    broker = Broker(tmp_path / "broker").start()
-    watcher = Watcher(broker, ["edge/#"])
-    devices = {"imports": standin_env("crash_on_import"), "loads": standin_env("crash_on_load")}
-    agents = [
-        AgentProcess(agent_config(tmp_path, broker, name, keys["public"]), env).start() for name, env in devices.items()
-    ]
+    crashing_import = agents("imports", env=standin_env("crash_on_import"))
+    crashing_load = agents("loads", env=standin_env("crash_on_load"))
 
-    def push(bundle: Path, device: str) -> dict[str, object]:
-        capsys.readouterr()
-        argv = ["fleet", "push", str(bundle), "--target", f"device:{device}", "--broker", broker.url]
-        assert main(argv) == 0, capsys.readouterr()
-        deployment = capsys.readouterr().out.split(" as deployment ")[1].strip()
-        return watcher.wait_json(  # type: ignore[no-any-return]
-            f"edge/{device}/deployment",
-            lambda d: d["id"] == deployment and d["state"] in ("SUCCEEDED", "REJECTED", "ROLLED_BACK"),
-            120,
-        )
+    def deploy(bundle: Path, device: str) -> dict[str, Any]:
+        deployment = push(capsys, broker, bundle, f"device:{device}", "--allow-downgrade")
+        return finished(watcher, device, deployment, 120)
 
-    try:
-        status = watcher.wait_json("edge/imports/status", lambda d: d["state"] == "online", 90)
-        ort = status["runtimes"]["onnxruntime"]
-        assert (ort["available"], ort["crashed"], ort["version"]) == (False, "SIGSEGV", ORT_VERSION)
-        assert status["runtimes"]["litert"]["available"]
+    status = online(watcher, "imports", 90)
+    ort = status["runtimes"]["onnxruntime"]
+    assert (ort["available"], ort["crashed"], ort["version"]) == (False, "SIGSEGV", ORT_VERSION)
+    assert status["runtimes"]["litert"]["available"]
+    refused = deploy(bundles["v1"], "imports")
+    assert refused["state"] == "ROLLED_BACK" and refused["error"]["code"] == "NO_RUNTIME"
+    assert "SIGSEGV" in refused["error"]["message"]
+    assert deploy(bundles["v2"], "imports")["state"] == "SUCCEEDED"
 
-        refused = push(bundles["v1"], "imports")
-        assert refused["state"] == "ROLLED_BACK" and refused["error"]["code"] == "NO_RUNTIME"
-        assert "SIGSEGV" in refused["error"]["message"]
-        assert push(bundles["v2"], "imports")["state"] == "SUCCEEDED"
+    online(watcher, "loads", 90)
+    assert deploy(bundles["v2"], "loads")["state"] == "SUCCEEDED"
+    crashed = deploy(bundles["v1"], "loads")
+    assert crashed["state"] == "ROLLED_BACK" and crashed["error"]["code"] == "RUNTIME_CRASHED"
+    assert "SIGILL" in crashed["error"]["message"]
 
-        watcher.wait_json("edge/loads/status", lambda d: d["state"] == "online", 90)
-        assert push(bundles["v2"], "loads")["state"] == "SUCCEEDED"
-        crashed = push(bundles["v1"], "loads")
-        assert crashed["state"] == "ROLLED_BACK" and crashed["error"]["code"] == "RUNTIME_CRASHED"
-        assert "SIGILL" in crashed["error"]["message"]
-
-        for device in devices:
-            since = watcher.json(f"edge/{device}/telemetry")["ts"]
-            watcher.wait_json(f"edge/{device}/telemetry", lambda d, t=since: d["ts"] > t and d["fps"] > 0, 60)
-            status = watcher.json(f"edge/{device}/status")
-            assert status["state"] == "online" and status["bundle"]["version"] == "1.1.0"
-            assert status["runtime"] == "litert"
-        assert all(agent.alive() for agent in agents), "\n".join(agent.output()[-2000:] for agent in agents)
-        assert "killed its probe process (SIGSEGV)" in agents[0].output()
-        assert "Fatal Python error: Illegal instruction" in agents[1].output(), "the child's traceback is logged"
-    finally:
-        for agent in agents:
-            if agent.alive():
-                agent.stop()
-        watcher.close()
-        broker.stop()
+    for device in ("imports", "loads"):
+        status = serving(watcher, device, "1.1.0")
+        assert status["state"] == "online" and status["runtime"] == "litert"
+    assert crashing_import.alive() and crashing_load.alive()
+    assert "killed its probe process (SIGSEGV)" in crashing_import.output()
+    assert "Fatal Python error: Illegal instruction" in crashing_load.output(), "the child's traceback is logged"
 
 
 def test_the_daemon_serves_on_when_the_current_version_crashes_its_runtime(tmp_path: Path, keys, bundles) -> None:

@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from agent.bundles.manifest import Manifest, schema_json
-from agent.bundles.store import Deployment, Store
+from agent.bundles.record import Deployment
+from agent.bundles.store import Store
 from tests.conftest import REPO
 
 GOOD = {

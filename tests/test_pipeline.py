@@ -154,20 +154,28 @@ import psutil
 from pipelines.detector import Detector
 from pipelines.pipeline import Pipeline
 from pipelines.sources import SyntheticSource
-from runtimes.base import InferenceError
 from runtimes.registry import load_runtime
 
 def detector():
     return Detector(load_runtime("onnxruntime", Path(sys.argv[1])), "yolov8")
 
-pipeline = Pipeline("cam", SyntheticSource(fps=30), detector(), workers=2).start()
+retired = []
+
+def retire(old):
+    old.runtime.close()  # what the pipeline does by default
+    retired.append(old)
+
+pipeline = Pipeline("cam", SyntheticSource(fps=30), detector(), workers=2, retire=retire).start()
 rss = []
 for swap in range(1, 21):
     pipeline.swap_detector(detector())
-    while pipeline.swaps < swap:
+    while len(retired) < swap:  # the frames in flight on the old model finished and it was closed
         time.sleep(0.01)
-    time.sleep(0.2)  # the frames in flight on the old model finish
-    rss.append(psutil.Process().memory_info().rss / 2**20)
+    samples = []
+    for _ in range(3):
+        samples.append(psutil.Process().memory_info().rss / 2**20)
+        time.sleep(0.05)
+    rss.append(min(samples))
 pipeline.stop()
 print(json.dumps(rss))
 """

@@ -16,8 +16,9 @@ from agent.cli.device import DEVICE_COMMANDS, add_device_commands
 from agent.cli.errors import CliError
 from agent.cli.fleet import FLEET_COMMANDS, add_fleet_commands
 from agent.cli.inference import INFERENCE_COMMANDS, add_inference_commands
+from agent.cli.sensors import SENSOR_COMMANDS, add_sensor_commands
 
-COMMANDS = {**INFERENCE_COMMANDS, **BUNDLE_COMMANDS, **DEVICE_COMMANDS, **FLEET_COMMANDS}
+COMMANDS = {**INFERENCE_COMMANDS, **BUNDLE_COMMANDS, **DEVICE_COMMANDS, **FLEET_COMMANDS, **SENSOR_COMMANDS}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bundle_commands(commands)
     add_device_commands(commands)
     add_fleet_commands(commands)
+    add_sensor_commands(commands)
     return parser
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from agent.hardware.readings import SensorReadings
 from agent.snapshot import AgentSnapshot
 
-_CAMERA_FIELDS = ("name", "fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")
+_CAMERA_FIELDS = ("name", "fps", "max_fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")
 _RUNTIME_FIELDS = ("available", "version", "crashed", "reason")
 
 
@@ -29,9 +30,13 @@ def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "runtime": snapshot.cameras[0].runtime if snapshot.cameras else None,
         "pipelines": [camera.name for camera in snapshot.cameras],
         "fps": snapshot.fps,
-        "temperature_c": None,  # filled by the sensors issue
+        "temperature_c": snapshot.sensors.temp_c if snapshot.sensors else None,
+        "governor": {"level": snapshot.governor.decision.level, "reason": snapshot.governor.decision.reason}
+        if snapshot.governor
+        else None,
         "error": snapshot.serving_error,
         "deployment_problem": snapshot.deployment_problem,
+        "warnings": list(snapshot.warnings),
         "runtimes": runtimes_document(snapshot),
     }
 
@@ -43,7 +48,8 @@ def runtimes_document(snapshot: AgentSnapshot) -> dict[str, dict[str, Any]]:
 
 
 def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:
-    """One ``telemetry`` message: per-camera numbers, system readings, sensors, the link."""
+    """One ``telemetry`` message: per-camera numbers, system readings, sensors (all null until
+    the first reading), energy per frame, the governor, the link."""
     cameras = [asdict(camera) for camera in snapshot.cameras]
     broker = snapshot.broker
     return {
@@ -53,7 +59,9 @@ def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "dropped": sum(camera.dropped for camera in snapshot.cameras),
         "pipelines": [{key: camera[key] for key in _CAMERA_FIELDS} for camera in cameras],
         "system": asdict(snapshot.system) if snapshot.system else {},
-        "sensors": dict(snapshot.sensors),
+        "sensors": (snapshot.sensors or SensorReadings()).to_json(),
+        "energy_mj_per_frame": snapshot.energy_mj_per_frame,
+        "governor": snapshot.governor.to_json() if snapshot.governor else None,
         "mqtt": {"queued": broker.queued, "dropped": broker.dropped, "reconnects": broker.reconnects}
         if broker
         else None,

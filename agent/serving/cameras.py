@@ -7,6 +7,11 @@ runtime it swapped out once no frame uses it. A camera configured with several w
 them only on a runtime that allows concurrent calls; when a deployment moves it between such a
 runtime and one that does not, its pipeline restarts instead.
 
+The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
+``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
+lightest artifact (or back), `halt` stops inference cleanly and `resume` starts it again. The
+governor's settings outlive restarts and deployments: a camera started later gets them too.
+
 Thread safety: every method may be called from any thread (one lock around the pipelines).
 """
 
@@ -20,6 +25,7 @@ from typing import Any
 
 from agent.bundles.manifest import Manifest
 from agent.config.models import PipelineSection
+from agent.errors import BundleError
 from agent.hardware.probe import Board
 from agent.serving.loader import open_detector
 from pipelines.annotate import BoxAnnotator
@@ -40,6 +46,12 @@ def source_for(section: PipelineSection) -> FrameSource:
     if section.source.startswith("synthetic"):
         camera.setdefault("fps", SYNTHETIC_FPS)
     return open_source(section.source, loop=section.loop, **camera)
+
+
+def _capped(max_fps: float | None, cap: float | None) -> float | None:
+    """The lower of a camera's own ``max_fps`` and the governor's cap (None: no limit)."""
+    limits = [limit for limit in (max_fps, cap) if limit is not None]
+    return min(limits) if limits else None
 
 
 def _workers(section: PipelineSection, detector: Detector) -> int:
@@ -74,12 +86,21 @@ class Cameras:
         self.version: Path | None = None
         self.manifest: Manifest | None = None
         self.choice: Choice | None = None  # the runtime serving the first camera, and why
+        self.fps_cap: float | None = None  # the governor's settings (see `govern`)
+        self.paused = False
+        self.lighter = False
+        self.halted = False
 
     def activate(self, version: Path) -> None:
-        """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`."""
+        """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`.
+        While `halt`ed, only remembers it for `resume`."""
         with self._lock:
+            if self.halted:
+                self.version = version
+                return
             loaded = [
-                open_detector(version, self.board, self.preference, s.workers, self.settings) for s in self.sections
+                open_detector(version, self.board, self.preference, s.workers, self.settings, self.lighter)
+                for s in self.sections
             ]
             if loaded:
                 self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
@@ -112,15 +133,67 @@ class Cameras:
     def _start(self, section: PipelineSection, detector: Detector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
-        return Pipeline(
+        pipeline = Pipeline(
             section.name,
             source_for(section),
             detector,
-            max_fps=section.max_fps,
+            max_fps=_capped(section.max_fps, self.fps_cap),
             sinks=sinks,
             annotator=annotator,
             workers=workers,
-        ).start()
+        )
+        if self.paused:
+            pipeline.pause()
+        return pipeline.start()
+
+    # -- the governor's actions -----------------------------------------------------------------
+
+    def govern(self, fps_cap: float | None, paused: bool) -> None:
+        """Cap every camera at `fps_cap` (None: its own ``max_fps`` only) and pause or resume
+        inference (capture goes on)."""
+        with self._lock:
+            self.fps_cap, self.paused = fps_cap, paused
+            for section in self.sections:
+                pipeline = self._pipelines.get(section.name)
+                if pipeline is None:
+                    continue
+                pipeline.max_fps = _capped(section.max_fps, fps_cap)
+                if paused:
+                    pipeline.pause()
+                else:
+                    pipeline.resume()
+
+    def use_lighter(self, lighter: bool) -> bool:
+        """Serve the version's lightest artifact (or the policy's choice again); True when the
+        cameras were re-activated. Raises `BundleError` as `activate` does."""
+        with self._lock:
+            if lighter == self.lighter:
+                return False
+            self.lighter = lighter
+            version = self.version
+        if version is None or self.halted:
+            return False
+        try:
+            self.activate(version)
+        except BundleError:
+            with self._lock:
+                self.lighter = not lighter  # still serving the other one: try again on the next call
+            raise
+        return True
+
+    def halt(self) -> None:
+        """Stop inference cleanly (pipelines stopped, runtimes closed); `resume` restarts it."""
+        self.stop()
+        with self._lock:
+            self.halted = True
+
+    def resume(self) -> None:
+        """Start inference again after `halt`, on the version it last served or was given."""
+        with self._lock:
+            self.halted = False
+            version = self.version
+        if version is not None:
+            self.activate(version)
 
     def label(self, class_id: int) -> str:
         """The serving version's name for `class_id` (snapshots show names, not numbers)."""

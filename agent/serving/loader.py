@@ -38,15 +38,21 @@ def open_detector(
     preference: Preference = "auto",
     workers: int = 1,
     settings: RuntimeSettings | None = None,
+    lighter: bool = False,
 ) -> Loaded:
     """Load an installed version for serving: the best runtime that loads it, with the decoder
     and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
-    several. A runtime whose first load of the artifact killed a check process is skipped (the
-    version keeps serving on the next one). Raises `BundleError` (``NO_RUNTIME``) when none loads."""
+    several. `lighter` (the governor's choice when the board runs hot or low) puts the
+    version's lightest artifacts first (int8, then fp16, then fp32), whatever the runtime. A
+    runtime whose first load of the artifact killed a check process is skipped (the version
+    keeps serving on the next one). Raises `BundleError` (``NO_RUNTIME``) when none loads."""
     settings = settings or RuntimeSettings()
     _, manifest = read_manifest(folder)
     failures = []
-    for choice in runtime_choices(folder, manifest, board, preference):
+    choices = runtime_choices(folder, manifest, board, preference)
+    if lighter:
+        choices = lightest_first(choices)
+    for choice in choices:
         try:
             runtime = load_runtime_checked(
                 choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
@@ -59,6 +65,19 @@ def open_detector(
         log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
         return Loaded(detector, manifest, choice)
     raise BundleError(ErrorCode.NO_RUNTIME, f"no runtime could load {folder}: " + "; ".join(failures))
+
+
+_LIGHTNESS = {"int8": 0, "fp16": 1, "fp32": 2}
+
+
+def lightest_first(choices: list[Choice]) -> list[Choice]:
+    """`choices` with the lightest precision first, in the policy's order otherwise."""
+    ranked = sorted(choices, key=lambda c: _LIGHTNESS.get(c.artifact.precision, 3))
+    if ranked and ranked[0] != choices[0]:
+        first = ranked[0]
+        why = f"{first.reason}; the lighter {first.artifact.precision} artifact, for the governor"
+        ranked[0] = Choice(first.runtime, first.artifact, first.device, why)
+    return ranked
 
 
 def load_model(
