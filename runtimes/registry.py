@@ -67,11 +67,17 @@ class RuntimeSettings(BaseModel):
         return config
 
 
-def available_runtimes(names: Iterable[RuntimeName] = RUNTIME_NAMES) -> dict[RuntimeName, RuntimeInfo]:
+def available_runtimes(
+    names: Iterable[RuntimeName] = RUNTIME_NAMES, isolated: bool = True
+) -> dict[RuntimeName, RuntimeInfo]:
     """Probe the named backends' libraries, each imported in a child process once per process
     (`runtimes.isolation`: a library that crashes there is unavailable, with `crashed` set);
-    unavailable ones carry the reason."""
-    infos = probe_isolated(names, lambda name: BACKENDS[name].availability())
+    unavailable ones carry the reason. `isolated=False` imports them here instead, for a
+    one-shot command that loads the model in this process right after anyway."""
+    if isolated:
+        infos = probe_isolated(names, lambda name: BACKENDS[name].availability())
+    else:
+        infos = {name: BACKENDS[name].availability() for name in names}
     for info in infos.values():
         if not info.available:
             log.info("runtime %s unavailable: %s", info.name, info.reason)

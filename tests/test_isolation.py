@@ -151,6 +151,14 @@ def test_probe_command_survives_a_library_that_crashes_on_import() -> None:
     assert text.returncode == 0 and f"unavailable: onnxruntime {ORT_VERSION} crashed on import (SIGSEGV)" in text.stdout
 
 
+def test_a_one_shot_detect_that_crashes_leaves_the_traceback() -> None:
+    """`detect` imports the library in its own process (its start-up is a benchmark goal): a
+    crash ends it, with faulthandler's traceback naming the import."""
+    done = edge_agent(standin_env("crash_on_import"), "detect", str(DEMO_MODELS / "demo_detector.onnx"), "x.png")
+    assert done.returncode == -11
+    assert "Fatal Python error: Segmentation fault" in done.stderr and "onnxruntime/__init__.py" in done.stderr
+
+
 def _install(
     env: dict[str, str], bundle: Path, state: Path, trust: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:

@@ -87,7 +87,9 @@ def load_model(
     calls in flight at once, ONNX Runtime gives each call an equal share of the cores. Raises
     `RuntimeUnavailable` naming why each runtime failed."""
     artifacts = [Artifact.from_path(model)]
-    available = available_runtimes(runtimes_for(artifacts))
+    # one-shot commands import and load here: a probe child would import each library twice
+    # and cost `detect` its start-up goal (docs/arm64.md); `edge-agent probe` isolates
+    available = available_runtimes(runtimes_for(artifacts), isolated=False)
     failures = []
     for choice in select_runtimes(probe(), available, artifacts, preference):
         try:
