@@ -37,6 +37,6 @@ if [ ! -x .venv-oldest/bin/python ] || [ "$(cat .venv-oldest/.stamp 2>/dev/null)
   echo "$stamp" > .venv-oldest/.stamp
 fi
 versions=$(.venv/bin/uv pip list --python .venv-oldest/bin/python 2>/dev/null \
-  | awk 'tolower($1) ~ /^(numpy|onnxruntime|ai-edge-litert|opencv-python-headless|pydantic|cryptography|paho-mqtt|psutil|pyyaml|tqdm)$/ {printf "%s %s, ", $1, $2}')
+  | awk 'tolower($1) ~ /^(numpy|onnxruntime|ai-edge-litert|opencv-python-headless|pydantic|cryptography|paho-mqtt|semver|psutil|pyyaml|tqdm)$/ {printf "%s %s, ", $1, $2}')
 echo "oldest versions: $("$python" -V), ${versions%, }"
 exec .venv-oldest/bin/python -m pytest -m "not schema_docs" "$@"
