@@ -4,8 +4,8 @@
 (from an injected clock) and it answers `None` (keep watching), `PASSED`, or the reason the
 version failed:
 
-- a camera whose frames keep failing: at least `FAILING_FRAMES` failed frames on the new version
-  and not one that succeeded;
+- a camera whose frames keep failing: at least `FAILING_FRAMES` frames failed since the previous
+  observation and none succeeded;
 - at the end, a camera whose source ran but that inferred no frame on the new version;
 - at the end, a camera whose FPS over the second half of the probation stayed below
   `min_fps_ratio` times what the previous version did on it just before the swap (only while
@@ -33,6 +33,8 @@ class _Camera:
     frames0: int  # counters when the new version started
     errors0: int
     baseline_fps: float
+    frames_seen: int = 0  # counters at the previous observation
+    errors_seen: int = 0
     fps_samples: list[float] = field(default_factory=list)
     ran: bool = False  # its source was running at some point
 
@@ -47,7 +49,7 @@ class ProbationJudge:
     def __init__(self, before: Sequence[PipelineStats], start: float, duration_s: float, min_fps_ratio: float) -> None:
         self.start, self.duration_s, self.min_fps_ratio = start, duration_s, min_fps_ratio
         self._cameras: dict[str, _Camera] = {
-            s.name: _Camera(s.frames, s.errors, 0.0 if s.paused else s.fps) for s in before
+            s.name: _Camera(s.frames, s.errors, 0.0 if s.paused else s.fps, s.frames, s.errors) for s in before
         }
 
     def observe(self, stats: Sequence[PipelineStats], now: float) -> str | None:
@@ -55,10 +57,11 @@ class ProbationJudge:
         elapsed = now - self.start
         for s in stats:
             camera = self._cameras.setdefault(s.name, _Camera(0, 0, 0.0))  # a camera started by the new version
-            frames, errors = s.frames - camera.frames0, s.errors - camera.errors0
+            failed, succeeded = s.errors - camera.errors_seen, s.frames - camera.frames_seen
+            camera.frames_seen, camera.errors_seen = s.frames, s.errors
             camera.ran = camera.ran or s.source_status.state == "running"
-            if errors >= FAILING_FRAMES and frames <= 0:
-                return f"camera {s.name}: {errors} frames failed on the new version and none succeeded"
+            if failed >= FAILING_FRAMES and succeeded <= 0:
+                return f"camera {s.name}: {failed} frames failed on the new version and none succeeded"
             if elapsed >= self.duration_s / 2 and not s.paused and s.source_status.state == "running":
                 camera.fps_samples.append(s.fps)
         if elapsed < self.duration_s:
