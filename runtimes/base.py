@@ -103,13 +103,15 @@ class ModelMetadata:
 @dataclass(frozen=True)
 class RuntimeInfo:
     """Whether a backend can run here: its library version and devices (ONNX Runtime execution
-    providers, LiteRT delegates), or the reason it cannot."""
+    providers, LiteRT delegates), or the reason it cannot. `crashed` says how the library killed
+    the process that probed it (``"SIGSEGV"``, ``"exit status 1"``; `runtimes.isolation`)."""
 
     name: str
     available: bool
     version: str | None = None
     devices: tuple[str, ...] = ()
     reason: str | None = None
+    crashed: str | None = None
 
 
 def guess_layout(shape: Sequence[int | None]) -> Layout | None:
