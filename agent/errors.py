@@ -18,6 +18,8 @@ class ErrorCode(str, Enum):
 
     # a bundle refused while downloading (fleet)
     INDEX_MISMATCH = "INDEX_MISMATCH"
+    DOWNLOAD_TIMEOUT = "DOWNLOAD_TIMEOUT"
+    CANCELLED = "CANCELLED"
     CHUNK_CORRUPT = "CHUNK_CORRUPT"
     BUNDLE_HASH_MISMATCH = "BUNDLE_HASH_MISMATCH"
     DOWNLOAD_FAILED = "DOWNLOAD_FAILED"
@@ -43,6 +45,7 @@ class ErrorCode(str, Enum):
     ARTIFACT_MISSING = "ARTIFACT_MISSING"
     ARTIFACT_HASH_MISMATCH = "ARTIFACT_HASH_MISMATCH"
     REFERENCE_INVALID = "REFERENCE_INVALID"
+    DOWNGRADE_REFUSED = "DOWNGRADE_REFUSED"
     # a bundle that could not be installed or activated
     DISK_FULL = "DISK_FULL"
     INSTALL_FAILED = "INSTALL_FAILED"
@@ -53,12 +56,16 @@ class ErrorCode(str, Enum):
     PARITY_FAILED = "PARITY_FAILED"
     # a TensorRT engine that could not be built on the device (ONNX Runtime serves instead)
     ENGINE_BUILD_FAILED = "ENGINE_BUILD_FAILED"
+    PROBATION_FAILED = "PROBATION_FAILED"
+    RECORD_UNWRITABLE = "RECORD_UNWRITABLE"
+    RUNTIME_CRASHED = "RUNTIME_CRASHED"
     # building, signing and pushing bundles (operator side)
     NO_MODEL = "NO_MODEL"
     UNKNOWN_FORMAT = "UNKNOWN_FORMAT"
     KEY_INVALID = "KEY_INVALID"
     NOT_A_BUNDLE = "NOT_A_BUNDLE"
-    # command answers
+    # control documents and command answers
+    UNAUTHORIZED = "UNAUTHORIZED"
     UNKNOWN_COMMAND = "UNKNOWN_COMMAND"
     BAD_PAYLOAD = "BAD_PAYLOAD"
     COMMAND_FAILED = "COMMAND_FAILED"

@@ -10,15 +10,17 @@ seconds (`ts`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agent.governor.levels import Decision
 from agent.hardware.probe import Board
+from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import LinkStats
 from agent.serving.engine_builder import EngineStatus
 from pipelines.pipeline import PipelineStats
+from runtimes.base import RuntimeInfo
 
 AgentState = Literal["starting", "online", "stopping", "offline"]
 
@@ -82,10 +84,46 @@ class EventCounts:
 
 
 @dataclass(frozen=True)
+class GovernorState:
+    """The governor as the daemon carried it out: its last `decision`, when its level began as
+    Unix seconds (`since_ts`), the fan duty set (percent; None without a fan or before the
+    first set) and the fan's problem if it could not be set."""
+
+    decision: Decision
+    since_ts: float
+    fan_percent: float | None
+    fan_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``telemetry.governor``: level, reason, since and the actions in force."""
+        d, actions = self.decision, self.decision.actions
+        t = d.thresholds
+        return {
+            "level": d.level,
+            "thermal": d.thermal.value,
+            "battery": d.battery.value,
+            "reason": d.reason,
+            "since": round(self.since_ts, 3),
+            "actions": {
+                "fps_cap": actions.fps_cap,
+                "paused": actions.paused,
+                "fan": self.fan_percent,
+                "artifact": actions.artifact,
+                "stopped": actions.stopped,
+            },
+            "thresholds_c": {"warm": t.warm_c, "hot": t.hot_c, "critical": t.critical_c} if t else None,
+            "fan_error": self.fan_error,
+        }
+
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
-    the first sample; `sensors` holds the temperature, power and battery readings (empty until
-    the sensors are read); `engine` is the TensorRT engine build in progress or the last one."""
+    the first sample; `sensors` holds the temperature, power and battery readings (None until
+    the sensors are read); `governor` is None while it is disabled or before its first step;
+    `runtimes` the backends probed at start, each available or why not (`RuntimeInfo.crashed`
+    when its library killed the probe process); `engine` is the TensorRT engine build in
+    progress or the last one."""
 
     ts: float
     state: AgentState
@@ -103,7 +141,10 @@ class AgentSnapshot:
     broker: LinkStats | None
     system: SystemReadings | None
     events: EventCounts
-    sensors: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    warnings: tuple[str, ...] = ()  # what the config allows that an attacker could use, and repairs made
+    sensors: SensorReadings | None = None
+    governor: GovernorState | None = None
+    runtimes: tuple[RuntimeInfo, ...] = ()
     engine: EngineStatus | None = None  # the TensorRT engine build in progress, or the last one
 
     @property
@@ -111,9 +152,19 @@ class AgentSnapshot:
         """Frames inferred per second over all cameras."""
         return round(sum(camera.fps for camera in self.cameras), 2)
 
+    @property
+    def energy_mj_per_frame(self) -> float | None:
+        """The board's input power divided by the frames inferred per second over all cameras,
+        in millijoules per frame; None when the power is unknown or no frame is inferred."""
+        power_w = self.sensors.power_w if self.sensors else None
+        fps = self.fps
+        return round(power_w / fps * 1000, 1) if power_w is not None and fps > 0 else None
+
     def to_json(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (the status page's ``/api/status``)."""
         document = dataclasses.asdict(self)
-        document["sensors"] = dict(self.sensors)
+        document["sensors"] = self.sensors.to_json() if self.sensors else None
+        document["governor"] = self.governor.to_json() if self.governor else None
         document["fps"] = self.fps
+        document["energy_mj_per_frame"] = self.energy_mj_per_frame
         return document

@@ -154,9 +154,10 @@ def main() -> int:
                     "device": {"id": "bench"},
                     "state_dir": str(folder / "state"),
                     "trust_keys": [str(public)],
+                    "operator_keys": [str(public)],  # one key signs bundles and control here
                     "mqtt": {"broker": f"mqtt://127.0.0.1:{port}"},
                     "pipelines": [],
-                    "deployments": {"window": args.window},
+                    "deployments": {"window": args.window, "probation_s": 0},  # transfer, not probation
                 }
             )
         )
@@ -176,7 +177,9 @@ def main() -> int:
                 size = bundle.stat().st_size
                 raw = raw_publish(port)
                 start = time.time()
-                desired = push(link, Topics(), bundle, "device:bench", chunk_size=args.chunk_size)
+                desired = push(
+                    link, Topics(), bundle, "device:bench", chunk_size=args.chunk_size, key=load_private_key(private)
+                )
                 pushed = time.time()
                 record = watch.wait(
                     lambda d, i=desired.id: d.get("id") == i and d.get("state") in ("INSTALLING", "REJECTED")

@@ -23,6 +23,9 @@ stop_fleet >/dev/null
 .venv/bin/python scripts/make_demo_media.py "$out" --frames 150
 echo; echo "== edge-agent probe"
 .venv/bin/edge-agent probe
+echo; echo "== edge-agent telemetry (this machine's sensors, then a Jetson Orin Nano's, from its fake tree)"
+.venv/bin/edge-agent telemetry
+.venv/bin/edge-agent telemetry --root tests/fakes/jetson-orin-nano
 echo; echo "== edge-agent detect (ONNX Runtime, FP32)"
 .venv/bin/edge-agent detect agent/demo/demo_detector.onnx "$out/scene.png" --save-dir "$out"
 echo; echo "== edge-agent detect (LiteRT, INT8)"
@@ -30,7 +33,9 @@ echo; echo "== edge-agent detect (LiteRT, INT8)"
 echo; echo "== edge-agent bench (pipeline on a 150-frame clip)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --source "$out/scene.mp4"
 echo; echo "== a signed demo bundle"
-[ -f "$out/keys/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/keys"
+[ -f "$out/keys/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/keys"            # signs bundles
+[ -f "$out/operator/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/operator"    # signs control
+export EDGE_AGENT_OPERATOR_KEY="$out/operator/signing.key"  # fleet push, rollback, snapshot sign with it
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
 .venv/bin/edge-agent bundle inspect "$out/demo-1.0.0.bundle"
@@ -52,12 +57,18 @@ CONF
 echo $! > "$out/mosquitto.pid"
 rm -rf "$out/fleet-state"
 .venv/bin/edge-agent config example --device-id demo-cam --group demo --broker "$broker" \
-  --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" > "$out/agent.yaml"
+  --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" \
+  --operator-key "$out/operator/signing.pub" > "$out/agent.yaml"
+sed -i 's/probation_s: 120 /probation_s: 5   /' "$out/agent.yaml"  # a short probation, for the demo
 .venv/bin/edge-agent config check "$out/agent.yaml"
 .venv/bin/edge-agent run --config "$out/agent.yaml" > "$out/agent.log" 2>&1 &
 echo $! > "$out/agent.pid"
 mosquitto_sub -p "$port" -t edge/demo-cam/status -C 1 -W 30 > /dev/null  # the agent is online
 .venv/bin/edge-agent fleet push "$out/demo-1.0.0.bundle" --target group:demo --broker "$broker" --wait 60
+echo; echo "== an unsigned command, as any client of the broker could send it: refused"
+mosquitto_pub -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -D publish response-topic edge/replies/demo \
+  -D publish correlation-data demo-cam -V mqttv5 &
+mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5; wait
 sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
@@ -69,7 +80,8 @@ cat <<TEXT
 Where to look (the broker and the agent keep running; stop them with: scripts/demo.sh stop)
   annotated frames:   $out/scene.jpg (detect), $out/snapshot.jpg (the agent's camera)
   everything:         mosquitto_sub -p $port -t 'edge/#' -v
-  telemetry:          mosquitto_sub -p $port -t edge/demo-cam/telemetry
+  telemetry:          mosquitto_sub -p $port -t edge/demo-cam/telemetry   (sensors, governor, energy_mj_per_frame)
+  sensors, live:      .venv/bin/edge-agent telemetry --watch 2
   the fleet:          .venv/bin/edge-agent fleet status --broker $broker
   the agent's log:    $out/agent.log      its config: $out/agent.yaml
 TEXT

@@ -11,16 +11,24 @@ import cv2
 import numpy as np
 import pytest
 
+from tests.needs import missing, required
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_MODELS = Path(os.environ.get("EDGE_AGENT_SHARED_MODELS", REPO.parent / "shared" / "models"))
 FAKES = Path(__file__).resolve().parent / "fakes"
+
+pytest_plugins = ["tests.fleet_helpers"]  # broker, watcher, agents and operator_key fixtures
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    required()  # a misspelt EDGE_AGENT_REQUIRE stops the run before any test
 
 
 @pytest.fixture(scope="session")
 def shared_models() -> Path:
     """The folder of real COCO models; tests using it skip when it is absent."""
     if not (SHARED_MODELS / "README.md").is_file():
-        pytest.skip(f"COCO test models not found at {SHARED_MODELS} (set EDGE_AGENT_SHARED_MODELS)")
+        missing("models", f"COCO test models not found at {SHARED_MODELS} (set EDGE_AGENT_SHARED_MODELS)")
     return SHARED_MODELS
 
 
@@ -147,13 +155,15 @@ def write_video(path: Path, frames: int, size: tuple[int, int] = (160, 120), see
 
 @pytest.fixture(scope="session")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A fleet signing key pair (private, public) and a stranger's private key (other)."""
+    """A fleet signing key pair (private, public), an operator's key pair for control
+    (operator, operator_pub) and a stranger's private key (other)."""
     from agent.bundles.signing import generate_keypair
 
     folder = tmp_path_factory.mktemp("keys")
     private, public = generate_keypair(folder / "fleet")
+    operator, operator_pub = generate_keypair(folder / "operator")
     other, _ = generate_keypair(folder / "stranger")
-    return {"private": private, "public": public, "other": other}
+    return {"private": private, "public": public, "operator": operator, "operator_pub": operator_pub, "other": other}
 
 
 @pytest.fixture(scope="session")

@@ -143,6 +143,7 @@ def test_documented_example_configs_are_valid(tmp_path: Path) -> None:
         AgentConfig.model_validate(yaml.safe_load(block))
 
 
+@pytest.mark.schema_docs
 def test_config_schema_in_docs_is_current() -> None:
     assert (REPO / "docs" / "agent-config.schema.json").read_text() == schema_json(), (
         "run: python -m agent.config > docs/agent-config.schema.json"
@@ -171,3 +172,20 @@ def test_daemon_and_fleet_commands_fail_with_one_clear_line(args: list[str], wor
     assert status == 1, out
     text = out.err + out.out
     assert words in text and "Traceback" not in text, text
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("a: &a [*a]\n", "a: Extra inputs are not permitted"),
+        ("pipelines: &p [*p]\n", "pipelines.0: Input should be a valid dictionary or instance of PipelineSection"),
+        ("device: &d {id: x, group: *d}\n", "device.group: Input should be a valid string"),
+    ],
+)
+def test_a_recursive_yaml_alias_is_one_problem_with_its_line(tmp_path: Path, capsys, text: str, problem: str) -> None:
+    """An alias that contains itself once sent the line finder into endless recursion."""
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    assert check_config(path) == [f"{path}:1: {problem}"]
+    assert main(["config", "check", str(path)]) == 1
+    assert "Traceback" not in capsys.readouterr().out

@@ -7,88 +7,31 @@ import hashlib
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
-import paho.mqtt.client as mqtt
 import pytest
 import yaml
-from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from agent.cli import main
-from agent.mqtt.protocol import ChunkIndex, Desired, Topics
 from tests.bundle_tools import read_files, write_tar
-from tests.mqtt_tools import AgentProcess, Broker, TcpProxy, Watcher, agent_config, wait_until
+from tests.fleet_helpers import (
+    announce,
+    cli,
+    finished,
+    online,
+    publish_raw,
+    push,
+    request,
+    serving,
+    signed_request,
+)
+from tests.mqtt_tools import AgentProcess, Broker, TcpProxy, Watcher, wait_until
 
-FINAL = ("SUCCEEDED", "REJECTED", "ROLLED_BACK")
+pytestmark = pytest.mark.usefixtures("operator_key")
+
 SHAPES = {"circle", "square", "triangle"}
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    broker = Broker(tmp_path / "broker").start()
-    yield broker
-    broker.stop()
-
-
-@pytest.fixture
-def watcher(broker: Broker) -> Iterator[Watcher]:
-    watcher = Watcher(broker, ["edge/#"])
-    yield watcher
-    watcher.close()
-
-
-@pytest.fixture
-def agents(tmp_path: Path, broker: Broker, keys: dict[str, Path]) -> Iterator[Callable[..., AgentProcess]]:
-    """``agents(device, group=None, broker_url=None, **config)`` starts an agent process."""
-    started: list[AgentProcess] = []
-
-    def start(device: str, group: str | None = None, env: dict[str, str] | None = None, **config: Any) -> AgentProcess:
-        path = agent_config(tmp_path, broker, device, keys["public"], group, **config)
-        agent = AgentProcess(path, env).start()
-        started.append(agent)
-        return agent
-
-    yield start
-    for agent in started:
-        if agent.alive():
-            agent.stop()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    capsys.readouterr()
-    status = main(list(args))
-    captured = capsys.readouterr()
-    return status, captured.out + captured.err
-
-
-def push(capsys: pytest.CaptureFixture[str], broker: Broker, bundle: Path, target: str, *extra: str) -> str:
-    status, out = cli(capsys, "fleet", "push", str(bundle), "--target", target, "--broker", broker.url, *extra)
-    assert status == 0, out
-    return out.split(" as deployment ")[1].strip()
-
-
-def online(watcher: Watcher, device: str, timeout: float = 60) -> dict[str, Any]:
-    return watcher.wait_json(f"edge/{device}/status", lambda d: d["state"] == "online", timeout)  # type: ignore[no-any-return]
-
-
-def finished(watcher: Watcher, device: str, deployment_id: str, timeout: float = 90) -> dict[str, Any]:
-    return watcher.wait_json(  # type: ignore[no-any-return]
-        f"edge/{device}/deployment", lambda d: d["id"] == deployment_id and d["state"] in FINAL, timeout
-    )
-
-
-def serving(watcher: Watcher, device: str, version: str, timeout: float = 60) -> dict[str, Any]:
-    """The status names `version` and new telemetry shows frames flowing through it."""
-    status = watcher.wait_json(
-        f"edge/{device}/status", lambda d: (d.get("bundle") or {}).get("version") == version, timeout
-    )
-    since = time.time()
-    watcher.wait_json(f"edge/{device}/telemetry", lambda d: d["ts"] > since and d["fps"] > 0, timeout)
-    return status  # type: ignore[no-any-return]
 
 
 def test_push_to_a_group_reaches_every_device_honours_overrides_and_catches_up_late_devices(
@@ -110,6 +53,7 @@ def test_push_to_a_group_reaches_every_device_honours_overrides_and_catches_up_l
         "VERIFYING",
         "INSTALLING",
         "ACTIVATING",
+        "PROBATION",
         "SUCCEEDED",
     ]
     serving(watcher, "dev1", "1.0.0")
@@ -159,7 +103,8 @@ def test_broker_killed_mid_transfer_resumes_without_fetching_finished_chunks_aga
     capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
 ) -> None:
     agent, deployment = start_slow_download(capsys, broker, watcher, agents, bundles["v1"])
-    time.sleep(1.5)  # the broker autosaves every second: the pushed chunks are on its disk
+    pushed_at, saved = time.time(), broker.folder / "mosquitto.db"
+    wait_until(lambda: saved.is_file() and saved.stat().st_mtime > pushed_at, 10, "the broker's autosave")
     progress = chunks_done(watcher, 20)
     assert progress["chunks_done"] < progress["chunks_total"], "the download finished before the broker was killed"
     watcher.close()
@@ -197,46 +142,8 @@ def test_agent_sigkilled_mid_download_resumes_from_the_chunks_on_disk(
     serving(watcher, "dev1", "1.0.0")
 
 
-def publish_raw(broker: Broker, topics: list[tuple[str, bytes]]) -> None:
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
-    client.connect("127.0.0.1", broker.port)
-    client.loop_start()
-    try:
-        for topic, payload in topics:
-            client.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
-    finally:
-        client.loop_stop()
-        client.disconnect()
-
-
-def announce(data: bytes, device: str, chunk_size: int, sha256: str | None = None, bad_chunk: int | None = None):
-    """The retained messages of a push, optionally with one corrupted chunk or a false sha256."""
-    index = ChunkIndex.of(data, chunk_size)
-    sha = sha256 or index.sha256
-    index = ChunkIndex(sha256=sha, size=index.size, chunk_size=chunk_size, chunks=index.chunks)
-    topics = Topics()
-    messages = [(topics.index(sha), index.to_bytes())]
-    for i in range(len(index.chunks)):
-        start, length = index.span(i)
-        chunk = data[start : start + length]
-        if i == bad_chunk:
-            chunk = bytes(length)
-        messages.append((topics.chunk(sha, i), chunk))
-    desired = Desired(
-        id=f"manual-{sha[:8]}-{bad_chunk}",
-        name="demo",
-        version="9.9.9",
-        sha256=sha,
-        size=index.size,
-        chunk_size=chunk_size,
-        chunks=len(index.chunks),
-    )
-    messages.append((topics.desired(device), desired.to_bytes()))
-    return desired.id, messages
-
-
 def test_corrupt_chunk_wrong_hash_and_bad_signature_are_rejected_and_the_active_model_keeps_serving(
-    tmp_path: Path, capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+    tmp_path: Path, capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path], operator_key: Path
 ) -> None:
     agents("dev1")
     online(watcher, "dev1")
@@ -249,8 +156,8 @@ def test_corrupt_chunk_wrong_hash_and_bad_signature_are_rejected_and_the_active_
     forged["description"] = "changed after signing"
     tampered = write_tar(tmp_path / "tampered.bundle", {**files, "manifest.json": json.dumps(forged).encode()})
     cases = [
-        ("CHUNK_CORRUPT", lambda: announce(data, "dev1", 65536, bad_chunk=3)),
-        ("BUNDLE_HASH_MISMATCH", lambda: announce(data, "dev1", 65536, sha256="ab" * 32)),
+        ("CHUNK_CORRUPT", lambda: announce(data, "dev1", 65536, operator_key, bad_chunk=3)),
+        ("BUNDLE_HASH_MISMATCH", lambda: announce(data, "dev1", 65536, operator_key, sha256="ab" * 32)),
         ("SIGNATURE_INVALID", lambda: (push(capsys, broker, tampered, "device:dev1"), [])),
     ]
     for code, make in cases:
@@ -285,38 +192,12 @@ def test_last_will_marks_a_killed_agent_offline_and_sigterm_stops_cleanly(
     assert "Traceback" not in agent.output()
 
 
-def request(broker: Broker, device: str, name: str, payload: bytes = b"", timeout: float = 30) -> tuple[bytes, str]:
-    """One MQTT 5 request with a response topic and correlation data; returns (payload, content type)."""
-    from paho.mqtt.packettypes import PacketTypes
-    from paho.mqtt.properties import Properties
-
-    answers: list[mqtt.MQTTMessage] = []
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
-    client.on_message = lambda c, u, m: answers.append(m)
-    client.connect("127.0.0.1", broker.port)
-    client.loop_start()
-    try:
-        client.subscribe("test/answers", qos=1)
-        time.sleep(0.2)
-        properties = Properties(PacketTypes.PUBLISH)
-        properties.ResponseTopic = "test/answers"
-        properties.CorrelationData = b"request-42"
-        client.publish(f"edge/{device}/cmd/{name}", payload, qos=1, properties=properties)
-        wait_until(lambda: answers, timeout, f"an answer to {name}")
-    finally:
-        client.loop_stop()
-        client.disconnect()
-    answer = answers[0]
-    assert answer.properties.CorrelationData == b"request-42"
-    return bytes(answer.payload), answer.properties.ContentType
-
-
 def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
-    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
+    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path], operator_key: Path
 ) -> None:
     agent = agents("dev1")
     online(watcher, "dev1")
-    body = json.loads(request(broker, "dev1", "rollback")[0])
+    body = json.loads(request(broker, "dev1", "rollback", signed_request(operator_key, "dev1", "rollback"))[0])
     assert (body["ok"], body["error"]["code"]) == (False, "NO_PREVIOUS")
 
     finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
@@ -324,24 +205,30 @@ def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
     assert finished(watcher, "dev1", second)["state"] == "SUCCEEDED"
     serving(watcher, "dev1", "1.1.0")
 
-    pong, kind = request(broker, "dev1", "ping")
+    pong, kind = request(broker, "dev1", "ping", signed_request(operator_key, "dev1", "ping"))
     assert kind == "application/json" and json.loads(pong)["ok"] is True
-    jpeg, kind = request(broker, "dev1", "snapshot", b'{"quality": 70}')
+    jpeg, kind = request(broker, "dev1", "snapshot", signed_request(operator_key, "dev1", "snapshot", {"quality": 70}))
     assert kind == "image/jpeg"
     image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
     assert image is not None and image.shape[2] == 3
     for name, payload, code in [
         ("self-destruct", b"", "UNKNOWN_COMMAND"),
         ("snapshot", b"not json", "BAD_PAYLOAD"),
-        ("snapshot", b'{"quality": 500}', "BAD_PAYLOAD"),
-        ("restart-pipeline", b'{"pipeline": "nope"}', "NO_PIPELINE"),
-        ("rollback", b'{"force": true}', "BAD_PAYLOAD"),
+        ("snapshot", signed_request(operator_key, "dev1", "snapshot", {"quality": 500}), "BAD_PAYLOAD"),
+        (
+            "restart-pipeline",
+            signed_request(operator_key, "dev1", "restart-pipeline", {"pipeline": "nope"}),
+            "NO_PIPELINE",
+        ),
+        ("rollback", signed_request(operator_key, "dev1", "rollback", {"force": True}), "BAD_PAYLOAD"),
+        ("rollback", b"{}", "UNAUTHORIZED"),
     ]:
         body = json.loads(request(broker, "dev1", name, payload)[0])
         assert (body["ok"], body["error"]["code"]) == (False, code), body
     assert watcher.json("edge/dev1/status")["bundle"]["version"] == "1.1.0", "bad commands changed nothing"
 
-    body = json.loads(request(broker, "dev1", "restart-pipeline", b'{"pipeline": "cam0"}')[0])
+    restart = signed_request(operator_key, "dev1", "restart-pipeline", {"pipeline": "cam0"})
+    body = json.loads(request(broker, "dev1", "restart-pipeline", restart)[0])
     assert body["result"] == {"restarted": ["cam0"]}
 
     status, out = cli(capsys, "fleet", "rollback", "--target", "device:dev1", "--broker", broker.url)
@@ -352,8 +239,9 @@ def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
     agent.stop()  # the retained desired document (1.1.0) was followed already: no reinstall on restart
     agent.start()
     online(watcher, "dev1")
-    time.sleep(2)
-    assert watcher.json("edge/dev1/status")["bundle"]["version"] == "1.0.0"
+    serving(watcher, "dev1", "1.0.0")  # telemetry after the restart shows 1.0.0 serving
+    wait_until(lambda: "running as dev1" in agent.output().rsplit("stopped", 1)[-1], 30, "the restarted agent")
+    assert "deployment " not in agent.output().rsplit("stopped", 1)[-1], "the restart deployed nothing"
 
 
 def test_network_cut_keeps_detections_running_and_queues_telemetry(
@@ -424,10 +312,20 @@ def test_the_example_config_runs_as_is_and_push_waits_for_the_result(
     tmp_path: Path, capsys, broker: Broker, watcher: Watcher, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:
     example = ["config", "example", "--device-id", "demo-cam", "--group", "demo", "--broker", broker.url]
-    status, text = cli(capsys, *example, "--state-dir", str(tmp_path / "state"), "--trust-key", str(keys["public"]))
+    status, text = cli(
+        capsys,
+        *example,
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--trust-key",
+        str(keys["public"]),
+        "--operator-key",
+        str(keys["operator_pub"]),
+    )
     assert status == 0
+    assert "probation_s: 120" in text
     config = tmp_path / "agent.yaml"
-    config.write_text(text)
+    config.write_text(text.replace("probation_s: 120", "probation_s: 2"))  # the test waits 60 s, not 120
     agent = AgentProcess(config).start()
     try:
         online(watcher, "demo-cam")
@@ -486,7 +384,7 @@ def test_fleet_gc_removes_only_bundles_no_desired_document_names(
     assert status == 0 and out.count("removed bundle") == 1, out
     watcher = Watcher(broker, ["edge/bundles/+/index"])
     try:
-        time.sleep(0.5)
+        watcher.sync("edge/bundles/sync/index")  # every retained index has arrived
         left = {json.loads(p)["sha256"] for p in watcher.latest.values()}
     finally:
         watcher.close()
@@ -513,8 +411,13 @@ def test_a_crash_mid_install_is_retried_once_but_never_after_a_crash_while_activ
         if version is None:
             assert (record["error"]["code"], record["attempt"]) == ("INTERRUPTED", 1), record
             status = online(watcher, "dev1")
-            time.sleep(1.5)  # would a retry start? it must not
-            assert watcher.json("edge/dev1/deployment")["state"] == "ROLLED_BACK" and status["bundle"] is None
+            assert status["bundle"] is None
+            # the deployer has acted on the desired document when it followed it: no retry comes
+            followed = Path(restarted.config).parent / "state" / "followed.json"
+            wait_until(lambda: followed.is_file() and deployment in followed.read_text(), 30, "the document followed")
+            assert watcher.json("edge/dev1/deployment")["state"] == "ROLLED_BACK"
+            after_restart = restarted.output().rsplit("recovered deployment", 1)[-1]  # one log for both runs
+            assert "VERIFYING" not in after_restart, "no retry after a crash while activating"
         else:
             assert record["attempt"] == 2, record
             serving(watcher, "dev1", version)

@@ -16,7 +16,7 @@ import pytest
 from agent.bundles.archive import Limits, build_bundle, unpack, verify_unpacked
 from agent.bundles.install import InstallPolicy, install
 from agent.bundles.store import Store
-from agent.bundles.tuning import Tuning, candidates, reference_of, with_engines, worker_variants
+from agent.bundles.tuning import Tuning, autotune, candidates, reference_of, with_engines, worker_variants
 from agent.cli import main
 from agent.config.models import PipelineSection
 from agent.hardware.probe import probe
@@ -24,12 +24,15 @@ from agent.serving.cameras import Cameras
 from pipelines.detections import Detections
 from pipelines.matrix import Row, choose, measure, measure_isolated
 from pipelines.parity import detection_agreement, max_abs_error
+from runtimes import isolation
 from runtimes.base import TensorSpec
+from runtimes.isolation import ChildRunner
 from runtimes.litert_backend import LiteRTConfig
 from runtimes.registry import RuntimeSettings
 from runtimes.tensorrt_backend import TensorRTConfig
 from tests.conftest import DEMO_MODELS
 from tests.mqtt_tools import AgentProcess, Broker, Watcher, agent_config, wait_until
+from tests.test_isolation import standin_env
 from tests.trt_double import TrtDouble, trt_double
 
 __all__ = ["trt_double"]
@@ -191,6 +194,17 @@ def test_autotune_at_activation_is_recorded_and_served(
     with_latency = InstallPolicy(allow_unsigned=True, autotune=True, autotune_frames=5, max_latency_ms=1e-6)
     deployment = install(demo_bundle, Store(tmp_path / "state2"), probe(), with_latency)
     assert deployment.state == "SUCCEEDED" and deployment.tuning["choice"] is None, "nothing is that fast: policy"
+
+
+def test_autotune_checks_each_configuration_in_a_child_first(unpacked, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library that crashes on an artifact kills a check process, not the agent: its rows say
+    so and autotune chooses among the others (stand-in: an onnxruntime whose loads die by SIGILL
+    in the check processes only; this process has the real one)."""
+    monkeypatch.setattr(isolation, "PROCESS_RUNNER", ChildRunner(env=standin_env("crash_on_load")))
+    tuning, rows = autotune(unpacked.folder, unpacked.manifest, unpacked.reference, probe(), RuntimeSettings(), 5)
+    ort = [row for row in rows if row.runtime == "onnxruntime"]
+    assert ort and all("RuntimeCrashed" in (row.error or "") and "SIGILL" in (row.error or "") for row in ort)
+    assert tuning is not None and tuning.runtime == "litert"
 
 
 def test_the_daemon_publishes_its_report_and_the_tuning(

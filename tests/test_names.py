@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import get_args
 
 from agent.bundles.manifest import Manifest
-from agent.bundles.store import State
+from agent.bundles.record import State
 from agent.cli.main import build_parser
 from agent.config.models import AgentConfig
 from agent.errors import ErrorCode
+from agent.governor.levels import BatteryLevel, ThermalLevel
+from agent.hardware.power import INPUT_RAILS
 from pipelines.decoders import DECODER_CHOICES, DECODER_NAMES
 from runtimes.base import RUNTIME_NAMES
 from runtimes.registry import BACKENDS, RuntimeSettings
@@ -46,7 +48,9 @@ def test_every_error_code_is_documented_and_every_documented_code_exists() -> No
 
 
 def test_upper_case_words_in_the_docs_are_codes_or_states() -> None:
+    """... or the governor's levels, or the Jetson input rails the sensors know by name."""
     known = {code.value for code in ErrorCode} | {state.value for state in State} | _OTHER_WORDS
+    known |= {level.value for level in (*ThermalLevel, *BatteryLevel)} | set(INPUT_RAILS)
     for doc in DOCS:
         unknown = {word for word in _CODE.findall(doc.read_text()) if word not in known}
         unknown = {word for word in unknown if not word.startswith("EDGE_AGENT_")}  # environment variables

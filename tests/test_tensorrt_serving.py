@@ -1,7 +1,8 @@
 """TensorRT in the daemon, against the TensorRT test double: a build never blocks serving (ONNX
 Runtime serves a first install, the previous version serves an update), the pipelines swap to
-the engine between frames when it is ready, and a failed build or a failed parity check falls
-back to ONNX Runtime and says why in the snapshot and the status document."""
+the engine between frames when it is ready, and a failed build, a failed parity check or an
+engine the plausibility guard refuses falls back to ONNX Runtime and says why in the snapshot
+and the status document."""
 
 from __future__ import annotations
 
@@ -150,26 +151,42 @@ def test_a_failed_build_falls_back_to_onnxruntime_and_says_why(
         agent.stop()
 
 
-def test_an_engine_failing_parity_is_not_served(
-    trt_double: TrtDouble, tmp_path: Path, keys: dict[str, Path], jetson: Board, config: AgentConfig
+@pytest.mark.parametrize(
+    ("offset", "code", "why"),
+    [
+        # every output value off by 0.1: plausible detections, beyond the bundle's tolerance
+        (0.1, "PARITY_FAILED", "the new TensorRT engine fails the bundle's parity check"),
+        # every score 5: impossible detections on a blank frame (an engine built wrong)
+        (5.0, "DECODER_MISMATCH", "the TensorRT engine fails the plausibility guard"),
+    ],
+)
+def test_an_engine_with_wrong_outputs_is_not_served(
+    trt_double: TrtDouble,
+    tmp_path: Path,
+    keys: dict[str, Path],
+    jetson: Board,
+    config: AgentConfig,
+    offset: float,
+    code: str,
+    why: str,
 ) -> None:
-    trt_double.internals.output_offset = 5.0  # every output value is off by 5: beyond any tolerance
+    trt_double.internals.output_offset = offset
     version = _install(
         tmp_path, keys, jetson, config, _bundle(tmp_path, keys, DEMO_MODELS / "demo_detector.onnx", "1.0.0")
     )
     cameras = _cameras(config, jetson)
     try:
         cameras.activate(version)
-        wait_until(lambda: (s := cameras.engine_status()) is not None and s.state == "failed", 30, "the parity check")
+        wait_until(lambda: (s := cameras.engine_status()) is not None and s.state == "failed", 30, "the check")
         status = cameras.engine_status()
-        assert status is not None and status.error_code == "PARITY_FAILED"
-        assert "fails the bundle's parity check" in (status.message or "")
+        assert status is not None and status.error_code == code
+        assert why in (status.message or "")
         camera = cameras.get("cam")
         wait_until(lambda: camera.swaps == 1, 30, "the version loaded again without the engine")
         before = camera.frames
         wait_until(lambda: camera.frames > before + 5, 30, "frames after it")
         assert camera.stats().runtime == "onnxruntime" and camera.swaps == 1
-        with pytest.raises(EngineNotReady, match="its last build failed: the new TensorRT engine fails"):
+        with pytest.raises(EngineNotReady, match=f"its last build failed: {why}"):
             open_engine(DEMO_MODELS / "demo_detector.onnx", config.runtime_settings().tensorrt)
     finally:
         cameras.stop()

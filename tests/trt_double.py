@@ -3,12 +3,16 @@
 ``trt_double`` puts the double first on ``sys.path`` (so ``import tensorrt`` finds it), gives it
 a fresh fake GPU, and makes the device-memory seam (`runtimes.cuda_memory.IMPLEMENTATIONS`)
 hand out the double's host memory, so the code under test runs unchanged. Yields a `TrtDouble`.
+
+The double, its fake GPU and its memory live only in the test's process, so TensorRT is probed
+and its first loads are checked here instead of in a check process (`runtimes.isolation`: a
+child would find neither); the other backends still go through their check processes.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +30,25 @@ class TrtDouble:
     memory: Any  # the one HostDeviceMemory every open_device_memory() returns here
 
 
+class _TensorRTInProcess:
+    """The process's `runtimes.isolation.ChildRunner`, except that TensorRT is probed and its
+    first loads are let through here (the double lives only in this process)."""
+
+    def __init__(self, runner: Any) -> None:
+        self._runner = runner
+
+    def probe(self, names: Iterable[str]) -> dict[str, Any]:
+        from runtimes import tensorrt_backend
+
+        wanted = list(names)
+        found = self._runner.probe([n for n in wanted if n != "tensorrt"])
+        return {n: tensorrt_backend.availability() if n == "tensorrt" else found[n] for n in wanted}
+
+    def check_load(self, name: str, model: Path, settings_json: str) -> None:
+        if name != "tensorrt":
+            self._runner.check_load(name, model, settings_json)
+
+
 def _forget_tensorrt() -> None:
     for name in [n for n in sys.modules if n == "tensorrt" or n.startswith("tensorrt.")]:
         del sys.modules[name]
@@ -33,7 +56,7 @@ def _forget_tensorrt() -> None:
 
 @pytest.fixture
 def trt_double(monkeypatch: pytest.MonkeyPatch) -> Iterator[TrtDouble]:
-    from runtimes import cuda_memory
+    from runtimes import cuda_memory, isolation
 
     _forget_tensorrt()
     monkeypatch.syspath_prepend(str(DOUBLE))
@@ -47,6 +70,7 @@ def trt_double(monkeypatch: pytest.MonkeyPatch) -> Iterator[TrtDouble]:
     _double.build_gate, _double.output_offset = None, 0.0
     monkeypatch.setattr(_double, "UNSUPPORTED_OPS", set(_double.UNSUPPORTED_OPS))
     monkeypatch.setattr(cuda_memory, "IMPLEMENTATIONS", (("host double", lambda device: memory),))
+    monkeypatch.setattr(isolation, "PROCESS_RUNNER", _TensorRTInProcess(isolation.PROCESS_RUNNER))
     try:
         yield TrtDouble(tensorrt, _double, memory)
     finally:

@@ -11,7 +11,8 @@ active is touched), or ``FAILED -> ROLLED_BACK`` (the new version would not run 
 
 Each step is recorded atomically before it starts, so `Store.recover` can finish or undo it
 after a crash. ``EDGE_AGENT_KILL_AT=<step>`` (a test hook) SIGKILLs the process at the named
-point: ``verifying``, ``unpacked``, ``installing``, ``installed``, ``activating``, ``switched``.
+point: ``verifying``, ``unpacked``, ``installing``, ``installed``, ``activating``, ``switched``
+(and, in the daemon, ``probation``: once the new version serves, on probation).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agent.bundles.archive import Limits, Verified, sha256_file, unpack, verify_unpacked
 from agent.bundles.engines import version_settings
 from agent.bundles.manifest import Manifest
+from agent.bundles.record import Deployment, State, fsync_tree
 from agent.bundles.signing import load_public_key
-from agent.bundles.store import Deployment, State, Store, fsync_tree
+from agent.bundles.store import Store, version_key
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
 from pipelines.parity import parity_fraction
@@ -99,15 +101,30 @@ class Activation:
     parity: float  # fraction of output values within tolerance
 
 
-def check_parity(runtime: Runtime, name: str, manifest: Manifest, reference: Mapping[str, npt.NDArray[Any]]) -> float:
-    """Run artifact `name`'s reference input on `runtime`; the fraction of output values within
-    the manifest's tolerance. Raises `BundleError` ``PARITY_FAILED`` below its minimum."""
+def reference_outputs(runtime: Runtime, name: str, reference: Mapping[str, npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+    """Artifact `name`'s outputs for its reference input on `runtime`. Raises `BundleError`
+    ``PARITY_FAILED`` when it cannot run that input."""
     from runtimes.base import InferenceError
 
     try:
-        outputs = runtime.infer([reference[f"{name}__input"]])
+        return list(runtime.infer([reference[f"{name}__input"]]))
     except InferenceError as exc:
         raise BundleError(ErrorCode.PARITY_FAILED, f"{name} cannot run its reference input: {exc}") from exc
+
+
+def check_parity(
+    runtime: Runtime,
+    name: str,
+    manifest: Manifest,
+    reference: Mapping[str, npt.NDArray[Any]],
+    outputs: Sequence[npt.NDArray[Any]] | None = None,
+) -> float:
+    """The fraction of artifact `name`'s outputs on `runtime` within the manifest's tolerance of
+    its reference outputs; `outputs` are those for the reference input when already computed
+    (`reference_outputs`; activate runs the plausibility guard on them first), else it runs it.
+    Raises `BundleError` ``PARITY_FAILED`` below the manifest's minimum or when it cannot run."""
+    if outputs is None:
+        outputs = reference_outputs(runtime, name, reference)
     expected = [reference[f"{name}__output{i}"] for i in range(len(outputs)) if f"{name}__output{i}" in reference]
     ref = manifest.reference
     fraction = (
@@ -142,12 +159,14 @@ def activate(
     """Choose a runtime for this board, load, warm up, decode once and check parity.
 
     Raises `BundleError`: ``NO_RUNTIME`` (no runtime here can load any artifact),
-    ``ARTIFACT_NOT_A_MODEL``, ``DECODER_MISMATCH``, ``PARITY_FAILED``.
+    ``ARTIFACT_NOT_A_MODEL``, ``RUNTIME_CRASHED`` (loading it killed a check process: no other
+    runtime is tried), ``DECODER_MISMATCH``, ``PARITY_FAILED``.
     """
     from pipelines.decoders import DecoderError
     from pipelines.detector import Detector
     from runtimes.base import ModelLoadError, NotAModelError, RuntimeUnavailable
-    from runtimes.registry import load_runtime
+    from runtimes.isolation import RuntimeCrashed
+    from runtimes.registry import load_runtime_checked
 
     manifest = bundle.manifest
     settings = version_settings(settings or RuntimeSettings(), manifest)
@@ -156,19 +175,25 @@ def activate(
     failures = []
     for choice in choices:
         try:
-            runtime = load_runtime(choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime))
+            runtime = load_runtime_checked(
+                choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime)
+            )
         except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
             raise BundleError(ErrorCode.ARTIFACT_NOT_A_MODEL, str(exc)) from exc
+        except RuntimeCrashed as exc:
+            raise BundleError(ErrorCode.RUNTIME_CRASHED, str(exc)) from exc
         except (RuntimeUnavailable, ModelLoadError) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         with runtime:
             name = Path(choice.artifact.path).name
             try:
-                Detector(runtime, manifest.decoder)
+                detector = Detector(runtime, manifest.decoder)
+                outputs = reference_outputs(runtime, name, reference)
+                detector.check(reference[f"{name}__input"], outputs)  # the plausibility guard
             except DecoderError as exc:
                 raise BundleError(ErrorCode.DECODER_MISMATCH, f"{name}: {exc}") from exc
-            fraction = check_parity(runtime, name, manifest, reference)
+            fraction = check_parity(runtime, name, manifest, reference, outputs)
             return Activation(choice.runtime, name, choice.device, choice.reason, fraction)
     raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the bundle here: " + "; ".join(failures))
 
@@ -221,12 +246,17 @@ def install(
     on_state: Callable[[Deployment], None] = lambda d: None,
     deployment: Deployment | None = None,
     sha256_checked: bool = False,
+    allow_downgrade: bool = False,
+    probation_s: float = 0.0,
 ) -> Deployment:
     """Run the state machine for one bundle file; returns the final deployment record.
 
     `deployment` continues a record that an earlier step (the daemon's download) began; the
     file must hash to its sha256 (checked while unpacking, unless `sha256_checked` says the
-    download did), else it is REJECTED with ``BUNDLE_HASH_MISMATCH``.
+    download did), else it is REJECTED with ``BUNDLE_HASH_MISMATCH``. A version lower than the
+    highest of the same name that succeeded here is REJECTED (``DOWNGRADE_REFUSED``) unless
+    `allow_downgrade`. With `probation_s` > 0 the record ends in PROBATION once switched: the
+    caller watches the version and calls `end_probation`.
     """
     policy = policy or InstallPolicy()
     store.ensure()
@@ -243,6 +273,7 @@ def install(
             previous_before=store.previous_sha(),
         )
         sha256_checked = True  # the record's sha256 was just computed from this file
+    deployment.probation_s = probation_s
     sha = deployment.sha256
 
     def step(state: State, error: BundleError | None = None) -> None:
@@ -265,6 +296,8 @@ def install(
             )
         checkpoint("unpacked")
         verified = verify_unpacked(staging, policy.trusted, policy.allow_unsigned, unpacked.files)
+        if not allow_downgrade:
+            refuse_downgrade(store, verified.manifest)
     except BundleError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         step(State.REJECTED, exc)
@@ -294,8 +327,8 @@ def install(
     try:
         activation = activate(verified, board, policy.preference, policy.runtimes)
     except BundleError as exc:
-        step(State.FAILED, exc)
         store.remove_version(sha)
+        deployment.to(State.FAILED, exc)  # FAILED -> ROLLED_BACK in one record: nothing switched
         step(State.ROLLED_BACK)
         return deployment
     log.info(
@@ -309,6 +342,47 @@ def install(
         _autotune(verified, board, policy, store, deployment)
     store.switch(sha)
     checkpoint("switched")
+    if probation_s > 0:
+        step(State.PROBATION)
+        return deployment
     step(State.SUCCEEDED)
+    store.note_installed(verified.manifest.name, verified.manifest.version)
     store.gc()
+    return deployment
+
+
+def refuse_downgrade(store: Store, manifest: Manifest) -> None:
+    """`BundleError` (``DOWNGRADE_REFUSED``) when `manifest` names a version lower than the
+    highest of its bundle that succeeded here (semantic-version order)."""
+    highest = store.highest_version(manifest.name)
+    if highest is not None and version_key(manifest.version) < version_key(highest):
+        raise BundleError(
+            ErrorCode.DOWNGRADE_REFUSED,
+            f"{manifest.name} {manifest.version} is older than {highest}, which succeeded here; push it with "
+            "--allow-downgrade (or install --allow-downgrade) to go back on purpose, or roll back",
+        )
+
+
+def end_probation(
+    store: Store,
+    deployment: Deployment,
+    failure: str | None,
+    on_state: Callable[[Deployment], None] = lambda d: None,
+) -> Deployment:
+    """End the probation of `deployment`: SUCCEEDED when `failure` is None, else put the
+    pointers back as they were before it, remove its version and record FAILED -> ROLLED_BACK
+    with ``PROBATION_FAILED`` and `failure` as the reason."""
+    if failure is None:
+        deployment.to(State.SUCCEEDED)
+        store.record(deployment)
+        if deployment.name and deployment.version:
+            store.note_installed(deployment.name, deployment.version)
+        store.gc()
+    else:
+        store.undo_switch(deployment)
+        deployment.to(State.FAILED, BundleError(ErrorCode.PROBATION_FAILED, failure))
+        deployment.to(State.ROLLED_BACK)
+        store.record(deployment)
+    on_state(deployment)
+    log.info("deployment %s: %s%s", deployment.id, deployment.state, f" ({failure})" if failure else "")
     return deployment

@@ -7,10 +7,16 @@ Layout under the state directory (default ``/var/lib/edge-agent``)::
     current -> versions/<sha> the version that serves
     previous -> versions/<sha>
     deployment.json           the last deployment: id, bundle, state, error, history
-    followed.json             the id of the last desired document acted on
+    followed.json             the last desired document acted on, and the newest issue time
+                              accepted from the device's and the group's topic
+    installed.json            the highest version of each bundle name that succeeded here
+    control.json              command ids already run (agent.mqtt.control)
+    tuning/<sha256>.json      what autotune chose for that version (agent.bundles.tuning)
 
-Pointers are symlinks replaced with ``rename`` and files are written to a temp file, fsynced
-and renamed, so a crash at any point leaves either the old or the new state, never a mix.
+Pointers are symlinks replaced with ``rename`` and files are written with `atomic_write`, so a
+crash at any point leaves either the old or the new state, never a mix. `recover` finishes or
+undoes what a crash interrupted, and only ever deletes what it can prove is partial or was
+installed by the interrupted deployment itself.
 """
 
 from __future__ import annotations
@@ -18,81 +24,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
-from dataclasses import asdict, dataclass, field
-from enum import Enum
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import semver
+
+from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State, atomic_write, fsync_dir
 from agent.errors import BundleError, ErrorCode
-from runtimes.base import atomic_write, fsync_dir
 
-
-class State(str, Enum):
-    """The states of a deployment, in the order a successful one passes them (docs/bundles.md,
-    docs/mqtt.md). A `str`, so it compares to and serialises as its name."""
-
-    QUEUED = "QUEUED"
-    DOWNLOADING = "DOWNLOADING"
-    VERIFYING = "VERIFYING"
-    INSTALLING = "INSTALLING"
-    ACTIVATING = "ACTIVATING"
-    SUCCEEDED = "SUCCEEDED"
-    REJECTED = "REJECTED"
-    FAILED = "FAILED"
-    ROLLED_BACK = "ROLLED_BACK"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-#: a deployment in one of these has ended: nothing more happens to it
-FINAL_STATES = frozenset({State.SUCCEEDED, State.REJECTED, State.ROLLED_BACK})
-#: a deployment in one of these touched no version: the daemon resumes it after a restart
-RESUMABLE_STATES = frozenset({State.QUEUED, State.DOWNLOADING})
-
-
-def fsync_tree(folder: Path) -> None:
-    """fsync every file and folder under `folder` (after an unpack, before the rename)."""
-    for root, _, files in os.walk(folder):
-        for name in files:
-            fd = os.open(Path(root) / name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(root))
-
-
-@dataclass
-class Deployment:
-    """One attempt to install and activate a bundle (or a rollback)."""
-
-    id: str
-    sha256: str
-    state: State = State.QUEUED
-    name: str | None = None
-    version: str | None = None
-    error: dict[str, str] | None = None
-    from_sha: str | None = None  # `current` when it started
-    previous_before: str | None = None  # `previous` when it started
-    attempt: int = 1  # the daemon retries a deployment once after a crash while verifying or installing
-    history: list[tuple[State, float]] = field(default_factory=list)
-    tuning: dict[str, Any] | None = None  # autotune at activation: the choice and the measured rows
-
-    def to(self, state: State, error: BundleError | None = None) -> None:
-        """Enter `state` (recorded in the history); `error` becomes the record's code and message."""
-        self.state = State(state)
-        if error is not None:
-            self.error = {"code": error.code, "message": error.message}
-        self.history.append((state, round(time.time(), 3)))
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Deployment:
-        raw = dict(raw)
-        raw["state"] = State(raw.get("state", State.QUEUED))
-        raw["history"] = [(State(state), float(ts)) for state, ts in raw.get("history", [])]
-        return cls(**raw)
+PointerName = Literal["current", "previous"]
 
 
 @dataclass(frozen=True)
@@ -103,14 +44,34 @@ class VersionInfo:
     path: Path
 
 
+@dataclass(frozen=True)
+class Followed:
+    """The last desired document acted on (`id`) and the issue time (Unix seconds) of the newest
+    control document accepted from the device's own topic and from its group's."""
+
+    id: str | None = None
+    device_issued: float | None = None
+    group_issued: float | None = None
+
+
+def version_key(version: str) -> semver.Version:
+    """Semantic-version order (docs/bundles.md): 1.10.0 > 1.9.0 > 1.9.0-rc.2 > 1.9.0-rc.1."""
+    return semver.Version.parse(version)
+
+
 class Store:
-    """Installed versions, the current/previous pointers and the deployment record."""
+    """Installed versions, the current/previous pointers and the deployment record.
+
+    `problems` lists what `recover` found wrong and could not simply undo (a broken pointer, an
+    unreadable record), in words for the status page.
+    """
 
     def __init__(self, root: Path, keep: int = 3) -> None:
         if keep < 2:
             raise ValueError(f"keep must be at least 2 (current and previous), got {keep}")
         self.root, self.keep = root, keep
         self.versions = root / "versions"
+        self.problems: list[str] = []
 
     def ensure(self) -> Store:
         try:
@@ -121,14 +82,28 @@ class Store:
 
     # -- pointers ------------------------------------------------------------------------
 
-    def _pointer(self, name: str) -> str | None:
+    def _pointer_problem(self, name: PointerName) -> str | None:
+        """What is wrong with pointer `name` (None when it is fine or absent)."""
         link = self.root / name
-        try:
-            target = os.readlink(link)
-        except OSError:
-            return None
+        if not link.is_symlink():
+            return (
+                f"{name} is not a link to a version (a {'folder' if link.is_dir() else 'file'})"
+                if link.exists()
+                else None
+            )
+        target = os.readlink(link)
         sha = Path(target).name
-        return sha if (self.versions / sha / "manifest.json").is_file() else None
+        if Path(target) not in (Path("versions") / sha, self.versions / sha):
+            return f"{name} points outside the store ({target})"
+        if not (self.versions / sha / "manifest.json").is_file():
+            return f"{name} points at version {sha[:12]}, which is not installed"
+        return None
+
+    def _pointer(self, name: PointerName) -> str | None:
+        link = self.root / name
+        if not link.is_symlink() or self._pointer_problem(name) is not None:
+            return None
+        return Path(os.readlink(link)).name
 
     def current_sha(self) -> str | None:
         return self._pointer("current")
@@ -136,7 +111,7 @@ class Store:
     def previous_sha(self) -> str | None:
         return self._pointer("previous")
 
-    def _set_pointer(self, name: str, sha: str | None) -> None:
+    def _set_pointer(self, name: PointerName, sha: str | None) -> None:
         link = self.root / name
         if sha is None:
             link.unlink(missing_ok=True)
@@ -163,6 +138,19 @@ class Store:
         self._set_pointer("previous", current)
         return previous
 
+    def undo_switch(self, deployment: Deployment) -> None:
+        """Put the pointers back as they were before `deployment` switched to its version, as far
+        as the versions it names still exist; then remove its version if it brought it."""
+        if self.current_sha() == deployment.sha256:
+            restored = deployment.from_sha if self.info(deployment.from_sha) else None
+            self._set_pointer("current", restored)
+            if self.previous_sha() == deployment.from_sha:
+                self._set_pointer(
+                    "previous", deployment.previous_before if self.info(deployment.previous_before) else None
+                )
+        if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):
+            self.remove_version(deployment.sha256)
+
     def info(self, sha: str | None) -> VersionInfo | None:
         if sha is None:
             return None
@@ -173,30 +161,70 @@ class Store:
             return None
         return VersionInfo(sha, str(manifest.get("name")), str(manifest.get("version")), folder)
 
-    # -- deployment record ---------------------------------------------------------------
+    # -- records -------------------------------------------------------------------------
 
     def record(self, deployment: Deployment) -> None:
         atomic_write(self.root / "deployment.json", json.dumps(asdict(deployment), indent=2).encode())
 
-    def followed(self) -> str | None:
-        """The id of the last desired document this device acted on (it acts on each id once)."""
+    def _read_record(self) -> tuple[Deployment | None, str | None]:
+        path = self.root / "deployment.json"
         try:
-            return str(json.loads((self.root / "followed.json").read_bytes())["id"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, f"{path} cannot be read: {exc.strerror}"
+        try:
+            return Deployment.from_dict(json.loads(raw)), None
+        except (ValueError, TypeError, AttributeError) as exc:
+            return None, f"{path} is not a deployment record ({len(raw)} bytes: truncated?): {exc}"
 
-    def follow(self, desired_id: str) -> None:
-        atomic_write(self.root / "followed.json", json.dumps({"id": desired_id}).encode())
+    def last_deployment(self) -> Deployment | None:
+        return self._read_record()[0]
+
+    def followed(self) -> Followed:
+        """What this device acted on last (it acts on each desired document once)."""
+        try:
+            raw = json.loads((self.root / "followed.json").read_bytes())
+            return Followed(raw.get("id"), raw.get("device_issued"), raw.get("group_issued"))
+        except (OSError, ValueError, AttributeError):
+            return Followed()
+
+    def follow(self, followed: Followed) -> None:
+        atomic_write(self.root / "followed.json", json.dumps(asdict(followed)).encode())
+
+    def highest_version(self, name: str) -> str | None:
+        """The highest version of bundle `name` that succeeded here (or is current or previous)."""
+        try:
+            highest: dict[str, str] = json.loads((self.root / "installed.json").read_bytes())
+        except (OSError, ValueError):
+            highest = {}
+        candidates = [highest[name]] if isinstance(highest.get(name), str) else []
+        candidates += [
+            v.version for v in map(self.info, (self.current_sha(), self.previous_sha())) if v and v.name == name
+        ]
+        valid = [c for c in candidates if semver.Version.is_valid(c)]
+        return max(valid, key=version_key) if valid else None
+
+    def note_installed(self, name: str, version: str) -> None:
+        """Remember `version` of `name` as succeeded (downgrades below the highest are refused)."""
+        path = self.root / "installed.json"
+        try:
+            highest = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            highest = {}
+        known = highest.get(name)
+        if (
+            not isinstance(known, str)
+            or not semver.Version.is_valid(known)
+            or version_key(version) > version_key(known)
+        ):
+            highest[name] = version
+            atomic_write(path, json.dumps(highest, indent=2).encode())
 
     @property
     def downloads(self) -> Path:
         return self.root / "downloads"
-
-    def last_deployment(self) -> Deployment | None:
-        try:
-            return Deployment.from_dict(json.loads((self.root / "deployment.json").read_bytes()))
-        except (OSError, ValueError, TypeError):
-            return None
 
     # -- tuning (autotune's choice per version) -------------------------------------------
 
@@ -244,36 +272,68 @@ class Store:
             removed.append(folder.name)
         return removed
 
-    def recover(self) -> Deployment | None:
-        """Finish or undo a deployment a crash interrupted; remove partial unpacks.
+    def _repair_pointers(self) -> None:
+        """A broken `current` (a file, a link outside the store or to a missing version) falls back
+        to `previous`; a broken `previous` is removed. Each repair is noted in `problems`."""
+        for name in ("current", "previous"):
+            problem = self._pointer_problem(name)
+            if problem is None:
+                continue
+            link = self.root / name
+            if link.is_dir() and not link.is_symlink():
+                self.problems.append(f"{problem}: move it away, then restart the agent")
+                continue
+            fallback = self.previous_sha() if name == "current" else None
+            self._set_pointer(name, fallback)
+            if fallback is not None:
+                self._set_pointer("previous", None)
+                info = self.info(fallback)
+                self.problems.append(
+                    f"{problem}; serving the previous version {info.name} {info.version} instead" if info else problem
+                )
+            else:
+                self.problems.append(f"{problem}; removed it")
 
-        Returns the deployment it changed, if any. After it, `current` names a complete version
-        (or nothing, on a device that never had one).
+    def recover(self) -> Deployment | None:
+        """Finish or undo a deployment a crash interrupted; remove partial unpacks; repair broken
+        pointers. Returns the deployment it changed, if any.
+
+        Pointers change only when a deployment switches (at the end of ACTIVATING), so one cut
+        short while verifying or installing changed none: it ends REJECTED (``INTERRUPTED``) and
+        only the version it brought (neither current nor previous) is removed. One cut short after
+        it switched is undone: the
+        pointers go back and its version is removed; a deployment on probation (or that would
+        have been) ends ROLLED_BACK with ``PROBATION_FAILED``, so a model that crashes the agent
+        cannot crash-loop the device.
         """
+        self.problems = []
         if not self.versions.is_dir():
             return None
         for partial in self.versions.glob("*.tmp"):
             shutil.rmtree(partial, ignore_errors=True)
-        for name in ("current", "previous"):
-            if (self.root / name).is_symlink() and self._pointer(name) is None:
-                (self.root / name).unlink()  # points at a version that is gone
-        deployment = self.last_deployment()
-        if deployment is None or deployment.state in (*FINAL_STATES, *RESUMABLE_STATES):
-            return None  # a download touched no version; the daemon resumes it
-        if deployment.state == State.ACTIVATING and self.current_sha() == deployment.sha256:
-            deployment.to(State.SUCCEEDED)  # switched, but the record was not written yet
-        else:
-            if self.current_sha() != deployment.from_sha and deployment.from_sha is not None:
-                self._set_pointer("current", deployment.from_sha)
-            if self.previous_sha() != deployment.previous_before:
-                self._set_pointer("previous", deployment.previous_before)
-            if deployment.sha256 not in (self.current_sha(), self.previous_sha()):
-                shutil.rmtree(self.versions / deployment.sha256, ignore_errors=True)
+        self._repair_pointers()
+        deployment, problem = self._read_record()
+        if problem is not None:
+            self.problems.append(problem)
+        if deployment is None or deployment.state in FINAL_STATES | RESUMABLE_STATES:
+            return None  # nothing in flight, or a download that touched no version (the daemon resumes it)
+        switched = self.current_sha() == deployment.sha256 and deployment.from_sha != deployment.sha256
+        if deployment.state in (State.VERIFYING, State.INSTALLING):
+            if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):
+                self.remove_version(deployment.sha256)  # brought by this deployment, never served
             interrupted = BundleError(ErrorCode.INTERRUPTED, f"the agent stopped during {deployment.state}")
-            if deployment.state == State.ACTIVATING:
-                deployment.to(State.FAILED, interrupted)
-                deployment.to(State.ROLLED_BACK)
+            deployment.to(State.REJECTED, interrupted)
+        elif deployment.state == State.ACTIVATING and switched and not deployment.probation_s:
+            deployment.to(State.SUCCEEDED)  # switched, but the record was not written yet
+            if deployment.name and deployment.version:
+                self.note_installed(deployment.name, deployment.version)
+        else:
+            self.undo_switch(deployment)
+            if deployment.state == State.PROBATION or switched:
+                error = BundleError(ErrorCode.PROBATION_FAILED, "the agent stopped while the version was on probation")
             else:
-                deployment.to(State.REJECTED, interrupted)
+                error = BundleError(ErrorCode.INTERRUPTED, f"the agent stopped during {deployment.state}")
+            deployment.to(State.FAILED, error)
+            deployment.to(State.ROLLED_BACK)
         self.record(deployment)
         return deployment

@@ -37,6 +37,7 @@ from pipelines.matrix import (
     no_energy_meter,
 )
 from runtimes.base import RUNTIME_NAMES, BackendError, Precision, RuntimeInfo, RuntimeName, dequantize
+from runtimes.isolation import check_load_isolated
 from runtimes.litert_backend import LiteRTConfig
 from runtimes.ort_backend import PROVIDERS
 from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime
@@ -243,13 +244,17 @@ def autotune(
     frames: int = 30,
     max_latency_ms: float | None = None,
 ) -> tuple[Tuning | None, list[Row]]:
-    """Measure what can run now (briefly, in this process) and choose; (None, rows) when nothing
+    """Measure what can run now (briefly, in this process, each configuration's first load checked
+    in a child process first, `runtimes.isolation`) and choose; (None, rows) when nothing
     qualifies. TensorRT rows whose engine is not built yet say so and are not chosen: the
     engine, once built and past the parity check, is served anyway (agent.serving.cameras)."""
     reference = reference_of(folder, manifest, arrays)
     rows = []
     for candidate in candidates(folder, manifest, board, settings, variants=True):
         try:
+            if candidate.unavailable is None:  # a library that crashes on it kills a check process, not the agent
+                config = candidate.config or settings.config_for(candidate.runtime)
+                check_load_isolated(candidate.runtime, Path(candidate.path), config.model_dump_json())
             rows.append(measure(candidate, reference, frames))
         except Exception as exc:  # one configuration failing never fails the activation
             rows.append(Row.failed(candidate, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))

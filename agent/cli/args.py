@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def unit_interval(text: str) -> float:
@@ -23,3 +24,18 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
     return value
+
+
+def number_within(low: float, high: float, unit: str) -> Callable[[str], float]:
+    """An argparse type: a number within `low`..`high` (`unit` names it in the error)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {low:g}..{high:g} {unit}, got {text!r}")
+        return value
+
+    return parse

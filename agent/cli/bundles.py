@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.bundles.store import State
+from agent.bundles.record import State
 from agent.cli.errors import CliError
 from agent.paths import DEFAULT_STATE_DIR
 from pipelines.decoders import DECODER_CHOICES
@@ -30,7 +30,12 @@ def add_bundle_commands(commands: Any) -> None:
     build = bundle_commands.add_parser("build", help="write a bundle from models")
     build.add_argument("--model", type=Path, action="append", required=True, help=".onnx or .tflite (repeatable)")
     build.add_argument("--labels", type=Path, help="labels file (default: the model's metadata)")
-    build.add_argument("--decoder", choices=DECODER_CHOICES, default="auto")
+    build.add_argument(
+        "--decoder",
+        choices=DECODER_CHOICES,
+        default="auto",
+        help="output decoder (default auto: from the outputs and the model's metadata; docs/models.md lists exports)",
+    )
     build.add_argument("--name", help="bundle name (default: the first model's file name)")
     build.add_argument("--version", default="0.1.0", help="semantic version (default 0.1.0)")
     build.add_argument("--description", default="")
@@ -53,6 +58,11 @@ def add_bundle_commands(commands: Any) -> None:
 
     install = commands.add_parser("install", help="install and activate a bundle on this device")
     install.add_argument("bundle", type=Path)
+    install.add_argument(
+        "--allow-downgrade",
+        action="store_true",
+        help="install even if a higher version of this bundle succeeded here (refused otherwise)",
+    )
     _trust_arguments(install)
     _state_arguments(install)
     rollback = commands.add_parser("rollback", help="return to the previous version")
@@ -212,7 +222,12 @@ def cmd_install(args: argparse.Namespace) -> int:
         raise CliError(f"bundle not found: {args.bundle}")
     store = Store(config.state_dir, keep=config.keep_versions)
     deployment = install(
-        args.bundle, store, probe(), InstallPolicy.from_config(config), on_state=lambda d: print(d.state, flush=True)
+        args.bundle,
+        store,
+        probe(),
+        InstallPolicy.from_config(config),
+        on_state=lambda d: print(d.state, flush=True),
+        allow_downgrade=args.allow_downgrade,
     )
     if deployment.state != State.SUCCEEDED:
         error = deployment.error or {}

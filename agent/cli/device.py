@@ -23,10 +23,15 @@ def add_device_commands(commands: Any) -> None:
     example.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     example.add_argument("--source", default="synthetic", help="synthetic, a video file, /dev/videoN or rtsp://...")
     example.add_argument("--trust-key", type=Path, help="signing.pub whose bundles the device accepts")
+    example.add_argument(
+        "--operator-key", type=Path, help="public key whose signed desired documents and commands the device obeys"
+    )
 
     run = commands.add_parser("run", help="run the agent daemon")
     run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="agent.yaml")
-    run.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
+    run.add_argument(
+        "--root", type=Path, default=Path("/"), help="filesystem root to probe and read sensors from (for fake trees)"
+    )
 
 
 # -- config -------------------------------------------------------------------------------------
@@ -34,7 +39,7 @@ def add_device_commands(commands: Any) -> None:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from agent.config.example import example_config
-    from agent.config.loading import check_config
+    from agent.config.loading import check
 
     if args.config_command == "example":
         print(
@@ -45,16 +50,19 @@ def cmd_config(args: argparse.Namespace) -> int:
                 state_dir=args.state_dir,
                 source=args.source,
                 trust_key=args.trust_key,
+                operator_key=args.operator_key,
             ),
             end="",
         )
         return 0
-    problems = check_config(args.file)
+    problems, warnings = check(args.file)
     for problem in problems:
         print(problem)
+    for warning in warnings:
+        print(f"WARNING: {warning}")
     if problems:
         return 1
-    print(f"{args.file}: no problems found")
+    print(f"{args.file}: no problems found" + (f" ({len(warnings)} warning(s) above)" if warnings else ""))
     return 0
 
 
@@ -71,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     root = logging.getLogger()
     root.setLevel(min(root.level, logging.getLevelName(config.log_level.upper())))  # -v can only add detail
-    agent = Agent(config, probe(args.root), config_path=args.config)
+    agent = Agent(config, probe(args.root), config_path=args.config, root=args.root)
     return agent.run()
 
 

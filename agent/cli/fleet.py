@@ -1,4 +1,5 @@
-"""`edge-agent fleet push|status|rollback|snapshot|gc`: the operator's side (docs/mqtt.md)."""
+"""`edge-agent fleet push|status|rollback|snapshot|release|gc|acl`: the operator's side
+(docs/mqtt.md, docs/security.md)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ def add_fleet_commands(commands: Any) -> None:
     push.add_argument("--chunk-size", type=_chunk_size, default=256 * 1024, help="bytes per chunk (default 256k)")
     push.add_argument("--url", help="devices download the bundle from this HTTP(S) URL instead of the broker")
     push.add_argument(
+        "--allow-downgrade",
+        action="store_true",
+        help="install even where a higher version of this bundle succeeded (refused otherwise: DOWNGRADE_REFUSED)",
+    )
+    push.add_argument(
         "--wait",
         type=float,
         default=0.0,
@@ -63,8 +69,29 @@ def add_fleet_commands(commands: Any) -> None:
     snapshot.add_argument("--pipeline", help="pipeline name (default: the first)")
     snapshot.add_argument("-o", "--out", type=Path, required=True, help="JPEG file to write")
     snapshot.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
-    for parser in (push, status, rollback, gc, snapshot):
+    release = fleet_actions.add_parser("release", help="hand a device back to its group's desired document")
+    release.add_argument("--target", required=True, help="device:ID")
+    acl = fleet_actions.add_parser(
+        "acl", help="print a mosquitto ACL limiting each device to its own topics (docs/security.md)"
+    )
+    acl.add_argument(
+        "--device", action="append", default=[], metavar="ID[:GROUP]", help="a device (its broker user name) and group"
+    )
+    acl.add_argument("--devices-file", type=Path, help="a file of ID[:GROUP] lines (# comments allowed)")
+    acl.add_argument(
+        "--operator", action="append", default=[], metavar="USER", help="a broker user that may do everything"
+    )
+    acl.add_argument("--topic-root", default="edge", help="first level of every topic (default edge)")
+    for parser in (push, status, rollback, gc, snapshot, release):
         _broker_arguments(parser)
+    for parser in (push, rollback, snapshot, release):
+        parser.add_argument(
+            "--key",
+            type=Path,
+            default=os.environ.get("EDGE_AGENT_OPERATOR_KEY"),
+            help="the operator's signing key (edge-agent keygen) for desired documents and commands; default "
+            "$EDGE_AGENT_OPERATOR_KEY. Devices obey only what one of their operator_keys signed",
+        )
 
 
 def _broker_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,12 +137,15 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     from agent.fleet.client import FleetError, connect
     from agent.mqtt.protocol import ProtocolError, Topics
 
+    if args.fleet_command == "acl":
+        return _fleet_acl(args)
     actions = {
         "push": _fleet_push,
         "status": _fleet_status,
         "rollback": _fleet_rollback,
         "gc": _fleet_gc,
         "snapshot": _fleet_snapshot,
+        "release": _fleet_release,
     }
     settings = _broker_settings(args)
     topics = Topics(settings.topic_root)
@@ -140,8 +170,23 @@ def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
         if not args.bundle.is_file():
             raise CliError(f"bundle file not found: {args.bundle}")
         bundle_manifest(args.bundle)  # raises BundleError for a file that is not a bundle
-    if args.fleet_command == "snapshot" and not args.target.startswith("device:"):
-        raise CliError(f"snapshot needs --target device:ID, not {args.target!r}")
+    if args.fleet_command in ("snapshot", "release") and not args.target.startswith("device:"):
+        raise CliError(f"{args.fleet_command} needs --target device:ID, not {args.target!r}")
+    if hasattr(args, "key"):
+        args.signing_key = _operator_key(args.key)
+
+
+def _operator_key(path: Path | None) -> Any:
+    """The operator's private key, or None (with a warning: unsigned control)."""
+    from agent.bundles.signing import load_private_key
+
+    if path is None:
+        print(
+            "edge-agent: warning: no --key: this is unsigned, and only devices with allow_unsigned_control obey it",
+            file=sys.stderr,
+        )
+        return None
+    return load_private_key(Path(path))
 
 
 def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
@@ -157,7 +202,15 @@ def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
             bar.update(done - bar.n)
 
         desired = push(
-            link, topics, args.bundle, args.target, chunk_size=args.chunk_size, url=args.url, progress=progress
+            link,
+            topics,
+            args.bundle,
+            args.target,
+            chunk_size=args.chunk_size,
+            url=args.url,
+            key=args.signing_key,
+            allow_downgrade=args.allow_downgrade,
+            progress=progress,
         )
     print(
         f"pushed {desired.name} {desired.version} ({desired.size} bytes, {desired.chunks} chunks, "
@@ -195,7 +248,9 @@ def _follow(args: argparse.Namespace, link: MqttLink, topics: Topics, deployment
 def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
     from agent.fleet.state import fleet_state, status_rows
 
-    devices = fleet_state(link, topics, args.listen)
+    devices, malformed = fleet_state(link, topics, args.listen)
+    if malformed:
+        print(f"skipped malformed documents: {', '.join(malformed)}", file=sys.stderr)
     if args.json:
         print(json.dumps(devices, indent=2))
         return 0
@@ -217,7 +272,7 @@ def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
     from agent.fleet.state import targets
 
     devices = targets(link, topics, args.target, args.listen)
-    answers = command(link, topics, devices, "rollback", timeout=args.timeout)
+    answers = command(link, topics, devices, "rollback", key=args.signing_key, timeout=args.timeout)
     failed = 0
     for device, answer in answers.items():
         if answer is None:
@@ -235,15 +290,21 @@ def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
 
 
 def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    from agent.fleet.gc import clear_bundle, unreferenced_bundles
+    from agent.fleet.gc import clear_bundle, clear_topics, unreferenced_bundles
 
-    unused = unreferenced_bundles(link, topics, args.listen, args.min_age)
-    for sha, index in unused.items():
+    found = unreferenced_bundles(link, topics, args.listen, args.min_age)
+    verb = "would remove" if args.dry_run else "removed"
+    for sha, index in found.unreferenced.items():
         if not args.dry_run:
             clear_bundle(link, topics, index)
-        verb = "would remove" if args.dry_run else "removed"
         print(f"{verb} bundle {sha[:12]} ({index.size} bytes, {len(index.chunks)} chunks)")
-    if not unused:
+    if found.strays:
+        if not args.dry_run:
+            clear_topics(link, found.strays)
+        print(f"{verb} {len(found.strays)} stray chunk(s) beyond their bundle's index: {', '.join(found.strays[:3])}")
+    if found.orphans:
+        print(f"kept {len(found.orphans)} chunk(s) of bundles without an index (a push in progress?)")
+    if not found.unreferenced and not found.strays:
         print("every bundle on the broker is referenced by a desired document")
     return 0
 
@@ -252,8 +313,8 @@ def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
     from agent.fleet.client import command
 
     device = args.target.partition(":")[2]
-    payload = json.dumps({"pipeline": args.pipeline} if args.pipeline else {}).encode()
-    answer = command(link, topics, [device], "snapshot", payload, timeout=args.timeout)[device]
+    arguments = {"pipeline": args.pipeline} if args.pipeline else {}
+    answer = command(link, topics, [device], "snapshot", arguments, args.signing_key, args.timeout)[device]
     if answer is None:
         raise CliError(f"{device} did not answer within {args.timeout:.0f} s (offline?)")
     body, content_type = answer
@@ -262,6 +323,35 @@ def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
         raise CliError(f"{device}: {error['code']}: {error['message']}")
     args.out.write_bytes(body)
     print(f"wrote {args.out} ({len(body)} bytes) from {device}")
+    return 0
+
+
+def _fleet_release(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    from agent.fleet.push import release
+
+    device = args.target.partition(":")[2]
+    document = release(link, topics, device, args.signing_key)
+    print(f"released {device} to its group's desired document ({document.id})")
+    return 0
+
+
+def _fleet_acl(args: argparse.Namespace) -> int:
+    from agent.fleet.acl import mosquitto_acl, parse_devices
+    from agent.mqtt.protocol import Topics
+
+    lines = list(args.device)
+    if args.devices_file is not None:
+        try:
+            lines += args.devices_file.read_text().splitlines()
+        except OSError as exc:
+            raise CliError(f"cannot read {args.devices_file}: {exc.strerror}") from exc
+    try:
+        devices = parse_devices(lines)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    if not devices:
+        raise CliError("name the devices: --device ID[:GROUP] (repeatable) or --devices-file FILE")
+    print(mosquitto_acl(devices, args.operator, Topics(args.topic_root)), end="")
     return 0
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from agent.hardware.probe import Board
+    from agent.hardware.readings import SensorReadings
     from pipelines.detections import Detections
     from pipelines.labels import Labels
     from runtimes.base import RuntimeInfo, RuntimeName
@@ -39,7 +40,12 @@ def add_inference_commands(commands: Any) -> None:
     detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image or video files")
     detect.add_argument("--labels", type=Path, help="labels file, one per line (default: the model's metadata)")
     detect.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
-    detect.add_argument("--decoder", choices=DECODER_CHOICES, default="auto")
+    detect.add_argument(
+        "--decoder",
+        choices=DECODER_CHOICES,
+        default="auto",
+        help="output decoder (default auto: from the outputs and the model's metadata; docs/models.md lists exports)",
+    )
     detect.add_argument("--conf", type=unit_interval, default=0.25, help="score threshold (default 0.25)")
     detect.add_argument("--iou", type=unit_interval, default=0.45, help="NMS IoU threshold (default 0.45)")
     detect.add_argument("--max-det", type=positive_int, default=300, help="most detections per image")
@@ -208,10 +214,18 @@ def _probe_report(board: Board, runtimes: Mapping[RuntimeName, RuntimeInfo]) -> 
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    from agent.config.models import SensorsSection
     from agent.hardware.probe import probe
+    from agent.hardware.sensors import Sensors
     from runtimes.registry import available_runtimes
 
-    report = _probe_report(probe(args.root, args.arch), available_runtimes())
+    board = probe(args.root, args.arch)
+    report = _probe_report(board, available_runtimes())
+    sensors = Sensors.from_config(SensorsSection(), args.root, board)
+    try:
+        report["sensors"] = _sensors_found(sensors.read())
+    finally:
+        sensors.close()
     if args.json:
         print(json.dumps(report))
         return 0
@@ -228,11 +242,37 @@ def cmd_probe(args: argparse.Namespace) -> int:
     print("selection:")
     for fmt, choice in report["selection"].items():
         print(f"  .{fmt:<7} -> {choice['runtime'] or 'none'}: {choice['reason']}")
+    print("sensors:" + ("" if report["sensors"] else " none found"))
+    for source, found in report["sensors"].items():
+        print(f"  {source:<12} {found}")
     return 0
 
 
 def workers_arg(text: str) -> int | str:
     return "auto" if text == "auto" else positive_int(text)
+
+
+def _sensors_found(readings: SensorReadings) -> dict[str, str]:
+    """What each sensor source found, in a few words (`edge-agent telemetry` shows the values)."""
+    found = {}
+    for source in readings.sources:
+        if source == "thermal":
+            found[source] = f"{len(readings.thermal_zones)} zone(s): " + ", ".join(
+                z.name for z in readings.thermal_zones
+            )
+        elif source in ("ina3221", "pmic", "jtop"):
+            found[source] = f"rails {', '.join(r.name for r in readings.rails) or 'none'}"
+            if readings.power_source:
+                found[source] += f"; board power from {readings.power_source}"
+        elif source == "vcgencmd":
+            found[source] = "throttling flags, temperature"
+        elif source == "fan" and readings.fan is not None:
+            found[source] = readings.fan.source
+        elif readings.gpu is not None and source in ("devfreq", "nvml"):
+            found[source] = f"GPU {readings.gpu.name}"
+        elif readings.battery is not None:
+            found[source] = f"battery {readings.battery.source}"
+    return found
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

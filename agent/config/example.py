@@ -20,8 +20,10 @@ def example_config(
     state_dir: Path = DEFAULT_STATE_DIR,
     source: str = "synthetic",
     trust_key: Path | None = None,
+    operator_key: Path | None = None,
 ) -> str:
-    """The YAML text; `trust_key` None writes ``allow_unsigned: true`` with a warning comment."""
+    """The YAML text; `trust_key` None writes ``allow_unsigned: true`` and `operator_key` None
+    ``allow_unsigned_control: true``, each with a warning comment."""
     if trust_key is not None:
         trust = f"trust_keys:\n  - {_quoted(str(trust_key))}\nallow_unsigned: false"
     else:
@@ -29,6 +31,15 @@ def example_config(
             "# No trusted key given: unsigned bundles are accepted. Add your signing.pub here\n"
             "# (edge-agent keygen) and set allow_unsigned: false before going to the field.\n"
             "trust_keys: []\nallow_unsigned: true"
+        )
+    if operator_key is not None:
+        control = f"operator_keys:\n  - {_quoted(str(operator_key))}\nallow_unsigned_control: false"
+    else:
+        control = (
+            "# No operator key given: unsigned desired documents and commands are obeyed, from anyone\n"
+            "# who can publish to the broker. Add your operator.pub here (edge-agent keygen) and set\n"
+            "# allow_unsigned_control: false before going to the field.\n"
+            "operator_keys: []\nallow_unsigned_control: true"
         )
     group_line = (
         f"  group: {_quoted(group)}" if group else "  # group: lobby-cameras   # follow the group's deployments"
@@ -41,6 +52,8 @@ device:
 
 state_dir: {_quoted(str(state_dir))}
 {trust}
+{control}
+max_clock_skew_s: 300   # signed commands older (or newer) than this are refused: keep the clock synchronised
 runtime: auto           # auto | tensorrt | onnxruntime | litert
 # runtimes:             # settings per backend (docs/configuration.md)
 #   onnxruntime: {{providers: [cuda, cpu], intra_op_threads: 0}}
@@ -65,6 +78,8 @@ deployments:
   autotune: true        # at activation, serve the fastest configuration within the bundle's parity tolerance
   # max_latency_ms: 120 # ... whose p95 latency per frame is within this
   # report: true        # publish the optimisation matrix on <device>/report after each activation
+  download_timeout_s: 3600  # a deployment that cannot get its bundle in time ends FAILED (DOWNLOAD_TIMEOUT)
+  probation_s: 120        # a new version is rolled back if its cameras fail or its FPS halves within this
 
 pipelines:
   - name: cam0

@@ -22,8 +22,12 @@ from pipelines.sources import source_kind
 def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
     """Line number (1-based) of every mapping key and sequence item, by its location."""
     lines: dict[tuple[str, ...], int] = {}
+    seen: set[int] = set()  # an alias may point back at its own anchor
 
     def walk(node: yaml.Node, loc: tuple[str, ...]) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
         lines.setdefault(loc, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
@@ -58,6 +62,8 @@ def _parse(path: Path) -> tuple[AgentConfig | None, list[str]]:
         return None, [f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}"]
     try:
         return AgentConfig.model_validate(raw or {}), []
+    except RecursionError:
+        return None, [f"{path}: not valid: a YAML alias contains itself (e.g. `a: &a [*a]`), which no setting can be"]
     except ValidationError as exc:
         lines = _yaml_lines(text)
         problems = []
@@ -95,15 +101,43 @@ def check_files(config: AgentConfig) -> list[str]:
     for i, pipeline in enumerate(config.pipelines):
         if source_kind(pipeline.source) == "file" and not Path(pipeline.source).is_file():
             problems.append(f"pipelines.{i}.source: no such video file {pipeline.source}")
+    operator_keys = [(f"operator_keys.{i}", key) for i, key in enumerate(config.operator_keys)]
+    problems += [f"{where}: no such file {path}" for where, path in operator_keys if not path.is_file()]
     if not config.trust_keys and not config.allow_unsigned:
         problems.append("trust_keys: empty and allow_unsigned is false, so every bundle will be refused")
+    if config.mqtt is not None and not config.operator_keys and not config.allow_unsigned_control:
+        problems.append(
+            "operator_keys: empty and allow_unsigned_control is false, so every desired document and command "
+            "will be refused (add the operators' public keys: edge-agent keygen makes them)"
+        )
     return problems
+
+
+def security_warnings(config: AgentConfig) -> list[str]:
+    """What the config allows that an attacker on the broker or with a forged bundle could use;
+    `config check` prints them and the agent logs them and shows them in its status."""
+    warnings = []
+    if config.allow_unsigned_control and config.mqtt is not None:
+        warnings.append(
+            "allow_unsigned_control is true: anyone who can publish to the broker can deploy, roll back and "
+            "read camera frames on this device"
+        )
+    if config.allow_unsigned:
+        warnings.append("allow_unsigned is true: this device installs bundles nobody signed")
+    return warnings
 
 
 def check_config(path: Path) -> list[str]:
     """Every problem with the config at `path`: parse and value errors with their line, then files."""
+    return check(path)[0]
+
+
+def check(path: Path) -> tuple[list[str], list[str]]:
+    """The problems of the config at `path` (as `check_config`) and its security warnings."""
     config, problems = _parse(path)
-    return problems if config is None else check_files(config)
+    if config is None:
+        return problems, []
+    return check_files(config), security_warnings(config)
 
 
 def schema_json() -> str:

@@ -9,6 +9,7 @@ docs/agent-config.schema.json).
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import socket
@@ -43,6 +44,12 @@ class _Section(BaseModel):
 class BundleLimitsConfig(_Section):
     max_files: int = Field(default=256, ge=1, description="Most files one bundle may hold.")
     max_bytes: int = Field(default=1 << 30, ge=1, description="Most bytes one bundle may unpack to.")
+    max_bundle_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        description="Largest bundle file a deployment may download; a larger one is refused (TOO_LARGE) before "
+        "a byte is written.",
+    )
 
 
 class DeviceSection(_Section):
@@ -200,6 +207,25 @@ class DeploymentSection(_Section):
         "it retained on <device>/report.",
     )
     report_frames: int = Field(default=100, ge=5, le=10000, description="Frames timed per row of that report.")
+    download_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Longest a deployment may wait for its index and chunks, across restarts; then it ends "
+        "FAILED with DOWNLOAD_TIMEOUT.",
+    )
+    probation_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="Seconds a newly activated version is watched before it counts as SUCCEEDED (0: no "
+        "probation); it is rolled back if its cameras keep failing, its FPS stays low, or the agent stops.",
+    )
+    probation_min_fps_ratio: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="On probation, the new version must reach this fraction of the FPS the previous version "
+        "had on the same cameras.",
+    )
 
 
 class TelemetrySection(_Section):
@@ -213,6 +239,124 @@ class EventsSection(_Section):
     labels: list[str] = Field(default_factory=list, description="Labels that make events (empty: all).")
 
 
+class UpsSection(_Section):
+    """An INA219 UPS HAT on I2C (Waveshare UPS HAT (B): address 0x42, 0.1 ohm, a 2S pack)."""
+
+    bus: int = Field(default=1, ge=0, description="I2C bus number (/dev/i2c-N).")
+    address: int = Field(default=0x42, ge=0x03, le=0x77, description="The INA219's I2C address (0x42 = 66).")
+    shunt_ohms: float = Field(default=0.1, gt=0, description="The shunt resistor in ohms.")
+    empty_v: float = Field(default=6.0, gt=0, description="Pack voltage at 0 % (2S: 6.0, 1S: 3.0).")
+    full_v: float = Field(default=8.4, gt=0, description="Pack voltage at 100 % (2S: 8.4, 1S: 4.2).")
+
+    @model_validator(mode="after")
+    def _range(self) -> UpsSection:
+        if self.full_v <= self.empty_v:
+            raise ValueError(f"full_v ({self.full_v}) must be above empty_v ({self.empty_v})")
+        return self
+
+
+class SensorsSection(_Section):
+    """Optional sensor sources beyond the files under /sys (docs/telemetry.md)."""
+
+    vcgencmd: bool = Field(default=True, description="Ask the Raspberry Pi firmware (vcgencmd on PATH).")
+    jtop: bool = Field(
+        default=True, description="Use jtop on a Jetson when jetson-stats is installed and its service runs."
+    )
+    nvml: bool = Field(default=True, description="Read a discrete NVIDIA GPU through NVML (nvidia-ml-py).")
+    ups: UpsSection | None = Field(default=None, description="An INA219 UPS HAT on I2C (smbus2).")
+
+
+class ThermalGovernorSection(_Section):
+    """Temperature thresholds in degrees C; a threshold left out comes from the board's trip points."""
+
+    warm_c: float | None = Field(default=None, gt=0, lt=150, description="WARM at or above (default: hot_c - 10).")
+    hot_c: float | None = Field(
+        default=None, gt=0, lt=150, description="HOT at or above (default: the lowest passive trip point - 5, else 75)."
+    )
+    critical_c: float | None = Field(
+        default=None, gt=0, lt=150, description="CRITICAL at or above (default: the lowest critical trip - 5, else 85)."
+    )
+    hysteresis_c: float = Field(default=3.0, ge=0, le=20, description="A level is left only this far below it.")
+    min_dwell_s: float = Field(default=30.0, ge=0, description="Least time in a level before stepping down.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ThermalGovernorSection:
+        given = [(k, v) for k in ("warm_c", "hot_c", "critical_c") if (v := getattr(self, k)) is not None]
+        for (low_key, low), (high_key, high) in itertools.pairwise(given):
+            if low >= high:
+                raise ValueError(f"{low_key} ({low}) must be below {high_key} ({high})")
+        return self
+
+
+class BatteryGovernorSection(_Section):
+    """Battery thresholds in percent of charge."""
+
+    low_pct: float = Field(default=20.0, gt=0, le=100, description="LOW at or below this charge.")
+    critical_pct: float = Field(default=5.0, ge=0, lt=100, description="CRITICAL at or below: inference stops.")
+    hysteresis_pct: float = Field(default=3.0, ge=0, le=50, description="A level is left only this far above it.")
+    min_dwell_s: float = Field(default=60.0, ge=0, description="Least time in a level before stepping back up.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BatteryGovernorSection:
+        if self.critical_pct >= self.low_pct:
+            raise ValueError(f"critical_pct ({self.critical_pct}) must be below low_pct ({self.low_pct})")
+        return self
+
+
+class LevelActions(_Section):
+    """What the governor does at one level."""
+
+    fps_cap: float | None = Field(default=None, gt=0, description="Most frames per second inferred per camera.")
+    fan_percent: float | None = Field(default=None, ge=0, le=100, description="Fan duty in percent (with a fan).")
+    lighter_artifact: bool = Field(default=False, description="Serve the bundle's lightest artifact (e.g. INT8).")
+    pause: bool = Field(default=False, description="Pause inference (capture goes on).")
+    stop: bool = Field(default=False, description="Stop inference cleanly, with a final status.")
+
+
+class GovernorActionsSection(_Section):
+    normal: LevelActions = Field(default_factory=lambda: LevelActions(fan_percent=0), description="At NORMAL.")
+    warm: LevelActions = Field(default_factory=lambda: LevelActions(fan_percent=50), description="At WARM.")
+    hot: LevelActions = Field(
+        default_factory=lambda: LevelActions(fan_percent=100, fps_cap=5, lighter_artifact=True), description="At HOT."
+    )
+    critical: LevelActions = Field(
+        default_factory=lambda: LevelActions(fan_percent=100, pause=True), description="At CRITICAL."
+    )
+    battery_low: LevelActions = Field(
+        default_factory=lambda: LevelActions(fps_cap=2, lighter_artifact=True), description="At battery LOW."
+    )
+    battery_critical: LevelActions = Field(
+        default_factory=lambda: LevelActions(stop=True), description="At battery CRITICAL."
+    )
+
+
+class FanSection(_Section):
+    """The fan the governor drives: none, a GPIO pin (gpiozero) or the Jetson's sysfs fan."""
+
+    kind: Literal["none", "gpio", "jetson"] = Field(
+        default="none", description="none: leave the fan alone; gpio: a pin; jetson: pwm-fan (stop nvfancontrol)."
+    )
+    pin: int | str | None = Field(default=None, description="GPIO pin for kind gpio (BCM number, or a name: GPIO14).")
+    pwm: bool = Field(default=True, description="Drive the pin with PWM (else on/off: on above 0 %).")
+    frequency_hz: float = Field(default=100.0, gt=0, description="PWM frequency of a gpio fan.")
+
+    @model_validator(mode="after")
+    def _pin(self) -> FanSection:
+        if self.kind == "gpio" and self.pin is None:
+            raise ValueError("a gpio fan needs its pin (fan.pin: 14)")
+        return self
+
+
+class GovernorSection(_Section):
+    """The thermal and battery governor (docs/telemetry.md)."""
+
+    enabled: bool = Field(default=True, description="Step the governor every telemetry interval.")
+    thermal: ThermalGovernorSection = Field(default_factory=ThermalGovernorSection, description="Temperature levels.")
+    battery: BatteryGovernorSection = Field(default_factory=BatteryGovernorSection, description="Battery levels.")
+    actions: GovernorActionsSection = Field(default_factory=GovernorActionsSection, description="Actions per level.")
+    fan: FanSection = Field(default_factory=FanSection, description="The fan it drives.")
+
+
 class AgentConfig(_Section):
     """Everything the agent reads from agent.yaml; every section has working defaults."""
 
@@ -222,6 +366,22 @@ class AgentConfig(_Section):
         default_factory=list, description="Ed25519 public keys (PEM) whose bundles are accepted."
     )
     allow_unsigned: bool = Field(default=False, description="Accept bundles without a valid signature (testing only).")
+    operator_keys: list[Path] = Field(
+        default_factory=list,
+        description="Ed25519 public keys (PEM) of the operators: desired documents and commands must be signed "
+        "by one of them.",
+    )
+    allow_unsigned_control: bool = Field(
+        default=False,
+        description="Act on unsigned desired documents and commands (anyone who can publish to the broker can "
+        "then steer this device: testing only).",
+    )
+    max_clock_skew_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A signed command must be issued within this many seconds of this device's clock, and no "
+        "control document may come from further in the future.",
+    )
     runtime: Preference = Field(default="auto", description="Runtime preference: auto, or one runtime by name.")
     runtimes: RuntimeSettings = Field(
         default_factory=RuntimeSettings, description="Settings of each runtime backend (onnxruntime, litert, tensorrt)."
@@ -234,6 +394,8 @@ class AgentConfig(_Section):
     telemetry: TelemetrySection = Field(default_factory=TelemetrySection, description="Telemetry topic.")
     events: EventsSection = Field(default_factory=EventsSection, description="Detection events topic.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log verbosity.")
+    sensors: SensorsSection = Field(default_factory=SensorsSection, description="Optional sensor sources.")
+    governor: GovernorSection = Field(default_factory=GovernorSection, description="Thermal and battery governor.")
 
     @field_validator("pipelines")
     @classmethod

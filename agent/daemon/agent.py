@@ -2,8 +2,9 @@
 
 It recovers an interrupted deployment, starts the cameras on the active version (if any),
 connects to the broker (if configured) and keeps serving detections whether or not the broker
-is reachable. Threads: the sampler (system readings every ``telemetry.interval_s``; with a
-broker it also publishes telemetry and status), and with a broker paho's network thread (via
+is reachable. Threads: the sampler (system and sensor readings every
+``telemetry.interval_s``, which also step the thermal and battery governor; with a broker it
+publishes telemetry and status), and with a broker paho's network thread (via
 `MqttLink`), the link's supervisor, the deployer and one thread for commands; per camera one
 for capture and one per inference worker. The main thread only waits for signals:
 
@@ -28,23 +29,43 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agent.bundles.install import InstallPolicy, rollback
-from agent.bundles.store import Deployment, State, Store
+from agent.bundles.install import InstallPolicy
+from agent.bundles.record import Deployment, atomic_write
+from agent.bundles.signing import load_public_key
+from agent.bundles.store import Store
 from agent.bundles.tuning import Tuning
-from agent.config.loading import load_config
+from agent.config.loading import load_config, security_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.deployer import Deployer, deployment_status
+from agent.daemon.governing import Governing
 from agent.daemon.telemetry import status_document, telemetry_document
 from agent.errors import BundleError, ConfigError, ErrorCode
+from agent.hardware.fan import FanError, open_fan
 from agent.hardware.probe import Board
+from agent.hardware.readings import SensorReadings
+from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor, SystemReadings
-from agent.mqtt.commands import Command, CommandError, NoArgs, PipelineArgs, Response, SnapshotArgs, run_command
+from agent.mqtt.commands import (
+    Command,
+    CommandError,
+    NoArgs,
+    PipelineArgs,
+    RateLimits,
+    Response,
+    SnapshotArgs,
+    ThrottledLog,
+    run_command,
+    shorten,
+)
+from agent.mqtt.control import ControlGate, SeenIds
 from agent.mqtt.link import Message, MqttLink, Will
-from agent.mqtt.protocol import Topics, json_payload
+from agent.mqtt.protocol import COMMANDS, Topics, json_payload
 from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Serving, VersionRef
 from pipelines.pipeline import use_one_opencv_thread
+from runtimes.base import RuntimeInfo
+from runtimes.registry import available_runtimes
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +80,18 @@ def agent_version() -> str:
 class Agent:
     """One device's daemon, built from its config; `run` blocks until stopped."""
 
-    def __init__(self, config: AgentConfig, board: Board, config_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        board: Board,
+        config_path: Path | None = None,
+        root: Path = Path("/"),
+        pin_factory: Any = None,
+    ) -> None:
+        """`root` is the filesystem the sensors read (a fake or captured tree in tests);
+        `pin_factory` is gpiozero's, for a GPIO fan (None: gpiozero's default)."""
         self.board, self.config_path = board, config_path
+        self.root, self.pin_factory = root, pin_factory
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._configure(config)
@@ -72,16 +103,31 @@ class Agent:
         self.topics = Topics(config.mqtt.topic_root if config.mqtt else "edge")
         self.store = Store(config.state_dir, config.keep_versions)
         self.policy = InstallPolicy.from_config(config)
+        self.gate = ControlGate(
+            [load_public_key(path) for path in config.operator_keys],
+            config.allow_unsigned_control,
+            config.max_clock_skew_s,
+            self.device,
+            config.device.group,
+            SeenIds(config.state_dir / "control.json", keep_s=2 * config.max_clock_skew_s),
+        )
+        self.warnings = security_warnings(config)
+        self._limits = RateLimits(COMMANDS)
+        self._throttled = ThrottledLog(log)
         self.events = EventSink(config.events, self._labels, self._publish_event)
         self.cameras = Cameras(
             config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtime_settings()
         )
         self.monitor = SystemMonitor()
+        self.sensors = Sensors.from_config(config.sensors, self.root, self.board)
+        self._readings: SensorReadings | None = None  # the sampler's latest sensor reading
+        self.governing = self._governing(config) if config.governor.enabled else None
         self.link: MqttLink | None = None
         self.deployer: Deployer | None = None
         self._state: AgentState = "starting"
         self._serving_error: str | None = None
         self._system: SystemReadings | None = None  # the sampler's latest reading
+        self._runtimes: tuple[RuntimeInfo, ...] = ()  # probed at start, in child processes
         self._commands: queue.Queue[Message | None] = queue.Queue(maxsize=64)
         self._threads: list[threading.Thread] = []
         self._components_stop = threading.Event()
@@ -89,7 +135,7 @@ class Agent:
             self.link = MqttLink(
                 config.mqtt,
                 config.mqtt.client_id or f"edge-agent-{self.device}",
-                will=Will(self.topics.status(self.device), json_payload(status_document(self.snapshot("offline")))),
+                will=Will(self.topics.status(self.device), json_payload({"state": "offline", "device": self.device})),
                 on_connect=self._publish_status,
             )
 
@@ -115,10 +161,13 @@ class Agent:
         recovered = self.store.recover()
         if recovered is not None:
             log.warning("recovered deployment %s: now %s", recovered.id, recovered.state)
+        for warning in [*self.warnings, *self.store.problems]:
+            log.warning("%s", warning)
+        self._runtimes = tuple(available_runtimes().values())  # once per process: a SIGHUP reuses it
         self._serve_current()
         self._state = "online"
         self._components_stop.clear()
-        self._system = self.monitor.sample()
+        self._sample()
         self._spawn(self._sampler_loop, "sampler")
         if self.link is not None:
             self.deployer = Deployer(
@@ -129,7 +178,10 @@ class Agent:
                 self.link,
                 self.topics,
                 self.policy,
+                self.gate,
                 self._on_deployed,
+                camera_stats=self.cameras.stats,
+                on_succeeded=self._on_succeeded,
             )
             self.link.subscribe(self.topics.command(self.device, "+"), self._enqueue_command)
             self.link.start()
@@ -156,6 +208,9 @@ class Agent:
             thread.join(10.0)
         self._threads.clear()
         self.cameras.stop()
+        self.sensors.close()
+        if self.governing is not None:
+            self.governing.close()
         self._state = "offline"
         if self.link is not None:
             self._publish_status()
@@ -168,14 +223,30 @@ class Agent:
             return
         try:
             config = load_config(self.config_path)
-            InstallPolicy.from_config(config)  # a key that does not load refuses the whole config
-        except (ConfigError, BundleError) as exc:
+            self._check_startable(config)
+        except (ConfigError, BundleError, OSError) as exc:
             log.error("SIGHUP: keeping the running config: %s", exc)
             return
         log.info("SIGHUP: reloading %s", self.config_path)
         self.stop()
         self._configure(config)
         self.start()
+
+    @staticmethod
+    def _check_startable(config: AgentConfig) -> None:
+        """Everything a config needs that can fail, checked before the running one is touched:
+        the signing and operator keys, the broker's TLS files and secrets, a writable state
+        directory. Raises `BundleError`, `ConfigError` or `OSError` naming what is wrong."""
+        InstallPolicy.from_config(config)
+        for path in config.operator_keys:
+            load_public_key(path)
+        if config.mqtt is not None:
+            MqttLink(config.mqtt, "edge-agent-config-check")  # loads the TLS files, reads the password
+        Store(config.state_dir, config.keep_versions).ensure()
+        try:
+            atomic_write(config.state_dir / ".writable", b"")
+        except OSError as exc:
+            raise OSError(f"the state directory {config.state_dir} is not writable: {exc.strerror}") from exc
 
     def _spawn(self, target: Any, name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -186,7 +257,10 @@ class Agent:
 
     def _serve_current(self) -> None:
         sha = self.store.current_sha()
-        if sha is None or not self.config.pipelines:
+        if sha is None:
+            self.cameras.stop()  # a rollback of the first version: nothing to serve
+            return
+        if not self.config.pipelines:
             return
         try:
             tuned = self.store.tuning(sha)
@@ -199,7 +273,11 @@ class Agent:
     def _on_deployed(self, deployment: Deployment) -> None:
         self._serve_current()
         self._publish_status()
-        if self.config.deployments.report and deployment.state == State.SUCCEEDED:
+
+    def _on_succeeded(self, deployment: Deployment) -> None:
+        """A new version passed its probation (or had none): its optimisation report, if asked
+        for, is measured now (not on probation, where it would take the cameras' CPU)."""
+        if self.config.deployments.report:
             self._spawn(lambda: self._publish_report(deployment.sha256), "report")
 
     def _publish_report(self, sha: str) -> None:
@@ -248,10 +326,14 @@ class Agent:
             serving_error=self._serving_error,
             deployment=deployment,
             deployment_problem=deployer.problem if deployer is not None else None,
+            warnings=(*self.warnings, *self.store.problems),
             cameras=tuple(self.cameras.stats()) if state != "offline" else (),
             broker=self.link.stats() if self.link is not None else None,
             system=self._system,
             events=EventCounts(self.events.published, self.events.limiter.suppressed),
+            sensors=self._readings,
+            governor=self.governing.state if self.governing is not None else None,
+            runtimes=self._runtimes,
             engine=self.cameras.engine_status(),
         )
 
@@ -270,19 +352,55 @@ class Agent:
         """Every telemetry interval: sample the system; with a broker, publish telemetry and the
         status (which keeps the retained fps current for `fleet status`)."""
         while not self._components_stop.wait(self.config.telemetry.interval_s):
-            self._system = self.monitor.sample()
+            self._sample()
             if self.link is not None:
                 snapshot = self.snapshot()
                 self.link.publish_queued(self.topics.telemetry(self.device), json_payload(telemetry_document(snapshot)))
                 self.link.publish_state(self.topics.status(self.device), json_payload(status_document(snapshot)))
 
+    # -- sensors and the governor --------------------------------------------------------------
+
+    def _governing(self, config: AgentConfig) -> Governing:
+        """The governor with its fan; a fan that cannot be opened is logged and left out."""
+        try:
+            fan = open_fan(config.governor.fan, self.sensors.fs, self.pin_factory)
+        except FanError as exc:
+            log.error("governor: no fan: %s", exc)
+            fan = None
+        return Governing(config.governor, self.cameras, fan, self._publish_event, self._publish_status)
+
+    def _sample(self) -> None:
+        """One tick of the sampler: system and sensor readings, then the governor's step."""
+        self._system = self.monitor.sample()
+        self._readings = self.sensors.read()
+        if self.governing is not None:
+            self.governing.step(self._readings)
+
     # -- commands ------------------------------------------------------------------------------
 
     def _enqueue_command(self, message: Message) -> None:
+        """paho's network thread: refuse at once what must never run, queue the rest."""
+        name = message.topic.rsplit("/", 1)[1]
+        if message.retain:
+            self._throttled.warning("retained", "commands: a retained %s was not run (clear it)", shorten(name))
+            return
+        reply = message.response_topic
+        if reply is not None and not self.topics.is_reply_topic(reply):
+            self._throttled.warning(
+                "reply",
+                "commands: %s not run: it asks to be answered on %s, outside %s/",
+                shorten(name),
+                shorten(reply),
+                self.topics.replies,
+            )
+            return
+        if not self._limits.allow(name):
+            self._throttled.warning("rate", "commands: %s requests over the rate limit dropped", shorten(name))
+            return
         try:
             self._commands.put_nowait(message)
         except queue.Full:
-            log.warning("commands: queue full, %s dropped", message.topic)
+            self._throttled.warning("full", "commands: the queue is full, %s dropped", shorten(name))
 
     def _command_loop(self) -> None:
         assert self.link is not None
@@ -294,35 +412,31 @@ class Agent:
         }
         while (message := self._commands.get()) is not None:
             name = message.topic.rsplit("/", 1)[1]
-            response = run_command(commands, name, message.payload)
-            log.info("command %s: %s", name, "ok" if response.ok else response.payload.decode()[:200])
+            response = run_command(commands, name, message.payload, self.gate)
+            log.info("command %s: %s", shorten(name), "ok" if response.ok else response.payload.decode()[:200])
             self.link.reply(message, response.payload, response.content_type)
 
     def _cmd_rollback(self, _: NoArgs) -> dict[str, Any]:
-        assert self.deployer is not None and self.link is not None
-        if not self.deployer.install_lock.acquire(blocking=False):
-            raise CommandError(ErrorCode.BUSY, "a deployment is in progress; roll back after it ends")
+        assert self.deployer is not None
         try:
-            deployment = rollback(self.store)
+            deployment = self.deployer.request_rollback()
         except LookupError as exc:
             raise CommandError(ErrorCode.NO_PREVIOUS, str(exc)) from exc
-        finally:
-            self.deployer.install_lock.release()
-        self.deployer.report(deployment)
-        self._on_deployed(deployment)
+        except TimeoutError as exc:
+            raise CommandError(ErrorCode.BUSY, str(exc)) from exc
         return asdict(deployment)
 
     def _cmd_restart(self, args: PipelineArgs) -> dict[str, Any]:
         try:
             return {"restarted": self.cameras.restart(args.pipeline)}
         except KeyError as exc:
-            raise CommandError(ErrorCode.NO_PIPELINE, str(exc.args[0])) from exc
+            raise CommandError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
 
     def _cmd_snapshot(self, args: SnapshotArgs) -> Response:
         try:
             pipeline = self.cameras.get(args.pipeline)
         except KeyError as exc:
-            raise CommandError(ErrorCode.NO_PIPELINE, str(exc.args[0])) from exc
+            raise CommandError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
         jpeg = pipeline.snapshot(args.quality)
         if jpeg is None:
             raise CommandError(ErrorCode.NO_FRAME, f"pipeline {pipeline.name} has not processed a frame yet")

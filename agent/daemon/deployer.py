@@ -1,39 +1,49 @@
-"""The device side of fleet deployments: follow ``desired``, download, install, report.
+"""The device side of fleet deployments: follow ``desired``, download, install, watch, report.
 
 The device listens to its own ``desired`` topic and its group's; a device document overrides
-the group's (an empty retained message clears it). Each desired document has an id and the
-device acts on each id once (``followed.json``), so a rollback is not undone by the retained
-document it rolled back from. A deployment runs in this class's worker thread::
+the group's (a signed `Release` hands the device back to its group). Every document passes the
+`ControlGate` first (signed by an operator, for this device, fresh), and the device acts on each
+id once (``followed.json``), so a rollback is not undone by the retained document it rolled back
+from. A deployment runs in this class's worker thread::
 
     QUEUED -> DOWNLOADING (chunks, resumable) -> VERIFYING -> INSTALLING -> ACTIVATING
-           -> SUCCEEDED | REJECTED (code) | FAILED -> ROLLED_BACK
+           -> PROBATION -> SUCCEEDED | REJECTED (code) | FAILED (code) | FAILED -> ROLLED_BACK
 
-The ``deployment`` topic (retained) carries the record with progress and error codes.
+Every deployment ends: the download has an overall deadline (``DOWNLOAD_TIMEOUT``), a bundle
+over the size cap or the free disk is refused before a byte is written, and a record that
+cannot be written is still published. The worker thread is the only one that changes the
+store: a rollback command is handed to it (`request_rollback`) and cancels a download or ends a
+probation in progress. The ``deployment`` topic (retained) carries the record with progress.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict
 from typing import Any
 
-from agent.bundles.install import InstallPolicy, install
-from agent.bundles.store import FINAL_STATES, Deployment, State, Store
+from agent.bundles.install import InstallPolicy, checkpoint, end_probation, install, rollback
+from agent.bundles.record import FINAL_STATES, Deployment, State
+from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
-from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
+from agent.daemon.download import BundleDownload
+from agent.daemon.probation import PASSED, ProbationJudge
+from agent.daemon.transfer import Cancelled, PartialBundle
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
+from agent.mqtt.control import ControlGate, ControlRefused, Kind
 from agent.mqtt.link import Message, MqttLink
-from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics, json_payload
+from agent.mqtt.protocol import Desired, ProtocolError, Release, Topics, json_payload
 from agent.snapshot import DeploymentStatus, DownloadProgress
+from pipelines.backoff import Backoff
+from pipelines.pipeline import PipelineStats
 
 log = logging.getLogger(__name__)
-
-PROGRESS_EVERY_S = 0.5
 
 
 def deployment_document(deployment: Deployment, progress: DownloadProgress | None = None) -> dict[str, Any]:
@@ -62,8 +72,10 @@ def deployment_status(deployment: Deployment, progress: DownloadProgress | None 
 
 
 class Deployer:
-    """Follows the desired documents of one device; `on_succeeded` is called (in the worker
-    thread) after a new version became current, to swap it into the cameras."""
+    """Follows the desired documents of one device. `on_switched` is called (in the worker
+    thread) whenever the store's current version changed, to serve it on the cameras;
+    `on_succeeded` when a deployment that switched ended SUCCEEDED (after its probation, if
+    any); `camera_stats` reads the cameras for probation. `clock` is monotonic seconds."""
 
     def __init__(
         self,
@@ -74,23 +86,31 @@ class Deployer:
         link: MqttLink,
         topics: Topics,
         policy: InstallPolicy,
-        on_succeeded: Callable[[Deployment], None],
+        gate: ControlGate,
+        on_switched: Callable[[Deployment], None],
+        camera_stats: Callable[[], Sequence[PipelineStats]] = list,
+        clock: Callable[[], float] = time.monotonic,
+        on_succeeded: Callable[[Deployment], None] = lambda deployment: None,
     ) -> None:
         self.config, self.device, self.store, self.board = config, device, store, board
-        self.link, self.topics, self.policy = link, topics, policy
+        self.link, self.topics, self.policy, self.gate = link, topics, policy, gate
+        self._on_switched, self._camera_stats, self._clock = on_switched, camera_stats, clock
         self._on_succeeded = on_succeeded
         self._lock = threading.Condition()
         self._device_doc: Desired | None = None
         self._group_doc: Desired | None = None
-        self._index: dict[str, ChunkIndex] = {}
+        self._released: float | None = None  # issue time of a release not yet recorded
+        self._back_to_group = False  # a release came: the group's version is installed even if lower
+        self._followed = store.followed()
         self._working_on: str | None = None
-        self.install_lock = threading.Lock()  # held while a deployment changes the store
+        self._rollbacks: list[Future[Deployment]] = []
         self._progress: DownloadProgress | None = None  # of the download in this deployment
         self.latest: DeploymentStatus | None = None  # the record last published
         self._stop = threading.Event()
         self._cancel = threading.Event()
+        self._timed_out = threading.Event()
         self._thread: threading.Thread | None = None
-        self.problem: str | None = None  # the last desired or index document that was refused
+        self.problem: str | None = None  # the last control document refused, or a download waiting
 
     # -- wiring --------------------------------------------------------------------------------
 
@@ -104,7 +124,8 @@ class Deployer:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop after the current step; a download in progress is kept and resumes next time."""
+        """Stop after the current step; a download in progress is kept and resumes next time (a
+        probation in progress is rolled back at the next start)."""
         self._stop.set()
         self._cancel.set()
         with self._lock:
@@ -119,62 +140,129 @@ class Deployer:
     def wanted(self) -> Desired | None:
         return self._device_doc if self._device_doc is not None else self._group_doc
 
-    def _parse(self, kind: type[Desired] | type[ChunkIndex], message: Message) -> Any:
-        """The document in `message`, or None (logged, kept in `problem`) when it is malformed."""
-        try:
-            return kind.parse(message.payload, message.topic)
-        except ProtocolError as exc:
-            self.problem = str(exc)
-            log.error("deployment: %s; ignored", exc)
+    # -- desired documents (paho's network thread) ---------------------------------------------
+
+    def _read(self, message: Message, kind: Kind) -> Desired | Release | None:
+        """The accepted document, None for an empty message (a clear, where unsigned control is
+        allowed); `ProtocolError` or `ControlRefused` otherwise."""
+        if not message.payload:
+            if not self.gate.allow_unsigned:
+                raise ControlRefused("an empty message is unsigned: release a device with `edge-agent fleet release`")
             return None
+        model: type[Desired] | type[Release] = Release if b'"release"' in message.payload else Desired
+        document: Desired | Release = model.parse(message.payload, message.topic)
+        if isinstance(document, Release) and kind != "device":
+            raise ProtocolError(f"{message.topic}: a release belongs on a device's desired topic")
+        newest = self._followed.device_issued if kind == "device" else self._followed.group_issued
+        return self.gate.accept_document(document, kind, newest)
 
     def _on_desired(self, message: Message) -> None:
-        document: Desired | None = None
-        if message.payload:  # an empty retained message clears the document
-            document = self._parse(Desired, message)
-            if document is None:
-                return
+        kind: Kind = "device" if message.topic == self.topics.desired(self.device) else "group"
+        try:
+            document = self._read(message, kind)
+        except (ProtocolError, ControlRefused) as exc:
+            text = str(exc) if isinstance(exc, ProtocolError) else f"{exc.code}: {message.topic} refused: {exc.message}"
+            self.problem = text
+            log.error("deployment: %s", text)
+            return
         with self._lock:
-            if message.topic == self.topics.desired(self.device):
-                self._device_doc = document
+            if kind == "device":
+                self._device_doc = document if isinstance(document, Desired) else None
+                if isinstance(document, Release):
+                    self._released = document.issued_at
+                if not isinstance(document, Desired):  # a release, or an empty message where allowed
+                    self._back_to_group = True
             else:
-                self._group_doc = document
+                self._group_doc = document if isinstance(document, Desired) else None
+            self.problem = None
             wanted = self.wanted()
             if self._working_on is not None and (wanted is None or wanted.id != self._working_on):
                 self._cancel.set()  # a newer document replaces the one being downloaded
             self._lock.notify_all()
 
-    def _on_index(self, message: Message) -> None:
-        index = self._parse(ChunkIndex, message) if message.payload else None
-        if index is not None:
-            with self._lock:
-                self._index[message.topic] = index
-                self._lock.notify_all()
+    # -- rollback (any thread) -----------------------------------------------------------------
+
+    #: how long a rollback command waits for the worker to get to it (a long install step)
+    rollback_timeout_s = 60.0
+
+    def request_rollback(self) -> Deployment:
+        """Roll back in the worker thread: a download in progress is cancelled, a probation in
+        progress ends rolled back. Raises `LookupError` without a previous version and
+        `TimeoutError` when the worker does not get to it within `rollback_timeout_s`."""
+        future: Future[Deployment] = Future()
+        with self._lock:
+            self._rollbacks.append(future)
+            self._cancel.set()
+            self._lock.notify_all()
+        try:
+            return future.result(self.rollback_timeout_s)
+        except FutureTimeout as exc:
+            raise TimeoutError("a deployment step is still running; roll back after it ends") from exc
+
+    def _serve_rollbacks(self) -> None:
+        with self._lock:
+            requests, self._rollbacks = self._rollbacks, []
+        for future in requests:
+            try:
+                deployment = rollback(self.store)
+            except LookupError as exc:
+                future.set_exception(exc)
+                continue
+            self.report(deployment)
+            self._on_switched(deployment)
+            future.set_result(deployment)
 
     # -- the worker ----------------------------------------------------------------------------
 
-    def _work(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
+    def _next(self) -> tuple[Desired, Kind] | None:
+        """Wait for a document to act on, with the topic it came from; None when a rollback or
+        a release is to be served first, or the deployer stops."""
+        with self._lock:
+            while not self._stop.is_set():
+                if self._rollbacks or self._released is not None:
+                    return None
                 desired = self.wanted()
-                while not self._stop.is_set() and (desired is None or desired.id == self.store.followed()):
-                    self._lock.wait(1.0)
-                    desired = self.wanted()
-                if self._stop.is_set() or desired is None:
-                    return
-                self._working_on = desired.id
-                self._cancel.clear()
+                if desired is not None and desired.id != self._followed.id:
+                    self._working_on = desired.id
+                    self._cancel.clear()
+                    self._timed_out.clear()
+                    return desired, "device" if desired is self._device_doc else "group"
+                self._lock.wait(1.0)
+            return None
+
+    def _work(self) -> None:
+        backoff = Backoff(initial=5.0, maximum=300.0)
+        while not self._stop.is_set():
+            job = self._next()
+            name = job[0].id if job else "-"
             try:
-                with self.install_lock:
-                    self._deploy(desired)
+                self._record_release()
+                self._serve_rollbacks()
+                if job is not None:
+                    self._deploy(*job)
+                backoff.reset()
             except Cancelled:
-                log.info("deployment %s paused; it resumes from the chunks on disk", desired.id)
+                log.info("deployment %s paused; it resumes from the chunks on disk", name)
+            except OSError as exc:  # the state directory cannot be written (a full disk)
+                self.problem = f"{ErrorCode.RECORD_UNWRITABLE}: cannot write to {self.store.root}: {exc.strerror}"
+                log.error("deployment: %s; retrying in a while", self.problem)
+                self._stop.wait(backoff.next_delay())
             except Exception:
-                log.exception("deployment %s: unexpected failure", desired.id)
-                self._stop.wait(5.0)  # do not spin on a bug; the record says where it stopped
+                log.exception("deployment %s: unexpected failure", name)
+                self._stop.wait(backoff.next_delay())  # do not spin on a bug; the record says where it stopped
             finally:
                 with self._lock:
                     self._working_on = None
+
+    def _record_release(self) -> None:
+        with self._lock:
+            released, self._released = self._released, None
+        if released is not None:
+            self._follow(Followed(self._followed.id, released, self._followed.group_issued))
+
+    def _follow(self, followed: Followed) -> None:
+        self._followed = followed  # remembered even when the disk refuses it
+        self.store.follow(followed)
 
     def _publish(self, deployment: Deployment, progress: DownloadProgress | None = None) -> None:
         """Publish the record; the download's last progress stays in it through the later states."""
@@ -190,24 +278,39 @@ class Deployer:
         self._publish(deployment)
 
     def _step(self, deployment: Deployment, state: State, error: BundleError | None = None) -> None:
-        """Move the record to `state`, write it (atomically) and publish it."""
+        """Move the record to `state` and publish it, then write it. A record the disk refuses is
+        still published; past a final state that is all (`_finish` remembers it in memory), before
+        one the `OSError` ends this attempt, retried with backoff."""
         deployment.to(state, error)
-        self.store.record(deployment)
         self._publish(deployment)
+        try:
+            self.store.record(deployment)
+        except OSError as exc:
+            if state not in FINAL_STATES:
+                raise
+            self.problem = f"{ErrorCode.RECORD_UNWRITABLE}: cannot write the deployment record: {exc.strerror}"
+            log.error("deployment %s: %s", deployment.id, self.problem)
 
-    def _finish(self, deployment: Deployment, desired: Desired) -> None:
-        self.store.follow(desired.id)
-        if deployment.state == State.SUCCEEDED:
-            self._on_succeeded(deployment)
+    def _finish(self, desired: Desired, kind: Kind) -> None:
+        """Remember that `desired` was acted on (it is not acted on again), and its issue time as
+        the newest accepted from its topic."""
+        if kind == "group":
+            self._back_to_group = False
+        old = self._followed
+        issued = desired.issued_at
+        if kind == "device":
+            self._follow(Followed(desired.id, issued or old.device_issued, old.group_issued))
+        else:
+            self._follow(Followed(desired.id, old.device_issued, issued or old.group_issued))
 
-    def _deploy(self, desired: Desired) -> None:
-        store = self.store
+    def _deploy(self, desired: Desired, kind: Kind) -> None:
+        store, settings = self.store, self.config.deployments
         self._progress = None
         last = store.last_deployment()
         same = last if last is not None and last.id == desired.id else None
         if same is not None and same.state in FINAL_STATES and not self._retry_after_crash(same):
             self._publish(same)
-            self._finish(same, desired)
+            self._finish(desired, kind)
             return
         if same is not None and same.state not in FINAL_STATES:
             deployment = same  # resume after a restart: same record, same history
@@ -223,18 +326,14 @@ class Deployer:
             )
         if desired.sha256 == store.current_sha():
             self._step(deployment, State.SUCCEEDED)
-            store.follow(desired.id)
+            self._finish(desired, kind)
             log.info("deployment %s: %s %s is already running", desired.id, desired.name, desired.version)
             return
         if deployment.state != State.DOWNLOADING:
             self._step(deployment, State.QUEUED)
-        try:
-            index = self._wait_index(desired)
-            bundle = self._download(desired, index, deployment)
-        except BundleError as exc:
-            self._step(deployment, State.REJECTED, exc)
-            log.error("deployment %s rejected: %s", desired.id, exc)
-            self._finish(deployment, desired)
+        bundle = self._download(desired, deployment)
+        if bundle is None:
+            self._finish(desired, kind)
             return
         result = install(
             bundle.path,
@@ -244,104 +343,106 @@ class Deployer:
             on_state=self._publish,
             deployment=deployment,
             sha256_checked=True,  # PartialBundle.finish hashed it
+            allow_downgrade=desired.allow_downgrade or (kind == "group" and self._back_to_group),
+            probation_s=settings.probation_s,
         )
         bundle.remove()
-        self._finish(result, desired)
+        if result.state == State.PROBATION:
+            result = self._probation(result)
+        elif result.state == State.SUCCEEDED:
+            self._on_switched(result)
+        if result.state == State.SUCCEEDED:
+            self._on_succeeded(result)
+        self._finish(desired, kind)
+
+    def _download(self, desired: Desired, deployment: Deployment) -> PartialBundle | None:
+        """The downloaded bundle, or None when the deployment ended here (refused, timed out,
+        cancelled by a rollback); `Cancelled` when it pauses (stop, or a newer document)."""
+        timeout = self.config.deployments.download_timeout_s
+        remaining = timeout - (time.time() - (deployment.started or time.time()))
+        deadline = threading.Timer(max(0.0, remaining), self._time_out)
+        deadline.daemon = True
+        deadline.start()
+        download = BundleDownload(
+            self.config,
+            self.link,
+            self.topics,
+            self.store.downloads,
+            self._cancel,
+            report=lambda progress: self._publish(deployment, progress),
+            problem=self._set_problem,
+        )
+        try:
+            return download.run(desired, lambda: self._step(deployment, State.DOWNLOADING))
+        except BundleError as exc:
+            self._step(deployment, State.REJECTED, exc)
+            log.error("deployment %s rejected: %s", desired.id, exc)
+        except Cancelled:
+            if self._timed_out.is_set():
+                error = BundleError(
+                    ErrorCode.DOWNLOAD_TIMEOUT,
+                    f"the bundle did not arrive within deployments.download_timeout_s ({timeout:.0f} s): "
+                    "is its index and are its chunks on the broker (fleet gc?), or is its URL reachable?",
+                )
+                self._step(deployment, State.FAILED, error)
+            elif self._rollbacks:
+                error = BundleError(ErrorCode.CANCELLED, "cancelled by a rollback command")
+                self._step(deployment, State.REJECTED, error)
+            else:
+                raise
+        finally:
+            deadline.cancel()
+        return None
+
+    def _time_out(self) -> None:
+        """The download deadline passed (a timer thread): stop the download."""
+        self._timed_out.set()
+        self._cancel.set()
+
+    def _set_problem(self, problem: str | None) -> None:
+        self.problem = problem
+        if problem is not None:
+            log.warning("deployment: %s", problem)
+
+    def _probation(self, deployment: Deployment) -> Deployment:
+        """Serve the new version and watch it; roll it back if it fails, the operator rolls back,
+        or (by the next start) the agent stops first."""
+        settings = self.config.deployments
+        before = list(self._camera_stats())
+        self._on_switched(deployment)
+        checkpoint("probation")
+        judge = ProbationJudge(before, self._clock(), settings.probation_s, settings.probation_min_fps_ratio)
+        verdict: str | None = None
+        while verdict is None:
+            with self._lock:
+                self._lock.wait(1.0)
+                rollback_asked = bool(self._rollbacks)
+            if self._stop.is_set():
+                return deployment  # still PROBATION on disk: the next start rolls it back
+            if rollback_asked:
+                verdict = "rolled back by a rollback command during probation"
+            else:
+                verdict = judge.observe(self._camera_stats(), self._clock())
+        failure = None if verdict == PASSED else verdict
+        result = end_probation(self.store, deployment, failure, self._publish)
+        if failure is not None:
+            log.error("deployment %s rolled back: %s", deployment.id, failure)
+            self._on_switched(result)
+            self._answer_rollbacks(result)
+        return result
+
+    def _answer_rollbacks(self, rolled_back: Deployment) -> None:
+        """Rollback commands that arrived during a probation are answered by its rollback."""
+        with self._lock:
+            requests, self._rollbacks = self._rollbacks, []
+        for future in requests:
+            future.set_result(rolled_back)
 
     @staticmethod
     def _retry_after_crash(last: Deployment) -> bool:
         """A deployment that ended without being followed was cut short by a crash (the record
         is final, `followed.json` not written yet). Retry it once if the crash came while
-        verifying or installing (a power cut); never after a crash while activating, where the
-        new model itself may be what took the process down (retrying could loop forever)."""
+        verifying or installing (a power cut); never after a crash while activating or on
+        probation, where the new model itself may be what took the process down."""
         interrupted = (last.error or {}).get("code") == ErrorCode.INTERRUPTED
         return interrupted and last.state == State.REJECTED and last.attempt < 2
-
-    def _wait_index(self, desired: Desired) -> ChunkIndex:
-        topic = self.topics.index(desired.sha256)
-        self.link.subscribe(topic, self._on_index)
-        warn_at = time.monotonic() + self.config.deployments.stall_timeout_s
-        try:
-            with self._lock:
-                while topic not in self._index:
-                    if self._cancel.is_set():
-                        raise Cancelled()
-                    self._lock.wait(0.5)
-                    if time.monotonic() > warn_at:
-                        warn_at = float("inf")
-                        self.problem = f"no chunk index {topic} on the broker (removed by fleet gc?); still waiting"
-                        log.warning("deployment %s: %s", desired.id, self.problem)
-                index = self._index.pop(topic)
-        finally:
-            self.link.unsubscribe(topic)
-        announced = (desired.sha256, desired.size, desired.chunk_size, desired.chunks)
-        if (index.sha256, index.size, index.chunk_size, len(index.chunks)) != announced:
-            raise BundleError(
-                ErrorCode.INDEX_MISMATCH,
-                f"the chunk index of {desired.sha256[:12]} does not match the desired document "
-                "(sha256, size, chunk size or count differ); push the bundle again",
-            )
-        return index
-
-    def _download(self, desired: Desired, index: ChunkIndex, deployment: Deployment) -> PartialBundle:
-        partial = PartialBundle(self.store.downloads / desired.sha256, index).open()
-        self._clean_other_downloads(keep=desired.sha256)
-        deployment.to(State.DOWNLOADING)
-        self.store.record(deployment)
-        last = 0.0
-
-        def progress(done: int, total: int) -> None:
-            nonlocal last
-            now = time.monotonic()
-            if done == total or now - last >= PROGRESS_EVERY_S:
-                last = now
-                self._publish(
-                    deployment,
-                    DownloadProgress(
-                        chunks_done=done,
-                        chunks_total=total,
-                        bytes_done=min(done * index.chunk_size, index.size),
-                        bytes_total=index.size,
-                        resumed=partial.resumed,
-                        fetched=partial.written,
-                        duplicates=partial.duplicates,
-                    ),
-                )
-
-        progress(len(partial.done), len(index.chunks))
-        settings = self.config.deployments
-        try:
-            if desired.source == "url":
-                assert desired.url is not None
-                fetch_over_http(
-                    desired.url,
-                    partial,
-                    max_rate=settings.max_download_rate,
-                    timeout=settings.http_timeout_s,
-                    cancel=self._cancel,
-                    progress=progress,
-                )
-            else:
-                fetch_over_mqtt(
-                    self.link,
-                    self.topics,
-                    partial,
-                    window=settings.window,
-                    max_rate=settings.max_download_rate,
-                    stall_timeout=settings.stall_timeout_s,
-                    cancel=self._cancel,
-                    progress=progress,
-                )
-            partial.finish()
-        except BundleError:
-            partial.remove()
-            raise
-        finally:
-            partial.close()
-        return partial
-
-    def _clean_other_downloads(self, keep: str) -> None:
-        """Only one download is kept for resuming: the one the device follows now."""
-        for folder in self.store.downloads.iterdir():
-            if folder.name != keep:
-                shutil.rmtree(folder, ignore_errors=True)

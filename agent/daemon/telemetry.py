@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from agent.hardware.readings import SensorReadings
 from agent.snapshot import AgentSnapshot
 
-_CAMERA_FIELDS = ("name", "fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")
+_CAMERA_FIELDS = ("name", "fps", "max_fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")
+_RUNTIME_FIELDS = ("available", "version", "crashed", "reason")
 
 
 def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
@@ -28,15 +30,27 @@ def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "runtime": snapshot.cameras[0].runtime if snapshot.cameras else None,
         "pipelines": [camera.name for camera in snapshot.cameras],
         "fps": snapshot.fps,
-        "temperature_c": None,  # filled by the sensors issue
+        "temperature_c": snapshot.sensors.temp_c if snapshot.sensors else None,
+        "governor": {"level": snapshot.governor.decision.level, "reason": snapshot.governor.decision.reason}
+        if snapshot.governor
+        else None,
         "error": snapshot.serving_error,
         "deployment_problem": snapshot.deployment_problem,
+        "warnings": list(snapshot.warnings),
+        "runtimes": runtimes_document(snapshot),
         "engine": asdict(snapshot.engine) if snapshot.engine else None,
     }
 
 
+def runtimes_document(snapshot: AgentSnapshot) -> dict[str, dict[str, Any]]:
+    """``{name: {"available", "version", "crashed", "reason"}}`` for each backend probed at
+    start: a technician sees which native library is missing or crashed, and its version."""
+    return {info.name: {key: getattr(info, key) for key in _RUNTIME_FIELDS} for info in snapshot.runtimes}
+
+
 def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:
-    """One ``telemetry`` message: per-camera numbers, system readings, sensors, the link."""
+    """One ``telemetry`` message: per-camera numbers, system readings, sensors (all null until
+    the first reading), energy per frame, the governor, the link."""
     cameras = [asdict(camera) for camera in snapshot.cameras]
     broker = snapshot.broker
     return {
@@ -46,7 +60,9 @@ def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "dropped": sum(camera.dropped for camera in snapshot.cameras),
         "pipelines": [{key: camera[key] for key in _CAMERA_FIELDS} for camera in cameras],
         "system": asdict(snapshot.system) if snapshot.system else {},
-        "sensors": dict(snapshot.sensors),
+        "sensors": (snapshot.sensors or SensorReadings()).to_json(),
+        "energy_mj_per_frame": snapshot.energy_mj_per_frame,
+        "governor": snapshot.governor.to_json() if snapshot.governor else None,
         "mqtt": {"queued": broker.queued, "dropped": broker.dropped, "reconnects": broker.reconnects}
         if broker
         else None,

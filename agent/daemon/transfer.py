@@ -174,6 +174,7 @@ class _MqttFetch:
         self.closed = threading.Event()
         self.outstanding: set[int] = set()  # asked for one by one and not arrived (downloading thread)
         self.bulk: str | None = None  # the wildcard filter while in bulk mode
+        self.strays = 0  # retained chunk topics beyond the index (a stray left on the broker): ignored
 
     def on_chunk(self, message: Message) -> None:
         leaf = message.topic.rsplit("/", 1)[1]
@@ -199,6 +200,9 @@ class _MqttFetch:
             except queue.Empty:
                 break
         for i, data in arrivals:
+            if not 0 <= i < len(self.partial.index.chunks):
+                self.strays += 1
+                continue
             self.partial.write(i, data)
             if self.bulk is None:
                 self.link.unsubscribe(self.topics.chunk(self.sha, i))

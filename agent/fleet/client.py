@@ -7,12 +7,16 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from agent.config.models import MqttSection
+from agent.mqtt.control import sign
 from agent.mqtt.link import Delivery, Message, MqttLink
-from agent.mqtt.protocol import Topics
+from agent.mqtt.protocol import CommandRequest, Topics
 
 
 class FleetError(Exception):
@@ -58,17 +62,22 @@ class Retained:
     messages: dict[str, bytes] = field(default_factory=dict)
     last: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    keep: Callable[[str], bool] = lambda topic: True
 
     def add(self, message: Message) -> None:
+        payload = message.payload if self.keep(message.topic) or not message.payload else b"."
         with self.lock:
-            self.messages[message.topic] = bytes(message.payload)
+            self.messages[message.topic] = payload
             self.last = time.monotonic()
 
 
-def collect(link: MqttLink, filters: list[str], wait: float, quiet: float = 0.3) -> dict[str, bytes]:
+def collect(
+    link: MqttLink, filters: list[str], wait: float, quiet: float = 0.3, keep: Callable[[str], bool] = lambda t: True
+) -> dict[str, bytes]:
     """Subscribe to `filters` and gather messages until `quiet` seconds pass without one (at most
-    `wait` seconds); empty payloads (cleared retained topics) are left out."""
-    retained = Retained()
+    `wait` seconds); empty payloads (cleared retained topics) are left out, and the payloads of
+    topics `keep` refuses are not kept (a one-byte placeholder: the topic is there)."""
+    retained = Retained(keep=keep)
     link.subscribe_many(filters, retained.add)
     start = retained.last = time.monotonic()
     while time.monotonic() - start < wait and time.monotonic() - retained.last < quiet:
@@ -87,11 +96,19 @@ def parse_json(payload: bytes | bytearray) -> Any:
 
 
 def command(
-    link: MqttLink, topics: Topics, devices: list[str], name: str, payload: bytes = b"", timeout: float = 30.0
+    link: MqttLink,
+    topics: Topics,
+    devices: list[str],
+    name: str,
+    args: dict[str, Any] | None = None,
+    key: Ed25519PrivateKey | None = None,
+    timeout: float = 30.0,
 ) -> dict[str, tuple[bytes, str] | None]:
-    """Send command `name` to each device (MQTT 5 request/response); {device: (answer, content
-    type), or None when it did not answer within `timeout` seconds}."""
-    reply_topic = f"{topics.root}/fleet/{uuid.uuid4().hex}/response"
+    """Send command `name` with `args` to each device (MQTT 5 request/response), in a
+    `CommandRequest` signed by `key` (unsigned without one: only devices that allow unsigned
+    control obey); {device: (answer, content type), or None when it did not answer within
+    `timeout` seconds}. Answers come back on a fresh topic in the reply space."""
+    reply_topic = topics.reply(uuid.uuid4().hex)
     answers: dict[str, tuple[bytes, str] | None] = dict.fromkeys(devices)
     arrived = threading.Condition()
 
@@ -106,9 +123,13 @@ def command(
     try:
         time.sleep(0.1)  # let the SUBACK land before the first answer can
         for device in devices:
+            request_id = f"{name}-{uuid.uuid4().hex[:12]}"
+            envelope = CommandRequest(id=request_id, command=name, args=args or {}, target=f"device:{device}")
+            if key is not None:
+                envelope = sign(envelope, key, f"device:{device}")
             request = link.publish(
                 topics.command(device, name),
-                payload,
+                envelope.to_bytes(),
                 qos=1,
                 response_topic=reply_topic,
                 correlation_data=device.encode(),

@@ -1,8 +1,12 @@
 """`fleet gc`: bundles whose chunks stay retained on the broker although no desired document
-names them any more."""
+names them any more, and stray chunk topics beyond their bundle's index.
+
+It reads every retained topic under ``<root>/bundles/`` once (the chunks' bytes travel, but are
+not kept)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from agent.fleet.client import collect, publish_retained, wait_acked
@@ -10,24 +14,45 @@ from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics
 
 
-def unreferenced_bundles(
-    link: MqttLink, topics: Topics, wait: float = 2.0, min_age_s: float = 600.0
-) -> dict[str, ChunkIndex]:
+@dataclass(frozen=True)
+class Findings:
+    """What `unreferenced_bundles` found: bundles no desired document names (and old enough to
+    remove), chunk topics beyond their bundle's index (`strays`), and chunk topics of bundles
+    without an index (`orphans`: maybe a push in progress, so they are left alone)."""
+
+    unreferenced: dict[str, ChunkIndex]
+    strays: list[str]
+    orphans: list[str]
+
+
+def unreferenced_bundles(link: MqttLink, topics: Topics, wait: float = 2.0, min_age_s: float = 600.0) -> Findings:
     """Bundles whose chunks are on the broker but that no desired document names, pushed more
     than `min_age_s` seconds ago (a push in progress has its chunks out before its desired
-    document: a younger index may belong to one)."""
+    document: a younger index may belong to one), and stray chunk topics."""
     root = topics.root
-    messages = collect(link, [f"{root}/bundles/+/index", f"{root}/+/desired", f"{root}/groups/+/desired"], wait)
-    referenced, indexes = set(), {}
+    filters = [f"{root}/bundles/+/+", f"{root}/+/desired", f"{root}/groups/+/desired"]
+    messages = collect(link, filters, wait, keep=lambda topic: not topic.rsplit("/", 1)[1].isdigit())
+    referenced, indexes, chunks = set(), {}, []
     for topic, payload in messages.items():
+        leaf = topic.rsplit("/", 1)[1]
         try:
-            if topic.endswith("/index"):
+            if leaf.isdigit():
+                chunks.append(topic)
+            elif leaf == "index":
                 index = ChunkIndex.parse(payload, topic)
                 indexes[index.sha256] = index
-            else:
+            elif leaf == "desired":
                 referenced.add(Desired.parse(payload, topic).sha256)
         except ProtocolError:
             continue  # not ours to judge; a device reports it
+    strays, orphans = [], []
+    for topic in chunks:
+        sha, number = topic.split("/")[-2:]
+        index = indexes.get(sha)
+        if index is None:
+            orphans.append(topic)
+        elif int(number) >= len(index.chunks):
+            strays.append(topic)
     now = datetime.now(timezone.utc)
 
     def old_enough(index: ChunkIndex) -> bool:
@@ -38,7 +63,13 @@ def unreferenced_bundles(
             created = created.replace(tzinfo=timezone.utc)
         return (now - created).total_seconds() >= min_age_s
 
-    return {sha: index for sha, index in indexes.items() if sha not in referenced and old_enough(index)}
+    unreferenced = {sha: index for sha, index in indexes.items() if sha not in referenced and old_enough(index)}
+    return Findings(unreferenced, sorted(strays), sorted(orphans))
+
+
+def clear_topics(link: MqttLink, topics: list[str], timeout: float = 60.0) -> None:
+    """Remove retained messages: an empty retained message on each topic."""
+    wait_acked([publish_retained(link, topic, b"") for topic in topics], link, timeout)
 
 
 def clear_bundle(link: MqttLink, topics: Topics, index: ChunkIndex, timeout: float = 60.0) -> None:

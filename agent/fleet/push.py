@@ -1,6 +1,6 @@
 """Pushing a bundle: its chunks, index and desired document left retained on the broker (a
 device that is offline now catches up when it connects), and following the devices' records
-until each deployment ends."""
+until each deployment ends. Desired documents and releases are signed with the operator's key."""
 
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from agent.bundles.manifest import Manifest
-from agent.bundles.store import FINAL_STATES
+from agent.bundles.record import FINAL_STATES
 from agent.errors import BundleError, ErrorCode
 from agent.fleet.client import parse_json, publish_retained, wait_acked
+from agent.mqtt.control import sign
 from agent.mqtt.link import Message, MqttLink
-from agent.mqtt.protocol import ChunkIndex, Desired, Topics
+from agent.mqtt.protocol import ChunkIndex, Desired, Release, Topics
 
 MAX_MANIFEST_BYTES = 1 << 20
 
@@ -52,12 +54,15 @@ def push(
     *,
     chunk_size: int,
     url: str | None = None,
+    key: Ed25519PrivateKey | None = None,
+    allow_downgrade: bool = False,
     progress: Callable[[int], None] = lambda n: None,
     timeout: float = 600.0,
 ) -> Desired:
     """Publish the bundle's chunks (unless `url` serves it) and index, then, once the broker has
-    acknowledged them, the desired document for `target` (``device:ID`` or ``group:NAME``); all
-    retained, QoS 1. `progress` gets the bytes acknowledged so far."""
+    acknowledged them, the desired document for `target` (``device:ID`` or ``group:NAME``),
+    signed by the operator's `key`; all retained, QoS 1. `progress` gets the bytes acknowledged
+    so far."""
     desired_topic = topics.target_desired(target)
     manifest = bundle_manifest(bundle)
     data = memoryview(bundle.read_bytes())
@@ -88,9 +93,25 @@ def push(
         source="url" if url else "mqtt",
         url=url,
         created=created.isoformat(),
+        target=target,
+        allow_downgrade=allow_downgrade,
     )
+    if key is not None:
+        desired = sign(desired, key, target)
     wait_acked([publish_retained(link, desired_topic, desired.to_bytes())], link, timeout)
     return desired
+
+
+def release(
+    link: MqttLink, topics: Topics, device: str, key: Ed25519PrivateKey | None, timeout: float = 60.0
+) -> Release:
+    """Hand `device` back to its group: a signed `Release` on its own desired topic (retained,
+    replacing the device's own desired document)."""
+    document = Release(id=f"release-{uuid.uuid4().hex[:12]}", release=True, target=f"device:{device}")
+    if key is not None:
+        document = sign(document, key, f"device:{device}")
+    wait_acked([publish_retained(link, topics.desired(device), document.to_bytes())], link, timeout)
+    return document
 
 
 def follow(

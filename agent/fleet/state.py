@@ -10,15 +10,21 @@ from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import Topics
 
 
-def fleet_state(link: MqttLink, topics: Topics, wait: float = 2.0) -> dict[str, dict[str, Any]]:
-    """Every device that left a status, deployment or telemetry message: {device: {...}}."""
+def fleet_state(link: MqttLink, topics: Topics, wait: float = 2.0) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Every device that left a status, deployment or telemetry message: ({device: {leaf:
+    document}}, the topics whose document was not a JSON object, skipped)."""
     leaves = ("status", "deployment", "telemetry")
     messages = collect(link, [f"{topics.root}/+/{leaf}" for leaf in leaves], wait)
     devices: dict[str, dict[str, Any]] = {}
-    for topic, payload in messages.items():
+    malformed = []
+    for topic, payload in sorted(messages.items()):
+        document = parse_json(payload)
+        if not isinstance(document, dict):
+            malformed.append(topic)
+            continue
         device, leaf = topics.split_device(topic)
-        devices.setdefault(device, {})[leaf] = parse_json(payload)
-    return dict(sorted(devices.items()))
+        devices.setdefault(device, {})[leaf] = document
+    return dict(sorted(devices.items())), malformed
 
 
 def status_rows(devices: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -29,6 +35,8 @@ def status_rows(devices: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         deployment = parts.get("deployment") or {}
         telemetry = parts.get("telemetry") or {}
         bundle = status.get("bundle") or {}
+        if not bundle and status.get("state") == "offline" and deployment.get("state") == "SUCCEEDED":
+            bundle = deployment  # the last will names no bundle: the last deployment that succeeded does
         progress = deployment.get("progress") or {}
         state = deployment.get("state")
         if state == "DOWNLOADING" and progress.get("chunks_total"):
@@ -57,7 +65,7 @@ def targets(link: MqttLink, topics: Topics, target: str, wait: float = 2.0) -> l
         return [name]
     members = [
         device
-        for device, parts in fleet_state(link, topics, wait).items()
+        for device, parts in fleet_state(link, topics, wait)[0].items()
         if (parts.get("status") or {}).get("group") == name
     ]
     if not members:

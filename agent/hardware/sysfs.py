@@ -4,10 +4,14 @@ Every reader of the hardware (the board probe, the sensors) takes a `SysFS` inst
 paths itself, so a whole board can be a folder: tests point it at ``tests/fakes/<board>/``
 (gpiozero's ``sensor_file=`` idea, for a whole tree). Reads never raise: a file that is
 missing, unreadable or garbled reads as None, because on a device a sensor may come and go.
+`write_text` (a fan's duty) is the one write, and it does raise.
 """
 
 from __future__ import annotations
 
+import glob
+import math
+import os
 from pathlib import Path
 
 
@@ -17,6 +21,7 @@ class SysFS:
 
     def __init__(self, root: Path = Path("/")) -> None:
         self.root = root
+        self._root = str(root)  # os.path and glob on strings: a sensor tick reads ~100 files
 
     def path(self, relative: str) -> Path:
         return self.root / relative.lstrip("/")
@@ -25,7 +30,8 @@ class SysFS:
         """The file's text without NULs and surrounding whitespace (device-tree strings end in
         NUL); None when it cannot be read."""
         try:
-            return self.path(relative).read_text(errors="replace").replace("\x00", "").strip()
+            with open(os.path.join(self._root, relative.lstrip("/")), errors="replace") as file:
+                return file.read().replace("\x00", "").strip()
         except (OSError, ValueError):
             return None
 
@@ -37,10 +43,25 @@ class SysFS:
         except ValueError:
             return None
 
+    def read_number(self, relative: str) -> float | None:
+        """The file as one finite number (``45000``, ``-1.5``); None when it is missing, empty or
+        not a number (``N/A``, ``nan``)."""
+        text = self.read_text(relative)
+        try:
+            value = float(text) if text else None
+        except ValueError:
+            return None
+        return value if value is not None and math.isfinite(value) else None
+
+    def write_text(self, relative: str, text: str) -> None:
+        """Write `text` to the file (a sysfs control such as a fan's ``pwm1``); raises `OSError`
+        naming the path when it cannot be written. The only write the agent does under the root."""
+        self.path(relative).write_text(text)
+
     def glob(self, pattern: str) -> list[str]:
         """Relative paths matching `pattern` (``"sys/class/thermal/thermal_zone*"``), sorted."""
         try:
-            return sorted(str(p.relative_to(self.root)) for p in self.root.glob(pattern.lstrip("/")))
+            return sorted(glob.glob(pattern.lstrip("/"), root_dir=self._root))
         except OSError:
             return []
 

@@ -1,8 +1,10 @@
 """The MQTT protocol shared by devices and the operator's `edge-agent fleet` (docs/mqtt.md).
 
-Topic names live in `Topics`; the retained documents that drive deployments (`Desired`,
-`ChunkIndex`) are pydantic models with unknown keys forbidden, so both sides agree on them and
-a malformed document is refused with a message instead of half-understood.
+Topic names live in `Topics`; the documents that drive a device (`Desired`, `Release`,
+`CommandRequest`, `ChunkIndex`) are pydantic models with unknown keys forbidden and every string
+bounded, so both sides agree on them and a malformed or oversized document is refused with a
+message instead of half-understood. Control documents (`Signed`: desired, release, commands)
+carry an operator's signature over `canonical_bytes` (agent/mqtt/control.py checks it).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -19,7 +21,13 @@ from agent.errors import validation_problems
 
 DEFAULT_CHUNK_SIZE = 256 * 1024
 COMMANDS = ("rollback", "restart-pipeline", "snapshot", "ping")
+#: a desired document, release or command larger than this is refused unread
+MAX_CONTROL_BYTES = 16 * 1024
+#: the most chunks a bundle may be cut into (16 GiB in chunks of 256 KiB)
+MAX_CHUNKS = 1 << 16
 _SHA = r"^[0-9a-f]{64}$"
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # bundle names, as in the manifest
+_TARGET = r"^(device|group):[A-Za-z0-9_.-]{1,128}$"
 
 
 class ProtocolError(ValueError):
@@ -65,6 +73,19 @@ class Topics:
     def command(self, device: str, name: str) -> str:
         return self.device(device, f"cmd/{name}")
 
+    @property
+    def replies(self) -> str:
+        """The reply space: devices answer commands only on topics under it."""
+        return f"{self.root}/replies"
+
+    def reply(self, token: str) -> str:
+        return f"{self.replies}/{token}"
+
+    def is_reply_topic(self, topic: str) -> bool:
+        """Whether `topic` is a concrete topic in the reply space (one level below it, no wildcards)."""
+        token = topic.removeprefix(self.replies + "/")
+        return topic.startswith(self.replies + "/") and bool(token) and not any(c in token for c in "/+#\x00")
+
     def index(self, sha256: str) -> str:
         return f"{self.root}/bundles/{sha256}/index"
 
@@ -81,12 +102,18 @@ class Topics:
 
 class _Document(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    #: a larger payload is refused before it is parsed
+    max_bytes: ClassVar[int] = MAX_CONTROL_BYTES
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json(exclude_none=True).encode()
 
     @classmethod
     def parse(cls, payload: bytes | bytearray, what: str) -> Any:
+        if len(payload) > cls.max_bytes:
+            raise ProtocolError(
+                f"{what} is not a valid {cls.__name__} document: {len(payload)} bytes, more than {cls.max_bytes}"
+            )
         try:
             return cls.model_validate_json(payload)
         except ValidationError as exc:
@@ -97,10 +124,12 @@ class _Document(BaseModel):
 class ChunkIndex(_Document):
     """``<root>/bundles/<sha256>/index``: how the bundle is cut into chunks."""
 
+    max_bytes: ClassVar[int] = MAX_CHUNKS * 70 + 1024
+
     sha256: str = Field(pattern=_SHA, description="SHA-256 of the whole bundle.")
     size: int = Field(ge=1, description="Bundle size in bytes.")
     chunk_size: int = Field(ge=1, description="Bytes per chunk (the last one may be shorter).")
-    chunks: list[str] = Field(min_length=1, description="SHA-256 of each chunk, in order.")
+    chunks: list[str] = Field(min_length=1, max_length=MAX_CHUNKS, description="SHA-256 of each chunk, in order.")
     created: datetime | None = Field(default=None, description="When it was pushed (fleet gc spares young ones).")
 
     @model_validator(mode="after")
@@ -126,19 +155,48 @@ class ChunkIndex(_Document):
         )
 
 
-class Desired(_Document):
+class ControlSignature(_Document):
+    """An operator's Ed25519 signature over a control document's `canonical_bytes`."""
+
+    key_id: str = Field(pattern=r"^[0-9a-f]{16}$", description="Id of the signing key (edge-agent keygen).")
+    value: str = Field(min_length=1, max_length=200, description="The signature, base64.")
+
+
+class Signed(_Document):
+    """A control document: what it is for (`target`), when it was issued, and by whom (`signature`).
+
+    `target` and `issued_at` are required once signed; an unsigned document (accepted only where
+    the device allows unsigned control) may leave them out.
+    """
+
+    target: str | None = Field(default=None, pattern=_TARGET, description="device:ID or group:NAME it is for.")
+    issued_at: float | None = Field(default=None, ge=0, description="When the operator issued it, Unix seconds.")
+    signature: ControlSignature | None = Field(default=None, description="The operator's signature.")
+
+    def canonical_bytes(self) -> bytes:
+        """What the signature covers: the document's kind and its members but `signature`, as
+        compact JSON with sorted keys, so a signature cannot be moved to another kind."""
+        members = self.model_dump(mode="json", exclude={"signature"}, exclude_none=True)
+        body = json.dumps(members, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return f"edge-agent {type(self).__name__} v1\n{body}".encode()
+
+
+class Desired(Signed):
     """``<root>/<device>/desired`` or ``<root>/groups/<group>/desired``: what the device should run."""
 
     id: str = Field(min_length=1, max_length=200, description="Deployment id; a device acts on each id once.")
-    name: str = Field(description="Bundle name (from its manifest).")
-    version: str = Field(description="Bundle version (from its manifest).")
+    name: str = Field(pattern=_NAME, description="Bundle name (from its manifest).")
+    version: str = Field(min_length=1, max_length=64, description="Bundle version (from its manifest).")
     sha256: str = Field(pattern=_SHA, description="SHA-256 of the bundle file.")
     size: int = Field(ge=1, description="Bundle size in bytes.")
     chunk_size: int = Field(ge=1, description="Bytes per chunk.")
-    chunks: int = Field(ge=1, description="Number of chunks.")
+    chunks: int = Field(ge=1, le=MAX_CHUNKS, description="Number of chunks.")
     source: Literal["mqtt", "url"] = Field(default="mqtt", description="Where the chunks come from.")
-    url: str | None = Field(default=None, description="HTTP(S) URL of the bundle when source is url.")
-    created: str | None = Field(default=None, description="When the operator pushed it, ISO 8601 UTC.")
+    url: str | None = Field(default=None, max_length=2048, description="HTTP(S) URL of the bundle when source is url.")
+    created: str | None = Field(default=None, max_length=40, description="When the operator pushed it, ISO 8601 UTC.")
+    allow_downgrade: bool = Field(
+        default=False, description="Install even if the device has a higher version of this bundle installed."
+    )
 
     @model_validator(mode="after")
     def _url_given(self) -> Desired:
@@ -147,6 +205,22 @@ class Desired(_Document):
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"url {self.url!r} is not http(s)")
         return self
+
+
+class Release(Signed):
+    """On ``<root>/<device>/desired``: the device follows its group's desired document again
+    (the signed form of clearing the device's own document)."""
+
+    id: str = Field(min_length=1, max_length=200, description="Id of this release; acted on once.")
+    release: Literal[True] = Field(description="Always true: marks a release.")
+
+
+class CommandRequest(Signed):
+    """A command on ``<root>/<device>/cmd/<name>``: the operator's signed envelope of its arguments."""
+
+    id: str = Field(min_length=1, max_length=200, description="Request id; a device runs each id once.")
+    command: str = Field(min_length=1, max_length=64, description="The command's name; must match the topic.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The command's arguments (docs/mqtt.md).")
 
 
 def json_payload(document: dict[str, Any]) -> bytes:

@@ -11,6 +11,11 @@ camera configured with several workers runs them only on a runtime that allows c
 calls; when a deployment moves it between such a runtime and one that does not, its pipeline
 restarts instead.
 
+The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
+``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
+lightest artifact (or back), `halt` stops inference cleanly and `resume` starts it again. The
+governor's settings outlive restarts and deployments: a camera started later gets them too.
+
 Thread safety: every method may be called from any thread (one lock around the pipelines).
 """
 
@@ -50,6 +55,12 @@ def source_for(section: PipelineSection) -> FrameSource:
     if section.source.startswith("synthetic"):
         camera.setdefault("fps", SYNTHETIC_FPS)
     return open_source(section.source, loop=section.loop, **camera)
+
+
+def _capped(max_fps: float | None, cap: float | None) -> float | None:
+    """The lower of a camera's own ``max_fps`` and the governor's cap (None: no limit)."""
+    limits = [limit for limit in (max_fps, cap) if limit is not None]
+    return min(limits) if limits else None
 
 
 def wanted_workers(section: PipelineSection, tuning: Tuning | None) -> int:
@@ -98,9 +109,14 @@ class Cameras:
         self._tuning: Tuning | None = None  # autotune's choice for that version
         self._stopped = False
         self.builder = EngineBuilder(self._engine_done)
+        self.fps_cap: float | None = None  # the governor's settings (see `govern`)
+        self.paused = False
+        self.lighter = False
+        self.halted = False
 
     def activate(self, version: Path, tuning: Tuning | None = None, engine_ready: bool = False) -> None:
         """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`.
+        While `halt`ed, only remembers it (and its tuning) for `resume`.
 
         When TensorRT would serve it but its engine is not built yet, the build starts in the
         background and the version serving now keeps serving (on a first install, ONNX Runtime
@@ -109,10 +125,16 @@ class Cameras:
         with self._lock:
             if version != self._wanted or tuning is not None:
                 self._tuning = tuning
-            self._wanted, self._stopped = version, False
+            self._wanted = version
+            if self.halted:
+                self.version = version
+                return
+            self._stopped = False
             loaded = self._load(version)
             if engine_ready and loaded and loaded[0].choice.runtime == "tensorrt":
                 loaded = self._checked_engine(version, loaded)
+            elif engine_ready and loaded and loaded[0].pending is not None and loaded[0].pending.failure:
+                self.builder.fail(ErrorCode.DECODER_MISMATCH, loaded[0].pending.failure)  # the plausibility guard
             if loaded and loaded[0].pending is not None and loaded[0].pending.failure is None:
                 self._request_engine(version, loaded[0])
                 if self.version is not None and self.version != version and self._pipelines:
@@ -138,7 +160,13 @@ class Cameras:
     def _load(self, version: Path) -> list[Loaded]:
         return [
             open_detector(
-                version, self.board, self.preference, wanted_workers(s, self._tuning), self.settings, self._tuning
+                version,
+                self.board,
+                self.preference,
+                wanted_workers(s, self._tuning),
+                self.settings,
+                self._tuning,
+                self.lighter,
             )
             for s in self.sections
         ]
@@ -200,15 +228,67 @@ class Cameras:
     def _start(self, section: PipelineSection, detector: Detector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
-        return Pipeline(
+        pipeline = Pipeline(
             section.name,
             source_for(section),
             detector,
-            max_fps=section.max_fps,
+            max_fps=_capped(section.max_fps, self.fps_cap),
             sinks=sinks,
             annotator=annotator,
             workers=workers,
-        ).start()
+        )
+        if self.paused:
+            pipeline.pause()
+        return pipeline.start()
+
+    # -- the governor's actions -----------------------------------------------------------------
+
+    def govern(self, fps_cap: float | None, paused: bool) -> None:
+        """Cap every camera at `fps_cap` (None: its own ``max_fps`` only) and pause or resume
+        inference (capture goes on)."""
+        with self._lock:
+            self.fps_cap, self.paused = fps_cap, paused
+            for section in self.sections:
+                pipeline = self._pipelines.get(section.name)
+                if pipeline is None:
+                    continue
+                pipeline.max_fps = _capped(section.max_fps, fps_cap)
+                if paused:
+                    pipeline.pause()
+                else:
+                    pipeline.resume()
+
+    def use_lighter(self, lighter: bool) -> bool:
+        """Serve the version's lightest artifact (or the policy's choice again); True when the
+        cameras were re-activated. Raises `BundleError` as `activate` does."""
+        with self._lock:
+            if lighter == self.lighter:
+                return False
+            self.lighter = lighter
+            version = self._wanted  # the version asked for last (one waiting for its engine too)
+        if version is None or self.halted:
+            return False
+        try:
+            self.activate(version)
+        except BundleError:
+            with self._lock:
+                self.lighter = not lighter  # still serving the other one: try again on the next call
+            raise
+        return True
+
+    def halt(self) -> None:
+        """Stop inference cleanly (pipelines stopped, runtimes closed); `resume` restarts it."""
+        self.stop()
+        with self._lock:
+            self.halted = True
+
+    def resume(self) -> None:
+        """Start inference again after `halt`, on the version it was given last (with its tuning)."""
+        with self._lock:
+            self.halted = False
+            version = self._wanted
+        if version is not None:
+            self.activate(version)
 
     def label(self, class_id: int) -> str:
         """The serving version's name for `class_id` (snapshots show names, not numbers)."""

@@ -15,12 +15,14 @@ from agent.bundles.manifest import Manifest
 from agent.bundles.tuning import Tuning
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board, probe
+from pipelines.decoders import DecoderError
 from pipelines.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
+from runtimes.isolation import RuntimeCrashed
 from runtimes.ort_backend import PROVIDERS
-from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime
+from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
 from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
-from runtimes.tensorrt_backend import EngineNotReady
+from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend, engine_cache
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +71,17 @@ def open_detector(
     workers: int = 1,
     settings: RuntimeSettings | None = None,
     tuning: Tuning | None = None,
+    lighter: bool = False,
 ) -> Loaded:
     """Load an installed version for serving: the best runtime that loads it (autotune's choice
     when `tuning` is given and the configuration leaves the runtime to auto), with the decoder
     and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
-    several. Raises `BundleError` (``NO_RUNTIME``) when none loads."""
+    several. `lighter` (the governor's choice when the board runs hot or low) puts the
+    version's lightest artifacts first (int8, then fp16, then fp32), whatever the runtime or
+    the tuning. A runtime whose first load of the artifact killed a check process is skipped
+    (the version keeps serving on the next one), and so is a TensorRT engine whose detections
+    fail the plausibility guard (recorded as failed, `pending.failure`). Raises `BundleError`
+    (``NO_RUNTIME``) when none loads, `DecoderError` when the decoder does not fit."""
     _, manifest = read_manifest(folder)
     settings = version_settings(settings or RuntimeSettings(), manifest)
     failures = []
@@ -81,25 +89,59 @@ def open_detector(
     choices = runtime_choices(folder, manifest, board, preference)
     if tuning is not None and preference == "auto":
         choices, settings = _tuned(choices, settings, tuning, folder, manifest, workers)
+    if lighter:
+        choices = lightest_first(choices)
     for choice in choices:
         try:
-            runtime = load_runtime(
+            runtime = load_runtime_checked(
                 choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
             )
         except EngineNotReady as exc:
             pending = pending or (exc, Path(choice.artifact.path))
             failures.append(f"{choice.runtime}: {exc}")
             continue
-        except (RuntimeUnavailable, ModelLoadError) as exc:
+        except (RuntimeUnavailable, ModelLoadError, RuntimeCrashed) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         thresholds = manifest.thresholds
-        detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
+        try:
+            detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
+        except DecoderError as exc:
+            runtime.close()
+            if not isinstance(runtime, TensorRTBackend):
+                raise
+            pending = _implausible_engine(runtime, settings, exc), Path(choice.artifact.path)
+            failures.append(f"{choice.runtime}: {pending[0]}")
+            continue
         log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
         if pending is None:
             return Loaded(detector, manifest, choice)
         return Loaded(detector, manifest, choice, pending[0], pending[1])
     raise BundleError(ErrorCode.NO_RUNTIME, f"no runtime could load {folder}: " + "; ".join(failures))
+
+
+def _implausible_engine(runtime: TensorRTBackend, settings: RuntimeSettings, exc: DecoderError) -> EngineNotReady:
+    """A TensorRT engine whose detections the plausibility guard refuses (built wrong, e.g. an
+    FP16 overflow) is never served: recorded as failed (so it is not rebuilt either) and discarded."""
+    message = f"the TensorRT engine fails the plausibility guard: {exc}"
+    log.error("%s; the next runtime serves instead", message)
+    cache = engine_cache(settings.tensorrt)
+    cache.record_failure(runtime.record.key, message)
+    cache.discard(runtime.record.key)
+    return EngineNotReady(message, runtime.record.key, message)
+
+
+_LIGHTNESS = {"int8": 0, "fp16": 1, "fp32": 2}
+
+
+def lightest_first(choices: list[Choice]) -> list[Choice]:
+    """`choices` with the lightest precision first, in the policy's order otherwise."""
+    ranked = sorted(choices, key=lambda c: _LIGHTNESS.get(c.artifact.precision, 3))
+    if ranked and ranked[0] != choices[0]:
+        first = ranked[0]
+        why = f"{first.reason}; the lighter {first.artifact.precision} artifact, for the governor"
+        ranked[0] = Choice(first.runtime, first.artifact, first.device, why)
+    return ranked
 
 
 def load_model(
@@ -109,7 +151,9 @@ def load_model(
     calls in flight at once, ONNX Runtime gives each call an equal share of the cores. Raises
     `RuntimeUnavailable` naming why each runtime failed."""
     artifacts = [Artifact.from_path(model)]
-    available = available_runtimes(runtimes_for(artifacts))
+    # one-shot commands import and load here: a probe child would import each library twice
+    # and cost `detect` its start-up goal (docs/arm64.md); `edge-agent probe` isolates
+    available = available_runtimes(runtimes_for(artifacts), isolated=False)
     failures = []
     for choice in select_runtimes(probe(), available, artifacts, preference):
         try:

@@ -1,0 +1,186 @@
+"""Getting a deployment's bundle onto the disk: the size cap, the free-disk check, the chunk
+index and the chunks (agent/daemon/transfer.py does the chunk work).
+
+`BundleDownload.run` runs in the deployer's thread. It raises `BundleError` for a bundle that
+must be refused (``TOO_LARGE``, ``DISK_FULL``, ``INDEX_MISMATCH``, ``CHUNK_CORRUPT``, ...) and
+`Cancelled` when its `cancel` event is set (the agent stops, a newer document replaced it, a
+rollback command, or the deadline the deployer set).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agent.config.models import AgentConfig
+from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
+from agent.errors import BundleError, ErrorCode
+from agent.mqtt.link import Message, MqttLink
+from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics
+from agent.snapshot import DownloadProgress
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 0.5
+#: free disk kept beyond what a bundle needs (the bundle file, then its unpacked copy)
+DISK_RESERVE = 16 << 20
+
+
+def check_size(desired: Desired, max_bundle_bytes: int, folder: Path, already: int = 0) -> None:
+    """Refuse a bundle over the size cap (``TOO_LARGE``) or that the disk under `folder` cannot
+    hold twice (the download and its unpacked copy; ``DISK_FULL``) before a byte is written;
+    `already` bytes of it are on disk from an earlier run."""
+    if desired.size > max_bundle_bytes:
+        raise BundleError(
+            ErrorCode.TOO_LARGE,
+            f"the bundle has {desired.size} bytes, more than bundle_limits.max_bundle_bytes ({max_bundle_bytes})",
+        )
+    free = shutil.disk_usage(folder).free
+    needed = 2 * desired.size - already + DISK_RESERVE
+    if free < needed:
+        raise BundleError(
+            ErrorCode.DISK_FULL,
+            f"the bundle needs {needed / 2**20:.0f} MB free under {folder} (download and unpacked copy), "
+            f"only {free / 2**20:.0f} MB are free",
+        )
+
+
+class BundleDownload:
+    """Fetches one desired bundle into ``<state>/downloads/<sha256>``, reporting progress."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        link: MqttLink,
+        topics: Topics,
+        downloads: Path,
+        cancel: threading.Event,
+        report: Callable[[DownloadProgress], None],
+        problem: Callable[[str | None], None],
+    ) -> None:
+        self.config, self.link, self.topics, self.downloads = config, link, topics, downloads
+        self.cancel, self._report, self._problem = cancel, report, problem
+        self._arrived = threading.Condition()
+        self._index: ChunkIndex | None = None
+
+    def run(self, desired: Desired, on_downloading: Callable[[], None]) -> PartialBundle:
+        """The complete, checked bundle file; `on_downloading` is called when chunks start."""
+        self.downloads.mkdir(parents=True, exist_ok=True)
+        folder = self.downloads / desired.sha256
+        part = folder / "bundle.part"
+        check_size(desired, self.config.bundle_limits.max_bundle_bytes, self.downloads, _allocated(part))
+        index = self._wait_index(desired)
+        partial = PartialBundle(folder, index).open()
+        _remove_others(self.downloads, keep=desired.sha256)
+        on_downloading()
+        try:
+            self._fetch(desired, partial)
+            partial.finish()
+        except BundleError:
+            partial.remove()
+            raise
+        finally:
+            partial.close()
+        return partial
+
+    def _on_index(self, message: Message) -> None:  # paho's network thread
+        if not message.payload:
+            return
+        try:
+            index = ChunkIndex.parse(message.payload, message.topic)
+        except ProtocolError as exc:
+            self._problem(str(exc))
+            log.error("deployment: %s; ignored", exc)
+            return
+        with self._arrived:
+            self._index = index
+            self._arrived.notify_all()
+
+    def _wait_index(self, desired: Desired) -> ChunkIndex:
+        topic = self.topics.index(desired.sha256)
+        self.link.subscribe(topic, self._on_index)
+        warn_at = time.monotonic() + self.config.deployments.stall_timeout_s
+        try:
+            with self._arrived:
+                while self._index is None:
+                    if self.cancel.is_set():
+                        raise Cancelled()
+                    self._arrived.wait(0.5)
+                    if time.monotonic() > warn_at:
+                        warn_at = float("inf")
+                        self._problem(f"no chunk index {topic} on the broker (removed by fleet gc?); still waiting")
+                index = self._index
+        finally:
+            self.link.unsubscribe(topic)
+        self._problem(None)
+        announced = (desired.sha256, desired.size, desired.chunk_size, desired.chunks)
+        if (index.sha256, index.size, index.chunk_size, len(index.chunks)) != announced:
+            raise BundleError(
+                ErrorCode.INDEX_MISMATCH,
+                f"the chunk index of {desired.sha256[:12]} does not match the desired document "
+                "(sha256, size, chunk size or count differ); push the bundle again",
+            )
+        return index
+
+    def _fetch(self, desired: Desired, partial: PartialBundle) -> None:
+        index, last = partial.index, 0.0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if done == total or now - last >= PROGRESS_EVERY_S:
+                last = now
+                self._report(
+                    DownloadProgress(
+                        chunks_done=done,
+                        chunks_total=total,
+                        bytes_done=min(done * index.chunk_size, index.size),
+                        bytes_total=index.size,
+                        resumed=partial.resumed,
+                        fetched=partial.written,
+                        duplicates=partial.duplicates,
+                    )
+                )
+
+        progress(len(partial.done), len(index.chunks))
+        settings = self.config.deployments
+        if desired.source == "url":
+            assert desired.url is not None  # the Desired model requires it for a url source
+            fetch_over_http(
+                desired.url,
+                partial,
+                max_rate=settings.max_download_rate,
+                timeout=settings.http_timeout_s,
+                cancel=self.cancel,
+                progress=progress,
+            )
+        else:
+            fetch_over_mqtt(
+                self.link,
+                self.topics,
+                partial,
+                window=settings.window,
+                max_rate=settings.max_download_rate,
+                stall_timeout=settings.stall_timeout_s,
+                cancel=self.cancel,
+                progress=progress,
+            )
+
+
+def _allocated(path: Path) -> int:
+    """Bytes a partial download already takes on disk (it is sparse until its chunks arrive)."""
+    try:
+        return path.stat().st_blocks * 512
+    except OSError:
+        return 0
+
+
+def _remove_others(downloads: Path, keep: str) -> None:
+    """Only one download is kept for resuming: the one the device follows now."""
+    for folder in downloads.iterdir():
+        if folder.name != keep:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,86 @@
+"""Probation: is a newly activated version serving as well as the one it replaced?
+
+`ProbationJudge` is pure: the deployer feeds it the cameras' stats once a second with the time
+(from an injected clock) and it answers `None` (keep watching), `PASSED`, or the reason the
+version failed:
+
+- a camera whose frames keep failing: at least `FAILING_FRAMES` frames failed since the previous
+  observation and none succeeded;
+- at the end, a camera whose source ran but that inferred no frame on the new version;
+- at the end, a camera whose FPS over the second half of the probation stayed below
+  `min_fps_ratio` times what the previous version did on it just before the swap (only while
+  its source ran and it was not paused; a cap in force now, the governor's, lowers what is
+  expected; cameras with no previous FPS are not compared).
+
+The deployer handles the rest: a rollback command or a stop during probation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from pipelines.pipeline import PipelineStats
+
+PASSED: Final = "passed"
+#: failed frames, with none succeeding, that fail a version at once
+FAILING_FRAMES = 3
+
+
+@dataclass
+class _Camera:
+    frames0: int  # counters when the new version started
+    errors0: int
+    baseline_fps: float
+    frames_seen: int = 0  # counters at the previous observation
+    errors_seen: int = 0
+    fps_samples: list[float] = field(default_factory=list)
+    ran: bool = False  # its source was running at some point
+
+
+class ProbationJudge:
+    """Judges one probation of `duration_s` seconds that started at `start` (clock seconds).
+
+    `before` are the cameras' stats just before the new version was swapped in: their FPS is
+    the baseline and their counters the starting point (a swap keeps a pipeline's counters).
+    """
+
+    def __init__(self, before: Sequence[PipelineStats], start: float, duration_s: float, min_fps_ratio: float) -> None:
+        self.start, self.duration_s, self.min_fps_ratio = start, duration_s, min_fps_ratio
+        self._cameras: dict[str, _Camera] = {
+            s.name: _Camera(s.frames, s.errors, 0.0 if s.paused else s.fps, s.frames, s.errors) for s in before
+        }
+
+    def observe(self, stats: Sequence[PipelineStats], now: float) -> str | None:
+        """`PASSED`, the reason the version failed, or None to keep watching."""
+        elapsed = now - self.start
+        for s in stats:
+            camera = self._cameras.setdefault(s.name, _Camera(0, 0, 0.0))  # a camera started by the new version
+            failed, succeeded = s.errors - camera.errors_seen, s.frames - camera.frames_seen
+            camera.frames_seen, camera.errors_seen = s.frames, s.errors
+            camera.ran = camera.ran or s.source_status.state == "running"
+            if failed >= FAILING_FRAMES and succeeded <= 0:
+                return f"camera {s.name}: {failed} frames failed on the new version and none succeeded"
+            if elapsed >= self.duration_s / 2 and not s.paused and s.source_status.state == "running":
+                camera.fps_samples.append(s.fps)
+        if elapsed < self.duration_s:
+            return None
+        return self._verdict({s.name: s for s in stats})
+
+    def _verdict(self, stats: Mapping[str, PipelineStats]) -> str:
+        for name, camera in self._cameras.items():
+            now = stats.get(name)
+            if now is None:
+                continue  # the camera stopped (a restart, a config reload): nothing to judge
+            if camera.ran and now.frames - camera.frames0 <= 0:
+                return f"camera {name} inferred no frame on the new version in {self.duration_s:.0f} s"
+            baseline = camera.baseline_fps if now.max_fps is None else min(camera.baseline_fps, now.max_fps)
+            if baseline > 0 and camera.fps_samples:
+                fps = sum(camera.fps_samples) / len(camera.fps_samples)
+                if fps < self.min_fps_ratio * baseline:
+                    return (
+                        f"camera {name} ran at {fps:.1f} FPS, below {self.min_fps_ratio:g} x the "
+                        f"{baseline:.1f} FPS of the previous version"
+                    )
+        return PASSED
