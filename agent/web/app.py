@@ -1,0 +1,161 @@
+"""The status page's HTTP application (Starlette): the page, ``/api``, ``/metrics``, ``/healthz``.
+
+Routes (docs/status-page.md has every field):
+
+- ``GET /``: the page (``static/index.html``; its script, styles and the uPlot chart library
+  are served from ``/static``, nothing from the internet);
+- ``GET /api/status``: the agent snapshot (`AgentSnapshot.to_json`);
+- ``GET /api/problems``: health and the problem list, failures first;
+- ``GET /api/history?since=TS``: the chart points newer than ``TS`` (Unix seconds);
+- ``GET /api/events``, ``GET /api/logs``: recent events and log lines, oldest first;
+- ``GET /api/cameras/<name>/snapshot.jpg?quality=Q``: the camera's newest frame, annotated;
+- ``POST /api/rollback``, ``POST /api/cameras/<name>/restart``: the technician's actions;
+- ``GET /metrics``: Prometheus text format; ``GET /healthz``: 200 or 503 with the reasons.
+
+Access rules are `agent.web.auth.AccessMiddleware`'s. Endpoints run on the server's event loop
+and call the agent (`AgentControls`) in worker threads, since a snapshot may wait for the
+cameras' lock during an activation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from agent.errors import CodedError, ErrorCode
+from agent.web.auth import AccessMiddleware, Guard
+from agent.web.controls import AgentControls
+from agent.web.history import History
+from agent.web.logs import RecentLogs
+from agent.web.metrics import metrics_registry
+from agent.web.problems import page_problems
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+NO_STORE = {"Cache-Control": "no-store"}
+#: HTTP status of each error an action or a read may raise
+STATUS_OF = {
+    ErrorCode.NO_PREVIOUS: 409,
+    ErrorCode.BUSY: 503,
+    ErrorCode.NO_PIPELINE: 404,
+    ErrorCode.NO_FRAME: 503,
+}
+
+
+def _error(exc: CodedError) -> JSONResponse:
+    body = {"ok": False, "error": {"code": exc.code.value, "message": exc.message}}
+    return JSONResponse(body, STATUS_OF.get(exc.code, 500), NO_STORE)
+
+
+def _number(request: Request, name: str, default: float, low: float, high: float) -> float:
+    try:
+        value = float(request.query_params.get(name, default))
+    except ValueError:
+        return default
+    return min(max(value, low), high)
+
+
+class StatusApp:
+    """The endpoints over `controls`, `history` and `logs`; `stall_s` is the health limit the
+    problem list names a hung camera with."""
+
+    def __init__(
+        self, controls: AgentControls, guard: Guard, history: History, logs: RecentLogs, stall_s: float
+    ) -> None:
+        self.controls, self.guard, self.history, self.logs, self.stall_s = controls, guard, history, logs, stall_s
+        self._registry = metrics_registry(controls.snapshot, controls.health)
+
+    def asgi(self) -> Starlette:
+        routes = [
+            Route("/", self.page),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+            Route("/api/status", self.status),
+            Route("/api/problems", self.problems),
+            Route("/api/history", self.history_points),
+            Route("/api/events", self.events),
+            Route("/api/logs", self.log_lines),
+            Route("/api/cameras/{name}/snapshot.jpg", self.camera_jpeg),
+            Route("/api/rollback", self.rollback, methods=["POST"]),
+            Route("/api/cameras/{name}/restart", self.restart, methods=["POST"]),
+            Route("/metrics", self.metrics),
+            Route("/healthz", self.healthz),
+        ]
+        return Starlette(routes=routes, middleware=[Middleware(AccessMiddleware, guard=self.guard)])
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def page(self, request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def status(self, request: Request) -> Response:
+        snapshot = await run_in_threadpool(self.controls.snapshot)
+        return JSONResponse(snapshot.to_json(), headers=NO_STORE)
+
+    async def problems(self, request: Request) -> Response:
+        snapshot = await run_in_threadpool(self.controls.snapshot)
+        health = await run_in_threadpool(self.controls.health)
+        found = page_problems(snapshot, health, self.history.reference_fps(time.time()), self.stall_s)
+        body = {"health": asdict(health), "problems": [f.to_json() for f in found]}
+        return JSONResponse(body, headers=NO_STORE)
+
+    async def history_points(self, request: Request) -> Response:
+        since = _number(request, "since", 0.0, 0.0, float("inf"))
+        return JSONResponse(self.history.to_json(since), headers=NO_STORE)
+
+    async def events(self, request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(self.controls.events), headers=NO_STORE)
+
+    async def log_lines(self, request: Request) -> Response:
+        return JSONResponse(self.logs.to_json(), headers=NO_STORE)
+
+    async def camera_jpeg(self, request: Request) -> Response:
+        quality = int(_number(request, "quality", 80, 1, 100))
+        try:
+            jpeg = await run_in_threadpool(self.controls.camera_jpeg, request.path_params["name"], quality)
+        except CodedError as exc:
+            return _error(exc)
+        return Response(jpeg, media_type="image/jpeg", headers=NO_STORE)
+
+    async def metrics(self, request: Request) -> Response:
+        body = await run_in_threadpool(generate_latest, self._registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(self, request: Request) -> Response:
+        health = await run_in_threadpool(self.controls.health)
+        return JSONResponse(asdict(health), 200 if health.ok else 503, NO_STORE)
+
+    # -- acting (POST only, authenticated and same-origin: see agent.web.auth) ------------------
+
+    async def rollback(self, request: Request) -> Response:
+        log.warning("status page: rollback requested from %s", _client(request))
+        try:
+            deployment = await run_in_threadpool(self.controls.rollback)
+        except CodedError as exc:
+            log.warning("status page: rollback refused: %s", exc)
+            return _error(exc)
+        return JSONResponse({"ok": True, "deployment": asdict(deployment)}, headers=NO_STORE)
+
+    async def restart(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        log.warning("status page: restart of camera %r requested from %s", name[:64], _client(request))
+        try:
+            restarted = await run_in_threadpool(self.controls.restart, name)
+        except CodedError as exc:
+            return _error(exc)
+        return JSONResponse({"ok": True, "restarted": restarted}, headers=NO_STORE)
+
+
+def _client(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "an unknown client"
