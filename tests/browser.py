@@ -17,6 +17,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ class Chromium:
             stderr=subprocess.DEVNULL,
         )
         self.port = self._devtools_port()
-        self._sockets: list[ClientConnection] = []
+        self._sockets = ExitStack()
 
     def _devtools_port(self, timeout: float = 30.0) -> int:
         active = self.profile / "DevToolsActivePort"
@@ -130,13 +131,13 @@ class Chromium:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=10) as response:
             targets = json.loads(response.read())
         target = next(t for t in targets if t["type"] == "page")
-        socket = connect(target["webSocketDebuggerUrl"], max_size=64 << 20, open_timeout=10)
-        self._sockets.append(socket)
+        socket = self._sockets.enter_context(
+            connect(target["webSocketDebuggerUrl"], max_size=64 << 20, open_timeout=10)
+        )
         return Page(socket)
 
     def close(self) -> None:
-        for socket in self._sockets:
-            socket.close()
+        self._sockets.close()
         self.process.terminate()
         try:
             self.process.wait(10)

@@ -246,8 +246,12 @@ class MqttLink:
         self._due = time.monotonic() + wait_s
 
     def _network_thread_died(self) -> bool:
-        thread = getattr(self._client, "_thread", None)  # loop_start's thread: paho has no public accessor
-        return isinstance(thread, threading.Thread) and not thread.is_alive()
+        """paho's loop_start thread ended (paho clears `_thread` when it does; it has no public
+        accessor, and a paho without that attribute counts as alive)."""
+        if not hasattr(self._client, "_thread"):
+            return False
+        thread = self._client._thread
+        return thread is None or not thread.is_alive()
 
     def _supervise(self) -> None:
         settings = self.settings
@@ -290,11 +294,11 @@ class MqttLink:
     def _handle_connect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
     ) -> None:
-        self._attempted.set()
         if reason.is_failure:
             self._refused = True
             self.last_error = f"{self.settings.broker} refused the connection: {reason}"
             log.warning("mqtt: %s", self.last_error)
+            self._attempted.set()
             self._lost.set()
             return
         if self.reconnects or self.last_error:
@@ -310,6 +314,7 @@ class MqttLink:
                 while queue:
                     payload, qos = queue.popleft()
                     client.publish(topic, payload, qos=qos)
+        self._attempted.set()
         try:
             self._on_connect_hook()
         except Exception:
