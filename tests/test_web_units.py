@@ -401,3 +401,19 @@ def test_recent_logs_keep_the_newest_lines_as_they_were_logged() -> None:
     logger.removeHandler(logs)
     assert logs.to_json()[0]["message"] == "first [1, 2]", "formatted when logged, not when read"
     assert lines[1]["level"] == "ERROR" and lines[1]["logger"] == "test.recent"
+
+
+def test_config_example_serves_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agent.cli import main
+    from agent.config.loading import load_config
+
+    args = ["config", "example", "--state-dir", str(tmp_path), "--status-listen", "0.0.0.0:8080"]
+    assert main(args) == 1
+    assert "is not a loopback address: set username and password_file" in capsys.readouterr().err
+    assert main([*args, "--status-user", "tech", "--status-password-file", str(tmp_path / "pw")]) == 0
+    path = tmp_path / "agent.yaml"
+    path.write_text(capsys.readouterr().out)
+    page = load_config(path).status_page
+    assert page is not None and (page.host, page.port, page.username) == ("0.0.0.0", 8080, "tech")
+    assert main(["config", "example", "--status-user", "tech"]) == 1
+    assert "go with --status-listen" in capsys.readouterr().err
