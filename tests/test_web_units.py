@@ -289,7 +289,7 @@ def test_the_watchdog_is_pinged_every_half_interval_only_while_healthy() -> None
     notifier.clock = clock
     service = Service(notifier, watchdog_s=4.0, clock=clock)
     assert service.tick_s == 0.5
-    service.ready("serving demo")
+    service.ready(None, lambda: "serving demo")
     for step in range(40):  # 20 s healthy, then hung from 10 s to 16 s
         clock.now = step * 0.5
         hung = 10.0 <= clock.now < 16.0

@@ -46,7 +46,7 @@ from agent.config.loading import load_config, security_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.deployer import Deployer, deployment_status
 from agent.daemon.governing import Governing
-from agent.daemon.page import page_controls, service_line
+from agent.daemon.page import service_line, start_page
 from agent.daemon.service import Service
 from agent.daemon.telemetry import status_document, telemetry_document
 from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
@@ -160,26 +160,20 @@ class Agent:
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
         service = Service.from_environment()
         self.start()
-        self._ready(service)
+        service.ready(self.link, self.service_status)
         try:
             while not self._stop.wait(service.tick_s):
                 if self._reload.is_set():
                     self._reload.clear()
                     service.reloading()
                     self.reload()
-                    self._ready(service)
+                    service.ready(self.link, self.service_status)
                 if service.notifier.enabled:
                     service.tick(self.health(), self.service_status)
         finally:
             service.stopping()
             self.stop()
         return 0
-
-    def _ready(self, service: Service) -> None:
-        """READY=1 once the cameras run (`start` returned) and the broker was tried once."""
-        if service.notifier.enabled and self.link is not None and not self.link.wait_attempted(30.0):
-            log.warning("mqtt: no answer from %s yet; telling systemd the agent is ready", self.link.settings.broker)
-        service.ready(self.service_status())
 
     def start(self) -> None:
         use_one_opencv_thread()
@@ -211,7 +205,7 @@ class Agent:
             self.link.start()
             self.deployer.start()
             self._spawn(self._command_loop, "commands")
-        self._start_page()
+        self.web = start_page(self)
         log.info(
             "edge-agent %s running as %s (%s), %d pipeline(s), broker %s",
             agent_version(),
@@ -224,7 +218,9 @@ class Agent:
     def stop(self) -> None:
         log.info("stopping")
         self._state = "stopping"
-        self._stop_page()
+        if self.web is not None:
+            self.web.stop()
+            self.web = None
         self._publish_status()
         if self.deployer is not None:
             self.deployer.stop()
@@ -492,21 +488,3 @@ class Agent:
     def service_status(self) -> str:
         """One line for systemd's STATUS=: what is served, the cameras, the broker, the governor."""
         return service_line(self.snapshot())
-
-    def _start_page(self) -> None:
-        """Serve the status page when configured; one that cannot start is logged, and the
-        agent serves on without it."""
-        if self.config.status_page is None:
-            return
-        from agent.web.server import StatusServer
-
-        try:
-            self.web = StatusServer(self.config.status_page, page_controls(self), self.config.health.stall_s).start()
-        except (OSError, ConfigError) as exc:
-            log.error("status page not served: %s", exc)
-            self.web = None
-
-    def _stop_page(self) -> None:
-        if self.web is not None:
-            self.web.stop()
-            self.web = None

@@ -1,20 +1,43 @@
-"""The daemon's local faces: the status page's `AgentControls` and systemd's STATUS= line.
+"""The daemon's local faces: the status page (started with its `AgentControls`) and systemd's
+STATUS= line.
 
 `page_controls` is the one place the web room gets hold of the agent: a few callables over
 `Agent`'s public methods, the rollback answered as the `DeploymentStatus` the page shows.
-`service_line` says in one line what ``systemctl status edge-agent`` should show.
+`start_page` serves the page when agent.yaml asks for it; one that cannot start is logged and
+the agent serves on without it. `service_line` says in one line what ``systemctl status
+edge-agent`` should show.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from agent.daemon.deployer import deployment_status
+from agent.errors import ConfigError
 from agent.snapshot import AgentSnapshot
 from agent.web.controls import AgentControls
 
 if TYPE_CHECKING:
     from agent.daemon.agent import Agent
+    from agent.web.server import StatusServer
+
+log = logging.getLogger(__name__)
+
+
+def start_page(agent: Agent) -> StatusServer | None:
+    """The page for `agent`'s ``status_page`` settings, started; None when not configured or
+    when it cannot start (logged: an address in use, a password file missing)."""
+    settings = agent.config.status_page
+    if settings is None:
+        return None
+    from agent.web.server import StatusServer  # Starlette and uvicorn load only when the page is on
+
+    try:
+        return StatusServer(settings, page_controls(agent), agent.config.health.stall_s).start()
+    except (OSError, ConfigError) as exc:
+        log.error("status page not served: %s", exc)
+        return None
 
 
 def page_controls(agent: Agent) -> AgentControls:

@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 
+from agent.mqtt.link import MqttLink
 from agent.snapshot import Health
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,14 @@ class Service:
         """How often the main thread should call `tick`."""
         return min(0.5, self.watchdog_s / 4) if self.watchdog_s else 0.5
 
-    def ready(self, status: str) -> None:
-        self.notifier.send("READY=1", f"STATUS={status}")
+    def ready(self, link: MqttLink | None, status: Callable[[], str], wait_s: float = 30.0) -> None:
+        """READY=1 once the broker was tried once (`link` None: no broker; the caller started
+        the cameras); `status` makes the STATUS= line."""
+        if not self.notifier.enabled:
+            return
+        if link is not None and not link.wait_attempted(wait_s):
+            log.warning("mqtt: no answer from %s yet; telling systemd the agent is ready", link.settings.broker)
+        self.notifier.send("READY=1", f"STATUS={status()}")
         self._next_status = self._clock() + STATUS_EVERY_S
 
     def reloading(self) -> None:
