@@ -27,6 +27,7 @@ are the actions shared by the MQTT commands and the page.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import queue
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def agent_version() -> str:
     try:
         return importlib.metadata.version("edge-agent")
@@ -169,7 +171,7 @@ class Agent:
                     self.reload()
                     service.ready(self.link, self.service_status)
                 if service.notifier.enabled:
-                    service.tick(self.health(), self.service_status)
+                    service.tick(self.health, self.service_status)
         finally:
             service.stopping()
             self.stop()

@@ -34,7 +34,7 @@ def start_page(agent: Agent) -> StatusServer | None:
     from agent.web.server import StatusServer  # Starlette and uvicorn load only when the page is on
 
     try:
-        return StatusServer(settings, page_controls(agent), agent.config.health.stall_s).start()
+        return StatusServer(settings, page_controls(agent)).start()
     except (OSError, ConfigError) as exc:
         log.error("status page not served: %s", exc)
         return None

@@ -8,8 +8,8 @@ systemd) it does nothing. A send that fails is logged once and never stops the d
 `Service` decides when: `tick` (from the main thread, every `tick_s`) pings the watchdog every
 half of ``$WATCHDOG_USEC`` only while the agent's `Health` is ok, so a hung camera or MQTT loop
 stops the pings and systemd restarts the service after ``WatchdogSec=``; it also keeps
-``STATUS=`` current (every `STATUS_EVERY_S` seconds, and at once when health changes). The
-clock is injected.
+``STATUS=`` current (every `STATUS_EVERY_S` seconds; a change of health shows at the next ping
+or refresh). Health is asked only when one of them is due. The clock is injected.
 """
 
 from __future__ import annotations
@@ -105,16 +105,21 @@ class Service:
     def stopping(self) -> None:
         self.notifier.send("STOPPING=1", "STATUS=stopping")
 
-    def tick(self, health: Health, status: Callable[[], str]) -> None:
-        """Ping the watchdog when due and `health` is ok; refresh ``STATUS=`` (made by `status`)."""
+    def tick(self, health_now: Callable[[], Health], status: Callable[[], str]) -> None:
+        """Ping the watchdog when due and the agent's health (asked only then, or when STATUS=
+        is due: it reads every camera) is ok; refresh ``STATUS=`` (made by `status`)."""
         now = self._clock()
+        ping_due = self.watchdog_s is not None and now >= self._next_ping
+        if not ping_due and not (self.notifier.enabled and now >= self._next_status):
+            return
+        health = health_now()
         changed = health.problems != self._problems
         if changed and not health.ok:
             log.error("unhealthy, the watchdog is no longer pinged: %s", "; ".join(health.problems))
         elif changed:
             log.info("healthy again: the watchdog is pinged")
         self._problems = health.problems
-        if self.watchdog_s is not None and health.ok and now >= self._next_ping:
+        if health.ok and ping_due and self.watchdog_s is not None:
             self.notifier.send("WATCHDOG=1")
             self._next_ping = now + self.watchdog_s / 2
         if self.notifier.enabled and (changed or now >= self._next_status):

@@ -14,13 +14,17 @@ Routes (docs/status-page.md has every field):
 
 Access rules are `agent.web.auth.AccessMiddleware`'s. Endpoints run on the server's event loop
 and call the agent (`AgentControls`) in worker threads, since a snapshot may wait for the
-cameras' lock during an activation.
+cameras' lock during an activation. One poll of the page (status, problems, history) reads the
+agent once: a snapshot is reused for up to `SNAPSHOT_REUSE_S` (`RecentSnapshot`), and forgotten
+after an action, so the page shows what the action did.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -34,6 +38,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agent.errors import CodedError, ErrorCode
+from agent.snapshot import AgentSnapshot
 from agent.web.auth import AccessMiddleware, Guard
 from agent.web.controls import AgentControls
 from agent.web.history import History
@@ -45,6 +50,7 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
 NO_STORE = {"Cache-Control": "no-store"}
+SNAPSHOT_REUSE_S = 1.0  # seconds a snapshot serves the requests of one poll
 #: HTTP status of each error an action or a read may raise
 STATUS_OF = {
     ErrorCode.NO_PREVIOUS: 409,
@@ -67,15 +73,36 @@ def _number(request: Request, name: str, default: float, low: float, high: float
     return min(max(value, low), high)
 
 
-class StatusApp:
-    """The endpoints over `controls`, `history` and `logs`; `stall_s` is the health limit the
-    problem list names a hung camera with."""
+class RecentSnapshot:
+    """`read` (the agent's snapshot), reused while younger than `max_age_s` seconds of `clock`
+    (any thread)."""
 
     def __init__(
-        self, controls: AgentControls, guard: Guard, history: History, logs: RecentLogs, stall_s: float
+        self, read: Callable[[], AgentSnapshot], max_age_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.controls, self.guard, self.history, self.logs, self.stall_s = controls, guard, history, logs, stall_s
-        self._registry = metrics_registry(controls.snapshot, controls.health)
+        self._read, self._max_age_s, self._clock = read, max_age_s, clock
+        self._lock = threading.Lock()
+        self._kept: tuple[float, AgentSnapshot] | None = None
+
+    def __call__(self) -> AgentSnapshot:
+        with self._lock:
+            now = self._clock()
+            if self._kept is None or now - self._kept[0] > self._max_age_s:
+                self._kept = (now, self._read())
+            return self._kept[1]
+
+    def forget(self) -> None:
+        with self._lock:
+            self._kept = None
+
+
+class StatusApp:
+    """The endpoints over `controls`, `history` and `logs`, behind `guard`."""
+
+    def __init__(self, controls: AgentControls, guard: Guard, history: History, logs: RecentLogs) -> None:
+        self.controls, self.guard, self.history, self.logs = controls, guard, history, logs
+        self.snapshot = RecentSnapshot(controls.snapshot, SNAPSHOT_REUSE_S)
+        self._registry = metrics_registry(self.snapshot, controls.health)
 
     def asgi(self) -> Starlette:
         routes = [
@@ -100,13 +127,13 @@ class StatusApp:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def status(self, request: Request) -> Response:
-        snapshot = await run_in_threadpool(self.controls.snapshot)
+        snapshot = await run_in_threadpool(self.snapshot)
         return JSONResponse(snapshot.to_json(), headers=NO_STORE)
 
     async def problems(self, request: Request) -> Response:
-        snapshot = await run_in_threadpool(self.controls.snapshot)
+        snapshot = await run_in_threadpool(self.snapshot)
         health = await run_in_threadpool(self.controls.health)
-        found = page_problems(snapshot, health, self.history.reference_fps(time.time()), self.stall_s)
+        found = page_problems(snapshot, health, self.history.reference_fps(time.time()))
         body = {"health": asdict(health), "problems": [f.to_json() for f in found]}
         return JSONResponse(body, headers=NO_STORE)
 
@@ -145,6 +172,7 @@ class StatusApp:
         except CodedError as exc:
             log.warning("status page: rollback refused: %s", exc)
             return _error(exc)
+        self.snapshot.forget()
         return JSONResponse({"ok": True, "deployment": asdict(deployment)}, headers=NO_STORE)
 
     async def restart(self, request: Request) -> Response:
@@ -154,6 +182,8 @@ class StatusApp:
             restarted = await run_in_threadpool(self.controls.restart, name)
         except CodedError as exc:
             return _error(exc)
+        finally:
+            self.snapshot.forget()
         return JSONResponse({"ok": True, "restarted": restarted}, headers=NO_STORE)
 
 

@@ -124,16 +124,10 @@ def judge_broker(link: LinkStats | None) -> Finding:
     )
 
 
-def judge_camera(camera: PipelineStats, reference_fps: float | None, stall_s: float | None = None) -> Finding:
-    """A camera: hung, lost, ended, or slower than it was on this version (`reference_fps`)."""
+def judge_camera(camera: PipelineStats, reference_fps: float | None) -> Finding:
+    """A camera: lost, ended, or slower than it was on this version (`reference_fps`); a hung
+    one is the agent's health to say (`page_problems`)."""
     check, source = f"camera {camera.name}", camera.source_status
-    if stall_s is not None and camera.stalled_s > stall_s:
-        return Finding(
-            check,
-            "fail",
-            f"camera {camera.name} is hung: no frame read or inferred for {camera.stalled_s:.0f} s",
-            "the watchdog restarts the service; if it comes back, check the camera's driver and cable",
-        )
     if source.state == "reconnecting":
         return Finding(
             check,
@@ -170,12 +164,18 @@ def judge_deployment(deployment: DeploymentStatus | None, problem: str | None) -
     return Finding("deployment", "pass", f"last deployment: {deployment.state if deployment else 'none'}")
 
 
-def page_problems(
-    snapshot: AgentSnapshot, health: Health, reference_fps: Mapping[str, float], stall_s: float | None = None
-) -> list[Finding]:
+def judge_hung(problem: str) -> Finding:
+    """One of `Health.problems`: a loop that stopped turning."""
+    check = problem.split(":")[0] if problem.startswith("camera ") else "health"
+    fix = "the watchdog restarts the service; if it happens again, check the camera's driver and cable, and the log"
+    return Finding(check, "fail", f"hung: {problem}", fix)
+
+
+def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mapping[str, float]) -> list[Finding]:
     """Everything wrong with the agent now, failures first; `reference_fps` is the FPS each
     camera reached on the serving version (the page's history measures it)."""
-    found: list[Finding] = []
+    found = [judge_hung(problem) for problem in health.problems]
+    hung = {f.check for f in found}
     if snapshot.serving_error:
         found.append(Finding("model", "fail", f"the model cannot run: {snapshot.serving_error}", "roll back below"))
     elif snapshot.bundle is None:
@@ -187,8 +187,7 @@ def page_problems(
                 "push one from the fleet (edge-agent fleet push) or install one (edge-agent install BUNDLE)",
             )
         )
-    found += [judge_camera(c, reference_fps.get(c.name), stall_s) for c in snapshot.cameras]
-    found += [Finding("health", "fail", problem) for problem in health.problems if not problem.startswith("camera ")]
+    found += [judge_camera(c, reference_fps.get(c.name)) for c in snapshot.cameras if f"camera {c.name}" not in hung]
     governor = snapshot.governor
     if governor is not None and governor.decision.thermal in ("HOT", "CRITICAL"):
         decision = governor.decision

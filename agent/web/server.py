@@ -48,15 +48,17 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 class StatusServer:
-    """The page for `controls` as `settings` (agent.yaml's ``status_page``) says; `stall_s` is
-    the daemon's hung-loop limit. Raises `ConfigError` for a password that cannot be read."""
+    """The page for `controls` as `settings` (agent.yaml's ``status_page``) says. Raises
+    `ConfigError` for a password that cannot be read."""
 
-    def __init__(self, settings: StatusPageSection, controls: AgentControls, stall_s: float) -> None:
+    def __init__(self, settings: StatusPageSection, controls: AgentControls) -> None:
         self.settings, self.controls = settings, controls
         self.history = History(points=int(settings.history_s / settings.sample_s) + 1)
         self.logs = RecentLogs()
         guard = Guard(settings.username, settings.password())
-        app = StatusApp(controls, guard, self.history, self.logs, stall_s).asgi()
+        status_app = StatusApp(controls, guard, self.history, self.logs)
+        self._snapshot = status_app.snapshot  # shared with the page's requests
+        app = status_app.asgi()
         tls = settings.tls
         self._config = uvicorn.Config(
             app,
@@ -103,7 +105,7 @@ class StatusServer:
     def _sample(self) -> None:
         while True:
             try:
-                self.history.record(self.controls.snapshot())
+                self.history.record(self._snapshot())
             except Exception:  # the charts miss a point; the page and the agent go on
                 log.exception("status page: recording the history failed")
             if self._stop.wait(self.settings.sample_s):
