@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from tests.conftest import FAKES
 from tests.fleet_helpers import cli
 from tests.mqtt_tools import Broker, free_port
 from tests.page_tools import install_versions, running
-from tests.test_transfer import make_certificates
+from tests.test_transfer import secured_listener
 
 TREE = FAKES / "laptop-battery"
 
@@ -28,13 +27,7 @@ def device(tmp_path: Path, bundles: dict[str, Path], keys: dict[str, Path]) -> d
     """A TLS broker with a password file, and an agent.yaml (as a dict) that reaches it."""
     if shutil.which("mosquitto_passwd") is None:
         pytest.skip("mosquitto_passwd is not installed (apt-get install mosquitto)")
-    certs = make_certificates(tmp_path)
-    passwords = tmp_path / "passwords"
-    subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwords), "cam-1", "s3cret"], check=True)
-    listener = (
-        f"cafile {certs['ca.pem']}\ncertfile {certs['server.pem']}\nkeyfile {certs['server.key']}\n"
-        f"password_file {passwords}\nallow_anonymous false\n"
-    )
+    certs, listener = secured_listener(tmp_path, client_certificate=False)
     broker = Broker(tmp_path / "broker", listener=listener).start()
     (tmp_path / "mqtt-password").write_text("s3cret\n")
     install_versions(tmp_path / "state", bundles, keys, probe(TREE))
