@@ -315,3 +315,30 @@ def test_tls_with_a_certificate_file(tmp_path: Path) -> None:
             answer = http(url, headers=basic("tech", "pw"), context=context)  # the socket listens once start() returned
             assert answer.status == 200 and answer.json()["state"] == "online"
             assert http(url, context=context).status == 401
+
+
+def test_rollback_without_a_broker_switches_the_store_and_serves_the_previous_version(
+    tmp_path: Path, bundles: dict[str, Path], keys: dict[str, Path]
+) -> None:
+    """No broker, so no deployer: the page's rollback goes to the store and re-serves the cameras."""
+    board, port = probe(TREE), free_port()
+    install_versions(tmp_path / "state", bundles, keys, board)
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "status_page": {"listen": f"127.0.0.1:{port}", "username": "tech", "password_env": "EDGE_AGENT_TEST_PW"},
+    }
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("EDGE_AGENT_TEST_PW", "s3cret pass")
+        with running(config, board, TREE) as agent:
+            assert agent.deployer is None and agent.snapshot().serving.runtime == "litert"  # type: ignore[union-attr]
+            url = f"http://127.0.0.1:{port}"
+            done = http(url + "/api/rollback", "POST", AUTH, b"{}")
+            assert done.status == 200 and done.json()["deployment"]["version"] == "1.0.0", done.body
+            document = http(url + "/api/status", headers=AUTH).json()
+            assert document["bundle"]["version"] == "1.0.0" and document["serving"]["runtime"] == "onnxruntime"
+            assert document["deployment"]["state"] == "ROLLED_BACK"
+            wait_until(lambda: agent.snapshot().cameras[0].runtime == "onnxruntime", 30, "the camera on 1.0.0")
+            again = http(url + "/api/rollback", "POST", AUTH, b"{}")
+            assert again.status == 200 and again.json()["deployment"]["version"] == "1.1.0", "back and forth"
