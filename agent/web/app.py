@@ -14,9 +14,12 @@ Routes (docs/status-page.md has every field):
 
 Access rules are `agent.web.auth.AccessMiddleware`'s. Endpoints run on the server's event loop
 and call the agent (`AgentControls`) in worker threads, since a snapshot may wait for the
-cameras' lock during an activation. One poll of the page (status, problems, history) reads the
-agent once: a snapshot is reused for up to `SNAPSHOT_REUSE_S` (`RecentSnapshot`), and forgotten
-after an action, so the page shows what the action did.
+cameras' lock during an activation: one lane for reads and one for actions, a thread each at
+most (a page polling in a browser then keeps one thread, and its memory, busy, not a pool's
+worth; a rollback waiting for a deployment step never holds up ``/healthz``). One poll of the
+page (status, problems, history) reads the agent once: a snapshot is reused for up to
+`SNAPSHOT_REUSE_S` (`RecentSnapshot`), and forgotten after an action, so the page shows what
+the action did.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -51,6 +56,7 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 NO_STORE = {"Cache-Control": "no-store"}
 SNAPSHOT_REUSE_S = 1.0  # seconds a snapshot serves the requests of one poll
+T = TypeVar("T")
 #: HTTP status of each error an action or a read may raise
 STATUS_OF = {
     ErrorCode.NO_PREVIOUS: 409,
@@ -103,6 +109,13 @@ class StatusApp:
         self.controls, self.guard, self.history, self.logs = controls, guard, history, logs
         self.snapshot = RecentSnapshot(controls.snapshot, SNAPSHOT_REUSE_S)
         self._registry = metrics_registry(self.snapshot, controls.health)
+        self._lanes: dict[str, anyio.CapacityLimiter] = {}  # made on the event loop, at first use
+
+    async def _in(self, lane: str, func: Callable[..., T], *args: Any) -> T:
+        """`func(*args)` in the worker thread of `lane` (``read`` or ``act``)."""
+        if lane not in self._lanes:
+            self._lanes[lane] = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(func, *args, limiter=self._lanes[lane])
 
     def asgi(self) -> Starlette:
         routes = [
@@ -127,12 +140,11 @@ class StatusApp:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def status(self, request: Request) -> Response:
-        snapshot = await run_in_threadpool(self.snapshot)
-        return JSONResponse(snapshot.to_json(), headers=NO_STORE)
+        document = await self._in("read", lambda: self.snapshot().to_json())
+        return JSONResponse(document, headers=NO_STORE)
 
     async def problems(self, request: Request) -> Response:
-        snapshot = await run_in_threadpool(self.snapshot)
-        health = await run_in_threadpool(self.controls.health)
+        snapshot, health = await self._in("read", lambda: (self.snapshot(), self.controls.health()))
         found = page_problems(snapshot, health, self.history.reference_fps(time.time()))
         body = {"health": asdict(health), "problems": [f.to_json() for f in found]}
         return JSONResponse(body, headers=NO_STORE)
@@ -142,7 +154,7 @@ class StatusApp:
         return JSONResponse(self.history.to_json(since), headers=NO_STORE)
 
     async def events(self, request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(self.controls.events), headers=NO_STORE)
+        return JSONResponse(await self._in("read", self.controls.events), headers=NO_STORE)
 
     async def log_lines(self, request: Request) -> Response:
         return JSONResponse(self.logs.to_json(), headers=NO_STORE)
@@ -150,17 +162,17 @@ class StatusApp:
     async def camera_jpeg(self, request: Request) -> Response:
         quality = int(_number(request, "quality", 80, 1, 100))
         try:
-            jpeg = await run_in_threadpool(self.controls.camera_jpeg, request.path_params["name"], quality)
+            jpeg = await self._in("read", self.controls.camera_jpeg, request.path_params["name"], quality)
         except CodedError as exc:
             return _error(exc)
         return Response(jpeg, media_type="image/jpeg", headers=NO_STORE)
 
     async def metrics(self, request: Request) -> Response:
-        body = await run_in_threadpool(generate_latest, self._registry)
+        body = await self._in("read", generate_latest, self._registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(self, request: Request) -> Response:
-        health = await run_in_threadpool(self.controls.health)
+        health = await self._in("read", self.controls.health)
         return JSONResponse(asdict(health), 200 if health.ok else 503, NO_STORE)
 
     # -- acting (POST only, authenticated and same-origin: see agent.web.auth) ------------------
@@ -168,7 +180,7 @@ class StatusApp:
     async def rollback(self, request: Request) -> Response:
         log.warning("status page: rollback requested from %s", _client(request))
         try:
-            deployment = await run_in_threadpool(self.controls.rollback)
+            deployment = await self._in("act", self.controls.rollback)
         except CodedError as exc:
             log.warning("status page: rollback refused: %s", exc)
             return _error(exc)
@@ -179,7 +191,7 @@ class StatusApp:
         name = request.path_params["name"]
         log.warning("status page: restart of camera %r requested from %s", name[:64], _client(request))
         try:
-            restarted = await run_in_threadpool(self.controls.restart, name)
+            restarted = await self._in("act", self.controls.restart, name)
         except CodedError as exc:
             return _error(exc)
         finally:
