@@ -59,7 +59,6 @@ from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor, SystemReadings
 from agent.mqtt.commands import (
     Command,
-    CommandError,
     NoArgs,
     PipelineArgs,
     RateLimits,
@@ -423,22 +422,13 @@ class Agent:
             self.link.reply(message, response.payload, response.content_type)
 
     def _cmd_rollback(self, _: NoArgs) -> dict[str, Any]:
-        try:
-            return asdict(self.rollback())
-        except CodedError as exc:
-            raise CommandError(exc.code, exc.message) from exc
+        return asdict(self.rollback())  # a CodedError is answered with its code
 
     def _cmd_restart(self, args: PipelineArgs) -> dict[str, Any]:
-        try:
-            return {"restarted": self.restart_camera(args.pipeline)}
-        except CodedError as exc:
-            raise CommandError(exc.code, exc.message) from exc
+        return {"restarted": self.restart_camera(args.pipeline)}
 
     def _cmd_snapshot(self, args: SnapshotArgs) -> Response:
-        try:
-            return Response(self.camera_jpeg(args.pipeline, args.quality), "image/jpeg")
-        except CodedError as exc:
-            raise CommandError(exc.code, exc.message) from exc
+        return Response(self.camera_jpeg(args.pipeline, args.quality), "image/jpeg")
 
     # -- actions (the commands and the status page) ----------------------------------------------
 

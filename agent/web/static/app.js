@@ -210,7 +210,7 @@ function drawCharts() {
 // -- events, logs, actions -------------------------------------------------------------------
 
 function renderEvents(events) {
-  const rows = events.slice(-30).reverse().map((e) => {
+  const rows = events.slice(-15).reverse().map((e) => {
     const time = new Date(e.ts * 1000).toLocaleTimeString();
     const what = e.type === "governor"
       ? `governor ${e.previous} → ${e.level}: ${e.reason}`
@@ -221,7 +221,7 @@ function renderEvents(events) {
 }
 
 function renderLogs(lines) {
-  $("logs").textContent = lines.slice(-60).map((l) =>
+  $("logs").textContent = lines.slice(-60).reverse().map((l) =>
     `${new Date(l.ts * 1000).toLocaleTimeString()} ${l.level.padEnd(7)} ${l.message}`).join("\n") || "no log lines yet";
 }
 
