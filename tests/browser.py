@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from tests.needs import missing
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
     "--headless",
@@ -105,7 +107,7 @@ class Chromium:
 
     def __init__(self, width: int = 1280, height: int = 900) -> None:
         if CHROMIUM is None:
-            pytest.skip("chromium is not installed (apt-get install chromium)")
+            missing("chromium", "chromium is not installed (apt-get install chromium)")
         self.profile = Path(tempfile.mkdtemp(prefix="chromium-"))
         self.process = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}", "about:blank"],

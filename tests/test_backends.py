@@ -130,7 +130,8 @@ def test_registry_reports_what_is_installed() -> None:
     infos = available_runtimes()
     assert infos["onnxruntime"].available and "CPUExecutionProvider" in infos["onnxruntime"].devices
     assert infos["litert"].available and infos["litert"].version
-    assert not infos["tensorrt"].available and infos["tensorrt"].reason
+    tensorrt = infos["tensorrt"]
+    assert tensorrt.available or tensorrt.reason, "an unavailable runtime says why (on a Jetson it is available)"
 
 
 def test_registry_missing_library_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ from agent.hardware.probe import probe
 from tests.conftest import FAKES
 from tests.fleet_helpers import cli
 from tests.mqtt_tools import Broker, free_port
+from tests.needs import missing
 from tests.page_tools import install_versions, running
 from tests.test_transfer import secured_listener
 
@@ -26,7 +27,7 @@ TREE = FAKES / "laptop-battery"
 def device(tmp_path: Path, bundles: dict[str, Path], keys: dict[str, Path]) -> dict[str, Any]:
     """A TLS broker with a password file, and an agent.yaml (as a dict) that reaches it."""
     if shutil.which("mosquitto_passwd") is None:
-        pytest.skip("mosquitto_passwd is not installed (apt-get install mosquitto)")
+        missing("mosquitto_passwd", "mosquitto_passwd is not installed (apt-get install mosquitto)")
     certs, listener = secured_listener(tmp_path, client_certificate=False)
     broker = Broker(tmp_path / "broker", listener=listener).start()
     (tmp_path / "mqtt-password").write_text("s3cret\n")

@@ -19,11 +19,13 @@ import pytest
 
 from agent.config.loading import check_config
 from tests.conftest import FAKES, REPO
+from tests.needs import missing
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("useradd") is None or shutil.which("systemctl") is None,
-    reason="install.sh needs useradd (passwd) and systemctl (systemd)",
-)
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    if shutil.which("systemctl") is None:
+        missing("systemd", "install.sh enables the unit with systemctl (apt-get install systemd)")
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,18 @@ from agent.mqtt.link import Message, MqttLink
 from tests.camera_stream import MjpegStream
 from tests.conftest import REPO
 from tests.mqtt_tools import AgentProcess, Broker, agent_config, wait_until
+from tests.needs import missing
 from tests.page_tools import install_versions
 
 UNIT = REPO / "systemd" / "edge-agent.service"
-SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-needs_systemd_analyze = pytest.mark.skipif(
-    SYSTEMD_ANALYZE is None, reason="systemd-analyze is missing (apt-get install systemd)"
-)
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze") or ""
+
+
+@pytest.fixture
+def systemd_analyze() -> str:
+    if not SYSTEMD_ANALYZE:
+        missing("systemd", "systemd-analyze is missing (apt-get install systemd)")
+    return SYSTEMD_ANALYZE
 
 
 def unit_settings() -> dict[str, list[str]]:
@@ -45,30 +50,28 @@ def unit_settings() -> dict[str, list[str]]:
     return settings
 
 
-@needs_systemd_analyze
-def test_systemd_analyze_verify_passes(tmp_path: Path) -> None:
+def test_systemd_analyze_verify_passes(tmp_path: Path, systemd_analyze: str) -> None:
     """The unit as it is in the repository. Its ExecStart, /opt/edge-agent/venv/bin/edge-agent,
     exists on a device, not here: in a private mount namespace (root) a stub takes its place;
     without the right to make one, a copy naming this checkout's own edge-agent is verified."""
     stub = (
         'mount -t tmpfs tmpfs /opt && mkdir -p /opt/edge-agent/venv/bin && printf "#!/bin/sh\\n" > {0} && chmod +x {0}'
     )
-    script = stub.format("/opt/edge-agent/venv/bin/edge-agent") + f" && {SYSTEMD_ANALYZE} verify {UNIT}"
+    script = stub.format("/opt/edge-agent/venv/bin/edge-agent") + f" && {systemd_analyze} verify {UNIT}"
     result = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True)
     if "unshare failed" in result.stderr or "Operation not permitted" in result.stderr:
         copy = tmp_path / "edge-agent.service"
         copy.write_text(
             UNIT.read_text().replace("/opt/edge-agent/venv/bin/edge-agent", str(REPO / ".venv/bin/edge-agent"))
         )
-        result = subprocess.run([SYSTEMD_ANALYZE, "verify", str(copy)], capture_output=True, text=True)
+        result = subprocess.run([systemd_analyze, "verify", str(copy)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "edge-agent.service" not in result.stderr, result.stderr  # no warning about our unit
 
 
-@needs_systemd_analyze
-def test_the_unit_exposure_is_at_most_2_5() -> None:
+def test_the_unit_exposure_is_at_most_2_5(systemd_analyze: str) -> None:
     result = subprocess.run(
-        [SYSTEMD_ANALYZE, "security", "--offline=yes", str(UNIT)], capture_output=True, text=True, check=False
+        [systemd_analyze, "security", "--offline=yes", str(UNIT)], capture_output=True, text=True, check=False
     )
     found = re.search(r"Overall exposure level for edge-agent\.service: ([\d.]+)", result.stdout)
     assert found, result.stdout + result.stderr

@@ -152,8 +152,9 @@ def activate(
         with runtime:
             name = Path(choice.artifact.path).name
             try:
-                Detector(runtime, manifest.decoder)
+                detector = Detector(runtime, manifest.decoder)
                 outputs = runtime.infer([reference[f"{name}__input"]])
+                detector.check(reference[f"{name}__input"], outputs)  # the plausibility guard
             except DecoderError as exc:
                 raise BundleError(ErrorCode.DECODER_MISMATCH, f"{name}: {exc}") from exc
             except InferenceError as exc:
