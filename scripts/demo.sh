@@ -67,7 +67,9 @@ mosquitto_sub -p "$port" -t edge/demo-cam/status -C 1 -W 30 > /dev/null  # the a
 echo; echo "== an unsigned command, as any client of the broker could send it: refused"
 mosquitto_pub -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -D publish response-topic edge/replies/demo \
   -D publish correlation-data demo-cam -V mqttv5 &
-mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5; wait
+publisher=$!
+mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5
+wait "$publisher"  # only it: a bare `wait` would wait for the broker and the agent too, for ever
 sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"

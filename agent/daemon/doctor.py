@@ -176,7 +176,12 @@ def check_sensors(config: AgentConfig, root: Path) -> list[Finding]:
     finally:
         sensors.close()
     if readings.temp_c is None:
-        found = Finding("sensors", "warn", "no temperature can be read: the governor cannot protect the board")
+        found = Finding(
+            "sensors",
+            "warn",
+            "no temperature can be read: the governor cannot protect the board",
+            "on a device, check that /sys/class/thermal has zones the agent's user may read (a VM has none)",
+        )
     else:
         power = f", {readings.power_w:.1f} W" if readings.power_w is not None else ""
         found = Finding("sensors", "pass", f"{readings.temp_c:.1f} °C{power} ({', '.join(readings.sources)})")
