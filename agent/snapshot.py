@@ -18,11 +18,34 @@ from agent.hardware.probe import Board
 from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import LinkStats
-from agent.serving.engine_builder import EngineStatus
 from pipelines.pipeline import PipelineStats
 from runtimes.base import RuntimeInfo
 
 AgentState = Literal["starting", "online", "stopping", "offline"]
+
+
+#: a TensorRT engine build (`agent.serving.engine_builder`)
+BuildState = Literal["building", "ready", "failed", "cancelled"]
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """A TensorRT engine build: the bundle version and ONNX artifact it is for, the precision
+    asked, its state, TensorRT's current phase and the fraction done (0..1), Unix times it
+    started and ended, and for a failure the error code and a message a technician can act on
+    (what serves meanwhile is in `note`)."""
+
+    bundle: str
+    artifact: str
+    precision: str
+    state: BuildState
+    phase: str | None
+    progress: float
+    started: float
+    finished: float | None = None
+    error_code: str | None = None
+    message: str | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,3 +191,29 @@ class AgentSnapshot:
         document["fps"] = self.fps
         document["energy_mj_per_frame"] = self.energy_mj_per_frame
         return document
+
+
+@dataclass(frozen=True)
+class Health:
+    """Whether the daemon's loops turn: `ok` when every camera's threads, the MQTT link's loop
+    and the sampler turned within the stall limit; `problems` says which did not, in words.
+    ``/healthz`` answers from it, and the systemd watchdog is pinged only while it is ok."""
+
+    ok: bool
+    problems: tuple[str, ...] = ()
+
+
+def judge_health(
+    cameras: tuple[PipelineStats, ...], broker: LinkStats | None, sampler_stalled_s: float, stall_s: float
+) -> Health:
+    """`Health` from how far each loop is past its announced turn (seconds) and the limit."""
+    problems = [
+        f"camera {camera.name}: a capture or inference thread has not turned for {camera.stalled_s:.0f} s"
+        for camera in cameras
+        if camera.stalled_s > stall_s
+    ]
+    if broker is not None and broker.stalled_s > stall_s:
+        problems.append(f"the MQTT link's loop has not turned for {broker.stalled_s:.0f} s")
+    if sampler_stalled_s > stall_s:
+        problems.append(f"the sampler (sensors, governor, telemetry) has not turned for {sampler_stalled_s:.0f} s")
+    return Health(not problems, tuple(problems))

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from agent.cli.bundles import BUNDLE_COMMANDS, add_bundle_commands
 from agent.cli.device import DEVICE_COMMANDS, add_device_commands
+from agent.cli.doctor import DOCTOR_COMMANDS, add_doctor_commands
 from agent.cli.engines import ENGINE_COMMANDS, add_engine_commands
 from agent.cli.errors import CliError
 from agent.cli.fleet import FLEET_COMMANDS, add_fleet_commands
@@ -28,6 +29,7 @@ COMMANDS = {
     **FLEET_COMMANDS,
     **SENSOR_COMMANDS,
     **ENGINE_COMMANDS,
+    **DOCTOR_COMMANDS,
 }
 
 
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fleet_commands(commands)
     add_engine_commands(commands)
     add_sensor_commands(commands)
+    add_doctor_commands(commands)
     return parser
 
 

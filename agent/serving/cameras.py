@@ -34,8 +34,9 @@ from agent.bundles.tuning import Tuning
 from agent.config.models import PipelineSection
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
-from agent.serving.engine_builder import EngineBuilder, EngineStatus
+from agent.serving.engine_builder import EngineBuilder
 from agent.serving.loader import Loaded, open_detector
+from agent.snapshot import EngineStatus
 from pipelines.annotate import BoxAnnotator
 from pipelines.detector import Detector
 from pipelines.pipeline import Pipeline, PipelineStats, Sink

@@ -18,39 +18,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 from agent.bundles.engines import bundle_calibration, prebuilt_engines, tensorrt_config
 from agent.bundles.manifest import Manifest
 from agent.errors import ErrorCode
+from agent.snapshot import BuildState, EngineStatus
 from runtimes.base import BackendError
 from runtimes.tensorrt_backend import TensorRTConfig
 from runtimes.tensorrt_build import BuildCancelled, BuildProgress
 from runtimes.tensorrt_engines import prepare_engine
 
 log = logging.getLogger(__name__)
-
-BuildState = Literal["building", "ready", "failed", "cancelled"]
-
-
-@dataclass(frozen=True)
-class EngineStatus:
-    """A TensorRT engine build: the bundle version and ONNX artifact it is for, the precision
-    asked, its state, TensorRT's current phase and the fraction done (0..1), Unix times it
-    started and ended, and for a failure the error code and a message a technician can act on
-    (what serves meanwhile is in `note`)."""
-
-    bundle: str
-    artifact: str
-    precision: str
-    state: BuildState
-    phase: str | None
-    progress: float
-    started: float
-    finished: float | None = None
-    error_code: str | None = None
-    message: str | None = None
-    note: str | None = None
 
 
 @dataclass(frozen=True)
