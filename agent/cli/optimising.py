@@ -42,7 +42,7 @@ def _fraction(text: str) -> float:
 
 def add_optimise_arguments(build: argparse.ArgumentParser) -> None:
     """The options of `bundle build` that drive `agent.optimise` (hygiene, variants, the gate)."""
-    from agent.optimise import CALIBRATION_METHODS  # the room's __init__: the standard library only
+    from agent.optimise import ACTIVATIONS, CALIBRATION_METHODS  # the room's __init__: the standard library only
 
     group = build.add_argument_group(
         "optimising an ONNX model (needs: pip install 'edge-agent[build]'; see docs/optimising.md)"
@@ -62,6 +62,13 @@ def add_optimise_arguments(build: argparse.ArgumentParser) -> None:
         choices=CALIBRATION_METHODS,
         default="minmax",
         help="how INT8 activation ranges are found from the calibration images (default minmax)",
+    )
+    group.add_argument(
+        "--int8-activations",
+        choices=ACTIVATIONS,
+        default="symmetric",
+        help="symmetric (zero point 0: TensorRT takes it; the default) or asymmetric (ONNX Runtime and LiteRT only, "
+        "often closer to FP32 for models with mostly positive activations)",
     )
     group.add_argument(
         "--min-agreement",
@@ -109,6 +116,7 @@ def prepare_models(
         calibration=tuple(calibration),
         validation=tuple(image_files(args.validation, "validation")) if args.validation else (),
         method=args.calibration_method,
+        activations=args.int8_activations,
         min_agreement=args.min_agreement,
         simplify=not args.no_simplify,
         decoder=args.decoder,

@@ -11,6 +11,10 @@ from typing import Literal, get_args
 #: how ONNX Runtime's static quantization finds activation ranges (`bundle build --calibration-method`)
 CalibrationMethod = Literal["minmax", "entropy", "percentile"]
 CALIBRATION_METHODS: tuple[CalibrationMethod, ...] = get_args(CalibrationMethod)
+#: INT8 activations: symmetric (zero point 0, what TensorRT takes) or asymmetric (ONNX Runtime and
+#: LiteRT only; better for models whose activations are mostly positive: YOLOX)
+Activations = Literal["symmetric", "asymmetric"]
+ACTIVATIONS: tuple[Activations, ...] = get_args(Activations)
 #: the modules the ``build`` extra brings (ONNX Runtime's quantizer needs sympy)
 BUILD_MODULES = ("onnx", "onnxslim", "sympy")
 

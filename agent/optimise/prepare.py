@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from agent.bundles.archive import ArtifactNotes, reference_frame
 from agent.errors import BundleError, ErrorCode
-from agent.optimise import CalibrationMethod
+from agent.optimise import Activations, CalibrationMethod
 from agent.optimise.agreement import Measured, measure
 from agent.optimise.hygiene import check_model, describe, simplify
 from agent.optimise.variants import quantize_qdq, to_fp16
@@ -37,6 +37,10 @@ from runtimes.base import BackendError, Precision
 from runtimes.registry import load_runtime
 
 Say = Callable[[str], None]
+_INT8_HINT = (
+    "; another --calibration-method, --int8-activations asymmetric, or calibration images closer to the "
+    "camera's may do better"
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Options:
     calibration: tuple[Path, ...] = ()
     validation: tuple[Path, ...] = ()
     method: CalibrationMethod = "minmax"
+    activations: Activations = "symmetric"
     min_agreement: float = 0.9
     simplify: bool = True
     decoder: str = "auto"
@@ -139,20 +144,25 @@ def _make(
     target: Path,
     calibration: Sequence[npt.NDArray[Any]],
     input_name: str,
-    method: CalibrationMethod,
+    options: Options,
 ) -> None:
-    """Write the `precision` variant of the FP32 model `source` to `target` (INT8: calibrated by
-    `method` on the preprocessed `calibration` tensors, fed to the input `input_name`)."""
+    """Write the `precision` variant of the FP32 model `source` to `target` (INT8: calibrated as
+    `options` say on the preprocessed `calibration` tensors, fed to the input `input_name`)."""
     import onnx
 
     if precision == "fp16":
         onnx.save(to_fp16(onnx.load(str(source))), str(target))
     else:
-        quantize_qdq(source, target, input_name, calibration, method)
+        quantize_qdq(source, target, input_name, calibration, options.method, options.activations)
 
 
 def _prove(
-    name: str, target: Path, baseline: Detector, images: Sequence[npt.NDArray[Any]], options: Options
+    name: str,
+    precision: Precision,
+    target: Path,
+    baseline: Detector,
+    images: Sequence[npt.NDArray[Any]],
+    options: Options,
 ) -> tuple[Measured | None, str]:
     """Run the variant at `target` against `baseline`: its measurement when it ships, and the line."""
     try:
@@ -161,6 +171,8 @@ def _prove(
     except (BackendError, DecoderError, ValueError) as exc:
         return None, f"{name}: left out: {exc}"
     ok, verdict = _verdict(name, measured, options)
+    if not ok and precision == "int8" and measured.agreement is not None:
+        verdict += _INT8_HINT
     return (measured, verdict) if ok else (None, verdict)
 
 
@@ -185,11 +197,11 @@ def _variants(source: Path, options: Options, workdir: Path, say: Say) -> Prepar
             target = workdir / _variant_name(source, precision)
             name = f"{target.name} ({precision})"
             try:
-                _make(source, precision, target, calibration, runtime.inputs[0].name, options.method)
+                _make(source, precision, target, calibration, runtime.inputs[0].name, options)
             except Exception as exc:  # the converters raise anything from KeyError to onnxruntime's Fail
                 measured, verdict = None, f"{name}: left out: it could not be made ({type(exc).__name__}: {exc})"
             else:
-                measured, verdict = _prove(name, target, baseline, images, options)
+                measured, verdict = _prove(name, precision, target, baseline, images, options)
             if measured is not None:
                 verdict += f", {_size_note(target, source)}"
                 kept.append(target)

@@ -4,9 +4,11 @@
   onnxconverter-common also ships) with the inputs and outputs kept FP32, so every runtime and
   our preprocessing feed it as they feed the FP32 model; nodes sorted again afterwards (the
   converter appends its input casts at the end, which the checker refuses).
-- `to_int8`: ONNX Runtime's static quantization into Q/DQ form: per-channel symmetric INT8
-  weights, symmetric INT8 activations (zero point 0, as TensorRT wants), calibrated on tensors
-  the caller preprocessed the way the pipeline does; MinMax, Entropy or Percentile.
+- `quantize_qdq`: ONNX Runtime's static quantization into Q/DQ form: per-channel symmetric INT8
+  weights; activations symmetric INT8 (zero point 0, as TensorRT wants; the default) or
+  asymmetric UINT8; calibrated on tensors the caller preprocessed the way the pipeline does;
+  MinMax, Entropy or Percentile. Models below opset 13 are converted to it first (per-channel
+  Q/DQ needs it).
 
 Both copy the source's metadata (``names``, ``imgsz``, ``stride``) and pass the checker. Runs
 in the calling thread on the operator's machine; needs the ``build`` extra.
@@ -24,13 +26,10 @@ from typing import Any
 import numpy.typing as npt
 import onnx
 
-from agent.optimise import CalibrationMethod
+from agent.optimise import Activations, CalibrationMethod
 from agent.optimise.hygiene import check_loaded
 
 log = logging.getLogger(__name__)
-
-#: calibration batches ONNX Runtime keeps before it folds them into its statistics (bounds memory)
-_MAX_INTERMEDIATE = 16
 
 
 def set_metadata(model: onnx.ModelProto, metadata: dict[str, str]) -> None:
@@ -69,6 +68,22 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     return result
 
 
+#: per-channel Q/DQ needs the ``axis`` attribute of QuantizeLinear / DequantizeLinear (opset 13)
+QDQ_MIN_OPSET = 13
+
+
+def _at_least_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """`model` itself when its default-domain opset is `opset` or newer, else a converted copy
+    (``onnx.version_converter``; YOLOX exports are opset 11)."""
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), opset)
+    if current >= opset:
+        return model
+    from onnx import version_converter
+
+    converted: onnx.ModelProto = version_converter.convert_version(model, opset)
+    return converted
+
+
 class _Tensors:
     """ONNX Runtime's calibration data reader over preprocessed tensors: ``{input: tensor}`` each."""
 
@@ -85,9 +100,11 @@ def quantize_qdq(
     input_name: str,
     tensors: Sequence[npt.NDArray[Any]],
     method: CalibrationMethod = "minmax",
+    activations: Activations = "symmetric",
 ) -> onnx.ModelProto:
     """Quantize the FP32 model at `source` into an INT8 Q/DQ model at `target`, calibrated on
-    `tensors` (each fed to the input `input_name`); returns the model written (metadata copied,
+    `tensors` (each fed to the input `input_name`): weights per channel, symmetric INT8;
+    activations symmetric INT8 or asymmetric UINT8. Returns the model written (metadata copied,
     unused opsets dropped, checked). Raises ``ValueError`` without tensors."""
     from onnxruntime.quantization import CalibrationMethod as OrtMethod
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
@@ -96,12 +113,17 @@ def quantize_qdq(
     if not tensors:
         raise ValueError("INT8 calibration needs at least one tensor")
     methods = {"minmax": OrtMethod.MinMax, "entropy": OrtMethod.Entropy, "percentile": OrtMethod.Percentile}
+    original = onnx.load(str(source))
     prepared = target.with_name(target.stem + ".prep.onnx")
+    upgraded = _at_least_opset(original, QDQ_MIN_OPSET)
+    if upgraded is not original:
+        onnx.save(upgraded, str(prepared))
+        source = prepared
     try:
         quant_pre_process(str(source), str(prepared))
     except Exception as exc:  # symbolic shape inference gives up on some graphs: quantize as it is
         log.warning("quantization pre-processing failed on %s (%s): quantizing it as it is", source.name, exc)
-        prepared.write_bytes(source.read_bytes())
+        onnx.save(upgraded, str(prepared))
     try:
         # the entropy and percentile calibrators print their progress: keep the CLI's output clean
         with contextlib.redirect_stdout(io.StringIO()):
@@ -111,20 +133,18 @@ def quantize_qdq(
                 _Tensors(input_name, tensors),
                 quant_format=QuantFormat.QDQ,
                 per_channel=True,
-                activation_type=QuantType.QInt8,
+                activation_type=QuantType.QInt8 if activations == "symmetric" else QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
                 calibrate_method=methods[method],
-                extra_options={
-                    "ActivationSymmetric": True,
-                    "WeightSymmetric": True,
-                    "CalibMaxIntermediateOutputs": _MAX_INTERMEDIATE,
-                },
+                # no CalibMaxIntermediateOutputs: ONNX Runtime 1.32's MinMax calibrator drops the
+                # batches it should fold in when that limit is reached ("No data is collected")
+                extra_options={"ActivationSymmetric": activations == "symmetric", "WeightSymmetric": True},
             )
     finally:
         prepared.unlink(missing_ok=True)
     model = onnx.load(str(target))
     drop_unused_opsets(model)
-    set_metadata(model, metadata_of(onnx.load(str(source), load_external_data=False)))
+    set_metadata(model, metadata_of(original))
     check_loaded(model, "the INT8 variant")
     onnx.save(model, str(target))
     return model
