@@ -4,6 +4,7 @@ them in ONNX Runtime on the demo model with the synthetic scene; the agreement g
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -122,16 +123,23 @@ def test_a_blank_calibration_set_gives_an_int8_variant_the_gate_refuses(
     assert status == 1 and "NO_ARTIFACT_KEPT" in err and f"agreement {agreement:.3f}" in err
 
 
+def _save_model(path: Path, nodes: list, initializers: tuple = (), shape: tuple = (1, 3, 32, 32)) -> Path:
+    """Write a graph of `nodes` from ``images`` to ``output0`` (both float `shape`), unchecked;
+    IR 8, which every supported ONNX Runtime (1.17 on) loads."""
+    graph = helper.make_graph(
+        nodes,
+        path.stem,
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(shape))],
+        list(initializers),
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
 def _broken_model(path: Path) -> Path:
     """A model whose Add reads a tensor no node makes: the checker refuses it."""
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["images", "nowhere"], ["output0"])],
-        "broken",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 3, 32, 32])],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
+    return _save_model(path, [helper.make_node("Add", ["images", "nowhere"], ["output0"])])
 
 
 def test_a_model_the_checker_refuses_is_refused_with_its_message(tmp_path: Path, scenes: Path, capsys) -> None:
@@ -148,15 +156,10 @@ def test_a_model_the_checker_refuses_is_refused_with_its_message(tmp_path: Path,
 
 
 def test_strict_shape_inference_refuses_inconsistent_shapes(tmp_path: Path) -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["images", "bias"], ["output0"])],
-        "inconsistent",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [numpy_helper.from_array(np.zeros((5, 7), np.float32), "bias")],
+    bias = numpy_helper.from_array(np.zeros((5, 7), np.float32), "bias")
+    path = _save_model(
+        tmp_path / "inconsistent.onnx", [helper.make_node("Add", ["images", "bias"], ["output0"])], (bias,)
     )
-    path = tmp_path / "inconsistent.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     with pytest.raises(BundleError) as refused:
         check_model(path)
     assert refused.value.code == ErrorCode.MODEL_CHECK_FAILED and "inconsistent.onnx" in refused.value.message
@@ -239,20 +242,13 @@ def _redundant_model(path: Path) -> Path:
     """``(images + (a + b)) -> Identity -> Identity``: onnxslim folds ``a + b`` and drops the Identities."""
     rng = np.random.default_rng(3)
     a, b = (numpy_helper.from_array(rng.random((1, 3, 1, 1), dtype=np.float32), n) for n in ("a", "b"))
-    graph = helper.make_graph(
-        [
-            helper.make_node("Add", ["a", "b"], ["ab"]),
-            helper.make_node("Add", ["images", "ab"], ["sum"]),
-            helper.make_node("Identity", ["sum"], ["copy"]),
-            helper.make_node("Identity", ["copy"], ["output0"]),
-        ],
-        "redundant",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [a, b],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["ab"]),
+        helper.make_node("Add", ["images", "ab"], ["sum"]),
+        helper.make_node("Identity", ["sum"], ["copy"]),
+        helper.make_node("Identity", ["copy"], ["output0"]),
+    ]
+    return _save_model(path, nodes, (a, b), shape=(1, 3, 8, 8))
 
 
 def test_simplification_is_kept_only_when_lossless(tmp_path: Path) -> None:
@@ -260,11 +256,12 @@ def test_simplification_is_kept_only_when_lossless(tmp_path: Path) -> None:
     tensor = np.random.default_rng(0).random((1, 3, 8, 8), dtype=np.float32)
     result = simplify(check_model(source), source, tmp_path / "slim.onnx", tensor)
     assert result.kept and result.path == tmp_path / "slim.onnx", result.note
-    assert "4 -> 1 nodes, outputs identical" in result.note
+    assert re.search(r"4 -> [12] nodes, outputs identical", result.note), result.note  # 2 with onnxslim 0.1.48
     with load_runtime("onnxruntime", source) as a, load_runtime("onnxruntime", result.path) as b:
         assert np.array_equal(a.infer([tensor])[0], b.infer([tensor])[0])
-    already = simplify(check_model(FP32), FP32, tmp_path / "demo.onnx", np.zeros((1, 3, 320, 320), np.float32))
-    assert not already.kept and already.path == FP32 and "already simple" in already.note
+    minimal = _save_model(tmp_path / "minimal.onnx", [helper.make_node("Relu", ["images"], ["output0"])])
+    already = simplify(check_model(minimal), minimal, tmp_path / "again.onnx", np.zeros((1, 3, 32, 32), np.float32))
+    assert not already.kept and already.path == minimal and "already simple (1 node)" in already.note
 
 
 def test_agreement_of_a_model_with_itself_is_complete_and_errors_are_zero() -> None:
@@ -281,7 +278,8 @@ def test_agreement_of_a_model_with_itself_is_complete_and_errors_are_zero() -> N
 
 @pytest.mark.models
 def test_a_real_coco_model_gets_a_checked_fp16_variant(tmp_path: Path, shared_models: Path, photos, capsys) -> None:
-    """YOLOX-Nano (FP32, opset 11): simplified losslessly, its FP16 variant proven on photos."""
+    """YOLOX-Nano (FP32, opset 11): simplified only where that is lossless, its FP16 variant proven
+    on photos."""
     validation = tmp_path / "photos"
     validation.mkdir()
     for name, path in photos.items():
@@ -293,9 +291,18 @@ def test_a_real_coco_model_gets_a_checked_fp16_variant(tmp_path: Path, shared_mo
     argv = ["--model", shared_models / "yolox_nano_416.onnx", "--labels", labels, "--validation", validation]
     status, printed, _ = _build(capsys, *argv, "--precisions", "fp32,fp16", "-o", out)
     assert status == 0, printed
-    assert "opset 11, IR 6, fp32" in printed and "outputs identical" in printed
+    assert "yolox_nano_416.onnx: opset 11, IR 6, fp32, 369 nodes" in printed
     manifest = _manifest(capsys, out)
     assert manifest["decoder"] == "yolox"
+    # onnxslim 0.1.98 simplifies it losslessly; 0.1.48 (the oldest supported) changed its outputs
+    # (by up to 2.07): then the model must ship exactly as given
+    shipped = manifest["artifacts"][0]
+    original = hashlib.sha256((shared_models / "yolox_nano_416.onnx").read_bytes()).hexdigest()
+    if "simplified by onnxslim: 369 -> 365 nodes, outputs identical" in printed:
+        assert shipped["sha256"] != original
+    else:
+        assert "kept as given: the simplified model's outputs differ (max |difference|" in printed, printed
+        assert shipped["sha256"] == original
     fp16 = manifest["artifacts"][1]
     assert fp16["precision"] == "fp16" and fp16["agreement"]["detections"] >= 0.9
     assert fp16["agreement"]["baseline_detections"] >= 4  # a person, a cat, a cup...: found on the photos

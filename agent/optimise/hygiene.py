@@ -170,7 +170,7 @@ def simplify(model: onnx.ModelProto, source: Path, target: Path, tensor: npt.NDA
     check_loaded(slim, f"{source.name} simplified")
     before, after = len(model.graph.node), len(slim.graph.node)
     if after >= before and len(slim.graph.initializer) >= len(model.graph.initializer):
-        return Simplified(source, False, f"kept as given: already simple ({before} nodes)")
+        return Simplified(source, False, f"kept as given: already simple ({before} node{'s' * (before != 1)})")
     onnx.save(slim, str(target))
     expected, got = _outputs(source, tensor), _outputs(target, tensor)
     same = len(expected) == len(got) and all(
