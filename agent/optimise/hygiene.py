@@ -1,8 +1,8 @@
 """Model hygiene at build time: every ONNX artifact is checked, described and simplified before it
 goes into a bundle (docs/optimising.md).
 
-- `check_model`: ``onnx.checker`` (full check) and strict shape inference; a model either fails
-  refuses the build with the checker's own message (``MODEL_CHECK_FAILED``).
+- `check_model`: ``onnx.checker`` (full check) and strict shape inference; a model that fails
+  either refuses the build with the checker's own message (``MODEL_CHECK_FAILED``).
 - `describe`: opset, IR version, producer, dynamic axes, precision, and the operators TensorRT 10
   or the LiteRT converter cannot take (`agent.optimise.operators`, a warning).
 - `simplify`: onnxslim, kept only when the simplified model's outputs are identical (bit for bit)
