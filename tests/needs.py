@@ -14,7 +14,7 @@ from typing import NoReturn
 import pytest
 
 #: every name passed to `missing`; ``EDGE_AGENT_REQUIRE=all`` requires them all
-NEEDS = ("mosquitto", "mosquitto_passwd", "models", "root")
+NEEDS = ("mosquitto", "mosquitto_passwd", "models", "root", "chromium", "systemd")
 
 
 def required() -> set[str]:

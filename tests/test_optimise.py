@@ -312,7 +312,7 @@ def test_the_device_never_imports_the_build_tools() -> None:
     """`edge-agent run`'s imports (the CLI and the daemon) load neither agent.optimise's modules
     nor onnx, onnxslim, sympy or ONNX Runtime's quantization and transformers tooling."""
     code = (
-        "import sys; import agent.daemon.agent, agent.serving.loader; "
+        "import sys; import agent.daemon.agent, agent.daemon.page, agent.web.server, agent.serving.loader; "
         "from agent.cli.main import build_parser; build_parser(); "
         "print('\\n'.join(m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnxslim', 'sympy') "
         "or m.startswith(('agent.optimise.', 'onnxruntime.quantization', 'onnxruntime.transformers'))))"
