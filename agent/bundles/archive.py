@@ -31,7 +31,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import ValidationError
 
 from agent.bundles.engines import engine_tags
-from agent.bundles.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, FileEntry, InputSpec, Manifest, Reference
+from agent.bundles.manifest import (
+    SCHEMA_VERSION,
+    Agreement,
+    ArtifactEntry,
+    Calibration,
+    FileEntry,
+    InputSpec,
+    Manifest,
+    Reference,
+)
 from agent.bundles.signing import signature_file, verify
 from agent.errors import BundleError, ErrorCode, validation_problems
 from runtimes.base import Precision
@@ -296,7 +305,7 @@ def _precision(path: Path, runtime: Any) -> Precision:
 
 def reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
     """The frame a bundle's reference inputs are made from: its first readable calibration image,
-    else the synthetic scene's first frame (seed 0)."""
+    else the synthetic scene's first frame (seed 0; BGR uint8)."""
     import cv2
 
     for path in calibration:
@@ -306,6 +315,16 @@ def reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
     from pipelines.synthetic import SyntheticScene
 
     return SyntheticScene(seed=0).render(0)[0]
+
+
+@dataclass(frozen=True)
+class ArtifactNotes:
+    """What the build learned about one artifact beyond its file (`agent.optimise`): its precision
+    where the file's inputs do not show it (an FP16 model keeps FP32 inputs) and its measured
+    agreement with the FP32 model."""
+
+    precision: Precision | None = None
+    agreement: Agreement | None = None
 
 
 def _file_entry(name: str, content: bytes | Path) -> FileEntry:
@@ -324,10 +343,12 @@ def build_bundle(
     calibration: Sequence[Path] = (),
     key: Ed25519PrivateKey | None = None,
     description: str = "",
+    notes: Mapping[str, ArtifactNotes] | None = None,
     engines: Sequence[tuple[Path, EngineKey]] = (),
 ) -> Manifest:
     """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
     model (its metadata) unless given; reference outputs are computed by running each model.
+    `notes` (by file name) add what `agent.optimise` measured: precision and agreement.
     `engines` are prebuilt TensorRT engines with the keys they were built for (``edge-agent
     engine build --out`` writes both); each must come from one of the ONNX `models`.
 
@@ -359,7 +380,8 @@ def build_bundle(
             reference[f"{path.name}__input"] = tensor
             for i, output in enumerate(outputs):
                 reference[f"{path.name}__output{i}"] = output
-            precision = _precision(path, runtime)
+            note = (notes or {}).get(path.name, ArtifactNotes())
+            precision = note.precision or _precision(path, runtime)
             if first is None:
                 first = detector
                 names = runtime.metadata.names
@@ -370,6 +392,7 @@ def build_bundle(
                 precision=precision,
                 sha256=sha256_file(path),
                 size=path.stat().st_size,
+                agreement=note.agreement,
             )
         )
     assert first is not None

@@ -66,7 +66,11 @@ def engine_tags(path: Path, key: EngineKey, artifacts: Sequence[ArtifactEntry]) 
     model is not among `artifacts` or its profile is not 4-D."""
     source = [a for a in artifacts if a.sha256 == key.onnx_sha256 and a.format == "onnx"]
     if not source:
-        raise BundleError(ErrorCode.NO_MODEL, f"{path.name} was built from an ONNX model that is not in this bundle")
+        raise BundleError(
+            ErrorCode.NO_MODEL,
+            f"{path.name} was built from an ONNX model that is not in this bundle (bundle build simplifies "
+            "ONNX models: build the engine from the model it ships, or build the bundle with --no-simplify)",
+        )
     profile = None
     if key.profile is not None:
         if any(len(shape) != 4 for shape in key.profile):
