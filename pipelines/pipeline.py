@@ -275,7 +275,7 @@ class Pipeline:
                     self._backoff.reset()
                 frame = self.source.read()
             except SourceError as exc:
-                opened = self._source_failed(str(exc))
+                opened = self._source_failed(str(exc), exc.output)
                 continue
             except Exception as exc:  # a driver bug must not kill the camera thread
                 log.exception("pipeline %s: unexpected source failure", self.name)
@@ -293,8 +293,8 @@ class Pipeline:
                 tensor, transform = detector.prepare(frame.image)
                 self._deliver(_Prepared(frame, tensor, transform, detector, self._clock() - start))
 
-    def _source_failed(self, error: str) -> bool:
-        self.source_status.set("reconnecting", error)
+    def _source_failed(self, error: str, output: Sequence[str] = ()) -> bool:
+        self.source_status.set("reconnecting", error, output)
         log.warning("pipeline %s: source failed: %s; reconnecting", self.name, error)
         self.source.close()
         self._stop.wait(self._backoff.next_delay())

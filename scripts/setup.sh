@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install edge-agent into it (editable). `scripts/setup.sh dev` adds the
 # test and lint tools. Installs Debian's python3-venv first when this Python lacks venv, and
-# the mosquitto broker and clients that the demo and the tests start on a free port.
+# the mosquitto broker and clients that the demo and the tests start on a free port; with dev,
+# also gst-launch-1.0 (with y4menc) and ffmpeg, whose pipe sources the tests run for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra=${1:-}
@@ -28,6 +29,10 @@ fi
 have_mosquitto() { command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ]; }
 if ! have_mosquitto || ! command -v mosquitto_sub >/dev/null; then
   apt_install mosquitto mosquitto-clients
+fi
+if [ "$extra" = dev ] && { ! command -v gst-launch-1.0 >/dev/null || ! command -v ffmpeg >/dev/null \
+  || ! gst-inspect-1.0 y4menc >/dev/null 2>&1; }; then
+  apt_install --no-install-recommends gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good ffmpeg
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$extra" = dev ]; then

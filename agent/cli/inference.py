@@ -50,7 +50,12 @@ def add_inference_commands(commands: Any) -> None:
 
     bench = commands.add_parser("bench", help="measure FPS, latency and memory of a model")
     bench.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
-    bench.add_argument("--source", default="synthetic", help="a video file or 'synthetic' (default)")
+    bench.add_argument(
+        "--source",
+        default="synthetic",
+        help="a video file, 'synthetic' (default), or a pipe source: 'gst:PIPELINE', 'ffmpeg:URL_OR_FILE', "
+        "'rpicam:ARGS' (docs/cameras.md)",
+    )
     bench.add_argument("--frames", type=positive_int, help="frames to process (default: the whole file, or 300)")
     bench.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     bench.add_argument(
