@@ -164,6 +164,15 @@ class Runtime(abc.ABC):
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release the model. Calling it twice is harmless."""
 
+    def for_worker(self) -> Runtime:
+        """A runtime for one more thread calling the same loaded model: this one when `infer`
+        may run concurrently, else a backend's per-thread state over the same model (LiteRT:
+        another interpreter, as LiteRT requires one per thread; TensorRT: another execution
+        context on the one engine). Closing it leaves this runtime open."""
+        if self.concurrent:
+            return self
+        raise NotImplementedError(f"{self.name} cannot serve another thread")
+
     def warmup(self, runs: int = 1) -> None:
         """Run the model on zeros so the first real frame is not slow (fixed shapes only)."""
         arrays = []

@@ -112,7 +112,9 @@ class Agent:
         self._limits = RateLimits(COMMANDS)
         self._throttled = ThrottledLog(log)
         self.events = EventSink(config.events, self._labels, self._publish_event)
-        self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes)
+        self.cameras = Cameras(
+            config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes, config.cameras
+        )
         self.monitor = SystemMonitor()
         self.sensors = Sensors.from_config(config.sensors, self.root, self.board)
         self._readings: SensorReadings | None = None  # the sampler's latest sensor reading
