@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agent.config.recipes import recipe
 from agent.paths import DEFAULT_STATE_DIR
 
 
@@ -23,7 +24,11 @@ def example_config(
     operator_key: Path | None = None,
 ) -> str:
     """The YAML text; `trust_key` None writes ``allow_unsigned: true`` and `operator_key` None
-    ``allow_unsigned_control: true``, each with a warning comment."""
+    ``allow_unsigned_control: true``, each with a warning comment. `source` is a source string or
+    the name of a board recipe (`agent.config.recipes`), written with what it is for."""
+    found = recipe(source)
+    camera = f"  # {found.camera}, on {found.board}: needs {found.note} (docs/cameras.md)\n" if found else ""
+    source = found.source if found else source
     if trust_key is not None:
         trust = f"trust_keys:\n  - {_quoted(str(trust_key))}\nallow_unsigned: false"
     else:
@@ -79,7 +84,7 @@ deployments:
   probation_s: 120        # a new version is rolled back if its cameras fail or its FPS halves within this
 
 pipelines:
-  - name: cam0
+{camera}  - name: cam0
     source: {_quoted(source)}
     loop: true
     max_fps: 15
@@ -90,4 +95,9 @@ telemetry:
 events:
   min_interval_s: 5
   min_confidence: 0.5
+
+# cameras:                # how the cameras run (docs/cameras.md)
+#   share_model: true     # one loaded model for all cameras
+#   batch: true           # frames of several cameras in one batch (models with a dynamic batch axis)
+#   ffmpeg: {{hwaccel: auto}}   # auto: the board's hardware H.264 decoder; none; or [-c:v, NAME]
 """

@@ -39,11 +39,11 @@ BOARD_H264_DECODERS: dict[str, tuple[str, ...]] = {
 }
 #: where a GStreamer element the recipes use comes from
 ELEMENT_HINTS = {
-    "nvarguscamerasrc": "a Jetson's CSI camera source (JetPack's nvidia-l4t-gstreamer)",
+    "nvarguscamerasrc": "a Jetson's CSI camera source, from JetPack's nvidia-l4t-gstreamer",
     "nvvidconv": "JetPack's nvidia-l4t-gstreamer",
-    "nvv4l2decoder": "a Jetson's hardware decoder (JetPack's nvidia-l4t-gstreamer)",
-    "v4l2h264dec": "a Raspberry Pi 4's hardware H.264 decoder (gstreamer1.0-plugins-good; the Pi 5 has none)",
-    "v4l2slh265dec": "the Raspberry Pi 5's hardware HEVC decoder (gstreamer1.0-plugins-bad)",
+    "nvv4l2decoder": "a Jetson's hardware decoder, from JetPack's nvidia-l4t-gstreamer",
+    "v4l2h264dec": "a Raspberry Pi 4's hardware H.264 decoder, from gstreamer1.0-plugins-good; the Pi 5 has none",
+    "v4l2slh265dec": "the Raspberry Pi 5's hardware HEVC decoder, from gstreamer1.0-plugins-bad",
     "libcamerasrc": "gstreamer1.0-libcamera",
     "rtspsrc": "gstreamer1.0-plugins-good",
     "y4menc": "gstreamer1.0-plugins-good; the agent needs it for every gst: source",
@@ -93,7 +93,7 @@ def _tool(tool: PipeTool, which: Callable[[str], str | None], runner: Runner) ->
             text = runner([path, flag]) or ""
             lines = [line.strip() for line in text.splitlines() if line.strip()]
             lines = [line for line in lines if line.startswith("GStreamer ")] or lines  # gst: its library's
-            return Tool(name, path, lines[0] if lines else None)
+            return Tool(name, path, lines[0].split(" Copyright")[0] if lines else None)
     return Tool(PROGRAMS[tool][0], None, None)
 
 
