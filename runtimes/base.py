@@ -211,6 +211,26 @@ def return_freed_memory() -> None:
     trim(0)
 
 
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+
+
+def map_large_blocks(threshold: int = 512 * 1024) -> bool:
+    """Have glibc serve every block of `threshold` bytes or more with a mapping of its own, handed
+    back to the system when freed. Process-wide; True when it took effect, False where the C
+    library is not glibc.
+
+    By default glibc raises that threshold to the largest block freed so far (up to 32 MiB), so
+    once a frame, a tensor or a model's outputs (1-5 MB each) was freed, the next ones come from
+    the allocating thread's arena and its free space stays resident. With several cameras, each
+    with its own capture and inference threads, that kept about 13 MB more per camera of a
+    YOLOv8n at 640 (docs/benchmarks.md). The daemon calls it once at start."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (native libraries write pages), or its type."""
     text = str(exc).strip()
