@@ -71,6 +71,7 @@ class PipeSource:
         self._drain: threading.Thread | None = None
         self._read_lock = threading.Lock()  # held by a read; close waits for it before closing the pipe
         self._index = 0
+        self._program_name = command.argv[0]  # the program that runs (rpicam-vid or libcamera-vid)
         self.short_frames = 0  # frames cut short at the end of a stream, dropped
 
     # -- the process ------------------------------------------------------------------------
@@ -108,11 +109,16 @@ class PipeSource:
             target=self._drain_stderr, args=(process.stderr,), name=f"{self.command.tool}-stderr", daemon=True
         )
         self._drain.start()
+        self._program_name = os.path.basename(argv[0])
         self._reader = FrameReader(process.stdout.fileno(), self.stall_timeout_s, self._clock)
         self._video = self.command.video
         if self.command.framing == "y4m":
-            with self._read_lock:
-                self._video = self._guarded(self._read_header)
+            try:
+                with self._read_lock:
+                    self._video = self._guarded(self._read_header)
+            except SourceError:
+                self.close()
+                raise
 
     def _drain_stderr(self, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b""):
@@ -135,7 +141,10 @@ class PipeSource:
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            try:
+                process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:  # stuck in the kernel (a hung driver): nothing more to do here
+                log.warning("%s: process %d does not die even to SIGKILL", self.name, process.pid)
         locked = self._read_lock.acquire(timeout=STOP_GRACE_S)  # a read in another thread sees the end
         try:
             for stream in (process.stdout, process.stderr):
@@ -160,7 +169,7 @@ class PipeSource:
                 code = None
             if self._drain is not None:
                 self._drain.join(1.0)  # its last words, which say why
-        program = os.path.basename(self.command.argv[0])
+        program = self._program_name
         cut = ""
         if got is not None:
             self.short_frames += 1

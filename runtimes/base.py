@@ -211,24 +211,27 @@ def return_freed_memory() -> None:
     trim(0)
 
 
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # glibc's mallopt parameters (malloc.h)
 
 
-def map_large_blocks(threshold: int = 512 * 1024) -> bool:
-    """Have glibc serve every block of `threshold` bytes or more with a mapping of its own, handed
-    back to the system when freed. Process-wide; True when it took effect, False where the C
-    library is not glibc.
+def compact_malloc(mmap_threshold: int = 512 * 1024, arenas: int = 2) -> bool:
+    """Keep glibc's heap close to what is in use, for a daemon with a few threads per camera.
+    Process-wide; True when it took effect, False where the C library is not glibc.
 
-    By default glibc raises that threshold to the largest block freed so far (up to 32 MiB), so
-    once a frame, a tensor or a model's outputs (1-5 MB each) was freed, the next ones come from
-    the allocating thread's arena and its free space stays resident. With several cameras, each
-    with its own capture and inference threads, that kept about 13 MB more per camera of a
-    YOLOv8n at 640 (docs/benchmarks.md). The daemon calls it once at start."""
+    - Blocks of `mmap_threshold` bytes or more get a mapping of their own, handed back to the
+      system when freed. By default glibc raises that threshold to the largest block freed so far
+      (up to 32 MiB), so once a frame, a tensor or a model's outputs (1-5 MB each) was freed, the
+      next ones come from the allocating thread's arena and its free space stays resident.
+    - At most `arenas` malloc arenas instead of 8 per core, so the many threads' small blocks
+      share free space instead of each thread keeping its own.
+
+    With 4 cameras of a YOLOv8n at 640 that kept about 15 MB per camera less (docs/benchmarks.md).
+    The daemon calls it once at start, before its threads."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_ARENA_MAX, arenas))
 
 
 def first_line(exc: BaseException) -> str:

@@ -63,7 +63,7 @@ from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Serving, VersionRef
 from pipelines.pipeline import use_one_opencv_thread
-from runtimes.base import map_large_blocks
+from runtimes.base import compact_malloc
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class Agent:
 
     def start(self) -> None:
         use_one_opencv_thread()
-        map_large_blocks()  # frames and tensors go back to the system when freed, not to thread arenas
+        compact_malloc()  # freed frames and tensors go back to the system, not to per-thread arenas
         self.store.ensure()
         recovered = self.store.recover()
         if recovered is not None:
