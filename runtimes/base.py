@@ -225,7 +225,8 @@ def compact_malloc(mmap_threshold: int = 512 * 1024, arenas: int = 2) -> bool:
     - At most `arenas` malloc arenas instead of 8 per core, so the many threads' small blocks
       share free space instead of each thread keeping its own.
 
-    With 4 cameras of a YOLOv8n at 640 that kept about 15 MB per camera less (docs/benchmarks.md).
+    With 4 cameras of a YOLOv8n at 640, each extra camera cost 12 MB instead of 27 MB
+    (docs/benchmarks.md).
     The daemon calls it once at start, before its threads."""
     try:
         mallopt = ctypes.CDLL(None).mallopt

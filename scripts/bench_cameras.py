@@ -8,8 +8,8 @@ on synthetic cameras, with the YOLOv8n int8 640 bundle installed (``../shared/mo
 - memory: 1 camera shared, 4 cameras shared, 4 cameras with a model each (``share_model:
   false``, the behaviour before this change), cameras at 2 FPS; ``system.process_rss_mb`` as
   telemetry reports it, the median of samples once warm;
-- throughput: 4 cameras at 3 FPS each (more than the model serves on a small CPU): a model each (the fixed
-  export), one shared model frame by frame (the fixed export), one shared model batched (a
+- throughput: 4 cameras at 3 FPS each (more than the model serves on a small CPU): a model
+  each (the fixed export), one shared model frame by frame (the fixed export), one shared model batched (a
   dynamic-batch export of the same file, made here: batch axis opened, the head's reshapes
   taking the batch from their input); frames inferred over all cameras per second, and per
   second of the daemon's CPU time (the development VM is shared: its wall-clock FPS swings with
@@ -18,7 +18,7 @@ on synthetic cameras, with the YOLOv8n int8 640 bundle installed (``../shared/mo
 Scenarios run in turn, in an order reversed every round; the report gives per-scenario medians
 and the per-round ratios' medians.
 
-    .venv/bin/python scripts/bench_cameras.py [--rounds 3] [--json] [--quick]
+    .venv/bin/python scripts/bench_cameras.py [--rounds 3] [--json] [--quick] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -47,6 +47,16 @@ SCENARIOS: dict[str, tuple[int, float, bool, str, float, float]] = {
     "fps 4 shared": (4, 3.0, True, "fixed", 25.0, 40.0),
     "fps 4 shared batched": (4, 3.0, True, "dynamic", 25.0, 40.0),
 }
+#: glibc's default malloc policy instead of `runtimes.base.compact_malloc` (--only these)
+MALLOC_DEFAULTS: dict[str, tuple[int, float, bool, str, float, float]] = {
+    "rss 1 shared glibc defaults": (1, 2.0, True, "fixed", 25.0, 15.0),
+    "rss 4 shared glibc defaults": (4, 2.0, True, "fixed", 25.0, 15.0),
+}
+#: with --baseline DIR (a checkout of the code before this change): the issue's "today" numbers
+BASELINE: dict[str, tuple[int, float, bool, str, float, float]] = {
+    "rss 1 baseline": (1, 2.0, False, "fixed", 25.0, 15.0),
+    "rss 4 baseline": (4, 2.0, False, "fixed", 25.0, 15.0),
+}
 
 CHILD = """
 import json, os, sys, time
@@ -55,10 +65,13 @@ from agent.daemon.agent import Agent
 from agent.hardware.probe import probe
 
 spec = json.loads(sys.argv[1])
+if spec.get("malloc_defaults"):  # glibc's own policy, to see what compact_malloc saves
+    import agent.daemon.agent
+    agent.daemon.agent.compact_malloc = lambda: False
 config = AgentConfig.model_validate({
     "state_dir": spec["state_dir"], "allow_unsigned": True, "log_level": "warning",
     "telemetry": {"interval_s": 1.0},
-    "cameras": {"share_model": spec["share"]},
+    **({"cameras": {"share_model": spec["share"]}} if spec["share"] is not None else {}),
     "pipelines": [
         {"name": f"cam{i}", "source": f"synthetic:{i + 1}", "fps": spec["fps"]} for i in range(spec["cameras"])
     ],
@@ -81,7 +94,8 @@ cpu_s = (cpu_end.user - cpu.user) + (cpu_end.system - cpu.system)
 print(json.dumps({
     "rss_mb": sorted(rss)[len(rss) // 2], "fps": frames / seconds, "frames_per_cpu_s": frames / cpu_s,
     "cpu_share": cpu_s / seconds, "load": os.getloadavg()[0], "runtime": last.cameras[0].runtime,
-    "shared_by": [c.shared_by for c in last.cameras], "mean_batch": [c.mean_batch for c in last.cameras],
+    "shared_by": [getattr(c, "shared_by", 1) for c in last.cameras],  # the baseline's cameras have neither
+    "mean_batch": [getattr(c, "mean_batch", 1.0) for c in last.cameras],
 }))
 """
 
@@ -141,14 +155,21 @@ def prepare(folder: Path) -> dict[str, Path]:
     return states
 
 
-def run(name: str, states: dict[str, Path], quick: bool) -> dict[str, Any]:
+def run(name: str, states: dict[str, Path], quick: bool, baseline: Path | None) -> dict[str, Any]:
     cameras, fps, share, bundle, warm, measure = SCENARIOS[name]
     if quick:
         warm, measure = 8.0, 6.0
-    spec = {"state_dir": str(states[bundle]), "cameras": cameras, "fps": fps, "share": share}
-    spec |= {"warm": warm, "measure": measure}
+    old = name.endswith("baseline")  # the code before this change: no cameras section, a model per camera
+    spec = {"state_dir": str(states[bundle]), "cameras": cameras, "fps": fps, "share": None if old else share}
+    spec |= {"warm": warm, "measure": measure, "malloc_defaults": name.endswith("glibc defaults")}
+    env = {**os.environ, "PYTHONPATH": str(baseline)} if old and baseline else None
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, cwd=REPO, timeout=600
+        [sys.executable, "-c", CHILD, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        cwd=baseline if old and baseline else REPO,
+        timeout=600,
+        env=env,
     )
     if done.returncode != 0:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
@@ -157,22 +178,30 @@ def run(name: str, states: dict[str, Path], quick: bool) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="8 s warm-up, 6 s measured: a smoke test, not numbers")
-    parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), metavar="SCENARIO", help="run these only")
+    parser.add_argument(
+        "--only", nargs="+", choices=[*SCENARIOS, *BASELINE, *MALLOC_DEFAULTS], metavar="SCENARIO", help="these only"
+    )
+    parser.add_argument(
+        "--baseline", type=Path, help="a checkout of the code before (git archive main | tar -x -C DIR): its RSS too"
+    )
     args = parser.parse_args()
+    if args.baseline:
+        SCENARIOS.update(BASELINE)
+    SCENARIOS.update({name: MALLOC_DEFAULTS[name] for name in args.only or () if name in MALLOC_DEFAULTS})
     if not MODEL.is_file():
         raise SystemExit(f"{MODEL} not found (set EDGE_AGENT_SHARED_MODELS)")
-    scenarios = args.only or list(SCENARIOS)
+    scenarios = args.only or [*SCENARIOS]
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in scenarios}
     with tempfile.TemporaryDirectory(prefix="bench-cameras-") as tmp:
         states = prepare(Path(tmp))
         for round_ in range(args.rounds):
             order = scenarios if round_ % 2 == 0 else scenarios[::-1]
             for name in order:
-                results[name].append(run(name, states, args.quick))
+                results[name].append(run(name, states, args.quick, args.baseline))
                 print(f"round {round_ + 1} {name}: {results[name][-1]}", file=sys.stderr, flush=True)
     if args.only:  # a subset: the raw results, no comparison
         print(json.dumps(results))
@@ -196,6 +225,11 @@ def main() -> int:
         "extra_rss_per_camera_mb": {
             "shared": round(per_round("rss 4 shared", "rss 1 shared", "rss_mb", "-") / 3, 1),
             "separate": round(per_round("rss 4 separate", "rss 1 shared", "rss_mb", "-") / 3, 1),
+            **(
+                {"baseline": round(per_round("rss 4 baseline", "rss 1 baseline", "rss_mb", "-") / 3, 1)}
+                if args.baseline
+                else {}
+            ),
         },
         "fps_ratio_vs_separate": {
             "shared": per_round("fps 4 shared", "fps 4 separate", "fps", "/"),
@@ -223,7 +257,8 @@ def main() -> int:
             f"frames per CPU-second {values['frames_per_cpu_s']:5.2f}   CPU share {values['cpu_share']:4.2f}"
         )
     extra = report["extra_rss_per_camera_mb"]
-    print(f"  extra RSS per camera: shared {extra['shared']} MB, a model each {extra['separate']} MB")
+    print(f"  extra RSS per camera: shared {extra['shared']} MB, a model each {extra['separate']} MB", end="")
+    print(f", before this change {extra['baseline']} MB" if "baseline" in extra else "")
     ratio = report["fps_ratio_vs_separate"]
     print(f"  total FPS vs a model each: shared {ratio['shared']}x, shared batched {ratio['shared batched']}x")
     ratio = report["frames_per_cpu_s_ratio_vs_separate"]
