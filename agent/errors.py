@@ -56,6 +56,7 @@ class ErrorCode(str, Enum):
     PARITY_FAILED = "PARITY_FAILED"
     PROBATION_FAILED = "PROBATION_FAILED"
     RECORD_UNWRITABLE = "RECORD_UNWRITABLE"
+    RUNTIME_CRASHED = "RUNTIME_CRASHED"
     # building, signing and pushing bundles (operator side)
     NO_MODEL = "NO_MODEL"
     UNKNOWN_FORMAT = "UNKNOWN_FORMAT"

@@ -19,6 +19,7 @@ from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import LinkStats
 from pipelines.pipeline import PipelineStats
+from runtimes.base import RuntimeInfo
 
 AgentState = Literal["starting", "online", "stopping", "offline"]
 
@@ -118,7 +119,9 @@ class GovernorState:
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
     the first sample; `sensors` holds the temperature, power and battery readings (None until
-    the sensors are read); `governor` is None while it is disabled or before its first step."""
+    the sensors are read); `governor` is None while it is disabled or before its first step;
+    `runtimes` the backends probed at start, each available or why not (`RuntimeInfo.crashed`
+    when its library killed the probe process)."""
 
     ts: float
     state: AgentState
@@ -139,6 +142,7 @@ class AgentSnapshot:
     warnings: tuple[str, ...] = ()  # what the config allows that an attacker could use, and repairs made
     sensors: SensorReadings | None = None
     governor: GovernorState | None = None
+    runtimes: tuple[RuntimeInfo, ...] = ()
 
     @property
     def fps(self) -> float:

@@ -11,6 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
+from tests.needs import missing, required
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_MODELS = Path(os.environ.get("EDGE_AGENT_SHARED_MODELS", REPO.parent / "shared" / "models"))
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -18,11 +20,15 @@ FAKES = Path(__file__).resolve().parent / "fakes"
 pytest_plugins = ["tests.fleet_helpers"]  # broker, watcher, agents and operator_key fixtures
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    required()  # a misspelt EDGE_AGENT_REQUIRE stops the run before any test
+
+
 @pytest.fixture(scope="session")
 def shared_models() -> Path:
     """The folder of real COCO models; tests using it skip when it is absent."""
     if not (SHARED_MODELS / "README.md").is_file():
-        pytest.skip(f"COCO test models not found at {SHARED_MODELS} (set EDGE_AGENT_SHARED_MODELS)")
+        missing("models", f"COCO test models not found at {SHARED_MODELS} (set EDGE_AGENT_SHARED_MODELS)")
     return SHARED_MODELS
 
 

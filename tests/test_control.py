@@ -221,3 +221,20 @@ def test_fleet_status_skips_junk_and_shows_the_last_bundle_after_a_will() -> Non
         }
     )
     assert rows[0]["bundle"] == "demo 1.1.0" and rows[0]["state"] == "offline"
+
+
+def test_size_and_free_disk_are_checked_before_a_byte_is_written(tmp_path: Path) -> None:
+    import shutil
+
+    from agent.daemon.download import check_size
+    from agent.errors import BundleError
+
+    with pytest.raises(BundleError, match=r"more than bundle_limits\.max_bundle_bytes") as too_large:
+        check_size(desired(size=10**18, chunks=1, chunk_size=10**18), 1 << 30, tmp_path)
+    assert too_large.value.code == "TOO_LARGE"
+    free = shutil.disk_usage(tmp_path).free
+    with pytest.raises(BundleError, match="MB free under") as full:
+        check_size(desired(size=free // 2 + 1, chunks=1, chunk_size=free), 1 << 62, tmp_path)
+    assert full.value.code == "DISK_FULL"
+    check_size(desired(size=1000, chunks=1, chunk_size=1000), 1 << 30, tmp_path)  # fits
+    assert list(tmp_path.iterdir()) == [], "nothing was written"

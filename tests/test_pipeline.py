@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -189,7 +190,11 @@ def test_swapped_out_sessions_give_their_memory_back(tmp_path: Path, heavy_model
     )
     assert run.returncode == 0, run.stderr[-2000:]
     rss = json.loads(run.stdout)
-    assert rss[19] <= rss[1] * 1.10, f"RSS after 2 swaps {rss[1]:.0f} MB, after 20 {rss[19]:.0f} MB: {rss}"
+    # medians, not single samples: one reads 10% high now and then on a busy machine (the lowest
+    # of three samples a swap still did, in a full test run on the shared 2-vCPU VM). Without
+    # malloc_trim the medians grew by 29% (192 -> 247 MB); with it, by up to 10%.
+    early, late = statistics.median(rss[0:3]), statistics.median(rss[15:20])
+    assert late <= early * 1.20, f"RSS median of swaps 1-3 {early:.0f} MB, of swaps 16-20 {late:.0f} MB: {rss}"
 
 
 def test_hot_swap_of_a_live_camera_drops_at_most_one_frame() -> None:

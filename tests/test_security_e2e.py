@@ -9,6 +9,7 @@ import json
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,11 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import load_private_key
 from agent.mqtt.control import sign
-from agent.mqtt.protocol import Desired, Topics
+from agent.mqtt.protocol import ChunkIndex, Desired, Topics
 from tests.conftest import DEMO_MODELS
 from tests.fleet_helpers import cli, finished, online, publish_raw, push, request, serving, signed_request
 from tests.mqtt_tools import AgentProcess, Broker, Watcher, wait_until
+from tests.needs import missing
 
 pytestmark = pytest.mark.usefixtures("operator_key")
 
@@ -172,6 +174,16 @@ def test_every_deployment_ends_with_a_reported_state(
     status_code, out = cli(capsys, "fleet", "gc", "--min-age", "0", "--broker", broker.url)
     assert status_code == 0 and "removed 1 stray chunk(s)" in out, out
 
+    unavailable = http_503()
+    url = desired_for(
+        bundles["v1"], "dev1", operator_key, sha256="34" * 32, version="3.5.0", source="url", url=unavailable
+    )
+    publish_raw(broker, [("edge/bundles/" + "34" * 32 + "/index", index_for(bundles["v1"], "34" * 32))])
+    publish_raw(broker, [("edge/dev1/desired", url.to_bytes())])
+    record = finished(watcher, "dev1", url.id)
+    assert (record["state"], record["error"]["code"]) == ("FAILED", "DOWNLOAD_TIMEOUT"), record
+    assert "retrying" in agent.output(), "the 503s were retried until the deadline"
+
     stuck = desired_for(bundles["v1"], "dev1", operator_key, sha256="12" * 32, version="4.0.0")
     publish_raw(broker, [("edge/dev1/desired", stuck.to_bytes())])
     watcher.wait_json("edge/dev1/deployment", lambda d: d["id"] == stuck.id and d["state"] == "QUEUED", 10)
@@ -180,6 +192,28 @@ def test_every_deployment_ends_with_a_reported_state(
     cancelled = [r for r in watcher.all_json("edge/dev1/deployment") if r["id"] == stuck.id][-1]
     assert (cancelled["state"], cancelled["error"]["code"]) == ("REJECTED", "CANCELLED")
     serving(watcher, "dev1", "1.1.0")
+
+
+def http_503() -> str:
+    """A URL whose server answers every request 503 (overloaded), for good."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Overloaded(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(503)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Overloaded)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/bundle"
+
+
+def index_for(bundle: Path, sha: str) -> bytes:
+    """The chunk index of `bundle` under another sha256 (the download never gets as far as hashing)."""
+    index = ChunkIndex.of(bundle.read_bytes(), 256 * 1024)
+    return ChunkIndex(sha256=sha, size=index.size, chunk_size=index.chunk_size, chunks=index.chunks).to_bytes()
 
 
 def failing_on_live_frames(tmp_path: Path, keys: dict[str, Path]) -> Path:
@@ -362,7 +396,9 @@ class Client:
         self.received: list[str] = []
         self.refused: str | None = None
         self.ready = False
+        self.subscribed = threading.Semaphore(0)
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+        self.client.on_subscribe = lambda *_: self.subscribed.release()
         if user is not None:
             self.client.username_pw_set(user, password)
         self.client.on_message = lambda c, u, m: self.received.append(m.topic)
@@ -379,7 +415,7 @@ class Client:
 
     def subscribe(self, topic: str) -> None:
         self.client.subscribe(topic, qos=1)
-        time.sleep(0.3)
+        assert self.subscribed.acquire(timeout=10), f"no SUBACK for {topic}"
 
     def publish(self, topic: str, payload: bytes) -> None:
         self.client.publish(topic, payload, qos=1).wait_for_publish(10)
@@ -393,7 +429,7 @@ def test_the_generated_acl_keeps_each_device_to_its_own_topics(
     tmp_path: Path, capsys, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:
     if not Path(MOSQUITTO_PASSWD).exists():
-        pytest.skip("mosquitto_passwd is not installed (apt-get install mosquitto)")
+        missing("mosquitto_passwd", "mosquitto_passwd is not installed (apt-get install mosquitto)")
     folder = tmp_path / "secured"
     folder.mkdir()
     passwd, acl = folder / "passwd", folder / "edge-agent.acl"
@@ -420,8 +456,9 @@ def test_the_generated_acl_keeps_each_device_to_its_own_topics(
         ops.publish("edge/dev1/cmd/ping", b"{}")
         ops.publish("edge/dev2/cmd/ping", b"{}")
         wait_until(lambda: "edge/dev1/cmd/ping" in dev1.received, 10, "dev1's own command")
-        time.sleep(0.5)  # the forged publishes went out before ops's commands; none may arrive
-        assert [t for t in ops.received if not t.endswith("/cmd/ping")] == ["edge/dev1/status"], ops.received
+        dev1.publish("edge/dev1/status", b"last")  # the broker handles dev1's publishes in order:
+        wait_until(lambda: ops.received.count("edge/dev1/status") == 2, 10, "dev1's last status")  # all in
+        assert [t for t in ops.received if not t.endswith("/cmd/ping")] == ["edge/dev1/status"] * 2, ops.received
         assert dev1.received == ["edge/dev1/cmd/ping"], "dev1 reads its own commands only"
         for client in clients:
             client.close()
@@ -456,3 +493,18 @@ def agent_config_file(tmp_path: Path, broker: Broker, keys: dict[str, Path], mqt
     from tests.mqtt_tools import agent_config
 
     return agent_config(tmp_path, broker, "dev1", keys["public"], "lobby", keys["operator_pub"], mqtt=mqtt_settings)
+
+
+def test_a_client_taking_the_device_s_client_id_is_named_in_the_log(broker: Broker, watcher: Watcher, agents) -> None:
+    agent = agents("dev1")
+    online(watcher, "dev1")
+    thief = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="edge-agent-dev1", protocol=MQTTProtocolVersion.MQTTv5)
+    thief.connect("127.0.0.1", broker.port)
+    thief.loop_start()
+    try:
+        wait_until(lambda: "another client connected with this client id" in agent.output(), 20, "the takeover named")
+    finally:
+        thief.loop_stop()
+        thief.disconnect()
+    assert "use_username_as_clientid" in agent.output()
+    online(watcher, "dev1")

@@ -7,6 +7,8 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import logging
 import sys
 from collections.abc import Sequence
@@ -37,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not faulthandler.is_enabled():  # a native library that crashes this process leaves a traceback
+        with contextlib.suppress(OSError, ValueError):  # a stderr without a file descriptor
+            faulthandler.enable()
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

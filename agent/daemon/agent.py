@@ -63,7 +63,8 @@ from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Serving, VersionRef
 from pipelines.pipeline import use_one_opencv_thread
-from runtimes.base import compact_malloc
+from runtimes.base import RuntimeInfo, compact_malloc
+from runtimes.registry import available_runtimes
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class Agent:
         self._state: AgentState = "starting"
         self._serving_error: str | None = None
         self._system: SystemReadings | None = None  # the sampler's latest reading
+        self._runtimes: tuple[RuntimeInfo, ...] = ()  # probed at start, in child processes
         self._commands: queue.Queue[Message | None] = queue.Queue(maxsize=64)
         self._threads: list[threading.Thread] = []
         self._components_stop = threading.Event()
@@ -161,6 +163,7 @@ class Agent:
             log.warning("recovered deployment %s: now %s", recovered.id, recovered.state)
         for warning in [*self.warnings, *self.store.problems]:
             log.warning("%s", warning)
+        self._runtimes = tuple(available_runtimes().values())  # once per process: a SIGHUP reuses it
         self._serve_current()
         self._state = "online"
         self._components_stop.clear()
@@ -307,6 +310,7 @@ class Agent:
             events=EventCounts(self.events.published, self.events.limiter.suppressed),
             sensors=self._readings,
             governor=self.governing.state if self.governing is not None else None,
+            runtimes=self._runtimes,
         )
 
     # -- publishing ----------------------------------------------------------------------------

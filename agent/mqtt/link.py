@@ -69,6 +69,11 @@ class Message:
 
 
 Handler = Callable[[Message], None]
+#: the MQTT 5 DISCONNECT reason code a broker sends when another client takes the client id
+SESSION_TAKEN_OVER = 142
+#: a connection lost sooner than this after it was made, three times in a row, is being taken away
+#: (mosquitto closes a taken-over session without saying why)
+SHORT_LIVED_S = 5.0
 
 
 class Delivery:
@@ -137,7 +142,7 @@ class MqttLink:
         backoff: Backoff | None = None,
         max_inflight: int = 20,
     ) -> None:
-        self.settings = settings
+        self.settings, self.client_id = settings, client_id
         self._on_connect_hook = on_connect
         self._backoff = backoff or Backoff(initial=settings.reconnect_min_s, maximum=settings.reconnect_max_s)
         self._client = mqtt.Client(
@@ -161,6 +166,8 @@ class MqttLink:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._refused = False  # the broker answered this connection attempt with a failure code
+        self._connected_at = 0.0  # when the current connection was accepted (monotonic seconds)
+        self._short_lived = 0  # connections in a row lost soon after they were made
         self.dropped = 0  # queued messages pushed out by newer ones while offline
         self.reconnects = 0
         self.last_error: str | None = None
@@ -265,6 +272,7 @@ class MqttLink:
             log.warning("mqtt: %s", self.last_error)
             self._lost.set()
             return
+        self._connected_at = time.monotonic()
         if self.reconnects or self.last_error:
             log.info("mqtt: connected to %s again", self.settings.broker)
         self._backoff.reset()
@@ -295,6 +303,14 @@ class MqttLink:
         elif was_connected:
             self.reconnects += 1
             self.last_error = f"connection to {self.settings.broker} lost: {reason}"
+            lasted = time.monotonic() - self._connected_at
+            self._short_lived = self._short_lived + 1 if lasted < SHORT_LIVED_S else 0
+            if getattr(reason, "value", None) == SESSION_TAKEN_OVER or self._short_lived >= 3:
+                self.last_error += (
+                    f" (the connection keeps being taken away: is another client connected with this client id, "
+                    f"{self.client_id}? give each device its own broker credentials and set the broker's "
+                    "use_username_as_clientid, docs/security.md)"
+                )
             log.warning("mqtt: %s", self.last_error)
         else:
             self.last_error = (
