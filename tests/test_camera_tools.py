@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
@@ -24,9 +23,6 @@ from pipelines.sources import FrameSource, SourceError, open_source, source_kind
 from tests.conftest import FAKES, REPO
 from tests.mqtt_tools import wait_until
 from tests.test_cameras import install_versions
-
-needs_gst = pytest.mark.skipif(shutil.which("gst-launch-1.0") is None, reason="gst-launch-1.0 not installed")
-needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed")
 
 #: what gst-inspect-1.0 and ffmpeg -decoders print on a Jetson Orin (JetPack 6), trimmed: these
 #: answers stand in for a Jetson's programs, which cannot run here
@@ -77,8 +73,7 @@ def test_a_jetsons_tools_and_hardware_decoders() -> None:
     assert "gstreamer1.0-libcamera" in problems[0]
 
 
-@needs_gst
-def test_this_machines_tools_and_the_recipes_it_cannot_run() -> None:
+def test_this_machines_tools_and_the_recipes_it_cannot_run(gst: str) -> None:
     tools = find_camera_tools()
     assert tools.gst_launch.path is not None and tools.gst_launch.version.startswith("GStreamer 1.")
     assert {"y4menc", "videoconvert", "videotestsrc"} <= tools.gst_elements
@@ -154,8 +149,7 @@ def test_the_cameras_page_shows_every_recipe() -> None:
         assert f"`{found.name}`" in text and found.source in text, found.name
 
 
-@needs_gst
-def test_probe_reports_the_camera_tools(capsys) -> None:
+def test_probe_reports_the_camera_tools(gst: str, capsys) -> None:
     assert main(["probe", "--json"]) == 0
     cameras = json.loads(capsys.readouterr().out)["cameras"]
     assert cameras["gst_launch"]["path"] and "gst_elements" not in cameras
@@ -170,8 +164,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@needs_ffmpeg
-def test_a_live_h264_stream_through_ffmpeg_and_its_end() -> None:
+def test_a_live_h264_stream_through_ffmpeg_and_its_end(ffmpeg: str) -> None:
     """A real H.264 stream over TCP (ffmpeg encoding a test pattern and serving it): decoded
     frames while it runs; when the server dies, the live source fails with ffmpeg's reason."""
     port = free_port()
@@ -203,9 +196,8 @@ def _opens(source: FrameSource) -> bool:
     return True
 
 
-@needs_gst
 def test_the_daemons_cameras_on_pipe_sources(
-    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path], caplog
+    gst: str, tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path], caplog
 ) -> None:
     """A gst: camera runs beside the Jetson CSI recipe, which this machine cannot run: the
     missing elements are logged at start and gst-launch's own words are in the camera's status."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,8 +26,6 @@ from runtimes.registry import load_runtime
 from tests.conftest import DEMO_MODELS, FAKES, write_video
 from tests.mqtt_tools import wait_until
 
-needs_gst = pytest.mark.skipif(shutil.which("gst-launch-1.0") is None, reason="gst-launch-1.0 not installed")
-needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed")
 FAST_RETRY = Backoff(initial=0.05, maximum=0.2, jitter=0.0)
 
 
@@ -55,8 +52,7 @@ def demo_detector() -> Detector:
     return Detector(load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx"))
 
 
-@needs_gst
-def test_gst_videotestsrc_frames_are_negotiated_and_converted() -> None:
+def test_gst_videotestsrc_frames_are_negotiated_and_converted(gst: str) -> None:
     """A solid red test pattern: the size comes from the stream's header, the colour survives
     the I420 conversion (swapped chroma planes would make it blue)."""
     source = open_source(
@@ -71,14 +67,12 @@ def test_gst_videotestsrc_frames_are_negotiated_and_converted() -> None:
     assert r > 230 and g < 25 and b < 25
 
 
-@needs_gst
-def test_gst_scaled_to_the_configured_size() -> None:
+def test_gst_scaled_to_the_configured_size(gst: str) -> None:
     source = open_source("gst:videotestsrc num-buffers=2", width=160, height=96)
     assert [f.image.shape for f in read_all(source)] == [(96, 160, 3)] * 2
 
 
-@needs_gst
-def test_gst_rows_padded_by_y4menc_are_reported_not_decoded() -> None:
+def test_gst_rows_padded_by_y4menc_are_reported_not_decoded(gst: str) -> None:
     """GStreamer's y4menc pads rows of a width that is not a multiple of 8: the missing FRAME
     marker stops the stream instead of shifted garbage."""
     source = open_source("gst:videotestsrc num-buffers=3 ! video/x-raw,width=162,height=100")
@@ -91,8 +85,7 @@ def test_gst_rows_padded_by_y4menc_are_reported_not_decoded() -> None:
         source.close()
 
 
-@needs_ffmpeg
-def test_ffmpeg_on_a_generated_clip_matches_opencv(tmp_path: Path) -> None:
+def test_ffmpeg_on_a_generated_clip_matches_opencv(ffmpeg: str, tmp_path: Path) -> None:
     clip = write_video(tmp_path / "clip.avi", 12, size=(320, 240))
     source = open_source(f"ffmpeg:{clip}")
     assert isinstance(source, PipeSource) and not source.live
@@ -108,8 +101,7 @@ def test_ffmpeg_on_a_generated_clip_matches_opencv(tmp_path: Path) -> None:
         assert float(np.abs(got.image.astype(int) - want.image.astype(int)).mean()) < 6
 
 
-@needs_ffmpeg
-def test_ffmpeg_loops_a_file_when_asked(tmp_path: Path) -> None:
+def test_ffmpeg_loops_a_file_when_asked(ffmpeg: str, tmp_path: Path) -> None:
     clip = write_video(tmp_path / "clip.avi", 5, size=(160, 120))
     frames = read_all(open_source(f"ffmpeg:{clip}", loop=True), limit=12)
     assert len(frames) == 12
@@ -145,8 +137,7 @@ def test_a_short_last_frame_is_dropped(fake_rpicam: Path, monkeypatch: pytest.Mo
     assert any("stand-in 128x64" in line for line in failure.value.output)
 
 
-@needs_ffmpeg
-def test_a_finite_stream_cut_mid_frame_ends_without_it(tmp_path: Path) -> None:
+def test_a_finite_stream_cut_mid_frame_ends_without_it(ffmpeg: str, tmp_path: Path) -> None:
     """A YUV4MPEG2 file cut in its fourth frame, replayed by `head`: three frames, then the end."""
     y4m = tmp_path / "clip.y4m"
     subprocess.run(
@@ -212,17 +203,15 @@ def test_rpicam_that_dies_mid_stream_is_restarted_and_reported(fake_rpicam: Path
     assert pipeline.source_status.snapshot().state == "stopped"
 
 
-@needs_gst
-def test_bench_on_gst_and_ffmpeg_sources(tmp_path: Path, capsys) -> None:
+def test_bench_on_gst_and_ffmpeg_sources(gst: str, ffmpeg: str, tmp_path: Path, capsys) -> None:
     model = str(DEMO_MODELS / "demo_detector.onnx")
     gst = "gst:videotestsrc num-buffers=30 ! video/x-raw,width=640,height=480"
     assert main(["bench", model, "--source", gst, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["frames"], report["source"], report["dropped"]) == (30, gst, 0) and report["fps"] > 0
-    if shutil.which("ffmpeg"):
-        clip = write_video(tmp_path / "clip.avi", 20, size=(320, 240))
-        assert main(["bench", model, "--source", f"ffmpeg:{clip}", "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["frames"] == 20
+    clip = write_video(tmp_path / "clip.avi", 20, size=(320, 240))
+    assert main(["bench", model, "--source", f"ffmpeg:{clip}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["frames"] == 20
     assert main(["bench", model, "--source", "gst:filesrc location=/nowhere.mp4 ! decodebin"]) == 1
     assert "gst-launch-1.0 exited with code" in capsys.readouterr().err
 
