@@ -71,6 +71,8 @@ class ErrorCode(str, Enum):
     NO_PREVIOUS = "NO_PREVIOUS"
     NO_PIPELINE = "NO_PIPELINE"
     NO_FRAME = "NO_FRAME"
+    # the status page's actions
+    CROSS_SITE = "CROSS_SITE"
 
     def __str__(self) -> str:
         return self.value

@@ -165,3 +165,29 @@ class AgentSnapshot:
         document["fps"] = self.fps
         document["energy_mj_per_frame"] = self.energy_mj_per_frame
         return document
+
+
+@dataclass(frozen=True)
+class Health:
+    """Whether the daemon's loops turn: `ok` when every camera's threads, the MQTT link's loop
+    and the sampler turned within the stall limit; `problems` says which did not, in words.
+    ``/healthz`` answers from it, and the systemd watchdog is pinged only while it is ok."""
+
+    ok: bool
+    problems: tuple[str, ...] = ()
+
+
+def judge_health(
+    cameras: tuple[PipelineStats, ...], broker: LinkStats | None, sampler_stalled_s: float, stall_s: float
+) -> Health:
+    """`Health` from how far each loop is past its announced turn (seconds) and the limit."""
+    problems = [
+        f"camera {camera.name}: a capture or inference thread has not turned for {camera.stalled_s:.0f} s"
+        for camera in cameras
+        if camera.stalled_s > stall_s
+    ]
+    if broker is not None and broker.stalled_s > stall_s:
+        problems.append(f"the MQTT link's loop has not turned for {broker.stalled_s:.0f} s")
+    if sampler_stalled_s > stall_s:
+        problems.append(f"the sampler (sensors, governor, telemetry) has not turned for {sampler_stalled_s:.0f} s")
+    return Health(not problems, tuple(problems))

@@ -58,9 +58,11 @@ CONF
 "$mosquitto" -c "$out/mosquitto.conf" > "$out/mosquitto.log" 2>&1 &
 echo $! > "$out/mosquitto.pid"
 rm -rf "$out/fleet-state"
+page_port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+page="http://127.0.0.1:$page_port"
 .venv/bin/edge-agent config example --device-id demo-cam --group demo --broker "$broker" \
   --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" \
-  --operator-key "$out/operator/signing.pub" > "$out/agent.yaml"
+  --operator-key "$out/operator/signing.pub" --status-listen "127.0.0.1:$page_port" > "$out/agent.yaml"
 sed -i 's/probation_s: 120 /probation_s: 5   /' "$out/agent.yaml"  # a short probation, for the demo
 # a second camera: both share one loaded model (docs/cameras.md)
 sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15}|' "$out/agent.yaml"
@@ -72,12 +74,18 @@ mosquitto_sub -p "$port" -t edge/demo-cam/status -C 1 -W 30 > /dev/null  # the a
 echo; echo "== an unsigned command, as any client of the broker could send it: refused"
 mosquitto_pub -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -D publish response-topic edge/replies/demo \
   -D publish correlation-data demo-cam -V mqttv5 &
-mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5; wait
+publisher=$!
+mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5
+wait "$publisher"  # only it: a bare `wait` would wait for the broker and the agent too, for ever
 sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
 echo; echo "== one detection event"
 mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
+echo; echo "== the status page: health, a few metrics, and edge-agent doctor (the page's checks from a shell)"
+curl -s "$page/healthz"; echo
+curl -s "$page/metrics" | grep -E '^edge_agent_(camera_fps|broker_connected|deployment_state\{.*SUCCEEDED)'
+.venv/bin/edge-agent doctor --config "$out/agent.yaml" || true
 
 cat <<TEXT
 
@@ -87,5 +95,6 @@ Where to look (the broker and the agent keep running; stop them with: scripts/de
   telemetry:          mosquitto_sub -p $port -t edge/demo-cam/telemetry   (sensors, governor, energy_mj_per_frame)
   sensors, live:      .venv/bin/edge-agent telemetry --watch 2
   the fleet:          .venv/bin/edge-agent fleet status --broker $broker
+  the status page:    $page/   (problems, live frames, charts; read only: no credentials set)
   the agent's log:    $out/agent.log      its config: $out/agent.yaml
 TEXT

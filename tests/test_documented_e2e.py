@@ -234,8 +234,9 @@ def test_a_rollback_that_cannot_start_in_time_is_busy(tmp_path: Path, keys) -> N
     """BUSY: the deployer's thread is in a step that cannot be interrupted (here: not running)."""
     from agent.config.models import AgentConfig
     from agent.daemon.agent import Agent
+    from agent.errors import CodedError
     from agent.hardware.probe import probe
-    from agent.mqtt.commands import CommandError, NoArgs
+    from agent.mqtt.commands import NoArgs
 
     config = AgentConfig.model_validate(
         {
@@ -253,6 +254,6 @@ def test_a_rollback_that_cannot_start_in_time_is_busy(tmp_path: Path, keys) -> N
         config, "d", agent.store, probe(), agent.link, agent.topics, agent.policy, agent.gate, lambda d: None
     )
     agent.deployer.rollback_timeout_s = 0.2
-    with pytest.raises(CommandError) as busy:
+    with pytest.raises(CodedError) as busy:  # run_command answers any CodedError with its code
         agent._cmd_rollback(NoArgs())
     assert busy.value.code == "BUSY" and "still running" in busy.value.message

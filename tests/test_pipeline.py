@@ -19,7 +19,7 @@ from pipelines.backoff import Backoff
 from pipelines.detector import Detector
 from pipelines.evaluate import HELD_OUT_SEED, MatchCounts
 from pipelines.pipeline import Pipeline
-from pipelines.sources import FileSource, SyntheticSource
+from pipelines.sources import FileSource, SyntheticSource, open_source
 from pipelines.synthetic import SyntheticScene
 from runtimes.base import InferenceError
 from runtimes.registry import load_runtime
@@ -347,3 +347,46 @@ def test_workers_need_a_runtime_that_allows_concurrent_calls() -> None:
         Pipeline("cam", source, detector(), workers=2).swap_detector(detector("demo_detector_fp32.tflite"))
     with pytest.raises(ValueError, match="workers must be at least 1"):
         Pipeline("cam", source, detector(), workers=0)
+
+
+def no_new_frame(pipeline: Pipeline, within_s: float) -> bool:
+    before = pipeline.frames
+    time.sleep(within_s)
+    return pipeline.frames == before
+
+
+class ManualClock:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_camera_read_that_never_returns_shows_as_stalled() -> None:
+    """A real network camera (MJPEG over HTTP) stops sending with the connection open: the
+    capture thread blocks in read() and `stalled_s` grows with the clock; a paused pipeline
+    waits, which is not a stall."""
+    from tests.camera_stream import MjpegStream
+
+    stream, clock = MjpegStream(fps=20), ManualClock()
+    pipeline = Pipeline("cam", open_source(stream.url), detector(), clock=clock).start()
+    try:
+        assert wait_for(lambda: pipeline.frames > 3)
+        assert pipeline.stats().stalled_s < 1.0
+        pipeline.pause()  # waiting while paused is not a stall
+        clock.now += 100
+        assert wait_for(lambda: pipeline.stats().stalled_s < 1.0), "a paused inference thread counted as stalled"
+        pipeline.resume()
+        stream.stall()
+        assert wait_for(lambda: no_new_frame(pipeline, 0.5)), "the stalled camera still delivers"
+        clock.now += 100
+        assert pipeline.stats().stalled_s >= 100, "the blocked capture thread is not seen"
+        stream.resume()
+        assert wait_for(lambda: pipeline.stats().stalled_s < 1.0, timeout=45), "the camera came back"
+    finally:
+        stream.resume()
+        pipeline.stop()
+        stream.close()

@@ -281,12 +281,12 @@ def test_probation_rolls_back_a_version_that_fails_on_live_frames(
 
 
 def test_probation_rolls_back_a_version_at_half_the_fps(
-    capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys, heavy_model: Path
+    capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys, slow_model: Path
 ) -> None:
     camera = [{"name": "cam0", "source": "synthetic", "fps": 60}]  # no cap: the demo model keeps up
     two_versions(capsys, broker, watcher, agents, bundles, pipelines=camera, deployments={"probation_s": 8})
     slow = tmp_path / "slow.bundle"
-    build_bundle([heavy_model], slow, name="demo", version="5.0.0", key=load_private_key(keys["private"]))
+    build_bundle([slow_model], slow, name="demo", version="5.0.0", key=load_private_key(keys["private"]))
     record = finished(watcher, "dev1", push(capsys, broker, slow, "device:dev1"))
     assert (record["state"], record["error"]["code"]) == ("ROLLED_BACK", "PROBATION_FAILED"), record
     assert "FPS of the previous version" in record["error"]["message"], record["error"]

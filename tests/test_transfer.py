@@ -405,18 +405,26 @@ def make_certificates(folder: Path) -> dict[str, Path]:
     return paths
 
 
-def test_tls_with_client_certificate_and_password(tmp_path: Path, capsys) -> None:
+def secured_listener(folder: Path, client_certificate: bool) -> tuple[dict[str, Path], str]:
+    """Certificates in `folder` and a mosquitto listener with TLS and the password file of one
+    user, ``cam-1`` / ``s3cret`` (and client certificates required, when asked)."""
     import subprocess
 
-    from agent.cli import main
-
-    certs = make_certificates(tmp_path)
-    passwords = tmp_path / "passwords"
+    certs = make_certificates(folder)
+    passwords = folder / "passwords"
     subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwords), "cam-1", "s3cret"], check=True)
     listener = (
         f"cafile {certs['ca.pem']}\ncertfile {certs['server.pem']}\nkeyfile {certs['server.key']}\n"
-        f"require_certificate true\npassword_file {passwords}\nallow_anonymous false\n"
+        f"{'require_certificate true' if client_certificate else ''}\n"
+        f"password_file {passwords}\nallow_anonymous false\n"
     )
+    return certs, listener
+
+
+def test_tls_with_client_certificate_and_password(tmp_path: Path, capsys) -> None:
+    from agent.cli import main
+
+    certs, listener = secured_listener(tmp_path, client_certificate=True)
     broker = Broker(tmp_path / "broker", listener=listener)
     (tmp_path / "pw").write_text("s3cret\n")
     tls = {"ca_file": certs["ca.pem"], "cert_file": certs["device.pem"], "key_file": certs["device.key"]}

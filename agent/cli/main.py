@@ -15,12 +15,14 @@ from collections.abc import Sequence
 
 from agent.cli.bundles import BUNDLE_COMMANDS, add_bundle_commands
 from agent.cli.device import DEVICE_COMMANDS, add_device_commands
+from agent.cli.doctor import DOCTOR_COMMANDS, add_doctor_commands
 from agent.cli.errors import CliError
 from agent.cli.fleet import FLEET_COMMANDS, add_fleet_commands
 from agent.cli.inference import INFERENCE_COMMANDS, add_inference_commands
 from agent.cli.sensors import SENSOR_COMMANDS, add_sensor_commands
 
 COMMANDS = {**INFERENCE_COMMANDS, **BUNDLE_COMMANDS, **DEVICE_COMMANDS, **FLEET_COMMANDS, **SENSOR_COMMANDS}
+COMMANDS.update(DOCTOR_COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_device_commands(commands)
     add_fleet_commands(commands)
     add_sensor_commands(commands)
+    add_doctor_commands(commands)
     return parser
 
 
