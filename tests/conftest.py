@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,6 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def gst() -> str:
     """gst-launch-1.0 with the y4menc element (gstreamer1.0-tools and -plugins-good): its path."""
-    import subprocess
-
     path = shutil.which("gst-launch-1.0")
     inspect = shutil.which("gst-inspect-1.0")
     if path is None or inspect is None or subprocess.run([inspect, "y4menc"], capture_output=True).returncode:

@@ -221,3 +221,26 @@ def test_the_daemons_cameras_on_pipe_sources(
     assert status.error is not None and "gst-launch-1.0 exited with code 1" in status.error
     assert any('no element "nvarguscamerasrc"' in line for line in status.output)
     assert cameras.stats() == []
+
+
+def test_the_doctor_checks_pipe_sources(gst: str, tmp_path: Path, capsys) -> None:
+    """``edge-agent doctor`` shares `source_problems`: the Jetson CSI recipe fails unopened with
+    what to install; a gst: camera this machine can run delivers a real frame through gst-launch."""
+    csi = recipe("jetson-csi")
+    assert csi is not None
+    config = tmp_path / "agent.yaml"
+    test = "gst:videotestsrc ! video/x-raw,width=320,height=240"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\nallow_unsigned: true\npipelines:\n"
+        f"  - {{name: test, source: '{test}'}}\n"
+        f"  - {{name: csi, source: '{csi.source}'}}\n"
+    )
+    status = main(["doctor", "--config", str(config), "--root", str(FAKES / "rpi5"), "--timeout", "30", "--json"])
+    checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert status == 1
+    assert checks["camera test"]["status"] == "pass", checks["camera test"]
+    assert checks["camera test"]["message"] == f"a 320x240 frame from {test}"
+    csi_check = checks["camera csi"]
+    assert csi_check["status"] == "fail"
+    assert "GStreamer element nvarguscamerasrc is not installed" in csi_check["message"]
+    assert "docs/cameras.md" in csi_check["fix"]

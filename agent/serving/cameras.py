@@ -57,6 +57,13 @@ def source_for(section: PipelineSection, pipe: PipeSettings | None = None) -> Fr
     return open_source(section.source, loop=section.loop, pipe=pipe, **camera)
 
 
+def pipe_settings(options: CamerasSection, board: Board, tools: CameraTools | None) -> PipeSettings:
+    """The settings of pipe sources from the ``cameras:`` section on `board` (`tools` None: not
+    asked, so ffmpeg decodes in software): the daemon's and the doctor's."""
+    args = ffmpeg_input_args(options.ffmpeg.hwaccel, board, tools)
+    return PipeSettings(args, options.ffmpeg.rtsp_transport, options.stall_timeout_s)
+
+
 def _capped(max_fps: float | None, cap: float | None) -> float | None:
     """The lower of a camera's own ``max_fps`` and the governor's cap (None: no limit)."""
     limits = [limit for limit in (max_fps, cap) if limit is not None]
@@ -174,10 +181,10 @@ class Cameras:
             for section in self.sections:
                 for problem in source_problems(section.source, tools) if tools else []:
                     log.warning("pipeline %s: %s", section.name, problem)
-            args = ffmpeg_input_args(options.ffmpeg.hwaccel, self.board, tools)
+            self._pipe = pipe_settings(options, self.board, tools)
             if any(pipe_tool(s.source) == "ffmpeg" for s in self.sections):
-                log.info("ffmpeg sources decode with %s", " ".join(args) or "software (no hardware decoder)")
-            self._pipe = PipeSettings(args, options.ffmpeg.rtsp_transport, options.stall_timeout_s)
+                decode = " ".join(self._pipe.ffmpeg_input_args) or "software (no hardware decoder)"
+                log.info("ffmpeg sources decode with %s", decode)
         return self._pipe
 
     def _start(self, section: PipelineSection, detector: FrameDetector, workers: int) -> Pipeline:
