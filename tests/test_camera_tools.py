@@ -139,6 +139,7 @@ def test_every_recipe_is_a_valid_source_and_an_example_config(name: str, tmp_pat
     example = tmp_path / "agent.yaml"
     example.write_text(capsys.readouterr().out)
     assert json.dumps(found.source) in example.read_text()
+    assert "loop:" not in example.read_text(), "a camera is live: no loop"
     assert main(["config", "check", str(example)]) == 0
     assert "no problems found" in capsys.readouterr().out
 

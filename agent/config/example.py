@@ -34,6 +34,7 @@ def example_config(
     found = recipe(source)
     camera = f"  # {found.camera}, on {found.board}: needs {found.note} (docs/cameras.md)\n" if found else ""
     source = found.source if found else source
+    loop = "" if found else "    loop: true\n"  # repeats a file; a board's camera is live
     if trust_key is not None:
         trust = f"trust_keys:\n  - {_quoted(str(trust_key))}\nallow_unsigned: false"
     else:
@@ -92,8 +93,7 @@ deployments:
 pipelines:
 {camera}  - name: cam0
     source: {_quoted(source)}
-    loop: true
-    max_fps: 15
+{loop}    max_fps: 15
 
 telemetry:
   interval_s: 10
