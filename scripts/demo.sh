@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: set up .venv, show what the probe finds, run the project's demo detector with ONNX
-# Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle, then the
+# Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle (and one with
+# FP16 / INT8 variants proven against FP32), then the
 # fleet: a local mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT.
 # The broker and the agent keep running for you to look at; `scripts/demo.sh stop` ends them.
 set -euo pipefail
@@ -19,7 +20,7 @@ if [ "${1:-}" = stop ]; then stop_fleet; exit 0; fi
 
 scripts/setup.sh
 stop_fleet >/dev/null
-.venv/bin/python scripts/make_demo_media.py "$out" --frames 150
+.venv/bin/python scripts/make_demo_media.py "$out" --frames 150 --stills 16
 echo; echo "== edge-agent probe"
 .venv/bin/edge-agent probe
 echo; echo "== edge-agent telemetry (this machine's sensors, then a Jetson Orin Nano's, from its fake tree)"
@@ -43,6 +44,12 @@ export EDGE_AGENT_OPERATOR_KEY="$out/operator/signing.key"  # fleet push, rollba
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
 .venv/bin/edge-agent bundle inspect "$out/demo-1.0.0.bundle"
+echo; echo "== bundle build --precisions: FP16 and INT8 variants, each proven against FP32 (docs/optimising.md)"
+.venv/bin/python -m pip install -q -e ".[build]"  # onnx, onnxslim, sympy: the operator's build tools
+.venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --precisions fp32,fp16,int8 \
+  --calibration "$out/calibration" --validation "$out/validation" \
+  --name demo-variants --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-variants-1.0.0.bundle"
+.venv/bin/edge-agent bundle inspect "$out/demo-variants-1.0.0.bundle"
 
 echo; echo "== the fleet: mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT"
 port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
