@@ -32,6 +32,11 @@ echo; echo "== edge-agent detect (LiteRT, INT8)"
 .venv/bin/edge-agent detect agent/demo/demo_detector_int8.tflite "$out/scene.png"
 echo; echo "== edge-agent bench (pipeline on a 150-frame clip)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --source "$out/scene.mp4"
+if command -v gst-launch-1.0 >/dev/null; then
+  echo; echo "== edge-agent bench on a camera pipe (gst-launch-1.0 writing raw frames, docs/cameras.md)"
+  .venv/bin/edge-agent bench agent/demo/demo_detector.onnx \
+    --source 'gst:videotestsrc num-buffers=90 pattern=ball ! video/x-raw,width=640,height=480'
+fi
 echo; echo "== a signed demo bundle"
 [ -f "$out/keys/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/keys"            # signs bundles
 [ -f "$out/operator/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/operator"    # signs control
@@ -66,6 +71,8 @@ page="http://127.0.0.1:$page_port"
   --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" \
   --operator-key "$out/operator/signing.pub" --status-listen "127.0.0.1:$page_port" > "$out/agent.yaml"
 sed -i 's/probation_s: 120 /probation_s: 5   /' "$out/agent.yaml"  # a short probation, for the demo
+# a second camera: both share one loaded model (docs/cameras.md)
+sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15}|' "$out/agent.yaml"
 .venv/bin/edge-agent config check "$out/agent.yaml"
 .venv/bin/edge-agent run --config "$out/agent.yaml" > "$out/agent.log" 2>&1 &
 echo $! > "$out/agent.pid"

@@ -75,7 +75,7 @@ from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from pipelines.pipeline import use_one_opencv_thread
-from runtimes.base import RuntimeInfo
+from runtimes.base import RuntimeInfo, compact_malloc
 from runtimes.registry import available_runtimes
 
 if TYPE_CHECKING:
@@ -130,7 +130,9 @@ class Agent:
         self._limits = RateLimits(COMMANDS)
         self._throttled = ThrottledLog(log)
         self.events = EventSink(config.events, self._labels, self._publish_event)
-        self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes)
+        self.cameras = Cameras(
+            config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes, config.cameras
+        )
         self.sensors = Sensors.from_config(config.sensors, self.root, self.board)
         self.monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(self.sensors.fs))
         self._readings: SensorReadings | None = None  # the sampler's latest sensor reading
@@ -181,6 +183,7 @@ class Agent:
 
     def start(self) -> None:
         use_one_opencv_thread()
+        compact_malloc()  # freed frames and tensors go back to the system, not to per-thread arenas
         self.store.ensure()
         recovered = self.store.recover()
         if recovered is not None:

@@ -12,7 +12,10 @@ from typing import Any
 from agent.hardware.readings import SensorReadings
 from agent.snapshot import AgentSnapshot
 
-_CAMERA_FIELDS = ("name", "fps", "max_fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")
+_CAMERA_FIELDS = (
+    *("name", "fps", "max_fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status"),
+    *("shared_by", "mean_batch"),
+)
 _RUNTIME_FIELDS = ("available", "version", "crashed", "reason")
 
 
