@@ -55,6 +55,7 @@ class ErrorCode(str, Enum):
     DECODER_MISMATCH = "DECODER_MISMATCH"
     PARITY_FAILED = "PARITY_FAILED"
     PROBATION_FAILED = "PROBATION_FAILED"
+    ROLLOUT_HALTED = "ROLLOUT_HALTED"
     RECORD_UNWRITABLE = "RECORD_UNWRITABLE"
     # building, signing and pushing bundles (operator side)
     NO_MODEL = "NO_MODEL"

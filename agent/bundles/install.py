@@ -325,10 +325,11 @@ def end_probation(
     deployment: Deployment,
     failure: str | None,
     on_state: Callable[[Deployment], None] = lambda d: None,
+    code: ErrorCode = ErrorCode.PROBATION_FAILED,
 ) -> Deployment:
     """End the probation of `deployment`: SUCCEEDED when `failure` is None, else put the
     pointers back as they were before it, remove its version and record FAILED -> ROLLED_BACK
-    with ``PROBATION_FAILED`` and `failure` as the reason."""
+    with `code` (``PROBATION_FAILED``, or ``ROLLOUT_HALTED``) and `failure` as the reason."""
     if failure is None:
         deployment.to(State.SUCCEEDED)
         store.record(deployment)
@@ -337,7 +338,7 @@ def end_probation(
         store.gc()
     else:
         store.undo_switch(deployment)
-        deployment.to(State.FAILED, BundleError(ErrorCode.PROBATION_FAILED, failure))
+        deployment.to(State.FAILED, BundleError(code, failure))
         deployment.to(State.ROLLED_BACK)
         store.record(deployment)
     on_state(deployment)
