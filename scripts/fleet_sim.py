@@ -2,24 +2,27 @@
 ceiling measured in the same run.
 
     .venv/bin/python scripts/fleet_sim.py --devices 20 [--bundle-mb 2] [--processes P] [--broker URL]
-                                          [--chunk-size BYTES] [--timeout 600] [--json]
+                                          [--state-dir /dev/shm] [--chunk-size BYTES] [--timeout 600] [--json]
 
 Each device is the daemon's `Agent` without cameras (agent/daemon/simulation.py): its own client
 id, state directory, link, deployer, transfer and store, and an activation that loads the model
-and checks its parity as a device would; `--processes` processes (default: one per 50 devices,
-at most one per CPU) hold them. The script starts its own mosquitto on a free port unless
+and checks its parity as a device would; `--processes` processes (default: one per 25 devices,
+at most four per CPU: a model being loaded holds its process's interpreter lock, which stalls the
+network threads of the devices beside it) hold them. The script starts its own mosquitto on a free port unless
 `--broker` names one, builds a signed bundle of about `--bundle-mb` MB (the demo model plus
 incompressible calibration images), waits until every device is online, pushes it to the group
 with an operator's signed desired document, and waits until every device ends the deployment.
 Then, side by side, it measures the broker's fan-out ceiling: as many raw paho subscribers as
-devices, in as many processes, fetching the same retained chunks with one wildcard subscription.
+devices fetching the same retained chunks with one wildcard subscription, in one process and in
+one per CPU (the better of the two counts).
 
 Printed (`--json`: one object): devices, succeeded, lost (no final state within `--timeout`),
 seconds (push start to the last SUCCEEDED), throughput_mb_s (all devices' bundle bytes over the
 time from the desired document to the last device's download end), ceiling_mb_s (the raw
 subscribers' bytes over the time from their subscription to the last one's last chunk), their
-ratio, the broker's peak RSS and CPU seconds, the device processes' CPU seconds, and medians of
-each deployment phase.
+ratio, the broker's peak RSS and CPU seconds, the device processes' CPU seconds, the medians of
+each deployment phase, and when (first, median, last) the devices began and ended their downloads
+and succeeded. Exit status 0 when every device SUCCEEDED.
 """
 
 from __future__ import annotations
@@ -249,6 +252,21 @@ def phases(records: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {name: round(statistics.median(values), 3) for name, values in spans.items()}
 
 
+def timeline(records: dict[str, dict[str, Any]], since: float) -> dict[str, list[float]]:
+    """First, median and last time (seconds after `since`) the succeeded devices entered
+    DOWNLOADING, VERIFYING (the download done) and SUCCEEDED."""
+    found: dict[str, list[float]] = {}
+    for record in records.values():
+        if record.get("state") == "SUCCEEDED":
+            for h in record["history"]:
+                found.setdefault(h["state"], []).append(h["ts"] - since)
+    return {
+        state.lower(): [round(min(ts), 3), round(statistics.median(ts), 3), round(max(ts), 3)]
+        for state, ts in found.items()
+        if state in ("DOWNLOADING", "VERIFYING", "SUCCEEDED")
+    }
+
+
 def measure_ceiling(port: int, devices: int, processes: int, sha: str, chunks: int) -> tuple[float, float, int]:
     """(seconds, MB/s, bytes) of `devices` raw subscribers in `processes` processes fetching
     every retained chunk of `sha`."""
@@ -279,7 +297,7 @@ def simulate(args: argparse.Namespace, folder: Path, url: str, broker: psutil.Pr
     bundle = make_bundle(folder, args.bundle_mb, bundle_key)
     size = bundle.stat().st_size
     names = [f"sim-{i:04d}" for i in range(args.devices)]
-    processes = args.processes or max(1, min(os.cpu_count() or 1, math.ceil(args.devices / 50)))
+    processes = args.processes or max(1, min(4 * (os.cpu_count() or 1), math.ceil(args.devices / 25)))
     settings = {
         "broker": url,
         "group": GROUP,
@@ -290,7 +308,12 @@ def simulate(args: argparse.Namespace, folder: Path, url: str, broker: psutil.Pr
     records = Records(port)
     sampler = Sampler(broker)
     context = multiprocessing.get_context("spawn")
-    stop, root = context.Event(), folder / "devices"
+    stop = context.Event()
+    root = (
+        Path(tempfile.mkdtemp(prefix="fleet-sim-devices-", dir=args.state_dir))
+        if args.state_dir
+        else folder / "devices"
+    )
     workers = [
         context.Process(
             target=run_devices,
@@ -330,15 +353,22 @@ def simulate(args: argparse.Namespace, folder: Path, url: str, broker: psutil.Pr
         history = [{h["state"]: h["ts"] for h in r["history"]} for r in succeeded.values()]
         last_success = max((h["SUCCEEDED"] for h in history), default=math.nan)
         last_download = max((h["VERIFYING"] for h in history), default=math.nan)
-        cpu_ceiling = sampler.cpu()
-        ceiling_s, ceiling_mb_s, _ = measure_ceiling(port, args.devices, processes, desired.sha256, desired.chunks)
-        cpu_ceiling = sampler.cpu() - cpu_ceiling
+        ceiling: tuple[float, float, float, int] | None = None  # seconds, MB/s, broker CPU s, processes
+        for count in sorted({1, os.cpu_count() or 1}):  # the better of one process and one per CPU
+            before = sampler.cpu()
+            seconds, rate, _ = measure_ceiling(port, args.devices, count, desired.sha256, desired.chunks)
+            if ceiling is None or rate > ceiling[1]:
+                ceiling = (seconds, rate, sampler.cpu() - before, count)
+        assert ceiling is not None
+        ceiling_s, ceiling_mb_s, cpu_ceiling, ceiling_processes = ceiling
     finally:
         stop.set()
         for worker in workers:
             worker.join(60)
         records.close()
         sampler.stop()
+        if args.state_dir:
+            shutil.rmtree(root, ignore_errors=True)
     download_s = last_download - published
     throughput = len(succeeded) * size / 2**20 / download_s if succeeded else 0.0
     return {
@@ -356,11 +386,14 @@ def simulate(args: argparse.Namespace, folder: Path, url: str, broker: psutil.Pr
         "bundle_mb": round(size / 2**20, 2),
         "chunk_size": desired.chunk_size,
         "processes": processes,
+        "ceiling_processes": ceiling_processes,
+        "state_dir": str(args.state_dir or "work folder"),
         "broker_rss_mb": round(sampler.peak / 2**20, 1) if broker is not None else None,
         "broker_cpu_s": round(broker_cpu, 2),
         "broker_cpu_s_ceiling": round(cpu_ceiling, 2),
         "devices_cpu_s": round(devices_cpu, 2),
         "phases": phases(mine),
+        "timeline": timeline(mine, published),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
     }
 
@@ -369,7 +402,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", type=int, default=20, help="simulated devices (default 20)")
     parser.add_argument(
-        "--processes", type=int, help="processes holding them (default: one per 50, at most one per CPU)"
+        "--processes", type=int, help="processes holding them (default: one per 25 devices, at most four per CPU)"
     )
     parser.add_argument("--broker", help="mqtt://HOST:PORT of a broker to use (default: start mosquitto here)")
     parser.add_argument("--bundle-mb", type=float, default=2.0, help="size of the pushed bundle in MB (default 2)")
@@ -377,6 +410,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="longest wait for the devices, seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (state, logs, bundle)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="make the devices' state directories under this folder (e.g. /dev/shm: a disk of their own each, "
+        "as real devices have, instead of all on this machine's one disk); removed at the end",
+    )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         folder = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-sim-")))
