@@ -12,13 +12,12 @@ import pytest
 from pydantic import ValidationError
 
 from agent.bundles.record import Deployment, State
-from agent.bundles.store import Store
 from agent.daemon.rollout import Action, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
 from agent.mqtt.limits import BrokerLimits, fit_chunk_size, largest_payload, publish_packet_size
 from agent.mqtt.protocol import Desired, ProtocolError, Topics
 from agent.mqtt.rollout import FailureLimit, Rollout, parse_waves, position
-from tests.test_manifest_store import fake_version
+from tests.test_recovery import two_versions
 
 A, B = "a" * 64, "b" * 64
 HOUR = 3600.0
@@ -185,11 +184,7 @@ def test_the_device_plan(
 
 
 def test_undo_puts_the_pointers_back_or_ends_a_download(tmp_path: Path) -> None:
-    store = Store(tmp_path / "state").ensure()
-    fake_version(store, A, 1000)
-    fake_version(store, B, 2000)
-    store.switch(A)
-    store.switch(B)
+    store = two_versions(tmp_path)  # B serving, A before it
     taken = Deployment(id="d1", sha256=B, from_sha=A, previous_before=None)
     taken.to(State.SUCCEEDED)
     undone = undo_halted(store, taken, "3 of 10 failed")
