@@ -143,7 +143,10 @@ def activate(
     failures = []
     for choice in choices:
         try:
-            runtime = load_runtime(choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime))
+            # no warm-up run: the parity check below is the model's first inference, and the
+            # runtime is closed after it (the cameras load their own, warmed up)
+            path, config = Path(choice.artifact.path), settings.config_for(choice.runtime)
+            runtime = load_runtime(choice.runtime, path, config, warmup=False)
         except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
             raise BundleError(ErrorCode.ARTIFACT_NOT_A_MODEL, str(exc)) from exc
         except (RuntimeUnavailable, ModelLoadError) as exc:
