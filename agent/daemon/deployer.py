@@ -178,7 +178,9 @@ class Deployer:
                     return None
                 self._remember_accepted()
                 desired, wait = self.wanted(), 1.0
-                if desired is not None:
+                if desired is None:
+                    self.rollout = None
+                else:
                     now = self._wall_clock()
                     last = self.store.last_deployment() if desired.rollout is not None else None
                     job = plan(desired, self.device, self._followed.id, last, self.store.current_sha(), now)
