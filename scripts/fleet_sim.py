@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import numpy as np
@@ -172,7 +172,11 @@ def run_raw(port: int, count: int, sha: str, chunks: int, ready: Any, go: Any, r
 
 
 class Records:
-    """The devices' statuses and deployment records, as a plain paho client sees them."""
+    """The devices' statuses and deployment records, as a plain paho client sees them. A broker
+    drops messages for a client that falls too far behind (mosquitto's `max_queued_messages`),
+    so `wait` subscribes again every few seconds: the retained records then arrive anew."""
+
+    FILTERS: ClassVar[list[tuple[str, int]]] = [("edge/+/status", 1), ("edge/+/deployment", 1)]
 
     def __init__(self, port: int) -> None:
         self.online: set[str] = set()
@@ -181,7 +185,7 @@ class Records:
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
         self.client.on_message = self._on_message
         self.client.connect("127.0.0.1", port)
-        self.client.subscribe([("edge/+/status", 1), ("edge/+/deployment", 1)])
+        self.client.subscribe(self.FILTERS)
         self.client.loop_start()
 
     def _on_message(self, client: Any, userdata: Any, message: mqtt.MQTTMessage) -> None:
@@ -194,13 +198,18 @@ class Records:
                 self.records[device] = document
             self.changed.notify_all()
 
-    def wait(self, predicate: Any, timeout: float) -> bool:
+    def wait(self, predicate: Any, timeout: float, refresh_s: float = 5.0) -> bool:
         deadline = time.monotonic() + timeout
+        refresh = time.monotonic() + refresh_s
         with self.changed:
             while not predicate():
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     return False
-                self.changed.wait(max(0.0, min(1.0, deadline - time.monotonic())))
+                if now >= refresh:
+                    self.client.subscribe(self.FILTERS)  # the retained records again
+                    refresh = now + refresh_s
+                self.changed.wait(max(0.0, min(1.0, deadline - now)))
             return True
 
     def close(self) -> None:
