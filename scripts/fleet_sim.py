@@ -312,6 +312,7 @@ def simulate(args: argparse.Namespace, folder: Path, url: str, broker: psutil.Pr
         "group": GROUP,
         "trust_keys": (str(bundle_pub),),
         "operator_keys": (str(operator_pub),),
+        "overrides": json.loads(args.agent_config) if args.agent_config else {},
     }
     port = urlparse(url).port or 1883
     records = Records(port)
@@ -397,6 +398,7 @@ def simulate(args: argparse.Namespace, folder: Path, url: str, broker: psutil.Pr
         "processes": processes,
         "ceiling_processes": ceiling_processes,
         "state_dir": str(args.state_dir or "work folder"),
+        "agent_config": settings["overrides"],
         "broker_rss_mb": round(sampler.peak / 2**20, 1) if broker is not None else None,
         "broker_cpu_s": round(broker_cpu, 2),
         "broker_cpu_s_ceiling": round(cpu_ceiling, 2),
@@ -418,6 +420,11 @@ def main() -> int:
     parser.add_argument("--chunk-size", type=int, help="bytes per chunk (default: fleet push's)")
     parser.add_argument("--timeout", type=float, default=600.0, help="longest wait for the devices, seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--agent-config",
+        metavar="JSON",
+        help='agent.yaml sections over the simulated devices\' defaults, e.g. \'{"deployments": {"window": 32}}\'',
+    )
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (state, logs, bundle)")
     parser.add_argument(
         "--state-dir",
