@@ -139,6 +139,13 @@ def test_waves_open_in_order_a_late_device_catches_up_and_fleet_status_shows_the
     assert status == 0 and out.startswith(f"{chosen} on group yard: complete"), out
     assert "8/8 started, 8 succeeded, 0 failed" in out, out
 
+    status, out = cli(capsys, "fleet", "rollout", "halt", chosen, "--reason", "by hand", "--broker", broker.url)
+    assert status == 0 and "devices that took it: keep" in out, out
+    wait_until(lambda: "halted" in str(fleet[devices[0]].snapshot().rollout), 30, "the halt to reach the devices")
+    assert states(watcher, devices, chosen) == dict.fromkeys(devices, "SUCCEEDED"), "keep: they keep it"
+    status, table = cli(capsys, "fleet", "status", "--broker", broker.url)
+    assert all("halted" in line for line in table.splitlines()[1:]), table
+
 
 def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resume_continues(
     capsys, broker: Broker, watcher: Watcher, fleets, bundles: dict[str, Path]

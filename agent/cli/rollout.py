@@ -87,10 +87,13 @@ def staging(args: argparse.Namespace) -> Staging | None:
         return None
     if not args.target.startswith("group:"):
         raise CliError(f"--waves stages a rollout over a group: use --target group:NAME, not {args.target!r}")
+    from pydantic import ValidationError
+
     try:
         return Staging(args.waves, args.wave_interval, args.max_failures, args.on_halt)
-    except ValueError as exc:
-        raise CliError(f"--waves: {str(exc).splitlines()[-1].strip()}") from None
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise CliError(f"--waves {','.join(f'{w:g}%' for w in args.waves)}: {problems}") from None
 
 
 def add_rollout_commands(fleet_actions: Any) -> tuple[list[argparse.ArgumentParser], list[argparse.ArgumentParser]]:
