@@ -57,6 +57,7 @@ class ErrorCode(str, Enum):
     PROBATION_FAILED = "PROBATION_FAILED"
     ROLLOUT_HALTED = "ROLLOUT_HALTED"
     RECORD_UNWRITABLE = "RECORD_UNWRITABLE"
+    RUNTIME_CRASHED = "RUNTIME_CRASHED"
     # building, signing and pushing bundles (operator side)
     NO_MODEL = "NO_MODEL"
     UNKNOWN_FORMAT = "UNKNOWN_FORMAT"
@@ -71,6 +72,8 @@ class ErrorCode(str, Enum):
     NO_PREVIOUS = "NO_PREVIOUS"
     NO_PIPELINE = "NO_PIPELINE"
     NO_FRAME = "NO_FRAME"
+    # the status page's actions
+    CROSS_SITE = "CROSS_SITE"
 
     def __str__(self) -> str:
         return self.value

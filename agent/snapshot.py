@@ -19,6 +19,7 @@ from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import LinkStats
 from pipelines.pipeline import PipelineStats
+from runtimes.base import RuntimeInfo
 
 AgentState = Literal["starting", "online", "stopping", "offline"]
 
@@ -131,7 +132,9 @@ class GovernorState:
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
     the first sample; `sensors` holds the temperature, power and battery readings (None until
-    the sensors are read); `governor` is None while it is disabled or before its first step."""
+    the sensors are read); `governor` is None while it is disabled or before its first step;
+    `runtimes` the backends probed at start, each available or why not (`RuntimeInfo.crashed`
+    when its library killed the probe process)."""
 
     ts: float
     state: AgentState
@@ -153,6 +156,7 @@ class AgentSnapshot:
     sensors: SensorReadings | None = None
     governor: GovernorState | None = None
     rollout: RolloutPosition | None = None  # this device in its group's staged rollout
+    runtimes: tuple[RuntimeInfo, ...] = ()
 
     @property
     def fps(self) -> float:
@@ -175,3 +179,29 @@ class AgentSnapshot:
         document["fps"] = self.fps
         document["energy_mj_per_frame"] = self.energy_mj_per_frame
         return document
+
+
+@dataclass(frozen=True)
+class Health:
+    """Whether the daemon's loops turn: `ok` when every camera's threads, the MQTT link's loop
+    and the sampler turned within the stall limit; `problems` says which did not, in words.
+    ``/healthz`` answers from it, and the systemd watchdog is pinged only while it is ok."""
+
+    ok: bool
+    problems: tuple[str, ...] = ()
+
+
+def judge_health(
+    cameras: tuple[PipelineStats, ...], broker: LinkStats | None, sampler_stalled_s: float, stall_s: float
+) -> Health:
+    """`Health` from how far each loop is past its announced turn (seconds) and the limit."""
+    problems = [
+        f"camera {camera.name}: a capture or inference thread has not turned for {camera.stalled_s:.0f} s"
+        for camera in cameras
+        if camera.stalled_s > stall_s
+    ]
+    if broker is not None and broker.stalled_s > stall_s:
+        problems.append(f"the MQTT link's loop has not turned for {broker.stalled_s:.0f} s")
+    if sampler_stalled_s > stall_s:
+        problems.append(f"the sampler (sensors, governor, telemetry) has not turned for {sampler_stalled_s:.0f} s")
+    return Health(not problems, tuple(problems))

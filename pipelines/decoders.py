@@ -1,7 +1,10 @@
-"""Decoders: raw detector outputs -> candidate `Detections` in input-tensor pixels (before NMS).
+"""Decoders: raw detector outputs -> candidate `Detections` in input-tensor pixels.
 
 Each decoder takes the model's outputs as float32 arrays (already dequantized), the input
-tensor's (height, width) in pixels and a confidence threshold. Supported layouts:
+tensor's (height, width) in pixels and a confidence threshold. The grid decoders here return
+candidates for NMS; the query decoders (``end2end``, ``rtdetr``, ``detr``) are in
+`pipelines.query_decoders` and return final detections. The table of all of them and the
+automatic choice are in `pipelines.decoder_choice`. Grid layouts:
 
 - ``yolov8`` (YOLOv8 / YOLO11 / the project's demo model): one output ``(1, 4+nc, N)`` (or its
   transpose ``(1, N, 4+nc)``): ``cx, cy, w, h`` then ``nc`` class scores, no objectness. Boxes
@@ -14,6 +17,9 @@ tensor's (height, width) in pixels and a confidence threshold. Supported layouts
 - ``ssd``: the four outputs of TFLite's detection post-process: boxes ``(1, K, 4)`` as
   normalised ``ymin, xmin, ymax, xmax``, classes ``(1, K)``, scores ``(1, K)``, count ``(1,)``,
   in any order.
+
+Decoder names are defined once here (`DecoderName`); the manifest's ``decoder`` field and the
+CLI's ``--decoder`` choices derive from it. Pure functions; safe from any thread.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import numpy.typing as npt
 
 from pipelines.detections import Detections
 
-DecoderName = Literal["yolov8", "yolov5", "yolox", "ssd"]
+DecoderName = Literal["yolov8", "yolov5", "yolox", "ssd", "end2end", "rtdetr", "detr"]
 DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)
 #: what a user may ask for: a decoder, or "auto" (chosen from the output shapes and metadata)
 DecoderChoice = Literal["auto", DecoderName]
@@ -38,6 +44,8 @@ YOLOX_STRIDES = (8, 16, 32)
 _NORMALISED_LIMIT = 2.0
 #: more candidates than this after the confidence threshold are cut to the best ones
 MAX_CANDIDATES = 30000
+#: a decoder: (outputs as float32 arrays, input (height, width) in pixels, conf) -> detections
+Decode = Callable[[Sequence[npt.NDArray[Any]], tuple[int, int], float], Detections]
 
 
 class DecoderError(ValueError):
@@ -59,17 +67,22 @@ CONVENTIONS: dict[DecoderName, InputConvention] = {
     "yolov5": InputConvention("letterbox", "RGB", 0.0, 255.0),
     "yolox": InputConvention("letterbox-topleft", "BGR", 0.0, 1.0),
     "ssd": InputConvention("stretch", "RGB", 127.5, 127.5),
+    "end2end": InputConvention("letterbox", "RGB", 0.0, 255.0),
+    # Ultralytics' RT-DETR predictor stretches to the square input (LetterBox scale_fill)
+    "rtdetr": InputConvention("stretch", "RGB", 0.0, 255.0),
+    # DETR / RF-DETR: ImageNet normalisation, approximated by one mean and std for all channels
+    "detr": InputConvention("stretch", "RGB", 114.5, 57.6),
 }
 
 
-def _cxcywh_to_xyxy(
+def cxcywh_to_xyxy(
     cx: npt.NDArray[Any], cy: npt.NDArray[Any], w: npt.NDArray[Any], h: npt.NDArray[Any]
 ) -> npt.NDArray[Any]:
     half_w, half_h = w / 2, h / 2
     return np.stack([cx - half_w, cy - half_h, cx + half_w, cy + half_h], axis=1).astype(np.float32)
 
 
-def _single_output(outputs: Sequence[npt.NDArray[Any]], decoder: str) -> npt.NDArray[Any]:
+def single_output(outputs: Sequence[npt.NDArray[Any]], decoder: str) -> npt.NDArray[Any]:
     if len(outputs) != 1:
         shapes = [tuple(o.shape) for o in outputs]
         raise DecoderError(f"{decoder} expects one output, the model has {len(outputs)}: {shapes}")
@@ -82,13 +95,13 @@ def _single_output(outputs: Sequence[npt.NDArray[Any]], decoder: str) -> npt.NDA
     return first
 
 
-def _top_candidates(idx: npt.NDArray[Any], scores: npt.NDArray[Any]) -> npt.NDArray[Any]:
+def top_candidates(idx: npt.NDArray[Any], scores: npt.NDArray[Any]) -> npt.NDArray[Any]:
     if idx.size > MAX_CANDIDATES:
         idx = idx[np.argsort(-scores[idx], kind="stable")[:MAX_CANDIDATES]]
     return idx
 
 
-def _scale_if_normalised(
+def scale_if_normalised(
     boxes: npt.NDArray[Any], all_centres: npt.NDArray[Any], input_hw: tuple[int, int]
 ) -> npt.NDArray[Any]:
     """Scale xyxy boxes by the input size when the model's centre coordinates are normalised."""
@@ -100,33 +113,33 @@ def _scale_if_normalised(
 
 def decode_yolov8(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
     """``(1, 4+nc, N)`` or ``(1, N, 4+nc)`` -> candidates above `conf` (input pixels)."""
-    out = _single_output(outputs, "yolov8")
+    out = single_output(outputs, "yolov8")
     if out.shape[0] > out.shape[1]:
         out = out.T  # (N, 4+nc) -> (4+nc, N)
     if out.shape[0] < 5:
         raise DecoderError(f"yolov8 expects 4 box rows and at least one class row, got {out.shape}")
     class_scores = out[4:]
     scores = class_scores.max(axis=0)
-    idx = _top_candidates(np.flatnonzero(scores > conf), scores)
+    idx = top_candidates(np.flatnonzero(scores > conf), scores)
     class_id = class_scores[:, idx].argmax(axis=0)
-    boxes = _cxcywh_to_xyxy(out[0, idx], out[1, idx], out[2, idx], out[3, idx])
-    boxes = _scale_if_normalised(boxes, out[:2], input_hw)
+    boxes = cxcywh_to_xyxy(out[0, idx], out[1, idx], out[2, idx], out[3, idx])
+    boxes = scale_if_normalised(boxes, out[:2], input_hw)
     return Detections(boxes, scores[idx].astype(np.float32), class_id.astype(np.int32))
 
 
 def decode_yolov5(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
     """``(1, N, 5+nc)`` with objectness -> candidates above `conf` (input pixels)."""
-    out = _single_output(outputs, "yolov5")
+    out = single_output(outputs, "yolov5")
     if out.shape[1] < 6:
         raise DecoderError(f"yolov5 expects rows of 5 + classes values, got {out.shape}")
     rows = out[out[:, 4] > conf]  # objectness bounds the final score
     class_scores = rows[:, 5:] * rows[:, 4:5]
     class_id = class_scores.argmax(axis=1)
     scores = class_scores[np.arange(len(rows)), class_id]
-    idx = _top_candidates(np.flatnonzero(scores > conf), scores)
+    idx = top_candidates(np.flatnonzero(scores > conf), scores)
     rows = rows[idx]
-    boxes = _cxcywh_to_xyxy(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
-    boxes = _scale_if_normalised(boxes, out[:, :2], input_hw)
+    boxes = cxcywh_to_xyxy(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
+    boxes = scale_if_normalised(boxes, out[:, :2], input_hw)
     return Detections(boxes, scores[idx].astype(np.float32), class_id[idx].astype(np.int32))
 
 
@@ -150,7 +163,7 @@ def _yolox_grid(input_hw: tuple[int, int]) -> tuple[npt.NDArray[Any], npt.NDArra
 
 def decode_yolox(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
     """``(1, N, 5+nc)`` YOLOX head output -> candidates above `conf` (input pixels)."""
-    out = _single_output(outputs, "yolox")
+    out = single_output(outputs, "yolox")
     if out.shape[1] < 6:
         raise DecoderError(f"yolox expects rows of 5 + classes values, got {out.shape}")
     # Undecoded offsets stay within a few cells; decoded centres are pixel positions.
@@ -160,7 +173,7 @@ def decode_yolox(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int],
     class_scores = rows[:, 5:] * rows[:, 4:5]
     class_id = class_scores.argmax(axis=1)
     scores = class_scores[np.arange(len(rows)), class_id]
-    sel = _top_candidates(np.flatnonzero(scores > conf), scores)
+    sel = top_candidates(np.flatnonzero(scores > conf), scores)
     rows, keep = rows[sel], keep[sel]
     if decoded:
         centres, sizes = rows[:, :2], rows[:, 2:4]
@@ -173,7 +186,7 @@ def decode_yolox(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int],
             )
         centres = (rows[:, :2] + grid[keep]) * stride[keep]
         sizes = np.exp(rows[:, 2:4]) * stride[keep]
-    boxes = _cxcywh_to_xyxy(centres[:, 0], centres[:, 1], sizes[:, 0], sizes[:, 1])
+    boxes = cxcywh_to_xyxy(centres[:, 0], centres[:, 1], sizes[:, 0], sizes[:, 1])
     return Detections(boxes, scores[sel].astype(np.float32), class_id[sel].astype(np.int32))
 
 
@@ -217,45 +230,3 @@ def decode_ssd(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], c
         scores[keep].astype(np.float32),
         np.rint(classes[keep]).astype(np.int32),
     )
-
-
-DECODERS: dict[DecoderName, Callable[[Sequence[npt.NDArray[Any]], tuple[int, int], float], Detections]] = {
-    "yolov8": decode_yolov8,
-    "yolov5": decode_yolov5,
-    "yolox": decode_yolox,
-    "ssd": decode_ssd,
-}
-
-
-def choose_decoder(
-    output_shapes: Sequence[tuple[int | None, ...]],
-    input_hw: tuple[int, int],
-    num_classes: int | None = None,
-) -> tuple[DecoderName, str]:
-    """Pick the decoder for a model from its output shapes (and class count when the metadata
-    gives one). Returns (name, reason); raises `DecoderError` naming the shapes found."""
-    shapes = [tuple(d if d is not None else -1 for d in s) for s in output_shapes]
-    if len(shapes) == 4 and sum(len(s) == 3 and s[-1] == 4 for s in shapes) == 1:
-        return "ssd", "four outputs shaped like TFLite's detection post-process"
-    if len(shapes) == 1 and len(shapes[0]) in (2, 3):
-        a, b = shapes[0][-2:]
-        cells = yolox_cells(input_hw)
-        if num_classes is not None:
-            if a == 4 + num_classes and b > a:
-                return "yolov8", f"output (4+{num_classes}, {b}) with {num_classes} classes from metadata"
-            if b == 4 + num_classes and a > b:
-                return "yolov8", f"output ({a}, 4+{num_classes}) with {num_classes} classes from metadata"
-            if b == 5 + num_classes and a > b:
-                # YOLOX exports carry no class names, so a model that does is YOLOv5-style.
-                return "yolov5", f"output ({a}, 5+{num_classes}) with objectness and class names in metadata"
-        if 5 <= a < b:
-            return "yolov8", f"output ({a}, {b}): 4 box rows and {a - 4} class rows"
-        if 6 <= b < a:
-            if a == cells:
-                return "yolox", f"output ({a}, {b}): one row per grid cell at strides 8/16/32"
-            return "yolov5", f"output ({a}, {b}): box, objectness and {b - 5} class scores per row"
-    expected = "(1, 4+nc, N) for yolov8, (1, N, 5+nc) for yolov5/yolox, or four TFLite post-process outputs for ssd"
-    found = ", ".join(str(tuple(s)) for s in output_shapes)
-    if num_classes is not None:
-        found += f" (metadata names {num_classes} classes)"
-    raise DecoderError(f"model outputs match no decoder: found {found}; expected {expected}")

@@ -2,20 +2,32 @@
 
 ``Detector(runtime).detect(frame)`` takes a BGR ``(H, W, 3) uint8`` frame and returns
 `Detections` in that frame's pixels, clipped to it, highest confidence first.
+
+Building one runs the model once on a blank (black) frame: the outputs' shapes and content
+rank the decoders that could fit (`pipelines.decoder_choice`), and the plausibility guard
+(`pipelines.plausibility`) keeps the first whose detections are possible. Every decoded frame
+passes the guard again: with ``auto`` an implausible frame moves the detector to the next
+candidate that reads it plausibly; with a decoder chosen by name it raises `DecoderError`
+naming the output shapes and what looked wrong. `postprocess` may run in several inference
+threads at once; the switch to another candidate happens under a lock.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from pipelines.decoders import CONVENTIONS, DECODERS, DecoderError, DecoderName, choose_decoder
+from pipelines.decoder_choice import DECODERS, NMS_FREE, Candidate, ModelHints, decoder_candidates, decoder_for
+from pipelines.decoders import CONVENTIONS, Decode, DecoderError, DecoderName
 from pipelines.detections import Detections
-from pipelines.nms import class_aware_nms
+from pipelines.nms import class_aware_nms, nms_indices
+from pipelines.plausibility import blank_frame_problems, problems
 from pipelines.preprocess import PreprocessConfig, Transform, preprocess
 from runtimes.base import Quantization, Runtime, TensorSpec, dequantize
 
@@ -52,22 +64,17 @@ def _input_quantization(spec: TensorSpec, mean: float, std: float) -> Quantizati
     return Quantization(scale=1.0 / std, zero_point=zero_point)
 
 
-def _output_shapes(runtime: Runtime, config: PreprocessConfig) -> list[tuple[int, ...]]:
-    """The outputs' shapes for one image: from the specs when only the batch axis is open, else
-    from a run on a grey frame (dynamic exports leave the anchor count open)."""
-    specs = [spec.shape for spec in runtime.outputs]
-    if all(d is not None for shape in specs for d in shape[1:]):
-        return [tuple(1 if d is None else d for d in shape) for shape in specs]
-    grey = np.full((*config.size, 3), 114, np.uint8)
-    return [tuple(o.shape) for o in runtime.infer([preprocess(grey, config)[0]])]
+def _shapes_text(outputs: Sequence[npt.NDArray[Any]]) -> str:
+    return ", ".join(str(tuple(o.shape)) for o in outputs)
 
 
 class Detector:
     """Runs one detection model on frames.
 
-    `decoder` ``"auto"`` picks the decoder from the output shapes and metadata (the reason is in
-    `decoder_reason`). `conf` is the score threshold (0..1), `iou` the NMS overlap threshold,
-    `max_det` the most detections kept per frame.
+    `decoder` ``"auto"`` picks the decoder from the outputs and metadata (the reason is in
+    `decoder_reason`); a decoder named here must fit, else `DecoderError`. `conf` is the score
+    threshold (0..1), `iou` the NMS overlap threshold, `max_det` the most detections kept per
+    frame.
     """
 
     def __init__(
@@ -92,15 +99,35 @@ class Detector:
         probe_config = PreprocessConfig(
             size=self.input_hw, layout=layout, dtype=spec.dtype, quantization=_input_quantization(spec, 0.0, 255.0)
         )
-        shapes = _output_shapes(runtime, probe_config)
+        # a black frame of the input's own size: no padding, so the tensor is uniform (zeros for /255)
+        blank_tensor, blank_transform = preprocess(np.zeros((*self.input_hw, 3), np.uint8), probe_config)
+        blank = self.infer(blank_tensor)
+        self.output_shapes = [tuple(o.shape) for o in blank]
+        hints = ModelHints.from_metadata(runtime.metadata)
         if decoder == "auto":
-            names = runtime.metadata.names
-            self.decoder, self.decoder_reason = choose_decoder(shapes, self.input_hw, len(names) if names else None)
+            candidates = decoder_candidates(self.output_shapes, self.input_hw, hints, blank)
         elif decoder in DECODERS:
-            self.decoder, self.decoder_reason = decoder, "chosen by configuration"
+            candidates = [Candidate(decoder, "chosen by configuration")]
         else:
             raise DecoderError(f"unknown decoder {decoder!r}; known: auto, {', '.join(DECODERS)}")
+        fitting: list[tuple[Candidate, Decode]] = []
+        rejected: list[tuple[DecoderName, list[str]]] = []
+        for candidate in candidates:
+            decode, note = decoder_for(candidate.name, blank, hints)
+            found = self._blank_problems(candidate.name, decode, blank, blank_transform.input_hw)
+            if found:
+                rejected.append((candidate.name, found))
+            else:
+                fitting.append((Candidate(candidate.name, "; ".join(filter(None, (candidate.reason, note)))), decode))
+        if not fitting:
+            raise DecoderError(self._mismatch(blank, rejected, explicit=decoder != "auto"))
+        #: the decoder in use and its decode function, replaced together (one reference)
+        self._current = fitting[0]
         convention = CONVENTIONS[self.decoder]
+        #: later candidates that also read the blank frame plausibly and take the same input
+        self._fallbacks = [(c, d) for c, d in fitting[1:] if CONVENTIONS[c.name] == convention]
+        self._auto = decoder == "auto"
+        self._switch_lock = threading.Lock()
         dynamic = None in spec.image_hw
         self.preprocess_config = replace(
             probe_config,
@@ -111,7 +138,47 @@ class Detector:
             quantization=_input_quantization(spec, convention.mean, convention.std),
             rect_stride=(runtime.metadata.stride or 32) if dynamic and convention.resize == "letterbox" else None,
         )
+        for name, found in rejected:
+            log.info("decoder %s does not fit: %s", name, "; ".join(found))
         log.info("decoder %s: %s", self.decoder, self.decoder_reason)
+
+    @property
+    def decoder(self) -> DecoderName:
+        """The decoder in use."""
+        return self._current[0].name
+
+    @property
+    def decoder_reason(self) -> str:
+        """Why it was chosen."""
+        return self._current[0].reason
+
+    def _blank_problems(
+        self, name: DecoderName, decode: Decode, outputs: list[npt.NDArray[Any]], input_hw: tuple[int, int]
+    ) -> list[str]:
+        """What the guard finds wrong when `decode` reads the model's outputs on a blank frame."""
+        try:
+            candidates = decode(outputs, input_hw, self.conf)
+        except DecoderError as exc:
+            return [str(exc)]
+        if name in NMS_FREE:
+            survivors = len(candidates)
+        else:
+            survivors = len(
+                nms_indices(candidates.xyxy, candidates.confidence, self.iou, self.max_det + 1, candidates.class_id)
+            )
+        return problems(candidates, input_hw) + blank_frame_problems(survivors, self.max_det)
+
+    @staticmethod
+    def _mismatch(
+        outputs: Sequence[npt.NDArray[Any]], rejected: Sequence[tuple[DecoderName, list[str]]], explicit: bool
+    ) -> str:
+        """The error for decoders that read the outputs implausibly: the shapes and what was wrong."""
+        shapes = _shapes_text(outputs)
+        if explicit and len(rejected) == 1:
+            name, found = rejected[0]
+            return f"decoder {name} does not fit this model's outputs {shapes}: {'; '.join(found)}"
+        tried = "; ".join(f"{name}: {', '.join(found)}" for name, found in rejected)
+        return f"no decoder reads this model's outputs {shapes} plausibly: {tried}"
 
     def prepare(self, frame: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], Transform]:
         """Preprocess a BGR ``(H, W, 3) uint8`` frame into the model's input tensor."""
@@ -122,10 +189,54 @@ class Detector:
         raw = self.runtime.infer([tensor])
         return [dequantize(array, spec) for array, spec in zip(raw, self.runtime.outputs, strict=True)]
 
+    def _decode_checked(
+        self, outputs: list[npt.NDArray[Any]], input_hw: tuple[int, int]
+    ) -> tuple[DecoderName, Detections]:
+        """Decode and run the guard; with ``auto``, move to the next candidate that reads these
+        outputs plausibly. Raises `DecoderError` when none does."""
+        (name, _), decode = self._current
+        candidates = decode(outputs, input_hw, self.conf)
+        found = problems(candidates, input_hw)
+        if not found:
+            return name, candidates
+        rejected = [(name, found)]
+        with self._switch_lock:
+            for candidate, other in self._fallbacks if self._auto else []:
+                try:
+                    alternative = other(outputs, input_hw, self.conf)
+                except DecoderError as exc:
+                    rejected.append((candidate.name, [str(exc)]))
+                    continue
+                also = problems(alternative, input_hw)
+                if also:
+                    rejected.append((candidate.name, also))
+                    continue
+                log.warning(
+                    "decoder %s read a frame implausibly (%s): switching to %s", name, "; ".join(found), candidate.name
+                )
+                self._fallbacks = [f for f in self._fallbacks if f[0] != candidate]
+                self._current = (candidate, other)
+                return candidate.name, alternative
+        raise DecoderError(self._mismatch(outputs, rejected, explicit=not self._auto or len(rejected) == 1))
+
+    def check(self, tensor: npt.NDArray[Any], raw_outputs: Sequence[npt.NDArray[Any]]) -> None:
+        """Run the plausibility guard on the raw outputs the model gave for `tensor` (a bundle's
+        reference input): raises `DecoderError` naming the output shapes and what looked wrong."""
+        hw = tensor.shape[2:4] if self.preprocess_config.layout == "NCHW" else tensor.shape[1:3]
+        outputs = [dequantize(array, spec) for array, spec in zip(raw_outputs, self.runtime.outputs, strict=True)]
+        input_hw = (int(hw[0]), int(hw[1]))
+        found = problems(self._current[1](outputs, input_hw, self.conf), input_hw)
+        if found:
+            raise DecoderError(self._mismatch(outputs, [(self.decoder, found)], explicit=True))
+
     def postprocess(self, outputs: list[npt.NDArray[Any]], transform: Transform) -> Detections:
-        """Decode, NMS, and map boxes to frame pixels (clipped; boxes left empty are dropped)."""
-        candidates = DECODERS[self.decoder](outputs, transform.input_hw, self.conf)
-        kept = class_aware_nms(candidates, self.iou, self.max_det)
+        """Decode (checked by the guard), NMS unless the model's output is final, and map boxes to
+        frame pixels (clipped; boxes left empty are dropped)."""
+        name, candidates = self._decode_checked(outputs, transform.input_hw)
+        if name in NMS_FREE:
+            kept = candidates.sorted_by_confidence()[: self.max_det]
+        else:
+            kept = class_aware_nms(candidates, self.iou, self.max_det)
         xyxy = transform.to_source(kept.xyxy)
         visible = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
         return Detections(xyxy, kept.confidence, kept.class_id)[visible]

@@ -41,10 +41,8 @@ class LatencyWindow:
         """Each stage with samples, in the order the stages were given."""
         with self._lock:
             samples = {stage: np.array(values) for stage, values in self._values.items() if values}
-        return {
-            stage: Percentiles(round(float(np.percentile(v, 50)), 3), round(float(np.percentile(v, 95)), 3))
-            for stage, v in samples.items()
-        }
+        quantiles = {stage: np.percentile(v, [50, 95]) for stage, v in samples.items()}
+        return {stage: Percentiles(round(float(q[0]), 3), round(float(q[1]), 3)) for stage, q in quantiles.items()}
 
 
 class FpsMeter:

@@ -24,12 +24,17 @@ def box_iou(box: npt.NDArray[np.float32], boxes: npt.NDArray[np.float32]) -> npt
 
 
 def _greedy(
-    columns: tuple[npt.NDArray[Any], ...], areas: npt.NDArray[Any], order: npt.NDArray[Any], iou_threshold: float
+    columns: tuple[npt.NDArray[Any], ...],
+    areas: npt.NDArray[Any],
+    order: npt.NDArray[Any],
+    iou_threshold: float,
+    limit: int | None = None,
 ) -> list[int]:
-    """Greedy suppression over `order` (indices, best first) of boxes given as x1, y1, x2, y2 columns."""
+    """Greedy suppression over `order` (indices, best first) of boxes given as x1, y1, x2, y2
+    columns; stops once `limit` boxes are kept (they are the best `limit` survivors)."""
     x1, y1, x2, y2 = columns
     keep: list[int] = []
-    while order.size:
+    while order.size and (limit is None or len(keep) < limit):
         best = int(order[0])
         keep.append(best)
         rest = order[1:]
@@ -63,7 +68,9 @@ def nms_indices(
         # A stable sort by class keeps each class's boxes in score order.
         by_class = order[np.argsort(class_id[order], kind="stable")]
         groups = np.split(by_class, np.flatnonzero(np.diff(class_id[by_class])) + 1)
-    keep = np.asarray([i for group in groups for i in _greedy(columns, areas, group, iou_threshold)], np.intp)
+    # A group's survivors beyond its best max_det can never be among the best max_det overall.
+    kept = [i for group in groups for i in _greedy(columns, areas, group, iou_threshold, max_det)]
+    keep = np.asarray(kept, np.intp)
     return keep[np.argsort(-scores[keep], kind="stable")][:max_det]
 
 

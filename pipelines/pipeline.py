@@ -12,11 +12,17 @@ reach the sinks in frame order. Pause/resume, an FPS cap and a model swap betwee
 safe to call from any thread; a detector swapped out is retired (by default its runtime is
 closed) once no frame in flight uses it. A failing source is reopened with jittered backoff; nothing here
 raises into the caller's thread.
+
+Liveness: every thread beats a heartbeat at each turn of its loop, announcing how long the wait
+it is about to start may last (a backoff, the FPS cap, a pause); `PipelineStats.stalled_s` is how
+far the most overdue thread is past its announced turn, so a read or an inference that never
+returns shows as a growing number while waiting, pausing and reconnecting never do.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -92,6 +98,7 @@ class PipelineStats:
     source_status: SourceState
     runtime: str
     model: str
+    stalled_s: float = 0.0  # how long its most overdue thread is past its announced turn (0: all on time)
 
 
 class Pipeline:
@@ -167,6 +174,7 @@ class Pipeline:
         self._working = 0  # inference threads still running
         self._latest: tuple[Frame, Detections] | None = None
         self._threads: list[threading.Thread] = []
+        self._due: dict[str, float] = {}  # running thread's name -> clock time it promised to turn by
 
     # -- control ---------------------------------------------------------------------------
 
@@ -177,6 +185,7 @@ class Pipeline:
             threading.Thread(target=self._inference_loop, name=f"infer-{self.name}-{i}", daemon=True)
             for i in range(self.workers)
         ]
+        self._due = {thread.name: self._clock() for thread in self._threads}
         for thread in self._threads:
             thread.start()
         return self
@@ -260,13 +269,34 @@ class Pipeline:
             source_status=self.source_status.snapshot(),
             runtime=runtime.name,
             model=runtime.model_path.name,
+            stalled_s=self._stalled_s(),
         )
+
+    def _beat(self, wait_s: float = 0.0) -> None:
+        """The calling thread turned and will turn again within `wait_s` seconds (the wait it
+        is about to start; ``math.inf``: it waits on a sibling whose own beat tells)."""
+        self._due[threading.current_thread().name] = self._clock() + wait_s
+
+    def _leave(self) -> None:
+        """The calling thread leaves its loop: it no longer counts for `stalled_s`."""
+        self._due.pop(threading.current_thread().name, None)
+
+    def _stalled_s(self) -> float:
+        due = list(self._due.values())  # one C-level copy: safe against a thread leaving meanwhile
+        return round(max(0.0, self._clock() - min(due)), 3) if due else 0.0
 
     # -- threads ---------------------------------------------------------------------------
 
     def _capture_loop(self) -> None:
+        try:
+            self._capture_turns()
+        finally:
+            self._leave()
+
+    def _capture_turns(self) -> None:
         opened = False
         while not self._stop.is_set():
+            self._beat()
             try:
                 if not opened:
                     self.source.open()
@@ -297,7 +327,9 @@ class Pipeline:
         self.source_status.set("reconnecting", error)
         log.warning("pipeline %s: source failed: %s; reconnecting", self.name, error)
         self.source.close()
-        self._stop.wait(self._backoff.next_delay())
+        delay = self._backoff.next_delay()
+        self._beat(delay)
+        self._stop.wait(delay)
         return False
 
     def _deliver(self, item: Any) -> None:
@@ -309,6 +341,7 @@ class Pipeline:
                 self._newest_ready.notify()
             return
         while not self._stop.is_set():
+            self._beat(0.1)
             try:
                 self._queue.put(item, timeout=0.1)
                 return
@@ -319,10 +352,12 @@ class Pipeline:
         if self.source.live:
             with self._newest_ready:
                 while self._newest is None and not self._stop.is_set():
+                    self._beat(0.1)
                     self._newest_ready.wait(0.1)
                 item, self._newest = self._newest, None
                 return item
         while not self._stop.is_set():
+            self._beat(0.1)
             try:
                 return self._queue.get(timeout=0.1)
             except queue.Empty:
@@ -335,11 +370,13 @@ class Pipeline:
             if taken is None:
                 break
             seq, item, detector = taken
+            self._beat()  # inference and the sinks: no announced wait, a hang shows
             try:
                 result = self._process(item, detector)
             finally:
                 self._release(detector)
             self._finish(seq, result)
+        self._leave()
         with self._results_lock:
             self._working -= 1
             if self._working == 0:
@@ -348,13 +385,17 @@ class Pipeline:
     def _take(self) -> tuple[int, _Prepared, Detector] | None:
         """The next frame, its sequence number and the detector to run, once pause and the FPS
         cap allow; None when the source ended or the pipeline stops."""
+        self._beat(math.inf)  # a sibling holding the take lock beats for both
         with self._take_lock:
+            self._beat()
             item = None
             while item is None and not self._ended and not self._stop.is_set():
                 item = self._next_item()
             if item is _END:
                 self._ended = True
-            self._running.wait()
+            while not self._running.is_set():  # paused: waiting, not hanging
+                self._beat(1.0)
+                self._running.wait(1.0)
             if self._ended or self._stop.is_set() or item is None:
                 return None
             with self._lock:
@@ -368,6 +409,7 @@ class Pipeline:
             if self.max_fps:
                 delay = self._next_due - self._clock()
                 if delay > 0:
+                    self._beat(delay)
                     self._stop.wait(delay)
                 self._next_due = max(self._next_due + 1.0 / self.max_fps, self._clock() - 1.0 / self.max_fps)
             self._taken += 1

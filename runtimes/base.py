@@ -86,7 +86,9 @@ class ModelMetadata:
     """What a model file says about itself (Ultralytics exports carry all of these).
 
     `names` maps class id to label; `imgsz` is (height, width) in pixels; `stride` is the
-    largest feature stride in pixels.
+    largest feature stride in pixels. `end2end` is true when the exporter says the output is
+    final detections (Ultralytics ``end2end``, or ``args`` with ``nms``: YOLOv10, YOLO26,
+    ``nms=True`` exports).
     """
 
     names: dict[int, str] | None = None
@@ -95,18 +97,21 @@ class ModelMetadata:
     task: str | None = None
     description: str | None = None
     raw: dict[str, str] = field(default_factory=dict)
+    end2end: bool = False
 
 
 @dataclass(frozen=True)
 class RuntimeInfo:
     """Whether a backend can run here: its library version and devices (ONNX Runtime execution
-    providers, LiteRT delegates), or the reason it cannot."""
+    providers, LiteRT delegates), or the reason it cannot. `crashed` says how the library killed
+    the process that probed it (``"SIGSEGV"``, ``"exit status 1"``; `runtimes.isolation`)."""
 
     name: str
     available: bool
     version: str | None = None
     devices: tuple[str, ...] = ()
     reason: str | None = None
+    crashed: str | None = None
 
 
 def guess_layout(shape: Sequence[int | None]) -> Layout | None:

@@ -72,6 +72,19 @@ def _stride(value: Any) -> int | None:
     return stride if stride > 0 else None
 
 
+def _flag(value: Any) -> bool:
+    """True for ``True`` or its text (``"True"``, ``"true"``); anything else is false."""
+    value = _literal(value)
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def _end2end(raw: Mapping[str, Any]) -> bool:
+    """Ultralytics marks final-detection outputs with ``end2end`` (YOLOv10, YOLO26) or with
+    ``nms`` in the export ``args`` (``export(nms=True)``)."""
+    args = _literal(raw.get("args"))
+    return _flag(raw.get("end2end")) or (isinstance(args, Mapping) and _flag(args.get("nms")))
+
+
 def parse_metadata(raw: Mapping[str, Any]) -> ModelMetadata:
     """Build `ModelMetadata` from an exporter's key/value map; unknown or malformed keys are kept
     only in `raw`, never raise."""
@@ -85,6 +98,7 @@ def parse_metadata(raw: Mapping[str, Any]) -> ModelMetadata:
         task=str(task) if task is not None else None,
         description=str(description) if description is not None else None,
         raw=as_text,
+        end2end=_end2end(raw),
     )
 
 

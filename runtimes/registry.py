@@ -5,6 +5,8 @@ backend's settings model (a ``type``-tagged pydantic model, as Frigate configure
 and its availability probe. `RuntimeSettings` is the ``runtimes:`` section of agent.yaml, one
 tagged section per backend. A backend whose library is missing is reported unavailable with the
 reason; asking to load it raises `RuntimeUnavailable`, it never crashes the process at import.
+Libraries are probed, and a model's first load checked, in a child process (`runtimes.isolation`),
+so one that crashes on import or load is reported instead of taking the agent down.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtimes import litert_backend, ort_backend, tensorrt_backend
 from runtimes.base import RUNTIME_NAMES, Runtime, RuntimeInfo, RuntimeName, RuntimeUnavailable
+from runtimes.isolation import check_load_isolated, probe_isolated
 from runtimes.litert_backend import LiteRTConfig
 from runtimes.ort_backend import OnnxRuntimeConfig
 from runtimes.tensorrt_backend import TensorRTConfig
@@ -64,10 +67,17 @@ class RuntimeSettings(BaseModel):
         return config
 
 
-def available_runtimes(names: Iterable[RuntimeName] = RUNTIME_NAMES) -> dict[RuntimeName, RuntimeInfo]:
-    """Probe the named backends' libraries (importing each costs memory, so callers that know
-    the artifact format probe only the runtimes that load it); unavailable ones carry the reason."""
-    infos = {name: BACKENDS[name].availability() for name in names}
+def available_runtimes(
+    names: Iterable[RuntimeName] = RUNTIME_NAMES, isolated: bool = True
+) -> dict[RuntimeName, RuntimeInfo]:
+    """Probe the named backends' libraries, each imported in a child process once per process
+    (`runtimes.isolation`: a library that crashes there is unavailable, with `crashed` set);
+    unavailable ones carry the reason. `isolated=False` imports them here instead, for a
+    one-shot command that loads the model in this process right after anyway."""
+    if isolated:
+        infos = probe_isolated(names, lambda name: BACKENDS[name].availability())
+    else:
+        infos = {name: BACKENDS[name].availability() for name in names}
     for info in infos.values():
         if not info.available:
             log.info("runtime %s unavailable: %s", info.name, info.reason)
@@ -100,3 +110,15 @@ def load_runtime(
     if isinstance(config, LiteRTConfig):
         return litert_backend.LiteRTBackend(model_path, config, warmup)
     raise RuntimeUnavailable(tensorrt_backend.availability().reason or "tensorrt is unavailable")
+
+
+def load_runtime_checked(
+    name: RuntimeName, model_path: Path, config: BackendConfig, workers: int = 1, warmup: bool = True
+) -> Runtime:
+    """`load_runtime` (warmed up unless `warmup` is false), once a child process has loaded
+    and warmed up the same model with the same settings without dying (checked once per process
+    and file version). Raises
+    `runtimes.isolation.RuntimeCrashed` when that child died, else as `load_runtime`."""
+    if name in BACKENDS:
+        check_load_isolated(name, model_path, config.model_dump_json())
+    return load_runtime(name, model_path, config, warmup=warmup, workers=workers)

@@ -7,6 +7,9 @@ Outputs timed:
 - ``coco-<photo>``: the real output of ``yolov8n_int8_640.onnx`` on scikit-image photos, when
   ``../shared/models`` is present.
 
+The plausibility guard (`pipelines.plausibility.problems`, run on every decoded frame) is timed
+side by side: decode + guard + NMS against decode + NMS, interleaved run by run.
+
 Usage: python scripts/bench_decode.py [--repeat 2000] [--json]
 """
 
@@ -27,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from pipelines.decoders import decode_yolov8  # noqa: E402
 from pipelines.nms import class_aware_nms  # noqa: E402
+from pipelines.plausibility import problems  # noqa: E402
 
 
 def synthetic_output(objects: int = 30, per_object: int = 40, seed: int = 0) -> np.ndarray:
@@ -82,6 +86,21 @@ def time_one(output: np.ndarray, repeat: int) -> dict[str, float]:
     }
 
 
+def time_guard(output: np.ndarray, repeat: int) -> dict[str, float]:
+    """Medians of decode + NMS without and with the guard, the two interleaved run by run."""
+    without, with_guard = [], []
+    for _ in range(repeat):
+        for times, guard in ((without, False), (with_guard, True)):
+            start = time.perf_counter()
+            candidates = decode_yolov8([output], (640, 640), 0.25)
+            if guard and problems(candidates, (640, 640)):
+                raise SystemExit("the guard refused a plausible output")
+            class_aware_nms(candidates, 0.45, 300)
+            times.append((time.perf_counter() - start) * 1000)
+    a, b = statistics.median(without), statistics.median(with_guard)
+    return {"without_ms": round(a, 3), "with_guard_ms": round(b, 3), "ratio": round(b / a, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2000)
@@ -89,11 +108,13 @@ def main() -> None:
     args = parser.parse_args()
     cases = {"synthetic": synthetic_output(), **coco_outputs()}
     results = {name: time_one(out, args.repeat) for name, out in cases.items()}
+    guard = {name: time_guard(out, args.repeat) for name, out in cases.items()}
     report = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "numpy": np.__version__,
         "repeat": args.repeat,
         "results": results,
+        "guard": guard,
     }
     if args.json:
         print(json.dumps(report))
@@ -104,6 +125,9 @@ def main() -> None:
             f"  {name:<16} candidates {r['candidates']:>5}  kept {r['kept']:>3}  "
             f"median {r['median_ms']:.3f} ms  p95 {r['p95_ms']:.3f} ms"
         )
+    print("plausibility guard: decode + NMS without / with it (medians, interleaved)")
+    for name, g in guard.items():
+        print(f"  {name:<16} {g['without_ms']:.3f} ms / {g['with_guard_ms']:.3f} ms  ratio {g['ratio']:.3f}")
 
 
 if __name__ == "__main__":

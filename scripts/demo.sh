@@ -53,9 +53,11 @@ CONF
 "$mosquitto" -c "$out/mosquitto.conf" > "$out/mosquitto.log" 2>&1 &
 echo $! > "$out/mosquitto.pid"
 rm -rf "$out/fleet-state"
+page_port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+page="http://127.0.0.1:$page_port"
 .venv/bin/edge-agent config example --device-id demo-cam --group demo --broker "$broker" \
   --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" \
-  --operator-key "$out/operator/signing.pub" > "$out/agent.yaml"
+  --operator-key "$out/operator/signing.pub" --status-listen "127.0.0.1:$page_port" > "$out/agent.yaml"
 sed -i 's/probation_s: 120 /probation_s: 5   /' "$out/agent.yaml"  # a short probation, for the demo
 .venv/bin/edge-agent config check "$out/agent.yaml"
 .venv/bin/edge-agent run --config "$out/agent.yaml" > "$out/agent.log" 2>&1 &
@@ -65,7 +67,9 @@ mosquitto_sub -p "$port" -t edge/demo-cam/status -C 1 -W 30 > /dev/null  # the a
 echo; echo "== an unsigned command, as any client of the broker could send it: refused"
 mosquitto_pub -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -D publish response-topic edge/replies/demo \
   -D publish correlation-data demo-cam -V mqttv5 &
-mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5; wait
+publisher=$!
+mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5
+wait "$publisher"  # only it: a bare `wait` would wait for the broker and the agent too, for ever
 echo; echo "== a staged rollout: 1.0.1 to the group in two waves 20 s apart, halted (and rolled back) on a failure"
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.1 --key "$out/keys/signing.key" -o "$out/demo-1.0.1.bundle"
@@ -79,6 +83,10 @@ echo; echo "== one detection event"
 mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
 echo; echo "== a simulated fleet: 10 devices of the real code on their own mosquitto, one group push, the broker's ceiling"
 .venv/bin/python scripts/fleet_sim.py --devices 10 --bundle-mb 2
+echo; echo "== the status page: health, a few metrics, and edge-agent doctor (the page's checks from a shell)"
+curl -s "$page/healthz"; echo
+curl -s "$page/metrics" | grep -E '^edge_agent_(camera_fps|broker_connected|deployment_state\{.*SUCCEEDED)'
+.venv/bin/edge-agent doctor --config "$out/agent.yaml" || true
 
 cat <<TEXT
 
@@ -88,5 +96,6 @@ Where to look (the broker and the agent keep running; stop them with: scripts/de
   telemetry:          mosquitto_sub -p $port -t edge/demo-cam/telemetry   (sensors, governor, energy_mj_per_frame)
   sensors, live:      .venv/bin/edge-agent telemetry --watch 2
   the fleet:          .venv/bin/edge-agent fleet status --broker $broker
+  the status page:    $page/   (problems, live frames, charts; read only: no credentials set)
   the agent's log:    $out/agent.log      its config: $out/agent.yaml
 TEXT

@@ -124,11 +124,23 @@ def export_qdq(fp32: Path, path: Path, frames: list[np.ndarray]) -> None:
     )
     prepared.unlink()
     graph = onnx.load(str(path))
+    drop_unused_opsets(graph)
     del graph.metadata_props[:]
     for key, value in metadata(int(frames[0].shape[2])).items():
         graph.metadata_props.add(key=key, value=value)
     onnx.checker.check_model(graph)
     onnx.save(graph, str(path))
+
+
+def drop_unused_opsets(graph: onnx.ModelProto) -> None:
+    """Keep only the opset imports that the graph's nodes use (and the default domain). ONNX
+    Runtime's quantizer stamps every domain it knows at its own versions (``ai.onnx.ml`` 5 from
+    1.32), and an older runtime refuses a model that names an opset newer than it knows, used or
+    not: ONNX Runtime 1.17 (JetPack 6, our lower bound) refused the QDQ model for it."""
+    used = {node.domain for node in graph.graph.node} | {""}
+    keep = [opset for opset in graph.opset_import if opset.domain in used]
+    del graph.opset_import[:]
+    graph.opset_import.extend(keep)
 
 
 def _append_metadata(path: Path, size: int) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install edge-agent into it (editable). `scripts/setup.sh dev` adds the
-# test and lint tools. Installs Debian's python3-venv first when this Python lacks venv, and
+# test and lint tools, and Debian's chromium and systemd (systemd-analyze) for the status page
+# and service tests. Installs Debian's python3-venv first when this Python lacks venv, and
 # the mosquitto broker and clients that the demo and the tests start on a free port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,11 @@ fi
 have_mosquitto() { command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ]; }
 if ! have_mosquitto || ! command -v mosquitto_sub >/dev/null; then
   apt_install mosquitto mosquitto-clients
+fi
+# the tests of the status page drive Debian's headless chromium; the unit's tests run systemd-analyze
+if [ "$extra" = dev ]; then
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || apt_install chromium
+  command -v systemd-analyze >/dev/null || apt_install systemd
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$extra" = dev ]; then

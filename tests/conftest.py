@@ -11,6 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
+from tests.needs import missing, required
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_MODELS = Path(os.environ.get("EDGE_AGENT_SHARED_MODELS", REPO.parent / "shared" / "models"))
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -18,11 +20,15 @@ FAKES = Path(__file__).resolve().parent / "fakes"
 pytest_plugins = ["tests.fleet_helpers"]  # broker, watcher, agents and operator_key fixtures
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    required()  # a misspelt EDGE_AGENT_REQUIRE stops the run before any test
+
+
 @pytest.fixture(scope="session")
 def shared_models() -> Path:
     """The folder of real COCO models; tests using it skip when it is absent."""
     if not (SHARED_MODELS / "README.md").is_file():
-        pytest.skip(f"COCO test models not found at {SHARED_MODELS} (set EDGE_AGENT_SHARED_MODELS)")
+        missing("models", f"COCO test models not found at {SHARED_MODELS} (set EDGE_AGENT_SHARED_MODELS)")
     return SHARED_MODELS
 
 
@@ -88,11 +94,11 @@ def constant_model(tmp_path: Path) -> OnnxBuilder:
     return build
 
 
-@pytest.fixture(scope="session")
-def heavy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An ONNX detector shaped like a small YOLO backbone at 640x640 (nine 3x3 convolutions with
-    SiLU, strides down to 20x20, random weights), so its sessions take memory as a real model's
-    do; it decodes as YOLOv8 with 4 classes (output ``(1, 8, 400)``)."""
+def backbone_model(path: Path, repeats: int = 0) -> Path:
+    """Write an ONNX detector shaped like a small YOLO backbone at 640x640 to `path`: nine 3x3
+    convolutions with SiLU, strides down to 20x20, random weights, then `repeats` more 3x3
+    256-channel convolutions at 20x20 sharing one weight (about 0.24 GMAC each, so the model's
+    cost grows without its file). It decodes as YOLOv8 with 4 classes (output ``(1, 8, 400)``)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -100,15 +106,24 @@ def heavy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     layers = [(3, 16, 2), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1), (64, 128, 2), (128, 128, 1)]
     layers += [(128, 256, 2), (256, 256, 1)]
     nodes, initializers, previous = [], [], "images"
+
+    def conv_silu(i: int, weights: str, stride: int) -> None:
+        nonlocal previous
+        nodes.extend(
+            [
+                helper.make_node("Conv", [previous, weights], [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride, stride]),
+                helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"]),
+                helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"a{i}"]),
+            ]
+        )
+        previous = f"a{i}"
+
     for i, (cin, cout, stride) in enumerate(layers):
         weights = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
         initializers.append(numpy_helper.from_array(weights, f"w{i}"))
-        nodes += [
-            helper.make_node("Conv", [previous, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride, stride]),
-            helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"]),
-            helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"a{i}"]),
-        ]
-        previous = f"a{i}"
+        conv_silu(i, f"w{i}", stride)
+    for i in range(len(layers), len(layers) + repeats):
+        conv_silu(i, f"w{len(layers) - 1}", 1)
     initializers += [
         numpy_helper.from_array((rng.standard_normal((8, 256, 1, 1)) * 0.1).astype(np.float32), "head"),
         numpy_helper.from_array(np.array([1, 8, -1], np.int64), "shape"),
@@ -127,9 +142,21 @@ def heavy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    path = tmp_path_factory.mktemp("heavy") / "backbone.onnx"
     onnx.save(model, str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def heavy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`backbone_model`: its sessions take memory as a real model's do (about 1.4 GMAC a frame)."""
+    return backbone_model(tmp_path_factory.mktemp("heavy") / "backbone.onnx")
+
+
+@pytest.fixture(scope="session")
+def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`backbone_model` with 150 more layers (about 37 GMAC a frame): about 260 ms a frame on two
+    cores of the development VM, so it stays far below 30 FPS on any CPU the tests run on."""
+    return backbone_model(tmp_path_factory.mktemp("slow") / "slow.onnx", repeats=150)
 
 
 DEMO_MODELS = REPO / "agent" / "demo"

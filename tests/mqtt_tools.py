@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
-import pytest
 import yaml
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from tests.conftest import REPO
+from tests.needs import missing
 
 MOSQUITTO = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
 
@@ -49,7 +49,7 @@ class Broker:
 
     def __init__(self, folder: Path, extra: str = "", listener: str = "allow_anonymous true\n") -> None:
         if MOSQUITTO is None:
-            pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+            missing("mosquitto", "mosquitto is not installed (apt-get install mosquitto)")
         self.folder, self.port = folder, free_port()
         folder.mkdir(parents=True, exist_ok=True)
         self.conf = folder / "mosquitto.conf"
@@ -97,6 +97,8 @@ class Watcher:
         self.messages: list[mqtt.MQTTMessage] = []
         self.latest: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._token = os.urandom(16).hex().encode()
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
         self.client.on_message = self._on_message
         subscribed = threading.Event()
@@ -107,6 +109,9 @@ class Watcher:
         assert subscribed.wait(10), "the watcher could not subscribe"
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        if message.payload == self._token:
+            self._synced.set()
+            return
         with self._lock:
             self.messages.append(message)
             self.latest[message.topic] = bytes(message.payload)
@@ -122,6 +127,14 @@ class Watcher:
             return document if document is not None and predicate(document) else None
 
         return wait_until(match, timeout, f"{topic} to match")
+
+    def sync(self, topic: str, timeout: float = 10) -> None:
+        """Return once every message the broker sent before now has arrived (the retained ones
+        after subscribing too): publish a marker to `topic`, which the filters must match, and
+        wait for it to come back. The marker is not recorded."""
+        self._synced.clear()
+        self.client.publish(topic, self._token, qos=1)
+        assert self._synced.wait(timeout), f"the marker on {topic} did not come back"
 
     def all_json(self, topic: str) -> list[Any]:
         with self._lock:
@@ -277,9 +290,12 @@ class TcpProxy:
 
 class RangeServer:
     """HTTP on a free port serving one file with Range support (206). `drop_after` closes the
-    connection after that many requests once (a flaky link); `ignore_range` answers 200."""
+    connection after that many requests once (a flaky link); `ignore_range` answers 200;
+    `unavailable` answers that many requests 503 before serving (an overloaded server)."""
 
-    def __init__(self, path: Path, drop_after: int | None = None, ignore_range: bool = False) -> None:
+    def __init__(
+        self, path: Path, drop_after: int | None = None, ignore_range: bool = False, unavailable: int = 0
+    ) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         data, server_state = path.read_bytes(), {"requests": 0, "dropped": False}
@@ -293,6 +309,9 @@ class RangeServer:
                 server_state["requests"] += 1
                 if self.path != "/" + path.name:
                     self.send_error(404)
+                    return
+                if server_state["requests"] <= unavailable:
+                    self.send_error(503)
                     return
                 if drop_after is not None and server_state["requests"] > drop_after and not server_state["dropped"]:
                     server_state["dropped"] = True

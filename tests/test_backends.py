@@ -10,7 +10,7 @@ import pytest
 from runtimes.base import InferenceError, ModelLoadError, RuntimeUnavailable
 from runtimes.litert_backend import LiteRTBackend, LiteRTConfig
 from runtimes.ort_backend import OnnxRuntimeBackend, OnnxRuntimeConfig, provider_list
-from runtimes.registry import available_runtimes, load_runtime
+from runtimes.registry import BACKENDS, available_runtimes, load_runtime
 
 
 def test_ort_specs_metadata_and_infer(constant_model) -> None:
@@ -130,10 +130,13 @@ def test_registry_reports_what_is_installed() -> None:
     infos = available_runtimes()
     assert infos["onnxruntime"].available and "CPUExecutionProvider" in infos["onnxruntime"].devices
     assert infos["litert"].available and infos["litert"].version
-    assert not infos["tensorrt"].available and infos["tensorrt"].reason
+    tensorrt = infos["tensorrt"]
+    assert tensorrt.available or tensorrt.reason, "an unavailable runtime says why (on a Jetson it is available)"
 
 
 def test_registry_missing_library_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the probe process runs (`BACKENDS[name].availability`), here in this process with
+    the imports refused."""
     import builtins
 
     real_import = builtins.__import__
@@ -144,7 +147,7 @@ def test_registry_missing_library_is_reported_not_raised(monkeypatch: pytest.Mon
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_litert)
-    info = available_runtimes()["litert"]
+    info = BACKENDS["litert"].availability()
     assert not info.available and "neither ai-edge-litert nor tflite-runtime" in (info.reason or "")
     with pytest.raises(RuntimeUnavailable, match="neither ai-edge-litert"):
         load_runtime("litert", Path("x.tflite"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ from pipelines.backoff import Backoff
 from pipelines.detector import Detector
 from pipelines.evaluate import HELD_OUT_SEED, MatchCounts
 from pipelines.pipeline import Pipeline
-from pipelines.sources import FileSource, SyntheticSource
+from pipelines.sources import FileSource, SyntheticSource, open_source
 from pipelines.synthetic import SyntheticScene
 from runtimes.base import InferenceError
 from runtimes.registry import load_runtime
@@ -189,7 +190,11 @@ def test_swapped_out_sessions_give_their_memory_back(tmp_path: Path, heavy_model
     )
     assert run.returncode == 0, run.stderr[-2000:]
     rss = json.loads(run.stdout)
-    assert rss[19] <= rss[1] * 1.10, f"RSS after 2 swaps {rss[1]:.0f} MB, after 20 {rss[19]:.0f} MB: {rss}"
+    # medians, not single samples: one reads 10% high now and then on a busy machine (the lowest
+    # of three samples a swap still did, in a full test run on the shared 2-vCPU VM). Without
+    # malloc_trim the medians grew by 29% (192 -> 247 MB); with it, by up to 10%.
+    early, late = statistics.median(rss[0:3]), statistics.median(rss[15:20])
+    assert late <= early * 1.20, f"RSS median of swaps 1-3 {early:.0f} MB, of swaps 16-20 {late:.0f} MB: {rss}"
 
 
 def test_hot_swap_of_a_live_camera_drops_at_most_one_frame() -> None:
@@ -342,3 +347,46 @@ def test_workers_need_a_runtime_that_allows_concurrent_calls() -> None:
         Pipeline("cam", source, detector(), workers=2).swap_detector(detector("demo_detector_fp32.tflite"))
     with pytest.raises(ValueError, match="workers must be at least 1"):
         Pipeline("cam", source, detector(), workers=0)
+
+
+def no_new_frame(pipeline: Pipeline, within_s: float) -> bool:
+    before = pipeline.frames
+    time.sleep(within_s)
+    return pipeline.frames == before
+
+
+class ManualClock:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_camera_read_that_never_returns_shows_as_stalled() -> None:
+    """A real network camera (MJPEG over HTTP) stops sending with the connection open: the
+    capture thread blocks in read() and `stalled_s` grows with the clock; a paused pipeline
+    waits, which is not a stall."""
+    from tests.camera_stream import MjpegStream
+
+    stream, clock = MjpegStream(fps=20), ManualClock()
+    pipeline = Pipeline("cam", open_source(stream.url), detector(), clock=clock).start()
+    try:
+        assert wait_for(lambda: pipeline.frames > 3)
+        assert pipeline.stats().stalled_s < 1.0
+        pipeline.pause()  # waiting while paused is not a stall
+        clock.now += 100
+        assert wait_for(lambda: pipeline.stats().stalled_s < 1.0), "a paused inference thread counted as stalled"
+        pipeline.resume()
+        stream.stall()
+        assert wait_for(lambda: no_new_frame(pipeline, 0.5)), "the stalled camera still delivers"
+        clock.now += 100
+        assert pipeline.stats().stalled_s >= 100, "the blocked capture thread is not seen"
+        stream.resume()
+        assert wait_for(lambda: pipeline.stats().stalled_s < 1.0, timeout=45), "the camera came back"
+    finally:
+        stream.resume()
+        pipeline.stop()
+        stream.close()

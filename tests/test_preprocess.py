@@ -70,14 +70,36 @@ def test_rejects_non_bgr_images() -> None:
         preprocess(np.zeros((10, 10), np.uint8), PreprocessConfig(size=(32, 32)))
 
 
-def reference_tensor(image: np.ndarray, config: PreprocessConfig) -> np.ndarray:
-    """The float input computed the plain way: pad a uint8 canvas, reorder, normalise."""
+#: where a 300 x 517 ("wide") or 517 x 333 ("tall") image lands in a 320 x 480 input, worked out by
+#: hand: letterbox scale r = min(320 / h, 480 / w); wide r = 0.9284 -> 279 x 480 (278.5 rounds up),
+#: tall r = 0.6190 -> 320 x 206; centred padding is (input - image) // 2; rect_stride 32 shrinks the
+#: input to the next multiple of 32 around the image (wide: 279 -> 288 high, tall: 206 -> 224 wide).
+#: Values: (input_hw, image_hw, top, left).
+GEOMETRY: dict[tuple[str, str, int | None], tuple[tuple[int, int], tuple[int, int], int, int]] = {
+    ("letterbox", "wide", None): ((320, 480), (279, 480), 20, 0),
+    ("letterbox", "wide", 32): ((288, 480), (279, 480), 4, 0),
+    ("letterbox", "tall", None): ((320, 480), (320, 206), 0, 137),
+    ("letterbox", "tall", 32): ((320, 224), (320, 206), 0, 9),
+    ("letterbox-topleft", "wide", None): ((320, 480), (279, 480), 0, 0),
+    ("letterbox-topleft", "wide", 32): ((288, 480), (279, 480), 0, 0),
+    ("letterbox-topleft", "tall", None): ((320, 480), (320, 206), 0, 0),
+    ("letterbox-topleft", "tall", 32): ((320, 224), (320, 206), 0, 0),
+    ("stretch", "wide", None): ((320, 480), (320, 480), 0, 0),
+    ("stretch", "wide", 32): ((320, 480), (320, 480), 0, 0),  # stretch fills the input: no stride
+    ("stretch", "tall", None): ((320, 480), (320, 480), 0, 0),
+    ("stretch", "tall", 32): ((320, 480), (320, 480), 0, 0),
+}
+SHAPES = {"wide": (300, 517), "tall": (517, 333)}
+
+
+def reference_tensor(
+    image: np.ndarray, config: PreprocessConfig, geometry: tuple[tuple[int, int], tuple[int, int], int, int]
+) -> np.ndarray:
+    """The float input computed the plain way from hand-worked geometry: resize, pad a uint8
+    canvas, reorder, normalise."""
     import cv2
 
-    _, transform = preprocess(image, config)
-    (h, w), (src_h, src_w) = transform.input_hw, transform.source_hw
-    new_w, new_h = round(src_w * transform.scale_x), round(src_h * transform.scale_y)
-    top, left = int(transform.pad_y), int(transform.pad_x)
+    (h, w), (new_h, new_w), top, left = geometry
     canvas = np.full((h, w, 3), config.pad_value, np.uint8)
     canvas[top : top + new_h, left : left + new_w] = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     pixels = canvas[..., ::-1] if config.color == "RGB" else canvas
@@ -88,15 +110,21 @@ def reference_tensor(image: np.ndarray, config: PreprocessConfig) -> np.ndarray:
 @pytest.mark.parametrize("resize", ["letterbox", "letterbox-topleft", "stretch"])
 @pytest.mark.parametrize(("color", "layout"), [("RGB", "NCHW"), ("BGR", "NHWC"), ("RGB", "NHWC")])
 @pytest.mark.parametrize(("mean", "std", "rect_stride"), [(0.0, 255.0, None), (127.5, 127.5, 32)])
-@pytest.mark.parametrize("hw", [(333, 517), (517, 333)], ids=["wide", "tall"])
-def test_float_inputs_match_the_plain_computation(resize, color, layout, mean, std, rect_stride, hw) -> None:
+@pytest.mark.parametrize("shape", ["wide", "tall"])
+def test_float_inputs_match_the_plain_computation(resize, color, layout, mean, std, rect_stride, shape) -> None:
     """The float path writes pixels straight into the tensor's interior and fills only the
-    borders; every layout, order and normalisation must equal padding a canvas first."""
-    image = np.random.default_rng(3).integers(0, 256, (*hw, 3), dtype=np.uint8)
+    borders; every layout, order and normalisation must equal padding a canvas first, at the
+    place worked out by hand, and the transform must say that place."""
+    src_h, src_w = SHAPES[shape]
+    image = np.random.default_rng(3).integers(0, 256, (src_h, src_w, 3), dtype=np.uint8)
     config = PreprocessConfig(
         size=(320, 480), resize=resize, color=color, layout=layout, mean=mean, std=std, rect_stride=rect_stride
     )
-    tensor, _ = preprocess(image, config)
-    expected = reference_tensor(image, config)
+    tensor, transform = preprocess(image, config)
+    geometry = GEOMETRY[(resize, shape, rect_stride)]
+    input_hw, (new_h, new_w), top, left = geometry
+    assert (transform.input_hw, transform.pad_y, transform.pad_x) == (input_hw, top, left)
+    assert (transform.scale_x, transform.scale_y) == pytest.approx((new_w / src_w, new_h / src_h))
+    expected = reference_tensor(image, config, geometry)
     assert tensor.dtype == np.float32 and tensor.shape == expected.shape
     np.testing.assert_allclose(tensor, expected, atol=1e-6)

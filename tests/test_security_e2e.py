@@ -9,6 +9,7 @@ import json
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from agent.mqtt.protocol import ChunkIndex, Desired, Topics
 from tests.conftest import DEMO_MODELS
 from tests.fleet_helpers import cli, finished, online, publish_raw, push, request, serving, signed_request
 from tests.mqtt_tools import AgentProcess, Broker, Watcher, wait_until
+from tests.needs import missing
 
 pytestmark = pytest.mark.usefixtures("operator_key")
 
@@ -194,7 +196,6 @@ def test_every_deployment_ends_with_a_reported_state(
 
 def http_503() -> str:
     """A URL whose server answers every request 503 (overloaded), for good."""
-    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Overloaded(BaseHTTPRequestHandler):
@@ -280,12 +281,12 @@ def test_probation_rolls_back_a_version_that_fails_on_live_frames(
 
 
 def test_probation_rolls_back_a_version_at_half_the_fps(
-    capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys, heavy_model: Path
+    capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys, slow_model: Path
 ) -> None:
     camera = [{"name": "cam0", "source": "synthetic", "fps": 60}]  # no cap: the demo model keeps up
     two_versions(capsys, broker, watcher, agents, bundles, pipelines=camera, deployments={"probation_s": 8})
     slow = tmp_path / "slow.bundle"
-    build_bundle([heavy_model], slow, name="demo", version="5.0.0", key=load_private_key(keys["private"]))
+    build_bundle([slow_model], slow, name="demo", version="5.0.0", key=load_private_key(keys["private"]))
     record = finished(watcher, "dev1", push(capsys, broker, slow, "device:dev1"))
     assert (record["state"], record["error"]["code"]) == ("ROLLED_BACK", "PROBATION_FAILED"), record
     assert "FPS of the previous version" in record["error"]["message"], record["error"]
@@ -395,7 +396,9 @@ class Client:
         self.received: list[str] = []
         self.refused: str | None = None
         self.ready = False
+        self.subscribed = threading.Semaphore(0)
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+        self.client.on_subscribe = lambda *_: self.subscribed.release()
         if user is not None:
             self.client.username_pw_set(user, password)
         self.client.on_message = lambda c, u, m: self.received.append(m.topic)
@@ -412,7 +415,7 @@ class Client:
 
     def subscribe(self, topic: str) -> None:
         self.client.subscribe(topic, qos=1)
-        time.sleep(0.3)
+        assert self.subscribed.acquire(timeout=10), f"no SUBACK for {topic}"
 
     def publish(self, topic: str, payload: bytes) -> None:
         self.client.publish(topic, payload, qos=1).wait_for_publish(10)
@@ -426,7 +429,7 @@ def test_the_generated_acl_keeps_each_device_to_its_own_topics(
     tmp_path: Path, capsys, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:
     if not Path(MOSQUITTO_PASSWD).exists():
-        pytest.skip("mosquitto_passwd is not installed (apt-get install mosquitto)")
+        missing("mosquitto_passwd", "mosquitto_passwd is not installed (apt-get install mosquitto)")
     folder = tmp_path / "secured"
     folder.mkdir()
     passwd, acl = folder / "passwd", folder / "edge-agent.acl"
@@ -453,8 +456,9 @@ def test_the_generated_acl_keeps_each_device_to_its_own_topics(
         ops.publish("edge/dev1/cmd/ping", b"{}")
         ops.publish("edge/dev2/cmd/ping", b"{}")
         wait_until(lambda: "edge/dev1/cmd/ping" in dev1.received, 10, "dev1's own command")
-        time.sleep(0.5)  # the forged publishes went out before ops's commands; none may arrive
-        assert [t for t in ops.received if not t.endswith("/cmd/ping")] == ["edge/dev1/status"], ops.received
+        dev1.publish("edge/dev1/status", b"last")  # the broker handles dev1's publishes in order:
+        wait_until(lambda: ops.received.count("edge/dev1/status") == 2, 10, "dev1's last status")  # all in
+        assert [t for t in ops.received if not t.endswith("/cmd/ping")] == ["edge/dev1/status"] * 2, ops.received
         assert dev1.received == ["edge/dev1/cmd/ping"], "dev1 reads its own commands only"
         for client in clients:
             client.close()

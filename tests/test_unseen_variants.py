@@ -15,24 +15,7 @@ from agent.cli import main
 onnx = pytest.importorskip("onnx")
 from onnx import helper, numpy_helper  # noqa: E402
 
-
-def rewrite(
-    source: Path, target: Path, tail: list, extra_init: list, out_shape: list, keep_metadata: bool = True
-) -> Path:
-    """Append `tail` nodes after `output0` and make their result the only output."""
-    model = onnx.load(str(source))
-    graph = model.graph
-    graph.output[0].name = "raw0"
-    for node in graph.node:
-        node.output[:] = ["raw0" if o == "output0" else o for o in node.output]
-    graph.node.extend(tail)
-    graph.initializer.extend(extra_init)
-    del graph.output[:]
-    graph.output.append(helper.make_tensor_value_info("output0", onnx.TensorProto.FLOAT, out_shape))
-    if not keep_metadata:
-        del model.metadata_props[:]
-    onnx.save(model, str(target))
-    return target
+from tests.onnx_tools import rewrite  # noqa: E402
 
 
 def transposed(src: Path, dst: Path) -> Path:

@@ -320,7 +320,12 @@ def build_bundle(
     description: str = "",
 ) -> Manifest:
     """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
-    model (its metadata) unless given; reference outputs are computed by running each model."""
+    model (its metadata) unless given; reference outputs are computed by running each model.
+
+    Raises `BundleError` ``DECODER_MISMATCH`` when the decoder does not fit a model or the
+    plausibility guard finds its detections impossible (on a blank frame or the reference input).
+    """
+    from pipelines.decoders import DecoderError
     from pipelines.detector import Detector
     from runtimes.registry import load_runtime
 
@@ -335,10 +340,15 @@ def build_bundle(
             raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"{path}: expected an .onnx or .tflite model")
         runtime = load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", path)
         with runtime:
-            detector = Detector(runtime, decoder if first is None else first.decoder)
-            tensor, _ = detector.prepare(frame)
+            try:
+                detector = Detector(runtime, decoder if first is None else first.decoder)
+                tensor, _ = detector.prepare(frame)
+                outputs = runtime.infer([tensor])
+                detector.check(tensor, outputs)  # the plausibility guard, on the reference input
+            except DecoderError as exc:
+                raise BundleError(ErrorCode.DECODER_MISMATCH, f"{path.name}: {exc}") from exc
             reference[f"{path.name}__input"] = tensor
-            for i, output in enumerate(runtime.infer([tensor])):
+            for i, output in enumerate(outputs):
                 reference[f"{path.name}__output{i}"] = output
             precision = _precision(path, runtime)
             if first is None:

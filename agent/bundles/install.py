@@ -129,12 +129,14 @@ def activate(
     """Choose a runtime for this board, load, warm up, decode once and check parity.
 
     Raises `BundleError`: ``NO_RUNTIME`` (no runtime here can load any artifact),
-    ``ARTIFACT_NOT_A_MODEL``, ``DECODER_MISMATCH``, ``PARITY_FAILED``.
+    ``ARTIFACT_NOT_A_MODEL``, ``RUNTIME_CRASHED`` (loading it killed a check process: no other
+    runtime is tried), ``DECODER_MISMATCH``, ``PARITY_FAILED``.
     """
     from pipelines.decoders import DecoderError
     from pipelines.detector import Detector
     from runtimes.base import InferenceError, ModelLoadError, NotAModelError, RuntimeUnavailable
-    from runtimes.registry import load_runtime
+    from runtimes.isolation import RuntimeCrashed
+    from runtimes.registry import load_runtime_checked
 
     manifest = bundle.manifest
     settings = settings or RuntimeSettings()
@@ -143,20 +145,23 @@ def activate(
     failures = []
     for choice in choices:
         try:
-            # no warm-up run: the parity check below is the model's first inference, and the
+            # no warm-up run here: the parity check below is the model's first inference, and the
             # runtime is closed after it (the cameras load their own, warmed up)
             path, config = Path(choice.artifact.path), settings.config_for(choice.runtime)
-            runtime = load_runtime(choice.runtime, path, config, warmup=False)
+            runtime = load_runtime_checked(choice.runtime, path, config, warmup=False)
         except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
             raise BundleError(ErrorCode.ARTIFACT_NOT_A_MODEL, str(exc)) from exc
+        except RuntimeCrashed as exc:
+            raise BundleError(ErrorCode.RUNTIME_CRASHED, str(exc)) from exc
         except (RuntimeUnavailable, ModelLoadError) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         with runtime:
             name = Path(choice.artifact.path).name
             try:
-                Detector(runtime, manifest.decoder)
+                detector = Detector(runtime, manifest.decoder)
                 outputs = runtime.infer([reference[f"{name}__input"]])
+                detector.check(reference[f"{name}__input"], outputs)  # the plausibility guard
             except DecoderError as exc:
                 raise BundleError(ErrorCode.DECODER_MISMATCH, f"{name}: {exc}") from exc
             except InferenceError as exc:

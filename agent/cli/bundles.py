@@ -29,7 +29,12 @@ def add_bundle_commands(commands: Any) -> None:
     build = bundle_commands.add_parser("build", help="write a bundle from models")
     build.add_argument("--model", type=Path, action="append", required=True, help=".onnx or .tflite (repeatable)")
     build.add_argument("--labels", type=Path, help="labels file (default: the model's metadata)")
-    build.add_argument("--decoder", choices=DECODER_CHOICES, default="auto")
+    build.add_argument(
+        "--decoder",
+        choices=DECODER_CHOICES,
+        default="auto",
+        help="output decoder (default auto: from the outputs and the model's metadata; docs/models.md lists exports)",
+    )
     build.add_argument("--name", help="bundle name (default: the first model's file name)")
     build.add_argument("--version", default="0.1.0", help="semantic version (default 0.1.0)")
     build.add_argument("--description", default="")

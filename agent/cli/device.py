@@ -26,6 +26,9 @@ def add_device_commands(commands: Any) -> None:
     example.add_argument(
         "--operator-key", type=Path, help="public key whose signed desired documents and commands the device obeys"
     )
+    example.add_argument("--status-listen", metavar="HOST:PORT", help="serve the status page (127.0.0.1:8080)")
+    example.add_argument("--status-user", help="the page's user name (needed to listen beyond loopback)")
+    example.add_argument("--status-password-file", type=Path, help="file whose first line is the page's password")
 
     run = commands.add_parser("run", help="run the agent daemon")
     run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="agent.yaml")
@@ -42,6 +45,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     from agent.config.loading import check
 
     if args.config_command == "example":
+        _check_status_arguments(args)
         print(
             example_config(
                 device_id=args.device_id,
@@ -51,6 +55,9 @@ def cmd_config(args: argparse.Namespace) -> int:
                 source=args.source,
                 trust_key=args.trust_key,
                 operator_key=args.operator_key,
+                status_listen=args.status_listen,
+                status_user=args.status_user,
+                status_password_file=args.status_password_file,
             ),
             end="",
         )
@@ -64,6 +71,26 @@ def cmd_config(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.file}: no problems found" + (f" ({len(warnings)} warning(s) above)" if warnings else ""))
     return 0
+
+
+def _check_status_arguments(args: argparse.Namespace) -> None:
+    """The page's arguments make a valid ``status_page`` section, or a `CliError` says why."""
+    from pydantic import ValidationError
+
+    from agent.cli.errors import CliError
+    from agent.config.models import StatusPageSection
+    from agent.errors import validation_problems
+
+    if args.status_listen is None:
+        if args.status_user or args.status_password_file:
+            raise CliError("--status-user and --status-password-file go with --status-listen HOST:PORT")
+        return
+    section = {"listen": args.status_listen, "username": args.status_user, "password_file": args.status_password_file}
+    try:
+        StatusPageSection.model_validate(section)
+    except ValidationError as exc:
+        problems = [p.split(": ", 1)[-1].removeprefix("Value error, ") for p in validation_problems(exc)]
+        raise CliError("--status-listen: " + "; ".join(problems)) from exc
 
 
 # -- run ----------------------------------------------------------------------------------------

@@ -40,7 +40,12 @@ def add_inference_commands(commands: Any) -> None:
     detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image or video files")
     detect.add_argument("--labels", type=Path, help="labels file, one per line (default: the model's metadata)")
     detect.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
-    detect.add_argument("--decoder", choices=DECODER_CHOICES, default="auto")
+    detect.add_argument(
+        "--decoder",
+        choices=DECODER_CHOICES,
+        default="auto",
+        help="output decoder (default auto: from the outputs and the model's metadata; docs/models.md lists exports)",
+    )
     detect.add_argument("--conf", type=unit_interval, default=0.25, help="score threshold (default 0.25)")
     detect.add_argument("--iou", type=unit_interval, default=0.45, help="NMS IoU threshold (default 0.45)")
     detect.add_argument("--max-det", type=positive_int, default=300, help="most detections per image")

@@ -7,18 +7,22 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import logging
 import sys
 from collections.abc import Sequence
 
 from agent.cli.bundles import BUNDLE_COMMANDS, add_bundle_commands
 from agent.cli.device import DEVICE_COMMANDS, add_device_commands
+from agent.cli.doctor import DOCTOR_COMMANDS, add_doctor_commands
 from agent.cli.errors import CliError
 from agent.cli.fleet import FLEET_COMMANDS, add_fleet_commands
 from agent.cli.inference import INFERENCE_COMMANDS, add_inference_commands
 from agent.cli.sensors import SENSOR_COMMANDS, add_sensor_commands
 
 COMMANDS = {**INFERENCE_COMMANDS, **BUNDLE_COMMANDS, **DEVICE_COMMANDS, **FLEET_COMMANDS, **SENSOR_COMMANDS}
+COMMANDS.update(DOCTOR_COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,11 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_device_commands(commands)
     add_fleet_commands(commands)
     add_sensor_commands(commands)
+    add_doctor_commands(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not faulthandler.is_enabled():  # a native library that crashes this process leaves a traceback
+        with contextlib.suppress(OSError, ValueError):  # a stderr without a file descriptor
+            faulthandler.enable()
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -21,9 +21,14 @@ def example_config(
     source: str = "synthetic",
     trust_key: Path | None = None,
     operator_key: Path | None = None,
+    status_listen: str | None = None,
+    status_user: str | None = None,
+    status_password_file: Path | None = None,
 ) -> str:
     """The YAML text; `trust_key` None writes ``allow_unsigned: true`` and `operator_key` None
-    ``allow_unsigned_control: true``, each with a warning comment."""
+    ``allow_unsigned_control: true``, each with a warning comment. `status_listen` (HOST:PORT)
+    serves the status page, with `status_user` and `status_password_file` when given (needed
+    beyond loopback; the caller checks that)."""
     if trust_key is not None:
         trust = f"trust_keys:\n  - {_quoted(str(trust_key))}\nallow_unsigned: false"
     else:
@@ -41,6 +46,7 @@ def example_config(
             "# allow_unsigned_control: false before going to the field.\n"
             "operator_keys: []\nallow_unsigned_control: true"
         )
+    page = _status_page(status_listen, status_user, status_password_file)
     group_line = (
         f"  group: {_quoted(group)}" if group else "  # group: lobby-cameras   # follow the group's deployments"
     )
@@ -90,4 +96,20 @@ telemetry:
 events:
   min_interval_s: 5
   min_confidence: 0.5
+
+{page}
 """
+
+
+def _status_page(listen: str | None, user: str | None, password_file: Path | None) -> str:
+    if listen is None:
+        return (
+            "# status_page:              # the technician's page, /metrics and /healthz (docs/status-page.md)\n"
+            '#   listen: "127.0.0.1:8080"  # beyond loopback only with username and password_file\n'
+            "#   username: technician\n"
+            "#   password_file: /etc/edge-agent/page-password"
+        )
+    lines = ["status_page:  # the technician's page, /metrics and /healthz", f"  listen: {_quoted(listen)}"]
+    if user is not None and password_file is not None:
+        lines += [f"  username: {_quoted(user)}", f"  password_file: {_quoted(str(password_file))}"]
+    return "\n".join(lines)

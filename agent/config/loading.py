@@ -95,6 +95,13 @@ def check_files(config: AgentConfig) -> list[str]:
             named.append(("mqtt.password.file", mqtt.password.file))
             if mqtt.password.env is not None and mqtt.password.env not in os.environ:
                 problems.append(f"mqtt.password.env: the environment variable {mqtt.password.env} is not set")
+    page = config.status_page
+    if page is not None:
+        named.append(("status_page.password_file", page.password_file))
+        if page.tls is not None:
+            named += [(f"status_page.tls.{k}", getattr(page.tls, k)) for k in ("cert_file", "key_file")]
+        if page.password_env is not None and page.password_env not in os.environ:
+            problems.append(f"status_page.password_env: the environment variable {page.password_env} is not set")
     for where, path in named:
         if path is not None and not path.is_file():
             problems.append(f"{where}: no such file {path}")

@@ -9,6 +9,7 @@ docs/agent-config.schema.json).
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import os
 import re
@@ -334,6 +335,103 @@ class GovernorSection(_Section):
     fan: FanSection = Field(default_factory=FanSection, description="The fan it drives.")
 
 
+def split_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[IPv6]:PORT`` for an IPv6 address) as ``(host, port)``; raises
+    `ValueError` saying what is wrong."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8080, 0.0.0.0:8080 or [::]:8080)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{value!r}: write an IPv6 address in brackets, e.g. [::1]:8080")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1), False for any other."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+class StatusTlsSection(_Section):
+    cert_file: Path = Field(description="Certificate (chain) in PEM the page serves HTTPS with.")
+    key_file: Path = Field(description="Its private key in PEM.")
+
+
+class StatusPageSection(_Section):
+    """The technician's status page with ``/api``, ``/metrics`` and ``/healthz``
+    (docs/status-page.md), served by the daemon itself."""
+
+    listen: str = Field(
+        default="127.0.0.1:8080",
+        description="HOST:PORT to serve on. Only a loopback address (127.0.0.1, ::1, localhost) without "
+        "credentials; any address (0.0.0.0: every interface) once username and a password are set.",
+    )
+    username: str | None = Field(
+        default=None, min_length=1, max_length=64, description="User name for HTTP Basic authentication."
+    )
+    password_file: Path | None = Field(default=None, description="File whose first line is the password.")
+    password_env: str | None = Field(default=None, description="Environment variable holding the password.")
+    tls: StatusTlsSection | None = Field(default=None, description="Serve HTTPS with this certificate and key.")
+    history_s: float = Field(default=600.0, ge=60, le=86400, description="Seconds of history the charts show.")
+    sample_s: float = Field(default=2.0, ge=0.5, le=60, description="Seconds between two points of the charts.")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        split_listen(value)
+        return value
+
+    @model_validator(mode="after")
+    def _credentials(self) -> StatusPageSection:
+        if self.password_file is not None and self.password_env is not None:
+            raise ValueError("give password_file or password_env, not both")
+        has_password = self.password_file is not None or self.password_env is not None
+        if (self.username is None) != (not has_password):
+            raise ValueError("username and a password (password_file or password_env) go together")
+        if not has_password and not is_loopback(self.host):
+            raise ValueError(
+                f"listen {self.listen!r} is not a loopback address: set username and password_file (or "
+                "password_env) to serve the page beyond this device, or listen on 127.0.0.1"
+            )
+        return self
+
+    @property
+    def host(self) -> str:
+        return split_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        return split_listen(self.listen)[1]
+
+    @property
+    def has_credentials(self) -> bool:
+        return self.username is not None
+
+    def password(self) -> str | None:
+        """Read the password (I/O: the daemon calls it, never a validator); None without
+        credentials. Raises `ConfigError` naming the file or variable that is missing."""
+        if self.password_file is not None:
+            return Secret(file=self.password_file).resolve()
+        if self.password_env is not None:
+            return Secret(env=self.password_env).resolve()
+        return None
+
+
+class HealthSection(_Section):
+    stall_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A camera, MQTT or sampler loop that has not turned for this many seconds is hung: "
+        "/healthz answers 503 and the systemd watchdog is no longer pinged (the service restarts).",
+    )
+
+
 class AgentConfig(_Section):
     """Everything the agent reads from agent.yaml; every section has working defaults."""
 
@@ -373,6 +471,10 @@ class AgentConfig(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log verbosity.")
     sensors: SensorsSection = Field(default_factory=SensorsSection, description="Optional sensor sources.")
     governor: GovernorSection = Field(default_factory=GovernorSection, description="Thermal and battery governor.")
+    status_page: StatusPageSection | None = Field(
+        default=None, description="The technician's status page, /api, /metrics and /healthz; absent: not served."
+    )
+    health: HealthSection = Field(default_factory=HealthSection, description="When a loop counts as hung.")
 
     @field_validator("pipelines")
     @classmethod

@@ -13,24 +13,34 @@ for capture and one per inference worker. The main thread only waits for signals
 - SIGHUP: reload the config file; a config with problems is refused (logged) and the running
   one kept; a good one restarts the components with it.
 
+Under systemd (``$NOTIFY_SOCKET``) the main thread also tells systemd READY once the cameras
+run and the broker was tried, keeps STATUS= current, pings the watchdog while `health()` is
+ok, and says RELOADING and STOPPING (`agent.daemon.service`). With ``status_page`` configured,
+the page runs in threads of its own (`agent.web.server`) and reaches the agent only through
+the `AgentControls` made here.
+
 `snapshot()` is the agent's state as one typed value (`AgentSnapshot`), readable from any
 thread with or without a broker: the status and telemetry documents are made from it.
+`health()` says whether every loop turns; `rollback()`, `restart_camera()` and `camera_jpeg()`
+are the actions shared by the MQTT commands and the page.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import queue
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.bundles.install import InstallPolicy
+from agent.bundles.install import InstallPolicy, rollback
 from agent.bundles.record import Deployment, atomic_write
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
@@ -38,8 +48,11 @@ from agent.config.loading import load_config, security_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.deployer import Deployer
 from agent.daemon.governing import Governing
+from agent.daemon.page import service_line, start_page
+from agent.daemon.service import Service
 from agent.daemon.telemetry import deployment_status, status_document, telemetry_document
-from agent.errors import BundleError, ConfigError, ErrorCode
+from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
+from agent.hardware.clock import clock_synchronised
 from agent.hardware.fan import FanError, open_fan
 from agent.hardware.probe import Board
 from agent.hardware.readings import SensorReadings
@@ -47,7 +60,6 @@ from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor, SystemReadings
 from agent.mqtt.commands import (
     Command,
-    CommandError,
     NoArgs,
     PipelineArgs,
     RateLimits,
@@ -62,12 +74,18 @@ from agent.mqtt.link import Message, MqttLink, Will
 from agent.mqtt.protocol import COMMANDS, Topics, json_payload
 from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
-from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Serving, VersionRef
+from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from pipelines.pipeline import use_one_opencv_thread
+from runtimes.base import RuntimeInfo
+from runtimes.registry import available_runtimes
+
+if TYPE_CHECKING:
+    from agent.web.server import StatusServer
 
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def agent_version() -> str:
     try:
         return importlib.metadata.version("edge-agent")
@@ -117,8 +135,8 @@ class Agent:
         self._throttled = ThrottledLog(log)
         self.events = EventSink(config.events, self._labels, self._publish_event)
         self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes)
-        self.monitor = SystemMonitor()
         self.sensors = Sensors.from_config(config.sensors, self.root, self.board)
+        self.monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(self.sensors.fs))
         self._readings: SensorReadings | None = None  # the sampler's latest sensor reading
         self.governing = self._governing(config) if config.governor.enabled else None
         self.link: MqttLink | None = None
@@ -126,9 +144,14 @@ class Agent:
         self._state: AgentState = "starting"
         self._serving_error: str | None = None
         self._system: SystemReadings | None = None  # the sampler's latest reading
+        self._runtimes: tuple[RuntimeInfo, ...] = ()  # probed at start, in child processes
         self._commands: queue.Queue[Message | None] = queue.Queue(maxsize=64)
         self._threads: list[threading.Thread] = []
         self._components_stop = threading.Event()
+        self.recent_events: deque[dict[str, object]] = deque(maxlen=100)  # for the page, oldest first
+        self._sampler_due = time.monotonic()  # when the sampler promised to turn again
+        self._rollback_lock = threading.Lock()  # rollbacks without a deployer, one at a time
+        self.web: StatusServer | None = None
         if config.mqtt is not None:
             self.link = MqttLink(
                 config.mqtt,
@@ -143,13 +166,20 @@ class Agent:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        service = Service.from_environment()
         self.start()
+        service.ready(self.link, self.service_status)
         try:
-            while not self._stop.wait(0.5):
+            while not self._stop.wait(service.tick_s):
                 if self._reload.is_set():
                     self._reload.clear()
+                    service.reloading()
                     self.reload()
+                    service.ready(self.link, self.service_status)
+                if service.notifier.enabled:
+                    service.tick(self.health, self.service_status)
         finally:
+            service.stopping()
             self.stop()
         return 0
 
@@ -161,6 +191,7 @@ class Agent:
             log.warning("recovered deployment %s: now %s", recovered.id, recovered.state)
         for warning in [*self.warnings, *self.store.problems]:
             log.warning("%s", warning)
+        self._runtimes = tuple(available_runtimes().values())  # once per process: a SIGHUP reuses it
         self._serve_current()
         self._state = "online"
         self._components_stop.clear()
@@ -184,6 +215,7 @@ class Agent:
             self.link.start()
             self.deployer.start()
             self._spawn(self._command_loop, "commands")
+        self.web = start_page(self)
         log.info(
             "edge-agent %s running as %s (%s), %d pipeline(s), broker %s",
             agent_version(),
@@ -196,6 +228,9 @@ class Agent:
     def stop(self) -> None:
         log.info("stopping")
         self._state = "stopping"
+        if self.web is not None:
+            self.web.stop()
+            self.web = None
         self._publish_status()
         if self.deployer is not None:
             self.deployer.stop()
@@ -239,6 +274,8 @@ class Agent:
             load_public_key(path)
         if config.mqtt is not None:
             MqttLink(config.mqtt, "edge-agent-config-check")  # loads the TLS files, reads the password
+        if config.status_page is not None:
+            config.status_page.password()
         Store(config.state_dir, config.keep_versions).ensure()
         try:
             atomic_write(config.state_dir / ".writable", b"")
@@ -309,6 +346,7 @@ class Agent:
             sensors=self._readings,
             governor=self.governing.state if self.governing is not None else None,
             rollout=deployer.rollout if deployer is not None else None,
+            runtimes=self._runtimes,
         )
 
     # -- publishing ----------------------------------------------------------------------------
@@ -319,13 +357,17 @@ class Agent:
             self.link.publish_state(self.topics.status(self.device), json_payload(document))
 
     def _publish_event(self, event: dict[str, object]) -> None:
+        self.recent_events.append(event)
         if self.link is not None:
             self.link.publish_queued(self.topics.events(self.device), json_payload({"device": self.device, **event}))
 
     def _sampler_loop(self) -> None:
         """Every telemetry interval: sample the system; with a broker, publish telemetry and the
         status (which keeps the retained fps current for `fleet status`)."""
-        while not self._components_stop.wait(self.config.telemetry.interval_s):
+        while True:
+            self._sampler_due = time.monotonic() + self.config.telemetry.interval_s
+            if self._components_stop.wait(self.config.telemetry.interval_s):
+                break
             self._sample()
             if self.link is not None:
                 snapshot = self.snapshot()
@@ -391,27 +433,61 @@ class Agent:
             self.link.reply(message, response.payload, response.content_type)
 
     def _cmd_rollback(self, _: NoArgs) -> dict[str, Any]:
-        assert self.deployer is not None
-        try:
-            deployment = self.deployer.request_rollback()
-        except LookupError as exc:
-            raise CommandError(ErrorCode.NO_PREVIOUS, str(exc)) from exc
-        except TimeoutError as exc:
-            raise CommandError(ErrorCode.BUSY, str(exc)) from exc
-        return asdict(deployment)
+        return asdict(self.rollback())  # a CodedError is answered with its code
 
     def _cmd_restart(self, args: PipelineArgs) -> dict[str, Any]:
-        try:
-            return {"restarted": self.cameras.restart(args.pipeline)}
-        except KeyError as exc:
-            raise CommandError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
+        return {"restarted": self.restart_camera(args.pipeline)}
 
     def _cmd_snapshot(self, args: SnapshotArgs) -> Response:
+        return Response(self.camera_jpeg(args.pipeline, args.quality), "image/jpeg")
+
+    # -- actions (the commands and the status page) ----------------------------------------------
+
+    def rollback(self) -> Deployment:
+        """Return to the previous version and serve it: through the deployer when there is one
+        (serialised with deployments; a download is cancelled, a probation ends), else on the
+        store directly. Raises `CodedError`: ``NO_PREVIOUS``, or ``BUSY`` when a deployment
+        step does not end in time."""
         try:
-            pipeline = self.cameras.get(args.pipeline)
+            if self.deployer is not None:
+                return self.deployer.request_rollback()
+            with self._rollback_lock:
+                deployment = rollback(self.store)
+                self._serve_current()
+                return deployment
+        except LookupError as exc:
+            raise CodedError(ErrorCode.NO_PREVIOUS, str(exc)) from exc
+        except TimeoutError as exc:
+            raise CodedError(ErrorCode.BUSY, str(exc)) from exc
+
+    def restart_camera(self, name: str | None) -> list[str]:
+        """Restart one camera's pipeline (None: all) with a fresh source; the names restarted.
+        Raises `CodedError` ``NO_PIPELINE``."""
+        try:
+            return self.cameras.restart(name)
         except KeyError as exc:
-            raise CommandError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
-        jpeg = pipeline.snapshot(args.quality)
+            raise CodedError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
+
+    def camera_jpeg(self, name: str | None, quality: int = 85) -> bytes:
+        """The camera's newest frame with its detections drawn (None: the first camera), as
+        JPEG. Raises `CodedError` ``NO_PIPELINE`` or ``NO_FRAME``."""
+        try:
+            pipeline = self.cameras.get(name)
+        except KeyError as exc:
+            raise CodedError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
+        jpeg = pipeline.snapshot(quality)
         if jpeg is None:
-            raise CommandError(ErrorCode.NO_FRAME, f"pipeline {pipeline.name} has not processed a frame yet")
-        return Response(jpeg, "image/jpeg")
+            raise CodedError(ErrorCode.NO_FRAME, f"pipeline {pipeline.name} has not processed a frame yet")
+        return jpeg
+
+    # -- health, systemd and the page -----------------------------------------------------------
+
+    def health(self) -> Health:
+        """Whether the cameras' threads, the MQTT link's loop and the sampler turn (any thread)."""
+        sampler_stalled_s = max(0.0, time.monotonic() - self._sampler_due) if self._threads else 0.0
+        broker = self.link.stats() if self.link is not None else None
+        return judge_health(tuple(self.cameras.stats()), broker, sampler_stalled_s, self.config.health.stall_s)
+
+    def service_status(self) -> str:
+        """One line for systemd's STATUS=: what is served, the cameras, the broker, the governor."""
+        return service_line(self.snapshot())

@@ -140,17 +140,20 @@ class Deployer:
 
     # -- rollback (any thread) -----------------------------------------------------------------
 
-    def request_rollback(self, timeout: float = 60.0) -> Deployment:
+    #: how long a rollback command waits for the worker to get to it (a long install step)
+    rollback_timeout_s = 60.0
+
+    def request_rollback(self) -> Deployment:
         """Roll back in the worker thread: a download in progress is cancelled, a probation in
         progress ends rolled back. Raises `LookupError` without a previous version and
-        `TimeoutError` when the worker does not get to it in time (a long install step)."""
+        `TimeoutError` when the worker does not get to it within `rollback_timeout_s`."""
         future: Future[Deployment] = Future()
         with self._lock:
             self._rollbacks.append(future)
             self._cancel.set()
             self._lock.notify_all()
         try:
-            return future.result(timeout)
+            return future.result(self.rollback_timeout_s)
         except FutureTimeout as exc:
             raise TimeoutError("a deployment step is still running; roll back after it ends") from exc
 
@@ -270,6 +273,8 @@ class Deployer:
     def _finish(self, desired: Desired, kind: Kind) -> None:
         """Remember that `desired` was acted on (it is not acted on again), and its issue time as
         the newest accepted from its topic."""
+        if kind == "group":
+            self.documents.back_to_group = False
         old, issued = self._followed, desired.issued_at
         if kind == "device":
             self._follow(Followed(desired.id, latest(issued, old.device_issued), old.group_issued))
@@ -317,7 +322,7 @@ class Deployer:
             on_state=self._publish,
             deployment=deployment,
             sha256_checked=True,  # PartialBundle.finish hashed it
-            allow_downgrade=desired.allow_downgrade,
+            allow_downgrade=desired.allow_downgrade or (kind == "group" and self.documents.back_to_group),
             probation_s=settings.probation_s,
         )
         bundle.remove()

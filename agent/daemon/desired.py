@@ -36,6 +36,7 @@ class DesiredDocuments:
         self.device_doc: Desired | None = None
         self.group_doc: Desired | None = None
         self._released: float | None = None  # issue time of a release not yet recorded
+        self.back_to_group = False  # a release came: the group's version is installed even if lower
         self._accepted: dict[Kind, float] = {}  # issue time of the newest document accepted per topic
 
     def kind(self, topic: str) -> Kind:
@@ -75,6 +76,8 @@ class DesiredDocuments:
                 self.device_doc = document if isinstance(document, Desired) else None
                 if isinstance(document, Release):
                     self._released = document.issued_at
+                if not isinstance(document, Desired):  # a release, or an empty message where allowed
+                    self.back_to_group = True
             else:
                 self.group_doc = document if isinstance(document, Desired) else None
             if document is not None and document.signature is not None and document.issued_at is not None:

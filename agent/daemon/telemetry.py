@@ -15,6 +15,7 @@ from agent.hardware.readings import SensorReadings
 from agent.snapshot import AgentSnapshot, DeploymentStatus, DownloadProgress
 
 _CAMERA_FIELDS = ("name", "fps", "max_fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")
+_RUNTIME_FIELDS = ("available", "version", "crashed", "reason")
 
 
 def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
@@ -39,7 +40,14 @@ def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "deployment_problem": snapshot.deployment_problem,
         "warnings": list(snapshot.warnings),
         "rollout": asdict(snapshot.rollout) if snapshot.rollout else None,
+        "runtimes": runtimes_document(snapshot),
     }
+
+
+def runtimes_document(snapshot: AgentSnapshot) -> dict[str, dict[str, Any]]:
+    """``{name: {"available", "version", "crashed", "reason"}}`` for each backend probed at
+    start: a technician sees which native library is missing or crashed, and its version."""
+    return {info.name: {key: getattr(info, key) for key in _RUNTIME_FIELDS} for info in snapshot.runtimes}
 
 
 def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:

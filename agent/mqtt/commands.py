@@ -132,7 +132,7 @@ def run_command(
         return error(name, ErrorCode.BAD_PAYLOAD, "; ".join(validation_problems(exc)))
     try:
         result = command.run(args)
-    except CommandError as exc:
+    except CodedError as exc:  # a CommandError, or the agent's own refusal (NO_PREVIOUS, BUSY, ...)
         return error(name, exc.code, exc.message)
     except Exception as exc:  # a bug or an I/O failure: answered, logged, and the next command still runs
         log.exception("command %s failed", name)

@@ -19,6 +19,11 @@ sent (the broker would close the connection): `publish` returns None and says wh
 
 This is the only module that imports paho: handlers get the link's own `Message`, publishing
 returns its own `Delivery`, so no paho object leaves it.
+
+Liveness: the supervisor turns at least once a second while connected (and announces its
+backoff waits), so `LinkStats.stalled_s` grows only when it hangs; while connected it also
+checks that paho's network thread still runs, and treats a dead one as a lost connection
+(a handler that raised past paho would otherwise leave the link connected in name only).
 """
 
 from __future__ import annotations
@@ -123,6 +128,7 @@ class LinkStats:
     queued: int
     dropped: int
     last_error: str | None
+    stalled_s: float = 0.0  # how long the supervisor is past its announced turn (0: on time)
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,7 @@ class MqttLink:
         self._state_infos: dict[str, Delivery] = {}  # the latest publish of each state
         self._queues: dict[str, deque[tuple[bytes, int]]] = {}  # topic -> (payload, qos), oldest first
         self._connected = threading.Event()
+        self._attempted = threading.Event()  # the first connection attempt got an answer (or failed)
         self._lost = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -177,6 +184,7 @@ class MqttLink:
         self.reconnects = 0
         self.last_error: str | None = None
         self.limits: BrokerLimits | None = None  # from the latest CONNACK; None before the first
+        self._due = time.monotonic()  # when the supervisor promised to turn again
 
     def _configure(self, will: Will | None) -> None:
         settings = self.settings
@@ -227,6 +235,10 @@ class MqttLink:
     def wait_connected(self, timeout: float | None = None) -> bool:
         return self._connected.wait(timeout)
 
+    def wait_attempted(self, timeout: float | None = None) -> bool:
+        """Wait until the first connection attempt succeeded or failed; True once it did."""
+        return self._attempted.wait(timeout)
+
     def stats(self) -> LinkStats:
         """A consistent reading of the link (any thread)."""
         with self._lock:
@@ -238,17 +250,34 @@ class MqttLink:
                 queued=queued,
                 dropped=self.dropped,
                 last_error=self.last_error,
+                stalled_s=round(max(0.0, time.monotonic() - self._due), 3)
+                if self._thread is not None and not self._stop.is_set()
+                else 0.0,
             )
+
+    def _beat(self, wait_s: float = 0.0) -> None:
+        self._due = time.monotonic() + wait_s
+
+    def _network_thread_died(self) -> bool:
+        """paho's loop_start thread ended (paho clears `_thread` when it does; it has no public
+        accessor, and a paho without that attribute counts as alive)."""
+        if not hasattr(self._client, "_thread"):
+            return False
+        thread = self._client._thread
+        return thread is None or not thread.is_alive()
 
     def _supervise(self) -> None:
         settings = self.settings
         first = True
         while not self._stop.is_set():
+            self._beat()
             if not first:
                 delay = self._backoff.next_delay()
                 log.info("mqtt: reconnecting to %s in %.1f s", settings.broker, delay)
+                self._beat(delay)
                 if self._stop.wait(delay):
                     break
+                self._beat()
             first = False
             self._lost.clear()
             self._refused = False
@@ -257,13 +286,19 @@ class MqttLink:
             except (OSError, ssl.SSLError) as exc:
                 self.last_error = f"cannot connect to {settings.broker}: {exc}"
                 log.warning("mqtt: %s", self.last_error)
+                self._attempted.set()
                 continue
             sock = self._client.socket()
             if isinstance(sock, socket.socket):
                 # small packets (acks, subscribes) go out at once, not after Nagle's delay
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._client.loop_start()
-            self._lost.wait()
+            while not self._lost.wait(1.0):
+                self._beat(1.0)
+                if self._network_thread_died():
+                    self.last_error = "paho's network thread ended; reconnecting"
+                    log.error("mqtt: %s", self.last_error)
+                    self._lost.set()
             self._client.loop_stop()
             self._connected.clear()
 
@@ -276,6 +311,7 @@ class MqttLink:
             self._refused = True
             self.last_error = f"{self.settings.broker} refused the connection: {reason}"
             log.warning("mqtt: %s", self.last_error)
+            self._attempted.set()
             self._lost.set()
             return
         self._connected_at = time.monotonic()
@@ -293,6 +329,7 @@ class MqttLink:
                 while queue:
                     payload, qos = queue.popleft()
                     client.publish(topic, payload, qos=qos)
+        self._attempted.set()
         try:
             self._on_connect_hook()
         except Exception:
@@ -305,6 +342,7 @@ class MqttLink:
             was_connected = self._connected.is_set()
             self._connected.clear()
             self._handlers = {f: h for f, h in self._handlers.items() if h[2]}  # drop the one-connection ones
+        self._attempted.set()
         if self._stop.is_set() or self._refused:
             pass  # a clean stop, or a refused CONNACK that already said why
         elif was_connected:

@@ -15,7 +15,8 @@ from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board, probe
 from pipelines.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
-from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime
+from runtimes.isolation import RuntimeCrashed
+from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
 from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,9 @@ def open_detector(
     """Load an installed version for serving: the best runtime that loads it, with the decoder
     and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
     several. `lighter` (the governor's choice when the board runs hot or low) puts the
-    version's lightest artifacts first (int8, then fp16, then fp32), whatever the runtime.
-    Raises `BundleError` (``NO_RUNTIME``) when none loads."""
+    version's lightest artifacts first (int8, then fp16, then fp32), whatever the runtime. A
+    runtime whose first load of the artifact killed a check process is skipped (the version
+    keeps serving on the next one). Raises `BundleError` (``NO_RUNTIME``) when none loads."""
     settings = settings or RuntimeSettings()
     _, manifest = read_manifest(folder)
     failures = []
@@ -52,10 +54,10 @@ def open_detector(
         choices = lightest_first(choices)
     for choice in choices:
         try:
-            runtime = load_runtime(
+            runtime = load_runtime_checked(
                 choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
             )
-        except (RuntimeUnavailable, ModelLoadError) as exc:
+        except (RuntimeUnavailable, ModelLoadError, RuntimeCrashed) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         thresholds = manifest.thresholds
@@ -85,7 +87,9 @@ def load_model(
     calls in flight at once, ONNX Runtime gives each call an equal share of the cores. Raises
     `RuntimeUnavailable` naming why each runtime failed."""
     artifacts = [Artifact.from_path(model)]
-    available = available_runtimes(runtimes_for(artifacts))
+    # one-shot commands import and load here: a probe child would import each library twice
+    # and cost `detect` its start-up goal (docs/arm64.md); `edge-agent probe` isolates
+    available = available_runtimes(runtimes_for(artifacts), isolated=False)
     failures = []
     for choice in select_runtimes(probe(), available, artifacts, preference):
         try:

@@ -1,0 +1,128 @@
+"""The daemon as a systemd service (``Type=notify``): the sd_notify protocol and the watchdog.
+
+`Notifier` sends the state lines systemd reads (``READY=1``, ``STATUS=...``, ``RELOADING=1``,
+``STOPPING=1``, ``WATCHDOG=1``) as one datagram each to the socket named by ``$NOTIFY_SOCKET``
+(a path, or ``@name`` in the abstract namespace). Without that variable (not started by
+systemd) it does nothing. A send that fails is logged once and never stops the daemon.
+
+`Service` decides when: `tick` (from the main thread, every `tick_s`) pings the watchdog every
+half of ``$WATCHDOG_USEC`` only while the agent's `Health` is ok, so a hung camera or MQTT loop
+stops the pings and systemd restarts the service after ``WatchdogSec=``; it also keeps
+``STATUS=`` current (every `STATUS_EVERY_S` seconds; a change of health shows at the next ping
+or refresh). Health is asked only when one of them is due. The clock is injected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+
+from agent.mqtt.link import MqttLink
+from agent.snapshot import Health
+
+log = logging.getLogger(__name__)
+
+STATUS_EVERY_S = 5.0  # how often STATUS= is refreshed while nothing changes
+
+
+class Notifier:
+    """sd_notify to `address` (None: not under systemd, every call does nothing)."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self._failed = False
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Notifier:
+        return cls(environ.get("NOTIFY_SOCKET") or None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.address is not None
+
+    def send(self, *lines: str) -> None:
+        """One datagram of ``KEY=value`` lines."""
+        if self.address is None:
+            return
+        target = "\0" + self.address[1:] if self.address.startswith("@") else self.address
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                sock.sendto("\n".join(lines).encode(), target)
+            self._failed = False
+        except OSError as exc:
+            if not self._failed:
+                log.error("systemd: cannot notify %s: %s", self.address, exc)
+            self._failed = True
+
+
+def watchdog_interval_s(environ: Mapping[str, str] = os.environ, pid: int | None = None) -> float | None:
+    """``$WATCHDOG_USEC`` in seconds when the watchdog is meant for this process
+    (``$WATCHDOG_PID`` unset or ours), else None."""
+    usec, owner = environ.get("WATCHDOG_USEC"), environ.get("WATCHDOG_PID")
+    if not usec or not usec.isdigit() or int(usec) == 0:
+        return None
+    if owner and owner.isdigit() and int(owner) != (pid if pid is not None else os.getpid()):
+        return None
+    return int(usec) / 1e6
+
+
+class Service:
+    """The service's side of systemd for one run: `notifier`, the watchdog's `watchdog_s`
+    (None: no watchdog) and `clock` (monotonic seconds)."""
+
+    def __init__(
+        self, notifier: Notifier, watchdog_s: float | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.notifier, self.watchdog_s, self._clock = notifier, watchdog_s, clock
+        self._next_ping = self._next_status = clock()
+        self._problems: tuple[str, ...] = ()
+
+    @classmethod
+    def from_environment(cls) -> Service:
+        return cls(Notifier.from_environment(), watchdog_interval_s())
+
+    @property
+    def tick_s(self) -> float:
+        """How often the main thread should call `tick`."""
+        return min(0.5, self.watchdog_s / 4) if self.watchdog_s else 0.5
+
+    def ready(self, link: MqttLink | None, status: Callable[[], str], wait_s: float = 30.0) -> None:
+        """READY=1 once the broker was tried once (`link` None: no broker; the caller started
+        the cameras); `status` makes the STATUS= line."""
+        if not self.notifier.enabled:
+            return
+        if link is not None and not link.wait_attempted(wait_s):
+            log.warning("mqtt: no answer from %s yet; telling systemd the agent is ready", link.settings.broker)
+        self.notifier.send("READY=1", f"STATUS={status()}")
+        self._next_status = self._clock() + STATUS_EVERY_S
+
+    def reloading(self) -> None:
+        self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+
+    def stopping(self) -> None:
+        self.notifier.send("STOPPING=1", "STATUS=stopping")
+
+    def tick(self, health_now: Callable[[], Health], status: Callable[[], str]) -> None:
+        """Ping the watchdog when due and the agent's health (asked only then, or when STATUS=
+        is due: it reads every camera) is ok; refresh ``STATUS=`` (made by `status`)."""
+        now = self._clock()
+        ping_due = self.watchdog_s is not None and now >= self._next_ping
+        if not ping_due and not (self.notifier.enabled and now >= self._next_status):
+            return
+        health = health_now()
+        changed = health.problems != self._problems
+        if changed and not health.ok:
+            log.error("unhealthy, the watchdog is no longer pinged: %s", "; ".join(health.problems))
+        elif changed:
+            log.info("healthy again: the watchdog is pinged")
+        self._problems = health.problems
+        if health.ok and ping_due and self.watchdog_s is not None:
+            self.notifier.send("WATCHDOG=1")
+            self._next_ping = now + self.watchdog_s / 2
+        if self.notifier.enabled and (changed or now >= self._next_status):
+            text = status() if health.ok else "hung: " + "; ".join(health.problems)
+            self.notifier.send(f"STATUS={text}")
+            self._next_status = now + STATUS_EVERY_S

@@ -1,0 +1,1 @@
+"""The technician's status page, ``/api``, ``/metrics`` and ``/healthz`` (docs/status-page.md)."""

@@ -1,0 +1,203 @@
+"""The status page's HTTP application (Starlette): the page, ``/api``, ``/metrics``, ``/healthz``.
+
+Routes (docs/status-page.md has every field):
+
+- ``GET /``: the page (``static/index.html``; its script, styles and the uPlot chart library
+  are served from ``/static``, nothing from the internet);
+- ``GET /api/status``: the agent snapshot (`AgentSnapshot.to_json`);
+- ``GET /api/problems``: health and the problem list, failures first;
+- ``GET /api/history?since=TS``: the chart points newer than ``TS`` (Unix seconds);
+- ``GET /api/events``, ``GET /api/logs``: recent events and log lines, oldest first;
+- ``GET /api/cameras/<name>/snapshot.jpg?quality=Q``: the camera's newest frame, annotated;
+- ``POST /api/rollback``, ``POST /api/cameras/<name>/restart``: the technician's actions;
+- ``GET /metrics``: Prometheus text format; ``GET /healthz``: 200 or 503 with the reasons.
+
+Access rules are `agent.web.auth.AccessMiddleware`'s. Endpoints run on the server's event loop
+and call the agent (`AgentControls`) in worker threads, since a snapshot may wait for the
+cameras' lock during an activation: one lane for reads and one for actions, a thread each at
+most (a page polling in a browser then keeps one thread, and its memory, busy, not a pool's
+worth; a rollback waiting for a deployment step never holds up ``/healthz``). One poll of the
+page (status, problems, history) reads the agent once: a snapshot is reused for up to
+`SNAPSHOT_REUSE_S` (`RecentSnapshot`), and forgotten after an action, so the page shows what
+the action did.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from agent.errors import CodedError, ErrorCode
+from agent.snapshot import AgentSnapshot
+from agent.web.auth import AccessMiddleware, Guard
+from agent.web.controls import AgentControls
+from agent.web.history import History
+from agent.web.logs import RecentLogs
+from agent.web.metrics import metrics_registry
+from agent.web.problems import page_problems
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+NO_STORE = {"Cache-Control": "no-store"}
+SNAPSHOT_REUSE_S = 1.0  # seconds a snapshot serves the requests of one poll
+T = TypeVar("T")
+#: HTTP status of each error an action or a read may raise
+STATUS_OF = {
+    ErrorCode.NO_PREVIOUS: 409,
+    ErrorCode.BUSY: 503,
+    ErrorCode.NO_PIPELINE: 404,
+    ErrorCode.NO_FRAME: 503,
+}
+
+
+def _error(exc: CodedError) -> JSONResponse:
+    body = {"ok": False, "error": {"code": exc.code.value, "message": exc.message}}
+    return JSONResponse(body, STATUS_OF.get(exc.code, 500), NO_STORE)
+
+
+def _number(request: Request, name: str, default: float, low: float, high: float) -> float:
+    try:
+        value = float(request.query_params.get(name, default))
+    except ValueError:
+        return default
+    return min(max(value, low), high)
+
+
+class RecentSnapshot:
+    """`read` (the agent's snapshot), reused while younger than `max_age_s` seconds of `clock`
+    (any thread)."""
+
+    def __init__(
+        self, read: Callable[[], AgentSnapshot], max_age_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._read, self._max_age_s, self._clock = read, max_age_s, clock
+        self._lock = threading.Lock()
+        self._kept: tuple[float, AgentSnapshot] | None = None
+
+    def __call__(self) -> AgentSnapshot:
+        with self._lock:
+            now = self._clock()
+            if self._kept is None or now - self._kept[0] > self._max_age_s:
+                self._kept = (now, self._read())
+            return self._kept[1]
+
+    def forget(self) -> None:
+        with self._lock:
+            self._kept = None
+
+
+class StatusApp:
+    """The endpoints over `controls`, `history` and `logs`, behind `guard`."""
+
+    def __init__(self, controls: AgentControls, guard: Guard, history: History, logs: RecentLogs) -> None:
+        self.controls, self.guard, self.history, self.logs = controls, guard, history, logs
+        self.snapshot = RecentSnapshot(controls.snapshot, SNAPSHOT_REUSE_S)
+        self._registry = metrics_registry(self.snapshot, controls.health)
+        self._lanes: dict[str, anyio.CapacityLimiter] = {}  # made on the event loop, at first use
+
+    async def _in(self, lane: str, func: Callable[..., T], *args: Any) -> T:
+        """`func(*args)` in the worker thread of `lane` (``read`` or ``act``)."""
+        if lane not in self._lanes:
+            self._lanes[lane] = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(func, *args, limiter=self._lanes[lane])
+
+    def asgi(self) -> Starlette:
+        routes = [
+            Route("/", self.page),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+            Route("/api/status", self.status),
+            Route("/api/problems", self.problems),
+            Route("/api/history", self.history_points),
+            Route("/api/events", self.events),
+            Route("/api/logs", self.log_lines),
+            Route("/api/cameras/{name}/snapshot.jpg", self.camera_jpeg),
+            Route("/api/rollback", self.rollback, methods=["POST"]),
+            Route("/api/cameras/{name}/restart", self.restart, methods=["POST"]),
+            Route("/metrics", self.metrics),
+            Route("/healthz", self.healthz),
+        ]
+        return Starlette(routes=routes, middleware=[Middleware(AccessMiddleware, guard=self.guard)])
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def page(self, request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def status(self, request: Request) -> Response:
+        document = await self._in("read", lambda: self.snapshot().to_json())
+        return JSONResponse(document, headers=NO_STORE)
+
+    async def problems(self, request: Request) -> Response:
+        snapshot, health = await self._in("read", lambda: (self.snapshot(), self.controls.health()))
+        found = page_problems(snapshot, health, self.history.reference_fps(time.time()))
+        body = {"health": asdict(health), "problems": [f.to_json() for f in found]}
+        return JSONResponse(body, headers=NO_STORE)
+
+    async def history_points(self, request: Request) -> Response:
+        since = _number(request, "since", 0.0, 0.0, float("inf"))
+        return JSONResponse(self.history.to_json(since), headers=NO_STORE)
+
+    async def events(self, request: Request) -> Response:
+        return JSONResponse(await self._in("read", self.controls.events), headers=NO_STORE)
+
+    async def log_lines(self, request: Request) -> Response:
+        return JSONResponse(self.logs.to_json(), headers=NO_STORE)
+
+    async def camera_jpeg(self, request: Request) -> Response:
+        quality = int(_number(request, "quality", 80, 1, 100))
+        try:
+            jpeg = await self._in("read", self.controls.camera_jpeg, request.path_params["name"], quality)
+        except CodedError as exc:
+            return _error(exc)
+        return Response(jpeg, media_type="image/jpeg", headers=NO_STORE)
+
+    async def metrics(self, request: Request) -> Response:
+        body = await self._in("read", generate_latest, self._registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(self, request: Request) -> Response:
+        health = await self._in("read", self.controls.health)
+        return JSONResponse(asdict(health), 200 if health.ok else 503, NO_STORE)
+
+    # -- acting (POST only, authenticated and same-origin: see agent.web.auth) ------------------
+
+    async def rollback(self, request: Request) -> Response:
+        log.warning("status page: rollback requested from %s", _client(request))
+        try:
+            deployment = await self._in("act", self.controls.rollback)
+        except CodedError as exc:
+            log.warning("status page: rollback refused: %s", exc)
+            return _error(exc)
+        self.snapshot.forget()
+        return JSONResponse({"ok": True, "deployment": asdict(deployment)}, headers=NO_STORE)
+
+    async def restart(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        log.warning("status page: restart of camera %r requested from %s", name[:64], _client(request))
+        try:
+            restarted = await self._in("act", self.controls.restart, name)
+        except CodedError as exc:
+            return _error(exc)
+        finally:
+            self.snapshot.forget()
+        return JSONResponse({"ok": True, "restarted": restarted}, headers=NO_STORE)
+
+
+def _client(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "an unknown client"

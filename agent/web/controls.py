@@ -1,0 +1,31 @@
+"""What the daemon hands the status page: `AgentControls`, a few typed callables.
+
+The web room reads the agent only through them (an import contract keeps it from reaching
+into the daemon), so the page can be served, and tested, against anything that provides them.
+Every callable may be called from any thread (the server's worker threads); the actions raise
+`agent.errors.CodedError` with ``NO_PREVIOUS``, ``BUSY``, ``NO_PIPELINE`` or ``NO_FRAME``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.snapshot import AgentSnapshot, DeploymentStatus, Health
+
+
+@dataclass(frozen=True)
+class AgentControls:
+    """`snapshot` and `health` read the agent now; `rollback` returns to the previous version
+    (the deployment record it made); `restart(camera)` restarts one camera's pipeline with a
+    fresh source (the names restarted); `camera_jpeg(camera, quality)` is its newest frame with
+    the detections drawn; `events` the recent detection and governor events, oldest first (the
+    JSON documents the ``events`` topic carries)."""
+
+    snapshot: Callable[[], AgentSnapshot]
+    health: Callable[[], Health]
+    rollback: Callable[[], DeploymentStatus]
+    restart: Callable[[str], list[str]]
+    camera_jpeg: Callable[[str, int], bytes]
+    events: Callable[[], list[dict[str, Any]]]

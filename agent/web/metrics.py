@@ -1,0 +1,162 @@
+"""``GET /metrics``: the agent in Prometheus' text format, through prometheus-client.
+
+`SnapshotCollector` turns one `AgentSnapshot` into metric families at each scrape (no values
+are kept between scrapes, no global registry: `metrics_registry` makes the server its own).
+Names follow Prometheus' conventions: base units (seconds, bytes, watts, celsius), ``_total``
+for counters, one ``camera`` label per camera. The full list is in docs/status-page.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    StateSetMetricFamily,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from agent.bundles.record import State
+from agent.governor.levels import BatteryLevel, ThermalLevel
+from agent.snapshot import AgentSnapshot, Health
+
+Metric = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily | StateSetMetricFamily
+
+
+def _gauge(name: str, documentation: str, value: float | None) -> Iterator[GaugeMetricFamily]:
+    """One unlabelled gauge, left out while its value is unknown."""
+    if value is not None:
+        yield GaugeMetricFamily(name, documentation, value=float(value))
+
+
+class SnapshotCollector(Collector):
+    """The metrics of the agent as `snapshot` and `health` read it at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], AgentSnapshot], health: Callable[[], Health]) -> None:
+        self._snapshot, self._health = snapshot, health
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._snapshot()
+        yield from self._agent(snapshot)
+        yield from self._cameras(snapshot)
+        yield from self._board(snapshot)
+        yield from self._broker(snapshot)
+
+    def _agent(self, s: AgentSnapshot) -> Iterator[Metric]:
+        serving = s.serving
+        yield InfoMetricFamily(
+            "edge_agent",
+            "Who this device is and what it serves.",
+            value={
+                "device": s.device,
+                "group": s.group or "",
+                "version": s.agent_version,
+                "board": s.board.model,
+                "runtime": serving.runtime if serving else "",
+                "bundle": s.bundle.name if s.bundle else "",
+                "bundle_version": s.bundle.version if s.bundle else "",
+            },
+        )
+        yield GaugeMetricFamily("edge_agent_healthy", "1 while every loop turns (/healthz 200).", self._health().ok)
+        state = s.deployment.state if s.deployment else None
+        yield StateSetMetricFamily(
+            "edge_agent_deployment_state",
+            "The state of the last deployment or rollback.",
+            value={member.value: member.value == state for member in State},
+        )
+        yield CounterMetricFamily("edge_agent_events_published", "Detection events published.", s.events.published)
+        yield CounterMetricFamily(
+            "edge_agent_events_suppressed", "Detection events held back by the rate limit.", s.events.suppressed
+        )
+
+    def _cameras(self, s: AgentSnapshot) -> Iterator[Metric]:
+        fps = GaugeMetricFamily("edge_agent_camera_fps", "Frames inferred per second.", labels=["camera"])
+        latency = GaugeMetricFamily(
+            "edge_agent_camera_latency_seconds",
+            "Latency per stage over the last frames (quantile 0.5 and 0.95).",
+            labels=["camera", "stage", "quantile"],
+        )
+        frames = CounterMetricFamily("edge_agent_camera_frames", "Frames inferred.", labels=["camera"])
+        dropped = CounterMetricFamily(
+            "edge_agent_camera_dropped", "Frames replaced before inference.", labels=["camera"]
+        )
+        errors = CounterMetricFamily("edge_agent_camera_errors", "Frames whose inference failed.", labels=["camera"])
+        up = GaugeMetricFamily("edge_agent_camera_source_up", "1 while the camera delivers frames.", labels=["camera"])
+        stalled = GaugeMetricFamily(
+            "edge_agent_camera_stalled_seconds", "How long a camera thread is past its turn.", labels=["camera"]
+        )
+        for camera in s.cameras:
+            name = [camera.name]
+            fps.add_metric(name, camera.fps)
+            for stage, p in camera.latency_ms.items():
+                latency.add_metric([camera.name, stage, "0.5"], p.p50 / 1000)
+                latency.add_metric([camera.name, stage, "0.95"], p.p95 / 1000)
+            frames.add_metric(name, camera.frames)
+            dropped.add_metric(name, camera.dropped)
+            errors.add_metric(name, camera.errors)
+            up.add_metric(name, camera.source_status.state == "running")
+            stalled.add_metric(name, camera.stalled_s)
+        yield from (fps, latency, frames, dropped, errors, up, stalled)
+
+    def _board(self, s: AgentSnapshot) -> Iterator[Metric]:
+        sensors, system, governor = s.sensors, s.system, s.governor
+        if sensors is not None:
+            zones = GaugeMetricFamily("edge_agent_temperature_celsius", "Each thermal zone.", labels=["zone"])
+            for zone in sensors.thermal_zones:
+                if zone.temp_c is not None:
+                    zones.add_metric([zone.name], zone.temp_c)
+            yield zones
+            yield from _gauge("edge_agent_temperature_max_celsius", "The hottest temperature known.", sensors.temp_c)
+            yield from _gauge("edge_agent_power_watts", "The board's input power.", sensors.power_w)
+            rails = GaugeMetricFamily("edge_agent_rail_power_watts", "Each measured power rail.", labels=["rail"])
+            for rail in sensors.rails:
+                if rail.power_w is not None:
+                    rails.add_metric([rail.name], rail.power_w)
+            yield rails
+            battery = sensors.battery.percent if sensors.battery else None
+            yield from _gauge("edge_agent_battery_percent", "Battery charge.", battery)
+            if sensors.throttled is not None:
+                yield GaugeMetricFamily(
+                    "edge_agent_under_voltage",
+                    "1 while the firmware reports under-voltage.",
+                    sensors.throttled.under_voltage,
+                )
+        if governor is not None:
+            decision = governor.decision
+            yield StateSetMetricFamily(
+                "edge_agent_governor_thermal",
+                "The governor's thermal level.",
+                value={level.value: level == decision.thermal for level in ThermalLevel},
+            )
+            yield StateSetMetricFamily(
+                "edge_agent_governor_battery",
+                "The governor's battery level.",
+                value={level.value: level == decision.battery for level in BatteryLevel},
+            )
+            yield from _gauge("edge_agent_governor_fps_cap", "The FPS cap in force.", decision.actions.fps_cap)
+        if system is not None:
+            yield GaugeMetricFamily("edge_agent_cpu_percent", "CPU use of the machine, all cores.", system.cpu_percent)
+            yield GaugeMetricFamily("edge_agent_process_rss_bytes", "Resident memory.", system.process_rss_mb * 2**20)
+            free = system.disk_free_mb * 2**20 if system.disk_free_mb is not None else None
+            yield from _gauge("edge_agent_disk_free_bytes", "Free space of the state directory's disk.", free)
+            synced = system.clock_synchronised
+            yield from _gauge("edge_agent_clock_synchronised", "1 when NTP synchronised the clock.", synced)
+
+    def _broker(self, s: AgentSnapshot) -> Iterator[Metric]:
+        broker = s.broker
+        if broker is None:
+            return
+        yield GaugeMetricFamily("edge_agent_broker_connected", "1 while connected to the broker.", broker.connected)
+        yield GaugeMetricFamily("edge_agent_mqtt_queued_messages", "Messages waiting for the broker.", broker.queued)
+        yield CounterMetricFamily("edge_agent_mqtt_dropped_messages", "Queued messages dropped.", broker.dropped)
+        yield CounterMetricFamily("edge_agent_mqtt_reconnects", "Lost broker connections.", broker.reconnects)
+
+
+def metrics_registry(snapshot: Callable[[], AgentSnapshot], health: Callable[[], Health]) -> CollectorRegistry:
+    """A registry of its own holding the agent's collector (prometheus-client's default one is
+    process-global)."""
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(snapshot, health))
+    return registry

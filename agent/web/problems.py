@@ -1,0 +1,215 @@
+"""What is wrong with the device, in plain words with what to do: `Finding`s.
+
+Each judge is pure: it takes readings and answers one `Finding` (``pass``, ``warn`` or
+``fail``, a message and the fix). The status page lists the findings of `page_problems` (the
+failures first) and `edge-agent doctor` runs the same judges on what it reads from a shell,
+so a technician reads the same words in both places. Thresholds live here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from agent.governor.levels import BatteryLevel
+from agent.hardware.readings import Battery, Throttled
+from agent.mqtt.link import LinkStats
+from agent.snapshot import AgentSnapshot, DeploymentStatus, Health
+from pipelines.pipeline import PipelineStats
+
+Status = Literal["pass", "warn", "fail"]
+
+#: the state directory's disk: warn below either, fail below both of the second pair
+DISK_WARN_MB, DISK_WARN_FRACTION = 1024.0, 0.10
+DISK_FAIL_MB, DISK_FAIL_FRACTION = 200.0, 0.02
+#: battery charge in percent, when the governor does not say (its defaults)
+BATTERY_LOW_PCT, BATTERY_CRITICAL_PCT = 20.0, 5.0
+#: a camera below this fraction of the FPS it reached on the serving version is reported
+FPS_RATIO = 0.5
+_ORDER = {"fail": 0, "warn": 1, "pass": 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check: `check` names what was looked at (``disk``, ``camera cam0``), `status` the
+    verdict, `message` what was found, `fix` what to do about it (empty when nothing)."""
+
+    check: str
+    status: Status
+    message: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge_disk(free_mb: float | None, total_mb: float | None, path: object) -> Finding:
+    """The free space of the state directory's disk (`path` names it in the message)."""
+    if free_mb is None or not total_mb:
+        return Finding("disk", "warn", f"cannot measure the disk of {path}", "check that the state directory exists")
+    fraction = free_mb / total_mb
+    message = f"{free_mb / 1024:.1f} GiB free of {total_mb / 1024:.1f} GiB ({fraction:.0%}) on the disk of {path}"
+    fix = "delete old recordings or logs (journalctl --vacuum-size=100M), or keep fewer versions (keep_versions)"
+    if free_mb < DISK_FAIL_MB or fraction < DISK_FAIL_FRACTION:
+        return Finding("disk", "fail", f"disk full: {message}; deployments are refused", fix)
+    if free_mb < DISK_WARN_MB or fraction < DISK_WARN_FRACTION:
+        return Finding("disk", "warn", f"disk almost full: {message}", fix)
+    return Finding("disk", "pass", message)
+
+
+def judge_clock(synchronised: bool | None) -> Finding:
+    fix = "enable NTP (timedatectl set-ntp true) and let the device reach a time server (UDP port 123)"
+    if synchronised is None:
+        return Finding("clock", "warn", "cannot tell whether the clock is synchronised (no timesyncd flag)", fix)
+    if not synchronised:
+        return Finding(
+            "clock",
+            "warn",
+            "the clock is not synchronised: signed commands are refused once it drifts beyond max_clock_skew_s",
+            fix,
+        )
+    return Finding("clock", "pass", "the clock is synchronised")
+
+
+def judge_power(throttled: Throttled | None) -> Finding:
+    """The Raspberry Pi firmware's under-voltage and throttling flags."""
+    supply = "use the official power supply (Pi 4: 5.1 V 3 A, Pi 5: 5.1 V 5 A) with a short cable"
+    if throttled is None:
+        return Finding("power", "pass", "no under-voltage or throttling flags on this board")
+    if throttled.under_voltage:
+        return Finding("power", "fail", "under-voltage now: the power supply cannot hold 5 V", supply)
+    if throttled.throttled or throttled.arm_frequency_capped or throttled.soft_temp_limit:
+        return Finding(
+            "power", "warn", "the firmware is throttling the CPU now (heat or power)", "cool the device; " + supply
+        )
+    if throttled.under_voltage_since_boot or throttled.throttled_since_boot:
+        return Finding("power", "warn", "under-voltage or throttling happened since boot (not now)", supply)
+    return Finding("power", "pass", "no under-voltage or throttling")
+
+
+def judge_battery(
+    battery: Battery | None,
+    level: BatteryLevel | None = None,
+    low_pct: float = BATTERY_LOW_PCT,
+    critical_pct: float = BATTERY_CRITICAL_PCT,
+) -> Finding:
+    """The battery's charge: the governor's `level` when it runs (its thresholds and
+    hysteresis), else the charge of a discharging battery against `low_pct` / `critical_pct`."""
+    if battery is None or battery.percent is None:
+        return Finding("battery", "pass", "no battery")
+    if level is None:
+        low, critical = battery.discharging and battery.percent <= low_pct, battery.percent <= critical_pct
+        level = BatteryLevel.CRITICAL if low and critical else BatteryLevel.LOW if low else BatteryLevel.OK
+    state = f"battery at {battery.percent:.0f} % ({(battery.status or 'unknown').lower()})"
+    fix = "connect power: inference stops when the battery is critical, to protect it"
+    if level == BatteryLevel.CRITICAL:
+        return Finding("battery", "fail", f"battery critical: {state}; inference is stopped", fix)
+    if level == BatteryLevel.LOW:
+        return Finding("battery", "warn", f"battery low: {state}; FPS is capped", fix)
+    return Finding("battery", "pass", state)
+
+
+def judge_broker(link: LinkStats | None) -> Finding:
+    if link is None:
+        return Finding("broker", "pass", "no broker configured: the device runs alone")
+    if link.connected:
+        return Finding("broker", "pass", f"connected to {link.broker}")
+    waiting = f"; {link.queued} message(s) wait to be sent" if link.queued else ""
+    return Finding(
+        "broker",
+        "warn",
+        f"broker unreachable ({link.last_error or link.broker}): detections go on locally{waiting}",
+        "check the network and mqtt.broker in agent.yaml; edge-agent doctor tests the connection",
+    )
+
+
+def judge_camera(camera: PipelineStats, reference_fps: float | None) -> Finding:
+    """A camera: lost, ended, or slower than it was on this version (`reference_fps`); a hung
+    one is the agent's health to say (`page_problems`)."""
+    check, source = f"camera {camera.name}", camera.source_status
+    if source.state == "reconnecting":
+        return Finding(
+            check,
+            "fail",
+            f"camera {camera.name} lost: {source.error or 'no frame'}",
+            "check its cable, power or network address; the agent reconnects by itself",
+        )
+    if source.state == "ended":
+        return Finding(check, "warn", f"camera {camera.name}: its video file ended", "set loop: true to replay it")
+    if reference_fps and not camera.paused and source.state == "running":
+        expected = min(reference_fps, camera.max_fps) if camera.max_fps else reference_fps
+        if camera.fps < FPS_RATIO * expected:
+            return Finding(
+                check,
+                "warn",
+                f"camera {camera.name} runs at {camera.fps:.1f} FPS, under half the {expected:.1f} FPS it reached "
+                "on this version",
+                "check the CPU load and the temperature; restart the camera below",
+            )
+    return Finding(check, "pass", f"camera {camera.name}: {camera.fps:.1f} FPS, {source.state}")
+
+
+def judge_deployment(deployment: DeploymentStatus | None, problem: str | None) -> Finding:
+    if problem:
+        return Finding("deployment", "warn", f"the last deployment document was refused: {problem}")
+    if deployment is not None and deployment.state in ("FAILED", "REJECTED"):
+        what = f"{deployment.name or '?'} {deployment.version or deployment.sha256[:12]}"
+        return Finding(
+            "deployment",
+            "warn",
+            f"the deployment of {what} ended {deployment.state}: {deployment.error_code}: {deployment.error_message}",
+            "the version before it keeps serving; fix the bundle and push it again",
+        )
+    return Finding("deployment", "pass", f"last deployment: {deployment.state if deployment else 'none'}")
+
+
+def judge_hung(problem: str) -> Finding:
+    """One of `Health.problems`: a loop that stopped turning."""
+    check = problem.split(":")[0] if problem.startswith("camera ") else "health"
+    fix = "the watchdog restarts the service; if it happens again, check the camera's driver and cable, and the log"
+    return Finding(check, "fail", f"hung: {problem}", fix)
+
+
+def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mapping[str, float]) -> list[Finding]:
+    """Everything wrong with the agent now, failures first; `reference_fps` is the FPS each
+    camera reached on the serving version (the page's history measures it)."""
+    found = [judge_hung(problem) for problem in health.problems]
+    hung = {f.check for f in found}
+    if snapshot.serving_error:
+        found.append(Finding("model", "fail", f"the model cannot run: {snapshot.serving_error}", "roll back below"))
+    elif snapshot.bundle is None:
+        found.append(
+            Finding(
+                "model",
+                "warn",
+                "no model is installed: the cameras are not running",
+                "push one from the fleet (edge-agent fleet push) or install one (edge-agent install BUNDLE)",
+            )
+        )
+    found += [judge_camera(c, reference_fps.get(c.name)) for c in snapshot.cameras if f"camera {c.name}" not in hung]
+    governor = snapshot.governor
+    if governor is not None and governor.decision.thermal in ("HOT", "CRITICAL"):
+        decision = governor.decision
+        found.append(
+            Finding(
+                "temperature",
+                "fail" if decision.thermal == "CRITICAL" else "warn",
+                f"{decision.thermal}: {decision.reason}",
+                "give the device air and shade, and check its fan",
+            )
+        )
+    if governor is not None and governor.fan_error:
+        found.append(Finding("fan", "warn", f"the fan cannot be set: {governor.fan_error}", "check governor.fan"))
+    sensors, system = snapshot.sensors, snapshot.system
+    if sensors is not None:
+        found.append(judge_power(sensors.throttled))
+        found.append(judge_battery(sensors.battery, governor.decision.battery if governor else None))
+    found.append(judge_broker(snapshot.broker))
+    found.append(judge_deployment(snapshot.deployment, snapshot.deployment_problem))
+    if system is not None:
+        found.append(judge_disk(system.disk_free_mb, system.disk_total_mb, "the state directory"))
+        found.append(judge_clock(system.clock_synchronised))
+    found += [Finding("config", "warn", warning, "see docs/security.md") for warning in snapshot.warnings]
+    problems = [f for f in found if f.status != "pass"]
+    return sorted(problems, key=lambda f: _ORDER[f.status])

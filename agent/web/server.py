@@ -1,0 +1,136 @@
+"""`StatusServer`: the status page served inside the daemon's process by uvicorn.
+
+Threads: ``web`` runs uvicorn's event loop (the HTTP server; the endpoints' calls into the agent
+run in its worker threads), ``web-history`` records a chart point every ``sample_s`` seconds.
+The listening socket is bound in `start`, on the caller's thread, so an address in use or not
+allowed fails there with an error naming ``status_page.listen``; TLS files and the password
+are loaded there too. Nothing of the agent depends on the page: the daemon logs a page that
+cannot start and serves on without it. `stop` closes the socket and joins both threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import threading
+
+import uvicorn
+
+from agent.config.models import StatusPageSection
+from agent.errors import ConfigError
+from agent.web.app import StatusApp
+from agent.web.auth import Guard
+from agent.web.controls import AgentControls
+from agent.web.history import History
+from agent.web.logs import RecentLogs
+
+log = logging.getLogger(__name__)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host`:`port` (IPv4 or IPv6); raises `OSError` naming it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise OSError(f"status_page.listen {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(64)
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"status_page.listen {host}:{port}: cannot listen: {exc.strerror or exc}") from exc
+    return sock
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn's server, its housekeeping tick once a second instead of ten times (the tick only
+    refreshes the Date header and looks for the exit): an idle page costs a tenth of the wake-ups.
+    `stop` takes up to a second."""
+
+    async def main_loop(self) -> None:
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 10) % 864000  # a multiple of 10: the Date header is refreshed each time
+            await asyncio.sleep(1.0)
+
+
+class StatusServer:
+    """The page for `controls` as `settings` (agent.yaml's ``status_page``) says. Raises
+    `ConfigError` for a password that cannot be read."""
+
+    def __init__(self, settings: StatusPageSection, controls: AgentControls) -> None:
+        self.settings, self.controls = settings, controls
+        self.history = History(points=int(settings.history_s / settings.sample_s) + 1)
+        self.logs = RecentLogs()
+        guard = Guard(settings.username, settings.password())
+        status_app = StatusApp(controls, guard, self.history, self.logs)
+        self._snapshot = status_app.snapshot  # shared with the page's requests
+        app = status_app.asgi()
+        tls = settings.tls
+        self._config = uvicorn.Config(
+            app,
+            log_config=None,  # the daemon's logging stays as it is
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=2,
+            ssl_certfile=str(tls.cert_file) if tls else None,
+            ssl_keyfile=str(tls.key_file) if tls else None,
+        )
+        self._server = QuietServer(self._config)
+        self._socket: socket.socket | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        """Where the page is, as a browser on this device reaches it."""
+        assert self._socket is not None, "not started"
+        host, port = self._socket.getsockname()[:2]
+        host = "127.0.0.1" if host == "0.0.0.0" else f"[{host}]" if ":" in host else host
+        return f"{'https' if self.settings.tls else 'http'}://{host}:{port}/"
+
+    def start(self) -> StatusServer:
+        """Bind, load TLS, start both threads; raises `OSError` or `ConfigError` naming the
+        setting that is wrong (nothing is left running then)."""
+        try:
+            self._config.load()
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"status_page.tls: cannot load the certificate or key: {exc}") from exc
+        self._socket = listen_socket(self.settings.host, self.settings.port)
+        logging.getLogger().addHandler(self.logs)
+        self._stop.clear()
+        self._threads = [
+            threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, name="web", daemon=True),
+            threading.Thread(target=self._sample, name="web-history", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        log.info("status page on %s%s", self.url, "" if self.settings.has_credentials else " (read only)")
+        return self
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                self.history.record(self._snapshot())
+            except Exception:  # the charts miss a point; the page and the agent go on
+                log.exception("status page: recording the history failed")
+            if self._stop.wait(self.settings.sample_s):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._server.should_exit = True
+        for thread in self._threads:
+            thread.join(5.0)
+        self._threads.clear()
+        logging.getLogger().removeHandler(self.logs)
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None

@@ -1,0 +1,274 @@
+// The status page: reads /api every two seconds and draws what it finds. No framework, no
+// internet: uPlot (vendored next to this file) draws the charts. Every value from the agent is
+// written with textContent, never as HTML.
+"use strict";
+
+const REFRESH_MS = 2000;
+const SLOW_REFRESH_MS = 5000;
+const KEEP_POINTS = 900;
+
+const history = { ts: [], temp_c: [], power_w: [], battery_percent: [], cameras: {} };
+const charts = {};
+const cameraCards = {};
+let lastStatus = null;
+
+function $(id) { return document.getElementById(id); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "class") node.className = value; else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+async function api(path, options) {
+  const response = await fetch(path, Object.assign({ cache: "no-store" }, options));
+  const body = response.headers.get("content-type")?.includes("json") ? await response.json() : null;
+  if (!response.ok) {
+    const error = new Error(body?.error?.message || response.statusText);
+    error.status = response.status;
+    throw error;
+  }
+  return body;
+}
+
+function fmt(value, digits, unit) {
+  if (value === null || value === undefined) return "–";
+  return `${Number(value).toFixed(digits)}${unit ? " " + unit : ""}`;
+}
+
+function ago(ts) {
+  const s = Math.max(0, Date.now() / 1000 - ts);
+  if (s < 90) return `${Math.round(s)} s ago`;
+  if (s < 5400) return `${Math.round(s / 60)} min ago`;
+  return `${Math.round(s / 3600)} h ago`;
+}
+
+function fill(dl, rows) {
+  dl.replaceChildren(...rows.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value ?? "–")]));
+}
+
+// -- the overview ----------------------------------------------------------------------------
+
+function renderStatus(s) {
+  lastStatus = s;
+  document.title = `${s.device} – edge-agent`;
+  $("device").textContent = s.device;
+  $("identity").textContent =
+    `${s.board.model} (${s.board.kind}, ${s.board.arch}) · edge-agent ${s.agent_version}` + (s.group ? ` · group ${s.group}` : "");
+  const state = $("state");
+  state.textContent = s.state;
+  state.className = "badge " + (s.state === "online" ? "good" : "warn");
+
+  const serving = s.serving;
+  fill($("model"), [
+    ["bundle", s.bundle ? `${s.bundle.name} ${s.bundle.version}` : "none installed"],
+    ["runtime", serving ? `${serving.runtime} on ${serving.device}` : "–"],
+    ["why", serving ? serving.reason : "–"],
+    ["artifact", serving ? serving.artifact : "–"],
+    ["previous", s.previous ? `${s.previous.name} ${s.previous.version}` : "none"],
+  ]);
+  const d = s.deployment;
+  fill($("deployment"), d ? [
+    ["state", d.state],
+    ["version", `${d.name || "?"} ${d.version || d.sha256.slice(0, 12)}`],
+    ["id", d.id],
+    ["error", d.error_code ? `${d.error_code}: ${d.error_message}` : "none"],
+    ["progress", d.progress ? `${d.progress.chunks_done}/${d.progress.chunks_total} chunks` : "–"],
+  ] : [["state", "no deployment yet"]]);
+  const b = s.broker;
+  fill($("broker"), b ? [
+    ["broker", b.broker],
+    ["connection", b.connected ? "connected" : "unreachable"],
+    ["last error", b.last_error || "none"],
+    ["queued", `${b.queued} message(s)`],
+    ["reconnects", String(b.reconnects)],
+  ] : [["broker", "none configured (runs alone)"]]);
+  const g = s.governor;
+  fill($("governor"), g ? [
+    ["level", g.level],
+    ["why", g.reason],
+    ["since", ago(g.since)],
+    ["FPS cap", g.actions.fps_cap === null ? "none" : fmt(g.actions.fps_cap, 1, "FPS")],
+    ["fan", g.actions.fan === null ? "–" : fmt(g.actions.fan, 0, "%")],
+  ] : [["level", "governor off"]]);
+  const sensors = s.sensors || {};
+  const sys = s.system || {};
+  const battery = sensors.battery;
+  fill($("board"), [
+    ["temperature", fmt(sensors.temp_c, 1, "°C")],
+    ["power", fmt(sensors.power_w, 2, "W") + (sensors.power_source ? ` (${sensors.power_source})` : "")],
+    ["battery", battery ? `${fmt(battery.percent, 0, "%")} ${battery.status || ""}` : "none"],
+    ["CPU", fmt(sys.cpu_percent, 0, "%")],
+    ["memory", sys.memory_available_mb === undefined ? "–" : `${fmt(sys.memory_percent, 0, "%")} used`],
+    ["disk free", sys.disk_free_mb == null ? "–" : fmt(sys.disk_free_mb / 1024, 1, "GiB")],
+    ["clock", sys.clock_synchronised === true ? "synchronised" : sys.clock_synchronised === false ? "not synchronised" : "unknown"],
+  ]);
+  $("rollback-target").textContent = s.previous ? `(back to ${s.previous.name} ${s.previous.version})` : "(no previous version)";
+  $("rollback").disabled = !s.previous;
+  for (const camera of s.cameras) renderCamera(camera);
+  for (const name of Object.keys(cameraCards)) {
+    if (!s.cameras.some((c) => c.name === name)) { cameraCards[name].card.remove(); delete cameraCards[name]; }
+  }
+  $("updated").textContent = `Updated ${new Date(s.ts * 1000).toLocaleTimeString()}.`;
+}
+
+function renderProblems(p) {
+  const health = $("health");
+  health.textContent = p.health.ok ? "healthy" : "hung";
+  health.className = "badge " + (p.health.ok ? "good" : "fail");
+  $("problems").replaceChildren(...p.problems.map((f) =>
+    el("li", { class: f.status }, el("strong", {}, f.message), f.fix ? el("span", { class: "fix" }, `What to do: ${f.fix}`) : "")));
+  $("all-good").hidden = p.problems.length > 0;
+}
+
+// -- cameras ---------------------------------------------------------------------------------
+
+function renderCamera(c) {
+  let entry = cameraCards[c.name];
+  if (!entry) {
+    const image = el("img", { alt: `camera ${c.name}`, class: "snapshot" });
+    const stats = el("dl", {});
+    const restart = el("button", { type: "button" }, "Restart camera");
+    restart.addEventListener("click", () => act(`/api/cameras/${encodeURIComponent(c.name)}/restart`, `restart camera ${c.name}`));
+    const chart = el("div", { class: "chart" });
+    const card = el("div", { class: "camera card", "data-camera": c.name },
+      el("h3", {}, `Camera ${c.name}`), image, stats, restart, chart);
+    $("cameras").append(card);
+    entry = cameraCards[c.name] = { card, image, stats, chart, loading: false };
+    image.addEventListener("load", () => { entry.loading = false; });
+    image.addEventListener("error", () => { entry.loading = false; });
+  }
+  const total = c.latency_ms.total || {};
+  const inference = c.latency_ms.inference || {};
+  fill(entry.stats, [
+    ["FPS", fmt(c.fps, 1) + (c.max_fps ? ` (cap ${fmt(c.max_fps, 1)})` : "")],
+    ["latency", `${fmt(total.p50, 0, "ms")} median, ${fmt(total.p95, 0, "ms")} p95`],
+    ["inference", fmt(inference.p50, 1, "ms")],
+    ["frames", `${c.frames} inferred, ${c.dropped} dropped, ${c.errors} failed`],
+    ["source", `${c.source_status.state}${c.source_status.error ? ": " + c.source_status.error : ""}`],
+    ["model", `${c.model} on ${c.runtime}${c.paused ? " (paused)" : ""}`],
+  ]);
+  if (!entry.loading) {
+    entry.loading = true;
+    entry.image.src = `/api/cameras/${encodeURIComponent(c.name)}/snapshot.jpg?t=${Date.now()}`;
+  }
+}
+
+// -- charts ----------------------------------------------------------------------------------
+
+function chart(key, container, series) {
+  if (charts[key]) return charts[key];
+  const width = Math.max(280, container.clientWidth || 400);
+  const axes = [{}, { label: series[0].label, size: 50 }];
+  if (series.length > 1) axes.push({ side: 1, label: series[1].label, scale: "right", grid: { show: false }, size: 50 });
+  const options = {
+    width, height: 170,
+    series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: s.color, width: 2, scale: i === 0 ? "y" : "right", spanGaps: false }))],
+    axes,
+    scales: { x: { time: true } },
+    legend: { show: true },
+  };
+  charts[key] = new uPlot(options, [[], ...series.map(() => [])], container);
+  return charts[key];
+}
+
+function appendHistory(h) {
+  const n = h.ts.length;
+  for (const key of ["ts", "temp_c", "power_w", "battery_percent"]) history[key].push(...h[key]);
+  const known = history.ts.length - n;
+  for (const [name, columns] of Object.entries(h.cameras)) {
+    const mine = history.cameras[name] || (history.cameras[name] = { fps: Array(known).fill(null), latency_ms: Array(known).fill(null) });
+    mine.fps.push(...columns.fps);
+    mine.latency_ms.push(...columns.latency_ms);
+  }
+  for (const [name, mine] of Object.entries(history.cameras)) {
+    while (mine.fps.length < history.ts.length) { mine.fps.push(null); mine.latency_ms.push(null); }
+  }
+  const extra = history.ts.length - KEEP_POINTS;
+  if (extra > 0) {
+    for (const key of ["ts", "temp_c", "power_w", "battery_percent"]) history[key].splice(0, extra);
+    for (const mine of Object.values(history.cameras)) { mine.fps.splice(0, extra); mine.latency_ms.splice(0, extra); }
+  }
+}
+
+function drawCharts() {
+  const temp = chart("temp", $("chart-temp"), [{ label: "°C", color: "#d9534f" }]);
+  temp.setData([history.ts, history.temp_c]);
+  const power = chart("power", $("chart-power"), [{ label: "W", color: "#f0ad4e" }, { label: "battery %", color: "#5cb85c" }]);
+  power.setData([history.ts, history.power_w, history.battery_percent]);
+  for (const [name, entry] of Object.entries(cameraCards)) {
+    const columns = history.cameras[name];
+    if (!columns) continue;
+    const c = chart(`camera:${name}`, entry.chart, [{ label: "FPS", color: "#337ab7" }, { label: "latency ms", color: "#8e44ad" }]);
+    c.setData([history.ts, columns.fps, columns.latency_ms]);
+  }
+}
+
+// -- events, logs, actions -------------------------------------------------------------------
+
+function renderEvents(events) {
+  const rows = events.slice(-15).reverse().map((e) => {
+    const time = new Date(e.ts * 1000).toLocaleTimeString();
+    const what = e.type === "governor"
+      ? `governor ${e.previous} → ${e.level}: ${e.reason}`
+      : `${e.pipeline}: ${e.label} ${fmt(e.confidence, 2)}${e.count > 1 ? ` (${e.count})` : ""}`;
+    return el("tr", {}, el("td", {}, time), el("td", {}, what));
+  });
+  $("events").tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {}, "no events yet"))]));
+}
+
+function renderLogs(lines) {
+  $("logs").textContent = lines.slice(-60).reverse().map((l) =>
+    `${new Date(l.ts * 1000).toLocaleTimeString()} ${l.level.padEnd(7)} ${l.message}`).join("\n") || "no log lines yet";
+}
+
+async function act(path, what) {
+  if (!window.confirm(`Really ${what}?`)) return;
+  const result = $("action-result");
+  result.textContent = `${what}…`;
+  result.className = "";
+  try {
+    const body = await api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+    result.textContent = body.deployment ? `Done: ${body.deployment.state} to ${body.deployment.name} ${body.deployment.version}.` : `Done: ${what}.`;
+    result.className = "good";
+  } catch (error) {
+    result.textContent = error.status === 401 || error.status === 403 ? `Not allowed: ${error.message}` : `Failed: ${error.message}`;
+    result.className = "fail";
+  }
+  refresh();
+}
+
+// -- the loop --------------------------------------------------------------------------------
+
+async function refresh() {
+  try {
+    const since = history.ts.length ? history.ts[history.ts.length - 1] : 0;
+    const [status, problems, points] = await Promise.all([api("/api/status"), api("/api/problems"), api(`/api/history?since=${since}`)]);
+    $("offline").hidden = true;
+    renderStatus(status);
+    renderProblems(problems);
+    appendHistory(points);
+    drawCharts();
+  } catch (error) {
+    $("offline").hidden = false;
+    $("offline").textContent = `The agent does not answer (${error.message}): is the service running? (systemctl status edge-agent)`;
+  }
+}
+
+async function refreshSlow() {
+  try {
+    const [events, logs] = await Promise.all([api("/api/events"), api("/api/logs")]);
+    renderEvents(events);
+    renderLogs(logs);
+  } catch (error) { /* the fast loop says the agent is gone */ }
+}
+
+$("rollback").addEventListener("click", () => act("/api/rollback", "roll back to the previous version"));
+refresh();
+refreshSlow();
+setInterval(refresh, REFRESH_MS);
+setInterval(refreshSlow, SLOW_REFRESH_MS);
+window.edgeAgent = { charts, history, get status() { return lastStatus; } };

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Screenshot the status page as a technician sees it: docs/status-page.png.
+
+A daemon in this process on the Jetson Orin Nano's fake sensor tree (temperature, power rails),
+two synthetic cameras, the demo bundle installed twice (so a rollback is offered), a broker
+configured that nobody runs (the page lists it as a problem), and the page with credentials;
+headless chromium (Debian's) loads it, waits for a minute of charts, and saves a full-page PNG.
+
+Usage: python scripts/screenshot_status_page.py [--out docs/status-page.png] [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from agent.bundles.archive import build_bundle  # noqa: E402
+from agent.bundles.install import InstallPolicy, install  # noqa: E402
+from agent.bundles.store import Store  # noqa: E402
+from agent.hardware.probe import probe  # noqa: E402
+from tests.browser import Chromium  # noqa: E402
+from tests.mqtt_tools import free_port  # noqa: E402
+from tests.page_tools import basic, running  # noqa: E402
+
+TREE = REPO / "tests/fakes/jetson-orin-nano"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs/status-page.png")
+    parser.add_argument("--seconds", type=float, default=60.0, help="history gathered before the screenshot")
+    args = parser.parse_args()
+    board = probe(TREE)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for version, model in (("1.0.0", "demo_detector_int8_qdq.onnx"), ("1.1.0", "demo_detector.onnx")):
+            bundle = folder / f"demo-{version}.bundle"
+            build_bundle([REPO / "agent/demo" / model], bundle, name="demo", version=version, key=None)
+            install(bundle, Store(folder / "state"), board, InstallPolicy(allow_unsigned=True))
+        (folder / "password").write_text("technician\n")
+        port = free_port()
+        config = {
+            "device": {"id": "gate-7", "group": "docks"},
+            "state_dir": str(folder / "state"),
+            "allow_unsigned": True,
+            "mqtt": {"broker": f"mqtt://127.0.0.1:{free_port()}", "reconnect_max_s": 5},
+            "pipelines": [
+                {"name": "dock", "source": "synthetic:1", "fps": 12, "max_fps": 10},
+                {"name": "gate", "source": "synthetic:2", "fps": 8},
+            ],
+            "telemetry": {"interval_s": 2},
+            "status_page": {
+                "listen": f"127.0.0.1:{port}",
+                "username": "tech",
+                "password_file": str(folder / "password"),
+            },
+        }
+        with running(config, board, TREE):
+            browser = Chromium(width=1360, height=1000)
+            try:
+                page = browser.page()
+                page.headers(basic("tech", "technician"))
+                time.sleep(args.seconds)
+                page.open(f"http://127.0.0.1:{port}/")
+                page.wait_for(
+                    "window.edgeAgent.history.ts.length > 5 && document.querySelectorAll('canvas').length >= 4"
+                )
+                page.wait_for("[...document.querySelectorAll('img.snapshot')].every(i => i.complete && i.naturalWidth)")
+                time.sleep(6)  # the events and the log (every 5 s)
+                page.screenshot(args.out)
+            finally:
+                browser.close()
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""The query decoders (end2end, rtdetr, detr), their automatic choice and the plausibility guard,
+on outputs with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipelines import query_decoders as q
+from pipelines.decoder_choice import ModelHints, decoder_candidates
+from pipelines.decoders import DecoderError
+from pipelines.detections import Detections
+from pipelines.nms import nms_indices
+from pipelines.plausibility import blank_frame_problems, problems
+from runtimes.metadata import parse_metadata
+
+HW = (640, 640)
+# (x1, y1, x2, y2, score, class) in input pixels
+ROWS = [(100.0, 120.0, 300.0, 400.0, 0.9, 15.0), (400.0, 50.0, 620.0, 200.0, 0.6, 2.0)]
+
+
+def end2end_output(normalised: bool = False, batch_index: bool = False, class_first: bool = False) -> np.ndarray:
+    """(1, 300, 6) rows: ROWS, then low-score rows with whole class ids, then zero padding."""
+    rng = np.random.default_rng(0)
+    out = np.zeros((300, 6), np.float32)
+    out[: len(ROWS)] = ROWS
+    x1y1 = rng.uniform(0, 500, (100, 2))
+    out[2:102, :2] = x1y1
+    out[2:102, 2:4] = x1y1 + rng.uniform(1, 100, (100, 2))
+    out[2:102, 4] = rng.uniform(0.01, 0.2, 100)
+    out[2:102, 5] = rng.integers(0, 80, 100)
+    if normalised:
+        out[:, :4] /= 640.0
+    if class_first:
+        out[:, [4, 5]] = out[:, [5, 4]]
+    if batch_index:
+        out = np.concatenate([np.zeros((300, 1), np.float32), out], axis=1)
+    return out[None]
+
+
+@pytest.mark.parametrize(
+    ("normalised", "batch_index", "class_first"),
+    [(False, False, False), (True, False, False), (False, True, False), (False, False, True), (True, True, True)],
+)
+def test_end2end_rows_decode_in_every_variant(normalised: bool, batch_index: bool, class_first: bool) -> None:
+    found = q.decode_end2end([end2end_output(normalised, batch_index, class_first)], HW, 0.25).sorted_by_confidence()
+    np.testing.assert_allclose(found.xyxy, [r[:4] for r in ROWS], atol=1e-3)
+    assert found.confidence.tolist() == pytest.approx([0.9, 0.6])
+    assert found.class_id.tolist() == [15, 2]
+
+
+def test_end2end_all_padding_is_empty() -> None:
+    assert len(q.decode_end2end([np.zeros((1, 300, 6), np.float32)], HW, 0.25)) == 0
+
+
+def test_end2end_wrong_width_names_the_shape() -> None:
+    with pytest.raises(DecoderError, match=r"rows of 6 values .* got \(1, 300, 8\)"):
+        q.decode_end2end([np.zeros((1, 300, 8), np.float32)], HW, 0.25)
+
+
+@pytest.mark.parametrize(
+    ("output", "fits"),
+    [
+        (end2end_output(), True),
+        (end2end_output(batch_index=True), True),
+        (end2end_output(class_first=True), True),
+        (np.zeros((1, 300, 6), np.float32), True),  # an nms=True export on a blank frame: all padding
+        (end2end_output()[:, :, [2, 1, 0, 3, 4, 5]], False),  # x1 and x2 swapped: boxes not ordered
+        (np.random.default_rng(1).uniform(0, 1, (1, 300, 6)).astype(np.float32), False),  # RT-DETR, nc = 2
+        (np.concatenate([end2end_output()] * 5, axis=1), False),  # 1500 rows: a grid, not queries
+        (end2end_output()[0], False),  # no batch axis
+    ],
+)
+def test_end2end_evidence(output: np.ndarray, fits: bool) -> None:
+    assert (q.end2end_evidence([output]) is not None) == fits
+
+
+def test_rtdetr_evidence_tells_rows_from_end2end_and_class_scores() -> None:
+    assert q.rtdetr_evidence([rtdetr_rows()]) is not None
+    assert q.rtdetr_evidence([end2end_output(normalised=True)]) is None  # ordered corners: end2end
+    assert q.rtdetr_evidence([rtdetr_output(2)]) is None  # class scores, not whole numbers
+
+
+def rtdetr_output(nc: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(2)
+    out = np.zeros((300, 4 + nc), np.float32)
+    out[:, :4] = rng.uniform(0.1, 0.5, (300, 4))
+    out[:, 4:] = rng.uniform(0.0, 0.1, (300, nc))
+    out[7, :4] = [0.5, 0.5, 0.25, 0.5]
+    out[7, 4 + 1] = 0.8
+    return out[None]
+
+
+def rtdetr_rows() -> np.ndarray:
+    """Ultralytics 8.4: (1, 300, 6) rows cx, cy, w, h, score, class, normalised."""
+    out = rtdetr_output(2).copy()
+    out[0, :, 5] = np.arange(300) % 80
+    out[0, :, 4] = 0.01
+    out[0, 7, 4:] = [0.8, 1]
+    return out
+
+
+def test_rtdetr_score_and_class_rows() -> None:
+    found = q.decode_rtdetr([rtdetr_rows()], (384, 640), 0.25)
+    np.testing.assert_allclose(found.xyxy, [[240, 96, 400, 288]], atol=1e-3)
+    assert found.class_id.tolist() == [1] and found.confidence.tolist() == pytest.approx([0.8])
+
+
+def test_rtdetr_normalised_cxcywh_to_input_pixels() -> None:
+    found = q.decode_rtdetr([rtdetr_output()], (384, 640), 0.25)
+    np.testing.assert_allclose(found.xyxy, [[240, 96, 400, 288]], atol=1e-3)
+    assert found.class_id.tolist() == [1] and found.confidence.tolist() == pytest.approx([0.8])
+
+
+def detr_outputs(columns: int, queries: int = 100, softmax: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """boxes (1, Q, 4) with one object at query 3 (class 5), logits (1, Q, columns)."""
+    rng = np.random.default_rng(3)
+    boxes = rng.uniform(0.2, 0.4, (1, queries, 4)).astype(np.float32)
+    boxes[0, 3] = [0.5, 0.25, 0.5, 0.5]
+    logits = rng.uniform(-9, -6, (1, queries, columns)).astype(np.float32)
+    if softmax:
+        logits[0, :, -1] = 4.0  # "no object" wins everywhere ...
+    logits[0, 3, min(5, columns - 2)] = 6.0  # ... but at query 3
+    return boxes, logits
+
+
+def test_detr_sigmoid_scores_in_either_output_order() -> None:
+    boxes, logits = detr_outputs(91)
+    assert q.detr_scores([boxes, logits]) == ("sigmoid", "independent class logits")
+    for outputs in ([boxes, logits], [logits, boxes]):
+        found = q.decode_detr(outputs, HW, 0.5, "sigmoid")
+        np.testing.assert_allclose(found.xyxy, [[160, 0, 480, 320]], atol=1e-3)
+        assert found.class_id.tolist() == [5] and found.confidence[0] == pytest.approx(1 / (1 + np.exp(-6.0)))
+
+
+def test_detr_softmax_with_a_no_object_column() -> None:
+    boxes, logits = detr_outputs(92, softmax=True)
+    mode, why = q.detr_scores([boxes, logits])
+    assert mode == "softmax" and "no object" in why
+    found = q.decode_detr([boxes, logits], HW, 0.5, mode)
+    assert found.class_id.tolist() == [5] and found.confidence[0] > 0.8
+    # read with sigmoid, the "no object" column would be detected in every query
+    assert len(q.decode_detr([boxes, logits], HW, 0.5, "sigmoid")) == 100
+
+
+def test_detr_scores_from_the_named_class_count_and_from_probabilities() -> None:
+    boxes, logits = detr_outputs(3)
+    assert q.detr_scores([boxes, logits], num_classes=2)[0] == "softmax"
+    assert q.detr_scores([boxes, logits], num_classes=3)[0] == "sigmoid"
+    assert q.detr_scores([boxes, 1 / (1 + np.exp(-logits))])[0] == "probabilities"
+
+
+@pytest.mark.parametrize("shapes", [[(1, 100, 4)], [(1, 100, 4), (1, 90, 91)], [(1, 100, 5), (1, 100, 91)]])
+def test_detr_refuses_other_shapes(shapes) -> None:
+    with pytest.raises(DecoderError, match="detr expects two outputs"):
+        q.decode_detr([np.zeros(s, np.float32) for s in shapes], HW, 0.5)
+
+
+E2E_META = ModelHints(num_classes=80, end2end=True)
+RTDETR_META = ModelHints(num_classes=2, rtdetr=True)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "hints", "sample", "expected"),
+    [
+        ([(1, 300, 6)], E2E_META, None, ["end2end", "yolov5"]),
+        ([(1, 300, 6)], ModelHints(), [end2end_output()], ["end2end", "yolov5"]),
+        ([(1, 300, 7)], ModelHints(), [end2end_output(batch_index=True)], ["end2end", "yolov5"]),
+        ([(1, 300, 6)], ModelHints(), [rtdetr_output()], ["yolov5"]),  # ambiguous: --decoder rtdetr decides
+        ([(1, 300, 6)], RTDETR_META, [rtdetr_output()], ["rtdetr", "yolov8"]),
+        ([(1, 300, 6)], ModelHints(num_classes=80, rtdetr=True), [rtdetr_rows()], ["rtdetr", "yolov5"]),
+        ([(1, 300, 6)], ModelHints(), [rtdetr_rows()], ["rtdetr", "yolov5"]),  # 8.4 rows: by content
+        ([(1, 300, 84)], ModelHints(num_classes=80, rtdetr=True), None, ["rtdetr", "yolov8"]),
+        ([(1, 8400, 6)], ModelHints(num_classes=2), [np.zeros((1, 8400, 6), np.float32)], ["yolov8"]),  # a grid
+        ([(1, 2100, 6)], ModelHints(), [np.zeros((1, 2100, 6), np.float32)], ["yolox"]),  # 320x320 grid cells
+        ([(1, 300, 4), (1, 300, 91)], ModelHints(), None, ["detr"]),
+        ([(1, 100, 92), (1, 100, 4)], ModelHints(), None, ["detr"]),
+        ([(1, 84, 8400)], E2E_META, None, ["yolov8"]),
+    ],
+)
+def test_decoder_candidates(shapes, hints, sample, expected) -> None:
+    hw = (320, 320) if shapes == [(1, 2100, 6)] else HW
+    found = decoder_candidates(shapes, hw, hints, sample)
+    assert [c.name for c in found] == expected
+    assert all(c.reason for c in found)
+
+
+def test_no_candidate_names_the_shapes_and_the_layouts() -> None:
+    with pytest.raises(DecoderError, match=r"found \(1, 300, 3\).*\(1, K, 6\) rows for end2end"):
+        decoder_candidates([(1, 300, 3)], HW)
+
+
+@pytest.mark.parametrize(
+    ("raw", "end2end"),
+    [
+        ({"end2end": "True"}, True),
+        ({"end2end": "False", "args": "{'batch': 1, 'nms': True}"}, True),
+        ({"end2end": "False", "args": "{'batch': 1, 'nms': False}"}, False),
+        ({"end2end": True}, True),  # a TFLite metadata.json: real booleans
+        ({"args": {"nms": True}}, True),
+        ({"args": "not a dict"}, False),
+        ({}, False),
+    ],
+)
+def test_metadata_end2end_flag(raw, end2end) -> None:
+    assert parse_metadata(raw).end2end is end2end
+
+
+def dets(rows: list[tuple[float, ...]]) -> Detections:
+    array = np.asarray(rows, np.float32).reshape(-1, 6)
+    return Detections.from_arrays(array[:, :4], array[:, 4], array[:, 5])
+
+
+@pytest.mark.parametrize(
+    ("rows", "wrong"),
+    [
+        ([(10, 10, 50, 50, 0.9, 0), (0, 0, 640, 640, 1.0, 1)], None),
+        ([(10, 10, 50, 50, 1.005, 0)], None),  # rounding
+        ([], None),
+        ([(10, 10, 50, 50, 12.84, 0), (10, 10, 50, 50, 0.5, 0)], "1 of 2 scores outside [0, 1] (from 0.5 to 12.84)"),
+        ([(50, 10, 10, 50, 0.9, 0)] * 2 + [(10, 10, 50, 50, 0.9, 0)], "2 of 3 boxes are wrong: 2 inverted"),
+        ([(50, 10, 10, 50, 0.9, 0), (10, 10, 50, 50, 0.9, 0)], None),  # one of two: not most
+        ([(700, 700, 900, 900, 0.9, 0)], "mostly outside the 640x640 input"),
+        ([(600, 600, 700, 700, 0.9, 0)], "1 mostly outside"),  # 40x40 of 100x100 inside
+        ([(600, 600, 650, 650, 0.9, 0)], None),  # 40x40 of 50x50 inside
+        ([(float("nan"), 0, 10, 10, 0.9, 0)], "1 not finite"),
+    ],
+)
+def test_plausibility_guard(rows, wrong) -> None:
+    found = problems(dets(rows), HW)
+    if wrong is None:
+        assert found == []
+    else:
+        assert found and wrong in " ".join(found), found
+
+
+def test_blank_frame_survivors() -> None:
+    assert blank_frame_problems(300, 300) == []
+    assert blank_frame_problems(301, 300) == ["301 detections survive on a blank frame, more than max_det 300"]
+
+
+def test_nms_limit_keeps_the_same_best_detections() -> None:
+    rng = np.random.default_rng(4)
+    xy = rng.uniform(0, 600, (2000, 2)).astype(np.float32)
+    xyxy = np.concatenate([xy, xy + rng.uniform(5, 40, (2000, 2)).astype(np.float32)], axis=1)
+    scores = rng.uniform(0, 1, 2000).astype(np.float32)
+    classes = rng.integers(0, 3, 2000).astype(np.int32)
+    full = nms_indices(xyxy, scores, 0.45, None, classes)
+    for limit in (1, 10, 300):
+        assert nms_indices(xyxy, scores, 0.45, limit, classes).tolist() == full[:limit].tolist()
