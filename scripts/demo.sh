@@ -84,11 +84,19 @@ mosquitto_pub -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -D publish respon
 publisher=$!
 mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5
 wait "$publisher"  # only it: a bare `wait` would wait for the broker and the agent too, for ever
+echo; echo "== a staged rollout: 1.0.1 to the group in two waves 20 s apart, halted (and rolled back) on a failure"
+.venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
+  --name demo --version 1.0.1 --key "$out/keys/signing.key" -o "$out/demo-1.0.1.bundle"
+.venv/bin/edge-agent fleet push "$out/demo-1.0.1.bundle" --target group:demo --broker "$broker" --id demo-1.0.1-staged \
+  --waves 50%,100% --wave-interval 20s --max-failures 0 --on-halt rollback --wait 90
+.venv/bin/edge-agent fleet rollout status demo-1.0.1-staged --broker "$broker"
 sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
 echo; echo "== one detection event"
 mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
+echo; echo "== a simulated fleet: 10 devices of the real code on their own mosquitto, one group push, the broker's ceiling"
+.venv/bin/python scripts/fleet_sim.py --devices 10 --bundle-mb 2
 echo; echo "== the status page: health, a few metrics, and edge-agent doctor (the page's checks from a shell)"
 curl -s "$page/healthz"; echo
 curl -s "$page/metrics" | grep -E '^edge_agent_(camera_fps|broker_connected|deployment_state\{.*SUCCEEDED)'
