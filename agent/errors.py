@@ -57,6 +57,7 @@ class ErrorCode(str, Enum):
     # a TensorRT engine that could not be built on the device (ONNX Runtime serves instead)
     ENGINE_BUILD_FAILED = "ENGINE_BUILD_FAILED"
     PROBATION_FAILED = "PROBATION_FAILED"
+    ROLLOUT_HALTED = "ROLLOUT_HALTED"
     RECORD_UNWRITABLE = "RECORD_UNWRITABLE"
     RUNTIME_CRASHED = "RUNTIME_CRASHED"
     # building, signing and pushing bundles (operator side)

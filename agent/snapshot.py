@@ -99,6 +99,19 @@ class DeploymentStatus:
 
 
 @dataclass(frozen=True)
+class RolloutPosition:
+    """This device in a staged rollout of its group: its `wave` of `waves` (from 1), when that
+    wave opens (`opens_at`, Unix seconds by this device's clock) and where it stands: ``waiting``
+    for its wave, ``open`` (it may start or has started), ``halted`` by the operator."""
+
+    deployment: str
+    wave: int
+    waves: int
+    opens_at: float
+    state: str
+
+
+@dataclass(frozen=True)
 class EventCounts:
     """Detection events published and held back by the rate limit since the agent started."""
 
@@ -167,6 +180,7 @@ class AgentSnapshot:
     warnings: tuple[str, ...] = ()  # what the config allows that an attacker could use, and repairs made
     sensors: SensorReadings | None = None
     governor: GovernorState | None = None
+    rollout: RolloutPosition | None = None  # this device in its group's staged rollout
     runtimes: tuple[RuntimeInfo, ...] = ()
     engine: EngineStatus | None = None  # the TensorRT engine build in progress, or the last one
 

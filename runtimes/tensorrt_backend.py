@@ -214,6 +214,7 @@ class TensorRTBackend(Runtime):
         self._memory = memory or open_device_memory()
         self._lock = threading.Lock()
         self._tensors: list[_Tensor] = []
+        self.max_batch: int | None = None  # the most frames one call takes (the profile's largest batch)
         self._trt_runtime = trt.Runtime(self._logger)
         try:
             data = engine_path.read_bytes()
@@ -250,6 +251,8 @@ class TensorRTBackend(Runtime):
         for name in self._input_names:
             shape = shape_of(engine.get_tensor_shape(name))
             largest = shape_of(engine.get_tensor_profile_shape(name, 0)[2]) if -1 in shape else shape
+            if shape[:1] == (-1,):
+                self.max_batch = min(largest[0], self.max_batch or largest[0])
             context.set_input_shape(name, trt.Dims(list(largest)))
             self._tensors.append(self._buffers(name, numpy_dtype(engine.get_tensor_dtype(name)), shape, largest))
         for name in self._output_names:

@@ -20,7 +20,8 @@ from agent.daemon.agent import Agent
 from agent.daemon.telemetry import status_document
 from agent.hardware.probe import Board, probe
 from agent.serving.cameras import Cameras
-from runtimes.tensorrt_backend import EngineNotReady, open_engine
+from pipelines.shared_model import CameraModel
+from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend, open_engine
 from tests.conftest import DEMO_MODELS, FAKES
 from tests.mqtt_tools import wait_until
 from tests.trt_double import TrtDouble, trt_double
@@ -190,3 +191,54 @@ def test_an_engine_with_wrong_outputs_is_not_served(
             open_engine(DEMO_MODELS / "demo_detector.onnx", config.runtime_settings().tensorrt)
     finally:
         cameras.stop()
+
+
+def test_cameras_sharing_one_model_swap_together_to_one_engine_and_back_on_a_failed_check(
+    trt_double: TrtDouble, tmp_path: Path, keys: dict[str, Path], jetson: Board
+) -> None:
+    """Issue 15's one shared model per version is what swaps to the engine: both cameras hold
+    the same `SharedModel` on ONNX Runtime, then the same one on the engine (one serving thread
+    though each camera asks for 2 workers: the TensorRT backend serves one call at a time and has
+    no per-thread state to give); a second version whose engine fails the parity check swaps
+    both back to one shared ONNX Runtime model."""
+    config = AgentConfig(
+        state_dir=tmp_path / "state",
+        pipelines=[PipelineSection(name=n, source=f"synthetic:{i}", fps=30, workers=2) for i, n in enumerate("ab")],
+    )
+    trt_double.internals.build_gate = gate = threading.Event()
+    first = _install(
+        tmp_path, keys, jetson, config, _bundle(tmp_path, keys, DEMO_MODELS / "demo_detector.onnx", "1.0.0")
+    )
+    cameras = _cameras(config, jetson)
+    try:
+        cameras.activate(first)
+        a, b = cameras.get("a"), cameras.get("b")
+        assert isinstance(a.detector, CameraModel) and isinstance(b.detector, CameraModel)
+        assert a.detector.shared is b.detector.shared and a.detector.runtime.name == "onnxruntime"
+        gate.set()
+        running = lambda: (cameras.get("a"), cameras.get("b"))  # noqa: E731 (restarted: 2 workers -> 1)
+        wait_until(lambda: all(p.stats().runtime == "tensorrt" for p in running()), 30, "both cameras on the engine")
+        a, b = running()
+        assert isinstance(a.detector, CameraModel) and isinstance(b.detector, CameraModel)
+        shared = a.detector.shared
+        assert b.detector.shared is shared and isinstance(shared.runtime, TensorRTBackend)
+        assert [s.shared_by for s in cameras.stats()] == [2, 2] and a.workers == b.workers == 1
+        before = (a.frames, b.frames)
+        wait_until(lambda: a.frames > before[0] + 5 and b.frames > before[1] + 5, 30, "frames on the engine")
+        assert a.errors == b.errors == 0
+
+        trt_double.internals.output_offset = 0.1  # the next engine fails the bundle's parity check
+        update = _bundle(tmp_path, keys, DEMO_MODELS / "demo_detector_int8_qdq.onnx", "1.1.0")
+        cameras.activate(_install(tmp_path, keys, jetson, config, update))
+        fallback = "demo_detector_int8_qdq.onnx"
+        wait_until(lambda: all(p.stats().model == fallback for p in running()), 30, "the fallback")
+        a, b = running()
+        assert a.stats().runtime == b.stats().runtime == "onnxruntime"
+        assert isinstance(a.detector, CameraModel) and isinstance(b.detector, CameraModel)
+        assert a.detector.shared is b.detector.shared and shared.closed
+        status = cameras.engine_status()
+        assert status is not None and status.error_code == "PARITY_FAILED"
+    finally:
+        gate.set()
+        cameras.stop()
+    assert trt_double.memory.live["buffers"] == 0, "the shared engine freed its GPU memory"

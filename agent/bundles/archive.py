@@ -141,7 +141,9 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False, hash_b
     try:
         with (
             bundle.open("rb") as raw,
-            tarfile.open(fileobj=(reader := _HashingReader(raw)), mode="r|*", bufsize=_CHUNK) as tar,
+            tarfile.open(
+                fileobj=(reader := _HashingReader(raw) if hash_bundle else raw), mode="r|*", bufsize=_CHUNK
+            ) as tar,
         ):
             for member in tar:
                 path = _member_path(member.name)

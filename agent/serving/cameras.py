@@ -1,15 +1,21 @@
 """The daemon's cameras: one `Pipeline` per configured source, all serving the active version.
 
-`activate` loads the installed version once per camera (each pipeline owns its runtime, since
-not every runtime may be called from two threads) and either starts the pipelines or swaps the
-new model in between frames, so capture never stops for a deployment; the pipeline closes the
-runtime it swapped out once no frame uses it. A TensorRT engine that is not built yet is built
-in the background (`EngineBuilder`, thread ``engine-build``) while the previous version, or on a
-first install ONNX Runtime, serves; the cameras swap to the engine when it is ready and passes
-the bundle's parity check, else stay on ONNX Runtime with the reason in `engine_status`. A
-camera configured with several workers runs them only on a runtime that allows concurrent
-calls; when a deployment moves it between such a runtime and one that does not, its pipeline
-restarts instead.
+`activate` loads the installed version once for all cameras (`cameras.share_model`, the
+default: one `SharedModel`, one runtime in memory, frames of several cameras batched when the
+model has a dynamic batch axis) or once per camera (``share_model: false``), then either starts
+the pipelines or swaps the new model in between frames, so capture never stops for a
+deployment. Each pipeline closes the model it swapped out once no frame uses it: its own
+runtime, or its hold on the shared model, which closes when its last camera let go.
+
+A TensorRT engine that is not built yet is built in the background (`EngineBuilder`, thread
+``engine-build``) while the previous version, or on a first install ONNX Runtime, serves; when
+it is ready and passes the bundle's parity check, the version is loaded again on the engine
+(one shared model, as above) and every camera swaps to it between frames; else the cameras stay
+on ONNX Runtime with the reason in `engine_status`. A camera configured with several workers
+runs them only on a runtime that allows concurrent calls; when a deployment moves it between
+such a runtime and one that does not, its pipeline restarts instead. Pipe sources (``gst:``,
+``ffmpeg:``, ``rpicam:``) get the board's ffmpeg decode options; what stops one from running
+here is logged once, at the first start.
 
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
 ``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
@@ -24,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +38,20 @@ from agent.bundles.archive import read_reference
 from agent.bundles.install import check_parity
 from agent.bundles.manifest import Manifest
 from agent.bundles.tuning import Tuning
-from agent.config.models import PipelineSection
+from agent.config.models import CamerasSection, PipelineSection
 from agent.errors import BundleError, ErrorCode
+from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
 from agent.hardware.probe import Board
 from agent.serving.engine_builder import EngineBuilder
 from agent.serving.loader import Loaded, open_detector
 from agent.snapshot import EngineStatus
 from pipelines.annotate import BoxAnnotator
-from pipelines.detector import Detector
+from pipelines.detector import FrameDetector
+from pipelines.pipe_commands import PipeSettings, pipe_tool
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
+from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
 from pipelines.sources import FrameSource, open_source
+from runtimes.base import Runtime
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Choice, Preference
 from runtimes.tensorrt_backend import TensorRTBackend, engine_cache
@@ -51,11 +62,19 @@ log = logging.getLogger(__name__)
 SYNTHETIC_FPS = 15.0  # the synthetic camera's rate when the config gives none: a live camera, not a clip
 
 
-def source_for(section: PipelineSection) -> FrameSource:
+def source_for(section: PipelineSection, pipe: PipeSettings | None = None) -> FrameSource:
+    """The frame source of a camera; `pipe` holds the settings of pipe sources."""
     camera: dict[str, Any] = {k: getattr(section, k) for k in ("width", "height", "fps") if getattr(section, k)}
     if section.source.startswith("synthetic"):
         camera.setdefault("fps", SYNTHETIC_FPS)
-    return open_source(section.source, loop=section.loop, **camera)
+    return open_source(section.source, loop=section.loop, pipe=pipe, **camera)
+
+
+def pipe_settings(options: CamerasSection, board: Board, tools: CameraTools | None) -> PipeSettings:
+    """The settings of pipe sources from the ``cameras:`` section on `board` (`tools` None: not
+    asked, so ffmpeg decodes in software): the daemon's and the doctor's."""
+    args = ffmpeg_input_args(options.ffmpeg.hwaccel, board, tools)
+    return PipeSettings(args, options.ffmpeg.rtsp_transport, options.stall_timeout_s)
 
 
 def _capped(max_fps: float | None, cap: float | None) -> float | None:
@@ -71,7 +90,7 @@ def wanted_workers(section: PipelineSection, tuning: Tuning | None) -> int:
     return tuning.workers if tuning is not None else 1
 
 
-def _workers(section: PipelineSection, detector: Detector, tuning: Tuning | None) -> int:
+def _workers(section: PipelineSection, detector: FrameDetector, tuning: Tuning | None) -> int:
     """The workers wanted, or 1 on a runtime that serves one call at a time."""
     workers = wanted_workers(section, tuning)
     if workers > 1 and not detector.runtime.concurrent:
@@ -87,6 +106,17 @@ def _workers(section: PipelineSection, detector: Detector, tuning: Tuning | None
     return workers
 
 
+def _serving_threads(runtime: Runtime, workers: int, cameras: int) -> int:
+    """The shared model's serving threads: `workers` on a runtime that allows concurrent calls;
+    else one per camera at most, and 1 where the backend has no per-thread state to give
+    (`Runtime.for_worker` not overridden: the TensorRT backend serves one call at a time)."""
+    if runtime.concurrent:
+        return workers
+    if type(runtime).for_worker is Runtime.for_worker:
+        return 1
+    return min(workers, cameras)
+
+
 class Cameras:
     """The configured pipelines; `sink_for(name)` makes each pipeline's sink (events)."""
 
@@ -97,9 +127,14 @@ class Cameras:
         preference: Preference = "auto",
         sink_for: Callable[[str], Sink] | None = None,
         settings: RuntimeSettings | None = None,
+        options: CamerasSection | None = None,
+        find_tools: Callable[[], CameraTools] = find_camera_tools,
     ) -> None:
         self.sections, self.board, self.preference = list(sections), board, preference
         self.settings = settings or RuntimeSettings()
+        self.options = options or CamerasSection()
+        self._find_tools = find_tools
+        self._pipe: PipeSettings | None = None  # made at the first start (it may ask the tools)
         self._sink_for = sink_for
         self._lock = threading.Lock()
         self._pipelines: dict[str, Pipeline] = {}
@@ -122,7 +157,8 @@ class Cameras:
         When TensorRT would serve it but its engine is not built yet, the build starts in the
         background and the version serving now keeps serving (on a first install, ONNX Runtime
         serves the new version); when the engine is ready (`engine_ready`, from the builder) its
-        parity is checked and the cameras swap to it, or stay on ONNX Runtime saying why."""
+        parity is checked and the cameras swap to it (to one shared engine), or stay on ONNX
+        Runtime saying why."""
         with self._lock:
             if version != self._wanted or tuning is not None:
                 self._tuning = tuning
@@ -139,38 +175,59 @@ class Cameras:
             if loaded and loaded[0].pending is not None and loaded[0].pending.failure is None:
                 self._request_engine(version, loaded[0])
                 if self.version is not None and self.version != version and self._pipelines:
-                    for model in loaded:
-                        model.detector.runtime.close()
+                    for unused in loaded:
+                        unused.detector.close()
                     self.builder.note(f"version {self.version.name[:12]} keeps serving until the engine is ready")
                     return
                 self.builder.note(f"{loaded[0].choice.runtime} serves until the engine is ready")
-            if loaded:
-                self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
-            for section, model in zip(self.sections, loaded, strict=True):
-                workers = _workers(section, model.detector, self._tuning)
+            models = self._camera_models(loaded)
+            for section, model in zip(self.sections, models, strict=True):
+                workers = _workers(section, model, self._tuning)
                 running = self._pipelines.get(section.name)
                 if running is not None and running.workers == workers:
-                    running.swap_detector(model.detector)
+                    running.swap_detector(model)
                     continue
                 if running is not None:
                     running.stop()
-                    running.detector.runtime.close()
-                self._pipelines[section.name] = self._start(section, model.detector, workers)
+                    running.detector.close()
+                self._pipelines[section.name] = self._start(section, model, workers)
             self.version = version
 
     def _load(self, version: Path) -> list[Loaded]:
+        """`version` loaded once for all cameras (``share_model``, the default), or once per
+        camera in `sections` order (``share_model: false``); none without cameras. Raises
+        `BundleError` as `open_detector`."""
+        if not self.sections:
+            return []
+        workers = [wanted_workers(s, self._tuning) for s in self.sections]
+        if self.options.share_model:
+            workers = [max(workers)]
         return [
-            open_detector(
-                version,
-                self.board,
-                self.preference,
-                wanted_workers(s, self._tuning),
-                self.settings,
-                self._tuning,
-                self.lighter,
-            )
-            for s in self.sections
+            open_detector(version, self.board, self.preference, w, self.settings, self._tuning, self.lighter)
+            for w in workers
         ]
+
+    def _camera_models(self, loaded: list[Loaded]) -> list[FrameDetector]:
+        """One detector per camera, in `sections` order: each camera's hold on the one shared
+        model, or (``share_model: false``) the model loaded for it."""
+        if not loaded:
+            return []
+        self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
+        if not self.options.share_model:
+            return [model.detector for model in loaded]
+        options, detector = self.options, loaded[0].detector
+        wanted = max(wanted_workers(s, self._tuning) for s in self.sections)
+        workers = _serving_threads(detector.runtime, wanted, len(self.sections))
+        max_batch = options.max_batch
+        if isinstance(detector.runtime, TensorRTBackend) and detector.runtime.max_batch is not None:
+            max_batch = min(max_batch, detector.runtime.max_batch)  # an engine takes what its profile allows
+        policy = BatchPolicy(options.batch, options.batch_wait_ms / 1000, max_batch)
+        try:
+            shared = SharedModel(detector, workers=workers, policy=policy)
+        except Exception:
+            detector.close()
+            raise
+        return [shared.attach(s.name) for s in self.sections]
 
     def _request_engine(self, version: Path, loaded: Loaded) -> None:
         artifact = loaded.pending_artifact
@@ -196,7 +253,7 @@ class Cameras:
                 cache.discard(runtime.record.key)
             self.builder.fail(ErrorCode.PARITY_FAILED, message)
             for model in loaded:
-                model.detector.runtime.close()
+                model.detector.close()
             return self._load(version)
 
     def _engine_done(self, version: Path, status: EngineStatus) -> None:
@@ -226,12 +283,27 @@ class Cameras:
                 self._pipelines[n] = self._start(section, old.detector, old.workers)
             return names
 
-    def _start(self, section: PipelineSection, detector: Detector, workers: int) -> Pipeline:
+    def _pipe_settings(self) -> PipeSettings:
+        """The pipe sources' settings, made once: the tools are asked only when a camera is a
+        pipe source; what stops one from running is logged."""
+        if self._pipe is None:
+            options = self.options
+            tools = self._find_tools() if any(pipe_tool(s.source) for s in self.sections) else None
+            for section in self.sections:
+                for problem in source_problems(section.source, tools) if tools else []:
+                    log.warning("pipeline %s: %s", section.name, problem)
+            self._pipe = pipe_settings(options, self.board, tools)
+            if any(pipe_tool(s.source) == "ffmpeg" for s in self.sections):
+                decode = " ".join(self._pipe.ffmpeg_input_args) or "software (no hardware decoder)"
+                log.info("ffmpeg sources decode with %s", decode)
+        return self._pipe
+
+    def _start(self, section: PipelineSection, detector: FrameDetector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
         pipeline = Pipeline(
             section.name,
-            source_for(section),
+            source_for(section, self._pipe_settings()),
             detector,
             max_fps=_capped(section.max_fps, self.fps_cap),
             sinks=sinks,
@@ -303,7 +375,7 @@ class Cameras:
             for pipeline in self._pipelines.values():
                 pipeline.stop()
             for pipeline in self._pipelines.values():
-                pipeline.detector.runtime.close()
+                pipeline.detector.close()
             self._pipelines.clear()
 
     def get(self, name: str | None) -> Pipeline:
@@ -318,5 +390,13 @@ class Cameras:
             return self._pipelines[name]
 
     def stats(self) -> list[PipelineStats]:
+        """Each camera's numbers; `shared_by` and `mean_batch` from its shared model."""
         with self._lock:
-            return [p.stats() for p in self._pipelines.values()]
+            found = []
+            for pipeline in self._pipelines.values():
+                stats, detector = pipeline.stats(), pipeline.detector
+                if isinstance(detector, CameraModel):
+                    model = detector.shared.stats()
+                    stats = replace(stats, shared_by=model.cameras, mean_batch=model.mean_batch)
+                found.append(stats)
+            return found
