@@ -33,7 +33,11 @@ venv=$repo/.venv
 "$venv/bin/python" -c 'import mutmut' 2>/dev/null || "$venv/bin/pip" install -q -e "$repo[mutation]" >&2
 
 work=$(mktemp -d /tmp/edge-agent-mutation.XXXXXX)
-[ "$keep" = yes ] && trap 'echo "kept: $work" >&2' EXIT || trap 'rm -rf "$work"' EXIT
+cleanup() {  # a mutant killed mid-test can leave the full-disk test's tmpfs mounted in the copy
+  awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/mounts | xargs -r umount -l 2>/dev/null || true
+  if [ "$keep" = yes ]; then echo "kept: $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
 (cd "$repo" && git ls-files -co --exclude-standard -z | xargs -0 tar --ignore-failed-read -cf - 2>/dev/null) | tar -xf - -C "$work"
 mkdir "$work/.pytest-tmp"
 export EDGE_AGENT_SHARED_MODELS=${EDGE_AGENT_SHARED_MODELS:-$repo/../shared/models}
