@@ -181,59 +181,18 @@ def test_probation_judge(case: str) -> None:
 
 # state at the crash, whether the new version C was switched in, probation_s ->
 # the state it ends in, its code, the words, (current, previous) after, whether C is kept
+STOPPED = "the agent stopped while the version was on probation"
+DURING = "the agent stopped during "
+# fmt: off
 RECOVERIES = {
-    "verifying": (
-        "VERIFYING",
-        False,
-        0,
-        "REJECTED",
-        "INTERRUPTED",
-        "the agent stopped during VERIFYING",
-        (B, A),
-        False,
-    ),
-    "installing": (
-        "INSTALLING",
-        False,
-        0,
-        "REJECTED",
-        "INTERRUPTED",
-        "the agent stopped during INSTALLING",
-        (B, A),
-        False,
-    ),
-    "activating, before the switch": (
-        "ACTIVATING",
-        False,
-        0,
-        "ROLLED_BACK",
-        "INTERRUPTED",
-        "the agent stopped during ACTIVATING",
-        (B, A),
-        False,
-    ),
+    "verifying": ("VERIFYING", False, 0, "REJECTED", "INTERRUPTED", DURING + "VERIFYING", (B, A), False),
+    "installing": ("INSTALLING", False, 0, "REJECTED", "INTERRUPTED", DURING + "INSTALLING", (B, A), False),
+    "activating, before the switch": ("ACTIVATING", False, 0, "ROLLED_BACK", "INTERRUPTED", DURING + "ACTIVATING", (B, A), False),  # noqa: E501
     "activating, switched": ("ACTIVATING", True, 0, "SUCCEEDED", None, None, (C, B), True),
-    "activating, switched, probation to come": (
-        "ACTIVATING",
-        True,
-        60,
-        "ROLLED_BACK",
-        "PROBATION_FAILED",
-        "the agent stopped while the version was on probation",
-        (B, A),
-        False,
-    ),
-    "probation": (
-        "PROBATION",
-        True,
-        60,
-        "ROLLED_BACK",
-        "PROBATION_FAILED",
-        "the agent stopped while the version was on probation",
-        (B, A),
-        False,
-    ),
+    "activating, switched, probation to come": ("ACTIVATING", True, 60, "ROLLED_BACK", "PROBATION_FAILED", STOPPED, (B, A), False),  # noqa: E501
+    "probation": ("PROBATION", True, 60, "ROLLED_BACK", "PROBATION_FAILED", STOPPED, (B, A), False),
 }
+# fmt: on
 
 
 @pytest.mark.parametrize("case", list(RECOVERIES))
