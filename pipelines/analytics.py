@@ -176,6 +176,12 @@ class SceneAnalytics:
         with self._lock:
             return tuple(self._end(t) for t in self.tracker.reset() if t in self._records)
 
+    def record(self, track_id: int) -> TrackRecord | None:
+        """A live track's record with its zones so far (any thread); None once it ended."""
+        with self._lock:
+            record = self._records.get(track_id)
+            return None if record is None else self._with_zones(record)
+
     def live(self) -> list[TrackRecord]:
         """The live tracks (any thread), with their zones so far."""
         with self._lock:

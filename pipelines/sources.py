@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # numpy and OpenCV load with the first source, not with this 
     import numpy.typing as npt
 
     from pipelines.synthetic import GroundTruth, SyntheticScene
+    from pipelines.traffic import TrafficScene
 
 
 class SourceError(Exception):
@@ -206,7 +207,7 @@ class SyntheticSource:
 
     def __init__(
         self,
-        scene: SyntheticScene | None = None,
+        scene: SyntheticScene | TrafficScene | None = None,
         fps: float | None = None,
         frames: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -217,7 +218,8 @@ class SyntheticSource:
         self.scene = scene or SyntheticScene()
         self.fps, self.frames = fps, frames
         self.live = fps is not None
-        self.name = f"synthetic:seed={self.scene.seed}"
+        kind = "synthetic" if isinstance(self.scene, SyntheticScene) else "traffic"
+        self.name = f"{kind}:seed={self.scene.seed}"
         self._sleep, self._clock = sleep, clock
         self._index = 0
         self._next_due = 0.0
@@ -265,10 +267,11 @@ class LimitedSource:
 
 
 def source_kind(spec: str) -> Literal["synthetic", "camera", "file"]:
-    """What a source string names (no I/O): ``synthetic[:SEED]``; a camera (``/dev/videoN`` or an
+    """What a source string names (no I/O): ``synthetic[:SEED]`` or ``traffic[:SEED]`` (the
+    tracking scene: objects coming and going, `pipelines.traffic`); a camera (``/dev/videoN`` or an
     index, ``rtsp://``, ``http(s)://``, a GStreamer pipeline: anything containing ``!``); else a
     video file. Raises `SourceError` for a synthetic seed that is not an integer."""
-    if spec == "synthetic" or spec.startswith("synthetic:"):
+    if spec in ("synthetic", "traffic") or spec.startswith(("synthetic:", "traffic:")):
         seed = spec.partition(":")[2]
         if seed and not seed.lstrip("-").isdigit():
             raise SourceError(f"{spec!r}: the synthetic scene's seed must be an integer")
@@ -284,8 +287,10 @@ def open_source(spec: str, loop: bool = False, **camera: Any) -> FrameSource:
     if kind == "synthetic":
         seed = int(spec.partition(":")[2] or 0)
         from pipelines.synthetic import SyntheticScene
+        from pipelines.traffic import TrafficScene
 
-        return SyntheticSource(SyntheticScene(seed=seed), fps=camera.get("fps"))
+        scene = TrafficScene(seed=seed) if spec.startswith("traffic") else SyntheticScene(seed=seed)
+        return SyntheticSource(scene, fps=camera.get("fps"))
     if kind == "camera":
         return CameraSource(spec, **camera)
     return FileSource(Path(spec), loop=loop)

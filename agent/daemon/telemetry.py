@@ -66,4 +66,5 @@ def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         if broker
         else None,
         "events": asdict(snapshot.events),
+        "analytics": snapshot.analytics_json(),
     }
