@@ -130,6 +130,11 @@ class ByteTracker:
     _filtered: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros((0, 4), np.float32))
 
     @property
+    def confirmed(self) -> int:
+        """How many tracks were confirmed so far (ids are 1..confirmed)."""
+        return self._next_id - 1
+
+    @property
     def active_ids(self) -> list[int]:
         """Ids of the confirmed tracks alive now (tracked or lost), oldest first."""
         return [t.track_id for t in self._tracks]

@@ -31,6 +31,8 @@ echo; echo "== edge-agent detect (LiteRT, INT8)"
 .venv/bin/edge-agent detect agent/demo/demo_detector_int8.tflite "$out/scene.png"
 echo; echo "== edge-agent bench (pipeline on a 150-frame clip)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --source "$out/scene.mp4"
+echo; echo "== edge-agent detect --track: objects followed through the clip, crossings of a line (the last line)"
+.venv/bin/edge-agent detect agent/demo/demo_detector.onnx "$out/scene.mp4" --track --line 0,240,640,240 --json | tail -1
 echo; echo "== a signed demo bundle"
 [ -f "$out/keys/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/keys"            # signs bundles
 [ -f "$out/operator/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/operator"    # signs control
@@ -73,7 +75,7 @@ wait "$publisher"  # only it: a bare `wait` would wait for the broker and the ag
 sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
-echo; echo "== one detection event"
+echo; echo "== one object event (start, update or end of a tracked shape: docs/analytics.md)"
 mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
 echo; echo "== the status page: health, a few metrics, and edge-agent doctor (the page's checks from a shell)"
 curl -s "$page/healthz"; echo
