@@ -187,6 +187,14 @@ class SceneAnalytics:
         with self._lock:
             return [self._with_zones(r) for r in self._records.values()]
 
+    def held(self) -> int:
+        """Per-track entries held (records, line sides, zone visits, tracker tracks): bounded by
+        the live tracks, 0 after `finish` (what the soak and the tests check for leaks)."""
+        with self._lock:
+            lines = sum(line.held() for line in self.lines)
+            zones = sum(zone.held() for zone in self.zones)
+            return len(self._records) + lines + zones + len(self.tracker.active_ids)
+
     def counts(self) -> CameraCounts:
         """The counters now (any thread)."""
         with self._lock:

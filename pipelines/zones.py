@@ -144,6 +144,10 @@ class LineCounter:
     def forget(self, track_id: int) -> None:
         self._sides.pop(track_id, None)
 
+    def held(self) -> int:
+        """Tracks whose side is remembered."""
+        return len(self._sides)
+
     def count(self) -> LineCount:
         by_label = tuple((label, f, b) for label, (f, b) in sorted(self._counts.items()))
         return LineCount(self.spec.name, sum(f for _, f, _ in by_label), sum(b for _, _, b in by_label), by_label)
@@ -203,6 +207,10 @@ class ZoneCounter:
         if track_id in self._entered_at:
             self._leave(track_id, self._last_inside[track_id])
         return self._dwell.pop(track_id, None)
+
+    def held(self) -> int:
+        """Tracks with state here (inside now, or visited and still alive)."""
+        return len(self._entered_at.keys() | self._dwell.keys() | self._last_inside.keys())
 
     def count(self, alive: Collection[int] | None = None) -> ZoneCount:
         inside = self._entered_at if alive is None else [t for t in self._entered_at if t in alive]

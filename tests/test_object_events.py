@@ -111,6 +111,7 @@ def test_one_start_and_one_end_per_object_over_mqtt(tmp_path: Path) -> None:
         )
         scene, rng = TrafficScene(seed=21, noise=0), np.random.default_rng(0)
         objects: set[int] = set()
+        held = []
         for index in range(900):
             truth = scene.render(index)[1]
             seen = truth.visible >= 0.5
@@ -119,7 +120,10 @@ def test_one_start_and_one_end_per_object_over_mqtt(tmp_path: Path) -> None:
             boxes = truth.detections.xyxy[seen] + rng.normal(0, 1.0, (int(seen.sum()), 4))
             found = Detections.from_arrays(boxes, rng.uniform(0.7, 0.95, len(boxes)), truth.detections.class_id[seen])
             sink.handle("cam0", Frame(index, index / FPS, BLANK), found)
+            held.append(sink.held())
         sink.finish()
+        assert sink.held() == 0, "every track's state is dropped when it ends"
+        assert max(held) < 4 * 16, "per-track state follows the live tracks, it does not pile up"
         wait_until(lambda: len(watcher.all_json("edge/d/events")) == sink.published, 20, "every event to arrive")
         events = watcher.all_json("edge/d/events")
     finally:

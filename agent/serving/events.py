@@ -114,6 +114,12 @@ class EventSink:
             scenes = list(self._scenes.values())
         return [scene.counts() for scene in scenes]
 
+    def held(self) -> int:
+        """Per-track entries held over every camera (0 after `finish`: no per-track leak)."""
+        with self._lock:
+            scenes = list(self._scenes.values())
+        return len(self._announced) + sum(scene.held() for scene in scenes)
+
     def handle(self, pipeline: str, frame: Frame, detections: Detections) -> None:
         """One frame of one camera, in frame order: track, count, publish what changed."""
         scene = self.scene(pipeline)
@@ -144,7 +150,8 @@ class EventSink:
         if news == announced.said:
             return
         if now - announced.last_sent < self.settings.min_interval_s:
-            self.suppressed += 1
+            with self._lock:
+                self.suppressed += 1
             return
         announced.last_sent, announced.said = now, news
         self._send("update", pipeline, record, announced.object_id)
@@ -168,14 +175,15 @@ class EventSink:
         }
         if kind == "end" and record.crop is not None and record.crop.size:
             event["snapshot_jpeg"] = base64.b64encode(encode_jpeg(record.crop, 85)).decode("ascii")
-        self.published += 1
+        with self._lock:
+            self.published += 1
         self._publish(event)
 
     def finish(self) -> None:
         """End every camera's live tracks (the agent stops): their ``end`` events go out."""
         with self._lock:
             scenes = list(self._scenes.items())
-        for pipeline, scene in scenes:
+        for pipeline, scene in scenes:  # the cameras are stopped: no `handle` runs meanwhile
             for record in scene.finish():
                 announced = self._announced.pop((pipeline, record.track_id), None)
                 if announced is not None and self.settings.enabled:
