@@ -31,7 +31,7 @@ MOVERS = [
     Mover(1, 0, 60, 0, 70, (150, 60), (0, 6), COLORS[0]),  # down
     Mover(2, 1, 80, 10, 90, (300, 440), (0, -5), COLORS[1]),  # up
     Mover(3, 2, 60, 40, 120, (450, 50), (0.5, 5), COLORS[2]),  # down
-    Mover(4, 1, 70, 0, 110, (30, 240), (5, 0.05), COLORS[3]),  # along the line
+    Mover(4, 1, 70, 82, 129, (30, 240), (5, 0.05), COLORS[3]),  # along the line, after the others crossed
     Mover(5, 0, 50, 20, 100, (620, 420), (0, -5), COLORS[4]),  # up, beyond the line's end
 ]  # two shapes cross the line downward, one upward, one moves along it, one passes beyond its end
 
