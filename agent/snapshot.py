@@ -76,6 +76,19 @@ class DeploymentStatus:
 
 
 @dataclass(frozen=True)
+class RolloutPosition:
+    """This device in a staged rollout of its group: its `wave` of `waves` (from 1), when that
+    wave opens (`opens_at`, Unix seconds by this device's clock) and where it stands: ``waiting``
+    for its wave, ``open`` (it may start or has started), ``halted`` by the operator."""
+
+    deployment: str
+    wave: int
+    waves: int
+    opens_at: float
+    state: str
+
+
+@dataclass(frozen=True)
 class EventCounts:
     """Object events published, and updates held back by ``events.min_interval_s``, since the
     agent started."""
@@ -144,6 +157,7 @@ class AgentSnapshot:
     warnings: tuple[str, ...] = ()  # what the config allows that an attacker could use, and repairs made
     sensors: SensorReadings | None = None
     governor: GovernorState | None = None
+    rollout: RolloutPosition | None = None  # this device in its group's staged rollout
     runtimes: tuple[RuntimeInfo, ...] = ()
     analytics: tuple[CameraCounts, ...] = ()  # each camera's line and zone counters (docs/analytics.md)
 

@@ -1,6 +1,7 @@
 """`edge-agent bench`: FPS, per-stage latency, dropped frames and peak memory of a model.
 
-- ``pipeline`` mode runs the real pipeline on a file (every frame) or the synthetic scene:
+- ``pipeline`` mode runs the real pipeline on a file or a pipe source (every frame) or the
+  synthetic scene:
   capture, preprocess, inference, decode + NMS, with capture and preprocessing overlapped.
 - ``runtime`` mode times inference alone on one prepared tensor: the ceiling the pipeline
   is compared against.
@@ -21,16 +22,30 @@ from typing import Any
 from pipelines.detector import Detector
 from pipelines.metrics import LatencyWindow
 from pipelines.pipeline import Pipeline, use_one_opencv_thread
-from pipelines.sources import FileSource, Frame, FrameSource, LimitedSource, SourceError, SyntheticSource
+from pipelines.sources import (
+    FileSource,
+    Frame,
+    FrameSource,
+    LimitedSource,
+    SourceError,
+    SyntheticSource,
+    open_source,
+    source_kind,
+)
 
 DEFAULT_FRAMES = 300
 
 
 def _source(spec: str, frames: int | None) -> tuple[FrameSource, int | None]:
-    """The benchmark source and how many frames it will give (None: unknown)."""
+    """The benchmark source and how many frames it will give (None: unknown). A pipe source
+    (``gst:``, ``ffmpeg:``, ``rpicam:``) runs until its stream ends, or for `frames`."""
     if spec == "synthetic":
         count = frames or DEFAULT_FRAMES
         return SyntheticSource(frames=count), count
+    if source_kind(spec) == "pipe":
+        pipe = open_source(spec)
+        frames = frames or (DEFAULT_FRAMES if pipe.live else None)  # a camera never ends by itself
+        return (LimitedSource(pipe, frames), frames) if frames else (pipe, None)
     file = FileSource(Path(spec), loop=frames is not None)
     file.open()  # fails early, with the file's name, if it cannot be read
     if frames is None:

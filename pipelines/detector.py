@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -66,6 +66,23 @@ def _input_quantization(spec: TensorSpec, mean: float, std: float) -> Quantizati
 
 def _shapes_text(outputs: Sequence[npt.NDArray[Any]]) -> str:
     return ", ".join(str(tuple(o.shape)) for o in outputs)
+
+
+class FrameDetector(Protocol):
+    """What a pipeline needs of a detector: a `Detector`, or a camera's hold on a model shared
+    with other cameras (`pipelines.shared_model.CameraModel`). `close` ends this user's hold:
+    a `Detector` closes its runtime."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    def prepare(self, frame: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], Transform]: ...
+
+    def infer(self, tensor: npt.NDArray[Any]) -> list[npt.NDArray[Any]]: ...
+
+    def postprocess(self, outputs: list[npt.NDArray[Any]], transform: Transform) -> Detections: ...
+
+    def close(self) -> None: ...
 
 
 class Detector:
@@ -184,9 +201,10 @@ class Detector:
         """Preprocess a BGR ``(H, W, 3) uint8`` frame into the model's input tensor."""
         return preprocess(frame, self.preprocess_config)
 
-    def infer(self, tensor: npt.NDArray[Any]) -> list[npt.NDArray[Any]]:
-        """Run the model; outputs come back dequantized to float32."""
-        raw = self.runtime.infer([tensor])
+    def infer(self, tensor: npt.NDArray[Any], runtime: Runtime | None = None) -> list[npt.NDArray[Any]]:
+        """Run the model; outputs come back dequantized to float32. `runtime` is another runtime
+        on the same model (a serving thread's own, `Runtime.for_worker`); default: this one's."""
+        raw = (runtime or self.runtime).infer([tensor])
         return [dequantize(array, spec) for array, spec in zip(raw, self.runtime.outputs, strict=True)]
 
     def _decode_checked(
@@ -240,6 +258,10 @@ class Detector:
         xyxy = transform.to_source(kept.xyxy)
         visible = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
         return Detections(xyxy, kept.confidence, kept.class_id)[visible]
+
+    def close(self) -> None:
+        """Close the runtime (the detector is done serving)."""
+        self.runtime.close()
 
     def detect(self, frame: npt.NDArray[Any]) -> Detections:
         """Detect objects in one BGR ``(H, W, 3) uint8`` frame; boxes in frame pixels."""

@@ -9,9 +9,9 @@ An inference thread runs preprocess (when not done yet) -> infer -> decode + NMS
 per-stage latency and FPS, and hands each frame's `Detections` to the sinks. With `workers` > 1
 several frames are in flight at once on one model (runtimes that allow it), and results still
 reach the sinks in frame order. Pause/resume, an FPS cap and a model swap between frames are
-safe to call from any thread; a detector swapped out is retired (by default its runtime is
-closed) once no frame in flight uses it. A failing source is reopened with jittered backoff; nothing here
-raises into the caller's thread.
+safe to call from any thread; a detector swapped out is retired (by default closed: its
+runtime, or its camera's hold on a shared model) once no frame in flight uses it. A failing
+source is reopened with jittered backoff; nothing here raises into the caller's thread.
 
 Liveness: every thread beats a heartbeat at each turn of its loop, announcing how long the wait
 it is about to start may last (a backoff, the FPS cap, a pause); `PipelineStats.stalled_s` is how
@@ -35,7 +35,7 @@ import numpy.typing as npt
 from pipelines.annotate import BoxAnnotator, encode_jpeg
 from pipelines.backoff import Backoff
 from pipelines.detections import Detections
-from pipelines.detector import Detector
+from pipelines.detector import FrameDetector
 from pipelines.metrics import FpsMeter, LatencyWindow, Percentiles
 from pipelines.preprocess import Transform
 from pipelines.sources import Frame, FrameSource, SourceError, SourceState, SourceStatus
@@ -63,7 +63,7 @@ class _Prepared:
     frame: Frame
     tensor: npt.NDArray[Any] | None = None
     transform: Transform | None = None
-    detector: Detector | None = None  # the detector whose preprocessing made `tensor`
+    detector: FrameDetector | None = None  # the detector whose preprocessing made `tensor`
     prepare_s: float = 0.0  # how long that preprocessing took
 
 
@@ -82,7 +82,7 @@ class PipelineStats:
     """One camera at one moment: `fps` over the last seconds, counters since it started
     (`frames` inferred, `dropped` replaced before inference, `errors` failed, `swaps` of the
     model), per-stage latency percentiles in ms, the capture side, and the runtime and model
-    file it serves with."""
+    file it serves with, and how many cameras that model serves and in what batches."""
 
     name: str
     source: str
@@ -98,6 +98,8 @@ class PipelineStats:
     source_status: SourceState
     runtime: str
     model: str
+    shared_by: int = 1  # cameras served by this camera's model (1: a model of its own)
+    mean_batch: float = 1.0  # frames per inference call on that model since it was loaded
     stalled_s: float = 0.0  # how long its most overdue thread is past its announced turn (0: all on time)
 
 
@@ -113,15 +115,16 @@ class Pipeline:
 
     `retire` is called (from an inference thread, or the caller of `swap_detector` / `stop`)
     with each detector the pipeline stops using: swapped out, or replaced before it served. The
-    default closes its runtime, for a pipeline that owns its model; the detector serving when the
-    pipeline stops is left to the caller.
+    default closes it (`FrameDetector.close`: a `Detector` closes its runtime, a shared model's
+    `CameraModel` lets go of the model); the detector serving when the pipeline stops is left
+    to the caller.
     """
 
     def __init__(
         self,
         name: str,
         source: FrameSource,
-        detector: Detector,
+        detector: FrameDetector,
         *,
         max_fps: float | None = None,
         sinks: Sequence[Sink] = (),
@@ -129,7 +132,7 @@ class Pipeline:
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.monotonic,
         workers: int = 1,
-        retire: Callable[[Detector], None] = lambda detector: detector.runtime.close(),
+        retire: Callable[[FrameDetector], None] = lambda detector: detector.close(),
     ) -> None:
         if workers < 1:
             raise ValueError(f"pipeline {name}: workers must be at least 1, got {workers}")
@@ -140,10 +143,10 @@ class Pipeline:
             )
         self.name, self.source, self.workers = name, source, workers
         self._detector = detector
-        self._pending_detector: Detector | None = None
+        self._pending_detector: FrameDetector | None = None
         self._retire = retire
-        self._in_flight: dict[Detector, int] = {}  # frames being inferred, per detector (under _lock)
-        self._retiring: list[Detector] = []  # swapped out, waiting for their frames in flight
+        self._in_flight: dict[FrameDetector, int] = {}  # frames being inferred, per detector (under _lock)
+        self._retiring: list[FrameDetector] = []  # swapped out, waiting for their frames in flight
         self.max_fps = max_fps
         self._sinks = list(sinks)
         self._annotator = annotator or BoxAnnotator()
@@ -221,7 +224,7 @@ class Pipeline:
     def paused(self) -> bool:
         return not self._running.is_set()
 
-    def swap_detector(self, detector: Detector) -> None:
+    def swap_detector(self, detector: FrameDetector) -> None:
         """Use `detector` from the next frame on; capture never stops. With several workers the
         new runtime must allow concurrent calls too (`ValueError` otherwise)."""
         if self.workers > 1 and not detector.runtime.concurrent:
@@ -235,7 +238,7 @@ class Pipeline:
             self._retire(replaced)  # never served
 
     @property
-    def detector(self) -> Detector:
+    def detector(self) -> FrameDetector:
         return self._detector
 
     def add_sink(self, sink: Sink) -> None:
@@ -305,7 +308,7 @@ class Pipeline:
                     self._backoff.reset()
                 frame = self.source.read()
             except SourceError as exc:
-                opened = self._source_failed(str(exc))
+                opened = self._source_failed(str(exc), exc.output)
                 continue
             except Exception as exc:  # a driver bug must not kill the camera thread
                 log.exception("pipeline %s: unexpected source failure", self.name)
@@ -323,8 +326,8 @@ class Pipeline:
                 tensor, transform = detector.prepare(frame.image)
                 self._deliver(_Prepared(frame, tensor, transform, detector, self._clock() - start))
 
-    def _source_failed(self, error: str) -> bool:
-        self.source_status.set("reconnecting", error)
+    def _source_failed(self, error: str, output: Sequence[str] = ()) -> bool:
+        self.source_status.set("reconnecting", error, output)
         log.warning("pipeline %s: source failed: %s; reconnecting", self.name, error)
         self.source.close()
         delay = self._backoff.next_delay()
@@ -382,7 +385,7 @@ class Pipeline:
             if self._working == 0:
                 self._done.set()
 
-    def _take(self) -> tuple[int, _Prepared, Detector] | None:
+    def _take(self) -> tuple[int, _Prepared, FrameDetector] | None:
         """The next frame, its sequence number and the detector to run, once pause and the FPS
         cap allow; None when the source ended or the pipeline stops."""
         self._beat(math.inf)  # a sibling holding the take lock beats for both
@@ -415,7 +418,7 @@ class Pipeline:
             self._taken += 1
             return self._taken - 1, item, detector
 
-    def _release(self, detector: Detector) -> None:
+    def _release(self, detector: FrameDetector) -> None:
         """One frame on `detector` is done; retire the swapped-out detectors no frame uses."""
         with self._lock:
             self._in_flight[detector] -= 1
@@ -433,7 +436,7 @@ class Pipeline:
             except Exception:
                 log.exception("pipeline %s: retiring %s failed", self.name, detector.runtime.model_path.name)
 
-    def _process(self, item: _Prepared, detector: Detector) -> _Result:
+    def _process(self, item: _Prepared, detector: FrameDetector) -> _Result:
         start = self._clock()
         try:
             if item.detector is detector and item.tensor is not None and item.transform is not None:

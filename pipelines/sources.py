@@ -1,5 +1,6 @@
-"""Frame sources: video files, V4L2 cameras, GStreamer pipelines, RTSP streams, and the synthetic
-scene, behind one small protocol.
+"""Frame sources: video files, V4L2 cameras, GStreamer pipelines, RTSP streams, raw frames piped
+from gst-launch / ffmpeg / rpicam-vid (`pipelines.pipe_source`), and the synthetic scene,
+behind one small protocol.
 
 A source is opened, read frame by frame and closed. ``read()`` returns ``None`` at the end of a
 finite source and raises `SourceError` when the device or stream fails; the pipeline then
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -21,12 +22,18 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:  # numpy and OpenCV load with the first source, not with this module
     import numpy.typing as npt
 
+    from pipelines.pipe_commands import PipeSettings
     from pipelines.synthetic import GroundTruth, SyntheticScene
     from pipelines.traffic import TrafficScene
 
 
 class SourceError(Exception):
-    """A source cannot be opened or stopped delivering frames; the message says which and why."""
+    """A source cannot be opened or stopped delivering frames; the message says which and why.
+    `output` holds the last lines a source's subprocess wrote to stderr (pipe sources)."""
+
+    def __init__(self, message: str, output: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.output = tuple(output)
 
 
 @dataclass(frozen=True)
@@ -266,23 +273,31 @@ class LimitedSource:
         self.source.close()
 
 
-def source_kind(spec: str) -> Literal["synthetic", "camera", "file"]:
+def source_kind(spec: str) -> Literal["synthetic", "pipe", "camera", "file"]:
     """What a source string names (no I/O): ``synthetic[:SEED]`` or ``traffic[:SEED]`` (the
-    tracking scene: objects coming and going, `pipelines.traffic`); a camera (``/dev/videoN`` or an
-    index, ``rtsp://``, ``http(s)://``, a GStreamer pipeline: anything containing ``!``); else a
-    video file. Raises `SourceError` for a synthetic seed that is not an integer."""
+    tracking scene: objects coming and going, `pipelines.traffic`); a pipe (``gst:``, ``ffmpeg:``,
+    ``rpicam:``: frames from a subprocess, `pipelines.pipe_commands`); a camera through OpenCV
+    (``/dev/videoN`` or an index, ``rtsp://``, ``http(s)://``, a GStreamer pipeline: anything
+    else containing ``!``); else a video file. Raises `SourceError` for a malformed synthetic
+    seed or pipe string."""
     if spec in ("synthetic", "traffic") or spec.startswith(("synthetic:", "traffic:")):
         seed = spec.partition(":")[2]
         if seed and not seed.lstrip("-").isdigit():
             raise SourceError(f"{spec!r}: the synthetic scene's seed must be an integer")
         return "synthetic"
+    from pipelines.pipe_commands import check_pipe_spec, pipe_tool
+
+    if pipe_tool(spec) is not None:
+        check_pipe_spec(spec)
+        return "pipe"
     if spec.isdigit() or spec.startswith(("/dev/video", "rtsp://", "rtsps://", "http://", "https://")) or "!" in spec:
         return "camera"
     return "file"
 
 
-def open_source(spec: str, loop: bool = False, **camera: Any) -> FrameSource:
-    """A source from a config/CLI string (see `source_kind`)."""
+def open_source(spec: str, loop: bool = False, pipe: PipeSettings | None = None, **camera: Any) -> FrameSource:
+    """A source from a config/CLI string (see `source_kind`); `camera` holds the capture `width`,
+    `height` and `fps` when given; `pipe` the settings of pipe sources."""
     kind = source_kind(spec)
     if kind == "synthetic":
         seed = int(spec.partition(":")[2] or 0)
@@ -291,6 +306,13 @@ def open_source(spec: str, loop: bool = False, **camera: Any) -> FrameSource:
 
         scene = TrafficScene(seed=seed) if spec.startswith("traffic") else SyntheticScene(seed=seed)
         return SyntheticSource(scene, fps=camera.get("fps"))
+    if kind == "pipe":
+        from pipelines.pipe_commands import PipeSettings, pipe_command
+        from pipelines.pipe_source import PipeSource
+
+        settings = pipe or PipeSettings()
+        command = pipe_command(spec, loop=loop, settings=settings, **camera)
+        return PipeSource(spec, command, stall_timeout_s=settings.stall_timeout_s)
     if kind == "camera":
         return CameraSource(spec, **camera)
     return FileSource(Path(spec), loop=loop)
@@ -302,11 +324,13 @@ SourceStateName = Literal["starting", "running", "reconnecting", "ended", "stopp
 @dataclass(frozen=True)
 class SourceState:
     """A camera's capture side at one moment: `state`; `error`, the last failure (kept after it
-    recovered); `reconnects`, how many times it recovered."""
+    recovered); `reconnects`, how many times it recovered; `output`, the last lines its
+    subprocess wrote to stderr before that failure (pipe sources; empty otherwise)."""
 
     state: SourceStateName
     error: str | None
     reconnects: int
+    output: tuple[str, ...] = ()
 
 
 class SourceStatus:
@@ -317,15 +341,16 @@ class SourceStatus:
         self.state: SourceStateName = "starting"
         self.error: str | None = None
         self.reconnects = 0
+        self.output: tuple[str, ...] = ()
 
-    def set(self, state: SourceStateName, error: str | None = None) -> None:
+    def set(self, state: SourceStateName, error: str | None = None, output: Sequence[str] = ()) -> None:
         with self._lock:
             if state == "running" and self.state == "reconnecting":
                 self.reconnects += 1
             self.state = state
             if error is not None:
-                self.error = error
+                self.error, self.output = error, tuple(output)
 
     def snapshot(self) -> SourceState:
         with self._lock:
-            return SourceState(self.state, self.error, self.reconnects)
+            return SourceState(self.state, self.error, self.reconnects, self.output)

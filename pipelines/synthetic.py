@@ -132,9 +132,10 @@ class SyntheticScene:
         self.width, self.height, self.seed = width, height, seed
         rng = np.random.default_rng(seed)
         self._background = _background(width, height, rng)
-        # Per-frame grain from a small bank (signed noise as a BGR offset around 0, via int16).
+        # Per-frame grain from a small bank (signed noise as a BGR offset around 0; int8 holds it:
+        # 0.9 MB a frame instead of 1.8 MB as int16, for the same pixels).
         self._grain = [
-            np.clip(rng.normal(0, noise, (height, width, 3)), -127, 127).astype(np.int16)
+            np.clip(rng.normal(0, noise, (height, width, 3)), -127, 127).astype(np.int8)
             for _ in range(4 if noise > 0 else 0)
         ]
         self._shapes = []

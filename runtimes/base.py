@@ -169,6 +169,15 @@ class Runtime(abc.ABC):
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release the model. Calling it twice is harmless."""
 
+    def for_worker(self) -> Runtime:
+        """A runtime for one more thread calling the same loaded model: this one when `infer`
+        may run concurrently, else a backend's per-thread state over the same model (LiteRT:
+        another interpreter, as LiteRT requires one per thread; TensorRT: another execution
+        context on the one engine). Closing it leaves this runtime open."""
+        if self.concurrent:
+            return self
+        raise NotImplementedError(f"{self.name} cannot serve another thread")
+
     def warmup(self, runs: int = 1) -> None:
         """Run the model on zeros so the first real frame is not slow (fixed shapes only)."""
         arrays = []
@@ -205,6 +214,30 @@ def return_freed_memory() -> None:
     except (OSError, AttributeError):
         return
     trim(0)
+
+
+_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # glibc's mallopt parameters (malloc.h)
+
+
+def compact_malloc(mmap_threshold: int = 512 * 1024, arenas: int = 2) -> bool:
+    """Keep glibc's heap close to what is in use, for a daemon with a few threads per camera.
+    Process-wide; True when it took effect, False where the C library is not glibc.
+
+    - Blocks of `mmap_threshold` bytes or more get a mapping of their own, handed back to the
+      system when freed. By default glibc raises that threshold to the largest block freed so far
+      (up to 32 MiB), so once a frame, a tensor or a model's outputs (1-5 MB each) was freed, the
+      next ones come from the allocating thread's arena and its free space stays resident.
+    - At most `arenas` malloc arenas instead of 8 per core, so the many threads' small blocks
+      share free space instead of each thread keeping its own.
+
+    With 4 cameras of a YOLOv8n at 640, each extra camera cost 12 MB instead of 27 MB
+    (docs/benchmarks.md).
+    The daemon calls it once at start, before its threads."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_ARENA_MAX, arenas))
 
 
 def first_line(exc: BaseException) -> str:

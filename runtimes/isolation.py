@@ -11,13 +11,16 @@ died and the library's version; the caller carries on with the other backends.
 
 Threads: every method may be called from any thread. Results are memoised per `ChildRunner`
 under its lock (what imports here cannot change while the process runs): `PROCESS_RUNNER`, the
-one the registry uses, probes each backend once per process start and checks each artifact
-(path, size, mtime, settings) once. Invariants: this module never imports a backend's library;
+one the registry uses, probes each backend once per process start and checks each artifact's
+content (SHA-256, hashed once per path, size and mtime) with each settings once, so that the
+byte-identical copies in the stores of many simulated devices in one process
+(`agent.daemon.simulation`) take one child, not one each. Invariants: this module never imports a backend's library;
 a child that cannot start at all (`IsolationUnavailable`) is the caller's to handle.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -137,7 +140,8 @@ class ChildRunner:
         self.probe_timeout_s, self.load_timeout_s = probe_timeout_s, load_timeout_s
         self._lock = threading.Lock()
         self._infos: dict[RuntimeName, RuntimeInfo] = {}
-        self._loads: dict[tuple[str, ...], RuntimeCrashed | None] = {}
+        self._loads: dict[tuple[str, ...], RuntimeCrashed | None] = {}  # by (runtime, SHA-256, settings)
+        self._digests: dict[tuple[str, ...], str] = {}  # SHA-256 by (path, size, mtime)
 
     # -- running a child -----------------------------------------------------------------------
 
@@ -217,21 +221,46 @@ class ChildRunner:
     # -- first loads ---------------------------------------------------------------------------
 
     def check_load(self, name: RuntimeName, model: Path, settings_json: str) -> None:
-        """Load `model` with backend `name` (settings as JSON) and warm it up once in a child;
+        """Load `model` with backend `name` (settings as JSON) and warm it up once in a child
+        (once per content and settings: a byte-identical copy elsewhere is not checked again);
         raises `RuntimeCrashed` when the child dies doing it. Load errors that the backend
         reports (a missing file, a refused model) are left to the caller's own load. Raises
         `IsolationUnavailable` when no child can run."""
-        try:
-            stat = model.stat()
-        except OSError:
+        digest = self._digest(model)
+        if digest is None:
             return  # the caller's load reports the missing file
-        key = (name, str(model.resolve()), str(stat.st_size), str(stat.st_mtime_ns), settings_json)
+        key = (name, digest, settings_json)
         with self._lock:
             if key not in self._loads:
                 self._loads[key] = self._load_in_child(name, model, settings_json)
             crash = self._loads[key]
         if crash is not None:
-            raise RuntimeCrashed(crash.runtime, crash.model, crash.how, crash.library)
+            raise RuntimeCrashed(crash.runtime, model, crash.how, crash.library)
+
+    def _digest(self, model: Path) -> str | None:
+        """The SHA-256 of `model`'s bytes (hex), hashed once per path, size and mtime; the
+        path, size and mtime themselves for what cannot be read as one file (a folder); None
+        when it does not exist."""
+        try:
+            stat = model.stat()
+        except OSError:
+            return None
+        version = (str(model.resolve()), str(stat.st_size), str(stat.st_mtime_ns))
+        with self._lock:
+            known = self._digests.get(version)
+        if known is not None:
+            return known
+        digest = hashlib.sha256()
+        try:
+            with model.open("rb") as file:
+                for block in iter(lambda: file.read(1 << 20), b""):
+                    digest.update(block)
+            found = digest.hexdigest()
+        except OSError:
+            found = "\0".join(version)
+        with self._lock:
+            self._digests[version] = found
+        return found
 
     def _load_in_child(self, name: RuntimeName, model: Path, settings_json: str) -> RuntimeCrashed | None:
         result = self.run(["load", name, str(model), settings_json], self.load_timeout_s)

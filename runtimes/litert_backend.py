@@ -163,6 +163,11 @@ class LiteRTBackend(Runtime):
             self._input_details = self._interpreter.get_input_details()
             self._output_details = self._interpreter.get_output_details()
 
+    def for_worker(self) -> LiteRTBackend:
+        """Another interpreter on the same model file for another thread (LiteRT's interpreters
+        are not thread-safe; the file is memory-mapped, its pages shared), not warmed up."""
+        return LiteRTBackend(self.model_path, self.config, warmup=False)
+
     def close(self) -> None:
         """Drop the interpreter and its tensors, and return the freed memory to the system."""
         if self._interpreter is not None:

@@ -112,10 +112,13 @@ def load_runtime(
     raise RuntimeUnavailable(tensorrt_backend.availability().reason or "tensorrt is unavailable")
 
 
-def load_runtime_checked(name: RuntimeName, model_path: Path, config: BackendConfig, workers: int = 1) -> Runtime:
-    """`load_runtime` (warmed up), once a child process has loaded and warmed up the same model
-    with the same settings without dying (checked once per process and file version). Raises
+def load_runtime_checked(
+    name: RuntimeName, model_path: Path, config: BackendConfig, workers: int = 1, warmup: bool = True
+) -> Runtime:
+    """`load_runtime` (warmed up unless `warmup` is false), once a child process has loaded
+    and warmed up the same model with the same settings without dying (checked once per process
+    and file version). Raises
     `runtimes.isolation.RuntimeCrashed` when that child died, else as `load_runtime`."""
     if name in BACKENDS:
         check_load_isolated(name, model_path, config.model_dump_json())
-    return load_runtime(name, model_path, config, workers=workers)
+    return load_runtime(name, model_path, config, warmup=warmup, workers=workers)

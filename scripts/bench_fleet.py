@@ -3,7 +3,7 @@
 Starts mosquitto on a free port and one agent process, builds two signed ~50 MB bundles (the demo
 model plus incompressible calibration images), then alternately pushes them. For each push it
 reports the time from the start of the push to the device's VERIFYING -> INSTALLING step (the
-bundle downloaded, its chunks, whole-file hash, manifest, signature and file hashes checked),
+bundle downloaded, its whole-file hash, manifest, signature and file hashes checked),
 and, side by side in the same run, a raw paho publish of 20 MB retained at QoS 1 as the
 broker's ceiling.
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: set up .venv, show what the probe finds, run the project's demo detector with ONNX
-# Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle, then the
+# Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle (and one with
+# FP16 / INT8 variants proven against FP32), then the
 # fleet: a local mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT.
 # The broker and the agent keep running for you to look at; `scripts/demo.sh stop` ends them.
 set -euo pipefail
@@ -19,7 +20,7 @@ if [ "${1:-}" = stop ]; then stop_fleet; exit 0; fi
 
 scripts/setup.sh
 stop_fleet >/dev/null
-.venv/bin/python scripts/make_demo_media.py "$out" --frames 150
+.venv/bin/python scripts/make_demo_media.py "$out" --frames 150 --stills 16
 echo; echo "== edge-agent probe"
 .venv/bin/edge-agent probe
 echo; echo "== edge-agent telemetry (this machine's sensors, then a Jetson Orin Nano's, from its fake tree)"
@@ -33,6 +34,11 @@ echo; echo "== edge-agent bench (pipeline on a 150-frame clip)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --source "$out/scene.mp4"
 echo; echo "== edge-agent detect --track: objects followed through the clip, crossings of a line (the last line)"
 .venv/bin/edge-agent detect agent/demo/demo_detector.onnx "$out/scene.mp4" --track --line 0,240,640,240 --json | tail -1
+if command -v gst-launch-1.0 >/dev/null; then
+  echo; echo "== edge-agent bench on a camera pipe (gst-launch-1.0 writing raw frames, docs/cameras.md)"
+  .venv/bin/edge-agent bench agent/demo/demo_detector.onnx \
+    --source 'gst:videotestsrc num-buffers=90 pattern=ball ! video/x-raw,width=640,height=480'
+fi
 echo; echo "== a signed demo bundle"
 [ -f "$out/keys/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/keys"            # signs bundles
 [ -f "$out/operator/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/operator"    # signs control
@@ -40,6 +46,12 @@ export EDGE_AGENT_OPERATOR_KEY="$out/operator/signing.key"  # fleet push, rollba
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
 .venv/bin/edge-agent bundle inspect "$out/demo-1.0.0.bundle"
+echo; echo "== bundle build --precisions: FP16 and INT8 variants, each proven against FP32 (docs/optimising.md)"
+.venv/bin/python -m pip install -q -e ".[build]"  # onnx, onnxslim, sympy: the operator's build tools
+.venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --precisions fp32,fp16,int8 \
+  --calibration "$out/calibration" --validation "$out/validation" \
+  --name demo-variants --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-variants-1.0.0.bundle"
+.venv/bin/edge-agent bundle inspect "$out/demo-variants-1.0.0.bundle"
 
 echo; echo "== the fleet: mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT"
 port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -61,6 +73,8 @@ page="http://127.0.0.1:$page_port"
   --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" \
   --operator-key "$out/operator/signing.pub" --status-listen "127.0.0.1:$page_port" > "$out/agent.yaml"
 sed -i 's/probation_s: 120 /probation_s: 5   /' "$out/agent.yaml"  # a short probation, for the demo
+# a second camera: both share one loaded model (docs/cameras.md)
+sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15}|' "$out/agent.yaml"
 .venv/bin/edge-agent config check "$out/agent.yaml"
 .venv/bin/edge-agent run --config "$out/agent.yaml" > "$out/agent.log" 2>&1 &
 echo $! > "$out/agent.pid"
@@ -72,11 +86,19 @@ mosquitto_pub -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -D publish respon
 publisher=$!
 mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5
 wait "$publisher"  # only it: a bare `wait` would wait for the broker and the agent too, for ever
+echo; echo "== a staged rollout: 1.0.1 to the group in two waves 20 s apart, halted (and rolled back) on a failure"
+.venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
+  --name demo --version 1.0.1 --key "$out/keys/signing.key" -o "$out/demo-1.0.1.bundle"
+.venv/bin/edge-agent fleet push "$out/demo-1.0.1.bundle" --target group:demo --broker "$broker" --id demo-1.0.1-staged \
+  --waves 50%,100% --wave-interval 20s --max-failures 0 --on-halt rollback --wait 90
+.venv/bin/edge-agent fleet rollout status demo-1.0.1-staged --broker "$broker"
 sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
 echo; echo "== one object event (start, update or end of a tracked shape: docs/analytics.md)"
 mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
+echo; echo "== a simulated fleet: 10 devices of the real code on their own mosquitto, one group push, the broker's ceiling"
+.venv/bin/python scripts/fleet_sim.py --devices 10 --bundle-mb 2
 echo; echo "== the status page: health, a few metrics, and edge-agent doctor (the page's checks from a shell)"
 curl -s "$page/healthz"; echo
 curl -s "$page/metrics" | grep -E '^edge_agent_(camera_fps|broker_connected|deployment_state\{.*SUCCEEDED)'

@@ -6,7 +6,8 @@
   (``names``, ``imgsz``, ``stride``) so decoders and labels are found automatically;
 - ``demo_detector_dynamic.onnx``: the same with dynamic height and width, for rect inference;
 - ``demo_detector_int8_qdq.onnx``: INT8 Q/DQ (symmetric, per-channel weights) from ONNX Runtime
-  static quantization, calibrated on synthetic frames (seeds disjoint from training and tests);
+  static quantization, calibrated on synthetic frames (seeds disjoint from training and tests),
+  by the same library code as ``bundle build --precisions int8`` (``agent.optimise``);
 - ``demo_detector_fp32.tflite`` and ``demo_detector_int8.tflite``: LiteRT, converted from
   PyTorch by litert-torch; the INT8 one is full-integer (PT2E static quantization calibrated on
   the same representative frames).
@@ -32,6 +33,8 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from demo_model import STRIDES, DemoDetector, ExportModel  # noqa: E402
 
+from agent.optimise.hygiene import check_loaded, check_model  # noqa: E402
+from agent.optimise.variants import quantize_qdq, set_metadata  # noqa: E402
 from pipelines.preprocess import PreprocessConfig, preprocess  # noqa: E402
 from pipelines.synthetic import CLASS_NAMES, SyntheticScene  # noqa: E402
 
@@ -88,59 +91,16 @@ def export_onnx(model: DemoDetector, size: int, path: Path, dynamic_hw: bool = F
     )
     import onnxslim
 
-    graph = onnx.load(str(path))
-    onnx.checker.check_model(graph, full_check=True)
-    graph = onnx.shape_inference.infer_shapes(graph, strict_mode=True)
+    graph = check_model(path)  # onnx.checker (full) and strict shape inference, as bundle build does
     graph = onnxslim.slim(graph)
-    for key, value in metadata(size).items():
-        graph.metadata_props.add(key=key, value=value)
-    onnx.checker.check_model(graph, full_check=True)
+    set_metadata(graph, metadata(size))
+    check_loaded(graph, path.name)
     onnx.save(graph, str(path))
 
 
 def export_qdq(fp32: Path, path: Path, frames: list[np.ndarray]) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    class Frames(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = iter(frames)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            frame = next(self._it, None)
-            return None if frame is None else {"images": frame}
-
-    prepared = path.with_suffix(".prep.onnx")
-    quant_pre_process(str(fp32), str(prepared))
-    quantize_static(
-        str(prepared),
-        str(path),
-        Frames(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
-    )
-    prepared.unlink()
-    graph = onnx.load(str(path))
-    drop_unused_opsets(graph)
-    del graph.metadata_props[:]
-    for key, value in metadata(int(frames[0].shape[2])).items():
-        graph.metadata_props.add(key=key, value=value)
-    onnx.checker.check_model(graph)
-    onnx.save(graph, str(path))
-
-
-def drop_unused_opsets(graph: onnx.ModelProto) -> None:
-    """Keep only the opset imports that the graph's nodes use (and the default domain). ONNX
-    Runtime's quantizer stamps every domain it knows at its own versions (``ai.onnx.ml`` 5 from
-    1.32), and an older runtime refuses a model that names an opset newer than it knows, used or
-    not: ONNX Runtime 1.17 (JetPack 6, our lower bound) refused the QDQ model for it."""
-    used = {node.domain for node in graph.graph.node} | {""}
-    keep = [opset for opset in graph.opset_import if opset.domain in used]
-    del graph.opset_import[:]
-    graph.opset_import.extend(keep)
+    """The library's INT8 Q/DQ quantization (what `bundle build --precisions int8` runs)."""
+    quantize_qdq(fp32, path, "images", frames, method="minmax", activations="symmetric")
 
 
 def _append_metadata(path: Path, size: int) -> None:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv and install edge-agent into it (editable). `scripts/setup.sh dev` adds the
 # test and lint tools, and Debian's chromium and systemd (systemd-analyze) for the status page
-# and service tests. Installs Debian's python3-venv first when this Python lacks venv, and
-# the mosquitto broker and clients that the demo and the tests start on a free port.
+# and service tests, gst-launch-1.0 (with y4menc) and ffmpeg, whose pipe sources the tests run
+# for real. Installs Debian's python3-venv first when this Python lacks venv, and the mosquitto
+# broker and clients that the demo and the tests start on a free port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra=${1:-}
@@ -34,6 +35,10 @@ fi
 if [ "$extra" = dev ]; then
   command -v chromium >/dev/null || command -v chromium-browser >/dev/null || apt_install chromium
   command -v systemd-analyze >/dev/null || apt_install systemd
+fi
+if [ "$extra" = dev ] && { ! command -v gst-launch-1.0 >/dev/null || ! command -v ffmpeg >/dev/null \
+  || ! gst-inspect-1.0 y4menc >/dev/null 2>&1; }; then
+  apt_install --no-install-recommends gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good ffmpeg
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$extra" = dev ]; then

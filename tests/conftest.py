@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,25 @@ pytest_plugins = ["tests.fleet_helpers"]  # broker, watcher, agents and operator
 
 def pytest_configure(config: pytest.Config) -> None:
     required()  # a misspelt EDGE_AGENT_REQUIRE stops the run before any test
+
+
+@pytest.fixture(scope="session")
+def gst() -> str:
+    """gst-launch-1.0 with the y4menc element (gstreamer1.0-tools and -plugins-good): its path."""
+    path = shutil.which("gst-launch-1.0")
+    inspect = shutil.which("gst-inspect-1.0")
+    if path is None or inspect is None or subprocess.run([inspect, "y4menc"], capture_output=True).returncode:
+        missing("gst", "gst-launch-1.0 with y4menc is not installed (scripts/setup.sh dev installs it)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def ffmpeg() -> str:
+    """ffmpeg on PATH: its path."""
+    path = shutil.which("ffmpeg")
+    if path is None:
+        missing("ffmpeg", "ffmpeg is not installed (scripts/setup.sh dev installs it)")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -97,10 +97,19 @@ def test_a_model_whose_load_crashes_raises_runtime_crashed_once_checked(tmp_path
     with pytest.raises(RuntimeCrashed):
         runner.check_load("onnxruntime", model, "{}")
     assert len(runner.started) == 1, "each file version is checked once"
-    os.utime(model, ns=(0, 0))  # another version of the file: checked again
+    os.utime(model, ns=(0, 0))  # touched, the same bytes: not checked again
+    copy = tmp_path / "other-device" / "model.onnx"  # a simulated device's copy in its own store
+    copy.parent.mkdir()
+    copy.write_bytes(model.read_bytes())
+    with pytest.raises(RuntimeCrashed, match=r"while loading model\.onnx"):
+        runner.check_load("onnxruntime", copy, "{}")
+    assert len(runner.started) == 1, "the same content is checked once"
+    model.write_bytes(model.read_bytes() + b"\0")  # another version of the file: checked again
     with pytest.raises(RuntimeCrashed):
         runner.check_load("onnxruntime", model, "{}")
-    assert len(runner.started) == 2
+    with pytest.raises(RuntimeCrashed):
+        runner.check_load("onnxruntime", copy, '{"intra_op_threads": 1}')  # other settings: checked again
+    assert len(runner.started) == 3
 
 
 def test_a_model_that_loads_or_is_refused_passes_the_check(tmp_path: Path) -> None:

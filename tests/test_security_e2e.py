@@ -222,14 +222,14 @@ def failing_on_live_frames(tmp_path: Path, keys: dict[str, Path]) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from agent.bundles.archive import _reference_frame
+    from agent.bundles.archive import reference_frame
     from pipelines.detector import Detector
     from runtimes.registry import load_runtime
 
     base = onnx.load(str(DEMO_MODELS / "demo_detector.onnx"))
     out = base.graph.output[0]
     with load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx") as runtime:
-        reference = Detector(runtime).prepare(_reference_frame([]))[0]
+        reference = Detector(runtime).prepare(reference_frame([]))[0]
         reference_sum = float(reference.sum())
         shape = list(runtime.infer([reference])[0].shape)  # (1, 7, 2100): the export leaves axis 1 named
     graph = base.graph

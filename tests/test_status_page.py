@@ -174,6 +174,8 @@ def test_metrics_parse_and_carry_cameras_board_governor_deployment_and_broker(se
     assert value("edge_agent_camera_fps", camera="cam0") > 0
     assert value("edge_agent_camera_latency_seconds", camera="door", stage="total", quantile="0.5") > 0
     assert value("edge_agent_camera_frames_total", camera="door") > 0
+    assert value("edge_agent_camera_model_shared_by", camera="door") == 2, "both cameras hold one model"
+    assert value("edge_agent_camera_mean_batch", camera="door") >= 1
     assert value("edge_agent_temperature_celsius", zone="x86_pkg_temp") == 52.0
     assert value("edge_agent_power_watts") == pytest.approx(12.119, abs=0.01)
     assert value("edge_agent_battery_percent") == 57

@@ -58,28 +58,40 @@ def test_bad_targets_are_refused(target: str) -> None:
 def test_partial_bundle_checks_chunks_resumes_from_disk_and_checks_the_whole(tmp_path: Path) -> None:
     index = ChunkIndex.of(DATA, 16384)
     partial = PartialBundle(tmp_path / "d", index).open()
-    with pytest.raises(BundleError, match="CHUNK_CORRUPT"):
-        partial.write(2, bytes(16384))
+    with pytest.raises(BundleError, match=r"CHUNK_CORRUPT: chunk 2 .* has 100 bytes, the index says 16384"):
+        partial.write(2, bytes(100))
     for i in (0, 1, 4):
         start, length = index.span(i)
         assert partial.write(i, DATA[start : start + length])
     assert not partial.write(0, DATA[:16384]) and partial.duplicates == 1
+    partial.write(3, bytes(16384))  # the right length, the wrong bytes: found when the whole is checked
     partial.close()
 
     resumed = PartialBundle(tmp_path / "d", index).open()  # a new process finds what is on disk
-    assert resumed.resumed == 3 and resumed.missing() == [2, 3, 5, 6]
+    assert resumed.resumed == 3 and resumed.missing() == [2, 3, 5, 6], "the bad chunk is fetched again"
     for i in resumed.missing():
         start, length = index.span(i)
         resumed.write(i, DATA[start : start + length])
     assert resumed.finish().read_bytes() == DATA
 
-    lying = ChunkIndex(sha256="ab" * 32, size=index.size, chunk_size=index.chunk_size, chunks=index.chunks)
-    other = PartialBundle(tmp_path / "e", lying).open()
+    bad = PartialBundle(tmp_path / "b", index).open()
     for i in range(len(index.chunks)):
         start, length = index.span(i)
-        other.write(i, DATA[start : start + length])
-    with pytest.raises(BundleError, match="BUNDLE_HASH_MISMATCH"):
-        other.finish()
+        bad.write(i, DATA[start : start + length] if i not in (4, 5) else bytes(length))
+    with pytest.raises(BundleError, match=r"CHUNK_CORRUPT: chunk 4 of bundle \w+ does not match .* \(and 1 more\)"):
+        bad.finish()
+
+    for sha, folder in ((index.sha256, "r"), ("ab" * 32, "e")):
+        announced = ChunkIndex(sha256=sha, size=index.size, chunk_size=index.chunk_size, chunks=index.chunks)
+        other = PartialBundle(tmp_path / folder, announced).open()
+        for i in reversed(range(len(index.chunks))):  # out of order: hashed from the disk, in order, at the end
+            start, length = index.span(i)
+            other.write(i, DATA[start : start + length])
+        if sha == index.sha256:
+            assert other.finish().read_bytes() == DATA
+        else:
+            with pytest.raises(BundleError, match="BUNDLE_HASH_MISMATCH"):
+                other.finish()
 
 
 def test_a_full_disk_during_a_download_is_a_clear_error(tmp_path: Path) -> None:

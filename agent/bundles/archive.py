@@ -30,7 +30,16 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
-from agent.bundles.manifest import SCHEMA_VERSION, ArtifactEntry, Calibration, FileEntry, InputSpec, Manifest, Reference
+from agent.bundles.manifest import (
+    SCHEMA_VERSION,
+    Agreement,
+    ArtifactEntry,
+    Calibration,
+    FileEntry,
+    InputSpec,
+    Manifest,
+    Reference,
+)
 from agent.bundles.signing import signature_file, verify
 from agent.errors import BundleError, ErrorCode, validation_problems
 from runtimes.base import Precision
@@ -290,7 +299,9 @@ def _precision(path: Path, runtime: Any) -> Precision:
     return "fp16" if any(spec.dtype == np.float16 for spec in runtime.inputs) else "fp32"
 
 
-def _reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
+def reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
+    """The frame a bundle's reference input is made from: the first readable calibration image,
+    else a synthetic scene's first frame (BGR uint8)."""
     import cv2
 
     for path in calibration:
@@ -300,6 +311,16 @@ def _reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
     from pipelines.synthetic import SyntheticScene
 
     return SyntheticScene(seed=0).render(0)[0]
+
+
+@dataclass(frozen=True)
+class ArtifactNotes:
+    """What the build learned about one artifact beyond its file (`agent.optimise`): its precision
+    where the file's inputs do not show it (an FP16 model keeps FP32 inputs) and its measured
+    agreement with the FP32 model."""
+
+    precision: Precision | None = None
+    agreement: Agreement | None = None
 
 
 def _file_entry(name: str, content: bytes | Path) -> FileEntry:
@@ -318,9 +339,11 @@ def build_bundle(
     calibration: Sequence[Path] = (),
     key: Ed25519PrivateKey | None = None,
     description: str = "",
+    notes: Mapping[str, ArtifactNotes] | None = None,
 ) -> Manifest:
     """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
     model (its metadata) unless given; reference outputs are computed by running each model.
+    `notes` (by file name) add what `agent.optimise` measured: precision and agreement.
 
     Raises `BundleError` ``DECODER_MISMATCH`` when the decoder does not fit a model or the
     plausibility guard finds its detections impossible (on a blank frame or the reference input).
@@ -333,7 +356,7 @@ def build_bundle(
         raise BundleError(ErrorCode.NO_MODEL, "a bundle needs at least one model")
     entries: list[ArtifactEntry] = []
     reference: dict[str, npt.NDArray[Any]] = {}
-    frame = _reference_frame(calibration)
+    frame = reference_frame(calibration)
     first: Detector | None = None
     for path in models:
         if path.suffix not in (".onnx", ".tflite"):
@@ -350,7 +373,8 @@ def build_bundle(
             reference[f"{path.name}__input"] = tensor
             for i, output in enumerate(outputs):
                 reference[f"{path.name}__output{i}"] = output
-            precision = _precision(path, runtime)
+            note = (notes or {}).get(path.name, ArtifactNotes())
+            precision = note.precision or _precision(path, runtime)
             if first is None:
                 first = detector
                 names = runtime.metadata.names
@@ -361,6 +385,7 @@ def build_bundle(
                 precision=precision,
                 sha256=sha256_file(path),
                 size=path.stat().st_size,
+                agreement=note.agreement,
             )
         )
     assert first is not None

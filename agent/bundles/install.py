@@ -145,9 +145,10 @@ def activate(
     failures = []
     for choice in choices:
         try:
-            runtime = load_runtime_checked(
-                choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime)
-            )
+            # no warm-up run here: the parity check below is the model's first inference, and the
+            # runtime is closed after it (the cameras load their own, warmed up)
+            path, config = Path(choice.artifact.path), settings.config_for(choice.runtime)
+            runtime = load_runtime_checked(choice.runtime, path, config, warmup=False)
         except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
             raise BundleError(ErrorCode.ARTIFACT_NOT_A_MODEL, str(exc)) from exc
         except RuntimeCrashed as exc:
@@ -332,10 +333,11 @@ def end_probation(
     deployment: Deployment,
     failure: str | None,
     on_state: Callable[[Deployment], None] = lambda d: None,
+    code: ErrorCode = ErrorCode.PROBATION_FAILED,
 ) -> Deployment:
     """End the probation of `deployment`: SUCCEEDED when `failure` is None, else put the
     pointers back as they were before it, remove its version and record FAILED -> ROLLED_BACK
-    with ``PROBATION_FAILED`` and `failure` as the reason."""
+    with `code` (``PROBATION_FAILED``, or ``ROLLOUT_HALTED``) and `failure` as the reason."""
     if failure is None:
         deployment.to(State.SUCCEEDED)
         store.record(deployment)
@@ -344,7 +346,7 @@ def end_probation(
         store.gc()
     else:
         store.undo_switch(deployment)
-        deployment.to(State.FAILED, BundleError(ErrorCode.PROBATION_FAILED, failure))
+        deployment.to(State.FAILED, BundleError(code, failure))
         deployment.to(State.ROLLED_BACK)
         store.record(deployment)
     on_state(deployment)

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from pipelines.decoders import DecoderName
 from runtimes.base import Precision
@@ -47,6 +55,24 @@ class Thresholds(_Strict):
     max_det: int = Field(default=300, ge=1, description="Most detections kept per frame.")
 
 
+class Agreement(_Strict):
+    """How an artifact answered against the FP32 model it was made from, measured by `bundle build`
+    on the validation images (docs/optimising.md). An autotune picks among artifacts by it."""
+
+    baseline: str = Field(description="File name of the FP32 ONNX model it was compared with.")
+    images: int = Field(ge=1, description="Validation images both models ran on.")
+    iou: float = Field(default=0.5, gt=0, le=1, description="IoU at which two boxes of one label match.")
+    detections: float = Field(
+        ge=0, le=1, description="Detection agreement: matched FP32 detections / FP32 detections (0..1)."
+    )
+    baseline_detections: int = Field(ge=1, description="Detections of the FP32 model on the validation images.")
+    matched: int = Field(ge=0, description="FP32 detections this artifact found too (same label, IoU >= iou).")
+    extra: int = Field(ge=0, description="Detections of this artifact that match no FP32 detection.")
+    max_abs_error: float = Field(ge=0, description="Largest |output - FP32 output| over all raw output values.")
+    mean_abs_error: float = Field(ge=0, description="Mean |output - FP32 output| over all raw output values.")
+    min_agreement: float = Field(ge=0, le=1, description="The gate it passed (bundle build --min-agreement).")
+
+
 class ArtifactEntry(_Strict):
     """One model file in the bundle."""
 
@@ -55,6 +81,19 @@ class ArtifactEntry(_Strict):
     precision: Precision = Field(description="Numeric precision of the weights.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")
     size: int = Field(ge=1, description="File size in bytes.")
+    agreement: Agreement | None = Field(
+        default=None,
+        description="Measured against the FP32 model at build time (variants of bundle build --precisions).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unmeasured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``agreement`` key when nothing was measured: such a manifest stays readable by agents
+        older than the field (they refuse unknown keys)."""
+        data: dict[str, Any] = handler(self)
+        if self.agreement is None:
+            data.pop("agreement", None)
+        return data
 
     @field_validator("path")
     @classmethod

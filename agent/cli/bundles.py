@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.bundles.record import State
 from agent.cli.errors import CliError
+from agent.cli.optimising import add_optimise_arguments, agreement_table, image_files, prepare_models
 from agent.paths import DEFAULT_STATE_DIR
 from pipelines.decoders import DECODER_CHOICES
 
@@ -41,6 +42,7 @@ def add_bundle_commands(commands: Any) -> None:
     build.add_argument("--calibration", type=Path, help="folder of calibration images (.jpg/.png)")
     build.add_argument("--key", type=Path, help="signing.key to sign the manifest with")
     build.add_argument("-o", "--out", type=Path, required=True, help="bundle file to write")
+    add_optimise_arguments(build)
     inspect = bundle_commands.add_parser("inspect", help="print a bundle's manifest summary")
     inspect.add_argument("bundle", type=Path)
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -109,6 +111,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def _bundle_build(args: argparse.Namespace) -> int:
+    import tempfile
+
     from agent.bundles.archive import build_bundle
     from agent.bundles.signing import load_private_key
     from pipelines.labels import Labels
@@ -120,25 +124,22 @@ def _bundle_build(args: argparse.Namespace) -> int:
     if args.labels:
         parsed = Labels.from_file(args.labels)
         labels = [parsed(i) for i in range(max(parsed.names) + 1)] if parsed.names else None
-    calibration: list[Path] = []
-    if args.calibration:
-        if not args.calibration.is_dir():
-            raise CliError(f"calibration folder not found: {args.calibration}")
-        calibration = sorted(p for p in args.calibration.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
-        if not calibration:
-            raise CliError(f"no .jpg or .png images in {args.calibration}")
+    calibration = image_files(args.calibration, "calibration") if args.calibration else []
     key = load_private_key(args.key) if args.key else None
-    manifest = build_bundle(
-        args.model,
-        args.out,
-        name=args.name,
-        version=args.version,
-        labels=labels,
-        decoder=args.decoder,
-        calibration=calibration,
-        key=key,
-        description=args.description,
-    )
+    with tempfile.TemporaryDirectory(prefix="edge-agent-build-") as workdir:
+        models, notes = prepare_models(args, calibration, Path(workdir))
+        manifest = build_bundle(
+            models,
+            args.out,
+            name=args.name or args.model[0].stem,
+            version=args.version,
+            labels=labels,
+            decoder=args.decoder,
+            calibration=calibration,
+            key=key,
+            description=args.description,
+            notes=notes,
+        )
     signed = "signed" if key else "unsigned"
     print(f"wrote {args.out}: {manifest.name} {manifest.version}, {len(manifest.artifacts)} artifact(s), {signed}")
     return 0
@@ -174,6 +175,8 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
     print(f"  labels: {len(manifest.labels)} ({', '.join(manifest.labels[:5])}{more})")
     for a in manifest.artifacts:
         print(f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes, sha256 {a.sha256[:16]}...")
+    for line in agreement_table(manifest):
+        print(line)
     return 0
 
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from agent.config.recipes import RECIPE_NAMES
 from agent.paths import DEFAULT_CONFIG, DEFAULT_STATE_DIR
 
 
@@ -21,7 +22,12 @@ def add_device_commands(commands: Any) -> None:
     example.add_argument("--group")
     example.add_argument("--broker", default="mqtt://localhost:1883", help="mqtt://HOST:PORT or mqtts://...")
     example.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
-    example.add_argument("--source", default="synthetic", help="synthetic, a video file, /dev/videoN or rtsp://...")
+    example.add_argument(
+        "--source",
+        default="synthetic",
+        help="synthetic, a video file, /dev/videoN, rtsp://..., gst:PIPELINE, ffmpeg:URL_OR_FILE, rpicam:ARGS, "
+        f"or a board recipe: {', '.join(RECIPE_NAMES)} (docs/cameras.md)",
+    )
     example.add_argument("--trust-key", type=Path, help="signing.pub whose bundles the device accepts")
     example.add_argument(
         "--operator-key", type=Path, help="public key whose signed desired documents and commands the device obeys"
@@ -63,6 +69,8 @@ def cmd_config(args: argparse.Namespace) -> int:
         )
         return 0
     problems, warnings = check(args.file)
+    if not problems:
+        warnings += _camera_warnings(args.file)
     for problem in problems:
         print(problem)
     for warning in warnings:
@@ -71,6 +79,20 @@ def cmd_config(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.file}: no problems found" + (f" ({len(warnings)} warning(s) above)" if warnings else ""))
     return 0
+
+
+def _camera_warnings(path: Path) -> list[str]:
+    """What stops a configured pipe source from running on this machine (the tools are asked
+    only when the config has pipe sources)."""
+    from agent.config.loading import load_config
+    from agent.hardware.camera_tools import find_camera_tools, source_problems
+    from pipelines.pipe_commands import pipe_tool
+
+    pipelines = load_config(path).pipelines
+    if not any(pipe_tool(p.source) for p in pipelines):
+        return []
+    tools = find_camera_tools()
+    return [f"pipeline {p.name}: {problem}" for p in pipelines for problem in source_problems(p.source, tools)]
 
 
 def _check_status_arguments(args: argparse.Namespace) -> None:

@@ -1,5 +1,5 @@
-"""`edge-agent fleet push|status|rollback|snapshot|release|gc|acl`: the operator's side
-(docs/mqtt.md, docs/security.md)."""
+"""`edge-agent fleet push|status|rollback|snapshot|release|gc|acl|rollout`: the operator's side
+(docs/mqtt.md, docs/security.md); staged rollouts in agent/cli/rollout.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.cli.errors import CliError
+from agent.cli.rollout import add_rollout_commands, add_staging_arguments, fleet_rollout, follow_rollout, staging
 
 if TYPE_CHECKING:
     from agent.config.models import MqttSection
@@ -36,8 +37,15 @@ def add_fleet_commands(commands: Any) -> None:
     push = fleet_actions.add_parser("push", help="publish a bundle and make targets install it")
     push.add_argument("bundle", type=Path)
     push.add_argument("--target", required=True, help="device:ID or group:NAME")
-    push.add_argument("--chunk-size", type=_chunk_size, default=256 * 1024, help="bytes per chunk (default 256k)")
+    push.add_argument(
+        "--chunk-size",
+        type=_chunk_size,
+        help="bytes per chunk (default 256k); lowered to fit the broker's maximum packet size (MQTT 5 CONNACK)",
+    )
     push.add_argument("--url", help="devices download the bundle from this HTTP(S) URL instead of the broker")
+    push.add_argument(
+        "--id", dest="deployment_id", help="the deployment's id (default: NAME-VERSION-RANDOM); waves depend on it"
+    )
     push.add_argument(
         "--allow-downgrade",
         action="store_true",
@@ -48,8 +56,10 @@ def add_fleet_commands(commands: Any) -> None:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="wait this long for the targets to finish (exit 1 if any fails)",
+        help="wait this long for the targets to finish (exit 1 if any fails); with --waves, follow the rollout "
+        "and halt it past --max-failures (exit 1 when halted)",
     )
+    add_staging_arguments(push)
     status = fleet_actions.add_parser("status", help="a table of devices")
     status.add_argument("--json", action="store_true")
     rollback = fleet_actions.add_parser("rollback", help="make targets return to their previous version")
@@ -82,9 +92,10 @@ def add_fleet_commands(commands: Any) -> None:
         "--operator", action="append", default=[], metavar="USER", help="a broker user that may do everything"
     )
     acl.add_argument("--topic-root", default="edge", help="first level of every topic (default edge)")
-    for parser in (push, status, rollback, gc, snapshot, release):
+    rollout_parsers, signing_rollout_parsers = add_rollout_commands(fleet_actions)
+    for parser in (push, status, rollback, gc, snapshot, release, *rollout_parsers):
         _broker_arguments(parser)
-    for parser in (push, rollback, snapshot, release):
+    for parser in (push, rollback, snapshot, release, *signing_rollout_parsers):
         parser.add_argument(
             "--key",
             type=Path,
@@ -146,6 +157,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         "gc": _fleet_gc,
         "snapshot": _fleet_snapshot,
         "release": _fleet_release,
+        "rollout": fleet_rollout,
     }
     settings = _broker_settings(args)
     topics = Topics(settings.topic_root)
@@ -170,6 +182,9 @@ def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
         if not args.bundle.is_file():
             raise CliError(f"bundle file not found: {args.bundle}")
         bundle_manifest(args.bundle)  # raises BundleError for a file that is not a bundle
+        args.staging = staging(args)  # raises CliError for a bad schedule or a target that is no group
+        if args.deployment_id is not None and not 1 <= len(args.deployment_id) <= 200:
+            raise CliError(f"--id must be 1 to 200 characters, not {len(args.deployment_id)}")
     if args.fleet_command in ("snapshot", "release") and not args.target.startswith("device:"):
         raise CliError(f"{args.fleet_command} needs --target device:ID, not {args.target!r}")
     if hasattr(args, "key"):
@@ -210,12 +225,22 @@ def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
             url=args.url,
             key=args.signing_key,
             allow_downgrade=args.allow_downgrade,
+            staging=args.staging,
+            deployment_id=args.deployment_id,
             progress=progress,
+            notice=lambda text: print(f"edge-agent: {text}", file=sys.stderr),
         )
     print(
         f"pushed {desired.name} {desired.version} ({desired.size} bytes, {desired.chunks} chunks, "
         f"sha256 {desired.sha256[:12]}) to {args.target} as deployment {desired.id}"
     )
+    if desired.rollout is not None:
+        waves = ",".join(f"{w:g}%" for w in desired.rollout.waves)
+        print(
+            f"staged rollout: waves {waves}, one every {desired.rollout.interval_s:g} s, halts past "
+            f"{desired.rollout.max_failures} failed; `edge-agent fleet rollout status {desired.id}`"
+        )
+        return follow_rollout(args, link, topics, desired.id, args.wait) if args.wait > 0 else 0
     return _follow(args, link, topics, desired.id) if args.wait > 0 else 0
 
 
@@ -246,7 +271,7 @@ def _follow(args: argparse.Namespace, link: MqttLink, topics: Topics, deployment
 
 
 def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    from agent.fleet.state import fleet_state, status_rows
+    from agent.fleet.state import fleet_state, group_rollouts, status_rows
 
     devices, malformed = fleet_state(link, topics, args.listen)
     if malformed:
@@ -254,11 +279,11 @@ def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> i
     if args.json:
         print(json.dumps(devices, indent=2))
         return 0
-    rows = status_rows(devices)
+    rows = status_rows(devices, group_rollouts(link, topics, args.listen))
     if not rows:
         print(f"no device has reported on {args.broker} under {topics.root}/")
         return 0
-    columns = ("device", "state", "group", "bundle", "deployment", "fps", "temperature_c")
+    columns = ("device", "state", "group", "bundle", "deployment", "wave", "fps", "temperature_c")
     cells = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))

@@ -70,7 +70,12 @@ def add_inference_commands(commands: Any) -> None:
 
     bench = commands.add_parser("bench", help="measure FPS, latency and memory of a model")
     bench.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
-    bench.add_argument("--source", default="synthetic", help="a video file or 'synthetic' (default)")
+    bench.add_argument(
+        "--source",
+        default="synthetic",
+        help="a video file, 'synthetic' (default), or a pipe source: 'gst:PIPELINE', 'ffmpeg:URL_OR_FILE', "
+        "'rpicam:ARGS' (docs/cameras.md)",
+    )
     bench.add_argument("--frames", type=positive_int, help="frames to process (default: the whole file, or 300)")
     bench.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     bench.add_argument(
@@ -88,7 +93,10 @@ def add_inference_commands(commands: Any) -> None:
     )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
-    probe = commands.add_parser("probe", help="show the hardware and runtimes found, and the runtime policy's choice")
+    probe = commands.add_parser(
+        "probe",
+        help="show the hardware, runtimes, sensors and camera tools found, and the runtime policy's choice",
+    )
     probe.add_argument("--json", action="store_true", help="print one JSON object")
     probe.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to probe (for fake trees)")
     probe.add_argument("--arch", help="CPU architecture to assume (default: this machine's)")
@@ -283,6 +291,7 @@ def _probe_report(board: Board, runtimes: Mapping[RuntimeName, RuntimeInfo]) -> 
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from agent.config.models import SensorsSection
+    from agent.hardware.camera_tools import find_camera_tools
     from agent.hardware.probe import probe
     from agent.hardware.sensors import Sensors
     from runtimes.registry import available_runtimes
@@ -294,6 +303,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         report["sensors"] = _sensors_found(sensors.read())
     finally:
         sensors.close()
+    report["cameras"] = find_camera_tools().to_json()
     if args.json:
         print(json.dumps(report))
         return 0
@@ -313,7 +323,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
     print("sensors:" + ("" if report["sensors"] else " none found"))
     for source, found in report["sensors"].items():
         print(f"  {source:<12} {found}")
+    _print_camera_tools(report["cameras"])
     return 0
+
+
+def _print_camera_tools(tools: dict[str, Any]) -> None:
+    """The camera tools part of ``edge-agent probe`` (docs/cameras.md)."""
+    from pipelines.pipe_source import INSTALL_HINTS
+
+    print("camera tools:")
+    for key, tool in (("gst", tools["gst_launch"]), ("ffmpeg", tools["ffmpeg"]), ("rpicam", tools["rpicam"])):
+        where = f"{tool['version'] or 'version unknown'} ({tool['path']})" if tool["path"] else "not installed"
+        print(f"  {tool['name']:<15} {where}" + ("" if tool["path"] else f": {INSTALL_HINTS[key]}"))
+    print(f"  GStreamer hardware decoders: {', '.join(tools['gst_hw_decoders']) or 'none'}")
+    print(f"  ffmpeg hardware decoders (compiled in): {', '.join(tools['ffmpeg_hw_decoders']) or 'none'}")
 
 
 def _sensors_found(readings: SensorReadings) -> dict[str, str]:

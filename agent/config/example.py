@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agent.config.recipes import recipe
 from agent.paths import DEFAULT_STATE_DIR
 
 
@@ -26,9 +27,14 @@ def example_config(
     status_password_file: Path | None = None,
 ) -> str:
     """The YAML text; `trust_key` None writes ``allow_unsigned: true`` and `operator_key` None
-    ``allow_unsigned_control: true``, each with a warning comment. `status_listen` (HOST:PORT)
-    serves the status page, with `status_user` and `status_password_file` when given (needed
-    beyond loopback; the caller checks that)."""
+    ``allow_unsigned_control: true``, each with a warning comment. `source` is a source string or
+    the name of a board recipe (`agent.config.recipes`), written with what it is for.
+    `status_listen` (HOST:PORT) serves the status page, with `status_user` and
+    `status_password_file` when given (needed beyond loopback; the caller checks that)."""
+    found = recipe(source)
+    camera = f"  # {found.camera}, on {found.board}: needs {found.note} (docs/cameras.md)\n" if found else ""
+    source = found.source if found else source
+    loop = "" if found else "    loop: true\n"  # repeats a file; a board's camera is live
     if trust_key is not None:
         trust = f"trust_keys:\n  - {_quoted(str(trust_key))}\nallow_unsigned: false"
     else:
@@ -85,10 +91,9 @@ deployments:
   probation_s: 120        # a new version is rolled back if its cameras fail or its FPS halves within this
 
 pipelines:
-  - name: cam0
+{camera}  - name: cam0
     source: {_quoted(source)}
-    loop: true
-    max_fps: 15
+{loop}    max_fps: 15
 
 telemetry:
   interval_s: 10
@@ -96,6 +101,11 @@ telemetry:
 events:
   min_interval_s: 5
   min_confidence: 0.5
+
+# cameras:                # how the cameras run (docs/cameras.md)
+#   share_model: true     # one loaded model for all cameras
+#   batch: true           # frames of several cameras in one batch (models with a dynamic batch axis)
+#   ffmpeg: {{hwaccel: auto}}   # auto: the board's hardware H.264 decoder; none; or [-c:v, NAME]
 
 {page}
 """

@@ -217,7 +217,8 @@ class TrackerConfig(_Section):
 class PipelineSection(_Section):
     name: TopicWord = Field(default="cam0", description="Pipeline (camera) name, used in telemetry and events.")
     source: str = Field(
-        description="synthetic[:SEED], a video file, /dev/videoN or an index, rtsp://..., or a GStreamer pipeline."
+        description="synthetic[:SEED], a video file, /dev/videoN or an index, rtsp://..., gst:PIPELINE, "
+        "ffmpeg:[OPTIONS] URL_OR_FILE, rpicam:ARGS (docs/cameras.md), or a GStreamer pipeline for OpenCV."
     )
     loop: bool = Field(default=True, description="Play a video file in a loop.")
     width: int | None = Field(default=None, ge=1, description="Camera capture width.")
@@ -412,6 +413,40 @@ class GovernorSection(_Section):
     fan: FanSection = Field(default_factory=FanSection, description="The fan it drives.")
 
 
+class FfmpegSection(_Section):
+    """How ``ffmpeg:`` sources run (docs/cameras.md)."""
+
+    hwaccel: Literal["auto", "none"] | list[str] = Field(
+        default="auto",
+        description="Hardware H.264 decode for ffmpeg: sources (streams and files): auto: the board's decoder "
+        "when this ffmpeg lists it (Jetson h264_nvv4l2dec or h264_nvmpi, Raspberry Pi 4 h264_v4l2m2m; "
+        "others decode in software); none: software; or the ffmpeg options to put before -i, "
+        "e.g. [-c:v, hevc_v4l2m2m].",
+    )
+    rtsp_transport: Literal["tcp", "udp"] = Field(default="tcp", description="RTSP transport of rtsp:// inputs.")
+
+
+class CamerasSection(_Section):
+    """How the cameras run: one model shared by all of them, batching, the pipe sources."""
+
+    share_model: bool = Field(
+        default=True,
+        description="Cameras share one loaded model (one runtime in memory); false: each camera loads its own.",
+    )
+    batch: bool = Field(
+        default=True,
+        description="Infer frames waiting from several cameras as one batch, on models with a dynamic batch axis.",
+    )
+    batch_wait_ms: float = Field(
+        default=10.0, ge=0, le=1000, description="Longest the first frame of a batch waits for the other cameras."
+    )
+    max_batch: int = Field(default=8, ge=1, le=64, description="Most frames in one batch (one per camera).")
+    stall_timeout_s: float = Field(
+        default=15.0, gt=0, description="A pipe source silent this long is restarted (its process killed)."
+    )
+    ffmpeg: FfmpegSection = Field(default_factory=FfmpegSection, description="ffmpeg: sources.")
+
+
 def split_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[IPv6]:PORT`` for an IPv6 address) as ``(host, port)``; raises
     `ValueError` saying what is wrong."""
@@ -548,6 +583,9 @@ class AgentConfig(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log verbosity.")
     sensors: SensorsSection = Field(default_factory=SensorsSection, description="Optional sensor sources.")
     governor: GovernorSection = Field(default_factory=GovernorSection, description="Thermal and battery governor.")
+    cameras: CamerasSection = Field(
+        default_factory=CamerasSection, description="One shared model, batching, pipe sources (docs/cameras.md)."
+    )
     status_page: StatusPageSection | None = Field(
         default=None, description="The technician's status page, /api, /metrics and /healthz; absent: not served."
     )

@@ -35,6 +35,7 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,11 +46,11 @@ from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
 from agent.config.loading import load_config, security_warnings
 from agent.config.models import AgentConfig
-from agent.daemon.deployer import Deployer, deployment_status
+from agent.daemon.deployer import Deployer
 from agent.daemon.governing import Governing
 from agent.daemon.page import service_line, start_page
 from agent.daemon.service import Service
-from agent.daemon.telemetry import status_document, telemetry_document
+from agent.daemon.telemetry import deployment_status, status_document, telemetry_document
 from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.fan import FanError, open_fan
@@ -75,7 +76,7 @@ from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from pipelines.pipeline import use_one_opencv_thread
-from runtimes.base import RuntimeInfo
+from runtimes.base import RuntimeInfo, compact_malloc
 from runtimes.registry import available_runtimes
 
 if TYPE_CHECKING:
@@ -102,11 +103,13 @@ class Agent:
         config_path: Path | None = None,
         root: Path = Path("/"),
         pin_factory: Any = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """`root` is the filesystem the sensors read (a fake or captured tree in tests);
-        `pin_factory` is gpiozero's, for a GPIO fan (None: gpiozero's default)."""
+        `pin_factory` is gpiozero's, for a GPIO fan (None: gpiozero's default); `clock` is the
+        wall clock (Unix seconds) that control documents and rollout waves are judged by."""
         self.board, self.config_path = board, config_path
-        self.root, self.pin_factory = root, pin_factory
+        self.root, self.pin_factory, self.clock = root, pin_factory, clock
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._configure(config)
@@ -125,12 +128,15 @@ class Agent:
             self.device,
             config.device.group,
             SeenIds(config.state_dir / "control.json", keep_s=2 * config.max_clock_skew_s),
+            clock=self.clock,
         )
         self.warnings = security_warnings(config)
         self._limits = RateLimits(COMMANDS)
         self._throttled = ThrottledLog(log)
         self.events = EventSink(config.events, self._labels, self._publish_event, config.pipelines)
-        self.cameras = Cameras(config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes)
+        self.cameras = Cameras(
+            config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes, config.cameras
+        )
         self.sensors = Sensors.from_config(config.sensors, self.root, self.board)
         self.monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(self.sensors.fs))
         self._readings: SensorReadings | None = None  # the sampler's latest sensor reading
@@ -181,6 +187,7 @@ class Agent:
 
     def start(self) -> None:
         use_one_opencv_thread()
+        compact_malloc()  # freed frames and tensors go back to the system, not to per-thread arenas
         self.store.ensure()
         recovered = self.store.recover()
         if recovered is not None:
@@ -205,6 +212,7 @@ class Agent:
                 self.gate,
                 self._on_deployed,
                 camera_stats=self.cameras.stats,
+                wall_clock=self.clock,
             )
             self.link.subscribe(self.topics.command(self.device, "+"), self._enqueue_command)
             self.link.start()
@@ -342,6 +350,7 @@ class Agent:
             analytics=tuple(self.events.counts()),
             sensors=self._readings,
             governor=self.governing.state if self.governing is not None else None,
+            rollout=deployer.rollout if deployer is not None else None,
             runtimes=self._runtimes,
         )
 

@@ -1,10 +1,13 @@
 """The device side of fleet deployments: follow ``desired``, download, install, watch, report.
 
-The device listens to its own ``desired`` topic and its group's; a device document overrides
-the group's (a signed `Release` hands the device back to its group). Every document passes the
-`ControlGate` first (signed by an operator, for this device, fresh), and the device acts on each
-id once (``followed.json``), so a rollback is not undone by the retained document it rolled back
-from. A deployment runs in this class's worker thread::
+The device listens to its own ``desired`` topic and its group's (`DesiredDocuments`); a device
+document overrides the group's (a signed `Release` hands the device back to its group). Every
+document passes the `ControlGate` first (signed by an operator, for this device, fresh), and the
+device acts on each id once (``followed.json``), so a rollback is not undone by the retained
+document it rolled back from. A group document with a rollout schedule is started when this
+device's wave opens and not while the rollout is halted; a halt with ``on_halt: rollback`` ends
+the download or probation in progress and undoes a deployment that succeeded
+(agent/daemon/rollout.py decides). A deployment runs in this class's worker thread::
 
     QUEUED -> DOWNLOADING (chunks, resumable) -> VERIFYING -> INSTALLING -> ACTIVATING
            -> PROBATION -> SUCCEEDED | REJECTED (code) | FAILED (code) | FAILED -> ROLLED_BACK
@@ -24,57 +27,34 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import asdict
-from typing import Any
 
 from agent.bundles.install import InstallPolicy, checkpoint, end_probation, install, rollback
 from agent.bundles.record import FINAL_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
+from agent.daemon.desired import DesiredDocuments, latest
 from agent.daemon.download import BundleDownload
 from agent.daemon.probation import PASSED, ProbationJudge
+from agent.daemon.rollout import Action, Plan, halted_by_rollout, plan, undo_halted
+from agent.daemon.telemetry import deployment_document, deployment_status
 from agent.daemon.transfer import Cancelled, PartialBundle
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
 from agent.mqtt.control import ControlGate, ControlRefused, Kind
 from agent.mqtt.link import Message, MqttLink
-from agent.mqtt.protocol import Desired, ProtocolError, Release, Topics, json_payload
-from agent.snapshot import DeploymentStatus, DownloadProgress
+from agent.mqtt.protocol import Desired, ProtocolError, Topics, json_payload
+from agent.snapshot import DeploymentStatus, DownloadProgress, RolloutPosition
 from pipelines.backoff import Backoff
 from pipelines.pipeline import PipelineStats
 
 log = logging.getLogger(__name__)
 
 
-def deployment_document(deployment: Deployment, progress: DownloadProgress | None = None) -> dict[str, Any]:
-    """The retained ``deployment`` document (docs/mqtt.md)."""
-    document = asdict(deployment)
-    document["history"] = [{"state": s, "ts": t} for s, t in deployment.history]
-    if progress is not None:
-        document["progress"] = asdict(progress)
-    return document
-
-
-def deployment_status(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentStatus:
-    """The record as the agent snapshot shows it."""
-    error = deployment.error or {}
-    return DeploymentStatus(
-        id=deployment.id,
-        name=deployment.name,
-        version=deployment.version,
-        sha256=deployment.sha256,
-        state=deployment.state,
-        error_code=error.get("code"),
-        error_message=error.get("message"),
-        attempt=deployment.attempt,
-        progress=progress,
-    )
-
-
 class Deployer:
     """Follows the desired documents of one device. `on_switched` is called (in the worker
     thread) whenever the store's current version changed, to serve it on the cameras;
-    `camera_stats` reads the cameras for probation. `clock` is monotonic seconds."""
+    `camera_stats` reads the cameras for probation. `clock` is monotonic seconds, `wall_clock`
+    Unix seconds (when a rollout's waves open)."""
 
     def __init__(
         self,
@@ -89,16 +69,15 @@ class Deployer:
         on_switched: Callable[[Deployment], None],
         camera_stats: Callable[[], Sequence[PipelineStats]] = list,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config, self.device, self.store, self.board = config, device, store, board
         self.link, self.topics, self.policy, self.gate = link, topics, policy, gate
         self._on_switched, self._camera_stats, self._clock = on_switched, camera_stats, clock
-        self._lock = threading.Condition()
-        self._device_doc: Desired | None = None
-        self._group_doc: Desired | None = None
-        self._released: float | None = None  # issue time of a release not yet recorded
-        self._back_to_group = False  # a release came: the group's version is installed even if lower
+        self._wall_clock = wall_clock
         self._followed = store.followed()
+        self.documents = DesiredDocuments(device, topics, gate, lambda: self._followed)
+        self._lock = self.documents.lock
         self._working_on: str | None = None
         self._rollbacks: list[Future[Deployment]] = []
         self._progress: DownloadProgress | None = None  # of the download in this deployment
@@ -106,8 +85,10 @@ class Deployer:
         self._stop = threading.Event()
         self._cancel = threading.Event()
         self._timed_out = threading.Event()
+        self._halted = threading.Event()  # the rollout in progress was halted with on_halt rollback
         self._thread: threading.Thread | None = None
         self.problem: str | None = None  # the last control document refused, or a download waiting
+        self.rollout: RolloutPosition | None = None  # this device in its group's staged rollout
 
     # -- wiring --------------------------------------------------------------------------------
 
@@ -135,46 +116,26 @@ class Deployer:
         return self._working_on is not None
 
     def wanted(self) -> Desired | None:
-        return self._device_doc if self._device_doc is not None else self._group_doc
+        return self.documents.wanted()
 
     # -- desired documents (paho's network thread) ---------------------------------------------
 
-    def _read(self, message: Message, kind: Kind) -> Desired | Release | None:
-        """The accepted document, None for an empty message (a clear, where unsigned control is
-        allowed); `ProtocolError` or `ControlRefused` otherwise."""
-        if not message.payload:
-            if not self.gate.allow_unsigned:
-                raise ControlRefused("an empty message is unsigned: release a device with `edge-agent fleet release`")
-            return None
-        model: type[Desired] | type[Release] = Release if b'"release"' in message.payload else Desired
-        document: Desired | Release = model.parse(message.payload, message.topic)
-        if isinstance(document, Release) and kind != "device":
-            raise ProtocolError(f"{message.topic}: a release belongs on a device's desired topic")
-        newest = self._followed.device_issued if kind == "device" else self._followed.group_issued
-        return self.gate.accept_document(document, kind, newest)
-
     def _on_desired(self, message: Message) -> None:
-        kind: Kind = "device" if message.topic == self.topics.desired(self.device) else "group"
         try:
-            document = self._read(message, kind)
+            self.documents.accept(message)
         except (ProtocolError, ControlRefused) as exc:
             text = str(exc) if isinstance(exc, ProtocolError) else f"{exc.code}: {message.topic} refused: {exc.message}"
             self.problem = text
             log.error("deployment: %s", text)
             return
         with self._lock:
-            if kind == "device":
-                self._device_doc = document if isinstance(document, Desired) else None
-                if isinstance(document, Release):
-                    self._released = document.issued_at
-                if not isinstance(document, Desired):  # a release, or an empty message where allowed
-                    self._back_to_group = True
-            else:
-                self._group_doc = document if isinstance(document, Desired) else None
             self.problem = None
             wanted = self.wanted()
             if self._working_on is not None and (wanted is None or wanted.id != self._working_on):
                 self._cancel.set()  # a newer document replaces the one being downloaded
+            elif self._working_on is not None and _halts_with_rollback(wanted):
+                self._halted.set()  # the download ends, a probation rolls back
+                self._cancel.set()
             self._lock.notify_all()
 
     # -- rollback (any thread) -----------------------------------------------------------------
@@ -211,21 +172,41 @@ class Deployer:
 
     # -- the worker ----------------------------------------------------------------------------
 
-    def _next(self) -> tuple[Desired, Kind] | None:
-        """Wait for a document to act on, with the topic it came from; None when a rollback or
-        a release is to be served first, or the deployer stops."""
+    def _next(self) -> tuple[Desired, Kind, Plan] | None:
+        """Wait for a document to act on, with the topic it came from and what to do with it;
+        None when a rollback or a release is to be served first, or the deployer stops."""
         with self._lock:
             while not self._stop.is_set():
-                if self._rollbacks or self._released is not None:
+                if self._rollbacks or self.documents.release_pending:
                     return None
-                desired = self.wanted()
-                if desired is not None and desired.id != self._followed.id:
-                    self._working_on = desired.id
-                    self._cancel.clear()
-                    self._timed_out.clear()
-                    return desired, "device" if desired is self._device_doc else "group"
-                self._lock.wait(1.0)
+                self._remember_accepted()
+                desired, wait = self.wanted(), 1.0
+                if desired is None:
+                    self.rollout = None
+                else:
+                    now = self._wall_clock()
+                    last = self.store.last_deployment() if desired.rollout is not None else None
+                    job = plan(desired, self.device, self._followed.id, last, self.store.current_sha(), now)
+                    self.rollout = job.position
+                    if job.action in (Action.START, Action.UNDO):
+                        self._working_on = desired.id
+                        self._cancel.clear()
+                        self._timed_out.clear()
+                        self._halted.clear()
+                        return desired, self.documents.kind_of(desired), job
+                    if job.wake_at is not None:
+                        wait = min(wait, max(0.01, job.wake_at - now))
+                self._lock.wait(wait)
             return None
+
+    def _remember_accepted(self) -> None:
+        """Write the issue times of documents accepted since followed.json was last written."""
+        newest = self.documents.newest(self._followed)
+        if newest != self._followed:
+            try:
+                self._follow(newest)
+            except OSError as exc:  # kept in memory; the deployment that follows reports the disk
+                log.warning("deployment: cannot write %s: %s", self.store.root / "followed.json", exc.strerror)
 
     def _work(self) -> None:
         backoff = Backoff(initial=5.0, maximum=300.0)
@@ -235,8 +216,10 @@ class Deployer:
             try:
                 self._record_release()
                 self._serve_rollbacks()
-                if job is not None:
-                    self._deploy(*job)
+                if job is not None and job[2].action == Action.UNDO:
+                    self._undo(job[0], job[1])
+                elif job is not None:
+                    self._deploy(job[0], job[1])
                 backoff.reset()
             except Cancelled:
                 log.info("deployment %s paused; it resumes from the chunks on disk", name)
@@ -252,8 +235,7 @@ class Deployer:
                     self._working_on = None
 
     def _record_release(self) -> None:
-        with self._lock:
-            released, self._released = self._released, None
+        released = self.documents.take_release()
         if released is not None:
             self._follow(Followed(self._followed.id, released, self._followed.group_issued))
 
@@ -292,20 +274,20 @@ class Deployer:
         """Remember that `desired` was acted on (it is not acted on again), and its issue time as
         the newest accepted from its topic."""
         if kind == "group":
-            self._back_to_group = False
-        old = self._followed
-        issued = desired.issued_at
+            self.documents.back_to_group = False
+        old, issued = self._followed, desired.issued_at
         if kind == "device":
-            self._follow(Followed(desired.id, issued or old.device_issued, old.group_issued))
+            self._follow(Followed(desired.id, latest(issued, old.device_issued), old.group_issued))
         else:
-            self._follow(Followed(desired.id, old.device_issued, issued or old.group_issued))
+            self._follow(Followed(desired.id, old.device_issued, latest(issued, old.group_issued)))
 
     def _deploy(self, desired: Desired, kind: Kind) -> None:
         store, settings = self.store, self.config.deployments
         self._progress = None
         last = store.last_deployment()
         same = last if last is not None and last.id == desired.id else None
-        if same is not None and same.state in FINAL_STATES and not self._retry_after_crash(same):
+        again = self._retry_after_crash(same) or halted_by_rollout(same, desired.id) if same else False
+        if same is not None and same.state in FINAL_STATES and not again:
             self._publish(same)
             self._finish(desired, kind)
             return
@@ -340,7 +322,7 @@ class Deployer:
             on_state=self._publish,
             deployment=deployment,
             sha256_checked=True,  # PartialBundle.finish hashed it
-            allow_downgrade=desired.allow_downgrade or (kind == "group" and self._back_to_group),
+            allow_downgrade=desired.allow_downgrade or (kind == "group" and self.documents.back_to_group),
             probation_s=settings.probation_s,
         )
         bundle.remove()
@@ -349,6 +331,18 @@ class Deployer:
         elif result.state == State.SUCCEEDED:
             self._on_switched(result)
         self._finish(desired, kind)
+
+    def _undo(self, desired: Desired, kind: Kind) -> None:
+        """``on_halt: rollback``: undo the deployment of `desired` this device had taken."""
+        record = self.store.last_deployment()
+        assert record is not None  # plan() undoes only a recorded deployment
+        halted = desired.rollout.halted if desired.rollout is not None else None
+        result = undo_halted(self.store, record, halted.reason if halted is not None else "")
+        self.report(result)
+        if result.state == State.ROLLED_BACK:
+            self._on_switched(result)
+        self._finish(desired, kind)
+        log.warning("deployment %s: %s (the rollout was halted)", desired.id, result.state)
 
     def _download(self, desired: Desired, deployment: Deployment) -> PartialBundle | None:
         """The downloaded bundle, or None when the deployment ended here (refused, timed out,
@@ -383,6 +377,9 @@ class Deployer:
             elif self._rollbacks:
                 error = BundleError(ErrorCode.CANCELLED, "cancelled by a rollback command")
                 self._step(deployment, State.REJECTED, error)
+            elif self._halted.is_set():
+                error = BundleError(ErrorCode.ROLLOUT_HALTED, f"the rollout of {desired.id} was halted")
+                self._step(deployment, State.REJECTED, error)
             else:
                 raise
         finally:
@@ -416,10 +413,13 @@ class Deployer:
                 return deployment  # still PROBATION on disk: the next start rolls it back
             if rollback_asked:
                 verdict = "rolled back by a rollback command during probation"
+            elif self._halted.is_set():
+                verdict = "rolled back: the rollout was halted during probation"
             else:
                 verdict = judge.observe(self._camera_stats(), self._clock())
         failure = None if verdict == PASSED else verdict
-        result = end_probation(self.store, deployment, failure, self._publish)
+        code = ErrorCode.ROLLOUT_HALTED if self._halted.is_set() and not rollback_asked else ErrorCode.PROBATION_FAILED
+        result = end_probation(self.store, deployment, failure, self._publish, code)
         if failure is not None:
             log.error("deployment %s rolled back: %s", deployment.id, failure)
             self._on_switched(result)
@@ -441,3 +441,9 @@ class Deployer:
         probation, where the new model itself may be what took the process down."""
         interrupted = (last.error or {}).get("code") == ErrorCode.INTERRUPTED
         return interrupted and last.state == State.REJECTED and last.attempt < 2
+
+
+def _halts_with_rollback(desired: Desired | None) -> bool:
+    """Whether `desired` is a halted rollout whose devices roll back."""
+    rollout = desired.rollout if desired is not None else None
+    return rollout is not None and rollout.halted is not None and rollout.on_halt == "rollback"

@@ -5,7 +5,9 @@ as the page's problem list (`agent.web.problems`), so a technician reads the sam
 
 config valid -> state directory writable and disk free -> trusted and operator keys readable ->
 broker reachable with the configured TLS and credentials -> each camera opens and delivers a
-frame -> a runtime loads the active version -> sensors readable (power, battery) -> clock
+frame (a pipe source this device lacks the programs or GStreamer elements for fails with what to
+install, unopened: `agent.hardware.camera_tools.source_problems`, the check ``config check``
+and the daemon's start share) -> a runtime loads the active version -> sensors readable (power, battery) -> clock
 synchronised -> the running agent's ``/healthz`` (when the page is configured).
 
 A config that cannot be read stops the list there. Slow checks (the broker, a camera) give up
@@ -22,6 +24,7 @@ import tempfile
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +35,16 @@ from agent.bundles.store import Store
 from agent.config.loading import check_files, load_config, security_warnings
 from agent.config.models import AgentConfig, PipelineSection, StatusPageSection
 from agent.errors import BundleError, ConfigError
+from agent.hardware.camera_tools import CameraTools, find_camera_tools, source_problems
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.probe import probe
 from agent.hardware.sensors import Sensors
 from agent.hardware.sysfs import SysFS
 from agent.mqtt.link import MqttLink
-from agent.serving.cameras import source_for
+from agent.serving.cameras import pipe_settings, source_for
 from agent.serving.loader import open_detector
 from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_power
+from pipelines.pipe_commands import PipeSettings, pipe_tool
 from pipelines.sources import SourceError
 
 
@@ -57,7 +62,7 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
     found += [check_state_dir(config), check_keys(config)]
     if config.mqtt is not None:
         found.append(check_broker(config, timeout_s))
-    found += [check_camera(section, timeout_s) for section in config.pipelines]
+    found += check_cameras(config, root, timeout_s)
     found.append(check_runtime(config, root))
     found += check_sensors(config, root)
     found.append(judge_clock(clock_synchronised(SysFS(root))))
@@ -119,12 +124,30 @@ def check_broker(config: AgentConfig, timeout_s: float) -> Finding:
     return Finding("broker", "fail", error or f"no answer from {broker} within {timeout_s:.0f} s", fix)
 
 
-def check_camera(section: PipelineSection, timeout_s: float) -> Finding:
-    """Open the camera and read one frame, within `timeout_s`."""
+def check_cameras(
+    config: AgentConfig, root: Path, timeout_s: float, find_tools: Callable[[], CameraTools] = find_camera_tools
+) -> list[Finding]:
+    """Each camera: a pipe source this device cannot run fails with what to install (the tools
+    are asked only when a camera is a pipe source); the others are opened (`check_camera`)."""
+    tools = find_tools() if any(pipe_tool(s.source) for s in config.pipelines) else None
+    pipe = pipe_settings(config.cameras, probe(root), tools)
+    found = []
+    for section in config.pipelines:
+        problems = source_problems(section.source, tools) if tools else []
+        if problems:
+            fix = "install what is named, or change pipelines[].source (docs/cameras.md has each board's recipe)"
+            found.append(Finding(f"camera {section.name}", "fail", "; ".join(problems), fix))
+        else:
+            found.append(check_camera(section, timeout_s, pipe))
+    return found
+
+
+def check_camera(section: PipelineSection, timeout_s: float, pipe: PipeSettings | None = None) -> Finding:
+    """Open the camera and read one frame, within `timeout_s`; `pipe`: how pipe sources run."""
     name, result = f"camera {section.name}", dict[str, Any]()
 
     def read() -> None:
-        source = source_for(section)
+        source = source_for(section, pipe)
         try:
             source.open()
             frame = source.read()

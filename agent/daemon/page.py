@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from agent.daemon.deployer import deployment_status
+from agent.daemon.telemetry import deployment_status
 from agent.errors import ConfigError
 from agent.snapshot import AgentSnapshot
 from agent.web.controls import AgentControls

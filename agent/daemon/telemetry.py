@@ -1,4 +1,5 @@
-"""The ``status`` and ``telemetry`` documents (docs/mqtt.md), made from an `AgentSnapshot`.
+"""The ``status``, ``telemetry`` and ``deployment`` documents (docs/mqtt.md), made from an
+`AgentSnapshot` or a deployment record.
 
 This is the JSON edge of the MQTT topics: the snapshot's typed values become the documents'
 dicts here and nowhere else (latencies in ms, fps in frames per second, times in Unix seconds).
@@ -9,10 +10,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from agent.bundles.record import Deployment
 from agent.hardware.readings import SensorReadings
-from agent.snapshot import AgentSnapshot
+from agent.snapshot import AgentSnapshot, DeploymentStatus, DownloadProgress
 
-_CAMERA_FIELDS = ("name", "fps", "max_fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status")
+_CAMERA_FIELDS = (
+    *("name", "fps", "max_fps", "frames", "dropped", "errors", "paused", "latency_ms", "source_status"),
+    *("shared_by", "mean_batch"),
+)
 _RUNTIME_FIELDS = ("available", "version", "crashed", "reason")
 
 
@@ -37,6 +42,7 @@ def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "error": snapshot.serving_error,
         "deployment_problem": snapshot.deployment_problem,
         "warnings": list(snapshot.warnings),
+        "rollout": asdict(snapshot.rollout) if snapshot.rollout else None,
         "runtimes": runtimes_document(snapshot),
     }
 
@@ -68,3 +74,28 @@ def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "events": asdict(snapshot.events),
         "analytics": snapshot.analytics_json(),
     }
+
+
+def deployment_document(deployment: Deployment, progress: DownloadProgress | None = None) -> dict[str, Any]:
+    """The retained ``deployment`` document (docs/mqtt.md)."""
+    document = asdict(deployment)
+    document["history"] = [{"state": s, "ts": t} for s, t in deployment.history]
+    if progress is not None:
+        document["progress"] = asdict(progress)
+    return document
+
+
+def deployment_status(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentStatus:
+    """The record as the agent snapshot shows it."""
+    error = deployment.error or {}
+    return DeploymentStatus(
+        id=deployment.id,
+        name=deployment.name,
+        version=deployment.version,
+        sha256=deployment.sha256,
+        state=deployment.state,
+        error_code=error.get("code"),
+        error_message=error.get("message"),
+        attempt=deployment.attempt,
+        progress=progress,
+    )

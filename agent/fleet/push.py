@@ -1,6 +1,11 @@
 """Pushing a bundle: its chunks, index and desired document left retained on the broker (a
 device that is offline now catches up when it connects), and following the devices' records
-until each deployment ends. Desired documents and releases are signed with the operator's key."""
+until each deployment ends. Desired documents and releases are signed with the operator's key.
+
+Chunks are cut to fit the broker's Maximum Packet Size (from its CONNACK, `MqttLink.limits`):
+a broker closes the connection of a client that sends a larger packet. A push to a group may
+carry a staged rollout (`Staging`, agent/fleet/rollout.py) whose waves start when the desired
+document is published."""
 
 from __future__ import annotations
 
@@ -20,10 +25,12 @@ from pydantic import ValidationError
 from agent.bundles.manifest import Manifest
 from agent.bundles.record import FINAL_STATES
 from agent.errors import BundleError, ErrorCode
-from agent.fleet.client import parse_json, publish_retained, wait_acked
+from agent.fleet.client import FleetError, parse_json, publish_retained, wait_acked
+from agent.fleet.rollout import Staging
 from agent.mqtt.control import sign
+from agent.mqtt.limits import fit_chunk_size, publish_packet_size
 from agent.mqtt.link import Message, MqttLink
-from agent.mqtt.protocol import ChunkIndex, Desired, Release, Topics
+from agent.mqtt.protocol import DEFAULT_CHUNK_SIZE, MAX_CHUNKS, ChunkIndex, Desired, Release, Topics
 
 MAX_MANIFEST_BYTES = 1 << 20
 
@@ -52,18 +59,26 @@ def push(
     bundle: Path,
     target: str,
     *,
-    chunk_size: int,
+    chunk_size: int | None = None,
     url: str | None = None,
     key: Ed25519PrivateKey | None = None,
     allow_downgrade: bool = False,
+    staging: Staging | None = None,
+    deployment_id: str | None = None,
     progress: Callable[[int], None] = lambda n: None,
+    notice: Callable[[str], None] = lambda text: None,
     timeout: float = 600.0,
 ) -> Desired:
     """Publish the bundle's chunks (unless `url` serves it) and index, then, once the broker has
     acknowledged them, the desired document for `target` (``device:ID`` or ``group:NAME``),
-    signed by the operator's `key`; all retained, QoS 1. `progress` gets the bytes acknowledged
-    so far."""
+    signed by the operator's `key`; all retained, QoS 1. `chunk_size` (None: the default) is
+    lowered to fit the broker's maximum packet size, and `notice` says so; `staging` makes it a
+    staged rollout (a group only); `deployment_id` names the deployment (default: name, version
+    and a random suffix). `progress` gets the bytes acknowledged so far."""
     desired_topic = topics.target_desired(target)
+    if staging is not None and not target.startswith("group:"):
+        raise FleetError(f"a staged rollout (--waves) goes to a group, not to {target}")
+    chunk_size = _chunk_size(link, topics, chunk_size, url, notice)
     manifest = bundle_manifest(bundle)
     data = memoryview(bundle.read_bytes())
     sha256 = hashlib.sha256(data).hexdigest()  # names the chunk topics, so it comes first
@@ -75,6 +90,9 @@ def push(
             infos.append(publish_retained(link, topics.chunk(sha256, len(chunks) - 1), piece.tobytes()))
     created = datetime.now(timezone.utc).replace(microsecond=0)
     index = ChunkIndex(sha256=sha256, size=len(data), chunk_size=chunk_size, chunks=chunks, created=created)
+    _check_fits(
+        link, topics.index(sha256), index.to_bytes(), "its chunk index: push with a larger --chunk-size or --url"
+    )
     infos.append(publish_retained(link, topics.index(sha256), index.to_bytes()))
     done = 0
     for i, info in enumerate(infos[:-1]):
@@ -83,7 +101,7 @@ def push(
         progress(done)
     wait_acked(infos[-1:], link, timeout)
     desired = Desired(
-        id=f"{manifest.name}-{manifest.version}-{uuid.uuid4().hex[:8]}",
+        id=deployment_id or f"{manifest.name}-{manifest.version}-{uuid.uuid4().hex[:8]}",
         name=manifest.name,
         version=manifest.version,
         sha256=index.sha256,
@@ -96,10 +114,39 @@ def push(
         target=target,
         allow_downgrade=allow_downgrade,
     )
+    now = time.time()
+    if staging is not None:
+        desired = desired.model_copy(update={"rollout": staging.schedule(round(now, 3))})
     if key is not None:
-        desired = sign(desired, key, target)
+        desired = sign(desired, key, target, now)
     wait_acked([publish_retained(link, desired_topic, desired.to_bytes())], link, timeout)
     return desired
+
+
+def _chunk_size(
+    link: MqttLink, topics: Topics, requested: int | None, url: str | None, notice: Callable[[str], None]
+) -> int:
+    """The chunk size to push: `requested` or the default, cut to the broker's maximum packet
+    size when the chunks go over MQTT (the longest chunk topic counts)."""
+    if url is not None:
+        return requested or DEFAULT_CHUNK_SIZE  # HTTP ranges: the broker never carries a chunk
+    try:
+        size, why = fit_chunk_size(requested, link.limits, topics.chunk("0" * 64, MAX_CHUNKS))
+    except ValueError as exc:
+        raise FleetError(str(exc)) from exc
+    if why is not None:
+        notice(why)
+    return size
+
+
+def _check_fits(link: MqttLink, topic: str, payload: bytes, advice: str) -> None:
+    limits = link.limits
+    size = publish_packet_size(topic, len(payload))
+    if limits is not None and not limits.fits(size):
+        raise FleetError(
+            f"{advice}: a {size}-byte packet is more than the broker's maximum packet size "
+            f"({limits.maximum_packet_size} bytes)"
+        )
 
 
 def release(

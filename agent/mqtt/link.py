@@ -13,6 +13,10 @@ Messages:
 - `publish`: sent now or not at all (returns a `Delivery`, or None when offline): command
   requests and responses, chunks.
 
+The broker's CONNACK (MQTT 5) says what it accepts: `limits` holds it as a `BrokerLimits`
+(its Maximum Packet Size above all), and a message whose packet would exceed that size is not
+sent (the broker would close the connection): `publish` returns None and says why in the log.
+
 This is the only module that imports paho: handlers get the link's own `Message`, publishing
 returns its own `Delivery`, so no paho object leaves it.
 
@@ -42,6 +46,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from agent.config.models import MqttSection
 from agent.errors import ConfigError
+from agent.mqtt.limits import BrokerLimits, publish_packet_size
 from pipelines.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -178,6 +183,7 @@ class MqttLink:
         self.dropped = 0  # queued messages pushed out by newer ones while offline
         self.reconnects = 0
         self.last_error: str | None = None
+        self.limits: BrokerLimits | None = None  # from the latest CONNACK; None before the first
         self._due = time.monotonic()  # when the supervisor promised to turn again
 
     def _configure(self, will: Will | None) -> None:
@@ -309,6 +315,7 @@ class MqttLink:
             self._lost.set()
             return
         self._connected_at = time.monotonic()
+        self.limits = BrokerLimits.from_connack(properties)
         if self.reconnects or self.last_error:
             log.info("mqtt: connected to %s again", self.settings.broker)
         self._backoff.reset()
@@ -406,8 +413,27 @@ class MqttLink:
         properties = None
         if response_topic is not None or correlation_data is not None or content_type is not None:
             properties = _properties(response_topic, correlation_data, content_type)
+        if not self._fits(topic, payload, qos, properties):
+            return None
         info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
         return Delivery(info) if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS else None
+
+    def _fits(self, topic: str, payload: bytes, qos: int, properties: Properties | None) -> bool:
+        """Whether the packet is within the broker's Maximum Packet Size (logged when not)."""
+        limits = self.limits
+        if limits is None or limits.maximum_packet_size is None:
+            return True
+        packed = len(properties.pack()) if properties else 1  # type: ignore[no-untyped-call]  # paho is untyped
+        size = publish_packet_size(topic, len(payload), qos, packed)
+        if limits.fits(size):
+            return True
+        log.warning(
+            "mqtt: not sent to %s: a %d-byte packet, more than the broker's maximum packet size (%d bytes)",
+            topic,
+            size,
+            limits.maximum_packet_size,
+        )
+        return False
 
     def reply(self, request: Message, payload: bytes, content_type: str) -> bool:
         """Answer an MQTT 5 request on its response topic with its correlation data (QoS 1);

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent.errors import validation_problems
+from agent.mqtt.rollout import Rollout
 
 DEFAULT_CHUNK_SIZE = 256 * 1024
 COMMANDS = ("rollback", "restart-pipeline", "snapshot", "ping")
@@ -192,6 +193,9 @@ class Desired(Signed):
     created: str | None = Field(default=None, max_length=40, description="When the operator pushed it, ISO 8601 UTC.")
     allow_downgrade: bool = Field(
         default=False, description="Install even if the device has a higher version of this bundle installed."
+    )
+    rollout: Rollout | None = Field(
+        default=None, description="A staged rollout's schedule and halt (agent/mqtt/rollout.py); none: all at once."
     )
 
     @model_validator(mode="after")

@@ -1,11 +1,15 @@
 """The daemon's cameras: one `Pipeline` per configured source, all serving the active version.
 
-`activate` loads the installed version once per camera (each pipeline owns its runtime, since
-not every runtime may be called from two threads) and either starts the pipelines or swaps the
-new model in between frames, so capture never stops for a deployment; the pipeline closes the
-runtime it swapped out once no frame uses it. A camera configured with several workers runs
-them only on a runtime that allows concurrent calls; when a deployment moves it between such a
-runtime and one that does not, its pipeline restarts instead.
+`activate` loads the installed version once for all cameras (`cameras.share_model`, the
+default: one `SharedModel`, one runtime in memory, frames of several cameras batched when the
+model has a dynamic batch axis) or once per camera (``share_model: false``), then either starts
+the pipelines or swaps the new model in between frames, so capture never stops for a
+deployment. Each pipeline closes the model it swapped out once no frame uses it: its own
+runtime, or its hold on the shared model, which closes when its last camera let go. A camera
+configured with several workers runs them only on a runtime that allows concurrent calls; when
+a deployment moves it between such a runtime and one that does not, its pipeline restarts
+instead. Pipe sources (``gst:``, ``ffmpeg:``, ``rpicam:``) get the board's ffmpeg decode
+options; what stops one from running here is logged once, at the first start.
 
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
 ``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
@@ -20,17 +24,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agent.bundles.manifest import Manifest
-from agent.config.models import PipelineSection
+from agent.config.models import CamerasSection, PipelineSection
 from agent.errors import BundleError
+from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
 from agent.hardware.probe import Board
 from agent.serving.loader import open_detector
 from pipelines.annotate import BoxAnnotator
-from pipelines.detector import Detector
+from pipelines.detector import FrameDetector
+from pipelines.pipe_commands import PipeSettings, pipe_tool
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
+from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
 from pipelines.sources import FrameSource, open_source
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Choice, Preference
@@ -41,11 +49,19 @@ log = logging.getLogger(__name__)
 SYNTHETIC_FPS = 15.0  # the synthetic camera's rate when the config gives none: a live camera, not a clip
 
 
-def source_for(section: PipelineSection) -> FrameSource:
+def source_for(section: PipelineSection, pipe: PipeSettings | None = None) -> FrameSource:
+    """The frame source of a camera; `pipe` holds the settings of pipe sources."""
     camera: dict[str, Any] = {k: getattr(section, k) for k in ("width", "height", "fps") if getattr(section, k)}
     if section.source.startswith("synthetic"):
         camera.setdefault("fps", SYNTHETIC_FPS)
-    return open_source(section.source, loop=section.loop, **camera)
+    return open_source(section.source, loop=section.loop, pipe=pipe, **camera)
+
+
+def pipe_settings(options: CamerasSection, board: Board, tools: CameraTools | None) -> PipeSettings:
+    """The settings of pipe sources from the ``cameras:`` section on `board` (`tools` None: not
+    asked, so ffmpeg decodes in software): the daemon's and the doctor's."""
+    args = ffmpeg_input_args(options.ffmpeg.hwaccel, board, tools)
+    return PipeSettings(args, options.ffmpeg.rtsp_transport, options.stall_timeout_s)
 
 
 def _capped(max_fps: float | None, cap: float | None) -> float | None:
@@ -54,7 +70,7 @@ def _capped(max_fps: float | None, cap: float | None) -> float | None:
     return min(limits) if limits else None
 
 
-def _workers(section: PipelineSection, detector: Detector) -> int:
+def _workers(section: PipelineSection, detector: FrameDetector) -> int:
     """The configured workers, or 1 on a runtime that serves one call at a time."""
     if section.workers > 1 and not detector.runtime.concurrent:
         log.warning(
@@ -77,9 +93,14 @@ class Cameras:
         preference: Preference = "auto",
         sink_for: Callable[[str], Sink] | None = None,
         settings: RuntimeSettings | None = None,
+        options: CamerasSection | None = None,
+        find_tools: Callable[[], CameraTools] = find_camera_tools,
     ) -> None:
         self.sections, self.board, self.preference = list(sections), board, preference
         self.settings = settings or RuntimeSettings()
+        self.options = options or CamerasSection()
+        self._find_tools = find_tools
+        self._pipe: PipeSettings | None = None  # made at the first start (it may ask the tools)
         self._sink_for = sink_for
         self._lock = threading.Lock()
         self._pipelines: dict[str, Pipeline] = {}
@@ -98,23 +119,44 @@ class Cameras:
             if self.halted:
                 self.version = version
                 return
+            models = self._load(version)
+            for section, model in zip(self.sections, models, strict=True):
+                workers = _workers(section, model)
+                running = self._pipelines.get(section.name)
+                if running is not None and running.workers == workers:
+                    running.swap_detector(model)
+                    continue
+                if running is not None:
+                    running.stop()
+                    running.detector.close()
+                self._pipelines[section.name] = self._start(section, model, workers)
+            self.version = version
+
+    def _load(self, version: Path) -> list[FrameDetector]:
+        """One detector per camera, in `sections` order: each camera's hold on one shared model,
+        or (``share_model: false``) a model of its own. Raises `BundleError` as `open_detector`."""
+        if not self.sections:
+            return []
+        options = self.options
+        if not options.share_model:
             loaded = [
                 open_detector(version, self.board, self.preference, s.workers, self.settings, self.lighter)
                 for s in self.sections
             ]
-            if loaded:
-                self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
-            for section, model in zip(self.sections, loaded, strict=True):
-                workers = _workers(section, model.detector)
-                running = self._pipelines.get(section.name)
-                if running is not None and running.workers == workers:
-                    running.swap_detector(model.detector)
-                    continue
-                if running is not None:
-                    running.stop()
-                    running.detector.runtime.close()
-                self._pipelines[section.name] = self._start(section, model.detector, workers)
-            self.version = version
+            self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
+            return [model.detector for model in loaded]
+        workers = max(s.workers for s in self.sections)
+        model = open_detector(version, self.board, self.preference, workers, self.settings, self.lighter)
+        if not model.detector.runtime.concurrent:  # one thread (and interpreter) per frame in flight
+            workers = min(workers, len(self.sections))
+        policy = BatchPolicy(options.batch, options.batch_wait_ms / 1000, options.max_batch)
+        try:
+            shared = SharedModel(model.detector, workers=workers, policy=policy)
+        except Exception:
+            model.detector.close()
+            raise
+        self.manifest, self.choice = model.manifest, model.choice
+        return [shared.attach(s.name) for s in self.sections]
 
     def restart(self, name: str | None = None) -> list[str]:
         """Stop and start one pipeline (or all) with a fresh source; returns the names restarted."""
@@ -130,12 +172,27 @@ class Cameras:
                 self._pipelines[n] = self._start(section, old.detector, old.workers)
             return names
 
-    def _start(self, section: PipelineSection, detector: Detector, workers: int) -> Pipeline:
+    def _pipe_settings(self) -> PipeSettings:
+        """The pipe sources' settings, made once: the tools are asked only when a camera is a
+        pipe source; what stops one from running is logged."""
+        if self._pipe is None:
+            options = self.options
+            tools = self._find_tools() if any(pipe_tool(s.source) for s in self.sections) else None
+            for section in self.sections:
+                for problem in source_problems(section.source, tools) if tools else []:
+                    log.warning("pipeline %s: %s", section.name, problem)
+            self._pipe = pipe_settings(options, self.board, tools)
+            if any(pipe_tool(s.source) == "ffmpeg" for s in self.sections):
+                decode = " ".join(self._pipe.ffmpeg_input_args) or "software (no hardware decoder)"
+                log.info("ffmpeg sources decode with %s", decode)
+        return self._pipe
+
+    def _start(self, section: PipelineSection, detector: FrameDetector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
         pipeline = Pipeline(
             section.name,
-            source_for(section),
+            source_for(section, self._pipe_settings()),
             detector,
             max_fps=_capped(section.max_fps, self.fps_cap),
             sinks=sinks,
@@ -205,7 +262,7 @@ class Cameras:
             for pipeline in self._pipelines.values():
                 pipeline.stop()
             for pipeline in self._pipelines.values():
-                pipeline.detector.runtime.close()
+                pipeline.detector.close()
             self._pipelines.clear()
 
     def get(self, name: str | None) -> Pipeline:
@@ -220,5 +277,13 @@ class Cameras:
             return self._pipelines[name]
 
     def stats(self) -> list[PipelineStats]:
+        """Each camera's numbers; `shared_by` and `mean_batch` from its shared model."""
         with self._lock:
-            return [p.stats() for p in self._pipelines.values()]
+            found = []
+            for pipeline in self._pipelines.values():
+                stats, detector = pipeline.stats(), pipeline.detector
+                if isinstance(detector, CameraModel):
+                    model = detector.shared.stats()
+                    stats = replace(stats, shared_by=model.cameras, mean_batch=model.mean_batch)
+                found.append(stats)
+            return found

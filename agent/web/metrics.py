@@ -108,8 +108,16 @@ class SnapshotCollector(Collector):
         stalled = GaugeMetricFamily(
             "edge_agent_camera_stalled_seconds", "How long a camera thread is past its turn.", labels=["camera"]
         )
+        shared_by = GaugeMetricFamily(
+            "edge_agent_camera_model_shared_by", "Cameras on this camera's model (1: its own).", labels=["camera"]
+        )
+        batch = GaugeMetricFamily(
+            "edge_agent_camera_mean_batch", "Frames per inference call on this camera's model.", labels=["camera"]
+        )
         for camera in s.cameras:
             name = [camera.name]
+            shared_by.add_metric(name, camera.shared_by)
+            batch.add_metric(name, camera.mean_batch)
             fps.add_metric(name, camera.fps)
             for stage, p in camera.latency_ms.items():
                 latency.add_metric([camera.name, stage, "0.5"], p.p50 / 1000)
@@ -119,7 +127,7 @@ class SnapshotCollector(Collector):
             errors.add_metric(name, camera.errors)
             up.add_metric(name, camera.source_status.state == "running")
             stalled.add_metric(name, camera.stalled_s)
-        yield from (fps, latency, frames, dropped, errors, up, stalled)
+        yield from (fps, latency, frames, dropped, errors, up, stalled, shared_by, batch)
 
     def _board(self, s: AgentSnapshot) -> Iterator[Metric]:
         sensors, system, governor = s.sensors, s.system, s.governor
