@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import psutil
-import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -34,51 +33,48 @@ from agent.bundles.signing import generate_keypair, load_private_key, load_publi
 from agent.bundles.store import Store  # noqa: E402
 from agent.hardware.probe import probe  # noqa: E402
 from tests.conftest import DEMO_MODELS  # noqa: E402
-from tests.mqtt_tools import AgentProcess, Broker, Watcher  # noqa: E402
+from tests.mqtt_tools import AgentProcess, Broker, Watcher, agent_config  # noqa: E402
 
 DEVICE = "soak-analytics"
 SAMPLE_S = 10.0
 WARM_UP_S = 60.0
 
 
-def prepare(folder: Path, broker_url: str) -> Path:
-    """The demo bundle installed in the agent's store, and its config."""
+def prepare(folder: Path, broker: Broker) -> Path:
+    """The demo bundle installed in the agent's store (state under ``folder/DEVICE``), and
+    its config."""
     private, public = generate_keypair(folder / "keys")
     bundle = folder / "demo-1.0.0.bundle"
     build_bundle(
         [DEMO_MODELS / "demo_detector.onnx"], bundle, name="demo", version="1.0.0", key=load_private_key(private)
     )
     policy = InstallPolicy(trusted=[load_public_key(public)])
-    installed = install(bundle, Store(folder / "state"), probe(), policy)
+    installed = install(bundle, Store(folder / DEVICE / "state"), probe(), policy)
     if installed.state != "SUCCEEDED":
         raise SystemExit(f"could not install the demo bundle: {installed.error}")
-    config = {
-        "device": {"id": DEVICE},
-        "state_dir": str(folder / "state"),
-        "trust_keys": [str(public)],
-        "operator_keys": [str(public)],
-        "mqtt": {"broker": broker_url, "reconnect_min_s": 0.2, "reconnect_max_s": 2.0},
-        "pipelines": [
-            {
-                "name": "street",
-                "source": "traffic:7",
-                "fps": 15,
-                "lines": [{"name": "crossing", "points": [[0, 240], [640, 240]]}],
-                "zones": [{"name": "left", "polygon": [[0, 0], [320, 0], [320, 480], [0, 480]]}],
-                "tracker": {"lost_frames": 15},
-            }
-        ],
-        "telemetry": {"interval_s": 5.0},
-        "events": {"min_interval_s": 2.0, "snapshots": True},
+    camera = {
+        "name": "street",
+        "source": "traffic:7",
+        "fps": 15,
+        "lines": [{"name": "crossing", "points": [[0, 240], [640, 240]]}],
+        "zones": [{"name": "left", "polygon": [[0, 0], [320, 0], [320, 480], [0, 480]]}],
+        "tracker": {"lost_frames": 15},
     }
-    path = folder / "agent.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return agent_config(
+        folder,
+        broker,
+        DEVICE,
+        public,
+        operator_key=public,
+        pipelines=[camera],
+        telemetry={"interval_s": 5.0},
+        events={"min_interval_s": 2.0, "snapshots": True},
+    )
 
 
 def run(folder: Path, minutes: float) -> dict[str, Any]:
     broker = Broker(folder / "broker").start()
-    config = prepare(folder, broker.url)
+    config = prepare(folder, broker)
     watcher = Watcher(broker, [f"edge/{DEVICE}/events", f"edge/{DEVICE}/telemetry"])
     agent = AgentProcess(config).start()
     assert agent.process is not None
