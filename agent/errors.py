@@ -54,6 +54,8 @@ class ErrorCode(str, Enum):
     NO_RUNTIME = "NO_RUNTIME"
     DECODER_MISMATCH = "DECODER_MISMATCH"
     PARITY_FAILED = "PARITY_FAILED"
+    # a TensorRT engine that could not be built on the device (ONNX Runtime serves instead)
+    ENGINE_BUILD_FAILED = "ENGINE_BUILD_FAILED"
     PROBATION_FAILED = "PROBATION_FAILED"
     ROLLOUT_HALTED = "ROLLOUT_HALTED"
     RECORD_UNWRITABLE = "RECORD_UNWRITABLE"

@@ -25,6 +25,30 @@ from runtimes.base import RuntimeInfo
 AgentState = Literal["starting", "online", "stopping", "offline"]
 
 
+#: a TensorRT engine build (`agent.serving.engine_builder`)
+BuildState = Literal["building", "ready", "failed", "cancelled"]
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """A TensorRT engine build: the bundle version and ONNX artifact it is for, the precision
+    asked, its state, TensorRT's current phase and the fraction done (0..1), Unix times it
+    started and ended, and for a failure the error code and a message a technician can act on
+    (what serves meanwhile is in `note`)."""
+
+    bundle: str
+    artifact: str
+    precision: str
+    state: BuildState
+    phase: str | None
+    progress: float
+    started: float
+    finished: float | None = None
+    error_code: str | None = None
+    message: str | None = None
+    note: str | None = None
+
+
 @dataclass(frozen=True)
 class VersionRef:
     """An installed bundle version."""
@@ -136,7 +160,8 @@ class AgentSnapshot:
     the first sample; `sensors` holds the temperature, power and battery readings (None until
     the sensors are read); `governor` is None while it is disabled or before its first step;
     `runtimes` the backends probed at start, each available or why not (`RuntimeInfo.crashed`
-    when its library killed the probe process)."""
+    when its library killed the probe process); `engine` is the TensorRT engine build in
+    progress or the last one."""
 
     ts: float
     state: AgentState
@@ -159,6 +184,7 @@ class AgentSnapshot:
     governor: GovernorState | None = None
     rollout: RolloutPosition | None = None  # this device in its group's staged rollout
     runtimes: tuple[RuntimeInfo, ...] = ()
+    engine: EngineStatus | None = None  # the TensorRT engine build in progress, or the last one
     analytics: tuple[CameraCounts, ...] = ()  # each camera's line and zone counters (docs/analytics.md)
 
     def analytics_json(self) -> dict[str, dict[str, dict[str, int]]]:

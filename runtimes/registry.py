@@ -95,6 +95,9 @@ def load_runtime(
     commands skip it). Raises `RuntimeUnavailable` when the backend cannot run here and
     `ModelLoadError` when it refuses the model.
 
+    TensorRT serves only an engine already in its cache (`tensorrt_backend.open_engine`); without
+    one it raises `EngineNotReady` (a `RuntimeUnavailable`) and the caller builds it.
+
     `workers` is how many calls the caller will have in flight at once; when the ONNX Runtime
     settings leave the thread count to it (0), each call then gets an equal share of the cores
     (other backends ignore it: they serve one call at a time)."""
@@ -109,7 +112,7 @@ def load_runtime(
         return ort_backend.OnnxRuntimeBackend(model_path, config, warmup)
     if isinstance(config, LiteRTConfig):
         return litert_backend.LiteRTBackend(model_path, config, warmup)
-    raise RuntimeUnavailable(tensorrt_backend.availability().reason or "tensorrt is unavailable")
+    return tensorrt_backend.open_engine(model_path, config, warmup=warmup)
 
 
 def load_runtime_checked(

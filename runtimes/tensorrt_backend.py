@@ -1,21 +1,74 @@
-"""TensorRT backend (`runtime: tensorrt`): its settings, and whether TensorRT can run here.
+"""TensorRT backend (`runtime: tensorrt`): its settings, whether it runs here, and serving engines.
 
-The engine builder and executor arrive with the TensorRT issue; until then this module holds
-the `runtimes.tensorrt` section of agent.yaml (validated now, so configs written today keep
-working) and reports TensorRT unavailable with the installed library's version.
+A TensorRT engine is built once per device from an ONNX artifact (`runtimes.tensorrt_build`)
+and kept in the engine cache (`runtimes.engine_cache`). `open_engine` serves a cached engine
+and never builds: when none is cached it raises `EngineNotReady`, so a caller that must not
+wait (activation, the cameras) falls back to the next runtime and builds in the background
+(`agent.serving.engines`); ``edge-agent engine build`` builds ahead of time.
+
+`TensorRTBackend` runs an engine by tensor name (TensorRT 10): per call it sets the shapes of
+dynamic inputs, the address of every input and output, and enqueues ``execute_async_v3`` on
+its stream, between copies through pinned host buffers; FP16 outputs come back as float32.
+Device memory comes from `runtimes.cuda_memory` (cuda-python or pycuda). An execution context
+serves one call at a time (`concurrent` is False; a lock guards it).
 """
 
 from __future__ import annotations
 
-import importlib
+import hashlib
+import logging
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from runtimes.base import Precision, RuntimeInfo
+from runtimes.base import (
+    InferenceError,
+    ModelLoadError,
+    Precision,
+    Runtime,
+    RuntimeInfo,
+    RuntimeUnavailable,
+    TensorSpec,
+    check_inputs,
+    guess_layout,
+    return_freed_memory,
+)
+from runtimes.cuda_memory import DeviceBuffer, DeviceMemory, GpuInfo, open_device_memory
+from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord
+from runtimes.metadata import parse_metadata
+from runtimes.tensorrt_build import Profile, make_logger, require_tensorrt, shape_of
+
+log = logging.getLogger(__name__)
 
 KEY = "tensorrt"
+#: the ONNX operator that makes a model explicitly quantized, Q/DQ (its engine is INT8); ONNX
+#: Runtime's dynamic quantization (DynamicQuantizeLinear + ConvInteger) has none, and no importer
+_QDQ_OP = b"DequantizeLinear"
+
+
+class ProfileSettings(BaseModel):
+    """An optimization profile for a dynamic input: smallest, tuned-for and largest shape."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: tuple[int, ...] = Field(description="Smallest input shape, e.g. [1, 3, 320, 320].")
+    opt: tuple[int, ...] = Field(description="Shape the engine is tuned for, e.g. [1, 3, 640, 640].")
+    max: tuple[int, ...] = Field(description="Largest input shape.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ProfileSettings:
+        self.to_profile()  # raises ValueError with the shapes
+        return self
+
+    def to_profile(self) -> Profile:
+        return Profile(self.min, self.opt, self.max)
 
 
 class TensorRTConfig(BaseModel):
@@ -26,27 +79,284 @@ class TensorRTConfig(BaseModel):
     type: Literal["tensorrt"] = "tensorrt"
     precision: Precision = Field(
         default="fp16",
-        description="Engine precision: fp16 where the GPU has fast FP16; int8 needs a Q/DQ model or the "
-        "bundle's calibration images.",
+        description="Engine precision: fp16 where the GPU has fast FP16 (else fp32); int8 needs a Q/DQ model "
+        "or the bundle's calibration images. A Q/DQ model always builds int8.",
     )
     engine_cache_dir: Path | None = Field(
         default=None, description="Where built engines are cached; default: <state_dir>/engines."
     )
     workspace_mb: int = Field(default=1024, ge=16, description="Builder workspace memory-pool limit in MiB.")
     timing_cache: bool = Field(default=True, description="Keep TensorRT's timing cache beside the engines.")
+    profile: ProfileSettings | None = Field(
+        default=None,
+        description="Optimization profile for a dynamic input when the bundle's manifest has no tensorrt_profile.",
+    )
+
+
+class EngineNotReady(RuntimeUnavailable):
+    """No engine is cached for this model, GPU, TensorRT version and precision yet (or the last
+    build failed: `failure` says why). `key` is what a build would produce."""
+
+    def __init__(self, message: str, key: EngineKey, failure: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.failure = failure
+
+
+class EngineLoadError(ModelLoadError):
+    """TensorRT could not deserialize an engine file (corrupt, or built for another version)."""
 
 
 def availability() -> RuntimeInfo:
-    """TensorRT's native backend is not part of this release; say so, with the library version."""
+    """Whether TensorRT imports and a CUDA library (cuda-python or pycuda) reaches a GPU here."""
     try:
-        trt = importlib.import_module("tensorrt")
-        version = str(getattr(trt, "__version__", "unknown"))
-    except ImportError:
-        return RuntimeInfo(name=KEY, available=False, reason="tensorrt (JetPack / TensorRT wheel) is not installed")
-    return RuntimeInfo(
-        name=KEY,
-        available=False,
-        version=version,
-        reason="this edge-agent release has no native TensorRT backend yet; "
-        "ONNX Runtime's TensorRT execution provider is used where installed",
+        version = require_tensorrt()
+    except RuntimeUnavailable as exc:
+        return RuntimeInfo(name=KEY, available=False, reason=str(exc))
+    try:
+        memory = open_device_memory()
+        info = memory.info()
+        memory.close()
+    except (RuntimeUnavailable, RuntimeError) as exc:
+        return RuntimeInfo(name=KEY, available=False, version=version, reason=str(exc))
+    major, minor = info.compute_capability
+    return RuntimeInfo(name=KEY, available=True, version=version, devices=(f"{info.name} (sm {major}.{minor})",))
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def engine_precision(onnx_path: Path, requested: Precision) -> Precision:
+    """The precision an engine of `onnx_path` is built in: int8 for an explicitly quantized (Q/DQ)
+    model, else `requested`."""
+    return "int8" if _QDQ_OP in onnx_path.read_bytes() else requested
+
+
+def engine_key(
+    onnx_path: Path, config: TensorRTConfig, gpu: GpuInfo, tensorrt_version: str, sha256: str | None = None
+) -> EngineKey:
+    """The cache key of the engine `config` asks for from `onnx_path` on `gpu`."""
+    profile = config.profile.to_profile() if config.profile is not None else None
+    return EngineKey(
+        onnx_sha256=sha256 or sha256_of(onnx_path),
+        tensorrt_version=tensorrt_version,
+        gpu_name=gpu.name,
+        compute_capability=gpu.compute_capability,
+        precision=engine_precision(onnx_path, config.precision),
+        profile=None if profile is None else (profile.min, profile.opt, profile.max),
     )
+
+
+def numpy_dtype(dtype: Any) -> np.dtype[Any]:
+    """The numpy dtype of a TensorRT `DataType` (`EngineLoadError` for one numpy lacks, e.g. FP8)."""
+    import tensorrt as trt
+
+    types: dict[trt.DataType, type[np.generic]] = {
+        trt.DataType.FLOAT: np.float32,
+        trt.DataType.HALF: np.float16,
+        trt.DataType.INT8: np.int8,
+        trt.DataType.UINT8: np.uint8,
+        trt.DataType.INT32: np.int32,
+        trt.DataType.INT64: np.int64,
+        trt.DataType.BOOL: np.bool_,
+    }
+    if dtype not in types:
+        raise EngineLoadError(f"engine tensor type {dtype} has no numpy equivalent")
+    return np.dtype(types[dtype])
+
+
+def engine_cache(config: TensorRTConfig) -> EngineCache:
+    """The cache `config` names; its folder must be set (the agent sets <state_dir>/engines)."""
+    if config.engine_cache_dir is None:
+        raise RuntimeUnavailable("runtimes.tensorrt.engine_cache_dir is not set (the agent sets <state_dir>/engines)")
+    return EngineCache(config.engine_cache_dir)
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """One engine input or output: numpy dtype as the engine holds it, largest shape, buffers."""
+
+    name: str
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]  # -1 for a dynamic axis
+    device: DeviceBuffer
+    host: npt.NDArray[Any]  # pinned, flat, sized for the largest shape
+
+
+class TensorRTBackend(Runtime):
+    """A deserialized engine with one execution context, its stream and its buffers.
+
+    `model_path` is the ONNX file the engine was built from (what the pipeline names); `record`
+    carries the model's metadata and how the engine was built."""
+
+    name = KEY
+
+    def __init__(
+        self,
+        engine_path: Path,
+        model_path: Path,
+        record: EngineRecord,
+        memory: DeviceMemory | None = None,
+        warmup: bool = True,
+    ) -> None:
+        super().__init__(model_path)
+        require_tensorrt()
+        import tensorrt as trt
+
+        self.record = record
+        self._errors: list[str] = []
+        self._logger = make_logger(self._errors)
+        self._memory = memory or open_device_memory()
+        self._lock = threading.Lock()
+        self._tensors: list[_Tensor] = []
+        self.max_batch: int | None = None  # the most frames one call takes (the profile's largest batch)
+        self._trt_runtime = trt.Runtime(self._logger)
+        try:
+            data = engine_path.read_bytes()
+        except OSError as exc:
+            raise EngineLoadError(f"cannot read the engine {engine_path}: {exc.strerror}") from exc
+        engine = self._trt_runtime.deserialize_cuda_engine(data)
+        if engine is None:
+            detail = "; ".join(self._errors) or "TensorRT returned no engine"
+            raise EngineLoadError(f"TensorRT cannot deserialize {engine_path.name}: {detail}")
+        self._engine: trt.ICudaEngine | None = engine
+        self._context: trt.IExecutionContext | None = engine.create_execution_context()
+        self._stream = self._memory.stream()
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        self._input_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        self._output_names = [n for n in names if n not in self._input_names]
+        try:
+            self._allocate()
+        except Exception:
+            self.close()
+            raise
+        self.inputs = [self._spec(t, convert=False) for t in self._tensors[: len(self._input_names)]]
+        self.outputs = [self._spec(t, convert=True) for t in self._tensors[len(self._input_names) :]]
+        self.metadata = parse_metadata(record.metadata)
+        log.info("tensorrt serving %s (%s)", model_path.name, record.key.describe())
+        if warmup:
+            self.warmup()
+
+    def _allocate(self) -> None:
+        """Device buffers and pinned host buffers for the largest shapes the profile allows."""
+        import tensorrt as trt
+
+        engine, context = self._engine, self._context
+        assert engine is not None and context is not None  # set by __init__ before this runs
+        for name in self._input_names:
+            shape = shape_of(engine.get_tensor_shape(name))
+            largest = shape_of(engine.get_tensor_profile_shape(name, 0)[2]) if -1 in shape else shape
+            if shape[:1] == (-1,):
+                self.max_batch = min(largest[0], self.max_batch or largest[0])
+            context.set_input_shape(name, trt.Dims(list(largest)))
+            self._tensors.append(self._buffers(name, numpy_dtype(engine.get_tensor_dtype(name)), shape, largest))
+        for name in self._output_names:
+            largest = shape_of(context.get_tensor_shape(name))
+            if min(largest, default=0) < 0:
+                raise EngineLoadError(f"{self.model_path.name}: output {name} has no bounded shape {largest}")
+            shape = shape_of(engine.get_tensor_shape(name))
+            self._tensors.append(self._buffers(name, numpy_dtype(engine.get_tensor_dtype(name)), shape, largest))
+
+    def _buffers(self, name: str, dtype: np.dtype[Any], shape: tuple[int, ...], largest: tuple[int, ...]) -> _Tensor:
+        count = max(1, math.prod(largest))
+        device = self._memory.alloc(count * dtype.itemsize)
+        try:
+            host = self._memory.pinned((count,), dtype)
+        except Exception:
+            self._memory.free(device)
+            raise
+        return _Tensor(name, dtype, shape, device, host)
+
+    @staticmethod
+    def _spec(tensor: _Tensor, convert: bool) -> TensorSpec:
+        shape = tuple(None if d < 0 else d for d in tensor.shape)
+        dtype = np.dtype(np.float32) if convert and tensor.dtype == np.float16 else tensor.dtype
+        return TensorSpec(tensor.name, shape, dtype, layout=guess_layout(shape))
+
+    @property
+    def device(self) -> str:
+        key = self.record.key
+        return f"{key.gpu_name} ({self.record.built_precision or key.precision})"
+
+    def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+        check_inputs(self.inputs, arrays)
+        import tensorrt as trt
+
+        with self._lock:
+            if self._context is None:
+                raise InferenceError(f"{self.model_path.name} was closed")
+            memory, context, stream = self._memory, self._context, self._stream
+            inputs, outputs = self._tensors[: len(self.inputs)], self._tensors[len(self.inputs) :]
+            for tensor, array in zip(inputs, arrays, strict=True):
+                if -1 in tensor.shape and not context.set_input_shape(tensor.name, trt.Dims(list(array.shape))):
+                    raise InferenceError(f"input {tensor.name}: shape {array.shape} is outside the engine's profile")
+                staged = tensor.host[: array.size].reshape(array.shape)
+                np.copyto(staged, array)
+                memory.to_device(tensor.device, staged, stream)
+            for tensor in self._tensors:
+                context.set_tensor_address(tensor.name, tensor.device.address)
+            del self._errors[:]
+            if not context.execute_async_v3(stream.handle):
+                detail = "; ".join(self._errors) or "execute_async_v3 returned False"
+                raise InferenceError(f"TensorRT failed on {self.model_path.name}: {detail}")
+            results = []
+            for tensor in outputs:
+                shape = shape_of(context.get_tensor_shape(tensor.name))
+                staged = tensor.host[: math.prod(shape)].reshape(shape)
+                memory.to_host(staged, tensor.device, stream)
+                results.append(staged)
+            memory.synchronize(stream)
+            # the pinned buffers are reused by the next call: hand out copies (float32 for FP16)
+            return [r.astype(np.float32) if r.dtype == np.float16 else r.copy() for r in results]
+
+    def close(self) -> None:
+        """Wait for the stream, free the buffers and the stream, drop the engine (idempotent)."""
+        with self._lock:
+            if getattr(self, "_context", None) is None:
+                return
+            memory = self._memory
+            memory.synchronize(self._stream)
+            for tensor in self._tensors:
+                memory.free(tensor.device)
+                memory.free_pinned(tensor.host)
+            self._tensors = []
+            memory.close_stream(self._stream)
+            self._context = None
+            self._engine = None
+            memory.close()
+        return_freed_memory()
+
+
+def open_engine(
+    model_path: Path,
+    config: TensorRTConfig,
+    memory: DeviceMemory | None = None,
+    sha256: str | None = None,
+    warmup: bool = True,
+) -> TensorRTBackend:
+    """Serve the cached engine of `model_path` (an ONNX file) for `config` on this GPU; never
+    builds. Raises `EngineNotReady` when none is cached, or when the cached one fails to
+    deserialize (it is discarded, so the next build replaces it)."""
+    version = require_tensorrt()
+    if not model_path.is_file():
+        raise ModelLoadError(f"model file not found: {model_path}")
+    memory = memory or open_device_memory()
+    key = engine_key(model_path, config, memory.info(), version, sha256)
+    cache = engine_cache(config)
+    failure = cache.failure(key)  # a failed build, or an engine that failed its parity check: not served
+    record = cache.lookup(key) if failure is None else None
+    if record is None:
+        why = f"its last build failed: {failure}" if failure else "it has not been built yet"
+        memory.close()
+        raise EngineNotReady(f"no TensorRT engine for {model_path.name} ({key.describe()}): {why}", key, failure)
+    try:
+        return TensorRTBackend(cache.engine_path(key), model_path, record, memory, warmup)
+    except EngineLoadError as exc:
+        cache.discard(key)
+        memory.close()
+        raise EngineNotReady(f"{exc}; the cached engine was discarded and will be built again", key) from exc

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The demo: set up .venv, show what the probe finds, run the project's demo detector with ONNX
 # Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle (and one with
-# FP16 / INT8 variants proven against FP32), then the
-# fleet: a local mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT.
+# FP16 / INT8 variants proven against FP32) and measure its optimisation matrix, then the fleet:
+# a local mosquitto, the agent on a synthetic camera (autotune at activation), the bundle pushed
+# over MQTT.
 # The broker and the agent keep running for you to look at; `scripts/demo.sh stop` ends them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,9 @@ export EDGE_AGENT_OPERATOR_KEY="$out/operator/signing.key"  # fleet push, rollba
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
 .venv/bin/edge-agent bundle inspect "$out/demo-1.0.0.bundle"
+echo; echo "== the optimisation report: every runtime x artifact this machine can run (TensorRT rows say why not)"
+.venv/bin/edge-agent bench "$out/demo-1.0.0.bundle" --matrix --frames 50
+
 echo; echo "== bundle build --precisions: FP16 and INT8 variants, each proven against FP32 (docs/optimising.md)"
 .venv/bin/python -m pip install -q -e ".[build]"  # onnx, onnxslim, sympy: the operator's build tools
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --precisions fp32,fp16,int8 \

@@ -165,8 +165,9 @@ def agent_config(
         "allow_unsigned_control": operator_key is None,
         "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
         "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
+        # the fleet tests time transfers (autotune measures at each activation; test_matrix.py tests it)
+        "deployments": {"autotune": False, "probation_s": 1.0},
         "telemetry": {"interval_s": 0.5},
-        "deployments": {"probation_s": 1.0},
         "events": {"min_interval_s": 1.0},
     }
     for key, value in overrides.items():

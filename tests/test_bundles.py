@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -16,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.bundles.archive import Limits, build_bundle
+from agent.bundles.archive import Limits, build_bundle, read_manifest, read_reference, unpack, verify_unpacked
 from agent.bundles.install import InstallPolicy, install
-from agent.bundles.signing import load_private_key, load_public_key, signature_file
+from agent.bundles.signing import key_id, load_private_key, load_public_key, signature_file, verify
 from agent.bundles.store import Store
+from agent.errors import BundleError
 from agent.hardware.probe import probe
 from pipelines.detector import Detector
 from pipelines.synthetic import SyntheticScene
@@ -231,6 +233,204 @@ def assert_serving(store: Store, sha: str) -> None:
     assert len(found) >= len(truth.detections) - 1 > 0
 
 
+#: what the refusal of each case says (beside its code), for the checks run on their own
+WORDS = {
+    "missing signature": "the bundle is not signed (manifest.sig is missing)",
+    "wrong signature": "does not match manifest.json: changed after signing?",
+    "manifest changed after signing": "does not match manifest.json: changed after signing?",
+    "unknown signer": "which this device does not trust (trusted: ",
+    "artifact hash mismatch": f"{MODEL} sha256 ",
+    "truncated tar": "",
+    "not a tar": "b is not a tar archive",
+    "manifest not JSON": "manifest.json is not JSON: ",
+    "manifest with unknown key": "manifest.json: evil: ",
+    "manifest with wrong type": "manifest.json: labels: ",
+    "missing artifact": f"{MODEL} is listed in the manifest but not in the bundle",
+    "absolute path": "bundle entry '/etc/evil.onnx' has an absolute path",
+    "dot-dot path": "bundle entry '../evil.onnx' points outside the bundle",
+    "symlink": "bundle entry 'labels2.txt' is a link",
+    "hard link": "bundle entry 'x.onnx' is a link",
+    "device file": "bundle entry 'null.onnx'",
+    "duplicate names": "bundle entry 'labels.txt' appears twice",
+    "a script": "install.sh",
+    "too many files": "bundle has more than 3 files",
+    "too many bytes": "",
+    "gzip bomb": "",
+    "npz that needs pickle": "reference.npz cannot be loaded without pickle",
+}
+
+
+@pytest.mark.parametrize("case", [case for case, (_, state, _, _) in CASES.items() if state == "REJECTED"])
+def test_unpack_and_verify_refuse_each_bad_bundle_with_its_code(case: str, tmp_path: Path, keys, bundles) -> None:
+    """The checks themselves, without an install around them: what `install` runs before it
+    touches the store (the install test below shows the store untouched and still serving)."""
+    make, _, code, limits = CASES[case]
+    bad = make(read_files(bundles["v1"]), keys, tmp_path)
+    folder = tmp_path / "unpacked"
+    folder.mkdir()
+    with pytest.raises(BundleError) as refused:
+        unpacked = unpack(bad, folder, limits or Limits())
+        verify_unpacked(folder, [load_public_key(keys["public"])], False, unpacked.files)
+    assert refused.value.code == code, refused.value
+    assert WORDS[case] in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "words"),
+    [
+        ("model.onnx", None, None),
+        ("model.tflite", None, None),
+        ("labels.txt", None, None),
+        ("calibration/0001.jpg", None, None),
+        ("calibration/0002.JPEG", None, None),
+        ("calibration/0003.png", None, None),
+        ("./model2.onnx", None, None),
+        ("calibration/notes.txt", "UNEXPECTED_FILE", "is not a file a bundle may carry"),
+        ("calibration/deeper/0001.jpg", "UNEXPECTED_FILE", "is not a file a bundle may carry"),
+        ("models/model.onnx", "UNEXPECTED_FILE", "is not a file a bundle may carry"),
+        ("run.sh", "UNEXPECTED_FILE", "is not a file a bundle may carry"),
+        ("model.ONNX", "UNEXPECTED_FILE", "is not a file a bundle may carry"),
+        ("\\evil.onnx", "UNSAFE_PATH", "bundle entry '\\\\evil.onnx' has an absolute path"),
+        ("a\\evil.onnx", "UNSAFE_PATH", "bundle entry 'a\\\\evil.onnx' points outside the bundle"),
+        (".", "UNSAFE_PATH", "bundle entry '.' has no file name"),
+    ],
+)
+def test_what_a_bundle_may_carry(name: str, code: str | None, words: str | None, tmp_path: Path) -> None:
+    """Names one at a time: models, labels, the manifest, the reference, calibration images one
+    folder down; nothing else, and no path that leaves the folder."""
+    bundle = write_tar(tmp_path / "b.bundle", {name: b"data"})
+    folder = tmp_path / "unpacked"
+    folder.mkdir()
+    if code is None:
+        assert list(unpack(bundle, folder, Limits()).files) == [name.removeprefix("./")]
+        return
+    with pytest.raises(BundleError) as refused:
+        unpack(bundle, folder, Limits())
+    assert refused.value.code == code and words in str(refused.value), refused.value
+
+
+def test_unpack_limits_are_inclusive_and_it_hashes_the_bundle_as_it_reads(tmp_path: Path) -> None:
+    files = {"a.onnx": b"x" * 600, "b.onnx": b"y" * 400, "labels.txt": b"z"}
+    bundle = write_tar(tmp_path / "b.bundle", files)
+
+    def unpacked(limits: Limits, **options: bool) -> object:
+        folder = tmp_path / f"u{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        return unpack(bundle, folder, limits, **options)
+
+    whole = unpacked(Limits(max_files=3, max_bytes=1001), fsync=True)
+    assert whole.sha256 == hashlib.sha256(bundle.read_bytes()).hexdigest()  # type: ignore[attr-defined]
+    assert whole.files == {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}  # type: ignore[attr-defined]
+    assert unpacked(Limits(), hash_bundle=False).sha256 is None  # type: ignore[attr-defined]
+    for limits, code, words in (
+        (Limits(max_files=2), "TOO_MANY_FILES", "bundle has more than 2 files"),
+        (Limits(max_bytes=1000), "TOO_LARGE", "bundle unpacks to more than 1000 bytes"),
+    ):
+        with pytest.raises(BundleError, match=re.escape(words)) as refused:
+            unpacked(limits)
+        assert refused.value.code == code
+
+
+def unpacked_v1(tmp_path: Path, files: Files) -> tuple[Path, dict[str, str]]:
+    folder = tmp_path / "unpacked"
+    folder.mkdir()
+    return folder, unpack(write_tar(tmp_path / "b", files), folder, Limits()).files
+
+
+@pytest.mark.parametrize(
+    ("signed", "trusted", "allow_unsigned", "outcome"),
+    [
+        (True, True, False, "fleet key"),
+        (True, True, True, "fleet key"),  # signed and trusted: checked even where unsigned is allowed
+        (True, False, True, None),  # signed, no key to check it with, unsigned allowed
+        (True, False, False, "NO_TRUSTED_KEYS"),
+        (False, True, True, None),
+        (False, False, True, None),
+        (False, True, False, "SIGNATURE_MISSING"),
+        (False, False, False, "NO_TRUSTED_KEYS"),
+    ],
+)
+def test_the_signature_policy(
+    signed: bool, trusted: bool, allow_unsigned: bool, outcome: str | None, tmp_path: Path, keys, bundles
+) -> None:
+    files = read_files(bundles["v1"])
+    folder, digests = unpacked_v1(tmp_path, files if signed else without(files, "manifest.sig"))
+    public = load_public_key(keys["public"])
+    check = lambda: verify_unpacked(folder, [public] if trusted else [], allow_unsigned, digests)  # noqa: E731
+    if outcome in ("NO_TRUSTED_KEYS", "SIGNATURE_MISSING"):
+        with pytest.raises(BundleError) as refused:
+            check()
+        assert refused.value.code == outcome
+        if outcome == "NO_TRUSTED_KEYS":
+            assert "this device trusts no signing key and unsigned bundles are not allowed" in str(refused.value)
+    else:
+        assert check().signer == (key_id(public) if outcome else None)
+
+
+def test_a_malformed_signature_file_and_an_empty_trust_list(tmp_path: Path, keys, bundles) -> None:
+    files = read_files(bundles["v1"])
+    sig = json.loads(files["manifest.sig"])
+    public = load_public_key(keys["public"])
+    for bad in ("not base64 !", "QUJD*"):  # junk characters are refused, not skipped
+        with pytest.raises(BundleError, match=r"manifest\.sig is malformed") as refused:
+            verify(files["manifest.json"], json.dumps({**sig, "signature": bad}).encode(), [public])
+        assert refused.value.code == "SIGNATURE_INVALID"
+    with pytest.raises(BundleError, match=r"which this device does not trust \(trusted: none\)"):
+        verify(files["manifest.json"], files["manifest.sig"], [])
+    with pytest.raises(BundleError, match=rf"trusted: {key_id(public)}\)"):
+        verify(files["manifest.json"], resign(files, keys["other"])["manifest.sig"], [public])
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda folder: (folder / "reference.npz").unlink(), "reference.npz is missing"),
+        (
+            lambda folder: (folder / "reference.npz").write_bytes(b"junk"),
+            "reference.npz cannot be loaded without pickle",
+        ),
+        (
+            lambda folder: (folder / "reference.npz").write_bytes(npz_of(folder, drop="__output0")),
+            f"has no reference for {MODEL}",
+        ),
+        (
+            lambda folder: (folder / "reference.npz").write_bytes(npz_of(folder, drop="__input")),
+            f"has no reference for {MODEL}",
+        ),
+    ],
+    ids=["missing", "not an npz", "no output", "no input"],
+)
+def test_the_reference_arrays_each_artifact_needs(change, words: str, tmp_path: Path, keys, bundles) -> None:
+    folder, _ = unpacked_v1(tmp_path, read_files(bundles["v1"]))
+    manifest = read_manifest(folder)[1]
+    assert set(read_reference(folder, manifest)) >= {f"{MODEL}__input", f"{MODEL}__output0"}
+    change(folder)
+    with pytest.raises(BundleError, match=re.escape(words)) as refused:
+        read_reference(folder, manifest)
+    assert refused.value.code == "REFERENCE_INVALID"
+
+
+def npz_of(folder: Path, drop: str) -> bytes:
+    with np.load(folder / "reference.npz", allow_pickle=False) as npz:
+        kept = {k: npz[k] for k in npz.files if not k.endswith(drop)}
+    buffer = io.BytesIO()
+    np.savez(buffer, **kept)
+    return buffer.getvalue()
+
+
+def test_verify_uses_the_digests_unpack_made_and_hashes_what_they_lack(tmp_path: Path, keys, bundles) -> None:
+    files = read_files(bundles["v1"])
+    folder, digests = unpacked_v1(tmp_path, files)
+    public = load_public_key(keys["public"])
+    with pytest.raises(BundleError, match=re.escape(f"{MODEL} sha256 000000000000... differs from the manifest")):
+        verify_unpacked(folder, [public], False, {**digests, MODEL: "0" * 64})
+    assert verify_unpacked(folder, [public], False, {}).signer == key_id(public)  # hashed here instead
+    (folder / MODEL).write_bytes(b"x" + files[MODEL][1:])  # same size, other bytes
+    with pytest.raises(BundleError, match="ARTIFACT_HASH_MISMATCH"):
+        verify_unpacked(folder, [public], False, {k: v for k, v in digests.items() if k != MODEL})
+
+
+@pytest.mark.install
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_bundles_leave_the_active_version_serving(case: str, tmp_path: Path, keys, bundles) -> None:
     make, state, code, limits = CASES[case]
@@ -245,6 +445,7 @@ def test_bad_bundles_leave_the_active_version_serving(case: str, tmp_path: Path,
     assert_serving(store, v1)
 
 
+@pytest.mark.install
 def test_disk_full_during_install(tmp_path: Path, keys, bundles) -> None:
     state = tmp_path / "state"
     state.mkdir()
@@ -269,6 +470,7 @@ def test_disk_full_during_install(tmp_path: Path, keys, bundles) -> None:
         subprocess.run(["umount", str(state)], check=False)
 
 
+@pytest.mark.install
 def test_unsigned_bundle_only_when_allowed(tmp_path: Path, bundles) -> None:
     unsigned = write_tar(tmp_path / "unsigned", without(read_files(bundles["v1"]), "manifest.sig"))
     store = Store(tmp_path / "state")
@@ -279,6 +481,7 @@ def test_unsigned_bundle_only_when_allowed(tmp_path: Path, bundles) -> None:
     assert_serving(store, accepted.sha256)
 
 
+@pytest.mark.install
 def test_install_switch_rollback_and_gc(tmp_path: Path, keys, bundles) -> None:
     store, v1 = installed_store(tmp_path, bundles["v1"], keys)
     v2 = install(bundles["v2"], store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])]))
@@ -317,6 +520,7 @@ KILL_STEPS = {
 }
 
 
+@pytest.mark.install
 @pytest.mark.parametrize(("step", "recovered"), list(KILL_STEPS.items()))
 def test_sigkill_at_each_step_recovers_to_a_complete_version(
     step: str, recovered: str, tmp_path: Path, keys, bundles
@@ -345,6 +549,7 @@ def test_sigkill_at_each_step_recovers_to_a_complete_version(
     assert_serving(store, expected)
 
 
+@pytest.mark.install
 def test_cli_end_to_end(tmp_path: Path, capsys) -> None:
     from agent.cli import main
 
@@ -388,6 +593,7 @@ def test_cli_end_to_end(tmp_path: Path, capsys) -> None:
     assert report["deployment"]["state"] == "ROLLED_BACK"
 
 
+@pytest.mark.install
 def test_cli_errors_are_one_line(tmp_path: Path, capsys, keys, bundles) -> None:
     from agent.cli import main
 
@@ -409,6 +615,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys, keys, bundles) -> None:
     assert "already exists" in capsys.readouterr().err
 
 
+@pytest.mark.install
 def test_build_with_calibration_images_and_labels(tmp_path: Path, keys, capsys) -> None:
     import cv2
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -200,12 +201,50 @@ def test_the_reply_space() -> None:
         assert not topics.is_reply_topic(topic), topic
 
 
+TOPICS = Topics("fleet/a")
+
+
+@pytest.mark.parametrize(
+    ("topic", "expected"),
+    [
+        (TOPICS.status("cam-1"), "fleet/a/cam-1/status"),
+        (TOPICS.telemetry("cam-1"), "fleet/a/cam-1/telemetry"),
+        (TOPICS.events("cam-1"), "fleet/a/cam-1/events"),
+        (TOPICS.deployment("cam-1"), "fleet/a/cam-1/deployment"),
+        (TOPICS.desired("cam-1"), "fleet/a/cam-1/desired"),
+        (TOPICS.group_desired("lobby"), "fleet/a/groups/lobby/desired"),
+        (TOPICS.command("cam-1", "ping"), "fleet/a/cam-1/cmd/ping"),
+        (TOPICS.reply("t0k"), "fleet/a/replies/t0k"),
+        (TOPICS.index(SHA), f"fleet/a/bundles/{SHA}/index"),
+        (TOPICS.chunk(SHA, 7), f"fleet/a/bundles/{SHA}/7"),
+        (TOPICS.target_desired("device:cam-1"), "fleet/a/cam-1/desired"),
+        (TOPICS.target_desired("group:lobby"), "fleet/a/groups/lobby/desired"),
+        (Topics().status("cam-1"), "edge/cam-1/status"),
+    ],
+)
+def test_topic_names_as_docs_mqtt_lists_them(topic: str, expected: str) -> None:
+    assert topic == expected
+
+
+def test_a_device_topic_splits_back_into_device_and_leaf() -> None:
+    assert TOPICS.split_device(TOPICS.command("cam-1", "ping")) == ("cam-1", "cmd/ping")
+
+
+@pytest.mark.parametrize(
+    "target", ["cam-1", "device:", "group:", "host:cam-1", "device:a/b", "group:a+", "group:#", ""]
+)
+def test_a_target_that_is_not_device_or_group_is_refused_by_name(target: str) -> None:
+    with pytest.raises(ProtocolError, match=re.escape(f"target {target!r} is not device:ID or group:NAME")):
+        TOPICS.target_desired(target)
+
+
 def test_fleet_acl_lists_each_device_s_own_topics() -> None:
     devices = parse_devices(["cam-01:lobby", "# a comment", "", "cam-02  # no group"])
     assert devices == [("cam-01", "lobby"), ("cam-02", None)]
     text = mosquitto_acl(devices, ["ops"], Topics())
     block = text.split("# device cam-01")[1].split("# device")[0]
     assert "topic read edge/groups/lobby/desired" in block and "topic write edge/cam-01/status" in block
+    assert "topic write edge/cam-01/report" in block, "the optimisation report (deployments.report)"
     assert "edge/cam-02" not in block and "topic readwrite edge/#" in text.split("# device")[0]
     with pytest.raises(ValueError, match="line 1"):
         parse_devices(["cam 1"])

@@ -203,3 +203,129 @@ def test_choose_decoder(shapes, hw, nc, expected) -> None:
 def test_choose_decoder_names_the_shapes_it_found(shapes) -> None:
     with pytest.raises(DecoderError, match=r"match no decoder: found \(1,"):
         choose_decoder(shapes, (640, 640))
+
+
+def z(*shape: int) -> np.ndarray:
+    return np.zeros(shape, np.float32)
+
+
+@pytest.mark.parametrize(
+    ("decode", "outputs", "message"),
+    [
+        (decode_yolov8, [z(1, 84, 10)] * 2, "yolov8 expects one output, the model has 2: [(1, 84, 10), (1, 84, 10)]"),
+        (decode_yolov8, [z(1, 4, 10)], "yolov8 expects 4 box rows and at least one class row, got (4, 10)"),
+        (decode_yolov5, [z(1, 10, 85)] * 2, "yolov5 expects one output, the model has 2"),
+        (decode_yolov5, [z(1, 10, 5)], "yolov5 expects rows of 5 + classes values, got (10, 5)"),
+        (decode_yolox, [z(1, 10, 85)] * 2, "yolox expects one output, the model has 2"),
+        (decode_yolox, [z(1, 10, 5)], "yolox expects rows of 5 + classes values, got (10, 5)"),
+        (decode_ssd, [z(1, 10, 4), z(1, 10), z(1, 10)], "ssd expects 4 outputs (boxes, classes, scores, count), got"),
+        (
+            decode_ssd,
+            [z(1, 10, 4), z(1, 10), z(1, 10), z(2)],
+            "ssd expects outputs shaped (1, K, 4), (1, K), (1, K), (1,)",
+        ),
+        (
+            decode_ssd,
+            [z(1, 10, 5), z(1, 10), z(1, 10), z(1)],
+            "ssd expects outputs shaped (1, K, 4), (1, K), (1, K), (1,)",
+        ),
+        (
+            decode_ssd,
+            [z(1, 10, 4), z(1, 10), z(1, 10, 2), z(1)],
+            "ssd expects outputs shaped (1, K, 4), (1, K), (1, K), (1,)",
+        ),
+    ],
+)
+def test_grid_decoder_refusals_name_the_decoder_and_the_shapes(decode, outputs, message: str) -> None:
+    with pytest.raises(DecoderError) as refused:
+        decode(outputs, INPUT_HW, 0.25)
+    assert str(refused.value).startswith(message), refused.value
+    if decode is decode_ssd:
+        assert str([tuple(o.shape) for o in outputs]) in str(refused.value)
+
+
+def test_yolox_wrong_row_count_names_width_and_height() -> None:
+    with pytest.raises(DecoderError) as refused:
+        decode_yolox([np.full((1, 100, 85), 0.9, np.float32)], (384, 640), 0.25)
+    assert str(refused.value).startswith("yolox output has 100 rows but a 640x384 input has 5040 cells")
+
+
+@pytest.mark.parametrize(
+    ("decode", "output"),
+    [
+        # one candidate scoring exactly the threshold, one just above it
+        (
+            decode_yolov8,
+            np.array(
+                [
+                    [
+                        [100, 300] + [0] * 4,
+                        [100, 300] + [0] * 4,
+                        [20, 20] + [0] * 4,
+                        [20, 20] + [0] * 4,
+                        [0.5, 0.51] + [0] * 4,
+                    ]
+                ],
+                np.float32,
+            ),
+        ),
+        (decode_yolov5, np.array([[[100, 100, 20, 20, 0.5, 1.0], [300, 300, 20, 20, 1.0, 0.51]]], np.float32)),
+        (decode_yolox, np.array([[[100, 100, 20, 20, 0.5, 1.0], [300, 300, 20, 20, 1.0, 0.51]]], np.float32)),
+    ],
+)
+def test_a_candidate_exactly_at_the_threshold_is_left_out(decode, output: np.ndarray) -> None:
+    found = decode([output], INPUT_HW, 0.5)
+    np.testing.assert_allclose(found.xyxy, [[290, 290, 310, 310]])
+    assert found.confidence.tolist() == pytest.approx([0.51])
+
+
+def test_ssd_threshold_and_a_count_of_zero() -> None:
+    outs = ssd_outputs()
+    outs[2] = np.array([[0.8, 0.3] + [0.0] * 8], np.float32)
+    assert decode_ssd(outs, (300, 400), 0.3).class_id.tolist() == [16]  # 0.3 is not above 0.3
+    outs[3] = np.array([0], np.float32)
+    assert len(decode_ssd(outs, (300, 400), 0.1)) == 0
+    outs[3] = np.array([50], np.float32)  # more than the rows there are
+    assert len(decode_ssd(outs, (300, 400), 0.1)) == 2
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_ssd_with_one_or_four_detections(k: int) -> None:
+    """K = 1 makes the classes and scores (1, 1); K = 4 makes them (1, 4) like the boxes' last axis."""
+    boxes = np.tile(np.array([0.1, 0.2, 0.5, 0.6], np.float32), (1, k, 1))
+    classes, scores = np.full((1, k), 16, np.float32), np.full((1, k), 0.8, np.float32)
+    found = decode_ssd([boxes, classes, scores, np.array([k], np.float32)], (300, 400), 0.25)
+    assert found.class_id.tolist() == [16] * k
+    np.testing.assert_allclose(found.xyxy, [[80, 30, 240, 150]] * k, atol=1e-4)
+
+
+def test_yolov8_square_output_is_rows_by_anchors() -> None:
+    """(1, 6, 6): 4 box rows and 2 classes over 6 anchors, not 6 anchors of 6 values."""
+    out = np.zeros((6, 6), np.float32)
+    out[:4, 2] = [100, 100, 20, 40]
+    out[5, 2] = 0.9
+    found = decode_yolov8([out[None]], INPUT_HW, 0.25)
+    np.testing.assert_allclose(found.xyxy, [[90, 80, 110, 120]])
+    assert found.class_id.tolist() == [1]
+
+
+@pytest.mark.parametrize("decode", [decode_yolov5, decode_yolox])
+def test_one_class_models(decode) -> None:
+    """Rows of 5 + 1 values (a single-class model), already in pixels."""
+    out = np.array([[[100, 100, 20, 40, 0.9, 1.0], [8, 8, 1, 1, 0.0, 0.0]]], np.float32)
+    found = decode([out], INPUT_HW, 0.25)
+    np.testing.assert_allclose(found.xyxy, [[90, 80, 110, 120]])
+    assert found.class_id.tolist() == [0] and found.confidence.tolist() == pytest.approx([0.9])
+
+
+def test_yolox_centres_up_to_four_are_grid_offsets() -> None:
+    """The rule that tells raw YOLOX offsets from decoded pixels: centres above 4 are pixels."""
+    hw = (64, 64)
+    raw = np.zeros((yolox_cells(hw), 6), np.float32)
+    raw[0, :5] = [4.0, 0.0, 0.0, 0.0, 0.9]  # a raw offset of 4 cells: cx = (4 + 0) * 8 = 32
+    raw[0, 5] = 1.0
+    found = decode_yolox([raw[None]], hw, 0.25)
+    np.testing.assert_allclose(found.xyxy, [[28, -4, 36, 4]])
+    decoded = raw.copy()
+    decoded[0, :4] = [4.5, 4.5, 2.0, 2.0]  # pixels: the centre is 4.5
+    np.testing.assert_allclose(decode_yolox([decoded[None]], hw, 0.25).xyxy, [[3.5, 3.5, 5.5, 5.5]])

@@ -125,3 +125,34 @@ def test_vectorised_nms_matches_the_reference(seed: int) -> None:
     expected = reference_nms(boxes, scores, classes, 0.45)
     assert nms_indices(boxes, scores, 0.45, class_id=classes).tolist() == expected
     assert nms_indices(boxes, scores, 0.45, max_det=7, class_id=classes).tolist() == expected[:7]
+
+
+@pytest.mark.parametrize(
+    ("other", "iou"),
+    [
+        ([20, 0, 30, 10], 0.0),  # apart along x only (the y overlap must not count)
+        ([0, 20, 10, 30], 0.0),  # apart along y only
+        ([10, 0, 20, 10], 0.0),  # touching edges
+        ([9.5, 0, 19.5, 10], 5 / 195),  # half a pixel of overlap
+        ([0, 0, 0, 0], 0.0),  # a box of no area
+    ],
+)
+def test_box_iou_edges(other: list[float], iou: float) -> None:
+    found = box_iou(np.array([0, 0, 10, 10], np.float32), np.array([other], np.float32))
+    assert found.dtype == np.float32
+    assert found[0] == pytest.approx(iou, abs=1e-7)
+
+
+def test_box_iou_of_tiny_and_of_empty_boxes() -> None:
+    """Boxes under a pixel still have an IoU; two boxes of no area have none (0, not 1)."""
+    tiny = np.array([0, 0, 0.5, 0.5], np.float32)
+    assert box_iou(tiny, tiny[None])[0] == pytest.approx(1.0)
+    empty = np.zeros(4, np.float32)
+    assert box_iou(empty, empty[None])[0] == 0.0
+
+
+def test_nms_keeps_boxes_that_only_touch_and_keeps_score_ties_in_order() -> None:
+    side_by_side = np.array([[0, 0, 10, 10], [10, 0, 20, 10], [25, 0, 35, 10]], np.float32)
+    assert nms_indices(side_by_side, np.array([0.9, 0.8, 0.7], np.float32), 0.0).tolist() == [0, 1, 2]
+    apart = np.array([[30 * i, 0, 30 * i + 10, 10] for i in range(60)], np.float32)
+    assert nms_indices(apart, np.full(60, 0.5, np.float32), 0.5).tolist() == list(range(60))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent.config.models import GovernorSection, ThermalGovernorSection
-from agent.governor.levels import Actions, Thresholds
+from agent.governor.levels import Actions, ThermalLevel, Thresholds
 from agent.governor.policy import Governor, decide, resolve_thresholds
 from agent.hardware.readings import Battery, SensorReadings, ThermalZone
 from agent.hardware.sensors import Sensors
@@ -184,10 +185,15 @@ def test_trip_points_drive_the_levels_when_nothing_is_configured() -> None:
         (lambda: Thresholds(70, 60, 80, 3, ("config",) * 3), "expected warm_c < hot_c < critical_c, got 70, 60, 80"),
         (lambda: Actions(fps_cap=0), "Actions.fps_cap: expected a positive number or None, got 0"),
         (lambda: Actions(fan_percent=120), "Actions.fan_percent: expected 0..100 or None, got 120"),
+        (lambda: Thresholds(70, 70, 90, 3, ("config",) * 3), "expected warm_c < hot_c < critical_c, got 70, 70, 90"),
+        (lambda: Thresholds(60, 90, 90, 3, ("config",) * 3), "expected warm_c < hot_c < critical_c, got 60, 90, 90"),
+        (lambda: Thresholds(60, 70, 90, -0.5, ("config",) * 3), "Thresholds.hysteresis_c: expected >= 0, got -0.5"),
+        (lambda: Actions(fan_percent=100.5), "Actions.fan_percent: expected 0..100 or None, got 100.5"),
+        (lambda: Actions(fan_percent=-1), "Actions.fan_percent: expected 0..100 or None, got -1"),
     ],
 )
 def test_governor_values_are_checked_at_construction(build: Any, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         build()
 
 
@@ -204,3 +210,10 @@ def test_governor_values_are_checked_at_construction(build: Any, message: str) -
 def test_bad_governor_config_names_the_problem(config: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
         GovernorSection.model_validate(config)
+
+
+def test_levels_accept_their_edges() -> None:
+    assert Thresholds(60, 70, 90, 0, ("config",) * 3).hysteresis_c == 0
+    assert Actions(fps_cap=0.5, fan_percent=100).fan_percent == 100
+    assert Actions(fan_percent=0).fan_percent == 0
+    assert Thresholds(60, 70, 90, 0, ("config",) * 3).start_of(ThermalLevel.NORMAL) == float("-inf")

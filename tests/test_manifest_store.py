@@ -104,3 +104,28 @@ def test_recover_drops_dangling_pointers_and_partial_unpacks(tmp_path: Path) -> 
     assert not (tmp_path / "previous").is_symlink()
     assert not list(store.versions.glob("*.tmp"))
     assert store.recover() is None  # nothing left to do
+
+
+def test_gc_goes_by_age_not_by_name_and_leaves_partial_unpacks_to_recovery(tmp_path: Path) -> None:
+    store = Store(tmp_path, keep=3).ensure()
+    for sha, mtime in (("a" * 64, 1000), ("b" * 64, 1001), ("e" * 64, 3000), ("f" * 64, 2000)):
+        fake_version(store, sha, mtime)
+    (store.versions / ("9" * 64 + ".tmp")).mkdir()  # an unpack in progress: not a version
+    store.switch("a" * 64)
+    store.switch("b" * 64)
+    assert store.gc() == ["f" * 64], "the older of the two others goes, although its name sorts last"
+    assert (store.versions / ("9" * 64 + ".tmp")).is_dir()
+
+
+def test_rollback_swaps_current_and_previous(tmp_path: Path) -> None:
+    store = Store(tmp_path).ensure()
+    fake_version(store, "a" * 64, 1000)
+    store.switch("a" * 64)
+    with pytest.raises(LookupError, match="there is no previous version to roll back to"):
+        store.rollback()
+    fake_version(store, "b" * 64, 2000)
+    store.switch("b" * 64)
+    assert store.rollback() == "a" * 64
+    assert (store.current_sha(), store.previous_sha()) == ("a" * 64, "b" * 64)
+    assert store.rollback() == "b" * 64
+    assert (store.current_sha(), store.previous_sha()) == ("b" * 64, "a" * 64)

@@ -128,3 +128,28 @@ def test_float_inputs_match_the_plain_computation(resize, color, layout, mean, s
     expected = reference_tensor(image, config, geometry)
     assert tensor.dtype == np.float32 and tensor.shape == expected.shape
     np.testing.assert_allclose(tensor, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("resize", ["letterbox", "letterbox-topleft"])
+@pytest.mark.parametrize(("color", "layout"), [("RGB", "NCHW"), ("BGR", "NHWC")])
+@pytest.mark.parametrize(
+    ("dtype", "quant", "mean", "std"),
+    [(np.int8, Quantization(0.02, -3), 10.0, 200.0), (np.uint8, Quantization(0.0078125, 128), 127.5, 127.5)],
+)
+@pytest.mark.parametrize("shape", ["wide", "tall"])
+def test_quantized_inputs_match_the_plain_computation(resize, color, layout, dtype, quant, mean, std, shape) -> None:
+    """The integer path (a padded canvas, then ``q = round(x / scale + zero_point)`` clipped to
+    the dtype) equals the float reference quantized by hand, in every layout and order."""
+    src_h, src_w = SHAPES[shape]
+    image = np.random.default_rng(5).integers(0, 256, (src_h, src_w, 3), dtype=np.uint8)
+    config = PreprocessConfig(
+        size=(320, 480), resize=resize, color=color, layout=layout, mean=mean, std=std,
+        dtype=np.dtype(dtype), quantization=quant,
+    )  # fmt: skip
+    tensor, _ = preprocess(image, config)
+    real = reference_tensor(image, config, GEOMETRY[(resize, shape, None)])
+    info = np.iinfo(dtype)
+    expected = np.clip(np.rint(real / quant.scale + quant.zero_point), info.min, info.max)
+    assert tensor.dtype == dtype and tensor.shape == expected.shape
+    assert np.abs(tensor.astype(np.int32) - expected).max() <= 1  # float32 against float64 rounding
+    assert (tensor.astype(np.int32) == expected).mean() > 0.95  # the rest are ties at .5

@@ -61,6 +61,7 @@ def test_the_iou_threshold_reaches_the_detector_from_the_cli(tmp_path: Path, con
     assert found == {"0.6": 1, "0.7": 2}
 
 
+@pytest.mark.install
 def test_the_iou_threshold_reaches_the_cameras_from_the_manifest(tmp_path: Path, constant_model, keys) -> None:
     model = two_overlapping_boxes(constant_model)
     store = Store(tmp_path / "state")
@@ -154,6 +155,7 @@ def test_a_pointer_switch_never_leaves_the_device_without_current(tmp_path: Path
     assert store.current_sha() == "a" * 64
 
 
+@pytest.mark.install
 def test_install_takes_its_settings_from_config_and_allow_unsigned_from_the_command_line(
     tmp_path: Path, keys, bundles, capsys
 ) -> None:
@@ -172,6 +174,7 @@ def test_install_takes_its_settings_from_config_and_allow_unsigned_from_the_comm
     assert Store(tmp_path / "from-config").info(Store(tmp_path / "from-config").current_sha()).version == "1.1.0"  # type: ignore[union-attr]
 
 
+@pytest.mark.install
 def test_the_first_calibration_image_is_the_parity_input(tmp_path: Path, keys) -> None:
     from pipelines.detector import Detector
     from runtimes.registry import load_runtime

@@ -248,3 +248,93 @@ def test_nms_limit_keeps_the_same_best_detections() -> None:
     full = nms_indices(xyxy, scores, 0.45, None, classes)
     for limit in (1, 10, 300):
         assert nms_indices(xyxy, scores, 0.45, limit, classes).tolist() == full[:limit].tolist()
+
+
+def test_detr_with_four_classes_tells_the_boxes_by_their_unit_range() -> None:
+    """Both outputs (1, Q, 4): the boxes are the one whose values lie in 0..1, in either order."""
+    boxes = np.array([[[0.5, 0.5, 0.2, 0.4], [0.1, 0.1, 0.1, 0.1]]], np.float32)
+    logits = np.array([[[-9.0, 3.0, -9.0, -9.0], [-9.0, -9.0, -9.0, -9.0]]], np.float32)
+    for outputs in ([boxes, logits], [logits, boxes]):
+        found = q.decode_detr(outputs, (100, 200), 0.5, "sigmoid")
+        np.testing.assert_allclose(found.xyxy, [[80, 30, 120, 70]], atol=1e-3)
+        assert found.class_id.tolist() == [1]
+
+
+def test_detr_softmax_and_probabilities_by_hand() -> None:
+    """One query, three class values and a 'no object' column: softmax by hand; probabilities
+    are taken as they are; sigmoid is the default."""
+    boxes = np.array([[[0.5, 0.5, 0.5, 0.5]]], np.float32)
+    values = np.array([[[2.0, 0.0, 0.0, 1.0]]], np.float32)  # exp: e^2, 1, 1, e
+    softmax = q.decode_detr([boxes, values], HW, 0.1, "softmax")
+    assert softmax.class_id.tolist() == [0]
+    assert softmax.confidence[0] == pytest.approx(np.e**2 / (np.e**2 + 2 + np.e), rel=1e-5)
+    probabilities = q.decode_detr([boxes, np.array([[[0.3, 0.6, 0.1]]], np.float32)], HW, 0.1, "probabilities")
+    assert probabilities.class_id.tolist() == [1] and probabilities.confidence[0] == pytest.approx(0.6)
+    default = q.decode_detr([boxes, values], HW, 0.1)
+    assert default.confidence[0] == pytest.approx(1 / (1 + np.exp(-2.0)), rel=1e-5)
+    # large logits do not overflow: softmax subtracts each row's largest value first
+    huge = q.decode_detr([boxes, values * 60], HW, 0.1, "softmax")
+    assert huge.confidence[0] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(1, 100, 4)],
+        [(1, 100, 4), (1, 90, 91)],
+        [(1, 100, 5), (1, 100, 91)],
+        [(2, 100, 4), (2, 100, 91)],
+        [(1, 100, 4), (100, 91)],
+    ],
+)
+def test_detr_refusals_name_the_shapes(shapes) -> None:
+    with pytest.raises(DecoderError) as refused:
+        q.decode_detr([np.zeros(s, np.float32) for s in shapes], HW, 0.5)
+    assert str(refused.value) == (
+        f"detr expects two outputs, boxes (1, Q, 4) and class values (1, Q, C), got {[tuple(s) for s in shapes]}"
+    )
+
+
+def test_rtdetr_with_one_class_column() -> None:
+    """(1, Q, 4 + 1): one class, its score already in 0..1 (5 columns are not `score, class`)."""
+    out = np.zeros((1, 3, 5), np.float32)
+    out[0, 0] = [0.5, 0.5, 0.25, 0.5, 0.7]
+    found = q.decode_rtdetr([out], (384, 640), 0.25)
+    np.testing.assert_allclose(found.xyxy, [[240, 96, 400, 288]], atol=1e-3)
+    assert found.class_id.tolist() == [0] and found.confidence.tolist() == pytest.approx([0.7])
+
+
+@pytest.mark.parametrize(
+    ("decode", "outputs", "message"),
+    [
+        (
+            q.decode_rtdetr,
+            [np.zeros((1, 300, 4))],
+            "rtdetr expects rows of 4 box values and class scores, got (1, 300, 4)",
+        ),
+        (q.decode_rtdetr, [np.zeros((1, 300, 6))] * 2, "rtdetr expects one output, the model has 2"),
+        (q.decode_end2end, [np.zeros((1, 300, 6))] * 2, "end2end expects one output, the model has 2"),
+        (q.decode_end2end, [np.zeros((1, 300, 5))], "end2end expects rows of 6 values (x1, y1, x2, y2, score, class)"),
+    ],
+)
+def test_query_decoder_refusals_name_the_decoder_and_the_shape(decode, outputs, message: str) -> None:
+    with pytest.raises(DecoderError) as refused:
+        decode(outputs, HW, 0.25)
+    assert str(refused.value).startswith(message), refused.value
+
+
+def test_a_query_exactly_at_the_confidence_threshold_is_left_out() -> None:
+    """'Above conf', as the grid decoders do it."""
+    rows = np.array([[[10, 10, 50, 50, 0.5, 1], [60, 60, 90, 90, 0.51, 2]]], np.float32)
+    assert q.decode_end2end([rows], HW, 0.5).class_id.tolist() == [2]
+    detr = q.decode_detr(
+        [np.full((1, 1, 4), 0.5, np.float32), np.array([[[0.5, 0.2]]], np.float32)], HW, 0.5, "probabilities"
+    )
+    assert len(detr) == 0
+
+
+def test_end2end_rows_with_whole_scores_read_score_then_class() -> None:
+    """When both columns hold whole numbers (a score of exactly 1), Ultralytics' order stands."""
+    rows = np.array([[[10, 10, 50, 50, 1, 7], [60, 60, 90, 90, 0, 3]]], np.float32)
+    found = q.decode_end2end([rows], HW, 0.5)
+    assert found.class_id.tolist() == [7] and found.confidence.tolist() == [1.0]

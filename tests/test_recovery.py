@@ -111,6 +111,7 @@ def test_semantic_version_order() -> None:
     assert version_key("2.0.0+build.7") == version_key("2.0.0+build.8")
 
 
+@pytest.mark.install
 def test_downgrades_are_refused_unless_asked_for_and_rollback_stays(tmp_path: Path, keys, bundles) -> None:
     store = Store(tmp_path / "state", keep=2)
     policy = InstallPolicy(trusted=[load_public_key(keys["public"])])
@@ -176,3 +177,63 @@ def test_probation_judge(case: str) -> None:
     verdicts = [judge.observe(observed, 100.0 + at) for at, observed in observations]
     assert all(v is None for v in verdicts[:-1]), verdicts
     assert verdicts[-1] is not None and expected in verdicts[-1], verdicts
+
+
+# state at the crash, whether the new version C was switched in, probation_s ->
+# the state it ends in, its code, the words, (current, previous) after, whether C is kept
+STOPPED = "the agent stopped while the version was on probation"
+DURING = "the agent stopped during "
+# fmt: off
+RECOVERIES = {
+    "verifying": ("VERIFYING", False, 0, "REJECTED", "INTERRUPTED", DURING + "VERIFYING", (B, A), False),
+    "installing": ("INSTALLING", False, 0, "REJECTED", "INTERRUPTED", DURING + "INSTALLING", (B, A), False),
+    "activating, before the switch": ("ACTIVATING", False, 0, "ROLLED_BACK", "INTERRUPTED", DURING + "ACTIVATING", (B, A), False),  # noqa: E501
+    "activating, switched": ("ACTIVATING", True, 0, "SUCCEEDED", None, None, (C, B), True),
+    "activating, switched, probation to come": ("ACTIVATING", True, 60, "ROLLED_BACK", "PROBATION_FAILED", STOPPED, (B, A), False),  # noqa: E501
+    "probation": ("PROBATION", True, 60, "ROLLED_BACK", "PROBATION_FAILED", STOPPED, (B, A), False),
+}
+# fmt: on
+
+
+@pytest.mark.parametrize("case", list(RECOVERIES))
+def test_recovery_after_a_crash_at_each_state(tmp_path: Path, case: str) -> None:
+    """The store's half of the SIGKILL table (test_bundles.py), on fake versions."""
+    state, switched, probation_s, final, code, words, pointers, kept = RECOVERIES[case]
+    store = two_versions(tmp_path)
+    fake_version(store, C, 3000)
+    deployment = Deployment(
+        id="d", sha256=C, from_sha=B, previous_before=A, probation_s=probation_s, name="x", version="3.0.0"
+    )
+    if switched:
+        store.switch(C)
+    deployment.to(State(state))
+    store.record(deployment)
+    recovered = store.recover()
+    assert recovered is not None and recovered.state == final
+    assert (recovered.error or {}).get("code") == code
+    assert words is None or (recovered.error or {}).get("message") == words
+    assert store.last_deployment() is not None and store.last_deployment().state == final  # type: ignore[union-attr]
+    assert (store.current_sha(), store.previous_sha()) == pointers
+    assert (store.versions / C).is_dir() == kept
+    assert (store.versions / A).is_dir() and (store.versions / B).is_dir()
+    assert store.highest_version("x") == ("3.0.0" if final == "SUCCEEDED" else None)
+
+
+def test_recovery_keeps_a_version_the_interrupted_deployment_did_not_bring(tmp_path: Path) -> None:
+    """Pushing the version already serving (or the previous one) again and crashing while
+    verifying must not remove it."""
+    for sha in (B, A):
+        store = two_versions(tmp_path / sha[:1])
+        deployment = Deployment(id="d", sha256=sha, from_sha=B, previous_before=A, name="x", version="1")
+        deployment.to(State.VERIFYING)
+        store.record(deployment)
+        assert store.recover() is not None
+        assert (store.versions / sha).is_dir() and (store.current_sha(), store.previous_sha()) == (B, A)
+
+
+def test_nothing_to_recover_after_a_final_state(tmp_path: Path) -> None:
+    store = two_versions(tmp_path)
+    deployment = Deployment(id="d", sha256=B, from_sha=A, name="x", version="2")
+    deployment.to(State.SUCCEEDED)
+    store.record(deployment)
+    assert store.recover() is None and store.last_deployment().state == "SUCCEEDED"  # type: ignore[union-attr]

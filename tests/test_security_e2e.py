@@ -287,7 +287,8 @@ def test_probation_rolls_back_a_version_at_half_the_fps(
     two_versions(capsys, broker, watcher, agents, bundles, pipelines=camera, deployments={"probation_s": 8})
     slow = tmp_path / "slow.bundle"
     build_bundle([slow_model], slow, name="demo", version="5.0.0", key=load_private_key(keys["private"]))
-    record = finished(watcher, "dev1", push(capsys, broker, slow, "device:dev1"))
+    # a loaded machine takes minutes over the slow model's activation checks: wait long for the end
+    record = finished(watcher, "dev1", push(capsys, broker, slow, "device:dev1"), timeout=300)
     assert (record["state"], record["error"]["code"]) == ("ROLLED_BACK", "PROBATION_FAILED"), record
     assert "FPS of the previous version" in record["error"]["message"], record["error"]
     serving(watcher, "dev1", "1.1.0")

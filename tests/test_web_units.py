@@ -22,11 +22,19 @@ from agent.hardware.readings import Battery, SensorReadings, Throttled
 from agent.hardware.sysfs import SysFS
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import LinkStats
-from agent.snapshot import AgentSnapshot, EventCounts, Health, VersionRef, judge_health
+from agent.snapshot import AgentSnapshot, EngineStatus, EventCounts, Health, VersionRef, judge_health
 from agent.web.auth import Guard, cross_site
 from agent.web.history import REFERENCE_S, History
 from agent.web.logs import RecentLogs
-from agent.web.problems import judge_battery, judge_camera, judge_clock, judge_disk, judge_power, page_problems
+from agent.web.problems import (
+    judge_battery,
+    judge_camera,
+    judge_clock,
+    judge_disk,
+    judge_engine,
+    judge_power,
+    page_problems,
+)
 from pipelines.metrics import Percentiles
 from pipelines.pipeline import PipelineStats
 from pipelines.sources import SourceState
@@ -205,6 +213,32 @@ def test_battery(charge: float, state: str, level: str | None, status: str) -> N
 def test_camera(changes: dict[str, Any], reference: float | None, status: str, words: str) -> None:
     finding = judge_camera(camera(**changes), reference)
     assert finding.status == status and words in finding.message
+
+
+def engine(state: str, **changes: Any) -> EngineStatus:
+    base = EngineStatus("demo 1.0.0", "m.onnx", "fp16", "building", "building", 0.4, 1000.0)
+    return dataclasses.replace(base, state=state, **changes)
+
+
+@pytest.mark.parametrize(
+    ("status", "state", "words"),
+    [
+        (None, "pass", "no TensorRT engine build"),
+        (engine("building", note="onnxruntime serves until the engine is ready"), "pass", "building (40%)"),
+        (engine("ready", progress=1.0), "pass", "ready"),
+        (
+            engine("failed", error_code="ENGINE_BUILD_FAILED", message="node Conv_3: unsupported"),
+            "warn",
+            "fp16 engine of m.onnx (demo 1.0.0) is not served: ENGINE_BUILD_FAILED: node Conv_3: unsupported",
+        ),
+    ],
+)
+def test_engine(status: EngineStatus | None, state: str, words: str) -> None:
+    finding = judge_engine(status)
+    assert finding.status == state and words in finding.message
+    if state == "warn":
+        assert "ONNX Runtime serves instead" in finding.fix and "engine build --force" in finding.fix
+        assert [f.check for f in page_problems(snapshot(engine=status), Health(True), {})] == ["engine"]
 
 
 def test_page_problems_put_failures_first_and_name_what_to_do() -> None:

@@ -30,6 +30,7 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
+from agent.bundles.engines import engine_tags
 from agent.bundles.manifest import (
     SCHEMA_VERSION,
     Agreement,
@@ -43,6 +44,7 @@ from agent.bundles.manifest import (
 from agent.bundles.signing import signature_file, verify
 from agent.errors import BundleError, ErrorCode, validation_problems
 from runtimes.base import Precision
+from runtimes.engine_cache import EngineKey
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 _CHUNK = 1 << 20
@@ -116,12 +118,14 @@ def _member_path(name: str) -> PurePosixPath:
 
 
 def _allowed(path: PurePosixPath) -> bool:
-    """Only data files a bundle may carry: never anything the device would execute."""
+    """Only data files a bundle may carry: never anything the device would execute. (A TensorRT
+    engine is data to TensorRT's runtime, which refuses engines with embedded host code unless
+    told otherwise; edge-agent never tells it.)"""
     if len(path.parts) == 2 and path.parts[0] == "calibration":
         return path.suffix.lower() in (".jpg", ".jpeg", ".png")
     if len(path.parts) != 1:
         return False
-    return path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz") or path.suffix in (".onnx", ".tflite")
+    return path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz") or path.suffix in (".onnx", ".tflite", ".engine")
 
 
 def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False, hash_bundle: bool = True) -> Unpacked:
@@ -137,7 +141,9 @@ def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False, hash_b
     try:
         with (
             bundle.open("rb") as raw,
-            tarfile.open(fileobj=(reader := _HashingReader(raw)), mode="r|*", bufsize=_CHUNK) as tar,
+            tarfile.open(
+                fileobj=(reader := _HashingReader(raw) if hash_bundle else raw), mode="r|*", bufsize=_CHUNK
+            ) as tar,
         ):
             for member in tar:
                 path = _member_path(member.name)
@@ -300,8 +306,8 @@ def _precision(path: Path, runtime: Any) -> Precision:
 
 
 def reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
-    """The frame a bundle's reference input is made from: the first readable calibration image,
-    else a synthetic scene's first frame (BGR uint8)."""
+    """The frame a bundle's reference inputs are made from: its first readable calibration image,
+    else the synthetic scene's first frame (seed 0; BGR uint8)."""
     import cv2
 
     for path in calibration:
@@ -340,10 +346,13 @@ def build_bundle(
     key: Ed25519PrivateKey | None = None,
     description: str = "",
     notes: Mapping[str, ArtifactNotes] | None = None,
+    engines: Sequence[tuple[Path, EngineKey]] = (),
 ) -> Manifest:
     """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
     model (its metadata) unless given; reference outputs are computed by running each model.
     `notes` (by file name) add what `agent.optimise` measured: precision and agreement.
+    `engines` are prebuilt TensorRT engines with the keys they were built for (``edge-agent
+    engine build --out`` writes both); each must come from one of the ONNX `models`.
 
     Raises `BundleError` ``DECODER_MISMATCH`` when the decoder does not fit a model or the
     plausibility guard finds its detections impossible (on a blank frame or the reference input).
@@ -418,8 +427,12 @@ def build_bundle(
         (LABELS, ("\n".join(manifest.labels) + "\n").encode()),
         ("reference.npz", npz.getvalue()),
         *((f"calibration/{i:04d}{p.suffix.lower()}", p) for i, p in enumerate(calibration)),
+        *((p.name, p) for p, _ in engines),
     ]
-    manifest = Manifest.model_validate({**manifest.model_dump(), "files": [_file_entry(n, c) for n, c in data]})
+    tags = [engine_tags(path, engine_key, entries) for path, engine_key in engines]
+    manifest = Manifest.model_validate(
+        {**manifest.model_dump(), "files": [_file_entry(n, c) for n, c in data], "engines": tags}
+    )
     manifest_bytes = manifest.to_bytes()
     files: list[tuple[str, bytes | Path]] = [(MANIFEST, manifest_bytes)]
     if key is not None:

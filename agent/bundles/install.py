@@ -25,23 +25,24 @@ import shutil
 import signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agent.bundles.archive import Limits, Verified, sha256_file, unpack, verify_unpacked
+from agent.bundles.engines import version_settings
 from agent.bundles.manifest import Manifest
 from agent.bundles.record import Deployment, State, fsync_tree
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store, version_key
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board
-from runtimes.base import TensorSpec, dequantize
+from pipelines.parity import parity_fraction
+from runtimes.base import Runtime
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Preference
 
@@ -63,13 +64,17 @@ def checkpoint(step: str) -> None:
 @dataclass(frozen=True)
 class InstallPolicy:
     """What this device accepts (signers, unsigned bundles, unpack limits) and how it runs what
-    it accepts (runtime preference and each backend's settings)."""
+    it accepts (runtime preference, each backend's settings, autotune at activation with its
+    frames per configuration and latency limit)."""
 
     trusted: Sequence[Ed25519PublicKey] = ()
     allow_unsigned: bool = False
     limits: Limits = field(default_factory=Limits)
     preference: Preference = "auto"
     runtimes: RuntimeSettings = field(default_factory=RuntimeSettings)
+    autotune: bool = False  # measure the ways to run a version at activation and serve the fastest
+    autotune_frames: int = 30
+    max_latency_ms: float | None = None
 
     @classmethod
     def from_config(cls, config: AgentConfig) -> InstallPolicy:
@@ -80,7 +85,10 @@ class InstallPolicy:
             allow_unsigned=config.allow_unsigned,
             limits=Limits(limits.max_files, limits.max_bytes),
             preference=config.runtime,
-            runtimes=config.runtimes,
+            runtimes=config.runtime_settings(),
+            autotune=config.deployments.autotune,
+            autotune_frames=config.deployments.autotune_frames,
+            max_latency_ms=config.deployments.max_latency_ms,
         )
 
 
@@ -93,22 +101,44 @@ class Activation:
     parity: float  # fraction of output values within tolerance
 
 
-def parity_fraction(
-    outputs: Sequence[npt.NDArray[Any]],
-    expected: Sequence[npt.NDArray[Any]],
-    specs: Sequence[TensorSpec],
-    atol: float,
-    rtol: float,
+def reference_outputs(runtime: Runtime, name: str, reference: Mapping[str, npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+    """Artifact `name`'s outputs for its reference input on `runtime`. Raises `BundleError`
+    ``PARITY_FAILED`` when it cannot run that input."""
+    from runtimes.base import InferenceError
+
+    try:
+        return list(runtime.infer([reference[f"{name}__input"]]))
+    except InferenceError as exc:
+        raise BundleError(ErrorCode.PARITY_FAILED, f"{name} cannot run its reference input: {exc}") from exc
+
+
+def check_parity(
+    runtime: Runtime,
+    name: str,
+    manifest: Manifest,
+    reference: Mapping[str, npt.NDArray[Any]],
+    outputs: Sequence[npt.NDArray[Any]] | None = None,
 ) -> float:
-    """Fraction of output values within ``atol + rtol * |expected|``, compared dequantized."""
-    within = total = 0
-    for got, want, spec in zip(outputs, expected, specs, strict=True):
-        if got.shape != want.shape:
-            return 0.0
-        a, b = dequantize(got, spec), dequantize(want, spec)
-        within += int(np.count_nonzero(np.abs(a - b) <= atol + rtol * np.abs(b)))
-        total += b.size
-    return within / total if total else 1.0
+    """The fraction of artifact `name`'s outputs on `runtime` within the manifest's tolerance of
+    its reference outputs; `outputs` are those for the reference input when already computed
+    (`reference_outputs`; activate runs the plausibility guard on them first), else it runs it.
+    Raises `BundleError` ``PARITY_FAILED`` below the manifest's minimum or when it cannot run."""
+    if outputs is None:
+        outputs = reference_outputs(runtime, name, reference)
+    expected = [reference[f"{name}__output{i}"] for i in range(len(outputs)) if f"{name}__output{i}" in reference]
+    ref = manifest.reference
+    fraction = (
+        parity_fraction(outputs, expected, runtime.outputs, ref.atol, ref.rtol)
+        if len(expected) == len(outputs)
+        else 0.0
+    )
+    if fraction < ref.min_fraction:
+        raise BundleError(
+            ErrorCode.PARITY_FAILED,
+            f"{name} on {runtime.name}: {fraction:.1%} of output values within tolerance "
+            f"(atol {ref.atol}, rtol {ref.rtol}); the manifest requires {ref.min_fraction:.1%}",
+        )
+    return fraction
 
 
 def runtime_choices(folder: Path, manifest: Manifest, board: Board, preference: Preference) -> list[Choice]:
@@ -134,12 +164,12 @@ def activate(
     """
     from pipelines.decoders import DecoderError
     from pipelines.detector import Detector
-    from runtimes.base import InferenceError, ModelLoadError, NotAModelError, RuntimeUnavailable
+    from runtimes.base import ModelLoadError, NotAModelError, RuntimeUnavailable
     from runtimes.isolation import RuntimeCrashed
     from runtimes.registry import load_runtime_checked
 
     manifest = bundle.manifest
-    settings = settings or RuntimeSettings()
+    settings = version_settings(settings or RuntimeSettings(), manifest)
     choices = runtime_choices(bundle.folder, manifest, board, preference)
     reference = bundle.reference
     failures = []
@@ -160,29 +190,33 @@ def activate(
             name = Path(choice.artifact.path).name
             try:
                 detector = Detector(runtime, manifest.decoder)
-                outputs = runtime.infer([reference[f"{name}__input"]])
+                outputs = reference_outputs(runtime, name, reference)
                 detector.check(reference[f"{name}__input"], outputs)  # the plausibility guard
             except DecoderError as exc:
                 raise BundleError(ErrorCode.DECODER_MISMATCH, f"{name}: {exc}") from exc
-            except InferenceError as exc:
-                raise BundleError(ErrorCode.PARITY_FAILED, f"{name} cannot run its reference input: {exc}") from exc
-            expected = [
-                reference[f"{name}__output{i}"] for i in range(len(outputs)) if f"{name}__output{i}" in reference
-            ]
-            ref = manifest.reference
-            fraction = (
-                parity_fraction(outputs, expected, runtime.outputs, ref.atol, ref.rtol)
-                if len(expected) == len(outputs)
-                else 0.0
-            )
-            if fraction < ref.min_fraction:
-                raise BundleError(
-                    ErrorCode.PARITY_FAILED,
-                    f"{name} on {choice.runtime}: {fraction:.1%} of output values within tolerance "
-                    f"(atol {ref.atol}, rtol {ref.rtol}); the manifest requires {ref.min_fraction:.1%}",
-                )
+            fraction = check_parity(runtime, name, manifest, reference, outputs)
             return Activation(choice.runtime, name, choice.device, choice.reason, fraction)
     raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the bundle here: " + "; ".join(failures))
+
+
+def _autotune(verified: Verified, board: Board, policy: InstallPolicy, store: Store, deployment: Deployment) -> None:
+    """Measure how this version runs best here (`agent.bundles.tuning`); keep the choice for the
+    cameras and the choice with every measured row in the deployment record. Never fails the
+    activation: without a qualifying configuration the runtime policy decides, as without autotune."""
+    from agent.bundles.tuning import autotune
+
+    tuning, rows = autotune(
+        verified.folder,
+        verified.manifest,
+        verified.reference,
+        board,
+        version_settings(policy.runtimes, verified.manifest),
+        policy.autotune_frames,
+        policy.max_latency_ms,
+    )
+    if tuning is not None:
+        store.save_tuning(deployment.sha256, tuning.to_json())
+    deployment.tuning = {"choice": tuning.to_json() if tuning else None, "rows": [row.to_json() for row in rows]}
 
 
 def _file_error(exc: OSError, what: str) -> BundleError:
@@ -305,6 +339,8 @@ def install(
         activation.reason,
         activation.parity * 100,
     )
+    if policy.autotune:
+        _autotune(verified, board, policy, store, deployment)
     store.switch(sha)
     checkpoint("switched")
     if probation_s > 0:

@@ -153,6 +153,19 @@ class TensorRTProfile(_Strict):
         return self
 
 
+class EngineTags(_Strict):
+    """A prebuilt TensorRT engine in the bundle (also listed in `files`) and what it was built
+    for: a device uses it only when every tag equals its own (docs/tensorrt.md)."""
+
+    path: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}\.engine$", description="The .engine file.")
+    artifact: str = Field(description="The ONNX artifact it was built from.")
+    tensorrt_version: str = Field(description="TensorRT version that built it, e.g. '10.3.0.30'.")
+    gpu_name: str = Field(description="GPU name as CUDA reports it, e.g. 'Orin'.")
+    compute_capability: tuple[int, int] = Field(description="GPU compute capability, e.g. [8, 7].")
+    precision: Precision = Field(description="Engine precision.")
+    profile: TensorRTProfile | None = Field(default=None, description="Optimization profile it was built with.")
+
+
 class Manifest(_Strict):
     """manifest.json of a model bundle."""
 
@@ -173,6 +186,9 @@ class Manifest(_Strict):
     reference: Reference = Field(default_factory=Reference, description="Parity check data.")
     calibration: Calibration | None = Field(default=None, description="INT8 calibration images, if shipped.")
     tensorrt_profile: TensorRTProfile | None = Field(default=None, description="TensorRT optimisation profile.")
+    engines: list[EngineTags] = Field(
+        default_factory=list, description="Prebuilt TensorRT engines, used only on an exact match of their tags."
+    )
 
     @field_validator("version")
     @classmethod
@@ -186,6 +202,17 @@ class Manifest(_Strict):
         paths = [a.path for a in self.artifacts] + [f.path for f in self.files]
         if len(set(paths)) != len(paths):
             raise ValueError(f"artifact and file paths must be unique, got {paths}")
+        return self
+
+    @model_validator(mode="after")
+    def _engines_listed(self) -> Manifest:
+        onnx = {a.path for a in self.artifacts if a.format == "onnx"}
+        files = {f.path for f in self.files}
+        for engine in self.engines:
+            if engine.artifact not in onnx:
+                raise ValueError(f"engine {engine.path}: artifact {engine.artifact!r} is not an ONNX artifact")
+            if engine.path not in files:
+                raise ValueError(f"engine {engine.path} must also be listed in files (its sha256 and size)")
         return self
 
     def to_bytes(self) -> bytes:

@@ -1,8 +1,8 @@
 """The deployment record (`Deployment`, `State`) and the durable writes the store is built on.
 
 Every file the agent keeps is replaced through `atomic_write` (temp file, fsync, rename, fsync of
-the folder), so a reader, or the agent after a power cut, sees the old or the new content, never
-a mix.
+the folder; it lives in `runtimes.base`, which the engine cache shares, and is re-exported here),
+so a reader, or the agent after a power cut, sees the old or the new content, never a mix.
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import BundleError
+
+# re-exported: one implementation, shared with the engine cache (runtimes cannot import agent)
+from runtimes.base import atomic_write as atomic_write
+from runtimes.base import fsync_dir as fsync_dir
 
 
 class State(str, Enum):
@@ -41,25 +45,6 @@ class State(str, Enum):
 FINAL_STATES = frozenset({State.SUCCEEDED, State.REJECTED, State.FAILED, State.ROLLED_BACK})
 #: a deployment in one of these touched no version: the daemon resumes it after a restart
 RESUMABLE_STATES = frozenset({State.QUEUED, State.DOWNLOADING})
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers see the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_tree(folder: Path) -> None:
@@ -93,6 +78,7 @@ class Deployment:
     attempt: int = 1  # the daemon retries a deployment once after a crash while verifying or installing
     probation_s: float = 0.0
     history: list[tuple[State, float]] = field(default_factory=list)
+    tuning: dict[str, Any] | None = None  # autotune at activation: the choice and the measured rows
 
     def to(self, state: State, error: BundleError | None = None) -> None:
         """Enter `state` (recorded in the history); `error` becomes the record's code and message."""

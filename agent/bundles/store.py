@@ -11,6 +11,7 @@ Layout under the state directory (default ``/var/lib/edge-agent``)::
                               accepted from the device's and the group's topic
     installed.json            the highest version of each bundle name that succeeded here
     control.json              command ids already run (agent.mqtt.control)
+    tuning/<sha256>.json      what autotune chose for that version (agent.bundles.tuning)
 
 Pointers are symlinks replaced with ``rename`` and files are written with `atomic_write`, so a
 crash at any point leaves either the old or the new state, never a mix. `recover` finishes or
@@ -25,7 +26,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import semver
 
@@ -225,11 +226,32 @@ class Store:
     def downloads(self) -> Path:
         return self.root / "downloads"
 
+    # -- tuning (autotune's choice per version) -------------------------------------------
+
+    def _tuning_path(self, sha: str) -> Path:
+        return self.root / "tuning" / f"{sha}.json"
+
+    def save_tuning(self, sha: str, document: dict[str, Any]) -> None:
+        """Keep what autotune chose for version `sha` (the cameras serve it that way)."""
+        self._tuning_path(sha).parent.mkdir(exist_ok=True)
+        atomic_write(self._tuning_path(sha), json.dumps(document, indent=2).encode())
+
+    def tuning(self, sha: str | None) -> dict[str, Any] | None:
+        """Autotune's choice for version `sha`, or None (not tuned, or unreadable)."""
+        if sha is None:
+            return None
+        try:
+            document = json.loads(self._tuning_path(sha).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return document if isinstance(document, dict) else None
+
     # -- housekeeping --------------------------------------------------------------------
 
     def remove_version(self, sha: str) -> None:
         if sha not in (self.current_sha(), self.previous_sha()):
             shutil.rmtree(self.versions / sha, ignore_errors=True)
+            self._tuning_path(sha).unlink(missing_ok=True)
 
     def gc(self) -> list[str]:
         """Keep `keep` versions: current and previous always, then the newest others."""
@@ -246,6 +268,7 @@ class Store:
         removed = []
         for folder in others[max(0, self.keep - len(protected)) :]:
             shutil.rmtree(folder, ignore_errors=True)
+            self._tuning_path(folder.name).unlink(missing_ok=True)
             removed.append(folder.name)
         return removed
 

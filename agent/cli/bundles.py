@@ -18,6 +18,7 @@ from pipelines.decoders import DECODER_CHOICES
 
 if TYPE_CHECKING:
     from agent.config.models import AgentConfig
+    from runtimes.engine_cache import EngineKey
 
 
 def add_bundle_commands(commands: Any) -> None:
@@ -41,6 +42,13 @@ def add_bundle_commands(commands: Any) -> None:
     build.add_argument("--description", default="")
     build.add_argument("--calibration", type=Path, help="folder of calibration images (.jpg/.png)")
     build.add_argument("--key", type=Path, help="signing.key to sign the manifest with")
+    build.add_argument(
+        "--engine",
+        type=Path,
+        action="append",
+        default=[],
+        help="a prebuilt TensorRT engine from `edge-agent engine build --out` (its tags in ENGINE.json; repeatable)",
+    )
     build.add_argument("-o", "--out", type=Path, required=True, help="bundle file to write")
     add_optimise_arguments(build)
     inspect = bundle_commands.add_parser("inspect", help="print a bundle's manifest summary")
@@ -126,6 +134,7 @@ def _bundle_build(args: argparse.Namespace) -> int:
         labels = [parsed(i) for i in range(max(parsed.names) + 1)] if parsed.names else None
     calibration = image_files(args.calibration, "calibration") if args.calibration else []
     key = load_private_key(args.key) if args.key else None
+    engines = [_engine_file(path) for path in args.engine]
     with tempfile.TemporaryDirectory(prefix="edge-agent-build-") as workdir:
         models, notes = prepare_models(args, calibration, Path(workdir))
         manifest = build_bundle(
@@ -139,10 +148,24 @@ def _bundle_build(args: argparse.Namespace) -> int:
             key=key,
             description=args.description,
             notes=notes,
+            engines=engines,
         )
     signed = "signed" if key else "unsigned"
     print(f"wrote {args.out}: {manifest.name} {manifest.version}, {len(manifest.artifacts)} artifact(s), {signed}")
     return 0
+
+
+def _engine_file(path: Path) -> tuple[Path, EngineKey]:
+    """A prebuilt engine and the key in its tags file (``ENGINE.json``)."""
+    from runtimes.engine_cache import EngineRecord
+
+    tags = Path(f"{path}.json")
+    if not path.is_file() or not tags.is_file():
+        raise CliError(f"engine {path} and its tags {tags} are needed (edge-agent engine build --out writes both)")
+    try:
+        return path, EngineRecord.from_json(json.loads(tags.read_text())).key
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CliError(f"{tags}: not the tags of an engine ({exc})") from exc
 
 
 @contextmanager

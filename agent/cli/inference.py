@@ -68,8 +68,12 @@ def add_inference_commands(commands: Any) -> None:
         "to its right, as seen on the image); repeat for more lines",
     )
 
-    bench = commands.add_parser("bench", help="measure FPS, latency and memory of a model")
-    bench.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
+    bench = commands.add_parser(
+        "bench", help="measure FPS, latency and memory of a model, or with --matrix every way to run a bundle"
+    )
+    bench.add_argument(
+        "model", type=Path, metavar="MODEL|BUNDLE", help="an .onnx or .tflite model; a bundle with --matrix"
+    )
     bench.add_argument(
         "--source",
         default="synthetic",
@@ -86,12 +90,20 @@ def add_inference_commands(commands: Any) -> None:
     )
     bench.add_argument(
         "--workers",
-        type=positive_int,
-        default=1,
-        help="inference calls in flight at once on one model (default 1; ONNX Runtime only): more "
-        "throughput, each frame slower; each call gets cores/N threads",
+        type=workers_arg,
+        default="auto",
+        help="inference calls in flight at once on one model (ONNX Runtime only): more throughput, each frame "
+        "slower; each call gets cores/N threads. auto (default): the faster of 1 and 2 calls, measured briefly, "
+        "as the daemon's autotune chooses",
     )
-    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument(
+        "--matrix",
+        action="store_true",
+        help="the optimisation report of a bundle: every runtime x artifact / precision / provider / delegate "
+        "on this device, each in its own process, with latency, FPS, peak RSS, energy and parity",
+    )
+    bench.add_argument("--config", type=Path, help="device config (YAML) for the runtimes' settings (--matrix)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object (--matrix: a list of rows)")
 
     probe = commands.add_parser(
         "probe",
@@ -327,6 +339,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def workers_arg(text: str) -> int | str:
+    return "auto" if text == "auto" else positive_int(text)
+
+
 def _print_camera_tools(tools: dict[str, Any]) -> None:
     """The camera tools part of ``edge-agent probe`` (docs/cameras.md)."""
     from pipelines.pipe_source import INSTALL_HINTS
@@ -363,27 +379,34 @@ def _sensors_found(readings: SensorReadings) -> dict[str, str]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from agent.cli.report import auto_workers, bench_matrix
     from agent.serving.loader import load_model
     from pipelines.bench import run_bench
 
+    if args.matrix:
+        return bench_matrix(args)
     if not args.model.is_file():
         raise CliError(f"model file not found: {args.model}")
-    runtime, choice = load_model(args.model, args.runtime, workers=args.workers)
+    workers, measured = auto_workers(args.model, args.runtime) if args.workers == "auto" else (args.workers, {})
+    runtime, choice = load_model(args.model, args.runtime, workers=workers)
     with runtime:
-        if args.workers > 1 and not runtime.concurrent:
-            raise CliError(f"--workers {args.workers}: {runtime.name} cannot run one model from several threads")
+        if workers > 1 and not runtime.concurrent:
+            raise CliError(f"--workers {workers}: {runtime.name} cannot run one model from several threads")
         progress = sys.stderr.isatty() and not args.json
-        report = run_bench(runtime, args.source, args.frames, args.mode, progress=progress, workers=args.workers)
+        report = run_bench(runtime, args.source, args.frames, args.mode, progress=progress, workers=workers)
     report["device"] = choice.device
+    if measured:
+        report["workers_auto_fps"] = measured
     if args.json:
         print(json.dumps(report))
         return 0
     print(
         f"{report['model']} on {report['runtime']} ({choice.device}), {report['mode']} mode, source {report['source']}"
     )
+    auto = f" (auto; FPS by workers: {measured})" if measured else ""
     print(
         f"  input {report['input_shape']}, {report['frames']} frames in {report['seconds']:.2f} s, "
-        f"{report['workers']} worker(s)"
+        f"{report['workers']} worker(s){auto}"
     )
     latency = report["latency_ms"]
     print(f"  fps {report['fps']:.1f}   latency p50 {latency['p50']:.1f} ms  p95 {latency['p95']:.1f} ms")

@@ -16,13 +16,21 @@ from collections.abc import Sequence
 from agent.cli.bundles import BUNDLE_COMMANDS, add_bundle_commands
 from agent.cli.device import DEVICE_COMMANDS, add_device_commands
 from agent.cli.doctor import DOCTOR_COMMANDS, add_doctor_commands
+from agent.cli.engines import ENGINE_COMMANDS, add_engine_commands
 from agent.cli.errors import CliError
 from agent.cli.fleet import FLEET_COMMANDS, add_fleet_commands
 from agent.cli.inference import INFERENCE_COMMANDS, add_inference_commands
 from agent.cli.sensors import SENSOR_COMMANDS, add_sensor_commands
 
-COMMANDS = {**INFERENCE_COMMANDS, **BUNDLE_COMMANDS, **DEVICE_COMMANDS, **FLEET_COMMANDS, **SENSOR_COMMANDS}
-COMMANDS.update(DOCTOR_COMMANDS)
+COMMANDS = {
+    **INFERENCE_COMMANDS,
+    **BUNDLE_COMMANDS,
+    **DEVICE_COMMANDS,
+    **FLEET_COMMANDS,
+    **SENSOR_COMMANDS,
+    **ENGINE_COMMANDS,
+    **DOCTOR_COMMANDS,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bundle_commands(commands)
     add_device_commands(commands)
     add_fleet_commands(commands)
+    add_engine_commands(commands)
     add_sensor_commands(commands)
     add_doctor_commands(commands)
     return parser

@@ -70,7 +70,7 @@ runtime: auto           # auto | tensorrt | onnxruntime | litert
 # runtimes:             # settings per backend (docs/configuration.md)
 #   onnxruntime: {{providers: [cuda, cpu], intra_op_threads: 0}}
 #   litert: {{num_threads: 4}}
-#   tensorrt: {{precision: fp16, workspace_mb: 1024}}
+#   tensorrt: {{precision: fp16, workspace_mb: 1024}}   # engines cached in <state_dir>/engines
 keep_versions: 3
 
 mqtt:
@@ -87,6 +87,9 @@ mqtt:
 deployments:
   max_download_rate: 0  # bytes per second, 0 = unlimited
   window: 16
+  autotune: true        # at activation, serve the fastest configuration within the bundle's parity tolerance
+  # max_latency_ms: 120 # ... whose p95 latency per frame is within this
+  # report: true        # publish the optimisation matrix on <device>/report after each activation
   download_timeout_s: 3600  # a deployment that cannot get its bundle in time ends FAILED (DOWNLOAD_TIMEOUT)
   probation_s: 120        # a new version is rolled back if its cameras fail or its FPS halves within this
 

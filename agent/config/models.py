@@ -225,12 +225,11 @@ class PipelineSection(_Section):
     height: int | None = Field(default=None, ge=1, description="Camera capture height.")
     fps: float | None = Field(default=None, gt=0, description="Camera frame rate (synthetic: 15 by default).")
     max_fps: float | None = Field(default=None, gt=0, description="Most frames per second inferred.")
-    workers: int = Field(
-        default=1,
-        ge=1,
-        le=8,
-        description="Frames in flight at once on this camera's model: more throughput, each frame slower "
-        "(ONNX Runtime; on a runtime that serves one call at a time the camera uses 1).",
+    workers: int | Literal["auto"] = Field(
+        default="auto",
+        description="Frames in flight at once on this camera's model (1-8): more throughput, each frame slower "
+        "(ONNX Runtime; on a runtime that serves one call at a time the camera uses 1). auto: what autotune "
+        "chose at activation, else 1.",
     )
     lines: list[LineConfig] = Field(default_factory=list, description="Counting lines (docs/analytics.md).")
     zones: list[ZoneConfig] = Field(default_factory=list, description="Zones: occupancy and dwell time.")
@@ -240,6 +239,13 @@ class PipelineSection(_Section):
         "bottom edge (where a person or vehicle touches the ground).",
     )
     tracker: TrackerConfig = Field(default_factory=TrackerConfig, description="The camera's object tracker.")
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 8:
+            raise ValueError(f"workers must be 1..8 or auto, got {value}")
+        return value
 
     @field_validator("source")
     @classmethod
@@ -258,6 +264,23 @@ class DeploymentSection(_Section):
     window: int = Field(default=16, ge=1, le=1024, description="Chunks requested at a time.")
     stall_timeout_s: float = Field(default=60.0, gt=0, description="Re-request chunks after this long without one.")
     http_timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one HTTP request (url sources).")
+    autotune: bool = Field(
+        default=True,
+        description="At activation, measure each way to run the version here (runtime, provider or delegate, "
+        "artifact, threads, workers) and serve the fastest within the bundle's parity tolerance.",
+    )
+    autotune_frames: int = Field(default=30, ge=5, le=1000, description="Frames timed per configuration by autotune.")
+    max_latency_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="Autotune serves only configurations whose p95 latency per frame is within this.",
+    )
+    report: bool = Field(
+        default=False,
+        description="After each activation, run the optimisation matrix (edge-agent bench --matrix) and publish "
+        "it retained on <device>/report.",
+    )
+    report_frames: int = Field(default=100, ge=5, le=10000, description="Frames timed per row of that report.")
     download_timeout_s: float = Field(
         default=3600.0,
         gt=0,
@@ -614,6 +637,15 @@ class AgentConfig(_Section):
                     )
                 seen[name] = camera
         return value
+
+    def runtime_settings(self) -> RuntimeSettings:
+        """`runtimes` with what it leaves to the state directory filled in: TensorRT's engine
+        cache defaults to ``<state_dir>/engines``."""
+        tensorrt = self.runtimes.tensorrt
+        if tensorrt.engine_cache_dir is not None:
+            return self.runtimes
+        engines = tensorrt.model_copy(update={"engine_cache_dir": self.state_dir / "engines"})
+        return self.runtimes.model_copy(update={"tensorrt": engines})
 
     def device_id(self) -> str:
         """The configured id, else this machine's hostname (made topic-safe)."""

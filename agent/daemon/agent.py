@@ -44,6 +44,7 @@ from agent.bundles.install import InstallPolicy, rollback
 from agent.bundles.record import Deployment, atomic_write
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
+from agent.bundles.tuning import Tuning
 from agent.config.loading import load_config, security_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.deployer import Deployer
@@ -135,7 +136,12 @@ class Agent:
         self._throttled = ThrottledLog(log)
         self.events = EventSink(config.events, self._labels, self._publish_event, config.pipelines)
         self.cameras = Cameras(
-            config.pipelines, self.board, config.runtime, self.events.for_pipeline, config.runtimes, config.cameras
+            config.pipelines,
+            self.board,
+            config.runtime,
+            self.events.for_pipeline,
+            config.runtime_settings(),
+            config.cameras,
         )
         self.sensors = Sensors.from_config(config.sensors, self.root, self.board)
         self.monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(self.sensors.fs))
@@ -212,6 +218,7 @@ class Agent:
                 self.gate,
                 self._on_deployed,
                 camera_stats=self.cameras.stats,
+                on_succeeded=self._on_succeeded,
                 wall_clock=self.clock,
             )
             self.link.subscribe(self.topics.command(self.device, "+"), self._enqueue_command)
@@ -301,7 +308,8 @@ class Agent:
         if not self.config.pipelines:
             return
         try:
-            self.cameras.activate(self.store.versions / sha)
+            tuned = self.store.tuning(sha)
+            self.cameras.activate(self.store.versions / sha, Tuning.from_json(tuned) if tuned else None)
             self._serving_error = None
         except BundleError as exc:
             self._serving_error = str(exc)
@@ -310,6 +318,27 @@ class Agent:
     def _on_deployed(self, deployment: Deployment) -> None:
         self._serve_current()
         self._publish_status()
+
+    def _on_succeeded(self, deployment: Deployment) -> None:
+        """A new version passed its probation (or had none): its optimisation report, if asked
+        for, is measured now (not on probation, where it would take the cameras' CPU)."""
+        if self.config.deployments.report:
+            self._spawn(lambda: self._publish_report(deployment.sha256), "report")
+
+    def _publish_report(self, sha: str) -> None:
+        """The optimisation report of version `sha`, retained on ``<device>/report`` (thread ``report``)."""
+        from agent.daemon.report import report_document
+
+        try:
+            settings = self.config.runtime_settings()
+            frames = self.config.deployments.report_frames
+            document = report_document(self.store, sha, self.device, self.board, settings, frames)
+        except (BundleError, OSError) as exc:
+            log.error("optimisation report of %s: %s", sha[:12], exc)
+            return
+        if self.link is not None and not self._components_stop.is_set():
+            self.link.publish_state(self.topics.report(self.device), json_payload(document))
+            log.info("published the optimisation report of %s (%d rows)", sha[:12], len(document["rows"]))
 
     def _labels(self) -> list[str]:
         manifest = self.cameras.manifest
@@ -352,6 +381,7 @@ class Agent:
             governor=self.governing.state if self.governing is not None else None,
             rollout=deployer.rollout if deployer is not None else None,
             runtimes=self._runtimes,
+            engine=self.cameras.engine_status(),
         )
 
     # -- publishing ----------------------------------------------------------------------------

@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 class Deployer:
     """Follows the desired documents of one device. `on_switched` is called (in the worker
     thread) whenever the store's current version changed, to serve it on the cameras;
-    `camera_stats` reads the cameras for probation. `clock` is monotonic seconds, `wall_clock`
-    Unix seconds (when a rollout's waves open)."""
+    `on_succeeded` when a deployment that switched ended SUCCEEDED (after its probation, if
+    any); `camera_stats` reads the cameras for probation. `clock` is monotonic seconds,
+    `wall_clock` Unix seconds (when a rollout's waves open)."""
 
     def __init__(
         self,
@@ -69,11 +70,13 @@ class Deployer:
         on_switched: Callable[[Deployment], None],
         camera_stats: Callable[[], Sequence[PipelineStats]] = list,
         clock: Callable[[], float] = time.monotonic,
+        on_succeeded: Callable[[Deployment], None] = lambda deployment: None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config, self.device, self.store, self.board = config, device, store, board
         self.link, self.topics, self.policy, self.gate = link, topics, policy, gate
         self._on_switched, self._camera_stats, self._clock = on_switched, camera_stats, clock
+        self._on_succeeded = on_succeeded
         self._wall_clock = wall_clock
         self._followed = store.followed()
         self.documents = DesiredDocuments(device, topics, gate, lambda: self._followed)
@@ -330,6 +333,8 @@ class Deployer:
             result = self._probation(result)
         elif result.state == State.SUCCEEDED:
             self._on_switched(result)
+        if result.state == State.SUCCEEDED:
+            self._on_succeeded(result)
         self._finish(desired, kind)
 
     def _undo(self, desired: Desired, kind: Kind) -> None:

@@ -44,6 +44,7 @@ def status_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         "warnings": list(snapshot.warnings),
         "rollout": asdict(snapshot.rollout) if snapshot.rollout else None,
         "runtimes": runtimes_document(snapshot),
+        "engine": asdict(snapshot.engine) if snapshot.engine else None,
     }
 
 

@@ -58,6 +58,10 @@ class Topics:
     def events(self, device: str) -> str:
         return self.device(device, "events")
 
+    def report(self, device: str) -> str:
+        """The optimisation report (retained): every way to run the active version, measured."""
+        return self.device(device, "report")
+
     def deployment(self, device: str) -> str:
         return self.device(device, "deployment")
 

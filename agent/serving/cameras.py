@@ -5,11 +5,17 @@ default: one `SharedModel`, one runtime in memory, frames of several cameras bat
 model has a dynamic batch axis) or once per camera (``share_model: false``), then either starts
 the pipelines or swaps the new model in between frames, so capture never stops for a
 deployment. Each pipeline closes the model it swapped out once no frame uses it: its own
-runtime, or its hold on the shared model, which closes when its last camera let go. A camera
-configured with several workers runs them only on a runtime that allows concurrent calls; when
-a deployment moves it between such a runtime and one that does not, its pipeline restarts
-instead. Pipe sources (``gst:``, ``ffmpeg:``, ``rpicam:``) get the board's ffmpeg decode
-options; what stops one from running here is logged once, at the first start.
+runtime, or its hold on the shared model, which closes when its last camera let go.
+
+A TensorRT engine that is not built yet is built in the background (`EngineBuilder`, thread
+``engine-build``) while the previous version, or on a first install ONNX Runtime, serves; when
+it is ready and passes the bundle's parity check, the version is loaded again on the engine
+(one shared model, as above) and every camera swaps to it between frames; else the cameras stay
+on ONNX Runtime with the reason in `engine_status`. A camera configured with several workers
+runs them only on a runtime that allows concurrent calls; when a deployment moves it between
+such a runtime and one that does not, its pipeline restarts instead. Pipe sources (``gst:``,
+``ffmpeg:``, ``rpicam:``) get the board's ffmpeg decode options; what stops one from running
+here is logged once, at the first start.
 
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
 ``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
@@ -28,20 +34,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agent.bundles.archive import read_reference
+from agent.bundles.install import check_parity
 from agent.bundles.manifest import Manifest
+from agent.bundles.tuning import Tuning
 from agent.config.models import CamerasSection, PipelineSection
-from agent.errors import BundleError
+from agent.errors import BundleError, ErrorCode
 from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
 from agent.hardware.probe import Board
-from agent.serving.loader import open_detector
+from agent.serving.engine_builder import EngineBuilder
+from agent.serving.loader import Loaded, open_detector
+from agent.snapshot import EngineStatus
 from pipelines.annotate import BoxAnnotator
 from pipelines.detector import FrameDetector
 from pipelines.pipe_commands import PipeSettings, pipe_tool
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
 from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
 from pipelines.sources import FrameSource, open_source
+from runtimes.base import Runtime
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Choice, Preference
+from runtimes.tensorrt_backend import TensorRTBackend, engine_cache
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +83,38 @@ def _capped(max_fps: float | None, cap: float | None) -> float | None:
     return min(limits) if limits else None
 
 
-def _workers(section: PipelineSection, detector: FrameDetector) -> int:
-    """The configured workers, or 1 on a runtime that serves one call at a time."""
-    if section.workers > 1 and not detector.runtime.concurrent:
+def wanted_workers(section: PipelineSection, tuning: Tuning | None) -> int:
+    """The configured workers; for ``auto`` what autotune chose for the version, else 1."""
+    if section.workers != "auto":
+        return section.workers
+    return tuning.workers if tuning is not None else 1
+
+
+def _workers(section: PipelineSection, detector: FrameDetector, tuning: Tuning | None) -> int:
+    """The workers wanted, or 1 on a runtime that serves one call at a time."""
+    workers = wanted_workers(section, tuning)
+    if workers > 1 and not detector.runtime.concurrent:
+        if section.workers == "auto":  # tuned for another runtime (e.g. before a TensorRT engine swapped in)
+            return 1
         log.warning(
             "pipeline %s: %s serves one frame at a time; running 1 worker instead of %d",
             section.name,
             detector.runtime.name,
-            section.workers,
+            workers,
         )
         return 1
-    return section.workers
+    return workers
+
+
+def _serving_threads(runtime: Runtime, workers: int, cameras: int) -> int:
+    """The shared model's serving threads: `workers` on a runtime that allows concurrent calls;
+    else one per camera at most, and 1 where the backend has no per-thread state to give
+    (`Runtime.for_worker` not overridden: the TensorRT backend serves one call at a time)."""
+    if runtime.concurrent:
+        return workers
+    if type(runtime).for_worker is Runtime.for_worker:
+        return 1
+    return min(workers, cameras)
 
 
 class Cameras:
@@ -107,21 +141,48 @@ class Cameras:
         self.version: Path | None = None
         self.manifest: Manifest | None = None
         self.choice: Choice | None = None  # the runtime serving the first camera, and why
+        self._wanted: Path | None = None  # the version asked for last (it may wait for its engine)
+        self._tuning: Tuning | None = None  # autotune's choice for that version
+        self._stopped = False
+        self.builder = EngineBuilder(self._engine_done)
         self.fps_cap: float | None = None  # the governor's settings (see `govern`)
         self.paused = False
         self.lighter = False
         self.halted = False
 
-    def activate(self, version: Path) -> None:
+    def activate(self, version: Path, tuning: Tuning | None = None, engine_ready: bool = False) -> None:
         """Serve `version` (an installed bundle folder) on every camera; raises `BundleError`.
-        While `halt`ed, only remembers it for `resume`."""
+        While `halt`ed, only remembers it (and its tuning) for `resume`.
+
+        When TensorRT would serve it but its engine is not built yet, the build starts in the
+        background and the version serving now keeps serving (on a first install, ONNX Runtime
+        serves the new version); when the engine is ready (`engine_ready`, from the builder) its
+        parity is checked and the cameras swap to it (to one shared engine), or stay on ONNX
+        Runtime saying why."""
         with self._lock:
+            if version != self._wanted or tuning is not None:
+                self._tuning = tuning
+            self._wanted = version
             if self.halted:
                 self.version = version
                 return
-            models = self._load(version)
+            self._stopped = False
+            loaded = self._load(version)
+            if engine_ready and loaded and loaded[0].choice.runtime == "tensorrt":
+                loaded = self._checked_engine(version, loaded)
+            elif engine_ready and loaded and loaded[0].pending is not None and loaded[0].pending.failure:
+                self.builder.fail(ErrorCode.DECODER_MISMATCH, loaded[0].pending.failure)  # the plausibility guard
+            if loaded and loaded[0].pending is not None and loaded[0].pending.failure is None:
+                self._request_engine(version, loaded[0])
+                if self.version is not None and self.version != version and self._pipelines:
+                    for unused in loaded:
+                        unused.detector.close()
+                    self.builder.note(f"version {self.version.name[:12]} keeps serving until the engine is ready")
+                    return
+                self.builder.note(f"{loaded[0].choice.runtime} serves until the engine is ready")
+            models = self._camera_models(loaded)
             for section, model in zip(self.sections, models, strict=True):
-                workers = _workers(section, model)
+                workers = _workers(section, model, self._tuning)
                 running = self._pipelines.get(section.name)
                 if running is not None and running.workers == workers:
                     running.swap_detector(model)
@@ -132,31 +193,81 @@ class Cameras:
                 self._pipelines[section.name] = self._start(section, model, workers)
             self.version = version
 
-    def _load(self, version: Path) -> list[FrameDetector]:
-        """One detector per camera, in `sections` order: each camera's hold on one shared model,
-        or (``share_model: false``) a model of its own. Raises `BundleError` as `open_detector`."""
+    def _load(self, version: Path) -> list[Loaded]:
+        """`version` loaded once for all cameras (``share_model``, the default), or once per
+        camera in `sections` order (``share_model: false``); none without cameras. Raises
+        `BundleError` as `open_detector`."""
         if not self.sections:
             return []
-        options = self.options
-        if not options.share_model:
-            loaded = [
-                open_detector(version, self.board, self.preference, s.workers, self.settings, self.lighter)
-                for s in self.sections
-            ]
-            self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
+        workers = [wanted_workers(s, self._tuning) for s in self.sections]
+        if self.options.share_model:
+            workers = [max(workers)]
+        return [
+            open_detector(version, self.board, self.preference, w, self.settings, self._tuning, self.lighter)
+            for w in workers
+        ]
+
+    def _camera_models(self, loaded: list[Loaded]) -> list[FrameDetector]:
+        """One detector per camera, in `sections` order: each camera's hold on the one shared
+        model, or (``share_model: false``) the model loaded for it."""
+        if not loaded:
+            return []
+        self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
+        if not self.options.share_model:
             return [model.detector for model in loaded]
-        workers = max(s.workers for s in self.sections)
-        model = open_detector(version, self.board, self.preference, workers, self.settings, self.lighter)
-        if not model.detector.runtime.concurrent:  # one thread (and interpreter) per frame in flight
-            workers = min(workers, len(self.sections))
-        policy = BatchPolicy(options.batch, options.batch_wait_ms / 1000, options.max_batch)
+        options, detector = self.options, loaded[0].detector
+        wanted = max(wanted_workers(s, self._tuning) for s in self.sections)
+        workers = _serving_threads(detector.runtime, wanted, len(self.sections))
+        max_batch = options.max_batch
+        if isinstance(detector.runtime, TensorRTBackend) and detector.runtime.max_batch is not None:
+            max_batch = min(max_batch, detector.runtime.max_batch)  # an engine takes what its profile allows
+        policy = BatchPolicy(options.batch, options.batch_wait_ms / 1000, max_batch)
         try:
-            shared = SharedModel(model.detector, workers=workers, policy=policy)
+            shared = SharedModel(detector, workers=workers, policy=policy)
         except Exception:
-            model.detector.close()
+            detector.close()
             raise
-        self.manifest, self.choice = model.manifest, model.choice
         return [shared.attach(s.name) for s in self.sections]
+
+    def _request_engine(self, version: Path, loaded: Loaded) -> None:
+        artifact = loaded.pending_artifact
+        assert artifact is not None
+        sha256 = next(a.sha256 for a in loaded.manifest.artifacts if a.path == artifact.name)
+        self.builder.request(version, loaded.manifest, artifact, sha256, self.settings.tensorrt)
+
+    def _checked_engine(self, version: Path, loaded: list[Loaded]) -> list[Loaded]:
+        """The freshly built engine passes the bundle's parity check, or it is recorded as failed
+        (so it is not served or rebuilt) and the version is loaded again on the next runtime."""
+        runtime = loaded[0].detector.runtime
+        try:
+            check_parity(
+                runtime, runtime.model_path.name, loaded[0].manifest, read_reference(version, loaded[0].manifest)
+            )
+            return loaded
+        except BundleError as exc:
+            message = f"the new TensorRT engine fails the bundle's parity check: {exc.message}"
+            log.error("%s; ONNX Runtime serves instead", message)
+            if isinstance(runtime, TensorRTBackend):
+                cache = engine_cache(self.settings.tensorrt)
+                cache.record_failure(runtime.record.key, message)
+                cache.discard(runtime.record.key)
+            self.builder.fail(ErrorCode.PARITY_FAILED, message)
+            for model in loaded:
+                model.detector.close()
+            return self._load(version)
+
+    def _engine_done(self, version: Path, status: EngineStatus) -> None:
+        """From the build thread: swap to the engine (or fall back) if `version` is still wanted."""
+        if self._stopped or self._wanted != version:
+            return
+        try:
+            self.activate(version, self._tuning, engine_ready=status.state == "ready")
+        except BundleError as exc:
+            log.error("after the engine build of %s: %s", status.artifact, exc)
+
+    def engine_status(self) -> EngineStatus | None:
+        """The TensorRT engine build in progress, or the last one (None: there was none)."""
+        return self.builder.status()
 
     def restart(self, name: str | None = None) -> list[str]:
         """Stop and start one pipeline (or all) with a fresh source; returns the names restarted."""
@@ -227,7 +338,7 @@ class Cameras:
             if lighter == self.lighter:
                 return False
             self.lighter = lighter
-            version = self.version
+            version = self._wanted  # the version asked for last (one waiting for its engine too)
         if version is None or self.halted:
             return False
         try:
@@ -245,10 +356,10 @@ class Cameras:
             self.halted = True
 
     def resume(self) -> None:
-        """Start inference again after `halt`, on the version it last served or was given."""
+        """Start inference again after `halt`, on the version it was given last (with its tuning)."""
         with self._lock:
             self.halted = False
-            version = self.version
+            version = self._wanted
         if version is not None:
             self.activate(version)
 
@@ -258,6 +369,8 @@ class Cameras:
         return labels[class_id] if 0 <= class_id < len(labels) else str(class_id)
 
     def stop(self) -> None:
+        self._stopped = True
+        self.builder.stop()
         with self._lock:
             for pipeline in self._pipelines.values():
                 pipeline.stop()

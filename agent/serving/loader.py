@@ -9,15 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.bundles.archive import read_manifest
+from agent.bundles.engines import version_settings
 from agent.bundles.install import runtime_choices
 from agent.bundles.manifest import Manifest
+from agent.bundles.tuning import Tuning
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.probe import Board, probe
+from pipelines.decoders import DecoderError
 from pipelines.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
 from runtimes.isolation import RuntimeCrashed
+from runtimes.ort_backend import PROVIDERS
 from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
 from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
+from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend, engine_cache
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +30,38 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Loaded:
     """An installed version loaded for serving: the detector, its manifest, and the runtime
-    choice that loaded it (runtime, artifact, device and why)."""
+    choice that loaded it (runtime, artifact, device and why). `pending` is set when a better
+    runtime, TensorRT, was passed over only because its engine is not built yet (or its last
+    build failed: `pending.failure`), with the artifact it would serve."""
 
     detector: Detector
     manifest: Manifest
     choice: Choice
+    pending: EngineNotReady | None = None
+    pending_artifact: Path | None = None
+
+
+def _tuned(
+    choices: list[Choice], settings: RuntimeSettings, tuning: Tuning, folder: Path, manifest: Manifest, workers: int
+) -> tuple[list[Choice], RuntimeSettings]:
+    """Autotune's choice first (after TensorRT when the policy ranks it first: an engine, once
+    built, beats every CPU configuration), with its provider or delegate and, when the camera
+    runs as many workers as were tuned, its threads per call."""
+    entry = next((a for a in manifest.artifacts if a.path == tuning.artifact), None)
+    if entry is None or tuning.runtime not in ("onnxruntime", "litert"):
+        return choices, settings
+    artifact = Artifact(str(folder / entry.path), entry.format, entry.precision)
+    tuned = Choice(tuning.runtime, artifact, tuning.provider, f"autotune: {tuning.reason}")
+    rest = [c for c in choices if (c.runtime, c.artifact.path) != (tuned.runtime, artifact.path)]
+    first = 1 if rest and rest[0].runtime == "tensorrt" else 0
+    threads = tuning.threads if workers == tuning.workers else None
+    if tuning.runtime == "onnxruntime":
+        key = next((k for k, name in PROVIDERS.items() if name == tuning.provider), "cpu")
+        ort = settings.onnxruntime.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
+        settings = settings.model_copy(update={"onnxruntime": ort})
+    elif threads:
+        settings = settings.model_copy(update={"litert": settings.litert.model_copy(update={"num_threads": threads})})
+    return [*rest[:first], tuned, *rest[first:]], settings
 
 
 def open_detector(
@@ -38,18 +70,25 @@ def open_detector(
     preference: Preference = "auto",
     workers: int = 1,
     settings: RuntimeSettings | None = None,
+    tuning: Tuning | None = None,
     lighter: bool = False,
 ) -> Loaded:
-    """Load an installed version for serving: the best runtime that loads it, with the decoder
+    """Load an installed version for serving: the best runtime that loads it (autotune's choice
+    when `tuning` is given and the configuration leaves the runtime to auto), with the decoder
     and thresholds of its manifest, set up for `workers` calls at once where the runtime allows
     several. `lighter` (the governor's choice when the board runs hot or low) puts the
-    version's lightest artifacts first (int8, then fp16, then fp32), whatever the runtime. A
-    runtime whose first load of the artifact killed a check process is skipped (the version
-    keeps serving on the next one). Raises `BundleError` (``NO_RUNTIME``) when none loads."""
-    settings = settings or RuntimeSettings()
+    version's lightest artifacts first (int8, then fp16, then fp32), whatever the runtime or
+    the tuning. A runtime whose first load of the artifact killed a check process is skipped
+    (the version keeps serving on the next one), and so is a TensorRT engine whose detections
+    fail the plausibility guard (recorded as failed, `pending.failure`). Raises `BundleError`
+    (``NO_RUNTIME``) when none loads, `DecoderError` when the decoder does not fit."""
     _, manifest = read_manifest(folder)
+    settings = version_settings(settings or RuntimeSettings(), manifest)
     failures = []
+    pending: tuple[EngineNotReady, Path] | None = None
     choices = runtime_choices(folder, manifest, board, preference)
+    if tuning is not None and preference == "auto":
+        choices, settings = _tuned(choices, settings, tuning, folder, manifest, workers)
     if lighter:
         choices = lightest_first(choices)
     for choice in choices:
@@ -57,14 +96,39 @@ def open_detector(
             runtime = load_runtime_checked(
                 choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
             )
+        except EngineNotReady as exc:
+            pending = pending or (exc, Path(choice.artifact.path))
+            failures.append(f"{choice.runtime}: {exc}")
+            continue
         except (RuntimeUnavailable, ModelLoadError, RuntimeCrashed) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue
         thresholds = manifest.thresholds
-        detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
+        try:
+            detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
+        except DecoderError as exc:
+            runtime.close()
+            if not isinstance(runtime, TensorRTBackend):
+                raise
+            pending = _implausible_engine(runtime, settings, exc), Path(choice.artifact.path)
+            failures.append(f"{choice.runtime}: {pending[0]}")
+            continue
         log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
-        return Loaded(detector, manifest, choice)
+        if pending is None:
+            return Loaded(detector, manifest, choice)
+        return Loaded(detector, manifest, choice, pending[0], pending[1])
     raise BundleError(ErrorCode.NO_RUNTIME, f"no runtime could load {folder}: " + "; ".join(failures))
+
+
+def _implausible_engine(runtime: TensorRTBackend, settings: RuntimeSettings, exc: DecoderError) -> EngineNotReady:
+    """A TensorRT engine whose detections the plausibility guard refuses (built wrong, e.g. an
+    FP16 overflow) is never served: recorded as failed (so it is not rebuilt either) and discarded."""
+    message = f"the TensorRT engine fails the plausibility guard: {exc}"
+    log.error("%s; the next runtime serves instead", message)
+    cache = engine_cache(settings.tensorrt)
+    cache.record_failure(runtime.record.key, message)
+    cache.discard(runtime.record.key)
+    return EngineNotReady(message, runtime.record.key, message)
 
 
 _LIGHTNESS = {"int8": 0, "fp16": 1, "fp32": 2}

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from agent.governor.levels import BatteryLevel
 from agent.hardware.readings import Battery, Throttled
 from agent.mqtt.link import LinkStats
-from agent.snapshot import AgentSnapshot, DeploymentStatus, Health
+from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, Health
 from pipelines.pipeline import PipelineStats
 
 Status = Literal["pass", "warn", "fail"]
@@ -164,6 +164,26 @@ def judge_deployment(deployment: DeploymentStatus | None, problem: str | None) -
     return Finding("deployment", "pass", f"last deployment: {deployment.state if deployment else 'none'}")
 
 
+def judge_engine(engine: EngineStatus | None) -> Finding:
+    """The TensorRT engine build (docs/tensorrt.md): a failed one (it did not build, or its
+    engine failed the parity check or the plausibility guard) is a warning, since the version
+    serves on ONNX Runtime instead."""
+    if engine is None:
+        return Finding("engine", "pass", "no TensorRT engine build")
+    what = f"the TensorRT {engine.precision} engine of {engine.artifact} ({engine.bundle})"
+    if engine.state == "failed":
+        return Finding(
+            "engine",
+            "warn",
+            f"{what} is not served: {engine.error_code}: {engine.message}",
+            f"{engine.note or 'ONNX Runtime serves instead'}; see docs/tensorrt.md "
+            "(edge-agent engine build --force builds it again)",
+        )
+    if engine.state == "building":
+        return Finding("engine", "pass", f"{what} is building ({engine.progress:.0%})")
+    return Finding("engine", "pass", f"{what}: {engine.state}")
+
+
 def judge_hung(problem: str) -> Finding:
     """One of `Health.problems`: a loop that stopped turning."""
     check = problem.split(":")[0] if problem.startswith("camera ") else "health"
@@ -207,6 +227,7 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
         found.append(judge_battery(sensors.battery, governor.decision.battery if governor else None))
     found.append(judge_broker(snapshot.broker))
     found.append(judge_deployment(snapshot.deployment, snapshot.deployment_problem))
+    found.append(judge_engine(snapshot.engine))
     if system is not None:
         found.append(judge_disk(system.disk_free_mb, system.disk_total_mb, "the state directory"))
         found.append(judge_clock(system.clock_synchronised))
