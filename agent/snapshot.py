@@ -18,6 +18,7 @@ from agent.hardware.probe import Board
 from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import LinkStats
+from pipelines.analytics import CameraCounts
 from pipelines.pipeline import PipelineStats
 from runtimes.base import RuntimeInfo
 
@@ -113,7 +114,8 @@ class RolloutPosition:
 
 @dataclass(frozen=True)
 class EventCounts:
-    """Detection events published and held back by the rate limit since the agent started."""
+    """Object events published, and updates held back by ``events.min_interval_s``, since the
+    agent started."""
 
     published: int
     suppressed: int
@@ -183,6 +185,17 @@ class AgentSnapshot:
     rollout: RolloutPosition | None = None  # this device in its group's staged rollout
     runtimes: tuple[RuntimeInfo, ...] = ()
     engine: EngineStatus | None = None  # the TensorRT engine build in progress, or the last one
+    analytics: tuple[CameraCounts, ...] = ()  # each camera's line and zone counters (docs/analytics.md)
+
+    def analytics_json(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}}`` over every
+        camera (names are unique over the cameras: the config checks it)."""
+        return {
+            "lines": {
+                line.name: {"in": line.forward, "out": line.backward} for c in self.analytics for line in c.lines
+            },
+            "zones": {zone.name: {"now": zone.now, "total": zone.total} for c in self.analytics for zone in c.zones},
+        }
 
     @property
     def fps(self) -> float:
@@ -204,6 +217,15 @@ class AgentSnapshot:
         document["governor"] = self.governor.to_json() if self.governor else None
         document["fps"] = self.fps
         document["energy_mj_per_frame"] = self.energy_mj_per_frame
+        document["analytics"] = self.analytics_json()
+        document["cameras_analytics"] = {
+            c.camera: {
+                "lines": [{"name": x.name, "in": x.forward, "out": x.backward} for x in c.lines],
+                "zones": [{"name": z.name, "now": z.now, "total": z.total} for z in c.zones],
+                "tracks": c.tracks,
+            }
+            for c in self.analytics
+        }
         return document
 
 

@@ -16,6 +16,8 @@ class Detections:
       to (the source frame once a `Detector` returns them), ``x`` to the right, ``y`` down.
     - `confidence`: ``(n,) float32`` in 0..1.
     - `class_id`: ``(n,) int32``, the model's class index.
+    - `tracker_id`: ``(n,) int32`` or ``None``: the track each box belongs to, once a tracker
+      (`pipelines.tracker.ByteTracker`) has run; ``-1`` for a box no confirmed track owns.
 
     Shapes and dtypes are checked at construction; ``detections[mask]`` or
     ``detections[indices]`` returns a new `Detections`.
@@ -24,6 +26,7 @@ class Detections:
     xyxy: npt.NDArray[np.float32]
     confidence: npt.NDArray[np.float32]
     class_id: npt.NDArray[np.int32]
+    tracker_id: npt.NDArray[np.int32] | None = None
 
     def __post_init__(self) -> None:
         xyxy, confidence, class_id = self.xyxy, self.confidence, self.class_id
@@ -34,10 +37,13 @@ class Detections:
             raise ValueError(f"confidence: expected shape ({n},), got {confidence.shape}")
         if class_id.shape != (n,):
             raise ValueError(f"class_id: expected shape ({n},), got {class_id.shape}")
+        if self.tracker_id is not None and self.tracker_id.shape != (n,):
+            raise ValueError(f"tracker_id: expected shape ({n},), got {self.tracker_id.shape}")
         for name, array, dtype in (
             ("xyxy", xyxy, np.float32),
             ("confidence", confidence, np.float32),
             ("class_id", class_id, np.int32),
+            ("tracker_id", class_id if self.tracker_id is None else self.tracker_id, np.int32),
         ):
             if array.dtype != dtype:
                 raise ValueError(f"{name}: expected dtype {np.dtype(dtype)}, got {array.dtype}")
@@ -67,7 +73,12 @@ class Detections:
             xyxy=self.xyxy[index].reshape(-1, 4),
             confidence=self.confidence[index],
             class_id=self.class_id[index],
+            tracker_id=None if self.tracker_id is None else self.tracker_id[index],
         )
+
+    def with_tracker_id(self, tracker_id: npt.ArrayLike) -> Detections:
+        """The same boxes with `tracker_id` ``(n,)`` set (converted to int32, shape checked)."""
+        return Detections(self.xyxy, self.confidence, self.class_id, np.asarray(tracker_id, np.int32))
 
     def sorted_by_confidence(self) -> Detections:
         """Highest confidence first (a stable sort, so equal scores keep their order)."""

@@ -82,3 +82,48 @@ def evaluate_on_synthetic(
             image, truth = scene.render(i * 7)
             counts.add(detect(image), truth.detections, truth.visible < min_visible, iou_threshold)
     return counts
+
+
+@dataclass(frozen=True)
+class TrackingFrame:
+    """One frame of a tracking evaluation, in the form CLEAR-MOT evaluators take
+    (py-motmetrics' ``MOTAccumulator.update``): ground-truth ids, hypothesis (track) ids, and
+    ``distances (len(truth_ids), len(track_ids))``: ``1 - IoU``, NaN where IoU < the threshold."""
+
+    truth_ids: list[int]
+    track_ids: list[int]
+    distances: npt.NDArray[np.float64]
+
+
+def tracking_frame(
+    truth: Detections,
+    truth_ids: npt.NDArray[np.int32],
+    ignore: npt.NDArray[np.bool_],
+    tracked: Detections,
+    iou_threshold: float = 0.5,
+) -> TrackingFrame:
+    """Compare one frame's confirmed tracks (`tracked`, `tracker_id` >= 0) with the truth.
+
+    Ground truth marked `ignore` (mostly hidden or out of the frame) is left out, and so is a
+    track box lying mostly (over half its area) inside such an object's box unless it matches
+    a kept object better: a detector may or may not see the visible sliver of a hidden shape,
+    and neither is an error (as MOTChallenge does with its distractor classes)."""
+    from pipelines.tracker import pairwise_iou
+
+    if tracked.tracker_id is None:
+        raise ValueError("tracking_frame needs detections with tracker_id (run a tracker first)")
+    hyp = tracked[tracked.tracker_id >= 0]
+    kept = truth[~ignore]
+    if len(hyp) and ignore.any():
+        hidden = truth.xyxy[ignore]
+        x1 = np.maximum(hyp.xyxy[:, None, 0], hidden[None, :, 0])
+        y1 = np.maximum(hyp.xyxy[:, None, 1], hidden[None, :, 1])
+        x2 = np.minimum(hyp.xyxy[:, None, 2], hidden[None, :, 2])
+        y2 = np.minimum(hyp.xyxy[:, None, 3], hidden[None, :, 3])
+        area = np.maximum((hyp.xyxy[:, 2] - hyp.xyxy[:, 0]) * (hyp.xyxy[:, 3] - hyp.xyxy[:, 1]), 1e-9)
+        inside = (np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None) / area[:, None]).max(axis=1)
+        best_kept = pairwise_iou(hyp.xyxy, kept.xyxy).max(axis=1) if len(kept) else np.zeros(len(hyp))
+        hyp = hyp[~((inside > 0.5) & (best_kept < iou_threshold))]
+    iou = pairwise_iou(kept.xyxy, hyp.xyxy)
+    track_ids = [] if hyp.tracker_id is None else hyp.tracker_id.tolist()
+    return TrackingFrame(truth_ids[~ignore].tolist(), track_ids, np.where(iou >= iou_threshold, 1 - iou, np.nan))

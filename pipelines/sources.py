@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # numpy and OpenCV load with the first source, not with this 
 
     from pipelines.pipe_commands import PipeSettings
     from pipelines.synthetic import GroundTruth, SyntheticScene
+    from pipelines.traffic import TrafficScene
 
 
 class SourceError(Exception):
@@ -213,7 +214,7 @@ class SyntheticSource:
 
     def __init__(
         self,
-        scene: SyntheticScene | None = None,
+        scene: SyntheticScene | TrafficScene | None = None,
         fps: float | None = None,
         frames: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -224,7 +225,8 @@ class SyntheticSource:
         self.scene = scene or SyntheticScene()
         self.fps, self.frames = fps, frames
         self.live = fps is not None
-        self.name = f"synthetic:seed={self.scene.seed}"
+        kind = "synthetic" if isinstance(self.scene, SyntheticScene) else "traffic"
+        self.name = f"{kind}:seed={self.scene.seed}"
         self._sleep, self._clock = sleep, clock
         self._index = 0
         self._next_due = 0.0
@@ -272,12 +274,13 @@ class LimitedSource:
 
 
 def source_kind(spec: str) -> Literal["synthetic", "pipe", "camera", "file"]:
-    """What a source string names (no I/O): ``synthetic[:SEED]``; a pipe (``gst:``, ``ffmpeg:``,
+    """What a source string names (no I/O): ``synthetic[:SEED]`` or ``traffic[:SEED]`` (the
+    tracking scene: objects coming and going, `pipelines.traffic`); a pipe (``gst:``, ``ffmpeg:``,
     ``rpicam:``: frames from a subprocess, `pipelines.pipe_commands`); a camera through OpenCV
     (``/dev/videoN`` or an index, ``rtsp://``, ``http(s)://``, a GStreamer pipeline: anything
     else containing ``!``); else a video file. Raises `SourceError` for a malformed synthetic
     seed or pipe string."""
-    if spec == "synthetic" or spec.startswith("synthetic:"):
+    if spec in ("synthetic", "traffic") or spec.startswith(("synthetic:", "traffic:")):
         seed = spec.partition(":")[2]
         if seed and not seed.lstrip("-").isdigit():
             raise SourceError(f"{spec!r}: the synthetic scene's seed must be an integer")
@@ -299,8 +302,10 @@ def open_source(spec: str, loop: bool = False, pipe: PipeSettings | None = None,
     if kind == "synthetic":
         seed = int(spec.partition(":")[2] or 0)
         from pipelines.synthetic import SyntheticScene
+        from pipelines.traffic import TrafficScene
 
-        return SyntheticSource(SyntheticScene(seed=seed), fps=camera.get("fps"))
+        scene = TrafficScene(seed=seed) if spec.startswith("traffic") else SyntheticScene(seed=seed)
+        return SyntheticSource(scene, fps=camera.get("fps"))
     if kind == "pipe":
         from pipelines.pipe_commands import PipeSettings, pipe_command
         from pipelines.pipe_source import PipeSource

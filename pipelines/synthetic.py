@@ -23,10 +23,12 @@ CLASS_NAMES = ("circle", "square", "triangle")
 
 @dataclass(frozen=True)
 class GroundTruth:
-    """The shapes of one frame: boxes in frame pixels, classes, and visible fractions (0..1)."""
+    """The shapes of one frame: boxes in frame pixels, classes, visible fractions (0..1) and
+    identities (``(n,) int32``: the same object has the same id in every frame of a scene)."""
 
     detections: Detections
     visible: npt.NDArray[np.float32]
+    ids: npt.NDArray[np.int32] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,31 @@ def _vertices(kind: int, centre: tuple[float, float], size: float, angle: float)
     corners = 4 if kind == 1 else 3
     theta = angle + np.arange(corners) * 2 * np.pi / corners
     return np.stack([centre[0] + size / 2 * np.cos(theta), centre[1] + size / 2 * np.sin(theta)], axis=1)
+
+
+def draw_shape(
+    canvas: npt.NDArray[Any],
+    kind: int,
+    centre: tuple[float, float],
+    size: float,
+    angle: float,
+    color: tuple[int, ...],
+) -> tuple[float, float, float, float]:
+    """Draw a filled shape (`kind` indexes `CLASS_NAMES`; `size` its circumscribed diameter in
+    pixels) onto `canvas` (antialiased, subpixel); return its exact xyxy box (not clipped)."""
+    cx, cy = centre
+    r = size / 2
+    if kind == 0:
+        cv2.circle(canvas, (round(cx * 16), round(cy * 16)), round(r * 16), color, -1, cv2.LINE_AA, shift=4)
+        return cx - r, cy - r, cx + r, cy + r
+    points = _vertices(kind, centre, size, angle)
+    cv2.fillPoly(canvas, [np.round(points * 16).astype(np.int32)], color, cv2.LINE_AA, shift=4)
+    return (
+        float(points[:, 0].min()),
+        float(points[:, 1].min()),
+        float(points[:, 0].max()),
+        float(points[:, 1].max()),
+    )
 
 
 def _background(width: int, height: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
@@ -135,17 +162,7 @@ class SyntheticScene:
         r = shape.size / 2
         cx = _bounce(shape.position[0], shape.velocity[0], t, r, self.width - r)
         cy = _bounce(shape.position[1], shape.velocity[1], t, r, self.height - r)
-        if shape.kind == 0:
-            cv2.circle(canvas, (round(cx * 16), round(cy * 16)), round(r * 16), color, -1, cv2.LINE_AA, shift=4)
-            return cx - r, cy - r, cx + r, cy + r
-        points = _vertices(shape.kind, (cx, cy), shape.size, shape.angle + shape.spin * t)
-        cv2.fillPoly(canvas, [np.round(points * 16).astype(np.int32)], color, cv2.LINE_AA, shift=4)
-        return (
-            float(points[:, 0].min()),
-            float(points[:, 1].min()),
-            float(points[:, 0].max()),
-            float(points[:, 1].max()),
-        )
+        return draw_shape(canvas, shape.kind, (cx, cy), shape.size, shape.angle + shape.spin * t, color)
 
     def render(self, index: int) -> tuple[npt.NDArray[np.uint8], GroundTruth]:
         """Frame `index` (>= 0) and its ground truth."""
@@ -158,7 +175,8 @@ class SyntheticScene:
             np.ones(len(self._shapes), np.float32),
             [s.kind for s in self._shapes],
         )
-        return image, GroundTruth(truth, self._visible(index))
+        ids = np.arange(len(self._shapes), dtype=np.int32)
+        return image, GroundTruth(truth, self._visible(index), ids)
 
     def _visible(self, index: int) -> npt.NDArray[np.float32]:
         """Fraction of each shape's area not covered by the shapes drawn after it."""

@@ -33,6 +33,8 @@ echo; echo "== edge-agent detect (LiteRT, INT8)"
 .venv/bin/edge-agent detect agent/demo/demo_detector_int8.tflite "$out/scene.png"
 echo; echo "== edge-agent bench (pipeline on a 150-frame clip)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --source "$out/scene.mp4"
+echo; echo "== edge-agent detect --track: objects followed through the clip, crossings of a line (the last line)"
+.venv/bin/edge-agent detect agent/demo/demo_detector.onnx "$out/scene.mp4" --track --line 0,240,640,240 --json | tail -1
 if command -v gst-launch-1.0 >/dev/null; then
   echo; echo "== edge-agent bench on a camera pipe (gst-launch-1.0 writing raw frames, docs/cameras.md)"
   .venv/bin/edge-agent bench agent/demo/demo_detector.onnx \
@@ -97,7 +99,7 @@ echo; echo "== a staged rollout: 1.0.1 to the group in two waves 20 s apart, hal
 sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
-echo; echo "== one detection event"
+echo; echo "== one object event (start, update or end of a tracked shape: docs/analytics.md)"
 mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
 echo; echo "== a simulated fleet: 10 devices of the real code on their own mosquitto, one group push, the broker's ceiling"
 .venv/bin/python scripts/fleet_sim.py --devices 10 --bundle-mb 2

@@ -52,7 +52,14 @@ def served(
         "operator_keys": [str(keys["operator_pub"])],
         "mqtt": {"broker": f"mqtt://127.0.0.1:{free_port()}", "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
         "pipelines": [
-            {"name": "cam0", "source": "synthetic", "fps": 12, "max_fps": 10},
+            {
+                "name": "cam0",
+                "source": "synthetic",
+                "fps": 12,
+                "max_fps": 10,
+                "lines": [{"name": "mid", "points": [[0, 240], [640, 240]]}],
+                "zones": [{"name": "left", "polygon": [[0, 0], [320, 0], [320, 480], [0, 480]]}],
+            },
             {"name": "door", "source": camera.url, "max_fps": 10},
         ],
         "telemetry": {"interval_s": 0.5},
@@ -108,6 +115,35 @@ def test_the_page_in_chromium_shows_the_device_live_frames_and_charts(served: Se
         page.open(served.url + "/")
         later = float(page.wait_for(fps_text).split()[0])
     assert later != first, "the FPS shown did not change between loads"
+
+
+def test_the_page_shows_each_cameras_line_and_zone_counters(served: Served, chromium: Chromium) -> None:  # noqa: F811
+    """The synthetic shapes bounce across cam0's line and through its zone: the camera's card
+    shows the counters, the same numbers /api/status has."""
+    page = chromium.page()
+    page.headers(AUTH)
+    page.open(served.url + "/")
+    row = """(name => { const dt = [...document.querySelectorAll('[data-camera=cam0] dt')]
+        .find(d => d.textContent === name); return dt ? dt.nextElementSibling.textContent : null; })"""
+    crossed = page.wait_for(f"(t => t && /^\\d+ in, \\d+ out$/.test(t) && t !== '0 in, 0 out' && t)({row}('line mid'))")
+    zone = page.wait_for(f"(t => t && /^\\d+ now, [1-9]\\d* total$/.test(t) && t)({row}('zone left'))")
+    assert page.wait_for(f"{row}('objects tracked')") is not None
+    shown_in, shown_out = (int(part.split()[0]) for part in crossed.split(", "))
+    counters = status(served)["cameras_analytics"]["cam0"]
+    (line,) = counters["lines"]
+    assert (line["name"], line["in"] >= shown_in, line["out"] >= shown_out) == ("mid", True, True)
+    assert counters["zones"][0]["total"] >= int(zone.split(", ")[1].split()[0])
+    assert "door" in status(served)["cameras_analytics"], "every camera has its counters, lines or not"
+    metrics = http(served.url + "/metrics", headers=AUTH).body.decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+    }
+    crossed_in = samples[
+        ("edge_agent_line_crossings_total", (("camera", "cam0"), ("direction", "in"), ("line", "mid")))
+    ]
+    assert crossed_in >= line["in"] and ("edge_agent_zone_objects", (("camera", "cam0"), ("zone", "left"))) in samples
 
 
 def test_api_status_is_the_agent_snapshot_and_needs_the_credentials(served: Served) -> None:

@@ -15,20 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from agent.config.models import EventsSection, MqttSection
+from agent.config.models import MqttSection
 from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError
 from agent.fleet.state import status_rows
 from agent.mqtt.commands import Command, CommandError, NoArgs, PipelineArgs, run_command
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics
-from agent.serving.events import EventLimiter, EventSink
 from pipelines.backoff import Backoff
-from pipelines.detections import Detections
-from pipelines.sources import Frame
 from tests.mqtt_tools import Broker, TcpProxy, Watcher, wait_until
 from tests.needs import missing
 
@@ -527,30 +523,6 @@ def test_commands_check_payloads_and_shape_answers() -> None:
         "COMMAND_FAILED",
     ]
     assert calls == ["cam0"], "bad payloads never reach the command"
-
-
-def test_events_are_rate_limited_per_camera_and_label() -> None:
-    now = [0.0]
-    published: list[dict[str, object]] = []
-    sink = EventSink(EventsSection(min_interval_s=5, min_confidence=0.5), lambda: ["person", "car"], published.append)
-    sink.limiter = EventLimiter(5, clock=lambda: now[0])
-    detections = Detections(
-        xyxy=np.array([[0, 0, 10, 10], [5, 5, 20, 20], [1, 1, 2, 2]], np.float32),
-        confidence=np.array([0.9, 0.7, 0.3], np.float32),
-        class_id=np.array([0, 0, 1], np.int32),
-    )
-    frame = Frame(index=3, timestamp=0.0, image=np.zeros((4, 4, 3), np.uint8))
-    sink.handle("cam0", frame, detections)
-    sink.handle("cam1", frame, detections)
-    now[0] = 4.9
-    sink.handle("cam0", frame, detections)
-    now[0] = 5.0
-    sink.handle("cam0", frame, detections)
-    assert [(e["pipeline"], e["label"], e["confidence"], e["count"]) for e in published] == [
-        ("cam0", "person", 0.9, 2),
-        ("cam1", "person", 0.9, 2),
-        ("cam0", "person", 0.9, 2),
-    ], "the car at 0.3 is below min_confidence; cam0 waits 5 s between events"
 
 
 def test_fleet_status_rows_show_progress_and_error_codes() -> None:

@@ -39,3 +39,17 @@ def number_within(low: float, high: float, unit: str) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def line_points(text: str) -> tuple[float, float, float, float]:
+    """``X1,Y1,X2,Y2``: a counting line in source-frame pixels (``edge-agent detect --line``)."""
+    parts = text.split(",")
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected X1,Y1,X2,Y2 (four numbers, pixels), got {text!r}") from exc
+    if len(values) != 4:
+        raise argparse.ArgumentTypeError(f"expected X1,Y1,X2,Y2 (four numbers, pixels), got {len(values)} in {text!r}")
+    if values[:2] == values[2:]:
+        raise argparse.ArgumentTypeError(f"a line's two points must differ, got {text!r}")
+    return values[0], values[1], values[2], values[3]

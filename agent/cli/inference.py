@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from agent.cli.args import positive_int, unit_interval
+from agent.cli.args import line_points, positive_int, unit_interval
 from agent.cli.errors import CliError
 from pipelines.decoders import DECODER_CHOICES
 from runtimes.selection import Preference
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from agent.hardware.probe import Board
     from agent.hardware.readings import SensorReadings
+    from pipelines.analytics import SceneAnalytics
     from pipelines.detections import Detections
     from pipelines.labels import Labels
     from runtimes.base import RuntimeInfo, RuntimeName
@@ -52,6 +53,20 @@ def add_inference_commands(commands: Any) -> None:
     detect.add_argument("--save-dir", type=Path, help="also write each image with its boxes drawn, as JPEG, here")
     detect.add_argument("--every", type=positive_int, default=1, help="videos: detect on every N-th frame")
     detect.add_argument("--json", action="store_true", help="one JSON object per image (or video frame) per line")
+    detect.add_argument(
+        "--track",
+        action="store_true",
+        help="follow objects across each video's frames: a tracker_id on each detection, and a last summary line",
+    )
+    detect.add_argument(
+        "--line",
+        type=line_points,
+        action="append",
+        default=[],
+        metavar="X1,Y1,X2,Y2",
+        help="with --track: count crossings of this line (pixels; forward = from the left of point 1 -> point 2 "
+        "to its right, as seen on the image); repeat for more lines",
+    )
 
     bench = commands.add_parser(
         "bench", help="measure FPS, latency and memory of a model, or with --matrix every way to run a bundle"
@@ -101,16 +116,61 @@ def add_inference_commands(commands: Any) -> None:
 
 def _detection_rows(detections: Detections, labels: Labels) -> list[dict[str, Any]]:
     rows = []
-    for box, score, class_id in zip(detections.xyxy, detections.confidence, detections.class_id, strict=True):
-        rows.append(
-            {
-                "label": labels(int(class_id)),
-                "class_id": int(class_id),
-                "score": round(float(score), 4),
-                "box": [round(float(v), 1) for v in box],
-            }
-        )
+    for i, (box, score, class_id) in enumerate(
+        zip(detections.xyxy, detections.confidence, detections.class_id, strict=True)
+    ):
+        row = {
+            "label": labels(int(class_id)),
+            "class_id": int(class_id),
+            "score": round(float(score), 4),
+            "box": [round(float(v), 1) for v in box],
+        }
+        if detections.tracker_id is not None:  # --track: null until a track is confirmed
+            row["tracker_id"] = int(detections.tracker_id[i]) if detections.tracker_id[i] >= 0 else None
+        rows.append(row)
     return rows
+
+
+class _Tracking:
+    """``detect --track``: one tracker (and the `--line` counters) per input file; the summary
+    adds them up over the files."""
+
+    def __init__(self, lines: list[tuple[float, float, float, float]]) -> None:
+        self.lines, self.tracks = lines, 0
+        self.counts = [[0, 0] for _ in lines]
+        self.scene: SceneAnalytics | None = None
+
+    def start(self) -> None:
+        from pipelines.analytics import SceneAnalytics
+        from pipelines.zones import LineSpec
+
+        self.finish()
+        specs = [LineSpec(f"line{i}", (x1, y1), (x2, y2)) for i, (x1, y1, x2, y2) in enumerate(self.lines)]
+        self.scene = SceneAnalytics("detect", lines=specs)
+
+    def update(self, index: int, image: npt.NDArray[Any], detections: Detections) -> Detections:
+        from pipelines.sources import Frame
+
+        if self.scene is None:
+            raise RuntimeError("_Tracking.start() must come before update()")
+        return self.scene.update(Frame(index, float(index), image), detections).detections
+
+    def finish(self) -> None:
+        if self.scene is None:
+            return
+        self.tracks += self.scene.tracker.confirmed
+        for total, count in zip(self.counts, self.scene.counts().lines, strict=True):
+            total[0] += count.forward
+            total[1] += count.backward
+        self.scene = None
+
+    def summary(self) -> dict[str, Any]:
+        self.finish()
+        lines = [
+            {"points": [[x1, y1], [x2, y2]], "forward": f, "backward": b}
+            for (x1, y1, x2, y2), (f, b) in zip(self.lines, self.counts, strict=True)
+        ]
+        return {"summary": {"tracks": self.tracks, "lines": lines}}
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
@@ -121,6 +181,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
     model: Path = args.model
     if not model.is_file():
         raise CliError(f"model file not found: {model}")
+    if args.line and not args.track:
+        raise CliError("--line counts tracked objects: add --track")
+    tracking = _Tracking(args.line) if args.track else None
     labels = Labels.from_file(args.labels) if args.labels else None
     runtime, choice = load_model(model, args.runtime, warmup=False)  # the first image warms it up
     with runtime:
@@ -131,9 +194,13 @@ def cmd_detect(args: argparse.Namespace) -> int:
         status = 0
         for path in args.images:
             frames = _video_frames(path, args.every) if path.suffix.lower() in VIDEO_SUFFIXES else _image_frame(path)
+            if tracking is not None:
+                tracking.start()
             try:
                 for index, image in frames:
                     detections = detector.detect(image)
+                    if tracking is not None:
+                        detections = tracking.update(index or 0, image, detections)
                     if save is not None:
                         save(path, index, image, detections)
                     rows = _detection_rows(detections, labels)
@@ -141,7 +208,19 @@ def cmd_detect(args: argparse.Namespace) -> int:
             except CliError as exc:
                 print(f"edge-agent: error: {exc}", file=sys.stderr)
                 status = 1
+        if tracking is not None:
+            _print_summary(args.json, tracking.summary())
     return status
+
+
+def _print_summary(as_json: bool, summary: dict[str, Any]) -> None:
+    if as_json:
+        print(json.dumps(summary), flush=True)
+        return
+    print(f"summary: {summary['summary']['tracks']} object(s) tracked")
+    for line in summary["summary"]["lines"]:
+        (x1, y1), (x2, y2) = line["points"]
+        print(f"  line ({x1:g}, {y1:g}) -> ({x2:g}, {y2:g}): {line['forward']} forward, {line['backward']} backward")
 
 
 def _annotated_writer(folder: Path, labels: Labels) -> Callable[[Path, int | None, npt.NDArray[Any], Detections], None]:
@@ -201,7 +280,8 @@ def _print_detections(
     print(f"{where}: {len(rows)} detection(s) [{runtime} on {device}, {decoder}]")
     for row in rows:
         x1, y1, x2, y2 = row["box"]
-        print(f"  {row['label']:<16} {row['score']:.2f}  ({x1:.0f}, {y1:.0f}) - ({x2:.0f}, {y2:.0f})")
+        track = f"  #{row['tracker_id']}" if row.get("tracker_id") is not None else ""
+        print(f"  {row['label']:<16} {row['score']:.2f}  ({x1:.0f}, {y1:.0f}) - ({x2:.0f}, {y2:.0f}){track}")
 
 
 def _probe_report(board: Board, runtimes: Mapping[RuntimeName, RuntimeInfo]) -> dict[str, Any]:

@@ -150,6 +150,70 @@ class MqttSection(_Section):
         return self.tls is not None or urlsplit(self.broker).scheme == "mqtts"
 
 
+def _finite_point(point: list[float]) -> list[float]:
+    if len(point) != 2 or not all(abs(v) < float("inf") for v in point):
+        raise ValueError(f"a point is [x, y] in source-frame pixels, got {point}")
+    return point
+
+
+Point = Annotated[list[float], AfterValidator(_finite_point)]
+
+
+class LineConfig(_Section):
+    """A counting line (docs/analytics.md): crossings of a tracked object's anchor point."""
+
+    name: TopicWord = Field(description="The line's name in telemetry, events and on the page.")
+    points: list[Point] = Field(
+        description="[[x1, y1], [x2, y2]] in source-frame pixels; 'in' (forward) is crossing from the left of "
+        "the first point -> second point to its right, as seen on the image."
+    )
+
+    @field_validator("points")
+    @classmethod
+    def _two_points(cls, value: list[list[float]]) -> list[list[float]]:
+        if len(value) != 2:
+            raise ValueError(f"a line has exactly 2 points [[x1, y1], [x2, y2]], got {len(value)}")
+        if value[0] == value[1]:
+            raise ValueError(f"a line's two points must differ, got {value[0]} twice")
+        return value
+
+
+class ZoneConfig(_Section):
+    """A zone (docs/analytics.md): which tracked objects are inside, and for how long."""
+
+    name: TopicWord = Field(description="The zone's name in telemetry, events and on the page.")
+    polygon: list[Point] = Field(description="[[x, y], ...] in source-frame pixels, at least 3 points.")
+    labels: list[str] = Field(default_factory=list, description="Labels counted in the zone (empty: all).")
+
+    @field_validator("polygon")
+    @classmethod
+    def _three_points(cls, value: list[list[float]]) -> list[list[float]]:
+        if len(value) < 3:
+            raise ValueError(f"a zone's polygon needs at least 3 points, got {len(value)}")
+        return value
+
+
+class TrackerConfig(_Section):
+    """The ByteTrack-style tracker of a camera (docs/analytics.md)."""
+
+    high_score: float = Field(default=0.5, ge=0, le=1, description="Detections at or above this are matched first.")
+    low_score: float = Field(
+        default=0.1, ge=0, le=1, description="Detections from this up to high_score only keep existing tracks alive."
+    )
+    new_track_score: float = Field(
+        default=0.6, ge=0, le=1, description="Least score of a detection that starts a track."
+    )
+    lost_frames: int = Field(
+        default=30, ge=0, le=10_000, description="Frames a lost track keeps its id (hidden objects) before it ends."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TrackerConfig:
+        if self.low_score > self.high_score:
+            raise ValueError(f"low_score ({self.low_score}) must not exceed high_score ({self.high_score})")
+        return self
+
+
 class PipelineSection(_Section):
     name: TopicWord = Field(default="cam0", description="Pipeline (camera) name, used in telemetry and events.")
     source: str = Field(
@@ -167,6 +231,14 @@ class PipelineSection(_Section):
         "(ONNX Runtime; on a runtime that serves one call at a time the camera uses 1). auto: what autotune "
         "chose at activation, else 1.",
     )
+    lines: list[LineConfig] = Field(default_factory=list, description="Counting lines (docs/analytics.md).")
+    zones: list[ZoneConfig] = Field(default_factory=list, description="Zones: occupancy and dwell time.")
+    anchor: Literal["center", "bottom_center"] = Field(
+        default="center",
+        description="The point of a tracked box that lines and zones test: its centre, or the middle of its "
+        "bottom edge (where a person or vehicle touches the ground).",
+    )
+    tracker: TrackerConfig = Field(default_factory=TrackerConfig, description="The camera's object tracker.")
 
     @field_validator("workers")
     @classmethod
@@ -235,10 +307,15 @@ class TelemetrySection(_Section):
 
 
 class EventsSection(_Section):
-    enabled: bool = Field(default=True, description="Publish detection events.")
-    min_interval_s: float = Field(default=5.0, ge=0, description="Least time between events of one label per camera.")
+    enabled: bool = Field(default=True, description="Publish object events (start, update, end of each track).")
+    min_interval_s: float = Field(
+        default=5.0, ge=0, description="Least time between two 'update' events of one tracked object."
+    )
     min_confidence: float = Field(default=0.5, ge=0, le=1, description="Detections below this make no event.")
     labels: list[str] = Field(default_factory=list, description="Labels that make events (empty: all).")
+    snapshots: bool = Field(
+        default=False, description="Attach a JPEG crop of the object's best frame to its 'end' event (base64)."
+    )
 
 
 class UpsSection(_Section):
@@ -544,6 +621,21 @@ class AgentConfig(_Section):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"pipeline names must be unique: {', '.join(duplicates)} repeated")
+        return value
+
+    @field_validator("pipelines")
+    @classmethod
+    def _unique_line_and_zone_names(cls, value: list[PipelineSection]) -> list[PipelineSection]:
+        """Telemetry's ``analytics`` is keyed by line and zone name, over every camera."""
+        for kind in ("lines", "zones"):
+            names = [(item.name, p.name) for p in value for item in getattr(p, kind)]
+            seen: dict[str, str] = {}
+            for name, camera in names:
+                if name in seen:
+                    raise ValueError(
+                        f"{kind} names must be unique over all pipelines: {name!r} is in {seen[name]} and {camera}"
+                    )
+                seen[name] = camera
         return value
 
     def runtime_settings(self) -> RuntimeSettings:

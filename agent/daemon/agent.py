@@ -134,7 +134,7 @@ class Agent:
         self.warnings = security_warnings(config)
         self._limits = RateLimits(COMMANDS)
         self._throttled = ThrottledLog(log)
-        self.events = EventSink(config.events, self._labels, self._publish_event)
+        self.events = EventSink(config.events, self._labels, self._publish_event, config.pipelines)
         self.cameras = Cameras(
             config.pipelines,
             self.board,
@@ -250,6 +250,7 @@ class Agent:
             thread.join(10.0)
         self._threads.clear()
         self.cameras.stop()
+        self.events.finish()  # the objects still tracked get their `end` while the link is up
         self.sensors.close()
         if self.governing is not None:
             self.governing.close()
@@ -374,7 +375,8 @@ class Agent:
             cameras=tuple(self.cameras.stats()) if state != "offline" else (),
             broker=self.link.stats() if self.link is not None else None,
             system=self._system,
-            events=EventCounts(self.events.published, self.events.limiter.suppressed),
+            events=EventCounts(self.events.published, self.events.suppressed),
+            analytics=tuple(self.events.counts()),
             sensors=self._readings,
             governor=self.governing.state if self.governing is not None else None,
             rollout=deployer.rollout if deployer is not None else None,
@@ -390,7 +392,7 @@ class Agent:
             self.link.publish_state(self.topics.status(self.device), json_payload(document))
 
     def _publish_event(self, event: dict[str, object]) -> None:
-        self.recent_events.append(event)
+        self.recent_events.append({k: v for k, v in event.items() if k != "snapshot_jpeg"})  # the page lists, not crops
         if self.link is not None:
             self.link.publish_queued(self.topics.events(self.device), json_payload({"device": self.device, **event}))
 

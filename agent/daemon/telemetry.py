@@ -73,6 +73,7 @@ def telemetry_document(snapshot: AgentSnapshot) -> dict[str, Any]:
         if broker
         else None,
         "events": asdict(snapshot.events),
+        "analytics": snapshot.analytics_json(),
     }
 
 

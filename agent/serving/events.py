@@ -1,46 +1,99 @@
-"""Detection events for the ``events`` topic, rate-limited per camera and label."""
+"""Object events for the ``events`` topic, and each camera's analytics (tracks, lines, zones).
+
+Each camera's frames go through its `pipelines.analytics.SceneAnalytics` (the tracker after
+NMS, then its counting lines and zones); `EventSink` turns what changed into one JSON document
+per object event (docs/analytics.md, docs/mqtt.md):
+
+- ``start``: a confirmed track of a wanted label (``events.labels``) once its best score reaches
+  ``events.min_confidence``;
+- ``update``: while it lives, at most every ``events.min_interval_s`` (frame time), and only
+  when something changed (a better detection, a zone entered, a line crossed); a change that
+  has to wait counts as `suppressed`;
+- ``end``: when the tracker gives the track up (lost for longer than its buffer), with
+  ``duration_s``, the zones visited with their dwell, the lines crossed, and with
+  ``events.snapshots`` a base64 JPEG crop of its best frame.
+
+An object makes one ``start`` and one ``end``, never one per frame. Threads: `handle` runs on
+each camera's inference thread, in frame order (the pipeline's sinks); `counts` and the
+counters are read from any thread. Memory: a camera holds the live tracks only.
+"""
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from agent.config.models import EventsSection
+from agent.config.models import EventsSection, PipelineSection
+from pipelines.analytics import CameraCounts, SceneAnalytics, TrackRecord
+from pipelines.annotate import encode_jpeg
 from pipelines.detections import Detections
 from pipelines.sources import Frame
+from pipelines.tracker import TrackerSettings
+from pipelines.zones import LineSpec, ZoneSpec
 
 Publish = Callable[[dict[str, object]], None]
 
 
-class EventLimiter:
-    """Allows one event per key every `min_interval` seconds (times from `clock`, in seconds)."""
+def _point(xy: list[float]) -> tuple[float, float]:
+    return float(xy[0]), float(xy[1])
 
-    def __init__(self, min_interval: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.min_interval, self._clock = min_interval, clock
-        self._last: dict[tuple[str, str], float] = {}
-        self._lock = threading.Lock()
-        self.suppressed = 0
 
-    def allow(self, key: tuple[str, str]) -> bool:
-        now = self._clock()
-        with self._lock:
-            last = self._last.get(key)
-            if last is not None and now - last < self.min_interval:
-                self.suppressed += 1
-                return False
-            self._last[key] = now
-            return True
+def scene_for(section: PipelineSection, label: Callable[[int], str], keep_crops: bool = False) -> SceneAnalytics:
+    """The analytics of one configured camera (its lines, zones, anchor and tracker)."""
+    tracker = section.tracker
+    return SceneAnalytics(
+        section.name,
+        lines=[LineSpec(line.name, _point(line.points[0]), _point(line.points[1])) for line in section.lines],
+        zones=[ZoneSpec(z.name, tuple(_point(p) for p in z.polygon), frozenset(z.labels)) for z in section.zones],
+        label=label,
+        tracker=TrackerSettings(
+            high_score=tracker.high_score,
+            low_score=tracker.low_score,
+            new_track_score=tracker.new_track_score,
+            lost_frames=tracker.lost_frames,
+        ),
+        anchor=section.anchor,
+        keep_crops=keep_crops,
+    )
+
+
+@dataclass
+class _Announced:
+    """A track that had its ``start``: its event id, when its last event went out (frame
+    seconds) and what that event said (to tell whether an update has news)."""
+
+    object_id: str
+    last_sent: float
+    said: tuple[float, int, int]  # best score, zones entered, lines crossed
 
 
 class EventSink:
-    """A pipeline sink turning detections into events: for each label in a frame, its most
-    confident detection at or above `min_confidence`, if the limiter lets it through."""
+    """The cameras' analytics and their object events (see the module text). `sections` are the
+    configured cameras; `labels()` the serving version's labels; `wall` gives the events' Unix
+    time."""
 
-    def __init__(self, settings: EventsSection, labels: Callable[[], Sequence[str]], publish: Publish) -> None:
-        self.settings, self._labels, self._publish = settings, labels, publish
-        self.limiter = EventLimiter(settings.min_interval_s)
+    def __init__(
+        self,
+        settings: EventsSection,
+        labels: Callable[[], Sequence[str]],
+        publish: Publish,
+        sections: Sequence[PipelineSection] = (),
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings, self._labels, self._publish, self._wall = settings, labels, publish, wall
+        self._scenes = {s.name: scene_for(s, self.label, settings.enabled and settings.snapshots) for s in sections}
+        self._announced: dict[tuple[str, int], _Announced] = {}
+        self._lock = threading.Lock()
         self.published = 0
+        self.suppressed = 0
+
+    def label(self, class_id: int) -> str:
+        labels = self._labels()
+        return labels[class_id] if 0 <= class_id < len(labels) else str(class_id)
 
     def for_pipeline(self, name: str) -> Callable[[Frame, Detections], None]:
         def sink(frame: Frame, detections: Detections) -> None:
@@ -48,30 +101,90 @@ class EventSink:
 
         return sink
 
+    def scene(self, pipeline: str) -> SceneAnalytics:
+        """The camera's analytics (made on first use for a camera not configured up front)."""
+        with self._lock:
+            if pipeline not in self._scenes:
+                self._scenes[pipeline] = SceneAnalytics(pipeline, label=self.label)
+            return self._scenes[pipeline]
+
+    def counts(self) -> list[CameraCounts]:
+        """Every camera's line and zone counters now (any thread)."""
+        with self._lock:
+            scenes = list(self._scenes.values())
+        return [scene.counts() for scene in scenes]
+
+    def held(self) -> int:
+        """Per-track entries held over every camera (0 after `finish`: no per-track leak)."""
+        with self._lock:
+            scenes = list(self._scenes.values())
+        return len(self._announced) + sum(scene.held() for scene in scenes)
+
     def handle(self, pipeline: str, frame: Frame, detections: Detections) -> None:
-        if not self.settings.enabled or len(detections) == 0:
+        """One frame of one camera, in frame order: track, count, publish what changed."""
+        scene = self.scene(pipeline)
+        step = scene.update(frame, detections)
+        if not self.settings.enabled:
             return
-        labels = self._labels()
-        wanted = set(self.settings.labels)
-        keep = detections[detections.confidence >= self.settings.min_confidence]
-        for class_id in sorted(set(keep.class_id.tolist())):
-            label = labels[class_id] if 0 <= class_id < len(labels) else str(class_id)
-            if wanted and label not in wanted:
-                continue
-            same = keep[keep.class_id == class_id]
-            best = int(same.confidence.argmax())
-            if not self.limiter.allow((pipeline, label)):
-                continue
+        ids = step.detections.tracker_id
+        for track_id in sorted({int(t) for t in ids if t >= 0} if ids is not None else ()):
+            record = scene.record(track_id)
+            if record is not None:
+                self._live(pipeline, frame, record)
+        for record in step.ended:
+            announced = self._announced.pop((pipeline, record.track_id), None)
+            if announced is not None:
+                self._send("end", pipeline, record, announced.object_id)
+
+    def _live(self, pipeline: str, frame: Frame, record: TrackRecord) -> None:
+        key, now = (pipeline, record.track_id), frame.timestamp
+        news = (record.best_score, len(record.zones), len(record.lines))
+        announced = self._announced.get(key)
+        if announced is None:
+            wanted = not self.settings.labels or self.label(record.class_id) in self.settings.labels
+            if wanted and record.best_score >= self.settings.min_confidence:
+                announced = _Announced(uuid.uuid4().hex[:16], now, news)
+                self._announced[key] = announced
+                self._send("start", pipeline, record, announced.object_id)
+            return
+        if news == announced.said:
+            return
+        if now - announced.last_sent < self.settings.min_interval_s:
+            with self._lock:
+                self.suppressed += 1
+            return
+        announced.last_sent, announced.said = now, news
+        self._send("update", pipeline, record, announced.object_id)
+
+    def _send(self, kind: str, pipeline: str, record: TrackRecord, object_id: str) -> None:
+        now = self._wall()
+        event: dict[str, object] = {
+            "type": kind,
+            "ts": round(now, 3),
+            "pipeline": pipeline,
+            "object_id": object_id,
+            "track_id": record.track_id,
+            "label": self.label(record.class_id),
+            "class_id": record.class_id,
+            "confidence": round(record.best_score, 4),
+            "box": [round(v, 1) for v in record.best_box],
+            "frame": record.best_frame,
+            "duration_s": round(record.duration_s, 3),
+            "zones": {name: dwell for name, dwell in record.zones},
+            "lines": [{"line": line, "direction": direction} for line, direction in record.lines],
+        }
+        if kind == "end" and record.crop is not None and record.crop.size:
+            event["snapshot_jpeg"] = base64.b64encode(encode_jpeg(record.crop, 85)).decode("ascii")
+        with self._lock:
             self.published += 1
-            self._publish(
-                {
-                    "ts": round(time.time(), 3),
-                    "pipeline": pipeline,
-                    "frame": frame.index,
-                    "label": label,
-                    "class_id": int(class_id),
-                    "confidence": round(float(same.confidence[best]), 4),
-                    "box": [round(float(v), 1) for v in same.xyxy[best]],
-                    "count": len(same),
-                }
-            )
+        self._publish(event)
+
+    def finish(self) -> None:
+        """End every camera's live tracks (the agent stops): their ``end`` events go out."""
+        with self._lock:
+            scenes = list(self._scenes.items())
+        for pipeline, scene in scenes:  # the cameras are stopped: no `handle` runs meanwhile
+            for record in scene.finish():
+                announced = self._announced.pop((pipeline, record.track_id), None)
+                if announced is not None and self.settings.enabled:
+                    self._send("end", pipeline, record, announced.object_id)

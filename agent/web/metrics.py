@@ -66,10 +66,31 @@ class SnapshotCollector(Collector):
             "The state of the last deployment or rollback.",
             value={member.value: member.value == state for member in State},
         )
-        yield CounterMetricFamily("edge_agent_events_published", "Detection events published.", s.events.published)
+        yield CounterMetricFamily("edge_agent_events_published", "Object events published.", s.events.published)
         yield CounterMetricFamily(
-            "edge_agent_events_suppressed", "Detection events held back by the rate limit.", s.events.suppressed
+            "edge_agent_events_suppressed", "Object updates held back by events.min_interval_s.", s.events.suppressed
         )
+        yield from self._analytics(s)
+
+    def _analytics(self, s: AgentSnapshot) -> Iterator[Metric]:
+        """Line crossings and zone occupancy per camera (docs/analytics.md)."""
+        crossings = CounterMetricFamily(
+            "edge_agent_line_crossings", "Objects that crossed a counting line.", labels=["camera", "line", "direction"]
+        )
+        inside = GaugeMetricFamily(
+            "edge_agent_zone_objects", "Tracked objects inside a zone now.", labels=["camera", "zone"]
+        )
+        entered = CounterMetricFamily(
+            "edge_agent_zone_entries", "Objects that entered a zone.", labels=["camera", "zone"]
+        )
+        for camera in s.analytics:
+            for line in camera.lines:
+                crossings.add_metric([camera.camera, line.name, "in"], line.forward)
+                crossings.add_metric([camera.camera, line.name, "out"], line.backward)
+            for zone in camera.zones:
+                inside.add_metric([camera.camera, zone.name], zone.now)
+                entered.add_metric([camera.camera, zone.name], zone.total)
+        yield from (crossings, inside, entered)
 
     def _cameras(self, s: AgentSnapshot) -> Iterator[Metric]:
         fps = GaugeMetricFamily("edge_agent_camera_fps", "Frames inferred per second.", labels=["camera"])

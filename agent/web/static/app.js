@@ -108,7 +108,7 @@ function renderStatus(s) {
   ]);
   $("rollback-target").textContent = s.previous ? `(back to ${s.previous.name} ${s.previous.version})` : "(no previous version)";
   $("rollback").disabled = !s.previous;
-  for (const camera of s.cameras) renderCamera(camera);
+  for (const camera of s.cameras) renderCamera(camera, (s.cameras_analytics || {})[camera.name]);
   for (const name of Object.keys(cameraCards)) {
     if (!s.cameras.some((c) => c.name === name)) { cameraCards[name].card.remove(); delete cameraCards[name]; }
   }
@@ -126,7 +126,7 @@ function renderProblems(p) {
 
 // -- cameras ---------------------------------------------------------------------------------
 
-function renderCamera(c) {
+function renderCamera(c, analytics) {
   let entry = cameraCards[c.name];
   if (!entry) {
     const image = el("img", { alt: `camera ${c.name}`, class: "snapshot" });
@@ -150,11 +150,22 @@ function renderCamera(c) {
     ["frames", `${c.frames} inferred, ${c.dropped} dropped, ${c.errors} failed`],
     ["source", `${c.source_status.state}${c.source_status.error ? ": " + c.source_status.error : ""}`],
     ["model", `${c.model} on ${c.runtime}${c.paused ? " (paused)" : ""}`],
+    ...analyticsRows(analytics),
   ]);
   if (!entry.loading) {
     entry.loading = true;
     entry.image.src = `/api/cameras/${encodeURIComponent(c.name)}/snapshot.jpg?t=${Date.now()}`;
   }
+}
+
+// The camera's tracked objects, line crossings and zone occupancy (docs/analytics.md).
+function analyticsRows(a) {
+  if (!a) return [];
+  return [
+    ["objects tracked", String(a.tracks)],
+    ...a.lines.map((l) => [`line ${l.name}`, `${l.in} in, ${l.out} out`]),
+    ...a.zones.map((z) => [`zone ${z.name}`, `${z.now} now, ${z.total} total`]),
+  ];
 }
 
 // -- charts ----------------------------------------------------------------------------------
@@ -214,7 +225,7 @@ function renderEvents(events) {
     const time = new Date(e.ts * 1000).toLocaleTimeString();
     const what = e.type === "governor"
       ? `governor ${e.previous} → ${e.level}: ${e.reason}`
-      : `${e.pipeline}: ${e.label} ${fmt(e.confidence, 2)}${e.count > 1 ? ` (${e.count})` : ""}`;
+      : `${e.pipeline}: ${e.label} #${e.track_id} ${e.type}${e.type === "end" ? ` after ${fmt(e.duration_s, 1, "s")}` : ""} (${fmt(e.confidence, 2)})`;
     return el("tr", {}, el("td", {}, time), el("td", {}, what));
   });
   $("events").tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {}, "no events yet"))]));
