@@ -10,11 +10,13 @@ wait (activation, the cameras) falls back to the next runtime and builds in the 
 dynamic inputs, the address of every input and output, and enqueues ``execute_async_v3`` on
 its stream, between copies through pinned host buffers; FP16 outputs come back as float32.
 Device memory comes from `runtimes.cuda_memory` (cuda-python or pycuda). An execution context
-serves one call at a time (`concurrent` is False; a lock guards it).
+serves one call at a time (`concurrent` is False; a lock guards it); `for_worker` gives another
+thread its own context, stream and buffers on the same engine (one engine in GPU memory).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import math
@@ -192,7 +194,10 @@ class TensorRTBackend(Runtime):
     """A deserialized engine with one execution context, its stream and its buffers.
 
     `model_path` is the ONNX file the engine was built from (what the pipeline names); `record`
-    carries the model's metadata and how the engine was built."""
+    carries the model's metadata and how the engine was built. `for_worker` makes a worker:
+    another context with its own stream and buffers on this engine, which closing leaves open."""
+
+    _owner = True  # False for a worker: its close frees its context, not the engine or the memory
 
     name = KEY
 
@@ -314,8 +319,29 @@ class TensorRTBackend(Runtime):
             # the pinned buffers are reused by the next call: hand out copies (float32 for FP16)
             return [r.astype(np.float32) if r.dtype == np.float16 else r.copy() for r in results]
 
+    def for_worker(self) -> TensorRTBackend:
+        """Another execution context on this engine, with its own stream and buffers, for one
+        more thread (TensorRT runs one call at a time per context); not warmed up. Close the
+        workers before this runtime: the engine and the device memory are this one's."""
+        with self._lock:
+            if self._engine is None:
+                raise InferenceError(f"{self.model_path.name} was closed")
+            worker = copy.copy(self)  # the engine, record, specs and memory are shared
+            worker._owner = False
+            worker._lock = threading.Lock()
+            worker._tensors = []
+            worker._context = self._engine.create_execution_context()
+            worker._stream = self._memory.stream()
+        try:
+            worker._allocate()
+        except Exception:
+            worker.close()
+            raise
+        return worker
+
     def close(self) -> None:
-        """Wait for the stream, free the buffers and the stream, drop the engine (idempotent)."""
+        """Wait for the stream, free the buffers and the stream; the runtime that loaded the
+        engine also drops it and closes the device memory (idempotent)."""
         with self._lock:
             if getattr(self, "_context", None) is None:
                 return
@@ -328,7 +354,8 @@ class TensorRTBackend(Runtime):
             memory.close_stream(self._stream)
             self._context = None
             self._engine = None
-            memory.close()
+            if self._owner:
+                memory.close()
         return_freed_memory()
 
 

@@ -5,6 +5,7 @@ progress, cancel), execution by tensor name through device memory, and the engin
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,32 @@ def test_execution_by_name_matches_onnxruntime_and_frees_memory(trt_double: TrtD
     assert trt_double.memory.live == {"buffers": 0, "pinned": 0, "streams": 0}
     with pytest.raises(InferenceError, match="was closed"):
         runtime.infer([frame()])
+
+
+def test_a_worker_is_another_context_on_the_same_engine(trt_double: TrtDouble, tmp_path: Path) -> None:
+    """`for_worker`: its own execution context, stream and buffers on the one engine; two
+    threads infer at once and get the same answers; closing the worker leaves the engine serving."""
+    settings = config(tmp_path)
+    prepare_engine(FIXED, settings)
+    runtime = load_runtime("tensorrt", FIXED, settings)
+    streams = trt_double.memory.live["streams"]
+    worker = runtime.for_worker()
+    assert worker._engine is runtime._engine and worker._context is not runtime._context
+    assert trt_double.memory.live["streams"] == streams + 1
+    (want,) = runtime.infer([frame(seed=1)])
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda r: r.infer([frame(seed=1)])[0], [runtime, worker] * 4))
+    for got in answers:
+        np.testing.assert_array_equal(got, want)
+    worker.close()
+    assert trt_double.memory.live["streams"] == streams
+    np.testing.assert_array_equal(runtime.infer([frame(seed=1)])[0], want)
+    with pytest.raises(InferenceError, match="was closed"):
+        worker.infer([frame()])
+    runtime.close()
+    assert trt_double.memory.live == {"buffers": 0, "pinned": 0, "streams": 0}
+    with pytest.raises(InferenceError, match="was closed"):
+        runtime.for_worker()
 
 
 def _fp16_output_model(tmp_path: Path) -> Path:

@@ -197,10 +197,9 @@ def test_cameras_sharing_one_model_swap_together_to_one_engine_and_back_on_a_fai
     trt_double: TrtDouble, tmp_path: Path, keys: dict[str, Path], jetson: Board
 ) -> None:
     """Issue 15's one shared model per version is what swaps to the engine: both cameras hold
-    the same `SharedModel` on ONNX Runtime, then the same one on the engine (one serving thread
-    though each camera asks for 2 workers: the TensorRT backend serves one call at a time and has
-    no per-thread state to give); a second version whose engine fails the parity check swaps
-    both back to one shared ONNX Runtime model."""
+    the same `SharedModel` on ONNX Runtime, then the same one on the engine, served by a thread
+    per camera, each with its own execution context on the one engine (a stream each); a second
+    version whose engine fails the parity check swaps both back to one shared ONNX Runtime model."""
     config = AgentConfig(
         state_dir=tmp_path / "state",
         pipelines=[PipelineSection(name=n, source=f"synthetic:{i}", fps=30, workers=2) for i, n in enumerate("ab")],
@@ -223,6 +222,7 @@ def test_cameras_sharing_one_model_swap_together_to_one_engine_and_back_on_a_fai
         shared = a.detector.shared
         assert b.detector.shared is shared and isinstance(shared.runtime, TensorRTBackend)
         assert [s.shared_by for s in cameras.stats()] == [2, 2] and a.workers == b.workers == 1
+        assert trt_double.memory.live["streams"] == 2, "an execution context and its stream per serving thread"
         before = (a.frames, b.frames)
         wait_until(lambda: a.frames > before[0] + 5 and b.frames > before[1] + 5, 30, "frames on the engine")
         assert a.errors == b.errors == 0

@@ -108,8 +108,9 @@ def _workers(section: PipelineSection, detector: FrameDetector, tuning: Tuning |
 
 def _serving_threads(runtime: Runtime, workers: int, cameras: int) -> int:
     """The shared model's serving threads: `workers` on a runtime that allows concurrent calls;
-    else one per camera at most, and 1 where the backend has no per-thread state to give
-    (`Runtime.for_worker` not overridden: the TensorRT backend serves one call at a time)."""
+    else one per camera at most, each with the backend's per-thread state (a LiteRT
+    interpreter, a TensorRT execution context), and 1 where a backend has none to give
+    (`Runtime.for_worker` not overridden)."""
     if runtime.concurrent:
         return workers
     if type(runtime).for_worker is Runtime.for_worker:
