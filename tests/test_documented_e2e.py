@@ -202,31 +202,13 @@ def test_fleet_options_as_documented(capsys, broker: Broker, watcher: Watcher, a
     assert "dev1" in json.loads(out)
     status, out = cli(capsys, "fleet", "rollback", "--target", "device:ghost", "--timeout", "1", "--broker", broker.url)
     assert status == 1 and "ghost: no answer within 1 s" in out, out
+    with_password = ("fleet", "status", "--broker", broker.url, "--username", "u")
+    with_password += ("--password-env", "EDGE_AGENT_TEST_PASSWORD")
     monkeypatch.setenv("EDGE_AGENT_TEST_PASSWORD", "not used by an anonymous broker")
-    status, out = cli(
-        capsys,
-        "fleet",
-        "status",
-        "--broker",
-        broker.url,
-        "--username",
-        "u",
-        "--password-env",
-        "EDGE_AGENT_TEST_PASSWORD",
-    )
+    status, out = cli(capsys, *with_password)
     assert status == 0 and "dev1" in out
     monkeypatch.delenv("EDGE_AGENT_TEST_PASSWORD")
-    status, out = cli(
-        capsys,
-        "fleet",
-        "status",
-        "--broker",
-        broker.url,
-        "--username",
-        "u",
-        "--password-env",
-        "EDGE_AGENT_TEST_PASSWORD",
-    )
+    status, out = cli(capsys, *with_password)
     assert status == 1 and "EDGE_AGENT_TEST_PASSWORD" in out, out
 
 

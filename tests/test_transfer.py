@@ -11,7 +11,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,21 +126,29 @@ def test_a_full_disk_during_a_download_is_a_clear_error(tmp_path: Path) -> None:
         subprocess.run(["umount", str(folder)], check=False)
 
 
-def test_http_range_download_retries_a_dropped_connection(tmp_path: Path, range_server) -> None:
+def http_download(
+    tmp_path: Path, range_server, progress: Callable[[int, int], None] = lambda done, total: None, **options: Any
+) -> PartialBundle:
+    """DATA served by a `RangeServer` with `options`, downloaded as the deployer does (retries
+    after 10 ms); returns the partial bundle it filled."""
     source = tmp_path / "bundle.tar"
     source.write_bytes(DATA)
-    url = range_server(source, drop_after=2)
     partial = PartialBundle(tmp_path / "d", ChunkIndex.of(DATA, 16384)).open()
-    seen: list[int] = []
     fetch_over_http(
-        url,
+        range_server(source, **options),
         partial,
         max_rate=0,
         timeout=5,
         cancel=threading.Event(),
-        progress=lambda done, total: seen.append(done),
+        progress=progress,
         backoff=Backoff(initial=0.01),
     )
+    return partial
+
+
+def test_http_range_download_retries_a_dropped_connection(tmp_path: Path, range_server) -> None:
+    seen: list[int] = []
+    partial = http_download(tmp_path, range_server, lambda done, total: seen.append(done), drop_after=2)
     assert partial.finish().read_bytes() == DATA
     assert seen == list(range(1, 8)), "one progress report per chunk, none fetched twice"
 
@@ -148,20 +156,8 @@ def test_http_range_download_retries_a_dropped_connection(tmp_path: Path, range_
 def test_http_download_retries_an_overloaded_server_until_it_answers(
     tmp_path: Path, range_server, caplog: pytest.LogCaptureFixture
 ) -> None:
-    source = tmp_path / "bundle.tar"
-    source.write_bytes(DATA)
-    url = range_server(source, unavailable=3)
-    partial = PartialBundle(tmp_path / "d", ChunkIndex.of(DATA, 16384)).open()
     with caplog.at_level(logging.WARNING):
-        fetch_over_http(
-            url,
-            partial,
-            max_rate=0,
-            timeout=5,
-            cancel=threading.Event(),
-            progress=lambda done, total: None,
-            backoff=Backoff(initial=0.01),
-        )
+        partial = http_download(tmp_path, range_server, unavailable=3)
     assert partial.finish().read_bytes() == DATA
     assert sum("HTTP 503" in r.getMessage() for r in caplog.records) == 3, "each 503 retried, then served"
 
