@@ -3,6 +3,7 @@ the status page) and a message a technician can act on."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -86,6 +87,23 @@ class ErrorCode(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An error as a value: the machine-readable `code` and the `message` a technician can act
+    on. What a deployment record, the snapshot and the documents on MQTT carry (``{"code",
+    "message"}`` in JSON)."""
+
+    code: ErrorCode
+    message: str
+
+    @classmethod
+    def of(cls, error: CodedError) -> ErrorInfo:
+        return cls(error.code, error.message)
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
 
 
 class CodedError(Exception):

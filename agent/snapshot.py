@@ -13,13 +13,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agent.bundles.record import State
+from agent.errors import ErrorInfo
 from agent.governor.levels import Decision
-from agent.hardware.probe import Board
+from agent.hardware.board import Board
 from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
+from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import LinkStats
-from pipelines.analytics import CameraCounts
 from pipelines.pipeline import PipelineStats
+from pipelines.tracking.analytics import CameraCounts
 from runtimes.base import RuntimeInfo
 
 AgentState = Literal["starting", "online", "stopping", "offline"]
@@ -70,20 +73,6 @@ class Serving:
 
 
 @dataclass(frozen=True)
-class DownloadProgress:
-    """A bundle download: chunks and bytes done of the total, chunks found on disk when it
-    (re)started (`resumed`), fetched by this process, and received twice (`duplicates`)."""
-
-    chunks_done: int
-    chunks_total: int
-    bytes_done: int
-    bytes_total: int
-    resumed: int
-    fetched: int
-    duplicates: int
-
-
-@dataclass(frozen=True)
 class DeploymentStatus:
     """The last deployment (or rollback) on this device: its state, its error (code and message
     a technician can act on) and, while it downloads, its progress."""
@@ -92,9 +81,8 @@ class DeploymentStatus:
     name: str | None
     version: str | None
     sha256: str
-    state: str
-    error_code: str | None
-    error_message: str | None
+    state: State
+    error: ErrorInfo | None
     attempt: int
     progress: DownloadProgress | None = None
 
@@ -155,6 +143,23 @@ class GovernorState:
 
 
 @dataclass(frozen=True)
+class ThresholdsInForce:
+    """What one camera keeps of its model's detections now: scores above `conf`, NMS at `iou`,
+    at most `max_det` per frame, only the label names in `classes` (None: every class).
+    `configured` names those of conf, iou, max_det, classes that agent.yaml sets for the camera
+    (``pipelines[]``); the others are the serving bundle's manifest's. `problems`: what in the
+    camera's config the serving version cannot honour (a class name it lacks), with file:line."""
+
+    camera: str
+    conf: float
+    iou: float
+    max_det: int
+    classes: tuple[str, ...] | None = None
+    configured: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
     the first sample; `sensors` holds the temperature, power and battery readings (None until
@@ -186,6 +191,7 @@ class AgentSnapshot:
     runtimes: tuple[RuntimeInfo, ...] = ()
     engine: EngineStatus | None = None  # the TensorRT engine build in progress, or the last one
     analytics: tuple[CameraCounts, ...] = ()  # each camera's line and zone counters (docs/analytics.md)
+    thresholds: tuple[ThresholdsInForce, ...] = ()  # each camera's detection thresholds in force
 
     def analytics_json(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}}`` over every
@@ -226,23 +232,41 @@ class AgentSnapshot:
             }
             for c in self.analytics
         }
+        in_force = {t.camera: dataclasses.asdict(t) for t in self.thresholds}
+        del document["thresholds"]
+        for camera in document["cameras"]:  # each camera's entry: {..., "thresholds": {conf, iou, ...} | null}
+            found = in_force.get(camera["name"])
+            camera["thresholds"] = {k: v for k, v in found.items() if k != "camera"} if found else None
         return document
 
 
 @dataclass(frozen=True)
 class Health:
     """Whether the daemon's loops turn: `ok` when every camera's threads, the MQTT link's loop
-    and the sampler turned within the stall limit; `problems` says which did not, in words.
-    ``/healthz`` answers from it, and the systemd watchdog is pinged only while it is ok."""
+    and the daemon's own loops (the sampler, the commands) turned within the stall limit;
+    `problems` says which did not, in words. ``/healthz`` answers from it, and the systemd
+    watchdog is pinged only while it is ok."""
 
     ok: bool
     problems: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class LoopState:
+    """One of the daemon's own loops as its owner found it: `name` in words, `stalled_s` how
+    far it is past the turn it announced (seconds; 0: on time), `ended` why its thread ended
+    while it should run (None: it runs, or was never started)."""
+
+    name: str
+    stalled_s: float = 0.0
+    ended: str | None = None
+
+
 def judge_health(
-    cameras: tuple[PipelineStats, ...], broker: LinkStats | None, sampler_stalled_s: float, stall_s: float
+    cameras: tuple[PipelineStats, ...], broker: LinkStats | None, loops: tuple[LoopState, ...], stall_s: float
 ) -> Health:
-    """`Health` from how far each loop is past its announced turn (seconds) and the limit."""
+    """`Health` from how far each loop is past its announced turn (seconds) and the limit; a
+    loop whose thread ended is a problem at once."""
     problems = [
         f"camera {camera.name}: a capture or inference thread has not turned for {camera.stalled_s:.0f} s"
         for camera in cameras
@@ -250,6 +274,9 @@ def judge_health(
     ]
     if broker is not None and broker.stalled_s > stall_s:
         problems.append(f"the MQTT link's loop has not turned for {broker.stalled_s:.0f} s")
-    if sampler_stalled_s > stall_s:
-        problems.append(f"the sampler (sensors, governor, telemetry) has not turned for {sampler_stalled_s:.0f} s")
+    for loop in loops:
+        if loop.ended is not None:
+            problems.append(f"{loop.name} is not running: {loop.ended}")
+        elif loop.stalled_s > stall_s:
+            problems.append(f"{loop.name} has not turned for {loop.stalled_s:.0f} s")
     return Health(not problems, tuple(problems))

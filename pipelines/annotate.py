@@ -8,7 +8,7 @@ from typing import Any
 import cv2
 import numpy.typing as npt
 
-from pipelines.detections import Detections
+from pipelines.decoding.detections import Detections
 
 #: distinct BGR colours, cycled by class id
 PALETTE = (

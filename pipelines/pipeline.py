@@ -34,11 +34,11 @@ import numpy.typing as npt
 
 from pipelines.annotate import BoxAnnotator, encode_jpeg
 from pipelines.backoff import Backoff
-from pipelines.detections import Detections
-from pipelines.detector import FrameDetector
-from pipelines.metrics import FpsMeter, LatencyWindow, Percentiles
-from pipelines.preprocess import Transform
-from pipelines.sources import Frame, FrameSource, SourceError, SourceState, SourceStatus
+from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import FrameDetector
+from pipelines.decoding.preprocess import Transform
+from pipelines.latency import FpsMeter, LatencyWindow, Percentiles
+from pipelines.sources.frames import Frame, FrameSource, SourceError, SourceState, SourceStatus
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,8 @@
 and serves every camera that `attach`es to it. Each camera's pipeline gets a `CameraModel`, the
 `FrameDetector` a pipeline uses: preprocessing and decoding stay in the camera's own inference
 threads; `infer` hands the tensor to the model's serving threads and waits for its outputs.
+Each hold keeps detections by its camera's own `DetectionFilter` (conf, iou, max_det, classes),
+applied to that camera's outputs after the shared (batched) inference.
 
 Serving threads (``serve-<model>-<n>``, `workers` of them) each own a runtime for their calls
 (`Runtime.for_worker`: the one session for ONNX Runtime, an interpreter per thread for LiteRT,
@@ -33,9 +35,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipelines.detections import Detections
-from pipelines.detector import Detector
-from pipelines.preprocess import Transform
+from pipelines.decoding.detection_filter import DetectionFilter
+from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import Detector
+from pipelines.decoding.preprocess import Transform
 from runtimes.base import InferenceError, Runtime
 
 log = logging.getLogger(__name__)
@@ -141,13 +144,14 @@ class SharedModel:
 
     # -- users --------------------------------------------------------------------------------
 
-    def attach(self, camera: str) -> CameraModel:
-        """A hold on this model for `camera`'s pipeline; `CameraModel.close` releases it."""
+    def attach(self, camera: str, detection_filter: DetectionFilter | None = None) -> CameraModel:
+        """A hold on this model for `camera`'s pipeline, keeping detections by `detection_filter`
+        (default: the model's own); `CameraModel.close` releases it."""
         with self._cond:
             if self._closed:
                 raise InferenceError(f"{self.runtime.model_path.name} was closed")
             self._users[camera] = self._users.get(camera, 0) + 1
-        return CameraModel(self, camera)
+        return CameraModel(self, camera, detection_filter or self.detector.detection_filter)
 
     def _release(self, camera: str) -> None:
         with self._cond:
@@ -242,10 +246,11 @@ class SharedModel:
 
 
 class CameraModel:
-    """One camera's hold on a `SharedModel`: the `FrameDetector` its pipeline uses."""
+    """One camera's hold on a `SharedModel`: the `FrameDetector` its pipeline uses, keeping the
+    camera's detections by its `detection_filter`."""
 
-    def __init__(self, shared: SharedModel, camera: str) -> None:
-        self.shared, self.camera = shared, camera
+    def __init__(self, shared: SharedModel, camera: str, detection_filter: DetectionFilter) -> None:
+        self.shared, self.camera, self.detection_filter = shared, camera, detection_filter
         self._released = False
         self._lock = threading.Lock()
 
@@ -260,7 +265,7 @@ class CameraModel:
         return self.shared.infer(self.camera, tensor)
 
     def postprocess(self, outputs: list[npt.NDArray[Any]], transform: Transform) -> Detections:
-        return self.shared.detector.postprocess(outputs, transform)
+        return self.shared.detector.postprocess(outputs, transform, self.detection_filter)
 
     def close(self) -> None:
         """Release this camera's hold (once; later calls do nothing)."""

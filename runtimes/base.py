@@ -1,8 +1,16 @@
-"""The one interface every inference backend implements.
+"""The one interface every inference backend implements, and the entry that describes a backend.
 
 A `Runtime` is built from one model artifact. It describes its inputs and outputs as
 `TensorSpec`s, carries the model's metadata, warms up when built, and `infer()` returns the
 model's raw outputs. Backends never decode detections: that is `pipelines`' job.
+
+A `Backend` is one backend's registry entry (`runtimes.registry.BACKENDS`): its name, its
+settings model (a `BackendConfig`, one section of agent.yaml's ``runtimes:``), the artifact
+formats it loads, where the selection policy ranks it on each class of board, how it names its
+device, its native library's modules, how to probe and load it. Everything else (config
+sections, ``--runtime`` choices, selection, the check processes, the loader) is derived from
+it, for the in-tree backends and for third-party ones registered through the
+``edge_agent.runtimes`` entry point group alike. This module imports no backend library.
 """
 
 from __future__ import annotations
@@ -10,20 +18,30 @@ from __future__ import annotations
 import abc
 import ctypes
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal, get_args
+from types import MappingProxyType, TracebackType
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
 
 Layout = Literal["NCHW", "NHWC"]
-RuntimeName = Literal["tensorrt", "onnxruntime", "litert"]
-RUNTIME_NAMES: tuple[RuntimeName, ...] = get_args(RuntimeName)
+#: a backend's registry key (``"onnxruntime"``): its ``runtimes:`` section, a ``runtime:``
+#: preference, a ``--runtime`` choice; `runtimes.registry.RUNTIME_NAMES` holds those known here
+RuntimeName = str
+#: an artifact's format: its file suffix without the dot (``"onnx"``, ``"tflite"``)
+ArtifactFormat = str
 #: numeric precision of a model's weights (or a TensorRT engine)
 Precision = Literal["fp32", "fp16", "int8"]
+#: the classes of board the selection policy ranks backends for (`runtimes.selection.board_class`):
+#: a Jetson or any board with an NVIDIA GPU; another ARM CPU (Raspberry Pi, RK3588, ...); any
+#: other CPU (x86_64 in practice)
+BoardClass = Literal["nvidia", "arm", "x86"]
+BOARD_CLASSES: tuple[BoardClass, ...] = get_args(BoardClass)
 
 
 class BackendError(Exception):
@@ -200,6 +218,102 @@ class Runtime(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+ConfigT = TypeVar("ConfigT", bound="BackendConfig")
+
+
+class BackendConfig(BaseModel):
+    """The settings of one backend: its section of agent.yaml's ``runtimes:``, also handed to
+    check processes as JSON. A backend's model subclasses this with ``type: Literal[NAME] =
+    NAME`` and fields of its own, each with a default and a description; unknown keys are
+    refused, values are frozen, and validators do no I/O."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a caller wants a model loaded: `warmup` on zeros first (one-shot commands skip it);
+    `workers`, the calls the caller will have in flight at once (a backend whose calls share
+    the cores may give each its share; one that serves a call at a time ignores it)."""
+
+    warmup: bool = True
+    workers: int = 1
+
+
+def first_device(info: RuntimeInfo) -> str:
+    """The device a backend runs on, for one that names none of its own: the first device its
+    probe reported (a LiteRT delegate), else ``"CPU"``."""
+    return info.devices[0] if info.devices else "CPU"
+
+
+_BACKEND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_FORMAT_NAME = re.compile(r"^[a-z0-9]{1,16}$")
+
+
+@dataclass(frozen=True)
+class Backend(Generic[ConfigT]):
+    """One runtime backend, as the registry holds it (`runtimes.registry.BACKENDS`).
+
+    - `name`: the registry key (lower-case letters, digits and ``_``), equal to `config`'s
+      ``type``: the ``runtimes:`` section, the ``runtime:`` preference, the ``--runtime`` choice.
+    - `config`: its settings model; ``config()`` (every field at its default) must be valid.
+    - `summary`: what its ``runtimes:`` section holds, in a few words (the JSON Schema's description).
+    - `formats`: the artifact formats it loads, by file suffix without the dot (``("onnx",)``),
+      best first (between artifacts of one precision; the board's precision order comes first).
+    - `rank`: for each `BoardClass`, where ``runtime: auto`` tries it on such a board, lower
+      first (ties in registry order); on a class it lacks, ``auto`` never picks it (naming it in
+      ``runtime:`` still does). In-tree: tensorrt 10 on nvidia; onnxruntime 20 on nvidia and
+      arm, 10 on x86; litert 30 on nvidia, 10 on arm, 20 on x86.
+    - `libraries`: the top-level modules of its native library, so that a check process killed
+      importing it names that library's distribution and version (`runtimes.isolation`).
+    - `availability`: whether it can run here, its version and devices, or why not; imports the
+      library inside, and says why rather than raising.
+    - `load`: a model file with these settings as a `Runtime` (warmed up unless told not to);
+      raises `RuntimeUnavailable` (cannot run here) or `ModelLoadError` (refuses the model).
+    - `device_label`: the device the policy's reason names, from what `availability` found.
+    - `tune`: autotune's choice applied to the settings (the device or provider it measured,
+      threads per call, None for the backend's default); None where autotune never chooses it.
+    - `with_state_dir`: the settings with what they leave to the agent's state directory filled
+      in (TensorRT's engine cache); None where they leave nothing.
+
+    The module holding it must import its native library only inside these callables, never at
+    import: the agent imports every registered module, and only check processes import libraries.
+    """
+
+    name: RuntimeName
+    config: type[ConfigT]
+    summary: str
+    formats: tuple[ArtifactFormat, ...]
+    rank: Mapping[BoardClass, int]
+    libraries: tuple[str, ...]
+    availability: Callable[[], RuntimeInfo]
+    load: Callable[[Path, ConfigT, LoadOptions], Runtime]
+    device_label: Callable[[RuntimeInfo], str] = first_device
+    tune: Callable[[ConfigT, str, int | None], ConfigT] | None = None
+    with_state_dir: Callable[[ConfigT, Path], ConfigT] | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse an entry that the rest of the agent could not derive from: `ValueError` names the field."""
+        if not isinstance(self.name, str) or not _BACKEND_NAME.match(self.name):
+            raise ValueError(f"name {self.name!r}: expected lower-case letters, digits and '_', a letter first")
+        if not (isinstance(self.config, type) and issubclass(self.config, BackendConfig)):
+            raise ValueError(f"{self.name}: config must be a subclass of runtimes.base.BackendConfig")
+        tag = self.config.model_fields["type"].default
+        if tag != self.name:
+            raise ValueError(f"{self.name}: {self.config.__name__}.type defaults to {tag!r}, not to the name")
+        self.config.model_validate({})  # every field has a default: a section may be left out of agent.yaml
+        if not self.formats or not all(isinstance(f, str) and _FORMAT_NAME.match(f) for f in self.formats):
+            raise ValueError(f"{self.name}: formats {self.formats!r}: expected file suffixes without the dot")
+        unknown = set(self.rank) - set(BOARD_CLASSES)
+        if unknown or not all(isinstance(r, int) for r in self.rank.values()):
+            raise ValueError(f"{self.name}: rank {dict(self.rank)!r}: expected {', '.join(BOARD_CLASSES)} -> int")
+        if not self.libraries or not all(isinstance(m, str) and m for m in self.libraries):
+            raise ValueError(f"{self.name}: libraries: expected the library's top-level module names")
+        object.__setattr__(self, "rank", MappingProxyType(dict(self.rank)))
 
 
 def return_freed_memory() -> None:

@@ -11,7 +11,7 @@ implementations, tried in this order by `open_device_memory`:
   for each call so that any thread may use it.
 
 Tests use a host-memory double of the same interface; the cuda-python implementation is run
-for real on a GPU by ``tests/test_cuda_memory.py`` (marked ``gpu``). No CUDA library is
+for real on a GPU by ``tests/runtimes/test_cuda_memory.py`` (marked ``gpu``). No CUDA library is
 imported before `open_device_memory` is called.
 
 Thread safety: one `DeviceMemory` may be used from several threads; a stream and the buffers

@@ -41,12 +41,6 @@ log = logging.getLogger(__name__)
 #: prefix of the child's answer lines (its other output goes to stderr)
 RECORD_PREFIX = "edge-agent-child: "
 CHILD_MODULE = "runtimes.isolation_child"
-#: top-level modules of each backend's library, to name the installed distribution and version
-LIBRARY_MODULES: dict[RuntimeName, tuple[str, ...]] = {
-    "tensorrt": ("tensorrt",),
-    "onnxruntime": ("onnxruntime",),
-    "litert": ("ai_edge_litert", "tflite_runtime"),
-}
 PROBE_TIMEOUT_S = 120.0
 #: a first load may build a TensorRT engine (minutes on a Jetson)
 LOAD_TIMEOUT_S = 1800.0
@@ -97,11 +91,11 @@ def exit_description(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
-def library_version(runtime: RuntimeName) -> str:
-    """The installed distribution(s) of `runtime`'s library with version, e.g.
-    ``"onnxruntime 1.32.0"`` or ``"onnxruntime-gpu 1.17.0"``, read from package metadata
-    without importing it; the bare module name when no distribution provides it."""
-    modules = LIBRARY_MODULES.get(runtime, (runtime,))
+def library_version(modules: Sequence[str]) -> str:
+    """The installed distribution(s) of a library with version, by its top-level `modules`
+    (`runtimes.base.Backend.libraries`), e.g. ``"onnxruntime 1.32.0"`` or ``"onnxruntime-gpu
+    1.17.0"``, read from package metadata without importing it; the first module's name when no
+    distribution provides one."""
     providers = metadata.packages_distributions()
     found = []
     for module in modules:
@@ -177,11 +171,16 @@ class ChildRunner:
 
     # -- probing libraries ---------------------------------------------------------------------
 
-    def probe(self, names: Iterable[RuntimeName]) -> dict[RuntimeName, RuntimeInfo]:
+    def probe(
+        self, names: Iterable[RuntimeName], libraries: Mapping[RuntimeName, Sequence[str]] | None = None
+    ) -> dict[RuntimeName, RuntimeInfo]:
         """Whether each named backend's library imports here, probed in child processes (one
         child for all; after a crash a new one for the rest). A backend whose child died is
-        unavailable with `RuntimeInfo.crashed` set. Raises `IsolationUnavailable`."""
+        unavailable with `RuntimeInfo.crashed` set, naming its library found by its top-level
+        modules in `libraries` (default: the module named as the backend). Raises
+        `IsolationUnavailable`."""
         wanted = list(dict.fromkeys(names))
+        modules = libraries or {}
         with self._lock:
             pending = [name for name in wanted if name not in self._infos]
             while pending:
@@ -195,12 +194,12 @@ class ChildRunner:
                 if culprit is None:  # ended between backends: blame the next one
                     culprit = next((name for name in pending if name not in self._infos), None)
                 if culprit is not None and culprit not in self._infos:
-                    self._infos[culprit] = self._crashed_info(culprit, result)
+                    self._infos[culprit] = self._crashed_info(culprit, result, modules.get(culprit, (culprit,)))
                 pending = [name for name in pending if name not in self._infos]
             return {name: self._infos[name] for name in wanted}
 
-    def _crashed_info(self, name: RuntimeName, result: ChildResult) -> RuntimeInfo:
-        library = library_version(name)
+    def _crashed_info(self, name: RuntimeName, result: ChildResult, modules: Sequence[str]) -> RuntimeInfo:
+        library = library_version(modules)
         how = result.ended
         log.error(
             "runtime %s: %s killed its probe process (%s); carrying on without it. The probe's stderr:\n%s",
@@ -220,19 +219,22 @@ class ChildRunner:
 
     # -- first loads ---------------------------------------------------------------------------
 
-    def check_load(self, name: RuntimeName, model: Path, settings_json: str) -> None:
+    def check_load(
+        self, name: RuntimeName, model: Path, settings_json: str, libraries: Sequence[str] | None = None
+    ) -> None:
         """Load `model` with backend `name` (settings as JSON) and warm it up once in a child
         (once per content and settings: a byte-identical copy elsewhere is not checked again);
-        raises `RuntimeCrashed` when the child dies doing it. Load errors that the backend
-        reports (a missing file, a refused model) are left to the caller's own load. Raises
-        `IsolationUnavailable` when no child can run."""
+        raises `RuntimeCrashed` when the child dies doing it, naming the library found by its
+        top-level modules `libraries` (default: the module named as the backend). Load errors
+        that the backend reports (a missing file, a refused model) are left to the caller's own
+        load. Raises `IsolationUnavailable` when no child can run."""
         digest = self._digest(model)
         if digest is None:
             return  # the caller's load reports the missing file
         key = (name, digest, settings_json)
         with self._lock:
             if key not in self._loads:
-                self._loads[key] = self._load_in_child(name, model, settings_json)
+                self._loads[key] = self._load_in_child(name, model, settings_json, libraries or (name,))
             crash = self._loads[key]
         if crash is not None:
             raise RuntimeCrashed(crash.runtime, model, crash.how, crash.library)
@@ -262,12 +264,14 @@ class ChildRunner:
             self._digests[version] = found
         return found
 
-    def _load_in_child(self, name: RuntimeName, model: Path, settings_json: str) -> RuntimeCrashed | None:
+    def _load_in_child(
+        self, name: RuntimeName, model: Path, settings_json: str, libraries: Sequence[str]
+    ) -> RuntimeCrashed | None:
         result = self.run(["load", name, str(model), settings_json], self.load_timeout_s)
         self._started(result)
         if any("loaded" in record or "error" in record for record in result.records):
             return None
-        library = library_version(name)
+        library = library_version(libraries)
         log.error(
             "runtime %s: %s killed the process loading %s (%s). Its stderr:\n%s",
             name,
@@ -298,21 +302,25 @@ PROCESS_RUNNER = ChildRunner()
 
 
 def probe_isolated(
-    names: Iterable[RuntimeName], in_process: Callable[[RuntimeName], RuntimeInfo]
+    names: Iterable[RuntimeName],
+    in_process: Callable[[RuntimeName], RuntimeInfo],
+    libraries: Mapping[RuntimeName, Sequence[str]] | None = None,
 ) -> dict[RuntimeName, RuntimeInfo]:
-    """`PROCESS_RUNNER.probe(names)`; when no child can run at all, `in_process` (the old way,
-    logged as a warning) so that a broken interpreter path never leaves the agent blind."""
+    """`PROCESS_RUNNER.probe(names, libraries)`; when no child can run at all, `in_process` (the
+    old way, logged as a warning) so that a broken interpreter path never leaves the agent blind."""
     wanted = list(names)
     try:
-        return PROCESS_RUNNER.probe(wanted)
+        return PROCESS_RUNNER.probe(wanted, libraries)
     except IsolationUnavailable as exc:
         log.warning("probing runtimes in this process (a crashing library would stop it): %s", exc)
         return {name: in_process(name) for name in wanted}
 
 
-def check_load_isolated(name: RuntimeName, model: Path, settings_json: str) -> None:
+def check_load_isolated(
+    name: RuntimeName, model: Path, settings_json: str, libraries: Sequence[str] | None = None
+) -> None:
     """`PROCESS_RUNNER.check_load`; when no child can run at all, the check is skipped (logged)."""
     try:
-        PROCESS_RUNNER.check_load(name, model, settings_json)
+        PROCESS_RUNNER.check_load(name, model, settings_json, libraries)
     except IsolationUnavailable as exc:
         log.warning("loading %s without a check process first: %s", model.name, exc)

@@ -19,9 +19,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from runtimes.base import RUNTIME_NAMES, BackendError, RuntimeName
+from runtimes.base import BackendError, RuntimeName
 from runtimes.isolation import RECORD_PREFIX
-from runtimes.registry import BACKENDS, load_runtime
+from runtimes.registry import BACKENDS, RUNTIME_NAMES, load_runtime, probe_here
 
 
 def _answer(out: TextIO, record: dict[str, Any]) -> None:
@@ -30,9 +30,10 @@ def _answer(out: TextIO, record: dict[str, Any]) -> None:
 
 
 def _runtime(name: str) -> RuntimeName:
-    for known in RUNTIME_NAMES:
-        if known == name:
-            return known
+    """A backend of the table (in-tree or a plugin, found as the agent found them: this child
+    runs the same Python with the same environment)."""
+    if name in BACKENDS:
+        return name
     raise SystemExit(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")
 
 
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 1 and argv[0] == "probe":
         for name in map(_runtime, argv[1:]):
             _answer(out, {"probing": name})
-            _answer(out, {"info": asdict(BACKENDS[name].availability())})
+            _answer(out, {"info": asdict(probe_here(name))})
         return 0
     if len(argv) == 4 and argv[0] == "load":
         name, model, settings = _runtime(argv[1]), Path(argv[2]), argv[3]

@@ -17,10 +17,13 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runtimes.base import (
+    Backend,
+    BackendConfig,
     InferenceError,
+    LoadOptions,
     ModelLoadError,
     NotAModelError,
     Quantization,
@@ -45,10 +48,8 @@ _INTERPRETER_MODULES = (
 )
 
 
-class LiteRTConfig(BaseModel):
+class LiteRTConfig(BackendConfig):
     """Settings of the LiteRT backend."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["litert"] = "litert"
     num_threads: int | None = Field(
@@ -186,3 +187,28 @@ class LiteRTBackend(Runtime):
             return [self._interpreter.get_tensor(d["index"]) for d in self._output_details]
         except (ValueError, RuntimeError) as exc:
             raise InferenceError(f"LiteRT failed on {self.model_path.name}: {exc}") from exc
+
+
+def load(model_path: Path, config: LiteRTConfig, options: LoadOptions) -> LiteRTBackend:
+    """The registry's loader (one interpreter serves one call at a time: `options.workers` is
+    served by `LiteRTBackend.for_worker`)."""
+    return LiteRTBackend(model_path, config, options.warmup)
+
+
+def tune(config: LiteRTConfig, delegate: str, threads: int | None) -> LiteRTConfig:
+    """Autotune's choice: its threads per call (None leaves the configured count); the delegate
+    it measured is the configured one or XNNPACK, already in `config`."""
+    return config.model_copy(update={"num_threads": threads}) if threads else config
+
+
+BACKEND = Backend(
+    name=KEY,
+    config=LiteRTConfig,
+    summary="LiteRT: threads, external delegate.",
+    formats=("tflite",),
+    rank={"nvidia": 30, "arm": 10, "x86": 20},
+    libraries=("ai_edge_litert", "tflite_runtime"),
+    availability=availability,
+    load=load,
+    tune=tune,
+)

@@ -15,10 +15,13 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runtimes.base import (
+    Backend,
+    BackendConfig,
     InferenceError,
+    LoadOptions,
     ModelLoadError,
     NotAModelError,
     Runtime,
@@ -55,10 +58,17 @@ _ORT_TYPES: dict[str, np.dtype[Any]] = {
 }
 
 
-class OnnxRuntimeConfig(BaseModel):
-    """Settings of the ONNX Runtime backend."""
+#: the execution providers the policy's reasons name, best first (`device_label`)
+_PROVIDER_LABELS = (
+    ("TensorrtExecutionProvider", "TensorRT EP"),
+    ("CUDAExecutionProvider", "CUDA EP"),
+    ("OpenVINOExecutionProvider", "OpenVINO EP"),
+    ("CPUExecutionProvider", "CPU"),
+)
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class OnnxRuntimeConfig(BackendConfig):
+    """Settings of the ONNX Runtime backend."""
 
     type: Literal["onnxruntime"] = "onnxruntime"
     providers: list[ProviderName] = Field(
@@ -108,6 +118,11 @@ def availability() -> RuntimeInfo:
         version=str(ort.__version__),
         devices=tuple(ort.get_available_providers()),
     )
+
+
+def device_label(info: RuntimeInfo) -> str:
+    """The best execution provider the installed build offers, as the policy's reasons name it."""
+    return next((label for provider, label in _PROVIDER_LABELS if provider in info.devices), "CPU")
 
 
 def provider_list(config: OnnxRuntimeConfig, installed: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -198,3 +213,32 @@ class OnnxRuntimeBackend(Runtime):
             return list(session.run(self._output_names, feed))
         except Exception as exc:
             raise InferenceError(f"ONNX Runtime failed on {self.model_path.name}: {exc}") from exc
+
+
+def load(model_path: Path, config: OnnxRuntimeConfig, options: LoadOptions) -> OnnxRuntimeBackend:
+    """The registry's loader: with several calls in flight (`options.workers`) and the thread
+    count left to ONNX Runtime (0), each call gets an equal share of the cores."""
+    if options.workers > 1 and config.intra_op_threads == 0:
+        config = config.model_copy(update={"intra_op_threads": max(1, (os.cpu_count() or 1) // options.workers)})
+    return OnnxRuntimeBackend(model_path, config, options.warmup)
+
+
+def tune(config: OnnxRuntimeConfig, provider: str, threads: int | None) -> OnnxRuntimeConfig:
+    """Autotune's choice: only the execution provider it measured (an ONNX Runtime name such as
+    ``"CUDAExecutionProvider"``; CPU when unknown), with its threads per call (None: ORT's default)."""
+    key = next((k for k, name in PROVIDERS.items() if name == provider), "cpu")
+    return config.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
+
+
+BACKEND = Backend(
+    name=KEY,
+    config=OnnxRuntimeConfig,
+    summary="ONNX Runtime: execution providers in order, threads, ...",
+    formats=("onnx",),
+    rank={"nvidia": 20, "arm": 20, "x86": 10},
+    libraries=("onnxruntime",),
+    availability=availability,
+    load=load,
+    device_label=device_label,
+    tune=tune,
+)

@@ -1,70 +1,248 @@
-"""Runtime names -> backends, with guarded imports, and the settings of each backend.
+"""The table of runtime backends, filled once at import: the in-tree ones and the third-party
+ones registered through the ``edge_agent.runtimes`` entry point group.
 
-`BACKENDS` is the one table of backends: its keys are `RuntimeName`, each entry has the
-backend's settings model (a ``type``-tagged pydantic model, as Frigate configures detectors)
-and its availability probe. `RuntimeSettings` is the ``runtimes:`` section of agent.yaml, one
-tagged section per backend. A backend whose library is missing is reported unavailable with the
-reason; asking to load it raises `RuntimeUnavailable`, it never crashes the process at import.
-Libraries are probed, and a model's first load checked, in a child process (`runtimes.isolation`),
-so one that crashes on import or load is reported instead of taking the agent down.
+`BACKENDS` maps each name to its entry, a `runtimes.base.Backend`: the backend's settings model,
+artifact formats, rank per class of board, device label, library modules, availability probe
+and loader. What names backends is derived from it: `RUNTIME_NAMES`; `RuntimeSettings`, the
+``runtimes:`` section of agent.yaml (one section per backend); `runtimes.selection` (the
+``runtime:`` preference and the CLI's ``--runtime`` choices, formats, ranks, device labels);
+the check processes (`runtimes.isolation`, which names a crashing library by its modules); the
+loaders (`load_runtime` here, `agent.serving.loader` above). A new in-tree backend is one
+module, ``runtimes/<name>_backend.py`` with its ``BACKEND``, and one item of `IN_TREE`.
+
+Plugins: each entry point of the group names a `Backend` object (``hailo =
+"edge_agent_hailo:BACKEND"`` in a package's ``[project.entry-points."edge_agent.runtimes"]``),
+the entry point's name equal to the backend's. They are loaded once, when this module is first
+imported (reading the installed distributions' metadata, then importing each plugin's module);
+one whose import fails, whose object is not a valid `Backend`, or whose name is taken is logged
+and left out (`PLUGINS` says why; ``edge-agent probe`` shows it): a plugin never stops the
+agent. The table never changes after that, so config validation reads it and does no I/O.
+
+A backend whose library is missing is reported unavailable with the reason; asking to load it
+raises `RuntimeUnavailable`. Libraries are probed, and a model's first load checked, in a child
+process (`runtimes.isolation`), so one that crashes on import or load is reported instead of
+taking the agent down. Every function here may be called from any thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
-from typing import Annotated
+from types import MappingProxyType
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
+from pydantic_core import CoreSchema, core_schema
 
 from runtimes import litert_backend, ort_backend, tensorrt_backend
-from runtimes.base import RUNTIME_NAMES, Runtime, RuntimeInfo, RuntimeName, RuntimeUnavailable
+from runtimes.base import (
+    Backend,
+    BackendConfig,
+    BackendError,
+    LoadOptions,
+    ModelLoadError,
+    Runtime,
+    RuntimeInfo,
+    RuntimeName,
+    RuntimeUnavailable,
+    first_line,
+)
 from runtimes.isolation import check_load_isolated, probe_isolated
-from runtimes.litert_backend import LiteRTConfig
-from runtimes.ort_backend import OnnxRuntimeConfig
-from runtimes.tensorrt_backend import TensorRTConfig
 
 log = logging.getLogger(__name__)
 
-BackendConfig = OnnxRuntimeConfig | LiteRTConfig | TensorRTConfig
-#: Backend settings, discriminated by ``type`` (a wrong name or field fails at load).
-RuntimeConfig = Annotated[BackendConfig, Field(discriminator="type")]
+#: the entry point group third-party backends register in
+GROUP = "edge_agent.runtimes"
+#: the backends of this distribution, in the order of the table (and of the schema, the CLI's choices)
+IN_TREE: tuple[Backend[Any], ...] = (tensorrt_backend.BACKEND, ort_backend.BACKEND, litert_backend.BACKEND)
 
 
 @dataclass(frozen=True)
-class Backend:
-    """One runtime backend: its settings model and how to tell whether it runs here."""
+class Plugin:
+    """One entry point of the group: its name, the object it names (``module:attribute``), the
+    distribution that declares it (``"edge-agent-hailo 1.2.0"``), and why it was left out (None:
+    it is in the table under its name)."""
 
-    config: type[BackendConfig]
-    availability: Callable[[], RuntimeInfo]
-
-
-BACKENDS: dict[RuntimeName, Backend] = {
-    "tensorrt": Backend(TensorRTConfig, tensorrt_backend.availability),
-    "onnxruntime": Backend(OnnxRuntimeConfig, ort_backend.availability),
-    "litert": Backend(LiteRTConfig, litert_backend.availability),
-}
+    name: str
+    target: str
+    distribution: str | None
+    error: str | None = None
 
 
-class RuntimeSettings(BaseModel):
-    """The ``runtimes:`` section of agent.yaml: one section per backend, each optional."""
+@dataclass(frozen=True)
+class Registry:
+    """The table of backends by name, and the plugins found (registered or left out)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    backends: Mapping[RuntimeName, Backend[Any]]
+    plugins: tuple[Plugin, ...]
 
-    onnxruntime: OnnxRuntimeConfig = Field(
-        default_factory=OnnxRuntimeConfig, description="ONNX Runtime: execution providers in order, threads, ..."
-    )
-    litert: LiteRTConfig = Field(default_factory=LiteRTConfig, description="LiteRT: threads, external delegate.")
-    tensorrt: TensorRTConfig = Field(
-        default_factory=TensorRTConfig, description="TensorRT: precision, engine cache, workspace."
-    )
+
+def collect(in_tree: Iterable[Backend[Any]], entry_points: Iterable[metadata.EntryPoint]) -> Registry:
+    """The table: `in_tree` in order, then each entry point's backend in the order of their
+    names; one that cannot be registered is logged and left out (its `Plugin.error` says why)."""
+    backends: dict[RuntimeName, Backend[Any]] = {entry.name: entry for entry in in_tree}
+    builtin = frozenset(backends)
+    plugins = []
+    for point in sorted(entry_points, key=lambda p: (p.name, p.value)):
+        error = _register(point, backends, builtin)
+        plugin = Plugin(point.name, point.value, _distribution(point), error)
+        if error is None:
+            log.debug("runtime plugin %s registered from %s (%s)", plugin.name, plugin.target, plugin.distribution)
+        else:
+            log.error(
+                "runtime plugin %s (%s, from %s) left out: %s",
+                plugin.name,
+                plugin.target,
+                plugin.distribution or "an unknown distribution",
+                error,
+            )
+        plugins.append(plugin)
+    return Registry(MappingProxyType(backends), tuple(plugins))
+
+
+def _register(
+    point: metadata.EntryPoint, backends: dict[RuntimeName, Backend[Any]], builtin: frozenset[str]
+) -> str | None:
+    """Add the backend `point` names to `backends`; why not, when it cannot be."""
+    try:
+        entry = point.load()
+    except Exception as exc:  # a plugin's import may fail any way: a missing native library, a bug
+        return f"importing {point.value} failed: {type(exc).__name__}: {first_line(exc)}"
+    if not isinstance(entry, Backend):
+        return f"{point.value} is a {type(entry).__name__}, not a runtimes.base.Backend"
+    if entry.name != point.name:
+        return f"the entry point is named {point.name!r} but its backend {entry.name!r}: the two must be equal"
+    if entry.name in backends:
+        owner = "an in-tree backend" if entry.name in builtin else "another plugin"
+        return f"the name {entry.name!r} is taken by {owner}"
+    backends[entry.name] = entry
+    return None
+
+
+def _distribution(point: metadata.EntryPoint) -> str | None:
+    dist = getattr(point, "dist", None)
+    return None if dist is None else f"{dist.name} {dist.version}"
+
+
+_REGISTRY = collect(IN_TREE, metadata.entry_points(group=GROUP))
+#: every backend known here, by name, in-tree first (read-only)
+BACKENDS: Mapping[RuntimeName, Backend[Any]] = _REGISTRY.backends
+#: the entry points of `GROUP` found at import, registered or left out
+PLUGINS: tuple[Plugin, ...] = _REGISTRY.plugins
+RUNTIME_NAMES: tuple[RuntimeName, ...] = tuple(BACKENDS)
+_BUILTIN = frozenset(entry.name for entry in IN_TREE)
+
+
+def backend(name: RuntimeName) -> Backend[Any]:
+    """The entry of `name`; `RuntimeUnavailable` when no backend of that name is registered."""
+    entry = BACKENDS.get(name)
+    if entry is None:
+        raise RuntimeUnavailable(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")
+    return entry
+
+
+ConfigT = TypeVar("ConfigT", bound=BackendConfig)
+
+
+@dataclass(frozen=True, init=False)
+class RuntimeSettings:
+    """The ``runtimes:`` section of agent.yaml: one section per backend of `BACKENDS`, each
+    optional (a left-out section is that backend's defaults). `configs` holds one settings
+    model per backend, in the table's order.
+
+    Built from keyword arguments by backend name (``RuntimeSettings(litert=LiteRTConfig(...))``)
+    or validated by pydantic from YAML through a model with one field per backend, so a wrong
+    section or key fails with its location, and the JSON Schema lists every section."""
+
+    configs: tuple[BackendConfig, ...]
+
+    def __init__(self, **sections: BackendConfig) -> None:
+        for name, config in sections.items():
+            if name not in BACKENDS:
+                raise TypeError(f"unknown runtime section {name!r}; known: {', '.join(RUNTIME_NAMES)}")
+            kind = BACKENDS[name].config
+            if not isinstance(config, kind):
+                raise TypeError(f"runtimes.{name} takes a {kind.__name__}, got {type(config).__name__}")
+        configs = tuple(sections[name] if name in sections else entry.config() for name, entry in BACKENDS.items())
+        object.__setattr__(self, "configs", configs)
 
     def config_for(self, name: RuntimeName) -> BackendConfig:
-        config: BackendConfig = getattr(self, name)
-        return config
+        """The settings of the backend `name` (`RuntimeUnavailable` for an unknown one)."""
+        backend(name)
+        return next(config for config in self.configs if config.type == name)
+
+    def of(self, kind: type[ConfigT]) -> ConfigT:
+        """The settings of the backend whose model is `kind` (``settings.of(TensorRTConfig)``)."""
+        for config in self.configs:
+            if isinstance(config, kind):
+                return config
+        raise KeyError(f"no backend takes {kind.__name__}")
+
+    def replace(self, config: BackendConfig) -> RuntimeSettings:
+        """These settings with `config` as its backend's section."""
+        return RuntimeSettings(**{**self.sections(), config.type: config})
+
+    def with_state_dir(self, state_dir: Path) -> RuntimeSettings:
+        """These settings with what they leave to the agent's state directory filled in, by
+        each backend that leaves something (`Backend.with_state_dir`: TensorRT's engine cache)."""
+        settings = self
+        for entry in BACKENDS.values():
+            if entry.with_state_dir is not None:
+                settings = settings.replace(entry.with_state_dir(settings.config_for(entry.name), state_dir))
+        return settings
+
+    def sections(self) -> dict[RuntimeName, BackendConfig]:
+        """Each backend's settings by name."""
+        return {config.type: config for config in self.configs}
+
+    def to_json(self) -> dict[RuntimeName, dict[str, Any]]:
+        """The section as agent.yaml writes it (every key, at its value)."""
+        return {config.type: config.model_dump(mode="json") for config in self.configs}
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """Validated (and described in the JSON Schema) as `_SECTIONS`; an instance passes as it is."""
+
+        def validate(value: Any, sections: ValidatorFunctionWrapHandler) -> RuntimeSettings:
+            if isinstance(value, RuntimeSettings):
+                return value
+            model = sections(value)
+            return cls(**{name: getattr(model, name) for name in BACKENDS})
+
+        return core_schema.no_info_wrap_validator_function(
+            validate,
+            handler.generate_schema(_SECTIONS),
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda settings: settings.to_json()),
+        )
+
+
+_SECTION_FIELDS: dict[str, Any] = {
+    name: (entry.config, Field(default_factory=entry.config, description=entry.summary))
+    for name, entry in BACKENDS.items()
+}
+#: the ``runtimes:`` section as pydantic validates it: one field per backend, unknown ones refused
+_SECTIONS = create_model(
+    "RuntimeSettings",
+    __config__=ConfigDict(extra="forbid", frozen=True),
+    __doc__="The ``runtimes:`` section of agent.yaml: one section per backend, each optional.",
+    **_SECTION_FIELDS,
+)
+
+
+def probe_here(name: RuntimeName) -> RuntimeInfo:
+    """`name`'s availability probed in this process (what a probe process runs); a probe that
+    raises (a plugin's bug) reads as unavailable with the reason."""
+    entry = backend(name)
+    try:
+        info = entry.availability()
+    except Exception as exc:  # the contract is to say why, not raise; a third-party probe may not keep it
+        reason = f"its probe failed: {type(exc).__name__}: {first_line(exc)}"
+        return RuntimeInfo(name=name, available=False, reason=reason)
+    return info if info.name == name else dataclasses.replace(info, name=name)
 
 
 def available_runtimes(
@@ -74,10 +252,12 @@ def available_runtimes(
     (`runtimes.isolation`: a library that crashes there is unavailable, with `crashed` set);
     unavailable ones carry the reason. `isolated=False` imports them here instead, for a
     one-shot command that loads the model in this process right after anyway."""
+    wanted = [backend(name).name for name in names]
     if isolated:
-        infos = probe_isolated(names, lambda name: BACKENDS[name].availability())
+        libraries = {name: BACKENDS[name].libraries for name in wanted}
+        infos = probe_isolated(wanted, probe_here, libraries)
     else:
-        infos = {name: BACKENDS[name].availability() for name in names}
+        infos = {name: probe_here(name) for name in wanted}
     for info in infos.values():
         if not info.available:
             log.info("runtime %s unavailable: %s", info.name, info.reason)
@@ -93,7 +273,7 @@ def load_runtime(
 ) -> Runtime:
     """Load `model_path` with the named backend, warmed up unless `warmup` is false (one-shot
     commands skip it). Raises `RuntimeUnavailable` when the backend cannot run here and
-    `ModelLoadError` when it refuses the model.
+    `ModelLoadError` when it refuses the model (a third-party backend's other exceptions too).
 
     TensorRT serves only an engine already in its cache (`tensorrt_backend.open_engine`); without
     one it raises `EngineNotReady` (a `RuntimeUnavailable`) and the caller builds it.
@@ -101,27 +281,32 @@ def load_runtime(
     `workers` is how many calls the caller will have in flight at once; when the ONNX Runtime
     settings leave the thread count to it (0), each call then gets an equal share of the cores
     (other backends ignore it: they serve one call at a time)."""
-    if name not in BACKENDS:
-        raise RuntimeUnavailable(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")
-    config = config if config is not None else BACKENDS[name].config()
-    if not isinstance(config, BACKENDS[name].config):
-        raise TypeError(f"{name} takes a {BACKENDS[name].config.__name__}, got {type(config).__name__}")
-    if isinstance(config, OnnxRuntimeConfig):
-        if workers > 1 and config.intra_op_threads == 0:
-            config = config.model_copy(update={"intra_op_threads": max(1, (os.cpu_count() or 1) // workers)})
-        return ort_backend.OnnxRuntimeBackend(model_path, config, warmup)
-    if isinstance(config, LiteRTConfig):
-        return litert_backend.LiteRTBackend(model_path, config, warmup)
-    return tensorrt_backend.open_engine(model_path, config, warmup=warmup)
+    entry = backend(name)
+    config = config if config is not None else entry.config()
+    if not isinstance(config, entry.config):
+        raise TypeError(f"{name} takes a {entry.config.__name__}, got {type(config).__name__}")
+    try:
+        return entry.load(model_path, config, LoadOptions(warmup=warmup, workers=workers))
+    except Exception as exc:
+        if isinstance(exc, BackendError) or name in _BUILTIN:
+            raise
+        # a third-party backend's bug refuses the model (the next runtime serves); it never stops the agent
+        why = f"{type(exc).__name__}: {first_line(exc)}"
+        raise ModelLoadError(f"{name} failed to load {model_path.name}: {why}") from exc
+
+
+def check_load(name: RuntimeName, model_path: Path, config: BackendConfig) -> None:
+    """Load and warm up `model_path` with these settings once in a child process (once per
+    process, content and settings); raises `runtimes.isolation.RuntimeCrashed` when the backend's
+    library killed that child. Errors the backend reports are left to the caller's own load."""
+    check_load_isolated(backend(name).name, model_path, config.model_dump_json(), backend(name).libraries)
 
 
 def load_runtime_checked(
     name: RuntimeName, model_path: Path, config: BackendConfig, workers: int = 1, warmup: bool = True
 ) -> Runtime:
     """`load_runtime` (warmed up unless `warmup` is false), once a child process has loaded
-    and warmed up the same model with the same settings without dying (checked once per process
-    and file version). Raises
+    and warmed up the same model with the same settings without dying (`check_load`). Raises
     `runtimes.isolation.RuntimeCrashed` when that child died, else as `load_runtime`."""
-    if name in BACKENDS:
-        check_load_isolated(name, model_path, config.model_dump_json())
+    check_load(name, model_path, config)
     return load_runtime(name, model_path, config, warmup=warmup, workers=workers)

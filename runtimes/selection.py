@@ -1,6 +1,8 @@
-"""The runtime selection policy: a pure function, table-tested.
+"""The runtime selection policy: a pure function of its arguments, table-tested.
 
-``select_runtimes(board, available, artifacts, preference)`` ranks (runtime, artifact) pairs:
+``select_runtimes(board, available, artifacts, preference)`` ranks (runtime, artifact) pairs by
+the backends' entries in the registry (`runtimes.base.Backend`: the formats each loads, its rank
+on the board's class, its device label). With the in-tree backends:
 
 - Jetson or NVIDIA GPU: TensorRT with an ONNX artifact, then ONNX Runtime with its best
   execution provider (TensorRT EP, CUDA EP), then LiteRT.
@@ -8,39 +10,52 @@
   ONNX Runtime on the CPU.
 - x86 CPU: ONNX Runtime (OpenVINO EP when present, else CPU), then LiteRT.
 
-An explicit preference keeps only that runtime, and says why when it cannot be used.
+A registered plugin takes its place in that order by its own rank. An explicit preference keeps
+only that runtime, and says why when it cannot be used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Literal, Protocol
+from typing import Annotated, Any, Protocol
 
-from runtimes.base import BackendError, Precision, RuntimeInfo, RuntimeName
+from pydantic import AfterValidator, WithJsonSchema
 
-#: a configured runtime: one by name, or "auto" (this policy decides)
-Preference = Literal["auto", RuntimeName]
-ArtifactFormat = Literal["onnx", "tflite"]
+from runtimes.base import ArtifactFormat, Backend, BackendError, BoardClass, Precision, RuntimeInfo, RuntimeName
+from runtimes.registry import BACKENDS, RUNTIME_NAMES
 
-_FORMAT_OF: dict[RuntimeName, ArtifactFormat] = {"tensorrt": "onnx", "onnxruntime": "onnx", "litert": "tflite"}
+#: what ``runtime:`` and ``--runtime`` take: "auto" (this policy decides), or a backend by name
+PREFERENCES: tuple[str, ...] = ("auto", *RUNTIME_NAMES)
 
 
-def runtimes_for(artifacts: Sequence[Artifact]) -> tuple[RuntimeName, ...]:
+def _known_preference(value: str) -> str:
+    if value not in PREFERENCES:
+        raise ValueError(f"unknown runtime {value!r}: expected {', '.join(PREFERENCES)}")
+    return value
+
+
+#: a configured runtime, one of `PREFERENCES` (checked against the registry filled at import)
+Preference = Annotated[
+    str, AfterValidator(_known_preference), WithJsonSchema({"enum": list(PREFERENCES), "type": "string"})
+]
+
+
+def runtimes_for(
+    artifacts: Sequence[Artifact], backends: Mapping[RuntimeName, Backend[Any]] = BACKENDS
+) -> tuple[RuntimeName, ...]:
     """The runtimes that can load at least one of `artifacts` (the only ones worth probing)."""
     formats = {a.format for a in artifacts}
-    return tuple(name for name, fmt in _FORMAT_OF.items() if fmt in formats)
+    return tuple(name for name, entry in backends.items() if formats & set(entry.formats))
+
+
+def known_formats(backends: Mapping[RuntimeName, Backend[Any]] = BACKENDS) -> tuple[ArtifactFormat, ...]:
+    """The artifact formats some backend loads, in the table's order."""
+    return tuple(dict.fromkeys(f for entry in backends.values() for f in entry.formats))
 
 
 _ARM_ARCHES = frozenset({"aarch64", "arm64", "armv7l", "armv6l", "armv8l"})
-#: ONNX Runtime providers, best first, with the name used in reasons
-_ORT_PROVIDER_RANK = (
-    ("TensorrtExecutionProvider", "TensorRT EP"),
-    ("CUDAExecutionProvider", "CUDA EP"),
-    ("OpenVINOExecutionProvider", "OpenVINO EP"),
-    ("CPUExecutionProvider", "CPU"),
-)
 
 
 class SelectionError(BackendError):
@@ -48,7 +63,7 @@ class SelectionError(BackendError):
 
 
 class BoardFacts(Protocol):
-    """What the policy needs to know about the device (`agent.hardware.probe.Board` provides it)."""
+    """What the policy needs to know about the device (`agent.hardware.board.Board` provides it)."""
 
     @property
     def kind(self) -> str: ...  # "jetson", "raspberry_pi" or "generic"
@@ -62,19 +77,24 @@ class BoardFacts(Protocol):
 
 @dataclass(frozen=True)
 class Artifact:
-    """One model file a runtime could load."""
+    """One model file a runtime could load; `format` is its suffix without the dot."""
 
     path: str
     format: ArtifactFormat
     precision: Precision = "fp32"
 
     @classmethod
-    def from_path(cls, path: str | PurePath, precision: Precision = "fp32") -> Artifact:
-        """An artifact whose format follows the file suffix (.onnx or .tflite)."""
+    def from_path(
+        cls, path: str | PurePath, precision: Precision = "fp32", formats: Iterable[ArtifactFormat] | None = None
+    ) -> Artifact:
+        """An artifact whose format follows the file suffix: one of `formats` (default: those a
+        registered backend loads, `known_formats`)."""
+        known = tuple(known_formats() if formats is None else formats)
         suffix = PurePath(path).suffix.lower()
-        if suffix not in (".onnx", ".tflite"):
-            raise SelectionError(f"{path}: unknown model format {suffix or '(no suffix)'!r}; expected .onnx or .tflite")
-        return cls(str(path), "onnx" if suffix == ".onnx" else "tflite", precision)
+        if suffix[1:] not in known:
+            expected = " or ".join(f".{f}" for f in known)
+            raise SelectionError(f"{path}: unknown model format {suffix or '(no suffix)'!r}; expected {expected}")
+        return cls(str(path), suffix[1:], precision)
 
 
 @dataclass(frozen=True)
@@ -94,27 +114,22 @@ def _board_label(board: BoardFacts) -> str:
     return f"{label} {board.arch}{gpu}"
 
 
-def _runtime_order(board: BoardFacts) -> tuple[RuntimeName, ...]:
+def board_class(board: BoardFacts) -> BoardClass:
+    """Which of the backends' ranks applies on `board` (`runtimes.base.BoardClass`)."""
     if board.kind == "jetson" or board.nvidia_gpu:
-        return ("tensorrt", "onnxruntime", "litert")
-    if board.arch in _ARM_ARCHES:
-        return ("litert", "onnxruntime")
-    return ("onnxruntime", "litert")
+        return "nvidia"
+    return "arm" if board.arch in _ARM_ARCHES else "x86"
+
+
+def _runtime_order(board: BoardFacts, backends: Mapping[RuntimeName, Backend[Any]]) -> tuple[RuntimeName, ...]:
+    """The backends ranked on `board`'s class, by rank (ties in the table's order)."""
+    cls = board_class(board)
+    ranked = [name for name, entry in backends.items() if cls in entry.rank]
+    return tuple(sorted(ranked, key=lambda name: backends[name].rank[cls]))
 
 
 def _precision_order(board: BoardFacts) -> tuple[Precision, ...]:
     return ("int8", "fp16", "fp32") if board.arch in _ARM_ARCHES else ("fp32", "fp16", "int8")
-
-
-def _device(runtime: RuntimeName, info: RuntimeInfo) -> str:
-    if runtime == "onnxruntime":
-        for provider, label in _ORT_PROVIDER_RANK:
-            if provider in info.devices:
-                return label
-        return "CPU"
-    if runtime == "tensorrt":
-        return "GPU (FP16)"
-    return info.devices[0] if info.devices else "CPU"
 
 
 def select_runtimes(
@@ -122,29 +137,35 @@ def select_runtimes(
     available: Mapping[RuntimeName, RuntimeInfo],
     artifacts: Sequence[Artifact],
     preference: Preference = "auto",
+    backends: Mapping[RuntimeName, Backend[Any]] = BACKENDS,
 ) -> list[Choice]:
-    """Rank the runtimes that can run one of `artifacts` on `board`, best first.
+    """Rank the runtimes of `backends` (default: the registry's) that can run one of `artifacts`
+    on `board`, best first.
 
     Raises `SelectionError` with every reason when the list would be empty.
     """
-    order = _runtime_order(board) if preference == "auto" else (preference,)
-    if preference == "auto" and "litert" not in order:
-        order = (*order, "litert")
+    if preference != "auto" and preference not in backends:
+        raise SelectionError(f"unknown runtime {preference!r}; known: {', '.join(backends)}")
+    order = _runtime_order(board, backends) if preference == "auto" else (preference,)
     precision_rank = {p: i for i, p in enumerate(_precision_order(board))}
     choices: list[Choice] = []
     why_not: list[str] = []
     for rank, runtime in enumerate(order):
-        fmt = _FORMAT_OF[runtime]
-        usable = sorted((a for a in artifacts if a.format == fmt), key=lambda a: precision_rank[a.precision])
+        entry = backends[runtime]
+        usable = sorted(
+            (a for a in artifacts if a.format in entry.formats),
+            key=lambda a: (precision_rank[a.precision], entry.formats.index(a.format)),
+        )
         if not usable:
-            why_not.append(f"{runtime}: needs a .{fmt} artifact")
+            why_not.append(f"{runtime}: needs a {' or '.join(f'.{f}' for f in entry.formats)} artifact")
             continue
         info = available.get(runtime)
         if info is None or not info.available:
             why_not.append(f"{runtime}: {info.reason if info else 'not probed'}")
             continue
         artifact = usable[0]
-        device = _device(runtime, info)
+        device = entry.device_label(info)
+        fmt = artifact.format
         if preference != "auto":
             reason = f"runtime {runtime} requested by configuration"
         elif rank == 0:

@@ -31,7 +31,10 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runtimes.base import (
+    Backend,
+    BackendConfig,
     InferenceError,
+    LoadOptions,
     ModelLoadError,
     Precision,
     Runtime,
@@ -73,10 +76,8 @@ class ProfileSettings(BaseModel):
         return Profile(self.min, self.opt, self.max)
 
 
-class TensorRTConfig(BaseModel):
+class TensorRTConfig(BackendConfig):
     """Settings of the TensorRT backend."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["tensorrt"] = "tensorrt"
     precision: Precision = Field(
@@ -387,3 +388,34 @@ def open_engine(
         cache.discard(key)
         memory.close()
         raise EngineNotReady(f"{exc}; the cached engine was discarded and will be built again", key) from exc
+
+
+def load(model_path: Path, config: TensorRTConfig, options: LoadOptions) -> TensorRTBackend:
+    """The registry's loader: `open_engine` (the cached engine, or `EngineNotReady`)."""
+    return open_engine(model_path, config, warmup=options.warmup)
+
+
+def with_state_dir(config: TensorRTConfig, state_dir: Path) -> TensorRTConfig:
+    """The engine cache defaults to ``<state_dir>/engines``."""
+    if config.engine_cache_dir is not None:
+        return config
+    return config.model_copy(update={"engine_cache_dir": state_dir / "engines"})
+
+
+def device_label(info: RuntimeInfo) -> str:
+    """TensorRT serves engines on the GPU (FP16 by default)."""
+    return "GPU (FP16)"
+
+
+BACKEND = Backend(
+    name=KEY,
+    config=TensorRTConfig,
+    summary="TensorRT: precision, engine cache, workspace.",
+    formats=("onnx",),
+    rank={"nvidia": 10},
+    libraries=("tensorrt",),
+    availability=availability,
+    load=load,
+    device_label=device_label,
+    with_state_dir=with_state_dir,
+)

@@ -38,11 +38,10 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pipelines.decoding.detections import Detections
+from pipelines.measure.evaluate import MatchCounts
 
-from pipelines.detections import Detections  # noqa: E402
-from pipelines.evaluate import MatchCounts  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 #: emulated cores: qemu's name -> the /proc/cpuinfo fields a real one shows. qemu-user 7.2 does
 #: not emulate /proc/cpuinfo for aarch64 (it shows the host's x86 one, on which the cpuinfo

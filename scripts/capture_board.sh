@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copy the files `agent.hardware.probe` and the sensors (agent/hardware/sensors.py) read from this
+# Copy the files `agent.hardware.board` and the sensors (agent/hardware/sensors.py) read from this
 # device into DEST, laid out like the root filesystem, so the board can be added as a fake tree
 # under tests/fakes/ (docs/telemetry.md). Values only: model strings, temperatures and trip
 # points, power rails, fan, GPU load, battery charge and the firmware's answers to vcgencmd;

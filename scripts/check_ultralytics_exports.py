@@ -4,7 +4,7 @@
 Ultralytics (AGPL-3.0, with PyTorch) lives only in a separate environment, never in the
 project's: that environment exports each model below with random weights (from its YAML,
 nothing downloaded) to ONNX and to LiteRT (.tflite, through litert-torch) and predicts on
-scikit-image's ``chelsea``; this script then runs `pipelines.detector.Detector` on the same
+scikit-image's ``chelsea``; this script then runs `pipelines.decoding.detector.Detector` on the same
 export and photo and compares the decoder chosen and the detections (boxes clipped to the
 photo, within a pixel; scores within 1e-3) at Ultralytics' default NMS IoU threshold, 0.7.
 
@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 # (model YAML, export format, export arguments, the decoder expected)
 EXPORTS = [
@@ -58,7 +57,7 @@ print(json.dumps({"path": str(path), "rows": rows}))
 
 
 def ours(path: Path, image: np.ndarray, conf: float) -> tuple[str, list[list[float]]]:
-    from pipelines.detector import Detector
+    from pipelines.decoding.detector import Detector
     from runtimes.registry import load_runtime
 
     with load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", path) as runtime:

@@ -2,8 +2,8 @@
 # The demo: set up .venv, show what the probe finds, run the project's demo detector with ONNX
 # Runtime and LiteRT, benchmark the pipeline on a clip, build and sign a demo bundle (and one with
 # FP16 / INT8 variants proven against FP32) and measure its optimisation matrix, then the fleet:
-# a local mosquitto, the agent on a synthetic camera (autotune at activation), the bundle pushed
-# over MQTT.
+# a local mosquitto, the agent on two synthetic cameras sharing one model with thresholds of
+# their own (autotune at activation), the bundle pushed over MQTT.
 # The broker and the agent keep running for you to look at; `scripts/demo.sh stop` ends them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,12 +40,12 @@ if command -v gst-launch-1.0 >/dev/null; then
   .venv/bin/edge-agent bench agent/demo/demo_detector.onnx \
     --source 'gst:videotestsrc num-buffers=90 pattern=ball ! video/x-raw,width=640,height=480'
 fi
-echo; echo "== a signed demo bundle"
+echo; echo "== a signed demo bundle (its manifest says conf 0.4: every camera's default)"
 [ -f "$out/keys/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/keys"            # signs bundles
 [ -f "$out/operator/signing.key" ] || .venv/bin/edge-agent keygen --out "$out/operator"    # signs control
 export EDGE_AGENT_OPERATOR_KEY="$out/operator/signing.key"  # fleet push, rollback, snapshot sign with it
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
-  --name demo --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
+  --name demo --version 1.0.0 --conf 0.4 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
 .venv/bin/edge-agent bundle inspect "$out/demo-1.0.0.bundle"
 echo; echo "== the optimisation report: every runtime x artifact this machine can run (TensorRT rows say why not)"
 .venv/bin/edge-agent bench "$out/demo-1.0.0.bundle" --matrix --frames 50
@@ -77,13 +77,23 @@ page="http://127.0.0.1:$page_port"
   --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" \
   --operator-key "$out/operator/signing.pub" --status-listen "127.0.0.1:$page_port" > "$out/agent.yaml"
 sed -i 's/probation_s: 120 /probation_s: 5   /' "$out/agent.yaml"  # a short probation, for the demo
-# a second camera: both share one loaded model (docs/cameras.md)
-sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15}|' "$out/agent.yaml"
+# a second camera: both share one loaded model (docs/cameras.md); cam1 keeps only squares scoring
+# above 0.6, cam0 what the bundle says (docs/configuration.md#detection-thresholds-per-camera)
+sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15, conf: 0.6, classes: [square]}|' "$out/agent.yaml"
 .venv/bin/edge-agent config check "$out/agent.yaml"
 .venv/bin/edge-agent run --config "$out/agent.yaml" > "$out/agent.log" 2>&1 &
 echo $! > "$out/agent.pid"
 mosquitto_sub -p "$port" -t edge/demo-cam/status -C 1 -W 30 > /dev/null  # the agent is online
 .venv/bin/edge-agent fleet push "$out/demo-1.0.0.bundle" --target group:demo --broker "$broker" --wait 60
+echo; echo "== what each camera keeps, on one shared model: the bundle's conf on cam0, agent.yaml's conf and classes on cam1"
+curl -s "$page/api/status" | .venv/bin/python -c "
+import json, sys
+for c in json.load(sys.stdin)['cameras']:
+    t = c['thresholds'] or {}
+    classes = ', '.join(t['classes']) if t.get('classes') else 'all'
+    print(f\"{c['name']}: conf {t.get('conf')}, iou {t.get('iou')}, max_det {t.get('max_det')}, classes {classes}\"
+          f\" (set in agent.yaml: {', '.join(t.get('configured', [])) or 'none'})\")
+"
 echo; echo "== an unsigned command, as any client of the broker could send it: refused"
 mosquitto_pub -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -D publish response-topic edge/replies/demo \
   -D publish correlation-data demo-cam -V mqttv5 &
@@ -92,7 +102,7 @@ mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5
 wait "$publisher"  # only it: a bare `wait` would wait for the broker and the agent too, for ever
 echo; echo "== a staged rollout: 1.0.1 to the group in two waves 20 s apart, halted (and rolled back) on a failure"
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
-  --name demo --version 1.0.1 --key "$out/keys/signing.key" -o "$out/demo-1.0.1.bundle"
+  --name demo --version 1.0.1 --conf 0.4 --key "$out/keys/signing.key" -o "$out/demo-1.0.1.bundle"
 .venv/bin/edge-agent fleet push "$out/demo-1.0.1.bundle" --target group:demo --broker "$broker" --id demo-1.0.1-staged \
   --waves 50%,100% --wave-interval 20s --max-failures 0 --on-halt rollback --wait 90
 .venv/bin/edge-agent fleet rollout status demo-1.0.1-staged --broker "$broker"
@@ -102,7 +112,7 @@ sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the F
 echo; echo "== one object event (start, update or end of a tracked shape: docs/analytics.md)"
 mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
 echo; echo "== a simulated fleet: 10 devices of the real code on their own mosquitto, one group push, the broker's ceiling"
-.venv/bin/python scripts/fleet_sim.py --devices 10 --bundle-mb 2
+.venv/bin/python bench/fleet_sim.py --devices 10 --bundle-mb 2
 echo; echo "== the status page: health, a few metrics, and edge-agent doctor (the page's checks from a shell)"
 curl -s "$page/healthz"; echo
 curl -s "$page/metrics" | grep -E '^edge_agent_(camera_fps|broker_connected|deployment_state\{.*SUCCEEDED)'

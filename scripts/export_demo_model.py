@@ -21,22 +21,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import torch
+from demo_model import STRIDES, DemoDetector, ExportModel
+
+from agent.optimise.hygiene import check_loaded, check_model
+from agent.optimise.variants import quantize_qdq, set_metadata
+from pipelines.decoding.preprocess import PreprocessConfig, preprocess
+from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "scripts")]
-
-from demo_model import STRIDES, DemoDetector, ExportModel  # noqa: E402
-
-from agent.optimise.hygiene import check_loaded, check_model  # noqa: E402
-from agent.optimise.variants import quantize_qdq, set_metadata  # noqa: E402
-from pipelines.preprocess import PreprocessConfig, preprocess  # noqa: E402
-from pipelines.synthetic import CLASS_NAMES, SyntheticScene  # noqa: E402
 
 CALIBRATION_SEED = 200_000
 OPSET = 17

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import cv2
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pipelines.synthetic import SyntheticScene
+from pipelines.sources.synthetic import SyntheticScene
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 """Write the small LiteRT test models of the query decoders: tests/data/query_models/*.tflite.
 
 Each is the project's own graph (no trained weights): known output rows plus the input times
-zero, converted by litert-torch, so `tests/test_end2end_models.py` runs the end2end, rtdetr and
+zero, converted by litert-torch, so `tests/e2e/test_exports.py` runs the end2end, rtdetr and
 detr decoders through the real LiteRT interpreter. The rows are the ones those tests expect
 (`QUERY_ROWS` there). Needs torch and litert-torch, kept out of the project's environment:
 

@@ -46,10 +46,10 @@ cd "$work"
 started=$(date +%s)
 # the core functions (mutmut's mutant names, fnmatch patterns; ǁ separates class and method)
 core=(
-  'pipelines.nms.*'                                  # NMS
-  'pipelines.decoders.*'                             # the grid decoders
-  'pipelines.query_decoders.x_decode_*' 'pipelines.query_decoders.x__*'  # end2end, RT-DETR, DETR
-  'pipelines.preprocess.*'                           # letterbox, stretch, layouts, quantised inputs
+  'pipelines.decoding.nms.*'                                  # NMS
+  'pipelines.decoding.decoders.*'                             # the grid decoders
+  'pipelines.decoding.query_decoders.x_decode_*' 'pipelines.decoding.query_decoders.x__*'  # end2end, RT-DETR, DETR
+  'pipelines.decoding.preprocess.*'                           # letterbox, stretch, layouts, quantised inputs
   'agent.bundles.signing.x_verify__*' 'agent.bundles.signing.x_key_id__*' 'agent.bundles.signing.x_load_public_key__*'
   'agent.bundles.archive.x_unpack__*' 'agent.bundles.archive.x_verify_unpacked__*'  # unpack and verify
   'agent.bundles.archive.x__allowed__*' 'agent.bundles.archive.x__member_path__*'

@@ -17,16 +17,16 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from testkit.browser import Chromium
+from testkit.net import free_port
+from testkit.page import basic, running
 
-from agent.bundles.archive import build_bundle  # noqa: E402
-from agent.bundles.install import InstallPolicy, install  # noqa: E402
-from agent.bundles.store import Store  # noqa: E402
-from agent.hardware.probe import probe  # noqa: E402
-from tests.browser import Chromium  # noqa: E402
-from tests.mqtt_tools import free_port  # noqa: E402
-from tests.page_tools import basic, running  # noqa: E402
+from agent.bundles.archive import build_bundle
+from agent.bundles.installer import InstallPolicy, install
+from agent.bundles.store import Store
+from agent.hardware.board import probe
+
+REPO = Path(__file__).resolve().parent.parent
 
 TREE = REPO / "tests/fakes/jetson-orin-nano"
 

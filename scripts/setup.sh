@@ -43,6 +43,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$extra" = dev ]; then
   .venv/bin/python -m pip install -q -e ".[dev]"
+  .venv/bin/python -m pip install -q --no-deps -e tests/support  # testkit: what tests and bench/ share
 else
   .venv/bin/python -m pip install -q -e .
 fi

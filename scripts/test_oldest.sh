@@ -29,11 +29,12 @@ if [ -z "$python" ]; then
 fi
 
 scripts/setup.sh dev  # .venv brings uv
-stamp=$({ cat pyproject.toml; "$python" -VV; } | sha256sum | cut -c1-16)
+stamp=$({ cat pyproject.toml tests/support/pyproject.toml; "$python" -VV; } | sha256sum | cut -c1-16)
 if [ ! -x .venv-oldest/bin/python ] || [ "$(cat .venv-oldest/.stamp 2>/dev/null)" != "$stamp" ]; then
   rm -rf .venv-oldest
   "$python" -m venv .venv-oldest
   .venv/bin/uv pip install --quiet --python .venv-oldest/bin/python --resolution lowest-direct -e ".[dev]"
+  .venv/bin/uv pip install --quiet --python .venv-oldest/bin/python --no-deps -e tests/support
   echo "$stamp" > .venv-oldest/.stamp
 fi
 versions=$(.venv/bin/uv pip list --python .venv-oldest/bin/python 2>/dev/null \

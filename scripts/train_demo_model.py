@@ -14,22 +14,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
+from demo_model import DemoDetector, loss
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from pipelines.decoding.preprocess import PreprocessConfig, preprocess
+from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "scripts")]
-
-from demo_model import DemoDetector, loss  # noqa: E402
-
-from pipelines.preprocess import PreprocessConfig, preprocess  # noqa: E402
-from pipelines.synthetic import CLASS_NAMES, SyntheticScene  # noqa: E402
 
 FRAME_SIZES = ((640, 480), (640, 360), (800, 600), (480, 480), (1280, 720), (320, 240))
 TRAIN_SEEDS = 100_000

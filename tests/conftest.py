@@ -1,8 +1,10 @@
-"""Shared fixtures: the COCO models in ../shared/models, sample photos, small ONNX builders."""
+"""The fixtures of every test: the COCO models in ../shared/models, sample photos, small ONNX
+builders, signing keys and demo bundles, a real mosquitto with a watching client and agent
+processes, headless chromium, the TensorRT test double. Helpers that are not fixtures live in
+`testkit` (tests/support/), which the benchmarks share."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -12,14 +14,18 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from testkit import DEMO_MODELS, SHARED_MODELS
+from testkit.agent_process import AgentProcess, agent_config
+from testkit.broker import SMALL_PACKET, Broker, Watcher
+from testkit.browser import Chromium
+from testkit.needs import missing, required
+from testkit.onnx_models import backbone_model
+from testkit.optimise import write_frames
+from testkit.trt_double import DOUBLE, TensorRTInProcess, TrtDouble, forget_tensorrt
 
-from tests.needs import missing, required
-
-REPO = Path(__file__).resolve().parent.parent
-SHARED_MODELS = Path(os.environ.get("EDGE_AGENT_SHARED_MODELS", REPO.parent / "shared" / "models"))
-FAKES = Path(__file__).resolve().parent / "fakes"
-
-pytest_plugins = ["tests.fleet_helpers"]  # broker, watcher, agents and operator_key fixtures
+from agent.bundles.archive import Limits, Verified, build_bundle, unpack, verify_unpacked
+from pipelines.sources.synthetic import SyntheticScene
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -115,61 +121,6 @@ def constant_model(tmp_path: Path) -> OnnxBuilder:
     return build
 
 
-def backbone_model(path: Path, repeats: int = 0) -> Path:
-    """Write an ONNX detector shaped like a small YOLO backbone at 640x640 to `path`: nine 3x3
-    convolutions with SiLU, strides down to 20x20, random weights; `repeats` more 3x3 64-channel
-    convolutions at 80x80 follow the fifth, sharing its weight (about 0.24 GMAC each, so the
-    model's cost grows, not its file, nor the weights ONNX Runtime prepacks per node). It decodes
-    as YOLOv8 with 4 classes (output ``(1, 8, 400)``)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    layers = [(3, 16, 2), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1), (64, 128, 2), (128, 128, 1)]
-    layers += [(128, 256, 2), (256, 256, 1)]
-    nodes, initializers, previous = [], [], "images"
-
-    def conv_silu(name: str, weights: str, stride: int) -> None:
-        nonlocal previous
-        nodes.extend(
-            [
-                helper.make_node(
-                    "Conv", [previous, weights], [f"c{name}"], pads=[1, 1, 1, 1], strides=[stride, stride]
-                ),
-                helper.make_node("Sigmoid", [f"c{name}"], [f"s{name}"]),
-                helper.make_node("Mul", [f"c{name}", f"s{name}"], [f"a{name}"]),
-            ]
-        )
-        previous = f"a{name}"
-
-    for i, (cin, cout, stride) in enumerate(layers):
-        weights = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
-        initializers.append(numpy_helper.from_array(weights, f"w{i}"))
-        conv_silu(str(i), f"w{i}", stride)
-        for r in range(repeats if i == 4 else 0):  # (64, 64, 1) at 80x80
-            conv_silu(f"r{r}", "w4", 1)
-    initializers += [
-        numpy_helper.from_array((rng.standard_normal((8, 256, 1, 1)) * 0.1).astype(np.float32), "head"),
-        numpy_helper.from_array(np.array([1, 8, -1], np.int64), "shape"),
-    ]
-    nodes += [
-        helper.make_node("Conv", [previous, "head"], ["h"]),
-        helper.make_node("Reshape", ["h", "shape"], ["output0"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "backbone",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 640, 640])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 8, 400])],
-        initializer=initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
-
-
 @pytest.fixture(scope="session")
 def heavy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`backbone_model`: its sessions take memory as a real model's do (about 1.4 GMAC a frame)."""
@@ -184,21 +135,6 @@ def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return backbone_model(tmp_path_factory.mktemp("slow") / "slow.onnx", repeats=80)
 
 
-DEMO_MODELS = REPO / "agent" / "demo"
-
-
-def write_video(path: Path, frames: int, size: tuple[int, int] = (160, 120), seed: int = 0) -> Path:
-    """An MJPG .avi of synthetic frames (every frame a keyframe, so truncation breaks it mid-way)."""
-    from pipelines.synthetic import SyntheticScene
-
-    scene = SyntheticScene(width=size[0], height=size[1], num_shapes=3, seed=seed, size_range=(20, 50))
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"MJPG"), 30.0, size)
-    for i in range(frames):
-        writer.write(scene.render(i)[0])
-    writer.release()
-    return path
-
-
 @pytest.fixture(scope="session")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A fleet signing key pair (private, public), an operator's key pair for control
@@ -210,6 +146,14 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     operator, operator_pub = generate_keypair(folder / "operator")
     other, _ = generate_keypair(folder / "stranger")
     return {"private": private, "public": public, "operator": operator, "operator_pub": operator_pub, "other": other}
+
+
+@pytest.fixture
+def operator(keys: dict[str, Path]) -> Ed25519PrivateKey:
+    """The operator's private key, for signing control by hand."""
+    from agent.bundles.signing import load_private_key
+
+    return load_private_key(keys["operator"])
 
 
 @pytest.fixture(scope="session")
@@ -230,7 +174,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> 
 @pytest.fixture
 def range_server() -> Iterator[Callable[..., str]]:
     """``range_server(path, drop_after=None, ignore_range=False)`` serves `path`; returns its URL."""
-    from tests.mqtt_tools import RangeServer
+    from testkit.net import RangeServer
 
     servers: list[RangeServer] = []
 
@@ -241,3 +185,122 @@ def range_server() -> Iterator[Callable[..., str]]:
     yield serve
     for server in servers:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def demo_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An unsigned demo bundle with the FP32 ONNX and the INT8 TFLite artifacts (the matrix's rows)."""
+    out = tmp_path_factory.mktemp("matrix") / "demo.bundle"
+    models = [DEMO_MODELS / "demo_detector.onnx", DEMO_MODELS / "demo_detector_int8.tflite"]
+    build_bundle(models, out, name="demo", version="1.0.0")
+    return out
+
+
+@pytest.fixture
+def unpacked(tmp_path: Path, demo_bundle: Path) -> Verified:
+    """`demo_bundle` unpacked and verified."""
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    unpack(demo_bundle, folder, Limits())
+    return verify_unpacked(folder, (), allow_unsigned=True)
+
+
+# -- a real mosquitto, a client watching it, agent processes --------------------------------------
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    broker = Broker(tmp_path / "broker").start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def watcher(broker: Broker) -> Iterator[Watcher]:
+    watcher = Watcher(broker, ["edge/#"])
+    yield watcher
+    watcher.close()
+
+
+@pytest.fixture
+def operator_key(keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fleet CLI signs desired documents and commands with the operator's key."""
+    monkeypatch.setenv("EDGE_AGENT_OPERATOR_KEY", str(keys["operator"]))
+    return keys["operator"]
+
+
+@pytest.fixture
+def agents(tmp_path: Path, broker: Broker, keys: dict[str, Path]) -> Iterator[Callable[..., AgentProcess]]:
+    """``agents(device, group=None, broker_url=None, **config)`` starts an agent process that
+    obeys the operator's key."""
+    started: list[AgentProcess] = []
+
+    def start(device: str, group: str | None = None, env: dict[str, str] | None = None, **config: Any) -> AgentProcess:
+        path = agent_config(tmp_path, broker, device, keys["public"], group, keys["operator_pub"], **config)
+        agent = AgentProcess(path, env).start()
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        if agent.alive():
+            agent.stop()
+
+
+# -- headless chromium and the TensorRT test double --------------------------------------------
+
+
+@pytest.fixture
+def chromium() -> Iterator[Chromium]:
+    browser = Chromium()
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def trt_double(monkeypatch: pytest.MonkeyPatch) -> Iterator[TrtDouble]:
+    """The TensorRT test double installed for one test (`testkit.trt_double`)."""
+    from runtimes import cuda_memory, isolation
+
+    forget_tensorrt()
+    monkeypatch.syspath_prepend(str(DOUBLE))
+    import tensorrt
+    from tensorrt import _double
+
+    _double.GPU = _double.FakeGpu()
+    memory = _double.HostDeviceMemory()
+    _double.device = memory
+    _double.builds.clear()
+    _double.build_gate, _double.output_offset = None, 0.0
+    monkeypatch.setattr(_double, "UNSUPPORTED_OPS", set(_double.UNSUPPORTED_OPS))
+    monkeypatch.setattr(cuda_memory, "IMPLEMENTATIONS", (("host double", lambda device: memory),))
+    monkeypatch.setattr(isolation, "PROCESS_RUNNER", TensorRTInProcess(isolation.PROCESS_RUNNER))
+    try:
+        yield TrtDouble(tensorrt, _double, memory)
+    finally:
+        _double.device = None
+        forget_tensorrt()
+
+
+@pytest.fixture
+def small_broker(tmp_path: Path) -> Iterator[Broker]:
+    """mosquitto that takes no packet over `SMALL_PACKET` bytes (and says so in its CONNACK)."""
+    broker = Broker(tmp_path / "small", extra=f"max_packet_size {SMALL_PACKET}\n").start()
+    yield broker
+    broker.stop()
+
+
+# -- the operator's build tools: calibration and validation images ------------------------------
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Synthetic scenes (640x480, five shapes each) as PNG files: calibration and validation."""
+    frames = [SyntheticScene(seed=7_000 + i, num_shapes=5).render(i * 9)[0] for i in range(8)]
+    return write_frames(tmp_path_factory.mktemp("opt") / "scenes", frames)
+
+
+@pytest.fixture(scope="module")
+def blank(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A deliberately bad calibration set: black frames."""
+    return write_frames(tmp_path_factory.mktemp("opt") / "blank", [np.zeros((480, 640, 3), np.uint8)] * 8)

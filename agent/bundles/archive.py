@@ -30,12 +30,13 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
-from agent.bundles.engines import engine_tags
+from agent.bundles.engine_settings import engine_tags
 from agent.bundles.manifest import (
     SCHEMA_VERSION,
     Agreement,
     ArtifactEntry,
     Calibration,
+    DetectionThresholds,
     FileEntry,
     InputSpec,
     Manifest,
@@ -314,7 +315,7 @@ def reference_frame(calibration: Sequence[Path]) -> npt.NDArray[Any]:
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)
         if image is not None:
             return np.asarray(image)
-    from pipelines.synthetic import SyntheticScene
+    from pipelines.sources.synthetic import SyntheticScene
 
     return SyntheticScene(seed=0).render(0)[0]
 
@@ -347,9 +348,12 @@ def build_bundle(
     description: str = "",
     notes: Mapping[str, ArtifactNotes] | None = None,
     engines: Sequence[tuple[Path, EngineKey]] = (),
+    thresholds: DetectionThresholds | None = None,
 ) -> Manifest:
     """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
     model (its metadata) unless given; reference outputs are computed by running each model.
+    `thresholds` (default: the manifest's defaults) go into the manifest, the devices' defaults
+    for every camera, and the plausibility guard judges the models with them as a device will.
     `notes` (by file name) add what `agent.optimise` measured: precision and agreement.
     `engines` are prebuilt TensorRT engines with the keys they were built for (``edge-agent
     engine build --out`` writes both); each must come from one of the ONNX `models`.
@@ -357,12 +361,13 @@ def build_bundle(
     Raises `BundleError` ``DECODER_MISMATCH`` when the decoder does not fit a model or the
     plausibility guard finds its detections impossible (on a blank frame or the reference input).
     """
-    from pipelines.decoders import DecoderError
-    from pipelines.detector import Detector
+    from pipelines.decoding.decoders import DecoderError
+    from pipelines.decoding.detector import Detector
     from runtimes.registry import load_runtime
 
     if not models:
         raise BundleError(ErrorCode.NO_MODEL, "a bundle needs at least one model")
+    limits = thresholds or DetectionThresholds()
     entries: list[ArtifactEntry] = []
     reference: dict[str, npt.NDArray[Any]] = {}
     frame = reference_frame(calibration)
@@ -373,7 +378,9 @@ def build_bundle(
         runtime = load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", path)
         with runtime:
             try:
-                detector = Detector(runtime, decoder if first is None else first.decoder)
+                detector = Detector(
+                    runtime, decoder if first is None else first.decoder, limits.conf, limits.iou, limits.max_det
+                )
                 tensor, _ = detector.prepare(frame)
                 outputs = runtime.infer([tensor])
                 detector.check(tensor, outputs)  # the plausibility guard, on the reference input
@@ -417,6 +424,7 @@ def build_bundle(
             std=config.std,
         ),
         labels=list(labels),
+        thresholds=limits,
         artifacts=entries,
         reference=Reference(),
         calibration=Calibration(count=len(calibration)) if calibration else None,

@@ -21,7 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from pipelines.decoders import DecoderName
+from pipelines.decoding.decoders import DecoderName
+from pipelines.decoding.detection_filter import DEFAULTS
 from runtimes.base import Precision
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -47,12 +48,20 @@ class InputSpec(_Strict):
     std: float = Field(default=255.0, gt=0, description="See mean.")
 
 
-class Thresholds(_Strict):
-    """Post-processing thresholds."""
+class DetectionThresholds(_Strict):
+    """Post-processing thresholds (``bundle build --conf --iou --max-det``): every camera's
+    defaults on a device, which agent.yaml's ``pipelines[]`` may override per camera."""
 
-    conf: float = Field(default=0.25, ge=0, le=1, description="Minimum detection score.")
-    iou: float = Field(default=0.45, ge=0, le=1, description="NMS IoU threshold.")
-    max_det: int = Field(default=300, ge=1, description="Most detections kept per frame.")
+    conf: float = Field(
+        default=DEFAULTS.conf, ge=0, le=1, description="Detections must score above this to be kept (0..1)."
+    )
+    iou: float = Field(
+        default=DEFAULTS.iou,
+        ge=0,
+        le=1,
+        description="NMS IoU threshold: a box overlapping a better one of its class more than this is dropped.",
+    )
+    max_det: int = Field(default=DEFAULTS.max_det, ge=1, description="Most detections kept per frame.")
 
 
 class Agreement(_Strict):
@@ -178,7 +187,9 @@ class Manifest(_Strict):
     decoder: DecoderName = Field(description="Output decoder.")
     input: InputSpec = Field(description="Input preprocessing.")
     labels: list[str] = Field(min_length=1, description="Class labels, index = class id.")
-    thresholds: Thresholds = Field(default_factory=Thresholds, description="Post-processing thresholds.")
+    thresholds: DetectionThresholds = Field(
+        default_factory=DetectionThresholds, description="Post-processing thresholds."
+    )
     artifacts: list[ArtifactEntry] = Field(min_length=1, description="Model files, one per format/precision.")
     files: list[FileEntry] = Field(
         default_factory=list, description="Every other file of the bundle (labels, reference, calibration), hashed."

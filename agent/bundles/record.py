@@ -1,4 +1,9 @@
-"""The deployment record (`Deployment`, `State`) and the durable writes the store is built on.
+"""The deployment record (`Deployment`, `State`, autotune's `Tuning` and `TuningRecord` in it)
+and the durable writes the store is built on.
+
+The record is made into JSON for ``deployment.json`` by `Deployment.to_json` and read back by
+`Deployment.from_json` (records written by older versions load too: missing fields take their
+defaults, unknown ones are ignored); its error is an `ErrorInfo`, its tuning typed values.
 
 Every file the agent keeps is replaced through `atomic_write` (temp file, fsync, rename, fsync of
 the folder; it lives in `runtimes.base`, which the engine cache shares, and is re-exported here),
@@ -7,14 +12,17 @@ so a reader, or the agent after a power cut, sees the old or the new content, ne
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
-from agent.errors import BundleError
+from pydantic import TypeAdapter
+
+from agent.errors import BundleError, ErrorInfo
+from runtimes.base import RuntimeName
 
 # re-exported: one implementation, shared with the engine cache (runtimes cannot import agent)
 from runtimes.base import atomic_write as atomic_write
@@ -59,6 +67,53 @@ def fsync_tree(folder: Path) -> None:
         fsync_dir(Path(root))
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """Autotune's choice for a version: serve `artifact` on `runtime` / `provider` with
+    `threads` per call and `workers` calls in flight; measured `fps` and `p95_ms`; why.
+    Made by `agent.bundles.tuning.autotune`, kept by the store per version."""
+
+    runtime: RuntimeName
+    provider: str
+    artifact: str
+    precision: str
+    threads: int | None
+    workers: int
+    fps: float | None
+    p95_ms: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One measured way of running a version, as records and documents keep it (the fields of
+    `pipelines.measure.matrix.Row`): latencies in ms per call (``{"p50", "p95"}``), `fps` with
+    `workers` calls at once, `rss_mb` the peak resident memory of the measuring process,
+    parity against the reference; `error` says why it could not run."""
+
+    runtime: RuntimeName
+    provider: str
+    artifact: str
+    precision: str
+    workers: int
+    threads: int | None
+    latency_ms: dict[str, float] | None = None
+    fps: float | None = None
+    rss_mb: float | None = None
+    energy_mj_per_frame: float | None = None
+    parity: dict[str, float | None] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    """Autotune at an activation: its `choice` (None: nothing qualified, the runtime policy
+    decides) and every row it measured."""
+
+    choice: Tuning | None
+    rows: tuple[ReportRow, ...] = ()
+
+
 @dataclass
 class Deployment:
     """One attempt to install and activate a bundle (or a rollback).
@@ -72,19 +127,19 @@ class Deployment:
     state: State = State.QUEUED
     name: str | None = None
     version: str | None = None
-    error: dict[str, str] | None = None
+    error: ErrorInfo | None = None
     from_sha: str | None = None
     previous_before: str | None = None
     attempt: int = 1  # the daemon retries a deployment once after a crash while verifying or installing
     probation_s: float = 0.0
     history: list[tuple[State, float]] = field(default_factory=list)
-    tuning: dict[str, Any] | None = None  # autotune at activation: the choice and the measured rows
+    tuning: TuningRecord | None = None  # autotune at activation: the choice and the measured rows
 
     def to(self, state: State, error: BundleError | None = None) -> None:
         """Enter `state` (recorded in the history); `error` becomes the record's code and message."""
         self.state = State(state)
         if error is not None:
-            self.error = {"code": error.code, "message": error.message}
+            self.error = ErrorInfo.of(error)
         self.history.append((state, round(time.time(), 3)))
 
     @property
@@ -92,10 +147,15 @@ class Deployment:
         """When it entered its first state (Unix seconds)."""
         return self.history[0][1] if self.history else None
 
+    def to_json(self) -> bytes:
+        """The record as ``deployment.json`` holds it (history as ``[state, ts]`` pairs)."""
+        return json.dumps(asdict(self), indent=2).encode()
+
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Deployment:
-        """A record read back from ``deployment.json``; `TypeError` / `ValueError` if malformed."""
-        raw = dict(raw)
-        raw["state"] = State(raw.get("state", State.QUEUED))
-        raw["history"] = [(State(state), float(ts)) for state, ts in raw.get("history", [])]
-        return cls(**raw)
+    def from_json(cls, raw: bytes) -> Deployment:
+        """A record read back from ``deployment.json``; `ValueError` (pydantic's
+        `ValidationError`, naming each bad field) when it is not one."""
+        return _RECORD.validate_json(raw)
+
+
+_RECORD = TypeAdapter(Deployment)

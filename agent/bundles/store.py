@@ -26,14 +26,16 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import semver
+from pydantic import TypeAdapter, ValidationError
 
-from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State, atomic_write, fsync_dir
-from agent.errors import BundleError, ErrorCode
+from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State, Tuning, atomic_write, fsync_dir
+from agent.errors import BundleError, ErrorCode, validation_problems
 
 PointerName = Literal["current", "previous"]
+_TUNING = TypeAdapter(Tuning)
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class Store:
     # -- records -------------------------------------------------------------------------
 
     def record(self, deployment: Deployment) -> None:
-        atomic_write(self.root / "deployment.json", json.dumps(asdict(deployment), indent=2).encode())
+        atomic_write(self.root / "deployment.json", deployment.to_json())
 
     def _read_record(self) -> tuple[Deployment | None, str | None]:
         path = self.root / "deployment.json"
@@ -175,9 +177,10 @@ class Store:
         except OSError as exc:
             return None, f"{path} cannot be read: {exc.strerror}"
         try:
-            return Deployment.from_dict(json.loads(raw)), None
-        except (ValueError, TypeError, AttributeError) as exc:
-            return None, f"{path} is not a deployment record ({len(raw)} bytes: truncated?): {exc}"
+            return Deployment.from_json(raw), None
+        except ValidationError as exc:
+            problems = "; ".join(validation_problems(exc)[:3])
+            return None, f"{path} is not a deployment record ({len(raw)} bytes: truncated?): {problems}"
 
     def last_deployment(self) -> Deployment | None:
         return self._read_record()[0]
@@ -231,20 +234,20 @@ class Store:
     def _tuning_path(self, sha: str) -> Path:
         return self.root / "tuning" / f"{sha}.json"
 
-    def save_tuning(self, sha: str, document: dict[str, Any]) -> None:
+    def save_tuning(self, sha: str, tuning: Tuning) -> None:
         """Keep what autotune chose for version `sha` (the cameras serve it that way)."""
         self._tuning_path(sha).parent.mkdir(exist_ok=True)
-        atomic_write(self._tuning_path(sha), json.dumps(document, indent=2).encode())
+        atomic_write(self._tuning_path(sha), json.dumps(asdict(tuning), indent=2).encode())
 
-    def tuning(self, sha: str | None) -> dict[str, Any] | None:
-        """Autotune's choice for version `sha`, or None (not tuned, or unreadable)."""
+    def tuning(self, sha: str | None) -> Tuning | None:
+        """Autotune's choice for version `sha`, or None (not tuned, or a file that is not one:
+        the runtime policy decides then)."""
         if sha is None:
             return None
         try:
-            document = json.loads(self._tuning_path(sha).read_bytes())
+            return _TUNING.validate_json(self._tuning_path(sha).read_bytes())
         except (OSError, ValueError):
             return None
-        return document if isinstance(document, dict) else None
 
     # -- housekeeping --------------------------------------------------------------------
 

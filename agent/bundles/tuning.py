@@ -1,13 +1,15 @@
 """The optimisation matrix of a bundle on this device, and autotune at activation.
 
-`candidates` lists every way this device could run the bundle's artifacts (`pipelines.matrix.
+`candidates` lists every way this device could run the bundle's artifacts (`pipelines.measure.matrix.
 Candidate`): TensorRT FP32 / FP16 / INT8 per ONNX artifact (an explicitly quantized one: INT8
 only), ONNX Runtime per installed execution provider, LiteRT per delegate; with `variants`, ONNX
 Runtime on the CPU also with several calls in flight (`worker_variants`). Those that cannot run
 here carry the reason. `reference_of` builds what rows are compared with from the bundle's
 reference.npz. `autotune` measures the candidates that can run now (in this process, briefly)
 and picks the fastest within the manifest's parity tolerance and `max_latency_ms`: a `Tuning`,
-kept in the deployment record and by the store, that the cameras serve (agent.serving.loader).
+kept in the deployment record (`tuning_record`) and by the store, that the cameras serve
+(agent.serving.loader). `Tuning` itself lives in agent/bundles/record.py (re-exported here), so
+reading a record never imports the measuring code.
 """
 
 from __future__ import annotations
@@ -15,18 +17,20 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy.typing as npt
 
 from agent.bundles.archive import reference_frame
-from agent.bundles.engines import bundle_calibration, calibration_images, prebuilt_engines, tensorrt_config
+from agent.bundles.engine_settings import bundle_calibration, calibration_images, prebuilt_engines, tensorrt_config
 from agent.bundles.manifest import ArtifactEntry, Manifest
-from agent.hardware.probe import Board
-from pipelines.detector import Detector
-from pipelines.matrix import (
+from agent.bundles.record import ReportRow, TuningRecord
+from agent.bundles.record import Tuning as Tuning  # re-exported: autotune's result
+from agent.hardware.board import Board
+from pipelines.decoding.detector import Detector
+from pipelines.measure.matrix import (
     Candidate,
     EnergyMeter,
     Reference,
@@ -36,11 +40,10 @@ from pipelines.matrix import (
     measure_isolated,
     no_energy_meter,
 )
-from runtimes.base import RUNTIME_NAMES, BackendError, Precision, RuntimeInfo, RuntimeName, dequantize
-from runtimes.isolation import check_load_isolated
+from runtimes.base import BackendError, Precision, RuntimeInfo, dequantize
 from runtimes.litert_backend import LiteRTConfig
-from runtimes.ort_backend import PROVIDERS
-from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime
+from runtimes.ort_backend import PROVIDERS, OnnxRuntimeConfig
+from runtimes.registry import RuntimeSettings, available_runtimes, check_load, load_runtime
 from runtimes.selection import Artifact, runtimes_for
 from runtimes.tensorrt_backend import TensorRTConfig, engine_precision
 from runtimes.tensorrt_build import BuildProgress
@@ -61,41 +64,11 @@ def worker_variants(cores: int) -> list[tuple[int, int]]:
     return variants
 
 
-@dataclass(frozen=True)
-class Tuning:
-    """Autotune's choice for a version: serve `artifact` on `runtime` / `provider` with
-    `threads` per call and `workers` calls in flight; measured `fps` and `p95_ms`; why."""
-
-    runtime: RuntimeName
-    provider: str
-    artifact: str
-    precision: str
-    threads: int | None
-    workers: int
-    fps: float | None
-    p95_ms: float | None
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Tuning | None:
-        """The tuning in a stored document, or None when it is not one."""
-        runtime = raw.get("runtime")
-        if runtime not in RUNTIME_NAMES:
-            return None
-        try:
-            return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
-        except (KeyError, TypeError):
-            return None
-
-
 def _ort_candidates(
     artifact: ArtifactEntry, path: str, info: RuntimeInfo, settings: RuntimeSettings, variants: bool
 ) -> list[Candidate]:
     found = []
-    config = settings.onnxruntime
+    config = settings.of(OnnxRuntimeConfig)
     for key in dict.fromkeys([*config.providers, "cpu"]):
         provider = PROVIDERS[key]
         if provider not in info.devices:
@@ -124,7 +97,8 @@ def candidates(
         if artifact.format == "onnx":
             qdq = engine_precision(Path(path), "fp32") == "int8"
             for precision in ("int8",) if qdq else _PRECISIONS:
-                config = tensorrt_config(settings.tensorrt, manifest).model_copy(update={"precision": precision})
+                trt_config = tensorrt_config(settings.of(TensorRTConfig), manifest)
+                config = trt_config.model_copy(update={"precision": precision})
                 why = None if trt and trt.available else (trt.reason if trt else "not probed")
                 if why is None and precision == "int8" and not qdq and not has_calibration:
                     why = "int8 needs a Q/DQ model or calibration images in the bundle"
@@ -140,11 +114,11 @@ def candidates(
         else:
             litert = available.get("litert")
             why = None if litert and litert.available else (litert.reason if litert else "not probed")
-            delegates: list[tuple[str, LiteRTConfig]] = [
-                ("xnnpack", settings.litert.model_copy(update={"delegate": None}))
-            ]
-            if settings.litert.delegate is not None:
-                delegates.append((settings.litert.delegate.name, settings.litert))
+            litert_config = settings.of(LiteRTConfig)
+            xnnpack = litert_config.model_copy(update={"delegate": None})
+            delegates: list[tuple[str, LiteRTConfig]] = [("xnnpack", xnnpack)]
+            if litert_config.delegate is not None:
+                delegates.append((litert_config.delegate.name, litert_config))
             for name, delegate in delegates:
                 found.append(Candidate("litert", name, artifact.path, path, artifact.precision, 1, None, delegate, why))
     log.debug("matrix for %s on %s: %d candidates", manifest.name, board.model, len(found))
@@ -158,7 +132,7 @@ def reference_artifact(manifest: Manifest) -> ArtifactEntry:
 
 
 def reference_of(folder: Path, manifest: Manifest, arrays: Mapping[str, npt.NDArray[Any]]) -> Reference:
-    """The reference rows are compared with (`pipelines.matrix.Reference`): per artifact its
+    """The reference rows are compared with (`pipelines.measure.matrix.Reference`): per artifact its
     reference input and outputs; the reference artifact's detections, decoded on the CPU."""
     inputs = {a.path: arrays[f"{a.path}__input"] for a in manifest.artifacts}
     outputs = {
@@ -235,6 +209,11 @@ def run_matrix(
     return rows
 
 
+def tuning_record(choice: Tuning | None, rows: Sequence[Row]) -> TuningRecord:
+    """What the deployment record keeps of an autotune: the choice and every measured row."""
+    return TuningRecord(choice, tuple(ReportRow(**asdict(row)) for row in rows))
+
+
 def autotune(
     folder: Path,
     manifest: Manifest,
@@ -254,7 +233,7 @@ def autotune(
         try:
             if candidate.unavailable is None:  # a library that crashes on it kills a check process, not the agent
                 config = candidate.config or settings.config_for(candidate.runtime)
-                check_load_isolated(candidate.runtime, Path(candidate.path), config.model_dump_json())
+                check_load(candidate.runtime, Path(candidate.path), config)
             rows.append(measure(candidate, reference, frames))
         except Exception as exc:  # one configuration failing never fails the activation
             rows.append(Row.failed(candidate, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))

@@ -1,5 +1,5 @@
 """`edge-agent doctor`: every check of the status page's problem list, from a shell
-(agent.daemon.doctor), one line each with what to do; exit status 1 when one fails."""
+(agent.daemon.checkup), one line each with what to do; exit status 1 when one fails."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from agent.paths import DEFAULT_CONFIG
 MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 
 
-def add_doctor_commands(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     doctor = commands.add_parser(
         "doctor",
         help="check this device: config, state directory, keys, broker, cameras, runtime, sensors, clock",
@@ -26,10 +26,10 @@ def add_doctor_commands(commands: Any) -> None:
     doctor.add_argument("--root", type=Path, default=Path("/"), help="filesystem root of the sensors (fake trees)")
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     import logging
 
-    from agent.daemon.doctor import run_checks
+    from agent.daemon.checkup import run_checks
 
     logging.getLogger("agent.mqtt").setLevel(logging.ERROR)  # the broker's line says it once
 
@@ -47,6 +47,3 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     warned = sum(f.status == "warn" for f in findings)
     print(f"{failed} failed, {warned} warning(s), {len(findings) - failed - warned} passed")
     return 0 if ok else 1
-
-
-DOCTOR_COMMANDS = {"doctor": cmd_doctor}

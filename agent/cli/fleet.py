@@ -1,5 +1,5 @@
 """`edge-agent fleet push|status|rollback|snapshot|release|gc|acl|rollout`: the operator's side
-(docs/mqtt.md, docs/security.md); staged rollouts in agent/cli/rollout.py."""
+(docs/mqtt.md, docs/security.md); staged rollouts in agent/cli/fleet_rollout.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.cli.errors import CliError
-from agent.cli.rollout import add_rollout_commands, add_staging_arguments, fleet_rollout, follow_rollout, staging
+from agent.cli.failure import CliError
+from agent.cli.fleet_rollout import add_rollout_commands, add_staging_arguments, fleet_rollout, follow_rollout, staging
 
 if TYPE_CHECKING:
     from agent.config.models import MqttSection
@@ -30,8 +30,8 @@ def _chunk_size(text: str) -> int:
     return value
 
 
-def add_fleet_commands(commands: Any) -> None:
-    """Add `fleet` and its actions to the `edge-agent` subparsers."""
+def add_parser(commands: Any) -> None:
+    """Add ``edge-agent fleet`` to the subparsers."""
     fleet = commands.add_parser("fleet", help="push bundles to devices and watch them (operator side)")
     fleet_actions = fleet.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
     push = fleet_actions.add_parser("push", help="publish a bundle and make targets install it")
@@ -144,7 +144,7 @@ def _broker_settings(args: argparse.Namespace) -> MqttSection:
 # -- fleet --------------------------------------------------------------------------------------
 
 
-def cmd_fleet(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from agent.fleet.client import FleetError, connect
     from agent.mqtt.protocol import ProtocolError, Topics
 
@@ -248,6 +248,7 @@ def _follow(args: argparse.Namespace, link: MqttLink, topics: Topics, deployment
     from agent.fleet.client import FleetError
     from agent.fleet.push import follow
     from agent.fleet.state import targets
+    from agent.mqtt.device_documents import Unreadable
 
     try:
         devices = targets(link, topics, args.target, args.listen)
@@ -256,35 +257,43 @@ def _follow(args: argparse.Namespace, link: MqttLink, topics: Topics, deployment
         return 0
     failed = 0
     for device, record in follow(link, topics, devices, deployment_id, args.wait).items():
-        state = (record or {}).get("state")
-        if state == "SUCCEEDED":
+        if record is not None and not isinstance(record, Unreadable) and record.state == "SUCCEEDED":
             print(f"{device}: SUCCEEDED")
             continue
         failed += 1
         if record is None:
             print(f"{device}: no answer within {args.wait:.0f} s (offline? it installs the bundle when it connects)")
-        elif record.get("error"):
-            print(f"{device}: {state} {record['error']['code']}: {record['error']['message']}")
+        elif isinstance(record, Unreadable):
+            print(f"{device}: its deployment record cannot be read: {record.problem}")
+        elif record.error:
+            print(f"{device}: {record.state} {record.error}")
         else:
-            print(f"{device}: still {state} after {args.wait:.0f} s")
+            print(f"{device}: still {record.state} after {args.wait:.0f} s")
     return 1 if failed else 0
 
 
 def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
     from agent.fleet.state import fleet_state, group_rollouts, status_rows
 
-    devices, malformed = fleet_state(link, topics, args.listen)
-    if malformed:
-        print(f"skipped malformed documents: {', '.join(malformed)}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(devices, indent=2))
+    devices = fleet_state(link, topics, args.listen)
+    for unreadable in (u for parts in devices.values() for u in parts.unreadable):
+        print(f"edge-agent: unreadable document on {unreadable}", file=sys.stderr)
+    if args.json:  # each document as read (unreadable ones are left out, named above)
+        documents = {
+            device: {
+                leaf: d.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                for leaf, d in parts.documents().items()
+            }
+            for device, parts in devices.items()
+        }
+        print(json.dumps({device: found for device, found in documents.items() if found}, indent=2))
         return 0
     rows = status_rows(devices, group_rollouts(link, topics, args.listen))
     if not rows:
         print(f"no device has reported on {args.broker} under {topics.root}/")
         return 0
     columns = ("device", "state", "group", "bundle", "deployment", "wave", "fps", "temperature_c")
-    cells = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
+    cells = [[("-" if (value := getattr(row, c)) is None else str(value)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
     for r in cells:
@@ -378,6 +387,3 @@ def _fleet_acl(args: argparse.Namespace) -> int:
         raise CliError("name the devices: --device ID[:GROUP] (repeatable) or --devices-file FILE")
     print(mosquitto_acl(devices, args.operator, Topics(args.topic_root)), end="")
     return 0
-
-
-FLEET_COMMANDS = {"fleet": cmd_fleet}

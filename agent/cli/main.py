@@ -1,7 +1,9 @@
-"""`edge-agent`: the parser of every subcommand and the one place that turns errors into exit codes.
+"""`edge-agent`: the table of top-level commands and the one place that turns errors into exit codes.
 
-Every expected failure ends as one line on stderr and exit status 1 (2 for usage errors),
-never a traceback.
+Each command is a module of this room named after it, with ``add_parser(commands)`` (its
+argparse subparser) and ``run(args) -> int``; `COMMANDS` lists them in the order ``--help``
+shows. Every expected failure ends as one line on stderr and exit status 1 (2 for usage
+errors), never a traceback.
 """
 
 from __future__ import annotations
@@ -12,24 +14,51 @@ import faulthandler
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any, Protocol
 
-from agent.cli.bundles import BUNDLE_COMMANDS, add_bundle_commands
-from agent.cli.device import DEVICE_COMMANDS, add_device_commands
-from agent.cli.doctor import DOCTOR_COMMANDS, add_doctor_commands
-from agent.cli.engines import ENGINE_COMMANDS, add_engine_commands
-from agent.cli.errors import CliError
-from agent.cli.fleet import FLEET_COMMANDS, add_fleet_commands
-from agent.cli.inference import INFERENCE_COMMANDS, add_inference_commands
-from agent.cli.sensors import SENSOR_COMMANDS, add_sensor_commands
+from agent.cli import (
+    bench,
+    bundle,
+    config,
+    detect,
+    doctor,
+    engine,
+    fleet,
+    install,
+    keygen,
+    probe,
+    rollback,
+    run,
+    status,
+    telemetry,
+)
+from agent.cli.failure import CliError
 
-COMMANDS = {
-    **INFERENCE_COMMANDS,
-    **BUNDLE_COMMANDS,
-    **DEVICE_COMMANDS,
-    **FLEET_COMMANDS,
-    **SENSOR_COMMANDS,
-    **ENGINE_COMMANDS,
-    **DOCTOR_COMMANDS,
+
+class Command(Protocol):
+    """A command module: its parser and what it does."""
+
+    def add_parser(self, commands: Any) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+#: every top-level command, by its name, in the order of ``edge-agent --help``
+COMMANDS: dict[str, Command] = {
+    "detect": detect,
+    "bench": bench,
+    "probe": probe,
+    "keygen": keygen,
+    "bundle": bundle,
+    "install": install,
+    "rollback": rollback,
+    "status": status,
+    "config": config,
+    "run": run,
+    "fleet": fleet,
+    "engine": engine,
+    "telemetry": telemetry,
+    "doctor": doctor,
 }
 
 
@@ -39,13 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_inference_commands(commands)
-    add_bundle_commands(commands)
-    add_device_commands(commands)
-    add_fleet_commands(commands)
-    add_engine_commands(commands)
-    add_sensor_commands(commands)
-    add_doctor_commands(commands)
+    for command in COMMANDS.values():
+        command.add_parser(commands)
     return parser
 
 
@@ -59,13 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from agent.errors import BundleError, ConfigError
-    from pipelines.decoders import DecoderError
-    from pipelines.labels import LabelsError
-    from pipelines.sources import SourceError
+    from pipelines.decoding.decoders import DecoderError
+    from pipelines.decoding.labels import LabelsError
+    from pipelines.sources.frames import SourceError
     from runtimes.base import BackendError
 
     try:
-        return COMMANDS[args.command](args)
+        return COMMANDS[args.command].run(args)
     except CliError as exc:
         print(f"edge-agent: error: {exc}", file=sys.stderr)
         return exc.status

@@ -96,7 +96,9 @@ deployments:
 pipelines:
 {camera}  - name: cam0
     source: {_quoted(source)}
-{loop}    max_fps: 15
+{loop}    # conf: 0.5               # keep detections scoring above this (default: the bundle's, bundle build --conf)
+    # classes: [person, car]  # keep only these labels of the bundle (default: all), before tracking and events
+    max_fps: 15
 
 telemetry:
   interval_s: 10

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -16,7 +18,7 @@ from pydantic import ValidationError
 
 from agent.config.models import AgentConfig
 from agent.errors import ConfigError
-from pipelines.sources import source_kind
+from pipelines.sources.specs import source_kind
 
 
 def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
@@ -47,6 +49,35 @@ def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
     return lines
 
 
+@dataclass(frozen=True)
+class ConfigLines:
+    """Where the keys and list items of a config file are (`read` it once, after loading), so
+    that a problem found later (a class name the serving version lacks) names its line."""
+
+    path: Path | None = None
+    lines: Mapping[tuple[str, ...], int] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path | None) -> ConfigLines:
+        """The lines of the file at `path` (none known when it cannot be read, or without a path)."""
+        if path is None:
+            return cls()
+        try:
+            return cls(path, _yaml_lines(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            return cls(path)
+
+    def where(self, loc: Sequence[str]) -> str:
+        """``FILE:LINE: a.b.c`` for the key path `loc` (the line of the nearest key above it that
+        the file has), ``FILE: a.b.c`` when no line is known, ``a.b.c`` without a file."""
+        key = tuple(loc)
+        line = next((self.lines[key[:n]] for n in range(len(key), -1, -1) if key[:n] in self.lines), None)
+        dotted = ".".join(key) or "(top)"
+        if self.path is None:
+            return dotted
+        return f"{self.path}:{line}: {dotted}" if line else f"{self.path}: {dotted}"
+
+
 def _parse(path: Path) -> tuple[AgentConfig | None, list[str]]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -65,14 +96,8 @@ def _parse(path: Path) -> tuple[AgentConfig | None, list[str]]:
     except RecursionError:
         return None, [f"{path}: not valid: a YAML alias contains itself (e.g. `a: &a [*a]`), which no setting can be"]
     except ValidationError as exc:
-        lines = _yaml_lines(text)
-        problems = []
-        for error in exc.errors():
-            loc = tuple(str(p) for p in error["loc"])
-            line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
-            where = f"{path}:{line}" if line else str(path)
-            problems.append(f"{where}: {'.'.join(loc) or '(top)'}: {error['msg']}")
-        return None, problems
+        lines = ConfigLines(path, _yaml_lines(text))
+        return None, [f"{lines.where([str(p) for p in error['loc']])}: {error['msg']}" for error in exc.errors()]
 
 
 def load_config(path: Path) -> AgentConfig:

@@ -14,6 +14,7 @@ import itertools
 import os
 import re
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -22,8 +23,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from agent.errors import ConfigError
 from agent.paths import DEFAULT_STATE_DIR
-from pipelines.sources import SourceError, source_kind
-from runtimes.registry import RuntimeSettings
+from pipelines.sources.frames import SourceError
+from pipelines.sources.specs import source_kind
+from runtimes.registry import RUNTIME_NAMES, RuntimeSettings
 from runtimes.selection import Preference
 
 _TOPIC_WORD = re.compile(r"^[A-Za-z0-9_.-]+$")  # no MQTT wildcards, separators or spaces
@@ -239,6 +241,60 @@ class PipelineSection(_Section):
         "bottom edge (where a person or vehicle touches the ground).",
     )
     tracker: TrackerConfig = Field(default_factory=TrackerConfig, description="The camera's object tracker.")
+    conf: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Detections on this camera must score above this (0..1) to be kept; unset: the bundle's "
+        "(bundle build --conf, default 0.25).",
+    )
+    iou: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="NMS overlap threshold on this camera (0..1): a box overlapping a better one of its class "
+        "more than this is dropped; unset: the bundle's (bundle build --iou, default 0.45).",
+    )
+    max_det: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most detections kept per frame on this camera; unset: the bundle's (bundle build --max-det, "
+        "default 300).",
+    )
+    classes: list[str] = Field(
+        default_factory=list,
+        description="Label names of the bundle's classes this camera keeps (empty: all); the others are dropped "
+        "before tracking, counting lines and zones, and events. A name the serving version lacks is reported "
+        "with its line by config check and when the version is activated.",
+    )
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _class_names(cls, value: object) -> object:
+        if isinstance(value, list):
+            ids = [item for item in value if isinstance(item, int | float) and not isinstance(item, bool)]
+            if ids:
+                raise ValueError(
+                    f"classes are label names (e.g. person, car), not class ids ({ids[0]!r}): an id means another "
+                    "class in another model, a name keeps its meaning across versions"
+                )
+        return value
+
+    @field_validator("classes")
+    @classmethod
+    def _unique_classes(cls, value: list[str]) -> list[str]:
+        blank = [name for name in value if not name.strip()]
+        if blank:
+            raise ValueError("a class name may not be empty")
+        twice = sorted({name for name in value if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"class {twice[0]!r} is listed twice")
+        return value
+
+    def unknown_classes(self, labels: Sequence[str]) -> list[tuple[int, str]]:
+        """The entries of `classes` that are none of `labels` (a version's), as (index, name)."""
+        known = set(labels)
+        return [(i, name) for i, name in enumerate(self.classes) if name not in known]
 
     @field_validator("workers")
     @classmethod
@@ -562,7 +618,7 @@ class HealthSection(_Section):
     stall_s: float = Field(
         default=60.0,
         gt=0,
-        description="A camera, MQTT or sampler loop that has not turned for this many seconds is hung: "
+        description="A camera, MQTT, sampler or commands loop that has not turned for this many seconds is hung: "
         "/healthz answers 503 and the systemd watchdog is no longer pinged (the service restarts).",
     )
 
@@ -594,7 +650,8 @@ class AgentConfig(_Section):
     )
     runtime: Preference = Field(default="auto", description="Runtime preference: auto, or one runtime by name.")
     runtimes: RuntimeSettings = Field(
-        default_factory=RuntimeSettings, description="Settings of each runtime backend (onnxruntime, litert, tensorrt)."
+        default_factory=RuntimeSettings,
+        description=f"Settings of each runtime backend ({', '.join(RUNTIME_NAMES)}).",
     )
     keep_versions: int = Field(default=3, ge=2, description="Installed versions kept, current and previous included.")
     bundle_limits: BundleLimitsConfig = Field(default_factory=BundleLimitsConfig, description="Unpack limits.")
@@ -639,13 +696,9 @@ class AgentConfig(_Section):
         return value
 
     def runtime_settings(self) -> RuntimeSettings:
-        """`runtimes` with what it leaves to the state directory filled in: TensorRT's engine
-        cache defaults to ``<state_dir>/engines``."""
-        tensorrt = self.runtimes.tensorrt
-        if tensorrt.engine_cache_dir is not None:
-            return self.runtimes
-        engines = tensorrt.model_copy(update={"engine_cache_dir": self.state_dir / "engines"})
-        return self.runtimes.model_copy(update={"tensorrt": engines})
+        """`runtimes` with what it leaves to the state directory filled in (each backend's
+        `with_state_dir`): TensorRT's engine cache defaults to ``<state_dir>/engines``."""
+        return self.runtimes.with_state_dir(self.state_dir)
 
     def device_id(self) -> str:
         """The configured id, else this machine's hostname (made topic-safe)."""

@@ -1,12 +1,13 @@
-"""``edge-agent run``: the daemon.
+"""``edge-agent run``: the daemon, composed.
 
-It recovers an interrupted deployment, starts the cameras on the active version (if any),
+`Agent` recovers an interrupted deployment, starts the cameras on the active version (if any),
 connects to the broker (if configured) and keeps serving detections whether or not the broker
-is reachable. Threads: the sampler (system and sensor readings every
-``telemetry.interval_s``, which also step the thermal and battery governor; with a broker it
-publishes telemetry and status), and with a broker paho's network thread (via
-`MqttLink`), the link's supervisor, the deployer and one thread for commands; per camera one
-for capture and one per inference worker. The main thread only waits for signals:
+is reachable. It builds and wires the components, which own the threads: the sampler
+(`agent.daemon.sampler`: readings and the governor every ``telemetry.interval_s``; with a
+broker the agent publishes telemetry and status after each), and with a broker the link
+(`MqttLink`), the deployer, the commands (`agent.daemon.command_service`) and the optimisation
+reports (`agent.daemon.optimisation_report`); per camera a capture thread and the inference
+workers. The main thread only waits for signals:
 
 - SIGTERM / SIGINT: status ``stopping``, deployer stopped after its current step (a download
   resumes next time), pipelines joined, status ``offline``, clean disconnect.
@@ -15,14 +16,14 @@ for capture and one per inference worker. The main thread only waits for signals
 
 Under systemd (``$NOTIFY_SOCKET``) the main thread also tells systemd READY once the cameras
 run and the broker was tried, keeps STATUS= current, pings the watchdog while `health()` is
-ok, and says RELOADING and STOPPING (`agent.daemon.service`). With ``status_page`` configured,
-the page runs in threads of its own (`agent.web.server`) and reaches the agent only through
-the `AgentControls` made here.
+ok, and says RELOADING and STOPPING (`agent.daemon.service`). The status page
+(`agent.web.server`, its own threads) reaches the agent only through `AgentControls`.
 
 `snapshot()` is the agent's state as one typed value (`AgentSnapshot`), readable from any
 thread with or without a broker: the status and telemetry documents are made from it.
-`health()` says whether every loop turns; `rollback()`, `restart_camera()` and `camera_jpeg()`
-are the actions shared by the MQTT commands and the page.
+`health()` says whether every loop turns. The actions the commands and the page share are
+`agent.daemon.actions`'. Events (`agent.event_values`) become JSON here, once: on the
+``events`` topic and, the last 100, for the page.
 """
 
 from __future__ import annotations
@@ -30,52 +31,42 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
-import queue
 import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.bundles.install import InstallPolicy, rollback
-from agent.bundles.record import Deployment, atomic_write
-from agent.bundles.signing import load_public_key
+from agent.bundles.installer import InstallPolicy
+from agent.bundles.record import Deployment
 from agent.bundles.store import Store
-from agent.bundles.tuning import Tuning
-from agent.config.loading import load_config, security_warnings
+from agent.config.loading import ConfigLines, load_config, security_warnings
 from agent.config.models import AgentConfig
+from agent.daemon.actions import DeviceActions
+from agent.daemon.checkup import check_startable
+from agent.daemon.command_service import CommandService
 from agent.daemon.deployer import Deployer
+from agent.daemon.documents import deployment_status, last_will, status_payload, telemetry_payload
 from agent.daemon.governing import Governing
+from agent.daemon.optimisation_report import Reports
 from agent.daemon.page import service_line, start_page
+from agent.daemon.sampler import Sampler
 from agent.daemon.service import Service
-from agent.daemon.telemetry import deployment_status, status_document, telemetry_document
-from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
+from agent.errors import BundleError, ConfigError
+from agent.event_values import Event
+from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised
-from agent.hardware.fan import FanError, open_fan
-from agent.hardware.probe import Board
-from agent.hardware.readings import SensorReadings
 from agent.hardware.sensors import Sensors
-from agent.hardware.system import SystemMonitor, SystemReadings
-from agent.mqtt.commands import (
-    Command,
-    NoArgs,
-    PipelineArgs,
-    RateLimits,
-    Response,
-    SnapshotArgs,
-    ThrottledLog,
-    run_command,
-    shorten,
-)
-from agent.mqtt.control import ControlGate, SeenIds
-from agent.mqtt.link import Message, MqttLink, Will
-from agent.mqtt.protocol import COMMANDS, Topics, json_payload
+from agent.hardware.system import SystemMonitor
+from agent.mqtt.control import ControlGate
+from agent.mqtt.link import MqttLink, Will
+from agent.mqtt.protocol import Topics, json_payload
 from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
+from agent.web.controls import AgentControls
 from pipelines.pipeline import use_one_opencv_thread
 from runtimes.base import RuntimeInfo, compact_malloc
 from runtimes.registry import available_runtimes
@@ -122,18 +113,8 @@ class Agent:
         self.topics = Topics(config.mqtt.topic_root if config.mqtt else "edge")
         self.store = Store(config.state_dir, config.keep_versions)
         self.policy = InstallPolicy.from_config(config)
-        self.gate = ControlGate(
-            [load_public_key(path) for path in config.operator_keys],
-            config.allow_unsigned_control,
-            config.max_clock_skew_s,
-            self.device,
-            config.device.group,
-            SeenIds(config.state_dir / "control.json", keep_s=2 * config.max_clock_skew_s),
-            clock=self.clock,
-        )
+        self.gate = ControlGate.from_config(config, self.clock)
         self.warnings = security_warnings(config)
-        self._limits = RateLimits(COMMANDS)
-        self._throttled = ThrottledLog(log)
         self.events = EventSink(config.events, self._labels, self._publish_event, config.pipelines)
         self.cameras = Cameras(
             config.pipelines,
@@ -142,31 +123,38 @@ class Agent:
             self.events.for_pipeline,
             config.runtime_settings(),
             config.cameras,
+            locate=ConfigLines.read(self.config_path).where,
         )
-        self.sensors = Sensors.from_config(config.sensors, self.root, self.board)
-        self.monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(self.sensors.fs))
-        self._readings: SensorReadings | None = None  # the sampler's latest sensor reading
-        self.governing = self._governing(config) if config.governor.enabled else None
+        sensors = Sensors.from_config(config.sensors, self.root, self.board)
+        governing = None
+        if config.governor.enabled:
+            governing = Governing.with_fan(
+                config.governor, self.cameras, sensors.fs, self.pin_factory, self._publish_event, self._publish_status
+            )
+        monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(sensors.fs))
+        self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self._publish_telemetry)
         self.link: MqttLink | None = None
         self.deployer: Deployer | None = None
+        self.commands: CommandService | None = None
+        self.reports: Reports | None = None
+        self.actions = DeviceActions(self.store, self.cameras, lambda: self.deployer)
         self._state: AgentState = "starting"
-        self._serving_error: str | None = None
-        self._system: SystemReadings | None = None  # the sampler's latest reading
         self._runtimes: tuple[RuntimeInfo, ...] = ()  # probed at start, in child processes
-        self._commands: queue.Queue[Message | None] = queue.Queue(maxsize=64)
-        self._threads: list[threading.Thread] = []
-        self._components_stop = threading.Event()
-        self.recent_events: deque[dict[str, object]] = deque(maxlen=100)  # for the page, oldest first
-        self._sampler_due = time.monotonic()  # when the sampler promised to turn again
-        self._rollback_lock = threading.Lock()  # rollbacks without a deployer, one at a time
+        self.recent_events: deque[Event] = deque(maxlen=100)  # for the page, oldest first, without crops
         self.web: StatusServer | None = None
         if config.mqtt is not None:
             self.link = MqttLink(
                 config.mqtt,
                 config.mqtt.client_id or f"edge-agent-{self.device}",
-                will=Will(self.topics.status(self.device), json_payload({"state": "offline", "device": self.device})),
+                will=Will(self.topics.status(self.device), last_will(self.device)),
                 on_connect=self._publish_status,
             )
+            actions = self.actions.commands(lambda: self._state, self.clock)
+            self.commands = CommandService(self.link, self.topics, self.device, self.gate, actions)
+            if config.deployments.report:
+                report = functools.partial(self.link.publish_state, self.topics.report(self.device))
+                settings, frames = config.runtime_settings(), config.deployments.report_frames
+                self.reports = Reports(self.store, self.device, self.board, settings, frames, report)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -201,12 +189,11 @@ class Agent:
         for warning in [*self.warnings, *self.store.problems]:
             log.warning("%s", warning)
         self._runtimes = tuple(available_runtimes().values())  # once per process: a SIGHUP reuses it
-        self._serve_current()
+        self.actions.serve_current()
         self._state = "online"
-        self._components_stop.clear()
-        self._sample()
-        self._spawn(self._sampler_loop, "sampler")
+        self.sampler.start()
         if self.link is not None:
+            assert self.commands is not None
             self.deployer = Deployer(
                 self.config,
                 self.device,
@@ -218,14 +205,13 @@ class Agent:
                 self.gate,
                 self._on_deployed,
                 camera_stats=self.cameras.stats,
-                on_succeeded=self._on_succeeded,
+                on_succeeded=self.reports.on_succeeded if self.reports is not None else lambda deployment: None,
                 wall_clock=self.clock,
             )
-            self.link.subscribe(self.topics.command(self.device, "+"), self._enqueue_command)
+            self.commands.start()
             self.link.start()
             self.deployer.start()
-            self._spawn(self._command_loop, "commands")
-        self.web = start_page(self)
+        self.web = start_page(self.config.status_page, self.page_controls)
         log.info(
             "edge-agent %s running as %s (%s), %d pipeline(s), broker %s",
             agent_version(),
@@ -244,16 +230,12 @@ class Agent:
         self._publish_status()
         if self.deployer is not None:
             self.deployer.stop()
-        self._components_stop.set()
-        self._commands.put(None)
-        for thread in self._threads:
-            thread.join(10.0)
-        self._threads.clear()
+        self.sampler.stop()
+        for component in (self.commands, self.reports):
+            if component is not None:
+                component.stop()
         self.cameras.stop()
         self.events.finish()  # the objects still tracked get their `end` while the link is up
-        self.sensors.close()
-        if self.governing is not None:
-            self.governing.close()
         self._state = "offline"
         if self.link is not None:
             self._publish_status()
@@ -266,7 +248,7 @@ class Agent:
             return
         try:
             config = load_config(self.config_path)
-            self._check_startable(config)
+            check_startable(config)
         except (ConfigError, BundleError, OSError) as exc:
             log.error("SIGHUP: keeping the running config: %s", exc)
             return
@@ -275,70 +257,9 @@ class Agent:
         self._configure(config)
         self.start()
 
-    @staticmethod
-    def _check_startable(config: AgentConfig) -> None:
-        """Everything a config needs that can fail, checked before the running one is touched:
-        the signing and operator keys, the broker's TLS files and secrets, a writable state
-        directory. Raises `BundleError`, `ConfigError` or `OSError` naming what is wrong."""
-        InstallPolicy.from_config(config)
-        for path in config.operator_keys:
-            load_public_key(path)
-        if config.mqtt is not None:
-            MqttLink(config.mqtt, "edge-agent-config-check")  # loads the TLS files, reads the password
-        if config.status_page is not None:
-            config.status_page.password()
-        Store(config.state_dir, config.keep_versions).ensure()
-        try:
-            atomic_write(config.state_dir / ".writable", b"")
-        except OSError as exc:
-            raise OSError(f"the state directory {config.state_dir} is not writable: {exc.strerror}") from exc
-
-    def _spawn(self, target: Any, name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
-
-    # -- serving -------------------------------------------------------------------------------
-
-    def _serve_current(self) -> None:
-        sha = self.store.current_sha()
-        if sha is None:
-            self.cameras.stop()  # a rollback of the first version: nothing to serve
-            return
-        if not self.config.pipelines:
-            return
-        try:
-            tuned = self.store.tuning(sha)
-            self.cameras.activate(self.store.versions / sha, Tuning.from_json(tuned) if tuned else None)
-            self._serving_error = None
-        except BundleError as exc:
-            self._serving_error = str(exc)
-            log.error("cannot serve the current version %s: %s", sha[:12], exc)
-
     def _on_deployed(self, deployment: Deployment) -> None:
-        self._serve_current()
+        self.actions.serve_current()
         self._publish_status()
-
-    def _on_succeeded(self, deployment: Deployment) -> None:
-        """A new version passed its probation (or had none): its optimisation report, if asked
-        for, is measured now (not on probation, where it would take the cameras' CPU)."""
-        if self.config.deployments.report:
-            self._spawn(lambda: self._publish_report(deployment.sha256), "report")
-
-    def _publish_report(self, sha: str) -> None:
-        """The optimisation report of version `sha`, retained on ``<device>/report`` (thread ``report``)."""
-        from agent.daemon.report import report_document
-
-        try:
-            settings = self.config.runtime_settings()
-            frames = self.config.deployments.report_frames
-            document = report_document(self.store, sha, self.device, self.board, settings, frames)
-        except (BundleError, OSError) as exc:
-            log.error("optimisation report of %s: %s", sha[:12], exc)
-            return
-        if self.link is not None and not self._components_stop.is_set():
-            self.link.publish_state(self.topics.report(self.device), json_payload(document))
-            log.info("published the optimisation report of %s (%d rows)", sha[:12], len(document["rows"]))
 
     def _labels(self) -> list[str]:
         manifest = self.cameras.manifest
@@ -368,160 +289,57 @@ class Agent:
             serving=Serving(choice.runtime, choice.device, Path(choice.artifact.path).name, choice.reason)
             if choice
             else None,
-            serving_error=self._serving_error,
+            serving_error=self.actions.serving_error,
             deployment=deployment,
             deployment_problem=deployer.problem if deployer is not None else None,
             warnings=(*self.warnings, *self.store.problems),
             cameras=tuple(self.cameras.stats()) if state != "offline" else (),
             broker=self.link.stats() if self.link is not None else None,
-            system=self._system,
+            system=self.sampler.system,
             events=EventCounts(self.events.published, self.events.suppressed),
             analytics=tuple(self.events.counts()),
-            sensors=self._readings,
-            governor=self.governing.state if self.governing is not None else None,
+            sensors=self.sampler.readings,
+            governor=self.sampler.governor,
             rollout=deployer.rollout if deployer is not None else None,
             runtimes=self._runtimes,
             engine=self.cameras.engine_status(),
+            thresholds=tuple(self.cameras.thresholds()) if state != "offline" else (),
         )
 
     # -- publishing ----------------------------------------------------------------------------
 
     def _publish_status(self) -> None:
         if self.link is not None:
-            document = status_document(self.snapshot())
-            self.link.publish_state(self.topics.status(self.device), json_payload(document))
+            self.link.publish_state(self.topics.status(self.device), status_payload(self.snapshot()))
 
-    def _publish_event(self, event: dict[str, object]) -> None:
-        self.recent_events.append({k: v for k, v in event.items() if k != "snapshot_jpeg"})  # the page lists, not crops
+    def _publish_event(self, event: Event) -> None:
+        """An object or governor event (a camera's inference thread, the sampler): on the
+        ``events`` topic with the device first, and into the page's recent events."""
+        self.recent_events.append(event.without_crop())  # the page lists, not crops
         if self.link is not None:
-            self.link.publish_queued(self.topics.events(self.device), json_payload({"device": self.device, **event}))
+            document = {"device": self.device, **event.to_json()}
+            self.link.publish_queued(self.topics.events(self.device), json_payload(document))
 
-    def _sampler_loop(self) -> None:
-        """Every telemetry interval: sample the system; with a broker, publish telemetry and the
-        status (which keeps the retained fps current for `fleet status`)."""
-        while True:
-            self._sampler_due = time.monotonic() + self.config.telemetry.interval_s
-            if self._components_stop.wait(self.config.telemetry.interval_s):
-                break
-            self._sample()
-            if self.link is not None:
-                snapshot = self.snapshot()
-                self.link.publish_queued(self.topics.telemetry(self.device), json_payload(telemetry_document(snapshot)))
-                self.link.publish_state(self.topics.status(self.device), json_payload(status_document(snapshot)))
-
-    # -- sensors and the governor --------------------------------------------------------------
-
-    def _governing(self, config: AgentConfig) -> Governing:
-        """The governor with its fan; a fan that cannot be opened is logged and left out."""
-        try:
-            fan = open_fan(config.governor.fan, self.sensors.fs, self.pin_factory)
-        except FanError as exc:
-            log.error("governor: no fan: %s", exc)
-            fan = None
-        return Governing(config.governor, self.cameras, fan, self._publish_event, self._publish_status)
-
-    def _sample(self) -> None:
-        """One tick of the sampler: system and sensor readings, then the governor's step."""
-        self._system = self.monitor.sample()
-        self._readings = self.sensors.read()
-        if self.governing is not None:
-            self.governing.step(self._readings)
-
-    # -- commands ------------------------------------------------------------------------------
-
-    def _enqueue_command(self, message: Message) -> None:
-        """paho's network thread: refuse at once what must never run, queue the rest."""
-        name = message.topic.rsplit("/", 1)[1]
-        if message.retain:
-            self._throttled.warning("retained", "commands: a retained %s was not run (clear it)", shorten(name))
-            return
-        reply = message.response_topic
-        if reply is not None and not self.topics.is_reply_topic(reply):
-            self._throttled.warning(
-                "reply",
-                "commands: %s not run: it asks to be answered on %s, outside %s/",
-                shorten(name),
-                shorten(reply),
-                self.topics.replies,
-            )
-            return
-        if not self._limits.allow(name):
-            self._throttled.warning("rate", "commands: %s requests over the rate limit dropped", shorten(name))
-            return
-        try:
-            self._commands.put_nowait(message)
-        except queue.Full:
-            self._throttled.warning("full", "commands: the queue is full, %s dropped", shorten(name))
-
-    def _command_loop(self) -> None:
-        assert self.link is not None
-        commands = {
-            "ping": Command(NoArgs, lambda _: {"pong": round(time.time(), 3), "state": self._state}),
-            "rollback": Command(NoArgs, self._cmd_rollback),
-            "restart-pipeline": Command(PipelineArgs, self._cmd_restart),
-            "snapshot": Command(SnapshotArgs, self._cmd_snapshot),
-        }
-        while (message := self._commands.get()) is not None:
-            name = message.topic.rsplit("/", 1)[1]
-            response = run_command(commands, name, message.payload, self.gate)
-            log.info("command %s: %s", shorten(name), "ok" if response.ok else response.payload.decode()[:200])
-            self.link.reply(message, response.payload, response.content_type)
-
-    def _cmd_rollback(self, _: NoArgs) -> dict[str, Any]:
-        return asdict(self.rollback())  # a CodedError is answered with its code
-
-    def _cmd_restart(self, args: PipelineArgs) -> dict[str, Any]:
-        return {"restarted": self.restart_camera(args.pipeline)}
-
-    def _cmd_snapshot(self, args: SnapshotArgs) -> Response:
-        return Response(self.camera_jpeg(args.pipeline, args.quality), "image/jpeg")
-
-    # -- actions (the commands and the status page) ----------------------------------------------
-
-    def rollback(self) -> Deployment:
-        """Return to the previous version and serve it: through the deployer when there is one
-        (serialised with deployments; a download is cancelled, a probation ends), else on the
-        store directly. Raises `CodedError`: ``NO_PREVIOUS``, or ``BUSY`` when a deployment
-        step does not end in time."""
-        try:
-            if self.deployer is not None:
-                return self.deployer.request_rollback()
-            with self._rollback_lock:
-                deployment = rollback(self.store)
-                self._serve_current()
-                return deployment
-        except LookupError as exc:
-            raise CodedError(ErrorCode.NO_PREVIOUS, str(exc)) from exc
-        except TimeoutError as exc:
-            raise CodedError(ErrorCode.BUSY, str(exc)) from exc
-
-    def restart_camera(self, name: str | None) -> list[str]:
-        """Restart one camera's pipeline (None: all) with a fresh source; the names restarted.
-        Raises `CodedError` ``NO_PIPELINE``."""
-        try:
-            return self.cameras.restart(name)
-        except KeyError as exc:
-            raise CodedError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
-
-    def camera_jpeg(self, name: str | None, quality: int = 85) -> bytes:
-        """The camera's newest frame with its detections drawn (None: the first camera), as
-        JPEG. Raises `CodedError` ``NO_PIPELINE`` or ``NO_FRAME``."""
-        try:
-            pipeline = self.cameras.get(name)
-        except KeyError as exc:
-            raise CodedError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
-        jpeg = pipeline.snapshot(quality)
-        if jpeg is None:
-            raise CodedError(ErrorCode.NO_FRAME, f"pipeline {pipeline.name} has not processed a frame yet")
-        return jpeg
+    def _publish_telemetry(self) -> None:
+        """After each sample (the sampler thread): with a broker, telemetry and the status
+        (which keeps the retained fps current for `fleet status`)."""
+        if self.link is not None:
+            snapshot = self.snapshot()
+            self.link.publish_queued(self.topics.telemetry(self.device), telemetry_payload(snapshot))
+            self.link.publish_state(self.topics.status(self.device), status_payload(snapshot))
 
     # -- health, systemd and the page -----------------------------------------------------------
 
     def health(self) -> Health:
-        """Whether the cameras' threads, the MQTT link's loop and the sampler turn (any thread)."""
-        sampler_stalled_s = max(0.0, time.monotonic() - self._sampler_due) if self._threads else 0.0
+        """Whether the cameras' threads, the MQTT link's loop, the sampler and the commands
+        thread turn (any thread)."""
         broker = self.link.stats() if self.link is not None else None
-        return judge_health(tuple(self.cameras.stats()), broker, sampler_stalled_s, self.config.health.stall_s)
+        loops = (self.sampler.loop(), *((self.commands.loop(),) if self.commands is not None else ()))
+        return judge_health(tuple(self.cameras.stats()), broker, loops, self.config.health.stall_s)
+
+    def page_controls(self) -> AgentControls:
+        """What the status page may read and do (every callable from any thread)."""
+        return self.actions.controls(self.snapshot, self.health, lambda: list(self.recent_events))
 
     def service_status(self) -> str:
         """One line for systemd's STATUS=: what is served, the cameras, the broker, the governor."""

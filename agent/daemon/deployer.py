@@ -7,7 +7,7 @@ device acts on each id once (``followed.json``), so a rollback is not undone by 
 document it rolled back from. A group document with a rollout schedule is started when this
 device's wave opens and not while the rollout is halted; a halt with ``on_halt: rollback`` ends
 the download or probation in progress and undoes a deployment that succeeded
-(agent/daemon/rollout.py decides). A deployment runs in this class's worker thread::
+(agent/daemon/wave_plan.py decides). A deployment runs in this class's worker thread::
 
     QUEUED -> DOWNLOADING (chunks, resumable) -> VERIFYING -> INSTALLING -> ACTIVATING
            -> PROBATION -> SUCCEEDED | REJECTED (code) | FAILED (code) | FAILED -> ROLLED_BACK
@@ -28,22 +28,24 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from agent.bundles.install import InstallPolicy, checkpoint, end_probation, install, rollback
+from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, install, rollback
 from agent.bundles.record import FINAL_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
 from agent.daemon.desired import DesiredDocuments, latest
+from agent.daemon.documents import deployment_payload, deployment_status
 from agent.daemon.download import BundleDownload
 from agent.daemon.probation import PASSED, ProbationJudge
-from agent.daemon.rollout import Action, Plan, halted_by_rollout, plan, undo_halted
-from agent.daemon.telemetry import deployment_document, deployment_status
 from agent.daemon.transfer import Cancelled, PartialBundle
+from agent.daemon.wave_plan import Action, Plan, halted_by_rollout, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
-from agent.hardware.probe import Board
+from agent.hardware.board import Board
+from agent.mqtt.commands import ROLLBACK_WAIT_S
 from agent.mqtt.control import ControlGate, ControlRefused, Kind
+from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import Message, MqttLink
-from agent.mqtt.protocol import Desired, ProtocolError, Topics, json_payload
-from agent.snapshot import DeploymentStatus, DownloadProgress, RolloutPosition
+from agent.mqtt.protocol import Desired, ProtocolError, Topics
+from agent.snapshot import DeploymentStatus, RolloutPosition
 from pipelines.backoff import Backoff
 from pipelines.pipeline import PipelineStats
 
@@ -144,7 +146,7 @@ class Deployer:
     # -- rollback (any thread) -----------------------------------------------------------------
 
     #: how long a rollback command waits for the worker to get to it (a long install step)
-    rollback_timeout_s = 60.0
+    rollback_timeout_s = ROLLBACK_WAIT_S  # the rollback command's budget on the commands thread
 
     def request_rollback(self) -> Deployment:
         """Roll back in the worker thread: a download in progress is cancelled, a probation in
@@ -251,8 +253,7 @@ class Deployer:
         if progress is not None:
             self._progress = progress
         self.latest = deployment_status(deployment, self._progress)
-        document = deployment_document(deployment, self._progress)
-        self.link.publish_state(self.topics.deployment(self.device), json_payload(document))
+        self.link.publish_state(self.topics.deployment(self.device), deployment_payload(deployment, self._progress))
 
     def report(self, deployment: Deployment) -> None:
         """Publish a record made outside a download (a rollback), with no progress."""
@@ -444,7 +445,7 @@ class Deployer:
         is final, `followed.json` not written yet). Retry it once if the crash came while
         verifying or installing (a power cut); never after a crash while activating or on
         probation, where the new model itself may be what took the process down."""
-        interrupted = (last.error or {}).get("code") == ErrorCode.INTERRUPTED
+        interrupted = last.error is not None and last.error.code == ErrorCode.INTERRUPTED
         return interrupted and last.state == State.REJECTED and last.attempt < 2
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from agent.config.models import AgentConfig
 from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError, ErrorCode
+from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics
-from agent.snapshot import DownloadProgress
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +129,15 @@ class BundleDownload:
     def _fetch(self, desired: Desired, partial: PartialBundle) -> None:
         index, last = partial.index, 0.0
 
+        reported: tuple[int, int] | None = None
+
         def progress(done: int, total: int) -> None:
-            nonlocal last
+            """Report at most every `PROGRESS_EVERY_S` (and the end at once); the transfers call
+            it again while they wait, so the record catches up with what is on disk."""
+            nonlocal last, reported
             now = time.monotonic()
-            if done == total or now - last >= PROGRESS_EVERY_S:
-                last = now
+            if (done, total) != reported and (done == total or now - last >= PROGRESS_EVERY_S):
+                last, reported = now, (done, total)
                 self._report(
                     DownloadProgress(
                         chunks_done=done,

@@ -10,8 +10,9 @@ decision is carried out on the cameras and the fan.
   once: the final status before the battery runs out); inference starts again when the level
   no longer asks for a stop.
 
-Every transition is logged and published as a ``governor`` event. Threads: `step` runs in
-the daemon's sampler thread; `state` may be read from any thread (one reference).
+Every transition is logged and published as a `GovernorEvent`. Threads: `step` runs in the
+daemon's sampler thread (`agent.daemon.sampler`); `state` may be read from any thread (one
+reference).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Any
 
 from agent.config.models import GovernorSection
 from agent.errors import BundleError
+from agent.event_values import GovernorEvent
 from agent.governor.levels import Actions, Decision
 from agent.governor.policy import Governor
-from agent.hardware.fan import FanControl, FanError
+from agent.hardware.fan import FanControl, FanError, open_fan
 from agent.hardware.readings import SensorReadings
+from agent.hardware.sysfs import SysFS
 from agent.serving.cameras import Cameras
 from agent.snapshot import GovernorState
 
@@ -43,7 +46,7 @@ class Governing:
         section: GovernorSection,
         cameras: Cameras,
         fan: FanControl | None,
-        publish_event: Callable[[dict[str, Any]], None],
+        publish_event: Callable[[GovernorEvent], None],
         on_stop: Callable[[], None],
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -56,6 +59,25 @@ class Governing:
         self._fan_error: str | None = None
         self.state: GovernorState | None = None
 
+    @classmethod
+    def with_fan(
+        cls,
+        section: GovernorSection,
+        cameras: Cameras,
+        fs: SysFS,
+        pin_factory: Any,
+        publish_event: Callable[[GovernorEvent], None],
+        on_stop: Callable[[], None],
+    ) -> Governing:
+        """The governor with the fan `section` names, opened on `fs` (gpiozero's `pin_factory`
+        for a GPIO fan, None: its default); a fan that cannot be opened is logged and left out."""
+        try:
+            fan = open_fan(section.fan, fs, pin_factory)
+        except FanError as exc:
+            log.error("governor: no fan: %s", exc)
+            fan = None
+        return cls(section, cameras, fan, publish_event, on_stop)
+
     def step(self, readings: SensorReadings) -> Decision:
         now = self._monotonic()
         previous = self.governor.last
@@ -64,17 +86,16 @@ class Governing:
             was = previous.level if previous else None
             log.warning("governor: %s -> %s: %s", was or "start", decision.level, decision.reason)
             self._publish_event(
-                {
-                    "type": "governor",
-                    "ts": round(self._wall(), 3),
-                    "level": decision.level,
-                    "previous": was,
-                    "thermal": decision.thermal.value,
-                    "battery": decision.battery.value,
-                    "reason": decision.reason,
-                    "temp_c": decision.temp_c,
-                    "battery_percent": decision.battery_percent,
-                }
+                GovernorEvent(
+                    ts=self._wall(),
+                    level=decision.level,
+                    previous=was,
+                    thermal=decision.thermal,
+                    battery=decision.battery,
+                    reason=decision.reason,
+                    temp_c=decision.temp_c,
+                    battery_percent=decision.battery_percent,
+                )
             )
         self._apply(decision.actions)
         since_ts = self._wall() - (now - decision.since)

@@ -5,7 +5,7 @@ directory, broker link, deployer, transfer and store, an activation that loads t
 checks its parity as a device would, and its status, last will and commands. Only the cameras
 are left out (so probation has nothing to watch: `probation_s` 0 by default) and the governor
 (no cameras to slow down). `SimulatedFleet` builds the configs and starts and stops the agents;
-scripts/fleet_sim.py spreads a larger fleet over a few processes.
+bench/fleet_sim.py spreads a larger fleet over a few processes.
 
 Threads: each agent's own (see agent/daemon/agent.py); `start` and `stop` run in the caller's.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from agent.config.models import AgentConfig
 from agent.daemon.agent import Agent
-from agent.hardware.probe import Board, probe
+from agent.hardware.board import Board, probe
 
 
 @dataclass(frozen=True)

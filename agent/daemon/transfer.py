@@ -34,7 +34,7 @@ from pipelines.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[int, int], None]  # chunks done, chunks total
+Progress = Callable[[int, int], None]  # chunks done, chunks total; called on arrivals and again while waiting
 
 
 class Cancelled(Exception):
@@ -314,7 +314,7 @@ def fetch_over_mqtt(
             partial.hash_ready()
             if len(partial.done) != reported:
                 last_arrival, reported = time.monotonic(), len(partial.done)
-                progress(reported, len(partial.index.chunks))
+            progress(reported, len(partial.index.chunks))  # also while waiting: the throttled last report
     finally:
         fetch.close()
     progress(len(partial.done), len(partial.index.chunks))

@@ -3,7 +3,6 @@ the broker's acks, collect retained state, and MQTT 5 request/response commands.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -86,13 +85,6 @@ def collect(
         link.unsubscribe(topic_filter)
     with retained.lock:
         return {t: p for t, p in retained.messages.items() if p}
-
-
-def parse_json(payload: bytes | bytearray) -> Any:
-    try:
-        return json.loads(payload)
-    except ValueError:
-        return None
 
 
 def command(

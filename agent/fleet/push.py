@@ -4,7 +4,7 @@ until each deployment ends. Desired documents and releases are signed with the o
 
 Chunks are cut to fit the broker's Maximum Packet Size (from its CONNACK, `MqttLink.limits`):
 a broker closes the connection of a client that sends a larger packet. A push to a group may
-carry a staged rollout (`Staging`, agent/fleet/rollout.py) whose waves start when the desired
+carry a staged rollout (`Staging`, agent/fleet/rollout_watch.py) whose waves start when the desired
 document is published."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
@@ -25,9 +24,10 @@ from pydantic import ValidationError
 from agent.bundles.manifest import Manifest
 from agent.bundles.record import FINAL_STATES
 from agent.errors import BundleError, ErrorCode
-from agent.fleet.client import FleetError, parse_json, publish_retained, wait_acked
-from agent.fleet.rollout import Staging
+from agent.fleet.client import FleetError, publish_retained, wait_acked
+from agent.fleet.rollout_watch import Staging
 from agent.mqtt.control import sign
+from agent.mqtt.device_documents import DeploymentDocument, Unreadable
 from agent.mqtt.limits import fit_chunk_size, publish_packet_size
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import DEFAULT_CHUNK_SIZE, MAX_CHUNKS, ChunkIndex, Desired, Release, Topics
@@ -163,19 +163,24 @@ def release(
 
 def follow(
     link: MqttLink, topics: Topics, devices: list[str], deployment_id: str, timeout: float
-) -> dict[str, dict[str, Any] | None]:
+) -> dict[str, DeploymentDocument | Unreadable | None]:
     """Wait until every device's ``deployment`` record for `deployment_id` reaches a final state
-    (or `timeout` seconds pass); {device: its latest record for that deployment, or None}."""
-    records: dict[str, dict[str, Any] | None] = dict.fromkeys(devices)
+    (or `timeout` seconds pass); {device: its latest record for that deployment, `Unreadable`
+    when what it left there cannot be read, or None}."""
+    records: dict[str, DeploymentDocument | Unreadable | None] = dict.fromkeys(devices)
     changed = threading.Condition()
 
     def on_record(message: Message) -> None:
-        record = parse_json(message.payload)
+        record = DeploymentDocument.read(message.payload, message.topic)
         device, _ = topics.split_device(message.topic)
-        if isinstance(record, dict) and record.get("id") == deployment_id and device in records:
-            with changed:
+        if device not in records:
+            return
+        with changed:
+            if isinstance(record, Unreadable) or record.id == deployment_id:
                 records[device] = record
-                changed.notify_all()
+            elif isinstance(records[device], Unreadable):
+                records[device] = None  # another deployment's record replaced the junk
+            changed.notify_all()
 
     filters = [topics.deployment(device) for device in devices]
     link.subscribe_many(filters, on_record)
@@ -183,7 +188,7 @@ def follow(
     try:
         with changed:
             while time.monotonic() < deadline and not all(
-                r is not None and r.get("state") in FINAL_STATES for r in records.values()
+                isinstance(r, DeploymentDocument) and r.state in FINAL_STATES for r in records.values()
             ):
                 changed.wait(0.2)
             return dict(records)

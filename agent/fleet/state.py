@@ -1,32 +1,88 @@
 """The fleet's state as the devices left it on the broker: status, deployment and telemetry per
-device, the groups' staged rollouts, the rows of `fleet status`, and the members of a group."""
+device, read once into their typed documents (agent/mqtt/device_documents.py), the groups'
+staged rollouts, the rows of `fleet status`, and the members of a group.
+
+Each document is read by its model's `read` (`fleet status`, the rollout watch and `fleet push
+--wait` alike): a payload that is not the document its topic carries comes back as `Unreadable`
+and is shown as such, never raised.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, replace
 
-from agent.fleet.client import FleetError, collect, parse_json
+from agent.bundles.record import State
+from agent.fleet.client import FleetError, collect
+from agent.mqtt.device_documents import (
+    DeploymentDocument,
+    DeviceDocument,
+    StatusDocument,
+    TelemetryDocument,
+    Unreadable,
+)
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import Desired, ProtocolError, Topics
 
+#: the device topics `fleet status` reads
+LEAVES = ("status", "deployment", "telemetry")
 
-def fleet_state(link: MqttLink, topics: Topics, wait: float = 2.0) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Every device that left a status, deployment or telemetry message: ({device: {leaf:
-    document}}, the topics whose document was not a JSON object, skipped)."""
-    leaves = ("status", "deployment", "telemetry")
-    messages = collect(link, [f"{topics.root}/+/{leaf}" for leaf in leaves], wait)
-    devices: dict[str, dict[str, Any]] = {}
-    malformed = []
+
+@dataclass(frozen=True)
+class DeviceReports:
+    """What one device left on the broker: each document, `Unreadable` when its payload is not
+    one, None when there is none."""
+
+    status: StatusDocument | Unreadable | None = None
+    deployment: DeploymentDocument | Unreadable | None = None
+    telemetry: TelemetryDocument | Unreadable | None = None
+
+    @property
+    def group(self) -> str | None:
+        """The group the device's status names (None: none, or no readable status)."""
+        return self.status.group if isinstance(self.status, StatusDocument) else None
+
+    @property
+    def unreadable(self) -> tuple[Unreadable, ...]:
+        return tuple(d for d in (self.status, self.deployment, self.telemetry) if isinstance(d, Unreadable))
+
+    def documents(self) -> dict[str, DeviceDocument]:
+        """The readable documents by leaf."""
+        found = {"status": self.status, "deployment": self.deployment, "telemetry": self.telemetry}
+        return {leaf: document for leaf, document in found.items() if isinstance(document, DeviceDocument)}
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One device in the `fleet status` table, as text (None: unknown, printed ``-``); the
+    state or deployment of a document that cannot be read is ``unreadable``."""
+
+    device: str
+    state: str
+    group: str | None
+    bundle: str | None
+    deployment: str | None
+    wave: str | None
+    fps: float | None
+    temperature_c: float | None
+
+
+def fleet_state(link: MqttLink, topics: Topics, wait: float = 2.0) -> dict[str, DeviceReports]:
+    """Every device that left a status, deployment or telemetry message, by device id, each
+    document read into its model (agent/mqtt/device_documents.py: the one reader)."""
+    messages = collect(link, [f"{topics.root}/+/{leaf}" for leaf in LEAVES], wait)
+    found: dict[str, DeviceReports] = {}
     for topic, payload in sorted(messages.items()):
-        document = parse_json(payload)
-        if not isinstance(document, dict):
-            malformed.append(topic)
-            continue
         device, leaf = topics.split_device(topic)
-        devices.setdefault(device, {})[leaf] = document
-    return dict(sorted(devices.items())), malformed
+        reports = found.get(device, DeviceReports())
+        if leaf == "status":
+            found[device] = replace(reports, status=StatusDocument.read(payload, topic))
+        elif leaf == "deployment":
+            found[device] = replace(reports, deployment=DeploymentDocument.read(payload, topic))
+        elif leaf == "telemetry":
+            found[device] = replace(reports, telemetry=TelemetryDocument.read(payload, topic))
+    return dict(sorted(found.items()))
 
 
 def group_rollouts(link: MqttLink, topics: Topics, wait: float = 2.0) -> dict[str, Desired]:
@@ -54,40 +110,46 @@ def wave_text(desired: Desired, device: str, now: float) -> str:
     return f"{where} open" if opens <= now else f"{where} at {time.strftime('%H:%M', time.localtime(opens))}"
 
 
+def deployment_text(record: DeploymentDocument) -> str:
+    """``SUCCEEDED``, ``DOWNLOADING 75%``, ``REJECTED (PARITY_FAILED)``."""
+    text = str(record.state)
+    progress = record.progress
+    if record.state == State.DOWNLOADING and progress is not None and progress.chunks_total:
+        text = f"{text} {100 * progress.chunks_done // progress.chunks_total}%"
+    return f"{text} ({record.error.code})" if record.error else text
+
+
 def status_rows(
-    devices: dict[str, dict[str, Any]], rollouts: Mapping[str, Desired] | None = None, now: float | None = None
-) -> list[dict[str, Any]]:
-    """One flat row per device for the `fleet status` table; `rollouts` ({group: desired
+    devices: Mapping[str, DeviceReports], rollouts: Mapping[str, Desired] | None = None, now: float | None = None
+) -> list[StatusRow]:
+    """One row per device for the `fleet status` table; `rollouts` ({group: desired
     document}) give each member its wave."""
     rollouts, now = rollouts or {}, time.time() if now is None else now
     rows = []
     for device, parts in devices.items():
-        status = parts.get("status") or {}
-        deployment = parts.get("deployment") or {}
-        telemetry = parts.get("telemetry") or {}
-        bundle = status.get("bundle") or {}
-        if not bundle and status.get("state") == "offline" and deployment.get("state") == "SUCCEEDED":
-            bundle = deployment  # the last will names no bundle: the last deployment that succeeded does
-        progress = deployment.get("progress") or {}
-        group = str(status.get("group"))
-        state = deployment.get("state")
-        if state == "DOWNLOADING" and progress.get("chunks_total"):
-            state = f"DOWNLOADING {100 * progress['chunks_done'] // progress['chunks_total']}%"
-        if deployment.get("error"):
-            state = f"{state} ({deployment['error'].get('code')})"
+        status = parts.status if isinstance(parts.status, StatusDocument) else None
+        record = parts.deployment if isinstance(parts.deployment, DeploymentDocument) else None
+        telemetry = parts.telemetry if isinstance(parts.telemetry, TelemetryDocument) else None
+        bundle = f"{status.bundle.name} {status.bundle.version}" if status and status.bundle else None
+        if bundle is None and status and status.state == "offline" and record and record.state == State.SUCCEEDED:
+            bundle = f"{record.name} {record.version}"  # the last will names no bundle: the last success does
+        group = parts.group
+        fps = telemetry.fps if telemetry and telemetry.fps is not None else status.fps if status else None
         rows.append(
-            {
-                "device": device,
-                "state": status.get("state", "?"),
-                "group": status.get("group"),
-                "bundle": f"{bundle.get('name')} {bundle.get('version')}" if bundle else None,
-                "deployment": state,
-                "wave": wave_text(rollouts[group], device, now)
-                if (group := str(status.get("group"))) in rollouts
+            StatusRow(
+                device=device,
+                state=status.state if status else "unreadable" if isinstance(parts.status, Unreadable) else "?",
+                group=group,
+                bundle=bundle,
+                deployment=deployment_text(record)
+                if record
+                else "unreadable"
+                if isinstance(parts.deployment, Unreadable)
                 else None,
-                "fps": telemetry.get("fps", status.get("fps")),
-                "temperature_c": status.get("temperature_c"),
-            }
+                wave=wave_text(rollouts[group], device, now) if group is not None and group in rollouts else None,
+                fps=fps,
+                temperature_c=status.temperature_c if status else None,
+            )
         )
     return rows
 
@@ -98,11 +160,7 @@ def targets(link: MqttLink, topics: Topics, target: str, wait: float = 2.0) -> l
     kind, _, name = target.partition(":")
     if kind == "device":
         return [name]
-    members = [
-        device
-        for device, parts in fleet_state(link, topics, wait)[0].items()
-        if (parts.get("status") or {}).get("group") == name
-    ]
+    members = [device for device, parts in fleet_state(link, topics, wait).items() if parts.group == name]
     if not members:
         raise FleetError(f"no device reported being in group {name!r}")
     return members

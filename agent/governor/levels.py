@@ -43,7 +43,7 @@ ThresholdSource = Literal["config", "trip points", "default"]
 
 
 @dataclass(frozen=True)
-class Thresholds:
+class TemperatureThresholds:
     """The temperatures (°C) at which WARM, HOT and CRITICAL begin, where each came from, and
     the hysteresis; checked increasing at construction."""
 
@@ -56,10 +56,11 @@ class Thresholds:
     def __post_init__(self) -> None:
         if not self.warm_c < self.hot_c < self.critical_c:
             raise ValueError(
-                f"Thresholds: expected warm_c < hot_c < critical_c, got {self.warm_c}, {self.hot_c}, {self.critical_c}"
+                "TemperatureThresholds: expected warm_c < hot_c < critical_c, "
+                f"got {self.warm_c}, {self.hot_c}, {self.critical_c}"
             )
         if self.hysteresis_c < 0:
-            raise ValueError(f"Thresholds.hysteresis_c: expected >= 0, got {self.hysteresis_c}")
+            raise ValueError(f"TemperatureThresholds.hysteresis_c: expected >= 0, got {self.hysteresis_c}")
 
     def start_of(self, level: ThermalLevel) -> float:
         """The temperature at which `level` begins (NORMAL: minus infinity)."""
@@ -109,7 +110,7 @@ class Decision:
     thermal_since: float
     battery_since: float
     actions: Actions
-    thresholds: Thresholds | None
+    thresholds: TemperatureThresholds | None
     changed: bool
     temp_c: float | None
     battery_percent: float | None

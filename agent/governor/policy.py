@@ -29,8 +29,8 @@ from agent.governor.levels import (
     Actions,
     BatteryLevel,
     Decision,
+    TemperatureThresholds,
     ThermalLevel,
-    Thresholds,
     ThresholdSource,
 )
 from agent.hardware.readings import SensorReadings
@@ -50,7 +50,7 @@ def _pick(configured: float | None, from_trips: float | None, default: float) ->
     return default, "default"
 
 
-def resolve_thresholds(section: ThermalGovernorSection, readings: SensorReadings) -> Thresholds:
+def resolve_thresholds(section: ThermalGovernorSection, readings: SensorReadings) -> TemperatureThresholds:
     """The thresholds for this board: agent.yaml's where set, else from trip points, else the
     defaults; derived values move out of the way of configured ones to keep them increasing.
     Raises `ValueError` when they cannot be put in order."""
@@ -68,15 +68,20 @@ def resolve_thresholds(section: ThermalGovernorSection, readings: SensorReadings
         hot = crit - TRIP_MARGIN_C
     if warm_source != "config" and warm >= hot:
         warm = hot - TRIP_MARGIN_C
-    return Thresholds(warm, hot, crit, section.hysteresis_c, (warm_source, hot_source, crit_source))
+    return TemperatureThresholds(warm, hot, crit, section.hysteresis_c, (warm_source, hot_source, crit_source))
 
 
-def _thermal_of(temp_c: float, thresholds: Thresholds) -> ThermalLevel:
+def _thermal_of(temp_c: float, thresholds: TemperatureThresholds) -> ThermalLevel:
     return max((lvl for lvl in _THERMAL if temp_c >= thresholds.start_of(lvl)), key=_THERMAL.index)
 
 
 def _thermal(
-    previous: ThermalLevel, since: float, temp_c: float | None, thresholds: Thresholds, dwell_s: float, now: float
+    previous: ThermalLevel,
+    since: float,
+    temp_c: float | None,
+    thresholds: TemperatureThresholds,
+    dwell_s: float,
+    now: float,
 ) -> tuple[ThermalLevel, float, str]:
     if temp_c is None:
         return previous, since, f"no temperature can be read: holding {previous}"
@@ -171,7 +176,7 @@ def decide(section: GovernorSection, previous: Decision | None, readings: Sensor
     b_since0 = previous.battery_since if previous else now
     temp_c = readings.temp_c
     try:
-        thresholds: Thresholds | None = resolve_thresholds(section.thermal, readings)
+        thresholds: TemperatureThresholds | None = resolve_thresholds(section.thermal, readings)
     except ValueError as exc:
         thresholds = None
         thermal, t_since, t_reason = thermal0, t_since0, f"thresholds cannot be ordered ({exc}): holding {thermal0}"

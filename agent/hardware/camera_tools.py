@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from agent.hardware.probe import Board
+from agent.hardware.board import Board
 from agent.hardware.raspberry import run_command
-from pipelines.pipe_commands import PROGRAMS, PipeTool, gst_elements, pipe_tool
-from pipelines.pipe_source import INSTALL_HINTS
+from pipelines.sources.pipe_commands import PROGRAMS, PipeTool, gst_elements, pipe_tool
+from pipelines.sources.pipe_source import INSTALL_HINTS
 
 _GST_ELEMENT = re.compile(r"^[\w-]+:\s+([\w-]+):", re.MULTILINE)
 _GST_HW_DECODER = re.compile(r"^(nv\w*dec(oder)?|v4l2\w*dec|va(api)?\w*dec|qsv\w*dec|msdk\w*dec|omx\w*dec)$")

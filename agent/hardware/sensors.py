@@ -21,10 +21,10 @@ from pathlib import Path
 
 from agent.config.models import SensorsSection
 from agent.hardware.battery import Ina219Ups, read_power_supply_battery
+from agent.hardware.board import Board, probe
 from agent.hardware.jetson import JtopSource, read_fan, read_gpu_load
 from agent.hardware.nvidia import NvmlGpu
 from agent.hardware.power import input_power, read_ina3221_rails
-from agent.hardware.probe import Board, probe
 from agent.hardware.raspberry import CommandRunner, Vcgencmd, run_command
 from agent.hardware.readings import Gpu, Rail, SensorReadings, ThermalZone
 from agent.hardware.sysfs import SysFS

@@ -1,42 +1,37 @@
-"""Commands a device accepts on ``<root>/<device>/cmd/<name>`` (MQTT 5 request/response).
+"""The commands a device accepts on ``<root>/<device>/cmd/<name>``, in one table (docs/mqtt.md).
 
-The payload is a `CommandRequest`: the operator's signed envelope naming the command, the
-device, when it was issued and the arguments (a device that allows unsigned control also takes
-the bare arguments object). The envelope passes the `ControlGate` (``UNAUTHORIZED``), then the
-arguments are checked against the command's model with unknown keys forbidden
-(``BAD_PAYLOAD``). The answer goes to the request's response topic with its correlation data:
-``{"ok": true, "command": ..., "result": {...}}``, or ``{"ok": false, "error": {"code",
-"message"}}``, or for ``snapshot`` the JPEG itself (content type ``image/jpeg``). A refused
-command changes nothing.
+`COMMAND_TABLE` is the one place a command is declared, one `Command` row each: its name (the
+topic's last level; `agent.mqtt.protocol.COMMANDS` is made from the table), the model of its
+arguments (unknown keys forbidden, every value bounded), its rate limit, how long it may hold
+the commands thread (`budget_s`, for the daemon's health), and what it does: a function of the
+device's `CommandActions` and the checked arguments that returns the answer's ``result`` (a
+JSON object) or a `Jpeg`. Adding a command is one row here (plus a field of `CommandActions`
+when it needs something the device does not offer yet) and its line in docs/mqtt.md.
 
-`RateLimits` keeps a flood of one command (a request storm for camera frames) from filling the
-queue or starving the others; `ThrottledLog` keeps such a flood from filling the log.
+`agent.daemon.command_service.CommandService` serves the table on the device: admission,
+rate limits, the queue, the signature check, dispatch and the answers.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from agent.errors import CodedError, ErrorCode, validation_problems
-from agent.mqtt.control import ControlGate, ControlRefused
-from agent.mqtt.protocol import CommandRequest, ProtocolError
-
-log = logging.getLogger(__name__)
+from agent.bundles.record import Deployment
 
 #: longest value echoed back in an error message
 ECHO_LIMIT = 80
+#: how long a rollback may wait for the deployer to get to it (then it is answered ``BUSY``)
+ROLLBACK_WAIT_S = 60.0
 
 
-class CommandError(CodedError):
-    """A command refused or failed; the answer carries its code and message."""
+def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` cut to `limit` characters (never echo a megabyte back)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class _Args(BaseModel):
@@ -58,143 +53,59 @@ class SnapshotArgs(PipelineArgs):
 
 
 @dataclass(frozen=True)
-class Response:
-    payload: bytes
-    content_type: str = "application/json"
+class CommandActions:
+    """What the commands act on, handed over by the daemon; each is called on the commands
+    thread. `state()` is the agent's lifecycle state (``online``, ``stopping``, ...);
+    `rollback()` returns to the previous version and gives the deployment record it made;
+    `restart(camera)` restarts one camera's pipeline (None: all) and gives the names restarted;
+    `camera_jpeg(camera, quality)` is the camera's newest frame, annotated, as JPEG (None: the
+    first camera); `clock()` is the wall clock (Unix seconds). The actions raise
+    `agent.errors.CodedError` (``NO_PREVIOUS``, ``BUSY``, ``NO_PIPELINE``, ``NO_FRAME``), which
+    the answer carries."""
 
-    @property
-    def ok(self) -> bool:
-        return self.content_type != "application/json" or bool(json.loads(self.payload).get("ok"))
+    state: Callable[[], str]
+    rollback: Callable[[], Deployment]
+    restart: Callable[[str | None], list[str]]
+    camera_jpeg: Callable[[str | None, int], bytes]
+    clock: Callable[[], float] = time.time
 
 
 @dataclass(frozen=True)
-class Command:
-    args: type[_Args]
-    run: Callable[[Any], dict[str, Any] | Response]
+class Jpeg:
+    """An answer that is an image: sent as it is, content type ``image/jpeg``."""
+
+    data: bytes
 
 
-ARGUMENTS: dict[str, type[_Args]] = {
-    "ping": NoArgs,
-    "rollback": NoArgs,
-    "restart-pipeline": PipelineArgs,
-    "snapshot": SnapshotArgs,
-}
+#: what a command gives: the answer's ``result`` object, or a JPEG
+Answer = Mapping[str, Any] | Jpeg
+A = TypeVar("A", bound=_Args)
 
 
-def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
-    """`text` cut to `limit` characters (never echo a megabyte back)."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+@dataclass(frozen=True)
+class Rate:
+    """A command's rate limit: `per_s` requests a second on average, `burst` at once."""
+
+    per_s: float = 5.0
+    burst: int = 10
 
 
-def error(name: str, code: ErrorCode, message: str) -> Response:
-    body = {"ok": False, "command": shorten(name), "error": {"code": code, "message": message}}
-    return Response(json.dumps(body).encode())
+@dataclass(frozen=True)
+class Command(Generic[A]):
+    """One row of the table: `name`, the `args` model, what it does (`run`), its `rate` limit
+    and `budget_s`, the seconds it may hold the commands thread beyond the health stall limit
+    before the daemon calls that thread hung (0: a quick command)."""
+
+    name: str
+    args: type[A]
+    run: Callable[[CommandActions, A], Answer]
+    rate: Rate = Rate()
+    budget_s: float = 0.0
 
 
-def read_arguments(payload: bytes, name: str, gate: ControlGate | None) -> dict[str, Any]:
-    """The arguments of a request on ``cmd/<name>``, once its envelope passed `gate` (None: no
-    checks, for tests of the commands themselves). Raises `CommandError`."""
-    try:
-        raw = json.loads(payload) if payload.strip() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CommandError(ErrorCode.BAD_PAYLOAD, f"the payload is not JSON: {shorten(str(exc))}") from exc
-    if not isinstance(raw, dict):
-        raise CommandError(ErrorCode.BAD_PAYLOAD, f"the payload must be a JSON object, got {type(raw).__name__}")
-    if "command" not in raw:  # the bare arguments: an unsigned request
-        if gate is not None and not gate.allow_unsigned:
-            raise CommandError(ErrorCode.UNAUTHORIZED, "the request is not signed (edge-agent fleet ... --key)")
-        return raw
-    try:
-        request: CommandRequest = CommandRequest.parse(payload, f"the {name} request")
-        if gate is not None:
-            request = gate.accept_command(request, name)
-    except ProtocolError as exc:
-        raise CommandError(ErrorCode.BAD_PAYLOAD, str(exc)) from exc
-    except ControlRefused as exc:
-        raise CommandError(ErrorCode.UNAUTHORIZED, exc.message) from exc
-    return request.args
-
-
-def run_command(
-    commands: Mapping[str, Command], name: str, payload: bytes | bytearray, gate: ControlGate | None = None
-) -> Response:
-    """Check the request, run the command and shape its answer; never raises."""
-    command = commands.get(name)
-    if command is None:
-        known = ", ".join(sorted(commands))
-        return error(name, ErrorCode.UNKNOWN_COMMAND, f"unknown command {shorten(name)!r}; known: {known}")
-    try:
-        raw = read_arguments(bytes(payload), name, gate)
-        args = command.args.model_validate(raw)
-    except CommandError as exc:
-        return error(name, exc.code, exc.message)
-    except ValidationError as exc:
-        return error(name, ErrorCode.BAD_PAYLOAD, "; ".join(validation_problems(exc)))
-    try:
-        result = command.run(args)
-    except CodedError as exc:  # a CommandError, or the agent's own refusal (NO_PREVIOUS, BUSY, ...)
-        return error(name, exc.code, exc.message)
-    except Exception as exc:  # a bug or an I/O failure: answered, logged, and the next command still runs
-        log.exception("command %s failed", name)
-        return error(name, ErrorCode.COMMAND_FAILED, shorten(f"{type(exc).__name__}: {exc}", 300))
-    if isinstance(result, Response):
-        return result
-    return Response(json.dumps({"ok": True, "command": name, "result": result}, default=str).encode())
-
-
-class TokenBucket:
-    """`rate` events a second on average, `burst` at once (times from `clock`, seconds)."""
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst, self._clock = rate, burst, clock
-        self._tokens, self._at = float(burst), clock()
-
-    def take(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
-
-
-class RateLimits:
-    """One bucket per known command and one for every other name, so a flood of one command
-    neither fills the command queue nor starves the others (`allow` from paho's network thread)."""
-
-    #: requests per second and burst, per command (a snapshot encodes a JPEG)
-    RATES: Mapping[str, tuple[float, int]] = {"snapshot": (2.0, 4)}
-    DEFAULT = (5.0, 10)
-
-    def __init__(self, names: tuple[str, ...], clock: Callable[[], float] = time.monotonic) -> None:
-        self._buckets = {name: TokenBucket(*self.RATES.get(name, self.DEFAULT), clock=clock) for name in names}
-        self._other = TokenBucket(*self.DEFAULT, clock=clock)
-        self._lock = threading.Lock()
-        self.dropped = 0
-
-    def allow(self, name: str) -> bool:
-        with self._lock:
-            allowed = self._buckets.get(name, self._other).take()
-            self.dropped += not allowed
-            return allowed
-
-
-class ThrottledLog:
-    """Logs a recurring warning at most once per `every_s` seconds, with how many were held back."""
-
-    def __init__(self, logger: logging.Logger, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
-        self._log, self.every_s, self._clock = logger, every_s, clock
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def warning(self, key: str, message: str, *args: object) -> None:
-        now = self._clock()
-        with self._lock:
-            if now - self._last.get(key, -self.every_s) < self.every_s:
-                self._held[key] = self._held.get(key, 0) + 1
-                return
-            self._last[key] = now
-            held = self._held.pop(key, 0)
-        self._log.warning(message + (f" ({held} more like it not logged)" if held else ""), *args)
+COMMAND_TABLE: tuple[Command[Any], ...] = (
+    Command("rollback", NoArgs, lambda device, _: asdict(device.rollback()), budget_s=ROLLBACK_WAIT_S),
+    Command("restart-pipeline", PipelineArgs, lambda device, a: {"restarted": device.restart(a.pipeline)}),
+    Command("snapshot", SnapshotArgs, lambda device, a: Jpeg(device.camera_jpeg(a.pipeline, a.quality)), Rate(2.0, 4)),
+    Command("ping", NoArgs, lambda device, _: {"pong": round(device.clock(), 3), "state": device.state()}),
+)

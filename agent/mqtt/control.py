@@ -33,7 +33,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from agent.bundles.record import atomic_write
-from agent.bundles.signing import key_id
+from agent.bundles.signing import key_id, load_public_key
+from agent.config.models import AgentConfig
 from agent.errors import CodedError, ErrorCode
 from agent.mqtt.protocol import CommandRequest, ControlSignature, Signed
 
@@ -113,6 +114,16 @@ class ControlGate:
     ) -> None:
         self.keys, self.allow_unsigned, self.skew = list(keys), allow_unsigned, max_clock_skew_s
         self.device, self.group, self.seen, self._clock = device, group, seen, clock
+
+    @classmethod
+    def from_config(cls, config: AgentConfig, clock: Callable[[], float] = time.time) -> ControlGate:
+        """The gate agent.yaml sets up: its operator keys (read now; `BundleError` names a bad
+        one), unsigned control allowed or not, the clock skew, the device and its group, the
+        ids already run in the state directory's ``control.json``."""
+        seen = SeenIds(config.state_dir / "control.json", keep_s=2 * config.max_clock_skew_s)
+        keys = [load_public_key(path) for path in config.operator_keys]
+        skew, group = config.max_clock_skew_s, config.device.group
+        return cls(keys, config.allow_unsigned_control, skew, config.device_id(), group, seen, clock)
 
     def _check(self, document: Signed, expected_target: str) -> None:
         if self.allow_unsigned and (document.signature is None or not self.keys):

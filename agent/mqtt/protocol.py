@@ -18,10 +18,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent.errors import validation_problems
-from agent.mqtt.rollout import Rollout
+from agent.mqtt.commands import COMMAND_TABLE
+from agent.mqtt.rollout_schedule import Rollout
 
 DEFAULT_CHUNK_SIZE = 256 * 1024
-COMMANDS = ("rollback", "restart-pipeline", "snapshot", "ping")
+#: the commands a device accepts, by name (`agent.mqtt.commands.COMMAND_TABLE` declares them)
+COMMANDS = tuple(command.name for command in COMMAND_TABLE)
 #: a desired document, release or command larger than this is refused unread
 MAX_CONTROL_BYTES = 16 * 1024
 #: the most chunks a bundle may be cut into (16 GiB in chunks of 256 KiB)
@@ -199,7 +201,8 @@ class Desired(Signed):
         default=False, description="Install even if the device has a higher version of this bundle installed."
     )
     rollout: Rollout | None = Field(
-        default=None, description="A staged rollout's schedule and halt (agent/mqtt/rollout.py); none: all at once."
+        default=None,
+        description="A staged rollout's schedule and halt (agent/mqtt/rollout_schedule.py); none: all at once.",
     )
 
     @model_validator(mode="after")

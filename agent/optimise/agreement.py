@@ -6,7 +6,7 @@ the pipeline does (`Detector.prepare`), and compares
 - the raw outputs (dequantized to float32): largest and mean absolute difference;
 - the detections after decoding and NMS: the FP32 detections are the ground truth, a variant's
   detection matches one of the same label at IoU >= 0.5 (greedy, highest confidence first:
-  `pipelines.evaluate.MatchCounts`); agreement = matched / FP32 detections.
+  `pipelines.measure.evaluate.MatchCounts`); agreement = matched / FP32 detections.
 
 Pure computation over loaded detectors, in the calling thread; no ONNX tooling needed.
 """
@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.bundles.manifest import Agreement
-from pipelines.detector import Detector
-from pipelines.evaluate import MatchCounts
+from pipelines.decoding.detector import Detector
+from pipelines.measure.evaluate import MatchCounts
 
 #: IoU at which a variant's box matches an FP32 box of the same label
 MATCH_IOU = 0.5
@@ -66,7 +66,7 @@ def measure(baseline: Detector, variant: Detector, images: Sequence[npt.NDArray[
     """Compare `variant` with `baseline` on BGR ``(H, W, 3) uint8`` `images`.
 
     Raises ``ValueError`` when their raw outputs differ in number or shape (not a variant of the
-    same model), and `pipelines.decoders.DecoderError` when the plausibility guard finds the
+    same model), and `pipelines.decoding.decoders.DecoderError` when the plausibility guard finds the
     variant's detections impossible.
     """
     if not images:

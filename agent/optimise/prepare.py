@@ -31,8 +31,8 @@ from agent.optimise import Activations, CalibrationMethod
 from agent.optimise.agreement import Measured, measure
 from agent.optimise.hygiene import check_model, describe, simplify
 from agent.optimise.variants import quantize_qdq, to_fp16
-from pipelines.decoders import DecoderError
-from pipelines.detector import Detector
+from pipelines.decoding.decoders import DecoderError
+from pipelines.decoding.detector import Detector
 from runtimes.base import BackendError, Precision
 from runtimes.registry import load_runtime
 

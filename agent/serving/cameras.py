@@ -17,6 +17,12 @@ such a runtime and one that does not, its pipeline restarts instead. Pipe source
 ``ffmpeg:``, ``rpicam:``) get the board's ffmpeg decode options; what stops one from running
 here is logged once, at the first start.
 
+Each camera keeps detections by its own thresholds (`agent.serving.camera_filter`: agent.yaml's
+``pipelines[].conf``, ``iou``, ``max_det``, ``classes`` over the manifest's), applied to its
+outputs after the shared inference; they are resolved again for every version activated (a
+deployment, a rollback, the lighter artifact, a TensorRT engine), and `thresholds` says what
+each camera keeps now.
+
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
 ``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
 lightest artifact (or back), `halt` stops inference cleanly and `resume` starts it again. The
@@ -35,26 +41,28 @@ from pathlib import Path
 from typing import Any
 
 from agent.bundles.archive import read_reference
-from agent.bundles.install import check_parity
+from agent.bundles.installer import check_parity
 from agent.bundles.manifest import Manifest
 from agent.bundles.tuning import Tuning
 from agent.config.models import CamerasSection, PipelineSection
 from agent.errors import BundleError, ErrorCode
+from agent.hardware.board import Board
 from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
-from agent.hardware.probe import Board
+from agent.serving.camera_filter import Locate, camera_filter, dotted, in_force
 from agent.serving.engine_builder import EngineBuilder
 from agent.serving.loader import Loaded, open_detector
-from agent.snapshot import EngineStatus
+from agent.snapshot import EngineStatus, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
-from pipelines.detector import FrameDetector
-from pipelines.pipe_commands import PipeSettings, pipe_tool
+from pipelines.decoding.detector import CameraDetector, FrameDetector
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
 from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
-from pipelines.sources import FrameSource, open_source
+from pipelines.sources.frames import FrameSource
+from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
+from pipelines.sources.specs import open_source
 from runtimes.base import Runtime
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Choice, Preference
-from runtimes.tensorrt_backend import TensorRTBackend, engine_cache
+from runtimes.tensorrt_backend import TensorRTBackend, TensorRTConfig, engine_cache
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +127,8 @@ def _serving_threads(runtime: Runtime, workers: int, cameras: int) -> int:
 
 
 class Cameras:
-    """The configured pipelines; `sink_for(name)` makes each pipeline's sink (events)."""
+    """The configured pipelines; `sink_for(name)` makes each pipeline's sink (events); `locate`
+    turns a key path of agent.yaml into ``FILE:LINE: key`` for the problems it reports."""
 
     def __init__(
         self,
@@ -130,8 +139,12 @@ class Cameras:
         settings: RuntimeSettings | None = None,
         options: CamerasSection | None = None,
         find_tools: Callable[[], CameraTools] = find_camera_tools,
+        locate: Locate = dotted,
     ) -> None:
         self.sections, self.board, self.preference = list(sections), board, preference
+        self._locate = locate
+        self._filter_problems: dict[str, tuple[str, ...]] = {}  # per camera, for the version serving
+        self._logged: set[str] = set()  # problems logged already (an activation repeats them)
         self.settings = settings or RuntimeSettings()
         self.options = options or CamerasSection()
         self._find_tools = find_tools
@@ -214,8 +227,15 @@ class Cameras:
         if not loaded:
             return []
         self.manifest, self.choice = loaded[0].manifest, loaded[0].choice
+        filters = [camera_filter(i, s, self.manifest, self._locate) for i, s in enumerate(self.sections)]
+        self._filter_problems = {s.name: f.problems for s, f in zip(self.sections, filters, strict=True)}
+        for problem in (p for f in filters for p in f.problems if p not in self._logged):
+            log.warning("%s", problem)
+            self._logged.add(problem)
         if not self.options.share_model:
-            return [model.detector for model in loaded]
+            return [
+                CameraDetector(model.detector, f.detection_filter) for model, f in zip(loaded, filters, strict=True)
+            ]
         options, detector = self.options, loaded[0].detector
         wanted = max(wanted_workers(s, self._tuning) for s in self.sections)
         workers = _serving_threads(detector.runtime, wanted, len(self.sections))
@@ -228,13 +248,13 @@ class Cameras:
         except Exception:
             detector.close()
             raise
-        return [shared.attach(s.name) for s in self.sections]
+        return [shared.attach(s.name, f.detection_filter) for s, f in zip(self.sections, filters, strict=True)]
 
     def _request_engine(self, version: Path, loaded: Loaded) -> None:
         artifact = loaded.pending_artifact
         assert artifact is not None
         sha256 = next(a.sha256 for a in loaded.manifest.artifacts if a.path == artifact.name)
-        self.builder.request(version, loaded.manifest, artifact, sha256, self.settings.tensorrt)
+        self.builder.request(version, loaded.manifest, artifact, sha256, self.settings.of(TensorRTConfig))
 
     def _checked_engine(self, version: Path, loaded: list[Loaded]) -> list[Loaded]:
         """The freshly built engine passes the bundle's parity check, or it is recorded as failed
@@ -249,7 +269,7 @@ class Cameras:
             message = f"the new TensorRT engine fails the bundle's parity check: {exc.message}"
             log.error("%s; ONNX Runtime serves instead", message)
             if isinstance(runtime, TensorRTBackend):
-                cache = engine_cache(self.settings.tensorrt)
+                cache = engine_cache(self.settings.of(TensorRTConfig))
                 cache.record_failure(runtime.record.key, message)
                 cache.discard(runtime.record.key)
             self.builder.fail(ErrorCode.PARITY_FAILED, message)
@@ -389,6 +409,16 @@ class Cameras:
             if name not in self._pipelines:
                 raise KeyError(f"no running pipeline named {name!r}; running: {', '.join(self._pipelines)}")
             return self._pipelines[name]
+
+    def thresholds(self) -> list[ThresholdsInForce]:
+        """What each running camera keeps of its detections now (any thread)."""
+        with self._lock:
+            labels = self.manifest.labels if self.manifest else []
+            return [
+                in_force(s, pipeline.detector.detection_filter, labels, self._filter_problems.get(s.name, ()))
+                for s in self.sections
+                if (pipeline := self._pipelines.get(s.name)) is not None
+            ]
 
     def stats(self) -> list[PipelineStats]:
         """Each camera's numbers; `shared_by` and `mean_batch` from its shared model."""

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from agent.bundles.engines import bundle_calibration, prebuilt_engines, tensorrt_config
+from agent.bundles.engine_settings import bundle_calibration, prebuilt_engines, tensorrt_config
 from agent.bundles.manifest import Manifest
 from agent.errors import ErrorCode
 from agent.snapshot import BuildState, EngineStatus

@@ -1,7 +1,7 @@
 """Object events for the ``events`` topic, and each camera's analytics (tracks, lines, zones).
 
-Each camera's frames go through its `pipelines.analytics.SceneAnalytics` (the tracker after
-NMS, then its counting lines and zones); `EventSink` turns what changed into one JSON document
+Each camera's frames go through its `pipelines.tracking.analytics.SceneAnalytics` (the tracker after
+NMS, then its counting lines and zones); `EventSink` turns what changed into one `ObjectEvent`
 per object event (docs/analytics.md, docs/mqtt.md):
 
 - ``start``: a confirmed track of a wanted label (``events.labels``) once its best score reaches
@@ -11,16 +11,16 @@ per object event (docs/analytics.md, docs/mqtt.md):
   has to wait counts as `suppressed`;
 - ``end``: when the tracker gives the track up (lost for longer than its buffer), with
   ``duration_s``, the zones visited with their dwell, the lines crossed, and with
-  ``events.snapshots`` a base64 JPEG crop of its best frame.
+  ``events.snapshots`` a JPEG crop of its best frame.
 
-An object makes one ``start`` and one ``end``, never one per frame. Threads: `handle` runs on
+An object makes one ``start`` and one ``end``, never one per frame. Each event is an
+`agent.event_values.ObjectEvent` handed to `publish`; the daemon turns it into JSON. Threads: `handle` runs on
 each camera's inference thread, in frame order (the pipeline's sinks); `counts` and the
 counters are read from any thread. Memory: a camera holds the live tracks only.
 """
 
 from __future__ import annotations
 
-import base64
 import threading
 import time
 import uuid
@@ -28,14 +28,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.config.models import EventsSection, PipelineSection
-from pipelines.analytics import CameraCounts, SceneAnalytics, TrackRecord
+from agent.event_values import LineCrossing, ObjectEvent, ObjectEventKind
 from pipelines.annotate import encode_jpeg
-from pipelines.detections import Detections
-from pipelines.sources import Frame
-from pipelines.tracker import TrackerSettings
-from pipelines.zones import LineSpec, ZoneSpec
+from pipelines.decoding.detections import Detections
+from pipelines.sources.frames import Frame
+from pipelines.tracking.analytics import CameraCounts, SceneAnalytics, TrackRecord
+from pipelines.tracking.tracker import TrackerSettings
+from pipelines.tracking.zones import LineSpec, ZoneSpec
 
-Publish = Callable[[dict[str, object]], None]
+#: where the events go (the daemon: the ``events`` topic and the page's recent events)
+Publish = Callable[[ObjectEvent], None]
 
 
 def _point(xy: list[float]) -> tuple[float, float]:
@@ -156,25 +158,26 @@ class EventSink:
         announced.last_sent, announced.said = now, news
         self._send("update", pipeline, record, announced.object_id)
 
-    def _send(self, kind: str, pipeline: str, record: TrackRecord, object_id: str) -> None:
-        now = self._wall()
-        event: dict[str, object] = {
-            "type": kind,
-            "ts": round(now, 3),
-            "pipeline": pipeline,
-            "object_id": object_id,
-            "track_id": record.track_id,
-            "label": self.label(record.class_id),
-            "class_id": record.class_id,
-            "confidence": round(record.best_score, 4),
-            "box": [round(v, 1) for v in record.best_box],
-            "frame": record.best_frame,
-            "duration_s": round(record.duration_s, 3),
-            "zones": {name: dwell for name, dwell in record.zones},
-            "lines": [{"line": line, "direction": direction} for line, direction in record.lines],
-        }
+    def _send(self, kind: ObjectEventKind, pipeline: str, record: TrackRecord, object_id: str) -> None:
+        crop = None
         if kind == "end" and record.crop is not None and record.crop.size:
-            event["snapshot_jpeg"] = base64.b64encode(encode_jpeg(record.crop, 85)).decode("ascii")
+            crop = encode_jpeg(record.crop, 85)
+        event = ObjectEvent(
+            kind=kind,
+            ts=self._wall(),
+            pipeline=pipeline,
+            object_id=object_id,
+            track_id=record.track_id,
+            label=self.label(record.class_id),
+            class_id=record.class_id,
+            confidence=record.best_score,
+            box=record.best_box,
+            frame=record.best_frame,
+            duration_s=record.duration_s,
+            zones=record.zones,
+            lines=tuple(LineCrossing(line, direction) for line, direction in record.lines),
+            snapshot_jpeg=crop,
+        )
         with self._lock:
             self.published += 1
         self._publish(event)

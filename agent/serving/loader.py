@@ -1,6 +1,8 @@
 """Loading a model to serve: an installed version (`open_detector`, for the cameras) or a bare
 model file (`load_model`, for ``edge-agent detect`` and ``bench``), on the best runtime of this
-board that loads it (`runtimes.selection`), falling back to the next when one fails."""
+board that loads it (`runtimes.selection`), falling back to the next when one fails. What a
+backend is (its settings, how autotune's choice applies to them) comes from its registry entry
+(`runtimes.registry.BACKENDS`); only TensorRT's engines, built on the device, are handled by name."""
 
 from __future__ import annotations
 
@@ -9,20 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.bundles.archive import read_manifest
-from agent.bundles.engines import version_settings
-from agent.bundles.install import runtime_choices
+from agent.bundles.engine_settings import version_settings
+from agent.bundles.installer import runtime_choices
 from agent.bundles.manifest import Manifest
 from agent.bundles.tuning import Tuning
 from agent.errors import BundleError, ErrorCode
-from agent.hardware.probe import Board, probe
-from pipelines.decoders import DecoderError
-from pipelines.detector import Detector
+from agent.hardware.board import Board, probe
+from pipelines.decoding.decoders import DecoderError
+from pipelines.decoding.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
 from runtimes.isolation import RuntimeCrashed
-from runtimes.ort_backend import PROVIDERS
-from runtimes.registry import RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
+from runtimes.registry import BACKENDS, RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
 from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
-from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend, engine_cache
+from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend, TensorRTConfig, engine_cache
 
 log = logging.getLogger(__name__)
 
@@ -44,24 +45,27 @@ class Loaded:
 def _tuned(
     choices: list[Choice], settings: RuntimeSettings, tuning: Tuning, folder: Path, manifest: Manifest, workers: int
 ) -> tuple[list[Choice], RuntimeSettings]:
-    """Autotune's choice first (after TensorRT when the policy ranks it first: an engine, once
-    built, beats every CPU configuration), with its provider or delegate and, when the camera
-    runs as many workers as were tuned, its threads per call."""
+    """Autotune's choice first (after the policy's first choice when autotune does not choose
+    that backend, `Backend.tune` None: a TensorRT engine, once built, beats every CPU
+    configuration), with its provider or delegate and, when the camera runs as many workers as
+    were tuned, its threads per call (the backend's `tune` applies them to its settings)."""
     entry = next((a for a in manifest.artifacts if a.path == tuning.artifact), None)
-    if entry is None or tuning.runtime not in ("onnxruntime", "litert"):
+    backend = BACKENDS.get(tuning.runtime)
+    if entry is None or backend is None or backend.tune is None:
         return choices, settings
     artifact = Artifact(str(folder / entry.path), entry.format, entry.precision)
     tuned = Choice(tuning.runtime, artifact, tuning.provider, f"autotune: {tuning.reason}")
     rest = [c for c in choices if (c.runtime, c.artifact.path) != (tuned.runtime, artifact.path)]
-    first = 1 if rest and rest[0].runtime == "tensorrt" else 0
+    first = 1 if rest and _untuned(rest[0].runtime) else 0
     threads = tuning.threads if workers == tuning.workers else None
-    if tuning.runtime == "onnxruntime":
-        key = next((k for k, name in PROVIDERS.items() if name == tuning.provider), "cpu")
-        ort = settings.onnxruntime.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
-        settings = settings.model_copy(update={"onnxruntime": ort})
-    elif threads:
-        settings = settings.model_copy(update={"litert": settings.litert.model_copy(update={"num_threads": threads})})
+    settings = settings.replace(backend.tune(settings.config_for(tuning.runtime), tuning.provider, threads))
     return [*rest[:first], tuned, *rest[first:]], settings
+
+
+def _untuned(runtime: str) -> bool:
+    """Whether autotune never chooses `runtime` (TensorRT: its engine is built after activation)."""
+    backend = BACKENDS.get(runtime)
+    return backend is None or backend.tune is None
 
 
 def open_detector(
@@ -125,7 +129,7 @@ def _implausible_engine(runtime: TensorRTBackend, settings: RuntimeSettings, exc
     FP16 overflow) is never served: recorded as failed (so it is not rebuilt either) and discarded."""
     message = f"the TensorRT engine fails the plausibility guard: {exc}"
     log.error("%s; the next runtime serves instead", message)
-    cache = engine_cache(settings.tensorrt)
+    cache = engine_cache(settings.of(TensorRTConfig))
     cache.record_failure(runtime.record.key, message)
     cache.discard(runtime.record.key)
     return EngineNotReady(message, runtime.record.key, message)

@@ -154,7 +154,8 @@ class StatusApp:
         return JSONResponse(self.history.to_json(since), headers=NO_STORE)
 
     async def events(self, request: Request) -> Response:
-        return JSONResponse(await self._in("read", self.controls.events), headers=NO_STORE)
+        events = await self._in("read", self.controls.events)
+        return JSONResponse([event.to_json() for event in events], headers=NO_STORE)
 
     async def log_lines(self, request: Request) -> Response:
         return JSONResponse(self.logs.to_json(), headers=NO_STORE)

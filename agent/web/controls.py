@@ -4,14 +4,15 @@ The web room reads the agent only through them (an import contract keeps it from
 into the daemon), so the page can be served, and tested, against anything that provides them.
 Every callable may be called from any thread (the server's worker threads); the actions raise
 `agent.errors.CodedError` with ``NO_PREVIOUS``, ``BUSY``, ``NO_PIPELINE`` or ``NO_FRAME``.
+The daemon makes them in `agent.daemon.actions.DeviceActions.controls`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from agent.event_values import Event
 from agent.snapshot import AgentSnapshot, DeploymentStatus, Health
 
 
@@ -20,12 +21,12 @@ class AgentControls:
     """`snapshot` and `health` read the agent now; `rollback` returns to the previous version
     (the deployment record it made); `restart(camera)` restarts one camera's pipeline with a
     fresh source (the names restarted); `camera_jpeg(camera, quality)` is its newest frame with
-    the detections drawn; `events` the recent detection and governor events, oldest first (the
-    JSON documents the ``events`` topic carries)."""
+    the detections drawn; `events` the recent object and governor events, oldest first, without
+    their JPEG crops (each one's `to_json` is the ``events`` topic's document less ``device``)."""
 
     snapshot: Callable[[], AgentSnapshot]
     health: Callable[[], Health]
     rollback: Callable[[], DeploymentStatus]
     restart: Callable[[str], list[str]]
     camera_jpeg: Callable[[str, int], bytes]
-    events: Callable[[], list[dict[str, Any]]]
+    events: Callable[[], list[Event]]

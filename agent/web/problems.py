@@ -158,7 +158,7 @@ def judge_deployment(deployment: DeploymentStatus | None, problem: str | None) -
         return Finding(
             "deployment",
             "warn",
-            f"the deployment of {what} ended {deployment.state}: {deployment.error_code}: {deployment.error_message}",
+            f"the deployment of {what} ended {deployment.state}: {deployment.error or 'no error recorded'}",
             "the version before it keeps serving; fix the bundle and push it again",
         )
     return Finding("deployment", "pass", f"last deployment: {deployment.state if deployment else 'none'}")
@@ -232,5 +232,7 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
         found.append(judge_disk(system.disk_free_mb, system.disk_total_mb, "the state directory"))
         found.append(judge_clock(system.clock_synchronised))
     found += [Finding("config", "warn", warning, "see docs/security.md") for warning in snapshot.warnings]
+    fix = "name the serving version's labels in pipelines[].classes (docs/configuration.md)"
+    found += [Finding("config", "warn", problem, fix) for camera in snapshot.thresholds for problem in camera.problems]
     problems = [f for f in found if f.status != "pass"]
     return sorted(problems, key=lambda f: _ORDER[f.status])

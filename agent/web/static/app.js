@@ -75,7 +75,7 @@ function renderStatus(s) {
     ["state", d.state],
     ["version", `${d.name || "?"} ${d.version || d.sha256.slice(0, 12)}`],
     ["id", d.id],
-    ["error", d.error_code ? `${d.error_code}: ${d.error_message}` : "none"],
+    ["error", d.error ? `${d.error.code}: ${d.error.message}` : "none"],
     ["progress", d.progress ? `${d.progress.chunks_done}/${d.progress.chunks_total} chunks` : "–"],
   ] : [["state", "no deployment yet"]]);
   const b = s.broker;
@@ -150,12 +150,24 @@ function renderCamera(c, analytics) {
     ["frames", `${c.frames} inferred, ${c.dropped} dropped, ${c.errors} failed`],
     ["source", `${c.source_status.state}${c.source_status.error ? ": " + c.source_status.error : ""}`],
     ["model", `${c.model} on ${c.runtime}${c.paused ? " (paused)" : ""}`],
+    ...thresholdRows(c.thresholds),
     ...analyticsRows(analytics),
   ]);
   if (!entry.loading) {
     entry.loading = true;
     entry.image.src = `/api/cameras/${encodeURIComponent(c.name)}/snapshot.jpg?t=${Date.now()}`;
   }
+}
+
+// What the camera keeps of its model's detections: agent.yaml's pipelines[] over the bundle's.
+function thresholdRows(t) {
+  if (!t) return [];
+  const from = t.configured.length ? `${t.configured.join(", ")} from agent.yaml, the rest from the bundle` : "from the bundle";
+  const classes = t.classes === null ? "all" : (t.classes.length ? t.classes.join(", ") : "none (see the problems)");
+  return [
+    ["thresholds", `conf ${fmt(t.conf, 2)} · iou ${fmt(t.iou, 2)} · max_det ${t.max_det} (${from})`],
+    ["classes", classes],
+  ];
 }
 
 // The camera's tracked objects, line crossings and zone occupancy (docs/analytics.md).

@@ -4,7 +4,7 @@ The double stands in for TensorRT where it cannot be installed. Its "GPU" is `GP
 compute capability, fast FP16 / INT8); its device memory is whatever `device` is set to: the
 host-memory `HostDeviceMemory` below (an implementation of `runtimes.cuda_memory.DeviceMemory`
 whose copies are queued per stream and run at `synchronize`, as CUDA's are), or on a GPU
-machine an adapter over real CUDA memory (tests/test_cuda_memory.py). An engine is the ONNX
+machine an adapter over real CUDA memory (tests/runtimes/test_cuda_memory.py). An engine is the ONNX
 model plus a JSON header; executing it runs the model with ONNX Runtime on the CPU, reading its
 inputs from and writing its outputs to device memory, in stream order. FP16 engines round
 inputs and outputs through float16, so parity checks see FP16-sized errors.

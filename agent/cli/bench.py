@@ -1,0 +1,209 @@
+"""`edge-agent bench`: FPS, per-stage latency, dropped frames and peak memory of a model (``--workers
+auto`` measures 1 and 2 calls in flight, as the daemon's autotune does), or with ``--matrix`` the
+optimisation report of a bundle on this device: every way to run it, each row in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.cli.args import positive_int
+from runtimes.selection import Preference
+
+if TYPE_CHECKING:
+    from pipelines.measure.matrix import Row
+    from runtimes.selection import Preference
+from agent.cli.args import RUNTIME_CHOICES
+from agent.cli.failure import CliError
+
+
+def add_parser(commands: Any) -> None:
+    """Add ``edge-agent bench`` to the subparsers."""
+    bench = commands.add_parser(
+        "bench", help="measure FPS, latency and memory of a model, or with --matrix every way to run a bundle"
+    )
+    bench.add_argument(
+        "model", type=Path, metavar="MODEL|BUNDLE", help="an .onnx or .tflite model; a bundle with --matrix"
+    )
+    bench.add_argument(
+        "--source",
+        default="synthetic",
+        help="a video file, 'synthetic' (default), or a pipe source: 'gst:PIPELINE', 'ffmpeg:URL_OR_FILE', "
+        "'rpicam:ARGS' (docs/cameras.md)",
+    )
+    bench.add_argument("--frames", type=positive_int, help="frames to process (default: the whole file, or 300)")
+    bench.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    bench.add_argument(
+        "--mode",
+        choices=("pipeline", "runtime"),
+        default="pipeline",
+        help="pipeline: capture to detections, every frame; runtime: inference alone on one prepared tensor",
+    )
+    bench.add_argument(
+        "--workers",
+        type=workers_arg,
+        default="auto",
+        help="inference calls in flight at once on one model (ONNX Runtime only): more throughput, each frame "
+        "slower; each call gets cores/N threads. auto (default): the faster of 1 and 2 calls, measured briefly, "
+        "as the daemon's autotune chooses",
+    )
+    bench.add_argument(
+        "--matrix",
+        action="store_true",
+        help="the optimisation report of a bundle: every runtime x artifact / precision / provider / delegate "
+        "on this device, each in its own process, with latency, FPS, peak RSS, energy and parity",
+    )
+    bench.add_argument("--config", type=Path, help="device config (YAML) for the runtimes' settings (--matrix)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object (--matrix: a list of rows)")
+
+
+DEFAULT_MATRIX_FRAMES = 100
+
+
+AUTO_FRAMES = 15  # per variant, after the warm-up, for --workers auto
+
+
+def workers_arg(text: str) -> int | str:
+    return "auto" if text == "auto" else positive_int(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.serving.loader import load_model
+    from pipelines.measure.benchmark import run_bench
+
+    if args.matrix:
+        return bench_matrix(args)
+    if not args.model.is_file():
+        raise CliError(f"model file not found: {args.model}")
+    workers, measured = auto_workers(args.model, args.runtime) if args.workers == "auto" else (args.workers, {})
+    runtime, choice = load_model(args.model, args.runtime, workers=workers)
+    with runtime:
+        if workers > 1 and not runtime.concurrent:
+            raise CliError(f"--workers {workers}: {runtime.name} cannot run one model from several threads")
+        progress = sys.stderr.isatty() and not args.json
+        report = run_bench(runtime, args.source, args.frames, args.mode, progress=progress, workers=workers)
+    report["device"] = choice.device
+    if measured:
+        report["workers_auto_fps"] = measured
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(
+        f"{report['model']} on {report['runtime']} ({choice.device}), {report['mode']} mode, source {report['source']}"
+    )
+    auto = f" (auto; FPS by workers: {measured})" if measured else ""
+    print(
+        f"  input {report['input_shape']}, {report['frames']} frames in {report['seconds']:.2f} s, "
+        f"{report['workers']} worker(s){auto}"
+    )
+    latency = report["latency_ms"]
+    print(f"  fps {report['fps']:.1f}   latency p50 {latency['p50']:.1f} ms  p95 {latency['p95']:.1f} ms")
+    for stage, values in report["stages_ms"].items():
+        print(f"    {stage:<12} p50 {values['p50']:7.2f} ms  p95 {values['p95']:7.2f} ms")
+    print(f"  dropped {report['dropped']}   peak RSS {report['rss_mb']:.0f} MB")
+    return 0
+
+
+def _cell(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def print_rows(rows: list[Row]) -> None:
+    print(
+        f"{'runtime':<12}{'provider':<22}{'artifact':<30}{'prec':<6}{'w':>2}{'thr':>4}{'p50 ms':>9}{'p95 ms':>9}"
+        f"{'FPS':>8}{'RSS MB':>8}{'mJ/fr':>7}{'max err':>9}{'det agr':>8}"
+    )
+    for row in rows:
+        parity = row.parity or {}
+        latency = row.latency_ms or {}
+        line = (
+            f"{row.runtime:<12}{row.provider[:21]:<22}{row.artifact[:29]:<30}{row.precision:<6}{row.workers:>2}"
+            f"{_cell(row.threads):>4}{_cell(latency.get('p50'), 2):>9}{_cell(latency.get('p95'), 2):>9}"
+            f"{_cell(row.fps):>8}{_cell(row.rss_mb, 0):>8}{_cell(row.energy_mj_per_frame):>7}"
+            f"{_cell(parity.get('max_abs_err'), 4):>9}{_cell(parity.get('detection_agreement'), 2):>8}"
+        )
+        print(line + (f"  {row.error}" if row.error else ""))
+
+
+def bench_matrix(args: argparse.Namespace) -> int:
+    """Run the matrix of the bundle `args.model`; a table, or with ``--json`` a list of rows."""
+    from agent.bundles.archive import Limits, unpack, verify_unpacked
+    from agent.bundles.engine_settings import version_settings
+    from agent.bundles.tuning import candidates, reference_of, run_matrix, with_engines
+    from agent.config.loading import load_config
+    from agent.config.models import AgentConfig
+    from agent.hardware.board import probe
+    from pipelines.measure.matrix import choose
+
+    bundle: Path = args.model
+    if not bundle.is_file():
+        raise CliError(f"bundle not found: {bundle}")
+    if bundle.suffix.lower() in (".onnx", ".tflite"):
+        raise CliError(f"--matrix measures a bundle (edge-agent bundle build makes one), not a model: {bundle}")
+    config = load_config(args.config) if args.config else AgentConfig()
+    frames = args.frames or DEFAULT_MATRIX_FRAMES
+    board = probe()
+    quiet = args.json
+
+    def say(text: str) -> None:
+        if not quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="edge-agent-matrix-") as tmp:
+        folder = Path(tmp)
+        unpack(bundle, folder, Limits())
+        verified = verify_unpacked(folder, (), allow_unsigned=True)  # hashes checked; nothing installed
+        manifest = verified.manifest
+        settings = version_settings(config.runtime_settings(), manifest)
+        found = candidates(folder, manifest, board, settings, variants=True)
+        found = with_engines(found, folder, manifest, lambda name, p: say(f"building {name}: {p.fraction:.0%}"))
+        reference = reference_of(folder, manifest, verified.reference)
+        rows = run_matrix(found, reference, frames, on_row=lambda row: say(f"measured {row.runtime} {row.artifact}"))
+    if args.json:
+        print(json.dumps([row.to_json() for row in rows]))
+        return 0
+    print(
+        f"{manifest.name} {manifest.version} on {board.model} ({board.arch}, {board.cpu_count} CPUs): "
+        f"{frames} frames per row, inference alone; max err vs each artifact's reference outputs, "
+        f"detections vs {reference.reference_artifact}"
+    )
+    print_rows(rows)
+    best, why = choose(rows, manifest.reference.min_fraction)
+    if best is not None:
+        print(f"autotune would serve: {best.runtime} {best.provider} {best.artifact} x{best.workers}: {why}")
+    else:
+        print(f"autotune: {why}")
+    return 0
+
+
+def auto_workers(model: Path, preference: Preference) -> tuple[int, dict[str, float]]:
+    """``--workers auto`` of a plain bench: on a runtime that serves concurrent calls, time each
+    `worker_variants` (calls in flight, threads each) briefly and take the fastest, as autotune
+    does at activation; 1 elsewhere. Returns the workers and each variant's FPS."""
+    from agent.bundles.tuning import worker_variants
+    from agent.serving.loader import load_model
+    from pipelines.decoding.detector import Detector
+    from pipelines.measure.benchmark import time_inference
+    from pipelines.sources.synthetic import SyntheticScene
+
+    measured: dict[str, float] = {}
+    frame = SyntheticScene(seed=0).render(0)[0]
+    for workers, _ in worker_variants(os.cpu_count() or 1):
+        runtime, _ = load_model(model, preference, workers=workers)
+        with runtime:
+            if not runtime.concurrent:
+                return 1, {}
+            tensor, _ = Detector(runtime).prepare(frame)
+            time_inference(runtime, tensor, 3, workers)  # warm-up
+            _, seconds = time_inference(runtime, tensor, AUTO_FRAMES * workers, workers)
+        measured[str(workers)] = round(AUTO_FRAMES * workers / seconds, 2)
+    best = max(measured, key=lambda key: measured[key])
+    return int(best), measured

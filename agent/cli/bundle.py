@@ -1,0 +1,334 @@
+"""`edge-agent bundle build|inspect|verify`: signed model bundles at the operator (docs/bundles.md),
+with ``bundle build``'s optimisation options and ``inspect``'s agreement table (docs/optimising.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipelines.decoding.decoders import DECODER_CHOICES
+
+if TYPE_CHECKING:
+    from runtimes.engine_cache import EngineKey
+
+from typing import TYPE_CHECKING, get_args
+
+from runtimes.base import Precision
+
+if TYPE_CHECKING:
+    from agent.bundles.archive import ArtifactNotes
+    from agent.bundles.manifest import Manifest
+from agent.cli.args import device_config, positive_int, trust_arguments, unit_interval
+from agent.cli.failure import CliError
+
+
+def add_parser(commands: Any) -> None:
+    """Add ``edge-agent bundle`` to the subparsers."""
+    bundle = commands.add_parser("bundle", help="build, inspect and verify model bundles")
+    bundle_commands = bundle.add_subparsers(dest="bundle_command", required=True, metavar="ACTION")
+    build = bundle_commands.add_parser("build", help="write a bundle from models")
+    build.add_argument("--model", type=Path, action="append", required=True, help=".onnx or .tflite (repeatable)")
+    build.add_argument("--labels", type=Path, help="labels file (default: the model's metadata)")
+    build.add_argument(
+        "--decoder",
+        choices=DECODER_CHOICES,
+        default="auto",
+        help="output decoder (default auto: from the outputs and the model's metadata; docs/models.md lists exports)",
+    )
+    build.add_argument("--name", help="bundle name (default: the first model's file name)")
+    build.add_argument("--version", default="0.1.0", help="semantic version (default 0.1.0)")
+    build.add_argument("--description", default="")
+    build.add_argument("--calibration", type=Path, help="folder of calibration images (.jpg/.png)")
+    build.add_argument("--key", type=Path, help="signing.key to sign the manifest with")
+    build.add_argument(
+        "--engine",
+        type=Path,
+        action="append",
+        default=[],
+        help="a prebuilt TensorRT engine from `edge-agent engine build --out` (its tags in ENGINE.json; repeatable)",
+    )
+    build.add_argument("-o", "--out", type=Path, required=True, help="bundle file to write")
+    add_threshold_arguments(build)
+    add_optimise_arguments(build)
+    inspect = bundle_commands.add_parser("inspect", help="print a bundle's manifest summary")
+    inspect.add_argument("bundle", type=Path)
+    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    verify = bundle_commands.add_parser("verify", help="check a bundle completely without installing it")
+    verify.add_argument("bundle", type=Path)
+    trust_arguments(verify)
+
+
+_PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"build": _bundle_build, "inspect": _bundle_inspect, "verify": _bundle_verify}[args.bundle_command](args)
+
+
+def _bundle_build(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from agent.bundles.archive import build_bundle
+    from agent.bundles.manifest import DetectionThresholds
+    from agent.bundles.signing import load_private_key
+    from pipelines.decoding.labels import Labels
+
+    for model in args.model:
+        if not model.is_file():
+            raise CliError(f"model file not found: {model}")
+    labels = None
+    if args.labels:
+        parsed = Labels.from_file(args.labels)
+        labels = [parsed(i) for i in range(max(parsed.names) + 1)] if parsed.names else None
+    calibration = image_files(args.calibration, "calibration") if args.calibration else []
+    key = load_private_key(args.key) if args.key else None
+    engines = [_engine_file(path) for path in args.engine]
+    with tempfile.TemporaryDirectory(prefix="edge-agent-build-") as workdir:
+        models, notes = prepare_models(args, calibration, Path(workdir))
+        manifest = build_bundle(
+            models,
+            args.out,
+            name=args.name or args.model[0].stem,
+            version=args.version,
+            labels=labels,
+            decoder=args.decoder,
+            calibration=calibration,
+            key=key,
+            description=args.description,
+            notes=notes,
+            engines=engines,
+            thresholds=DetectionThresholds(conf=args.conf, iou=args.iou, max_det=args.max_det),
+        )
+    signed = "signed" if key else "unsigned"
+    print(f"wrote {args.out}: {manifest.name} {manifest.version}, {len(manifest.artifacts)} artifact(s), {signed}")
+    return 0
+
+
+def _engine_file(path: Path) -> tuple[Path, EngineKey]:
+    """A prebuilt engine and the key in its tags file (``ENGINE.json``)."""
+    from runtimes.engine_cache import EngineRecord
+
+    tags = Path(f"{path}.json")
+    if not path.is_file() or not tags.is_file():
+        raise CliError(f"engine {path} and its tags {tags} are needed (edge-agent engine build --out writes both)")
+    try:
+        return path, EngineRecord.from_json(json.loads(tags.read_text())).key
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CliError(f"{tags}: not the tags of an engine ({exc})") from exc
+
+
+@contextmanager
+def _unpacked(bundle: Path) -> Iterator[Path]:
+    import tempfile
+
+    from agent.bundles.archive import Limits, unpack
+
+    if not bundle.is_file():
+        raise CliError(f"bundle not found: {bundle}")
+    with tempfile.TemporaryDirectory(prefix="edge-agent-bundle-") as folder:
+        unpack(bundle, Path(folder), Limits())
+        yield Path(folder)
+
+
+def _bundle_inspect(args: argparse.Namespace) -> int:
+    from agent.bundles.archive import read_manifest
+
+    with _unpacked(args.bundle) as folder:
+        _, manifest = read_manifest(folder)
+        signed = (folder / "manifest.sig").is_file()
+    if args.json:
+        print(json.dumps(manifest.model_dump(mode="json")))
+        return 0
+    print(f"{manifest.name} {manifest.version} ({manifest.task}, decoder {manifest.decoder}), built {manifest.created}")
+    print(f"  signed: {'yes' if signed else 'no'}")
+    h, w = manifest.input.size
+    print(f"  input: {w}x{h} {manifest.input.color}, {manifest.input.resize}")
+    more = ", ..." if len(manifest.labels) > 5 else ""
+    print(f"  labels: {len(manifest.labels)} ({', '.join(manifest.labels[:5])}{more})")
+    t = manifest.thresholds
+    print(f"  thresholds: conf {t.conf}, iou {t.iou}, max_det {t.max_det}")
+    for a in manifest.artifacts:
+        print(f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes, sha256 {a.sha256[:16]}...")
+    for line in agreement_table(manifest):
+        print(line)
+    return 0
+
+
+def _bundle_verify(args: argparse.Namespace) -> int:
+    from agent.bundles.archive import verify_unpacked
+    from agent.bundles.signing import load_public_key
+
+    config = device_config(args)
+    trusted = [load_public_key(p) for p in config.trust_keys]
+    with _unpacked(args.bundle) as folder:
+        verified = verify_unpacked(folder, trusted, config.allow_unsigned)
+    signer = f"signed by key {verified.signer}" if verified.signer else "UNSIGNED (allowed by --allow-unsigned)"
+    print(f"{args.bundle}: OK, {verified.manifest.name} {verified.manifest.version}, {signer}")
+    return 0
+
+
+def _precisions(text: str) -> tuple[Precision, ...]:
+    """``fp32,fp16,int8`` -> the precisions, in the order given; argparse reports a bad one."""
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in _PRECISIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(_PRECISIONS)}, got {text!r}")
+    return tuple(name for name in _PRECISIONS if name in names)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {text!r}")
+    return value
+
+
+def add_threshold_arguments(build: argparse.ArgumentParser) -> None:
+    """``--conf``, ``--iou``, ``--max-det``: the manifest's thresholds, every camera's defaults
+    (agent.yaml's ``pipelines[]`` may set its own: docs/configuration.md)."""
+    from pipelines.decoding.detection_filter import DEFAULTS as defaults
+
+    group = build.add_argument_group(
+        "detection thresholds (signed into the manifest: the devices' defaults, which each camera's "
+        "pipelines[].conf, iou, max_det in agent.yaml override)"
+    )
+    group.add_argument(
+        "--conf",
+        type=unit_interval,
+        default=defaults.conf,
+        help=f"keep detections scoring above this, 0..1 (default {defaults.conf})",
+    )
+    group.add_argument(
+        "--iou",
+        type=unit_interval,
+        default=defaults.iou,
+        help=f"NMS: drop a box overlapping a better one of its class more than this, 0..1 (default {defaults.iou})",
+    )
+    group.add_argument(
+        "--max-det",
+        type=positive_int,
+        default=defaults.max_det,
+        help=f"most detections kept per frame (default {defaults.max_det})",
+    )
+
+
+def add_optimise_arguments(build: argparse.ArgumentParser) -> None:
+    """The options of `bundle build` that drive `agent.optimise` (hygiene, variants, the gate)."""
+    from agent.optimise import ACTIVATIONS, CALIBRATION_METHODS  # the room's __init__: the standard library only
+
+    group = build.add_argument_group(
+        "optimising an ONNX model (needs: pip install 'edge-agent[build]'; see docs/optimising.md)"
+    )
+    group.add_argument(
+        "--precisions",
+        type=_precisions,
+        metavar="LIST",
+        help="variants of the first ONNX model (FP32) to ship, e.g. fp32,fp16,int8; each is proven against "
+        "FP32 on the validation images and left out below --min-agreement (int8 needs --calibration)",
+    )
+    group.add_argument(
+        "--validation", type=Path, help="folder of .jpg/.png images the variants are proven on (default: --calibration)"
+    )
+    group.add_argument(
+        "--calibration-method",
+        choices=CALIBRATION_METHODS,
+        default="minmax",
+        help="how INT8 activation ranges are found from the calibration images (default minmax)",
+    )
+    group.add_argument(
+        "--int8-activations",
+        choices=ACTIVATIONS,
+        default="symmetric",
+        help="symmetric (zero point 0: TensorRT takes it; the default) or asymmetric (ONNX Runtime and LiteRT only, "
+        "often closer to FP32 for models with mostly positive activations)",
+    )
+    group.add_argument(
+        "--min-agreement",
+        type=_fraction,
+        default=0.9,
+        help="detection agreement with FP32 (matched boxes at IoU >= 0.5, same label, / FP32 boxes) "
+        "a variant needs to ship (default 0.9)",
+    )
+    group.add_argument(
+        "--no-simplify", action="store_true", help="ship ONNX models as given (default: onnxslim when lossless)"
+    )
+
+
+def image_files(folder: Path, role: str) -> list[Path]:
+    """The .jpg/.png files of `folder`, sorted; `role` names the option in errors."""
+    if not folder.is_dir():
+        raise CliError(f"{role} folder not found: {folder}")
+    images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not images:
+        raise CliError(f"no .jpg or .png images in {folder}")
+    return images
+
+
+def prepare_models(
+    args: argparse.Namespace, calibration: list[Path], workdir: Path
+) -> tuple[list[Path], dict[str, ArtifactNotes]]:
+    """Hygiene (every ONNX model) and, with ``--precisions``, the variants: the models to bundle
+    and their notes. Without the ``build`` extra, plain builds go on unchecked (a line says so)."""
+    from agent.errors import BundleError, ErrorCode
+    from agent.optimise import missing_tools
+
+    models: list[Path] = list(args.model)
+    missing = missing_tools()
+    if missing:
+        install = f"{', '.join(missing)} not installed: pip install 'edge-agent[build]'"
+        if args.precisions:
+            raise BundleError(ErrorCode.BUILD_TOOLS_MISSING, f"--precisions needs the build tools ({install})")
+        if any(path.suffix == ".onnx" for path in models):
+            print(f"note: ONNX models not checked or simplified ({install})")
+        return models, {}
+    from agent.optimise.prepare import Options, prepare
+
+    options = Options(
+        precisions=args.precisions or (),
+        calibration=tuple(calibration),
+        validation=tuple(image_files(args.validation, "validation")) if args.validation else (),
+        method=args.calibration_method,
+        activations=args.int8_activations,
+        min_agreement=args.min_agreement,
+        simplify=not args.no_simplify,
+        decoder=args.decoder,
+    )
+    prepared = prepare(models, options, workdir, print)
+    return list(prepared.models), dict(prepared.notes)
+
+
+def agreement_table(manifest: Manifest) -> list[str]:
+    """`bundle inspect`'s table of artifacts with their agreement; empty when none was measured."""
+    if not any(a.agreement for a in manifest.artifacts):
+        return []
+    width = max(len(a.path) for a in manifest.artifacts)
+    lines = [
+        f"  {'artifact':<{width}}  precision  {'bytes':>9}  agreement  matched  extra  max |error|",
+    ]
+    for a in manifest.artifacts:
+        if a.agreement is None:
+            lines.append(f"  {a.path:<{width}}  {a.precision:<9}  {a.size:>9}  {'-':>9}")
+            continue
+        g = a.agreement
+        matched = f"{g.matched}/{g.baseline_detections}"
+        lines.append(
+            f"  {a.path:<{width}}  {a.precision:<9}  {a.size:>9}  {g.detections:>9.3f}  {matched:>7}  {g.extra:>5}"
+            f"  {g.max_abs_error:>11.3g}"
+        )
+    first = next(a.agreement for a in manifest.artifacts if a.agreement)
+    lines.append(
+        f"  (against {first.baseline} on {first.images} validation images, IoU >= {first.iou}; "
+        f"gate {first.min_agreement:.2f})"
+    )
+    return lines

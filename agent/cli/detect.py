@@ -1,0 +1,258 @@
+"""`edge-agent detect`: a model on images or videos (every N-th frame), the detections printed or
+drawn, objects followed with ``--track`` and counted on ``--line``s.
+
+Heavy libraries (OpenCV, ONNX Runtime, LiteRT) are imported inside the command, so ``edge-agent
+--help`` and a first detection start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.cli.args import line_points, positive_int, unit_interval
+from pipelines.decoding.decoders import DECODER_CHOICES
+from pipelines.decoding.detection_filter import DEFAULTS
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from pipelines.decoding.detections import Detections
+    from pipelines.decoding.labels import Labels
+    from pipelines.tracking.analytics import SceneAnalytics
+from agent.cli.args import RUNTIME_CHOICES
+from agent.cli.failure import CliError
+
+
+def add_parser(commands: Any) -> None:
+    """Add ``edge-agent detect`` to the subparsers."""
+    detect = commands.add_parser("detect", help="run a detection model on images")
+    detect.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
+    detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image or video files")
+    detect.add_argument("--labels", type=Path, help="labels file, one per line (default: the model's metadata)")
+    detect.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    detect.add_argument(
+        "--decoder",
+        choices=DECODER_CHOICES,
+        default="auto",
+        help="output decoder (default auto: from the outputs and the model's metadata; docs/models.md lists exports)",
+    )
+    thresholds = detect.add_argument_group(
+        "thresholds",
+        "the defaults are a bundle's (bundle build --conf --iou --max-det); on a device each camera keeps "
+        "detections by agent.yaml's pipelines[].conf, iou, max_det and classes where set, else by its bundle's: "
+        "bundle inspect shows a bundle's, the status page and /api/status the values in force on each camera",
+    )
+    thresholds.add_argument(
+        "--conf",
+        type=unit_interval,
+        default=DEFAULTS.conf,
+        help=f"keep detections scoring above this, 0..1 (default {DEFAULTS.conf})",
+    )
+    thresholds.add_argument(
+        "--iou",
+        type=unit_interval,
+        default=DEFAULTS.iou,
+        help=f"NMS: drop a box overlapping a better one of its class more than this, 0..1 (default {DEFAULTS.iou})",
+    )
+    thresholds.add_argument(
+        "--max-det",
+        type=positive_int,
+        default=DEFAULTS.max_det,
+        help=f"most detections kept per image (default {DEFAULTS.max_det})",
+    )
+    detect.add_argument("--save-dir", type=Path, help="also write each image with its boxes drawn, as JPEG, here")
+    detect.add_argument("--every", type=positive_int, default=1, help="videos: detect on every N-th frame")
+    detect.add_argument("--json", action="store_true", help="one JSON object per image (or video frame) per line")
+    detect.add_argument(
+        "--track",
+        action="store_true",
+        help="follow objects across each video's frames: a tracker_id on each detection, and a last summary line",
+    )
+    detect.add_argument(
+        "--line",
+        type=line_points,
+        action="append",
+        default=[],
+        metavar="X1,Y1,X2,Y2",
+        help="with --track: count crossings of this line (pixels; forward = from the left of point 1 -> point 2 "
+        "to its right, as seen on the image); repeat for more lines",
+    )
+
+
+VIDEO_SUFFIXES = frozenset({".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".mjpeg"})
+
+
+def _detection_rows(detections: Detections, labels: Labels) -> list[dict[str, Any]]:
+    rows = []
+    for i, (box, score, class_id) in enumerate(
+        zip(detections.xyxy, detections.confidence, detections.class_id, strict=True)
+    ):
+        row = {
+            "label": labels(int(class_id)),
+            "class_id": int(class_id),
+            "score": round(float(score), 4),
+            "box": [round(float(v), 1) for v in box],
+        }
+        if detections.tracker_id is not None:  # --track: null until a track is confirmed
+            row["tracker_id"] = int(detections.tracker_id[i]) if detections.tracker_id[i] >= 0 else None
+        rows.append(row)
+    return rows
+
+
+class _Tracking:
+    """``detect --track``: one tracker (and the `--line` counters) per input file; the summary
+    adds them up over the files."""
+
+    def __init__(self, lines: list[tuple[float, float, float, float]]) -> None:
+        self.lines, self.tracks = lines, 0
+        self.counts = [[0, 0] for _ in lines]
+        self.scene: SceneAnalytics | None = None
+
+    def start(self) -> None:
+        from pipelines.tracking.analytics import SceneAnalytics
+        from pipelines.tracking.zones import LineSpec
+
+        self.finish()
+        specs = [LineSpec(f"line{i}", (x1, y1), (x2, y2)) for i, (x1, y1, x2, y2) in enumerate(self.lines)]
+        self.scene = SceneAnalytics("detect", lines=specs)
+
+    def update(self, index: int, image: npt.NDArray[Any], detections: Detections) -> Detections:
+        from pipelines.sources.frames import Frame
+
+        if self.scene is None:
+            raise RuntimeError("_Tracking.start() must come before update()")
+        return self.scene.update(Frame(index, float(index), image), detections).detections
+
+    def finish(self) -> None:
+        if self.scene is None:
+            return
+        self.tracks += self.scene.tracker.confirmed
+        for total, count in zip(self.counts, self.scene.counts().lines, strict=True):
+            total[0] += count.forward
+            total[1] += count.backward
+        self.scene = None
+
+    def summary(self) -> dict[str, Any]:
+        self.finish()
+        lines = [
+            {"points": [[x1, y1], [x2, y2]], "forward": f, "backward": b}
+            for (x1, y1, x2, y2), (f, b) in zip(self.lines, self.counts, strict=True)
+        ]
+        return {"summary": {"tracks": self.tracks, "lines": lines}}
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.serving.loader import load_model
+    from pipelines.decoding.detector import Detector
+    from pipelines.decoding.labels import Labels
+
+    model: Path = args.model
+    if not model.is_file():
+        raise CliError(f"model file not found: {model}")
+    if args.line and not args.track:
+        raise CliError("--line counts tracked objects: add --track")
+    tracking = _Tracking(args.line) if args.track else None
+    labels = Labels.from_file(args.labels) if args.labels else None
+    runtime, choice = load_model(model, args.runtime, warmup=False)  # the first image warms it up
+    with runtime:
+        detector = Detector(runtime, args.decoder, conf=args.conf, iou=args.iou, max_det=args.max_det)
+        if labels is None:
+            labels = Labels(runtime.metadata.names or {})
+        save = _annotated_writer(args.save_dir, labels) if args.save_dir else None
+        status = 0
+        for path in args.images:
+            frames = _video_frames(path, args.every) if path.suffix.lower() in VIDEO_SUFFIXES else _image_frame(path)
+            if tracking is not None:
+                tracking.start()
+            try:
+                for index, image in frames:
+                    detections = detector.detect(image)
+                    if tracking is not None:
+                        detections = tracking.update(index or 0, image, detections)
+                    if save is not None:
+                        save(path, index, image, detections)
+                    rows = _detection_rows(detections, labels)
+                    _print_detections(args.json, path, index, runtime.name, choice.device, detector.decoder, rows)
+            except CliError as exc:
+                print(f"edge-agent: error: {exc}", file=sys.stderr)
+                status = 1
+        if tracking is not None:
+            _print_summary(args.json, tracking.summary())
+    return status
+
+
+def _print_summary(as_json: bool, summary: dict[str, Any]) -> None:
+    if as_json:
+        print(json.dumps(summary), flush=True)
+        return
+    print(f"summary: {summary['summary']['tracks']} object(s) tracked")
+    for line in summary["summary"]["lines"]:
+        (x1, y1), (x2, y2) = line["points"]
+        print(f"  line ({x1:g}, {y1:g}) -> ({x2:g}, {y2:g}): {line['forward']} forward, {line['backward']} backward")
+
+
+def _annotated_writer(folder: Path, labels: Labels) -> Callable[[Path, int | None, npt.NDArray[Any], Detections], None]:
+    import cv2
+
+    from pipelines.annotate import BoxAnnotator
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create {folder}: {exc.strerror}") from exc
+    annotator = BoxAnnotator(labels)
+
+    def save(path: Path, index: int | None, image: npt.NDArray[Any], detections: Detections) -> None:
+        name = f"{path.stem}.jpg" if index is None else f"{path.stem}_{index:06d}.jpg"
+        if not cv2.imwrite(str(folder / name), annotator.annotate(image, detections)):
+            raise CliError(f"cannot write {folder / name}")
+
+    return save
+
+
+def _image_frame(path: Path) -> Iterator[tuple[int | None, npt.NDArray[Any]]]:
+    import cv2
+
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR) if path.is_file() else None
+    if image is None:
+        raise CliError(f"image {path}: {'not found' if not path.exists() else 'cannot be decoded as an image'}")
+    yield None, image
+
+
+def _video_frames(path: Path, every: int) -> Iterator[tuple[int | None, npt.NDArray[Any]]]:
+    from pipelines.sources.capture import FileSource
+    from pipelines.sources.frames import SourceError
+
+    source = FileSource(path)
+    try:
+        source.open()
+        while (frame := source.read()) is not None:
+            if frame.index % every == 0:
+                yield frame.index, frame.image
+    except SourceError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        source.close()
+
+
+def _print_detections(
+    as_json: bool, path: Path, frame: int | None, runtime: str, device: str, decoder: str, rows: list[dict[str, Any]]
+) -> None:
+    if as_json:
+        record: dict[str, Any] = {"image": str(path)}
+        if frame is not None:
+            record["frame"] = frame
+        record.update(runtime=runtime, decoder=decoder, detections=rows)
+        print(json.dumps(record), flush=True)
+        return
+    where = f"{path}" if frame is None else f"{path} frame {frame}"
+    print(f"{where}: {len(rows)} detection(s) [{runtime} on {device}, {decoder}]")
+    for row in rows:
+        x1, y1, x2, y2 = row["box"]
+        track = f"  #{row['tracker_id']}" if row.get("tracker_id") is not None else ""
+        print(f"  {row['label']:<16} {row['score']:.2f}  ({x1:.0f}, {y1:.0f}) - ({x2:.0f}, {y2:.0f}){track}")

@@ -1,0 +1,264 @@
+"""``edge-agent doctor``: the status page's checks, run from a shell on the device.
+
+Each check answers a `Finding` (pass, warn or fail, with the fix), judged by the same functions
+as the page's problem list (`agent.web.problems`), so a technician reads the same words in both:
+
+config valid -> state directory writable and disk free -> trusted and operator keys readable ->
+broker reachable with the configured TLS and credentials -> each camera opens and delivers a
+frame (a pipe source this device lacks the programs or GStreamer elements for fails with what to
+install, unopened: `agent.hardware.camera_tools.source_problems`, the check ``config check``
+and the daemon's start share) -> a runtime loads the active version -> sensors readable (power, battery) -> clock
+synchronised -> the running agent's ``/healthz`` (when the page is configured).
+
+`check_startable` is the daemon's own check of a config before a SIGHUP applies it.
+
+A config that cannot be read stops the list there. Slow checks (the broker, a camera) give up
+after `timeout_s`; a camera read that never returns is left to its daemon thread. Runs in the
+caller's thread, opens what the daemon would open: a camera the daemon holds may be busy, and
+a broker that ties client ids to user names disconnects the daemon for a moment.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from agent.bundles.installer import InstallPolicy
+from agent.bundles.record import atomic_write
+from agent.bundles.signing import load_public_key
+from agent.bundles.store import Store
+from agent.config.loading import check_files, load_config, security_warnings
+from agent.config.models import AgentConfig, PipelineSection, StatusPageSection
+from agent.errors import BundleError, ConfigError
+from agent.hardware.board import probe
+from agent.hardware.camera_tools import CameraTools, find_camera_tools, source_problems
+from agent.hardware.clock import clock_synchronised
+from agent.hardware.sensors import Sensors
+from agent.hardware.sysfs import SysFS
+from agent.mqtt.link import MqttLink
+from agent.serving.cameras import pipe_settings, source_for
+from agent.serving.loader import open_detector
+from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_power
+from pipelines.sources.frames import SourceError
+from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
+
+
+def check_startable(config: AgentConfig) -> None:
+    """Everything a config needs that can fail, checked before the running one is touched:
+    the signing and operator keys, the broker's TLS files and secrets, a writable state
+    directory. Raises `BundleError`, `ConfigError` or `OSError` naming what is wrong."""
+    InstallPolicy.from_config(config)
+    for path in config.operator_keys:
+        load_public_key(path)
+    if config.mqtt is not None:
+        MqttLink(config.mqtt, "edge-agent-config-check")  # loads the TLS files, reads the password
+    if config.status_page is not None:
+        config.status_page.password()
+    Store(config.state_dir, config.keep_versions).ensure()
+    try:
+        atomic_write(config.state_dir / ".writable", b"")
+    except OSError as exc:
+        raise OSError(f"the state directory {config.state_dir} is not writable: {exc.strerror}") from exc
+
+
+def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.0) -> list[Finding]:
+    """Every check, in order; `root` is where the board and the sensors are read (fake trees)."""
+    fix = f"edge-agent config check {config_path} lists every problem with its line"
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        return [Finding("config", "fail", str(exc), fix)]
+    problems = check_files(config)
+    found = [Finding("config", "fail", f"{config_path}: {problem}", fix) for problem in problems]
+    found = found or [Finding("config", "pass", f"{config_path} is valid")]
+    found += [Finding("config", "warn", warning, "see docs/security.md") for warning in security_warnings(config)]
+    found += [check_state_dir(config), check_keys(config)]
+    if config.mqtt is not None:
+        found.append(check_broker(config, timeout_s))
+    found += check_cameras(config, root, timeout_s)
+    found.append(check_runtime(config, root))
+    found += check_sensors(config, root)
+    found.append(judge_clock(clock_synchronised(SysFS(root))))
+    if config.status_page is not None:
+        found.append(check_running_agent(config.status_page))
+    return found
+
+
+def check_state_dir(config: AgentConfig) -> Finding:
+    folder = config.state_dir
+    if not folder.is_dir():
+        return Finding("state", "warn", f"the state directory {folder} does not exist yet", "the service creates it")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return Finding(
+            "state",
+            "fail",
+            f"cannot write to the state directory {folder}: {exc.strerror}",
+            f"chown -R edge-agent: {folder} (or run the doctor as the user the agent runs as)",
+        )
+    usage = psutil.disk_usage(str(folder))
+    disk = judge_disk(usage.free / 2**20, usage.total / 2**20, folder)
+    return disk if disk.status != "pass" else Finding("state", "pass", f"{folder} is writable; {disk.message}")
+
+
+def check_keys(config: AgentConfig) -> Finding:
+    keys = [("trust_keys", path) for path in config.trust_keys] + [("operator_keys", p) for p in config.operator_keys]
+    for where, path in keys:
+        try:
+            load_public_key(path)
+        except (BundleError, OSError) as exc:
+            return Finding("keys", "fail", f"{where}: {exc}", "copy the public key there (edge-agent keygen made it)")
+    if not keys:
+        return Finding("keys", "warn", "no trusted or operator key configured", "see docs/security.md")
+    return Finding(
+        "keys", "pass", f"{len(config.trust_keys)} trusted and {len(config.operator_keys)} operator key(s) readable"
+    )
+
+
+def check_broker(config: AgentConfig, timeout_s: float) -> Finding:
+    """One connection with the configured TLS and credentials, under a client id of its own."""
+    assert config.mqtt is not None
+    broker = config.mqtt.broker
+    fix = "check the network, mqtt.broker, the credentials and mqtt.tls in agent.yaml"
+    try:
+        link = MqttLink(config.mqtt, f"edge-agent-doctor-{config.device_id()}-{os.getpid()}")
+    except ConfigError as exc:
+        return Finding("broker", "fail", str(exc), fix)
+    link.start()
+    try:
+        connected = link.wait_attempted(timeout_s) and link.wait_connected(0.5)
+        error = link.last_error
+    finally:
+        link.stop()
+    if connected:
+        return Finding("broker", "pass", f"connected to {broker}" + (" with TLS" if config.mqtt.uses_tls else ""))
+    return Finding("broker", "fail", error or f"no answer from {broker} within {timeout_s:.0f} s", fix)
+
+
+def check_cameras(
+    config: AgentConfig, root: Path, timeout_s: float, find_tools: Callable[[], CameraTools] = find_camera_tools
+) -> list[Finding]:
+    """Each camera: a pipe source this device cannot run fails with what to install (the tools
+    are asked only when a camera is a pipe source); the others are opened (`check_camera`)."""
+    tools = find_tools() if any(pipe_tool(s.source) for s in config.pipelines) else None
+    pipe = pipe_settings(config.cameras, probe(root), tools)
+    found = []
+    for section in config.pipelines:
+        problems = source_problems(section.source, tools) if tools else []
+        if problems:
+            fix = "install what is named, or change pipelines[].source (docs/cameras.md has each board's recipe)"
+            found.append(Finding(f"camera {section.name}", "fail", "; ".join(problems), fix))
+        else:
+            found.append(check_camera(section, timeout_s, pipe))
+    return found
+
+
+def check_camera(section: PipelineSection, timeout_s: float, pipe: PipeSettings | None = None) -> Finding:
+    """Open the camera and read one frame, within `timeout_s`; `pipe`: how pipe sources run."""
+    name, result = f"camera {section.name}", dict[str, Any]()
+
+    def read() -> None:
+        source = source_for(section, pipe)
+        try:
+            source.open()
+            frame = source.read()
+            result["shape"] = None if frame is None else frame.image.shape
+        except SourceError as exc:
+            result["error"] = str(exc)
+        except Exception as exc:  # a driver's own error: report it, as the daemon would
+            result["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            source.close()
+
+    thread = threading.Thread(target=read, name=f"doctor-{section.name}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    fix = "check its cable, power or address (pipelines[].source); a running agent may hold it: stop it first"
+    if "error" in result:
+        return Finding(name, "fail", str(result["error"]), fix)
+    if "shape" not in result:
+        return Finding(name, "fail", f"no frame within {timeout_s:.0f} s from {section.source}", fix)
+    if result["shape"] is None:
+        return Finding(name, "warn", f"{section.source} has no frame (an empty file?)", fix)
+    height, width = result["shape"][:2]
+    return Finding(name, "pass", f"a {width}x{height} frame from {section.source}")
+
+
+def check_runtime(config: AgentConfig, root: Path) -> Finding:
+    """Load the active version as the cameras would, then close it."""
+    store = Store(config.state_dir, config.keep_versions)
+    sha = store.current_sha()
+    info = store.info(sha)
+    if sha is None or info is None:
+        fix = "push a bundle (edge-agent fleet push) or install one (edge-agent install BUNDLE)"
+        return Finding("runtime", "warn", "no version is installed: the cameras do not run", fix)
+    try:
+        loaded = open_detector(store.versions / sha, probe(root), config.runtime, 1, config.runtimes)
+    except BundleError as exc:
+        return Finding(
+            "runtime", "fail", f"{info.name} {info.version} does not load: {exc}", "roll back: edge-agent rollback"
+        )
+    loaded.detector.runtime.close()
+    choice = loaded.choice
+    return Finding("runtime", "pass", f"{info.name} {info.version} loads on {choice.runtime} ({choice.reason})")
+
+
+def check_sensors(config: AgentConfig, root: Path) -> list[Finding]:
+    sensors = Sensors.from_config(config.sensors, root)
+    try:
+        readings = sensors.read()
+    finally:
+        sensors.close()
+    if readings.temp_c is None:
+        found = Finding(
+            "sensors",
+            "warn",
+            "no temperature can be read: the governor cannot protect the board",
+            "on a device, check that /sys/class/thermal has zones the agent's user may read (a VM has none)",
+        )
+    else:
+        power = f", {readings.power_w:.1f} W" if readings.power_w is not None else ""
+        found = Finding("sensors", "pass", f"{readings.temp_c:.1f} °C{power} ({', '.join(readings.sources)})")
+    battery = config.governor.battery
+    return [
+        found,
+        judge_power(readings.throttled),
+        judge_battery(readings.battery, None, battery.low_pct, battery.critical_pct),
+    ]
+
+
+def check_running_agent(page: StatusPageSection, timeout_s: float = 5.0) -> Finding:
+    """The running agent's own verdict, from its ``/healthz`` on this device."""
+    host = "127.0.0.1" if page.host in ("0.0.0.0", "localhost") else "[::1]" if page.host == "::" else page.host
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    url = f"{'https' if page.tls else 'http'}://{host}:{page.port}/healthz"
+    context = None
+    if page.tls:  # our own certificate, on this device: its name need not be 127.0.0.1
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
+            response.read()
+        return Finding("agent", "pass", f"the running agent answers healthy on {url}")
+    except urllib.error.HTTPError as exc:
+        return Finding(
+            "agent", "fail", f"the running agent is hung: {exc.read().decode(errors='replace')[:300]}", "see its log"
+        )
+    except OSError as exc:
+        return Finding(
+            "agent",
+            "warn",
+            f"no agent answers on {url} ({exc})",
+            "systemctl status edge-agent; journalctl -u edge-agent",
+        )

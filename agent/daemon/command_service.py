@@ -1,0 +1,325 @@
+"""The device's command service: `agent.mqtt.commands.COMMAND_TABLE` served over MQTT 5
+request/response on ``<root>/<device>/cmd/<name>`` (docs/mqtt.md#commands).
+
+Admission (`offer`, on paho's network thread; nothing there parses a payload): a retained
+request is never run; one that asks to be answered outside the reply space is not run; each
+command has its own rate limit (`RateLimits`, one bucket for every name the table lacks), so a
+flood of one neither fills the queue nor starves the others; a payload larger than
+`MAX_CONTROL_BYTES` (16 KiB) is not kept: it is answered ``BAD_PAYLOAD`` unread; the queue
+holds `QUEUE_SIZE` requests, the rest are dropped. Refusals are logged at most once per 10 s
+with a count (`ThrottledLog`).
+
+The ``commands`` thread takes the requests in order and answers each on its response topic
+with its correlation data. `run_command` checks and runs one: the envelope through the
+`ControlGate` (``UNAUTHORIZED``), the arguments through the row's model (``BAD_PAYLOAD``), then
+the row's action; the answer is ``{"ok": true, "command", "result"}``, ``{"ok": false,
+"command", "error": {"code", "message"}}`` or the JPEG itself. Nothing a request carries ends
+the thread: a payload of any shape (nested a thousand deep, not UTF-8, not JSON) is answered
+``BAD_PAYLOAD``, a failing action ``COMMAND_FAILED``, and the next request runs.
+
+Health: the thread announces its next turn (a second ahead while it waits for requests, the
+row's `budget_s` ahead while a command runs), and `loop()` says how far it is past that turn or
+that its thread is not running, which `Agent.health()` counts (``/healthz``, the watchdog).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent.errors import CodedError, ErrorCode, validation_problems
+from agent.mqtt.commands import COMMAND_TABLE, Command, CommandActions, Jpeg, shorten
+from agent.mqtt.control import ControlGate, ControlRefused
+from agent.mqtt.link import Message, MqttLink
+from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, ProtocolError, Topics
+from agent.snapshot import LoopState
+
+log = logging.getLogger(__name__)
+
+#: requests waiting for the commands thread, at most
+QUEUE_SIZE = 64
+#: seconds the idle thread waits for a request before it turns again
+IDLE_TURN_S = 1.0
+#: the commands thread in `Health`'s words
+NAME = "the commands thread (MQTT commands)"
+
+
+class CommandError(CodedError):
+    """A command refused or failed; the answer carries its code and message."""
+
+
+@dataclass(frozen=True)
+class Response:
+    """An answer: its bytes and content type."""
+
+    payload: bytes
+    content_type: str = "application/json"
+
+    @property
+    def ok(self) -> bool:
+        return self.content_type != "application/json" or bool(json.loads(self.payload).get("ok"))
+
+
+def error(name: str, code: ErrorCode, message: str) -> Response:
+    body = {"ok": False, "command": shorten(name), "error": {"code": code, "message": message}}
+    return Response(json.dumps(body).encode())
+
+
+def too_large(size: int) -> str:
+    return f"the request is {size} bytes, more than the {MAX_CONTROL_BYTES} a command may be; it was not read"
+
+
+def read_arguments(payload: bytes, name: str, gate: ControlGate | None) -> dict[str, Any]:
+    """The arguments of a request on ``cmd/<name>``, once its envelope passed `gate` (None: no
+    checks, for tests of the commands themselves). A payload over `MAX_CONTROL_BYTES` is
+    refused before it is parsed. Raises `CommandError`."""
+    if len(payload) > MAX_CONTROL_BYTES:
+        raise CommandError(ErrorCode.BAD_PAYLOAD, too_large(len(payload)))
+    try:
+        raw = json.loads(payload) if payload.strip() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CommandError(ErrorCode.BAD_PAYLOAD, f"the payload is not JSON: {shorten(str(exc))}") from exc
+    except RecursionError as exc:  # json's parser recurses once per level of nesting
+        raise CommandError(ErrorCode.BAD_PAYLOAD, "the payload is nested too deeply to be a command") from exc
+    if not isinstance(raw, dict):
+        raise CommandError(ErrorCode.BAD_PAYLOAD, f"the payload must be a JSON object, got {type(raw).__name__}")
+    if "command" not in raw:  # the bare arguments: an unsigned request
+        if gate is not None and not gate.allow_unsigned:
+            raise CommandError(ErrorCode.UNAUTHORIZED, "the request is not signed (edge-agent fleet ... --key)")
+        return raw
+    try:
+        request: CommandRequest = CommandRequest.parse(payload, f"the {name} request")
+        if gate is not None:
+            request = gate.accept_command(request, name)
+    except ProtocolError as exc:
+        raise CommandError(ErrorCode.BAD_PAYLOAD, str(exc)) from exc
+    except ControlRefused as exc:
+        raise CommandError(ErrorCode.UNAUTHORIZED, exc.message) from exc
+    return request.args
+
+
+def run_command(
+    commands: Mapping[str, Command[Any]],
+    actions: CommandActions,
+    name: str,
+    payload: bytes | bytearray,
+    gate: ControlGate | None = None,
+) -> Response:
+    """Check the request on ``cmd/<name>``, run its row of `commands` on `actions` and shape
+    the answer; never raises for what the request carries."""
+    command = commands.get(name)
+    if command is None:
+        known = ", ".join(sorted(commands))
+        return error(name, ErrorCode.UNKNOWN_COMMAND, f"unknown command {shorten(name)!r}; known: {known}")
+    try:
+        raw = read_arguments(bytes(payload), name, gate)
+        args = command.args.model_validate(raw)
+    except CommandError as exc:
+        return error(name, exc.code, exc.message)
+    except ValidationError as exc:
+        return error(name, ErrorCode.BAD_PAYLOAD, "; ".join(validation_problems(exc)))
+    except RecursionError:  # arguments nested deeper than pydantic's checks go
+        return error(name, ErrorCode.BAD_PAYLOAD, "the arguments are nested too deeply")
+    try:
+        result = command.run(actions, args)
+    except CodedError as exc:  # a CommandError, or the agent's own refusal (NO_PREVIOUS, BUSY, ...)
+        return error(name, exc.code, exc.message)
+    except Exception as exc:  # a bug or an I/O failure: answered, logged, and the next command still runs
+        log.exception("command %s failed", name)
+        return error(name, ErrorCode.COMMAND_FAILED, shorten(f"{type(exc).__name__}: {exc}", 300))
+    if isinstance(result, Jpeg):
+        return Response(result.data, "image/jpeg")
+    return Response(json.dumps({"ok": True, "command": name, "result": result}, default=str).encode())
+
+
+class TokenBucket:
+    """`rate` events a second on average, `burst` at once (times from `clock`, seconds)."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self._tokens, self._at = float(burst), clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+class RateLimits:
+    """One bucket per command of `table` (at its row's `Rate`) and one shared by every other
+    name, so a flood of one command neither fills the queue nor starves the others (`allow`
+    from paho's network thread)."""
+
+    DEFAULT = (5.0, 10)
+
+    def __init__(self, table: Iterable[Command[Any]], clock: Callable[[], float] = time.monotonic) -> None:
+        self._buckets = {c.name: TokenBucket(c.rate.per_s, c.rate.burst, clock=clock) for c in table}
+        self._other = TokenBucket(*self.DEFAULT, clock=clock)
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def allow(self, name: str) -> bool:
+        with self._lock:
+            allowed = self._buckets.get(name, self._other).take()
+            self.dropped += not allowed
+            return allowed
+
+
+class ThrottledLog:
+    """Logs a recurring warning at most once per `every_s` seconds, with how many were held back."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self._log, self.every_s, self._clock = logger, every_s, clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def warning(self, key: str, message: str, *args: object) -> None:
+        now = self._clock()
+        with self._lock:
+            if now - self._last.get(key, -self.every_s) < self.every_s:
+                self._held[key] = self._held.get(key, 0) + 1
+                return
+            self._last[key] = now
+            held = self._held.pop(key, 0)
+        self._log.warning(message + (f" ({held} more like it not logged)" if held else ""), *args)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A request let in, and its answer when admission already knows it (a payload too large)."""
+
+    message: Message
+    refusal: Response | None = None
+
+
+class CommandService:
+    """Serves `table` (default: the device's commands) for `device` on `link`: requests under
+    `topics` pass `gate` and run on `actions` (see the module text). `monotonic` is the clock
+    of the rate limits, the throttled log and the thread's announced turns (seconds)."""
+
+    def __init__(
+        self,
+        link: MqttLink,
+        topics: Topics,
+        device: str,
+        gate: ControlGate,
+        actions: CommandActions,
+        table: Iterable[Command[Any]] = COMMAND_TABLE,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.link, self.topics, self.device, self.gate, self.actions = link, topics, device, gate, actions
+        self.commands = {command.name: command for command in table}
+        self.limits = RateLimits(self.commands.values(), monotonic)
+        self._throttled = ThrottledLog(log, clock=monotonic)
+        self._monotonic = monotonic
+        self._queue: queue.Queue[_Request | None] = queue.Queue(maxsize=QUEUE_SIZE)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._due = monotonic()  # when the thread promised to turn again
+        self._ended: str | None = None  # why the thread ended
+
+    def start(self) -> None:
+        """Subscribe to this device's commands and start the ``commands`` thread."""
+        self._stopping.clear()
+        self._ended = None
+        self.link.subscribe(self.topics.command(self.device, "+"), self.offer)
+        self._thread = threading.Thread(target=self._run, name="commands", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Answer what is queued, then end the thread; later requests are ignored."""
+        self._stopping.set()
+        with contextlib.suppress(queue.Full):  # when full, the thread sees `_stopping` once it is empty
+            self._queue.put_nowait(None)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def loop(self) -> LoopState:
+        """How far the ``commands`` thread is past its announced turn, or why it is not running
+        (any thread)."""
+        thread = self._thread
+        if thread is None:
+            return LoopState(NAME)
+        if not thread.is_alive():
+            return LoopState(NAME, ended=self._ended or "stopped")
+        return LoopState(NAME, stalled_s=max(0.0, self._monotonic() - self._due))
+
+    # -- admission (paho's network thread) -----------------------------------------------------
+
+    def offer(self, message: Message) -> None:
+        """Refuse at once what must never run, queue the rest (see the module text)."""
+        if self._stopping.is_set():
+            return
+        name = message.topic.rsplit("/", 1)[1]
+        if message.retain:
+            self._throttled.warning("retained", "commands: a retained %s was not run (clear it)", shorten(name))
+            return
+        reply = message.response_topic
+        if reply is not None and not self.topics.is_reply_topic(reply):
+            self._throttled.warning(
+                "reply",
+                "commands: %s not run: it asks to be answered on %s, outside %s/",
+                shorten(name),
+                shorten(reply),
+                self.topics.replies,
+            )
+            return
+        if not self.limits.allow(name):
+            self._throttled.warning("rate", "commands: %s requests over the rate limit dropped", shorten(name))
+            return
+        request = _Request(message)
+        if len(message.payload) > MAX_CONTROL_BYTES:
+            self._throttled.warning("size", "commands: a %d-byte %s request refused unread", len(message.payload), name)
+            refusal = error(name, ErrorCode.BAD_PAYLOAD, too_large(len(message.payload)))
+            request = _Request(dataclasses.replace(message, payload=b""), refusal)
+        try:
+            self._queue.put_nowait(request)
+        except queue.Full:
+            self._throttled.warning("full", "commands: the queue is full, %s dropped", shorten(name))
+
+    # -- the commands thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._due = self._monotonic() + IDLE_TURN_S
+                try:
+                    request = self._queue.get(timeout=IDLE_TURN_S)
+                except queue.Empty:
+                    if self._stopping.is_set():
+                        return
+                    continue
+                if request is None:
+                    return
+                self._answer(request)
+        except BaseException as exc:
+            self._ended = f"{type(exc).__name__}: {exc}"
+            log.critical("commands: the commands thread ended: %s", self._ended)
+            raise
+
+    def _answer(self, request: _Request) -> None:
+        message = request.message
+        name = message.topic.rsplit("/", 1)[1]
+        command = self.commands.get(name)
+        self._due = self._monotonic() + (command.budget_s if command is not None else 0.0)
+        try:
+            response = request.refusal or run_command(self.commands, self.actions, name, message.payload, self.gate)
+            log.info("command %s: %s", shorten(name), "ok" if response.ok else response.payload.decode()[:200])
+            self.link.reply(message, response.payload, response.content_type)
+        except Exception:  # a bug here must cost one answer, not the commands thread
+            log.exception("commands: %s could not be answered", shorten(name))

@@ -1,0 +1,130 @@
+"""The ``status``, ``telemetry`` and ``deployment`` documents (docs/mqtt.md), made from an
+`AgentSnapshot` or a deployment record, and made into JSON.
+
+This is the device's JSON edge of those topics: the snapshot's and the record's typed values
+become the documents' models (agent/mqtt/device_documents.py, which the operator's side reads
+back) here and nowhere else, and the `*_payload` functions are the only place they become bytes
+(latencies in ms, fps in frames per second, times in Unix seconds).
+"""
+
+from __future__ import annotations
+
+from agent.bundles.record import Deployment
+from agent.hardware.readings import SensorReadings
+from agent.mqtt.device_documents import (
+    AnalyticsTelemetry,
+    BoardRef,
+    BundleRef,
+    DeploymentDocument,
+    DownloadProgress,
+    EngineBrief,
+    EventTelemetry,
+    GovernorBrief,
+    GovernorTelemetry,
+    HistoryEntry,
+    MqttTelemetry,
+    PipelineTelemetry,
+    RolloutBrief,
+    RuntimeBrief,
+    SensorsTelemetry,
+    StatusDocument,
+    SystemTelemetry,
+    TelemetryDocument,
+)
+from agent.snapshot import AgentSnapshot, DeploymentStatus
+
+
+def status_document(snapshot: AgentSnapshot) -> StatusDocument:
+    """The retained ``status`` document: who the device is and what it serves."""
+    board, governor = snapshot.board, snapshot.governor
+    return StatusDocument(
+        state=snapshot.state,
+        ts=round(snapshot.ts, 3),
+        device=snapshot.device,
+        group=snapshot.group,
+        agent_version=snapshot.agent_version,
+        board=BoardRef(kind=board.kind, model=board.model, arch=board.arch),
+        bundle=BundleRef.model_validate(snapshot.bundle) if snapshot.bundle else None,
+        runtime=snapshot.cameras[0].runtime if snapshot.cameras else None,
+        pipelines=tuple(camera.name for camera in snapshot.cameras),
+        fps=snapshot.fps,
+        temperature_c=snapshot.sensors.temp_c if snapshot.sensors else None,
+        governor=GovernorBrief(level=governor.decision.level, reason=governor.decision.reason) if governor else None,
+        error=snapshot.serving_error,
+        deployment_problem=snapshot.deployment_problem,
+        warnings=snapshot.warnings,
+        rollout=RolloutBrief.model_validate(snapshot.rollout) if snapshot.rollout else None,
+        runtimes={info.name: RuntimeBrief.model_validate(info) for info in snapshot.runtimes},
+        engine=EngineBrief.model_validate(snapshot.engine) if snapshot.engine else None,
+    )
+
+
+def telemetry_document(snapshot: AgentSnapshot) -> TelemetryDocument:
+    """One ``telemetry`` message: per-camera numbers, system readings, sensors (all null until
+    the first reading), energy per frame, the governor, the link."""
+    broker = snapshot.broker
+    return TelemetryDocument(
+        ts=round(snapshot.ts, 3),
+        device=snapshot.device,
+        fps=snapshot.fps,
+        dropped=sum(camera.dropped for camera in snapshot.cameras),
+        pipelines=tuple(PipelineTelemetry.model_validate(camera) for camera in snapshot.cameras),
+        system=SystemTelemetry.model_validate(snapshot.system) if snapshot.system else None,
+        sensors=SensorsTelemetry.model_validate((snapshot.sensors or SensorReadings()).to_json()),
+        energy_mj_per_frame=snapshot.energy_mj_per_frame,
+        governor=GovernorTelemetry.model_validate(snapshot.governor.to_json()) if snapshot.governor else None,
+        mqtt=MqttTelemetry.model_validate(broker) if broker else None,
+        events=EventTelemetry.model_validate(snapshot.events),
+        analytics=AnalyticsTelemetry.model_validate(snapshot.analytics_json()),
+    )
+
+
+def deployment_document(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentDocument:
+    """The retained ``deployment`` document (docs/mqtt.md): the record and the download's progress."""
+    return DeploymentDocument(
+        id=deployment.id,
+        sha256=deployment.sha256,
+        state=deployment.state,
+        name=deployment.name,
+        version=deployment.version,
+        error=deployment.error,
+        from_sha=deployment.from_sha,
+        previous_before=deployment.previous_before,
+        attempt=deployment.attempt,
+        probation_s=deployment.probation_s,
+        history=tuple(HistoryEntry(state=state, ts=ts) for state, ts in deployment.history),
+        tuning=deployment.tuning,
+        progress=progress,
+    )
+
+
+def status_payload(snapshot: AgentSnapshot) -> bytes:
+    return status_document(snapshot).to_bytes()
+
+
+def telemetry_payload(snapshot: AgentSnapshot) -> bytes:
+    return telemetry_document(snapshot).to_bytes()
+
+
+def deployment_payload(deployment: Deployment, progress: DownloadProgress | None = None) -> bytes:
+    return deployment_document(deployment, progress).to_bytes()
+
+
+def last_will(device: str) -> bytes:
+    """The status the broker publishes when the agent is killed or cut off: ``{"state":
+    "offline", "device"}``, nothing else (`fleet status` shows the last bundle from the record)."""
+    return StatusDocument(state="offline", device=device).model_dump_json(exclude_unset=True).encode()
+
+
+def deployment_status(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentStatus:
+    """The record as the agent snapshot shows it."""
+    return DeploymentStatus(
+        id=deployment.id,
+        name=deployment.name,
+        version=deployment.version,
+        sha256=deployment.sha256,
+        state=deployment.state,
+        error=deployment.error,
+        attempt=deployment.attempt,
+        progress=progress,
+    )

@@ -1,0 +1,124 @@
+"""The events a device reports, as frozen values: `ObjectEvent` (a tracked object's ``start``,
+``update`` and ``end``, made by `agent.serving.events.EventSink`) and `GovernorEvent` (a
+governor transition, made by `agent.daemon.governing.Governing`); `Event` is either.
+
+They travel typed from the thread that made them (a camera's inference thread, the sampler)
+through the daemon to the ``events`` topic and the status page, and become JSON once, at that
+edge: `to_json` is the ``events`` topic's document without its ``device`` (the daemon puts
+that first), and ``GET /api/events`` lists the `to_json` of each `without_crop()`. The shapes
+are docs/mqtt.md's and docs/analytics.md's; numbers are rounded there (times to the
+millisecond, confidence to 4 places, boxes to 0.1 pixel), not here.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agent.governor.levels import BatteryLevel, ThermalLevel
+
+ObjectEventKind = Literal["start", "update", "end"]
+
+
+@dataclass(frozen=True)
+class LineCrossing:
+    """A counting line an object crossed, and which way (the line's ``forward`` or ``backward``)."""
+
+    line: str
+    direction: str  # "forward" or "backward"
+
+
+@dataclass(frozen=True)
+class ObjectEvent:
+    """One tracked object's event (docs/analytics.md): `kind` ``start``, ``update`` or ``end``;
+    `ts` when it was made (Unix seconds); the camera (`pipeline`), the object's event id
+    (`object_id`, the same on its start, updates and end) and its tracker id; its `label` and
+    `class_id`; `confidence`, `box` (xyxy, source-frame pixels) and `frame` of its most
+    confident detection so far; `duration_s` since it was first seen (frame seconds); the
+    `zones` it entered with their dwell seconds, in the order entered; the `lines` it crossed,
+    in order; on an ``end`` with ``events.snapshots``, `snapshot_jpeg`, the JPEG crop of its
+    best frame (bytes; base64 in JSON)."""
+
+    kind: ObjectEventKind
+    ts: float
+    pipeline: str
+    object_id: str
+    track_id: int
+    label: str
+    class_id: int
+    confidence: float
+    box: tuple[float, float, float, float]
+    frame: int
+    duration_s: float
+    zones: tuple[tuple[str, float], ...] = ()
+    lines: tuple[LineCrossing, ...] = ()
+    snapshot_jpeg: bytes | None = field(default=None, repr=False)
+
+    def without_crop(self) -> ObjectEvent:
+        """The event without its JPEG crop (what the page lists, and what is kept for it)."""
+        return self if self.snapshot_jpeg is None else dataclasses.replace(self, snapshot_jpeg=None)
+
+    def to_json(self) -> dict[str, object]:
+        """The ``events`` topic's document, less ``device``: ``{"type", "ts", "pipeline",
+        "object_id", "track_id", "label", "class_id", "confidence", "box", "frame",
+        "duration_s", "zones": {name: dwell_s}, "lines": [{"line", "direction"}]}``, and
+        ``snapshot_jpeg`` (base64) when the event carries a crop."""
+        document: dict[str, object] = {
+            "type": self.kind,
+            "ts": round(self.ts, 3),
+            "pipeline": self.pipeline,
+            "object_id": self.object_id,
+            "track_id": self.track_id,
+            "label": self.label,
+            "class_id": self.class_id,
+            "confidence": round(self.confidence, 4),
+            "box": [round(v, 1) for v in self.box],
+            "frame": self.frame,
+            "duration_s": round(self.duration_s, 3),
+            "zones": dict(self.zones),
+            "lines": [{"line": crossing.line, "direction": crossing.direction} for crossing in self.lines],
+        }
+        if self.snapshot_jpeg is not None:
+            document["snapshot_jpeg"] = base64.b64encode(self.snapshot_jpeg).decode("ascii")
+        return document
+
+
+@dataclass(frozen=True)
+class GovernorEvent:
+    """A governor transition: `ts` (Unix seconds), the `level` it reached and the one it left
+    (`previous`, None on the first step), both axes (`thermal`, `battery`), the `reason` in
+    words, and the hottest temperature (°C) and battery charge (percent) the step saw (None:
+    unknown)."""
+
+    ts: float
+    level: str
+    previous: str | None
+    thermal: ThermalLevel
+    battery: BatteryLevel
+    reason: str
+    temp_c: float | None
+    battery_percent: float | None
+    kind: Literal["governor"] = "governor"
+
+    def without_crop(self) -> GovernorEvent:
+        return self
+
+    def to_json(self) -> dict[str, object]:
+        """``{"type": "governor", "ts", "level", "previous", "thermal", "battery", "reason",
+        "temp_c", "battery_percent"}``."""
+        return {
+            "type": self.kind,
+            "ts": round(self.ts, 3),
+            "level": str(self.level),
+            "previous": str(self.previous) if self.previous is not None else None,
+            "thermal": self.thermal.value,
+            "battery": self.battery.value,
+            "reason": self.reason,
+            "temp_c": self.temp_c,
+            "battery_percent": self.battery_percent,
+        }
+
+
+Event = ObjectEvent | GovernorEvent

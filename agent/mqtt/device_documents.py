@@ -1,0 +1,389 @@
+"""The documents a device publishes about itself (docs/mqtt.md): ``status``, ``deployment`` and
+``telemetry``, one pydantic model each, shared by both sides of the wire.
+
+The device builds them from its snapshot and deployment record (agent/daemon/documents.py, the
+only place they are made) and `to_bytes` makes them JSON. The operator's side reads them with
+`read` (agent/fleet/state.py, the rollout watch, `fleet push --wait`), which never raises: a
+retained payload that is not such a document (not JSON, junk from another client, a field of
+the wrong kind such as ``{"progress": "half"}``) comes back as `Unreadable`, naming the topic and
+what is wrong, and is shown as such.
+
+Reading is tolerant where versions differ and strict where decisions rest: unknown keys are
+ignored (a newer device may add some) and what older devices did not send has a default, but a
+status needs its `state`, a deployment record its `id`, `sha256` and `state` (a `State`), and
+an error is an `ErrorInfo` whose `code` is an `ErrorCode`. Numbers keep their units in their
+names (ms, °C, W, MiB), times are Unix seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
+
+from agent.bundles.record import State, TuningRecord
+from agent.errors import ErrorCode, ErrorInfo, validation_problems
+
+#: a device's lifecycle state as its status names it (the last will: ``offline``)
+DeviceState = Literal["starting", "online", "stopping", "offline"]
+#: a larger retained payload is not read
+MAX_DOCUMENT_BYTES = 1 << 20
+
+_D = TypeVar("_D", bound="DeviceDocument")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A retained payload on a device's topic that is not the document the topic carries:
+    `problem` says what is wrong (at most three problems, each on one line)."""
+
+    topic: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    """A bundle download: chunks and bytes done of the total, chunks found on disk when it
+    (re)started (`resumed`), fetched by this process, and received twice (`duplicates`)."""
+
+    chunks_done: int
+    chunks_total: int
+    bytes_done: int
+    bytes_total: int
+    resumed: int
+    fetched: int
+    duplicates: int
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, from_attributes=True, populate_by_name=True)
+
+
+class DeviceDocument(_Part):
+    """What the three documents share: one JSON form, one reader."""
+
+    def to_bytes(self) -> bytes:
+        """The document as compact JSON (the device's only encoder of it)."""
+        return self.model_dump_json(by_alias=True).encode()
+
+    @classmethod
+    def read(cls: type[_D], payload: bytes | bytearray, topic: str) -> _D | Unreadable:
+        """The document in a retained `payload`, or `Unreadable` saying why it is not one."""
+        if len(payload) > MAX_DOCUMENT_BYTES:
+            return Unreadable(topic, f"{len(payload)} bytes, more than {MAX_DOCUMENT_BYTES}")
+        try:
+            return cls.model_validate_json(payload)
+        except ValidationError as exc:
+            return Unreadable(topic, _problems(exc))
+
+
+def _problems(exc: ValidationError, shown: int = 3) -> str:
+    """What is wrong, on one line: fields of the wrong kind first, then missing ones; an enum's
+    list of every allowed value is cut short."""
+    found = [" ".join(problem.split()) for problem in validation_problems(exc)]
+    problems = sorted(found, key=lambda problem: problem.endswith(": Field required"))  # stable: else in order
+    problems = [p if len(p) <= 120 else p[:119] + "…" for p in problems]
+    more = f" (and {len(problems) - shown} more)" if len(problems) > shown else ""
+    return "; ".join(problems[:shown]) + more
+
+
+# -- status ---------------------------------------------------------------------------------------
+
+
+class BoardRef(_Part):
+    kind: str
+    model: str
+    arch: str
+
+
+class BundleRef(_Part):
+    """An installed bundle version."""
+
+    name: str
+    version: str
+    sha256: str
+
+
+class GovernorBrief(_Part):
+    level: str
+    reason: str
+
+
+class RolloutBrief(_Part):
+    """The device in its group's staged rollout: its wave of `waves` (from 1), when it opens
+    (the device's clock) and whether it waits, is open or is halted."""
+
+    deployment: str
+    wave: int
+    waves: int
+    opens_at: float
+    state: Literal["waiting", "open", "halted"]
+
+
+class RuntimeBrief(_Part):
+    """A backend as probed at start: `crashed` names the signal when its library killed the probe."""
+
+    available: bool
+    version: str | None = None
+    crashed: str | None = None
+    reason: str | None = None
+
+
+class EngineBrief(_Part):
+    """The TensorRT engine build in progress or the last one (docs/tensorrt.md): `progress`
+    0..1, `started` / `finished` Unix seconds, a failure's code and message."""
+
+    bundle: str
+    artifact: str
+    precision: str
+    state: Literal["building", "ready", "failed", "cancelled"]
+    phase: str | None = None
+    progress: float = 0.0
+    started: float
+    finished: float | None = None
+    error_code: ErrorCode | None = None
+    message: str | None = None
+    note: str | None = None
+
+
+class StatusDocument(DeviceDocument):
+    """``<root>/<device>/status`` (retained): who the device is and what it serves. The last will
+    is the minimal ``{"state": "offline", "device"}``; every other field then takes its default."""
+
+    state: DeviceState
+    ts: float | None = None
+    device: str | None = None
+    group: str | None = None
+    agent_version: str | None = None
+    board: BoardRef | None = None
+    bundle: BundleRef | None = None
+    runtime: str | None = None
+    pipelines: tuple[str, ...] = ()
+    fps: float | None = None
+    temperature_c: float | None = None
+    governor: GovernorBrief | None = None
+    error: str | None = Field(default=None, description="Why the current version cannot be served.")
+    deployment_problem: str | None = None
+    warnings: tuple[str, ...] = ()
+    rollout: RolloutBrief | None = None
+    runtimes: dict[str, RuntimeBrief] = Field(default_factory=dict)
+    engine: EngineBrief | None = None
+
+
+# -- deployment -----------------------------------------------------------------------------------
+
+
+class HistoryEntry(_Part):
+    state: State
+    ts: float
+
+
+class DeploymentDocument(DeviceDocument):
+    """``<root>/<device>/deployment`` (retained): the deployment record (agent/bundles/record.py)
+    with the download's `progress` (absent when there was none)."""
+
+    id: str
+    sha256: str
+    state: State
+    name: str | None = None
+    version: str | None = None
+    error: ErrorInfo | None = None
+    from_sha: str | None = None
+    previous_before: str | None = None
+    attempt: int = 1
+    probation_s: float = 0.0
+    history: tuple[HistoryEntry, ...] = ()
+    tuning: TuningRecord | None = None
+    progress: DownloadProgress | None = Field(default=None, exclude_if=lambda progress: progress is None)
+
+
+# -- telemetry ------------------------------------------------------------------------------------
+
+
+class LatencyBrief(_Part):
+    p50: float
+    p95: float
+
+
+class SourceBrief(_Part):
+    """A camera's capture side: its state, last failure, reconnects, a pipe source's last stderr lines."""
+
+    state: str
+    error: str | None = None
+    reconnects: int = 0
+    output: tuple[str, ...] = ()
+
+
+class PipelineTelemetry(_Part):
+    """One camera: fps now and its cap, counters since start, latency per stage (ms)."""
+
+    name: str
+    fps: float
+    max_fps: float | None = None
+    frames: int = 0
+    dropped: int = 0
+    errors: int = 0
+    paused: bool = False
+    latency_ms: dict[str, LatencyBrief] = Field(default_factory=dict)
+    source_status: SourceBrief | None = None
+    shared_by: int = 1
+    mean_batch: float = 1.0
+
+
+class SystemTelemetry(_Part):
+    cpu_percent: float
+    memory_percent: float
+    memory_available_mb: float
+    process_cpu_percent: float
+    process_rss_mb: float
+    disk_free_mb: float | None = None
+    disk_total_mb: float | None = None
+    clock_synchronised: bool | None = None
+
+
+class RailTelemetry(_Part):
+    voltage_v: float | None = None
+    current_a: float | None = None
+    power_w: float | None = None
+
+
+class BatteryTelemetry(_Part):
+    percent: float | None = None
+    status: str | None = None
+    voltage_v: float | None = None
+    current_a: float | None = None
+    power_w: float | None = None
+
+
+class ThrottledTelemetry(_Part):
+    under_voltage: bool
+    arm_frequency_capped: bool
+    throttled: bool
+    soft_temp_limit: bool
+    under_voltage_since_boot: bool
+    arm_frequency_capped_since_boot: bool
+    throttled_since_boot: bool
+    soft_temp_limit_since_boot: bool
+
+
+class FanTelemetry(_Part):
+    duty_percent: float | None = None
+    rpm: float | None = None
+
+
+class GpuTelemetry(_Part):
+    name: str
+    load_percent: float | None = None
+    temp_c: float | None = None
+    memory_used_mb: float | None = None
+    memory_total_mb: float | None = None
+    power_w: float | None = None
+    freq_mhz: float | None = None
+
+
+class SensorsTelemetry(_Part):
+    """Every sensor (docs/telemetry.md): the hottest `temp_c`, each zone's, the board's input
+    power and what measured it, rails by name, battery, Pi throttle flags, fan, GPU."""
+
+    temp_c: float | None = None
+    thermal_zones: dict[str, float | None] = Field(default_factory=dict)
+    power_w: float | None = None
+    power_source: str | None = None
+    rails: dict[str, RailTelemetry] = Field(default_factory=dict)
+    battery: BatteryTelemetry | None = None
+    throttled: ThrottledTelemetry | None = None
+    fan: FanTelemetry | None = None
+    gpu: GpuTelemetry | None = None
+    sources: tuple[str, ...] = ()
+
+
+class ActionsTelemetry(_Part):
+    fps_cap: float | None = None
+    paused: bool = False
+    fan: float | None = None
+    artifact: str = "default"
+    stopped: bool = False
+
+
+class ThresholdsTelemetry(_Part):
+    warm: float
+    hot: float
+    critical: float
+
+
+class GovernorTelemetry(_Part):
+    """The governor's level (and each axis), why, since when, the actions in force."""
+
+    level: str
+    thermal: str
+    battery: str
+    reason: str
+    since: float
+    actions: ActionsTelemetry = ActionsTelemetry()
+    thresholds_c: ThresholdsTelemetry | None = None
+    fan_error: str | None = None
+
+
+class MqttTelemetry(_Part):
+    queued: int
+    dropped: int
+    reconnects: int
+
+
+class EventTelemetry(_Part):
+    published: int = 0
+    suppressed: int = 0
+
+
+class LineCount(_Part):
+    in_: int = Field(alias="in")
+    out: int
+
+
+class ZoneCount(_Part):
+    now: int
+    total: int
+
+
+class AnalyticsTelemetry(_Part):
+    lines: dict[str, LineCount] = Field(default_factory=dict)
+    zones: dict[str, ZoneCount] = Field(default_factory=dict)
+
+
+class TelemetryDocument(DeviceDocument):
+    """``<root>/<device>/telemetry`` (not retained), every ``telemetry.interval_s``. `system` is
+    ``{}`` on the wire until the first sample (None here)."""
+
+    ts: float
+    device: str
+    fps: float | None = None
+    dropped: int = 0
+    pipelines: tuple[PipelineTelemetry, ...] = ()
+    system: SystemTelemetry | None = None
+    sensors: SensorsTelemetry = SensorsTelemetry()
+    energy_mj_per_frame: float | None = None
+    governor: GovernorTelemetry | None = None
+    mqtt: MqttTelemetry | None = None
+    events: EventTelemetry = EventTelemetry()
+    analytics: AnalyticsTelemetry = AnalyticsTelemetry()
+
+    @field_validator("system", mode="before")
+    @classmethod
+    def _no_sample_yet(cls, value: Any) -> Any:
+        return None if value == {} else value
+
+    @field_serializer("system", mode="wrap")
+    def _empty_without_sample(self, value: SystemTelemetry | None, handler: SerializerFunctionWrapHandler) -> Any:
+        return {} if value is None else handler(value)

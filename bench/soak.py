@@ -1,0 +1,251 @@
+"""Chaos soak: the daemon on two cameras with a real mosquitto while faults arrive on a schedule.
+
+For `--minutes` minutes the agent runs as its own process (a synthetic camera and a looping video
+file) against a mosquitto started on a free port, while this script:
+
+- restarts the broker every minute (killed at :05, back two seconds later);
+- takes the video file away for 15 s every 90 s (the camera reconnects);
+- pushes a signed deployment every two minutes, alternating two versions (the older one with
+  ``allow_downgrade``), and sends a signed rollback command a minute after each;
+- bursts 500 unsigned snapshot requests every minute, then asks for a signed ping.
+
+It then prints what it saw (``--json``: one object): deployments and rollbacks that ended as
+intended, the agent's RSS, threads and file descriptors at the start (after one deployment as
+warm-up) and at the end, the longest gap between telemetry messages outside broker outages, and
+the tracebacks in the agent's log.
+
+    .venv/bin/python bench/soak.py --minutes 10 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+from testkit import DEMO_MODELS
+from testkit.agent_process import AgentProcess
+from testkit.broker import Broker
+from testkit.media import write_video
+
+from agent.bundles.archive import build_bundle
+from agent.bundles.signing import generate_keypair, load_private_key
+from agent.config.models import MqttSection
+from agent.fleet.client import FleetError, command, connect
+from agent.fleet.push import follow, push
+from agent.mqtt.link import Message, MqttLink
+from agent.mqtt.protocol import Topics
+
+REPO = Path(__file__).resolve().parent.parent
+
+DEVICE = "soak"
+TICK_S = 1.0
+
+
+class TelemetryClock:
+    """When each telemetry message arrived (its own reconnecting link: the broker restarts)."""
+
+    def __init__(self, url: str) -> None:
+        self.arrivals: list[float] = []
+        self._lock = threading.Lock()
+        self.link = MqttLink(MqttSection(broker=url, reconnect_min_s=0.2, reconnect_max_s=1.0), "soak-watch")
+        self.link.subscribe(Topics().telemetry(DEVICE), self._on_message)
+        self.link.start()
+
+    def _on_message(self, message: Message) -> None:
+        with self._lock:
+            self.arrivals.append(time.monotonic())
+
+    def max_gap(self, since: float, outages: list[tuple[float, float]]) -> float:
+        """The longest gap between arrivals after `since` that overlaps no broker outage (with the
+        reconnect that follows it)."""
+        with self._lock:
+            times = [t for t in self.arrivals if t >= since]
+        gaps = [b - a for a, b in pairwise(times) if not any(a < end + 5 and b > start for start, end in outages)]
+        return max(gaps, default=0.0)
+
+
+def agent_stats(process: psutil.Process) -> dict[str, float]:
+    return {"rss_mb": process.memory_info().rss / 2**20, "threads": process.num_threads(), "fds": process.num_fds()}
+
+
+def prepare(folder: Path, broker_url: str) -> tuple[Path, list[Path], Path]:
+    """Keys, two signed bundles (1.0.0 ONNX, 1.1.0 INT8 TFLite), a video, and the agent's config."""
+    private, public = generate_keypair(folder / "keys")
+    key = load_private_key(private)
+    bundles = [folder / "demo-1.0.0.bundle", folder / "demo-1.1.0.bundle"]
+    build_bundle([DEMO_MODELS / "demo_detector.onnx"], bundles[0], name="demo", version="1.0.0", key=key)
+    build_bundle([DEMO_MODELS / "demo_detector_int8.tflite"], bundles[1], name="demo", version="1.1.0", key=key)
+    video = write_video(folder / "door.avi", 60, size=(320, 240))
+    config = {
+        "device": {"id": DEVICE},
+        "state_dir": str(folder / "state"),
+        "trust_keys": [str(public)],
+        "operator_keys": [str(public)],
+        "mqtt": {"broker": broker_url, "reconnect_min_s": 0.2, "reconnect_max_s": 2.0},
+        "pipelines": [
+            {"name": "yard", "source": "synthetic", "max_fps": 10},
+            {"name": "door", "source": str(video), "loop": True, "max_fps": 10},
+        ],
+        "telemetry": {"interval_s": 2.0},
+        "deployments": {"probation_s": 10, "download_timeout_s": 300},
+    }
+    path = folder / "agent.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, bundles, private
+
+
+class Soak:
+    def __init__(self, folder: Path, minutes: float) -> None:
+        self.folder, self.minutes = folder, minutes
+        self.broker = Broker(folder / "broker").start()
+        self.config, self.bundles, self.key_path = prepare(folder, self.broker.url)
+        self.key = load_private_key(self.key_path)
+        self.video = Path(yaml.safe_load(self.config.read_text())["pipelines"][1]["source"])
+        self.outages: list[tuple[float, float]] = []
+        self.counts = {"deployments_total": 0, "deployments_ok": 0, "rollbacks_total": 0, "rollbacks_ok": 0}
+        self.pings_ok = 0
+
+    def operator(self) -> MqttLink:
+        return connect(MqttSection(broker=self.broker.url), timeout=30)
+
+    def restart_broker(self) -> None:
+        start = time.monotonic()
+        self.broker.kill()
+        time.sleep(2.0)
+        self.broker.start()
+        self.outages.append((start, time.monotonic()))
+
+    def deploy(self, version: int) -> None:
+        self.counts["deployments_total"] += 1
+        link = self.operator()
+        try:
+            desired = push(
+                link,
+                Topics(),
+                self.bundles[version],
+                f"device:{DEVICE}",
+                chunk_size=256 * 1024,
+                key=self.key,
+                allow_downgrade=True,
+            )
+            record = follow(link, Topics(), [DEVICE], desired.id, timeout=90)[DEVICE]
+            self.counts["deployments_ok"] += bool(record and record.get("state") == "SUCCEEDED")
+        except FleetError as exc:
+            print(f"deployment: {exc}", file=sys.stderr)
+        finally:
+            link.stop()
+
+    def rollback(self) -> None:
+        self.counts["rollbacks_total"] += 1
+        answer = self._command("rollback", timeout=90)
+        self.counts["rollbacks_ok"] += bool(answer and answer.get("ok"))
+
+    def snapshot_burst(self) -> None:
+        link = self.operator()
+        try:
+            for _ in range(500):
+                link.publish(Topics().command(DEVICE, "snapshot"), b"{}", qos=0)
+        finally:
+            link.stop()
+        answer = self._command("ping", timeout=30)
+        self.pings_ok += bool(answer and answer.get("ok"))
+
+    def _command(self, name: str, timeout: float) -> dict[str, Any] | None:
+        link = self.operator()
+        try:
+            answer = command(link, Topics(), [DEVICE], name, key=self.key, timeout=timeout)[DEVICE]
+        except FleetError:
+            return None
+        finally:
+            link.stop()
+        return json.loads(answer[0]) if answer is not None else None
+
+    def camera_fault(self) -> None:
+        away = self.video.with_suffix(".away")
+        self.video.rename(away)
+        time.sleep(15)
+        away.rename(self.video)
+
+    def run(self) -> dict[str, Any]:
+        agent = AgentProcess(self.config).start()
+        assert agent.process is not None
+        process = psutil.Process(agent.process.pid)
+        telemetry = TelemetryClock(self.broker.url)
+        try:
+            time.sleep(5)
+            self.deploy(0)  # warm-up: the first version serves, both cameras run
+            time.sleep(20)
+            start, start_stats = time.monotonic(), agent_stats(process)
+            schedule = [  # (offset in the period, period, action), seconds
+                (5.0, 60.0, self.restart_broker),
+                (30.0, 120.0, lambda: self.deploy(1)),
+                (90.0, 120.0, self.rollback),
+                (45.0, 90.0, lambda: threading.Thread(target=self.camera_fault, daemon=True).start()),
+                (20.0, 60.0, self.snapshot_burst),
+            ]
+            done: set[tuple[int, int]] = set()
+            end = start + self.minutes * 60
+            while time.monotonic() < end:
+                elapsed = time.monotonic() - start
+                for i, (offset, period, action) in enumerate(schedule):
+                    slot = int((elapsed - offset) // period) if elapsed >= offset else -1
+                    if slot >= 0 and (i, slot) not in done:
+                        done.add((i, slot))
+                        action()
+                time.sleep(TICK_S)
+            time.sleep(5)  # the last actions settle
+            end_stats = agent_stats(process)
+            gap = telemetry.max_gap(start, self.outages)
+        finally:
+            telemetry.link.stop()
+            agent.stop(60)
+            self.broker.stop()
+        log = agent.output()
+        return {
+            "minutes": self.minutes,
+            **self.counts,
+            "pings_ok": self.pings_ok,
+            "broker_restarts": len(self.outages),
+            "rss_start_mb": round(start_stats["rss_mb"], 1),
+            "rss_end_mb": round(end_stats["rss_mb"], 1),
+            "threads_start": start_stats["threads"],
+            "threads_end": end_stats["threads"],
+            "fds_start": start_stats["fds"],
+            "fds_end": end_stats["fds"],
+            "telemetry_gap_max_s": round(gap, 2),
+            "tracebacks": log.count("Traceback"),
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long the faults go on (default 10)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--keep", type=Path, help="keep the agent's files (log, state) in this folder")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)  # the script's own links reconnect at every broker restart
+    with tempfile.TemporaryDirectory(prefix=f"soak-{uuid.uuid4().hex[:6]}-") as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        report = Soak(folder, args.minutes).run()
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:<22} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""`edge-agent bench`: FPS, per-stage latency, dropped frames and peak memory of a model.
+
+- ``pipeline`` mode runs the real pipeline on a file or a pipe source (every frame) or the
+  synthetic scene:
+  capture, preprocess, inference, decode + NMS, with capture and preprocessing overlapped.
+- ``runtime`` mode times inference alone on one prepared tensor: the ceiling the pipeline
+  is compared against.
+
+With `workers` > 1 that many inference calls run at once on the one model (the pipeline's
+inference threads; in runtime mode, as many bare loops in threads).
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy.typing as npt
+
+from pipelines.decoding.detector import Detector
+from pipelines.latency import LatencyWindow, Percentiles
+from pipelines.pipeline import Pipeline, use_one_opencv_thread
+from pipelines.sources.capture import FileSource
+from pipelines.sources.frames import Frame, FrameSource, LimitedSource, SourceError
+from pipelines.sources.scene_source import SyntheticSource
+from pipelines.sources.specs import open_source, source_kind
+from runtimes.base import Runtime
+
+DEFAULT_FRAMES = 300
+
+
+def _source(spec: str, frames: int | None) -> tuple[FrameSource, int | None]:
+    """The benchmark source and how many frames it will give (None: unknown). A pipe source
+    (``gst:``, ``ffmpeg:``, ``rpicam:``) runs until its stream ends, or for `frames`."""
+    if spec == "synthetic":
+        count = frames or DEFAULT_FRAMES
+        return SyntheticSource(frames=count), count
+    if source_kind(spec) == "pipe":
+        pipe = open_source(spec)
+        frames = frames or (DEFAULT_FRAMES if pipe.live else None)  # a camera never ends by itself
+        return (LimitedSource(pipe, frames), frames) if frames else (pipe, None)
+    file = FileSource(Path(spec), loop=frames is not None)
+    file.open()  # fails early, with the file's name, if it cannot be read
+    if frames is None:
+        return file, file.frame_count or None
+    return LimitedSource(file, frames), frames
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MB: Linux's VmHWM, which starts again at exec
+    (``ru_maxrss`` keeps the peak from before an exec: a spawned process would report its
+    parent's), else ``ru_maxrss`` (KiB)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _progress(total: int | None, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="frame", leave=False)
+
+
+def _tick(bar: Any) -> None:
+    if bar is not None:
+        bar.update(1)
+
+
+def time_inference(
+    runtime: Runtime, tensor: npt.NDArray[Any], count: int, workers: int = 1, tick: Callable[[], None] = lambda: None
+) -> tuple[Percentiles, float]:
+    """Run `runtime` `count` times on `tensor`, split over `workers` threads calling it at once;
+    returns the per-call latency percentiles (ms) and the seconds it all took. A benchmark
+    measurement, on purpose timed with the wall clock."""
+    window = LatencyWindow(stages=("inference",), size=count)
+
+    def loop(runs: int) -> None:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            runtime.infer([tensor])
+            window.record(inference=(time.perf_counter() - t0) * 1000)
+            tick()
+
+    shares = [count // workers + (i < count % workers) for i in range(workers)]
+    threads = [threading.Thread(target=loop, args=(runs,)) for runs in shares]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return window.percentiles()["inference"], time.perf_counter() - start
+
+
+def _bench_runtime(detector: Detector, source: FrameSource, count: int, bar: Any, workers: int) -> dict[str, Any]:
+    """Inference alone, `count` times on the tensor prepared from the source's first frame,
+    split over `workers` threads calling the runtime at once."""
+    first = source.read()
+    source.close()
+    if first is None:
+        raise SourceError(f"{source.name}: no frame to benchmark with")
+    tensor, _ = detector.prepare(first.image)
+    latency, seconds = time_inference(detector.runtime, tensor, count, workers, lambda: _tick(bar))
+    return {
+        "input_shape": list(tensor.shape),
+        "frames": count,
+        "seconds": seconds,
+        "latency_ms": asdict(latency),
+        "stages_ms": {"inference": asdict(latency)},
+        "dropped": 0,
+    }
+
+
+def _bench_pipeline(detector: Detector, source: FrameSource, bar: Any, workers: int) -> dict[str, Any]:
+    """The whole pipeline on every frame of `source`; a source failure ends it with the error."""
+    shapes: list[list[int]] = []
+
+    def tick(frame: Frame, _: Any) -> None:
+        if not shapes:  # the tensor shape of a dynamic model depends on the frame size
+            shapes.append(list(detector.prepare(frame.image)[0].shape))
+        _tick(bar)
+
+    use_one_opencv_thread()
+    pipeline = Pipeline("bench", source, detector, sinks=[tick], workers=workers)
+    start = time.perf_counter()
+    pipeline.start()
+    try:
+        while not pipeline.wait(0.2):
+            if pipeline.source_status.state == "reconnecting":
+                raise SourceError(pipeline.source_status.error or f"{source.name} failed")
+        seconds = time.perf_counter() - start
+    finally:
+        pipeline.stop()
+    stats = pipeline.stats()
+    stages = {stage: asdict(values) for stage, values in stats.latency_ms.items()}
+    return {
+        "input_shape": shapes[0] if shapes else [],
+        "frames": stats.frames,
+        "seconds": seconds,
+        "latency_ms": stages.get("total", {"p50": 0.0, "p95": 0.0}),
+        "stages_ms": stages,
+        "dropped": stats.dropped,
+    }
+
+
+def run_bench(
+    runtime: Any, source_spec: str, frames: int | None, mode: str, progress: bool = False, workers: int = 1
+) -> dict[str, Any]:
+    """Benchmark `runtime` (loaded, warmed up); returns the report as a dict (times in ms)."""
+    detector = Detector(runtime)
+    source, total = _source(source_spec, frames)
+    bar = _progress(total, progress)
+    try:
+        if mode == "runtime":
+            result = _bench_runtime(detector, source, total or DEFAULT_FRAMES, bar, workers)
+        else:
+            result = _bench_pipeline(detector, source, bar, workers)
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = result.pop("seconds")
+    return {
+        "model": runtime.model_path.name,
+        "runtime": runtime.name,
+        "mode": mode,
+        "workers": workers,
+        "source": source_spec,
+        **result,
+        "seconds": round(seconds, 3),
+        "fps": round(result["frames"] / seconds, 2) if seconds > 0 else 0.0,
+        "rss_mb": round(peak_rss_mb(), 1),
+    }

@@ -1,0 +1,127 @@
+"""What every frame source gives and reports: `Frame`, the `FrameSource` protocol, `SourceError`,
+the capture side's `SourceStatus`, and `GroundTruth` (what a synthetic frame really shows).
+
+A source is opened, read frame by frame and closed. ``read()`` returns ``None`` at the end of a
+finite source and raises `SourceError` when the device or stream fails; the pipeline then
+reconnects with `pipelines.backoff.Backoff`. Live sources (cameras, streams, a paced synthetic
+scene) produce frames at their own pace and the pipeline keeps only the newest; the others are
+read as fast as they are consumed, every frame. The sources themselves: `capture` (files, V4L2,
+RTSP and GStreamer through OpenCV), `pipe_source` (raw frames from gst-launch-1.0, ffmpeg or
+rpicam-vid), `scene_source` (the synthetic scenes); `specs` turns a source string into one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:  # numpy loads with the first source, not with this module
+    import numpy as np
+    import numpy.typing as npt
+
+    from pipelines.decoding.detections import Detections
+
+
+class SourceError(Exception):
+    """A source cannot be opened or stopped delivering frames; the message says which and why.
+    `output` holds the last lines a source's subprocess wrote to stderr (pipe sources)."""
+
+    def __init__(self, message: str, output: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.output = tuple(output)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One captured image: BGR ``(H, W, 3) uint8``; `timestamp` in `time.monotonic()` seconds
+    when it was captured; `truth` only for synthetic frames."""
+
+    index: int
+    timestamp: float
+    image: npt.NDArray[Any]
+    truth: GroundTruth | None = None
+
+
+class FrameSource(Protocol):
+    """What the pipeline needs of a source."""
+
+    name: str
+    live: bool
+
+    def open(self) -> None: ...
+
+    def read(self) -> Frame | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """The shapes of one frame: boxes in frame pixels, classes, visible fractions (0..1) and
+    identities (``(n,) int32``: the same object has the same id in every frame of a scene)."""
+
+    detections: Detections
+    visible: npt.NDArray[np.float32]
+    ids: npt.NDArray[np.int32] | None = None
+
+
+class LimitedSource:
+    """`source` cut off after `limit` frames (benchmarks of a looping file)."""
+
+    def __init__(self, source: FrameSource, limit: int) -> None:
+        self.source, self.limit = source, limit
+        self.name, self.live = source.name, source.live
+        self._count = 0
+
+    def open(self) -> None:
+        self.source.open()
+
+    def read(self) -> Frame | None:
+        if self._count >= self.limit:
+            return None
+        frame = self.source.read()
+        self._count += frame is not None
+        return frame
+
+    def close(self) -> None:
+        self.source.close()
+
+
+SourceStateName = Literal["starting", "running", "reconnecting", "ended", "stopped"]
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A camera's capture side at one moment: `state`; `error`, the last failure (kept after it
+    recovered); `reconnects`, how many times it recovered; `output`, the last lines its
+    subprocess wrote to stderr before that failure (pipe sources; empty otherwise)."""
+
+    state: SourceStateName
+    error: str | None
+    reconnects: int
+    output: tuple[str, ...] = ()
+
+
+class SourceStatus:
+    """What the capture side reports, set by the capture thread and read from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.state: SourceStateName = "starting"
+        self.error: str | None = None
+        self.reconnects = 0
+        self.output: tuple[str, ...] = ()
+
+    def set(self, state: SourceStateName, error: str | None = None, output: Sequence[str] = ()) -> None:
+        with self._lock:
+            if state == "running" and self.state == "reconnecting":
+                self.reconnects += 1
+            self.state = state
+            if error is not None:
+                self.error, self.output = error, tuple(output)
+
+    def snapshot(self) -> SourceState:
+        with self._lock:
+            return SourceState(self.state, self.error, self.reconnects, self.output)

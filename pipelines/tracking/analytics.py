@@ -1,0 +1,206 @@
+"""One camera's video analytics: the tracker, its counting lines and zones, and a record of
+every track (when it began, its best detection, the zones it visited, the lines it crossed).
+
+`SceneAnalytics.update(frame, detections)` runs once per frame, in frame order, after NMS; it
+returns an `AnalyticsStep`: the detections with `tracker_id`, the tracks confirmed this frame,
+the tracks that ended (lost for longer than the tracker's buffer) and the crossings counted.
+Times are the frames' own timestamps (seconds, `time.monotonic()` for a camera, or a clip's
+frame times), so a test drives it with any clock it likes.
+
+Threads: `update` from the camera's inference thread (the pipeline's sinks); `counts` and
+`live` from any thread (one lock). Memory: a track's record, crop and line/zone state are
+dropped when it ends, so a camera that sees objects come and go for days holds only the live
+ones.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from pipelines.decoding.detections import Detections
+from pipelines.sources.frames import Frame
+from pipelines.tracking.tracker import ByteTracker, TrackerSettings
+from pipelines.tracking.zones import (
+    Anchor,
+    Crossing,
+    LineCount,
+    LineCounter,
+    LineSpec,
+    ZoneCount,
+    ZoneCounter,
+    ZoneSpec,
+    anchor_points,
+)
+
+
+@dataclass(frozen=True)
+class TrackRecord:
+    """One object as tracked so far: `first_ts` / `last_ts` the frame times it was first and
+    last seen (seconds), `best_score` and `best_box` (xyxy pixels) of its most confident
+    detection, at frame `best_frame`, with that detection's `class_id`; `zones` it entered
+    with their dwell seconds, `lines` it crossed as ``(line, direction)`` in order; `crop`
+    the best detection's pixels (BGR) when snapshots are kept."""
+
+    track_id: int
+    class_id: int
+    first_ts: float
+    last_ts: float
+    best_score: float
+    best_box: tuple[float, float, float, float]
+    best_frame: int
+    zones: tuple[tuple[str, float], ...] = ()
+    lines: tuple[tuple[str, str], ...] = ()
+    crop: npt.NDArray[np.uint8] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def duration_s(self) -> float:
+        return self.last_ts - self.first_ts
+
+
+@dataclass(frozen=True)
+class AnalyticsStep:
+    """What one frame changed (see the module text)."""
+
+    detections: Detections
+    started: tuple[TrackRecord, ...] = ()
+    ended: tuple[TrackRecord, ...] = ()
+    crossings: tuple[Crossing, ...] = ()
+
+
+@dataclass(frozen=True)
+class CameraCounts:
+    """One camera's counters: per line and per zone, and how many tracks are alive."""
+
+    camera: str
+    lines: tuple[LineCount, ...]
+    zones: tuple[ZoneCount, ...]
+    tracks: int
+
+
+def _crop(image: npt.NDArray[np.uint8], box: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
+    height, width = image.shape[:2]
+    x1, y1 = max(int(box[0]), 0), max(int(box[1]), 0)
+    x2, y2 = min(int(np.ceil(box[2])), width), min(int(np.ceil(box[3])), height)
+    crop: npt.NDArray[np.uint8] = image[y1:y2, x1:x2].copy()
+    return crop
+
+
+class SceneAnalytics:
+    """Tracking, lines and zones for camera `camera`; `label(class_id)` names a class (zones
+    filter by name); `keep_crops` keeps each track's best crop for the snapshots on ``end``."""
+
+    def __init__(
+        self,
+        camera: str,
+        lines: Sequence[LineSpec] = (),
+        zones: Sequence[ZoneSpec] = (),
+        label: Callable[[int], str] = str,
+        tracker: TrackerSettings | None = None,
+        anchor: Anchor = "center",
+        keep_crops: bool = False,
+    ) -> None:
+        self.camera, self.anchor, self.keep_crops, self._label = camera, anchor, keep_crops, label
+        self.tracker = ByteTracker(tracker or TrackerSettings())
+        self.lines = [LineCounter(spec) for spec in lines]
+        self.zones = [ZoneCounter(spec) for spec in zones]
+        self._records: dict[int, TrackRecord] = {}
+        self._lock = threading.Lock()
+
+    def update(self, frame: Frame, detections: Detections) -> AnalyticsStep:
+        """Track one frame's detections and count; see `AnalyticsStep`."""
+        step = self.tracker.update(detections)
+        every = step.detections.tracker_id
+        every = np.full(len(step.detections), -1, np.int32) if every is None else every
+        tracked, ids = step.detections[every >= 0], every[every >= 0]
+        labels = [self._label(int(c)) for c in tracked.class_id]
+        filtered = tracked.xyxy if step.filtered is None else step.filtered[every >= 0]
+        points = anchor_points(filtered, self.anchor)
+        heights = filtered[:, 3] - filtered[:, 1]
+        with self._lock:
+            for i, track_id in enumerate(ids.tolist()):
+                self._observe(frame, tracked, i, track_id)
+            crossings = [c for line in self.lines for c in line.update(ids, points, labels, heights)]
+            for crossing in crossings:
+                record = self._records[crossing.track_id]
+                self._records[crossing.track_id] = replace(
+                    record, lines=(*record.lines, (crossing.line, crossing.direction))
+                )
+            for zone in self.zones:
+                zone.update(frame.timestamp, ids, points, labels)
+            started = tuple(self._with_zones(self._records[t]) for t in step.started)
+            ended = tuple(self._end(t) for t in step.ended)
+        return AnalyticsStep(step.detections, started, ended, tuple(crossings))
+
+    def _observe(self, frame: Frame, tracked: Detections, i: int, track_id: int) -> None:
+        score, box = float(tracked.confidence[i]), tracked.xyxy[i]
+        record = self._records.get(track_id)
+        if record is None or score > record.best_score:
+            best = TrackRecord(
+                track_id,
+                class_id=int(tracked.class_id[i]),
+                first_ts=frame.timestamp if record is None else record.first_ts,
+                last_ts=frame.timestamp,
+                best_score=score,
+                best_box=(float(box[0]), float(box[1]), float(box[2]), float(box[3])),
+                best_frame=frame.index,
+                lines=() if record is None else record.lines,
+                crop=_crop(frame.image, box) if self.keep_crops else None,
+            )
+            self._records[track_id] = best
+        else:
+            self._records[track_id] = replace(record, last_ts=frame.timestamp)
+
+    def _with_zones(self, record: TrackRecord) -> TrackRecord:
+        track_id = record.track_id
+        zones = tuple((z.spec.name, round(z.dwell_s(track_id), 3)) for z in self.zones if z.visited(track_id))
+        return replace(record, zones=zones)
+
+    def _end(self, track_id: int) -> TrackRecord:
+        record = self._records.pop(track_id)
+        zones = []
+        for zone in self.zones:
+            dwell = zone.forget(track_id)
+            if dwell is not None:
+                zones.append((zone.spec.name, round(dwell, 3)))
+        for line in self.lines:
+            line.forget(track_id)
+        return replace(record, zones=tuple(zones))
+
+    def finish(self) -> tuple[TrackRecord, ...]:
+        """End every live track (the camera stopped or the clip ended)."""
+        with self._lock:
+            return tuple(self._end(t) for t in self.tracker.reset() if t in self._records)
+
+    def record(self, track_id: int) -> TrackRecord | None:
+        """A live track's record with its zones so far (any thread); None once it ended."""
+        with self._lock:
+            record = self._records.get(track_id)
+            return None if record is None else self._with_zones(record)
+
+    def live(self) -> list[TrackRecord]:
+        """The live tracks (any thread), with their zones so far."""
+        with self._lock:
+            return [self._with_zones(r) for r in self._records.values()]
+
+    def held(self) -> int:
+        """Per-track entries held (records, line sides, zone visits, tracker tracks): bounded by
+        the live tracks, 0 after `finish` (what the soak and the tests check for leaks)."""
+        with self._lock:
+            lines = sum(line.held() for line in self.lines)
+            zones = sum(zone.held() for zone in self.zones)
+            return len(self._records) + lines + zones + len(self.tracker.active_ids)
+
+    def counts(self) -> CameraCounts:
+        """The counters now (any thread)."""
+        with self._lock:
+            return CameraCounts(
+                self.camera,
+                tuple(line.count() for line in self.lines),
+                tuple(zone.count() for zone in self.zones),
+                len(self._records),
+            )

@@ -1,0 +1,59 @@
+"""`agent.bundles.manifest`: valid manifests round-trip, invalid ones name the field, the published
+schema is current."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+from testkit import REPO
+
+from agent.bundles.manifest import Manifest, schema_json
+
+GOOD = {
+    "schema_version": 1,
+    "name": "people-counter",
+    "version": "1.4.0-rc.1",
+    "created": "2026-11-29T12:00:00+00:00",
+    "decoder": "yolov8",
+    "input": {"size": [640, 640], "color": "RGB", "resize": "letterbox"},
+    "labels": ["person"],
+    "artifacts": [{"path": "m.onnx", "format": "onnx", "precision": "fp32", "sha256": "a" * 64, "size": 10}],
+}
+
+
+def test_a_valid_manifest_round_trips() -> None:
+    manifest = Manifest.model_validate(GOOD)
+    assert Manifest.model_validate(json.loads(manifest.to_bytes())) == manifest
+    assert manifest.thresholds.conf == 0.25 and manifest.reference.path == "reference.npz"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"version": "1.4"}, "not a semantic version"),
+        ({"schema_version": 2}, "schema_version"),
+        ({"name": "../evil"}, "name"),
+        ({"extra": 1}, "Extra inputs are not permitted"),
+        ({"labels": []}, "labels"),
+        ({"artifacts": [{**GOOD["artifacts"][0], "path": "../m.onnx"}]}, "plain file name"),
+        ({"artifacts": [{**GOOD["artifacts"][0], "sha256": "XYZ"}]}, "sha256"),
+        ({"artifacts": [GOOD["artifacts"][0], GOOD["artifacts"][0]]}, "must be unique"),
+        ({"files": [{"path": "etc/passwd", "sha256": "b" * 64, "size": 1}]}, "calibration/<name>"),
+        (
+            {"tensorrt_profile": {"min": [1, 3, 640, 640], "opt": [1, 3, 320, 320], "max": [1, 3, 640, 640]}},
+            "min <= opt <= max",
+        ),
+        ({"thresholds": {"conf": 1.5}}, "conf"),
+    ],
+)
+def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Manifest.model_validate({**GOOD, **change})
+
+
+@pytest.mark.schema_docs
+def test_exported_schema_is_current() -> None:
+    """docs/manifest.schema.json is regenerated with `python -m agent.bundles.manifest`."""
+    assert (REPO / "docs" / "manifest.schema.json").read_text() == schema_json()

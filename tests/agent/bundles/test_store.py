@@ -1,0 +1,214 @@
+"""`agent.bundles.store`: versions and pointers, gc, recovery after a crash at each state (on fake
+versions), the pointer switch that never leaves the device without `current`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from testkit.store import A, B, C, fake_version, two_versions
+
+from agent.bundles.record import Deployment, State
+from agent.bundles.store import Store, version_key
+from agent.errors import ErrorCode, ErrorInfo
+
+
+def test_gc_keeps_newest_and_never_current_or_previous(tmp_path: Path) -> None:
+    store = Store(tmp_path, keep=2).ensure()
+    for i, sha in enumerate(["a" * 64, "b" * 64, "c" * 64, "d" * 64]):
+        fake_version(store, sha, 1000 + i)
+    store.switch("a" * 64)  # the oldest is current
+    store.switch("b" * 64)  # ... and now previous
+    store.switch("a" * 64)
+    assert (store.current_sha(), store.previous_sha()) == ("a" * 64, "b" * 64)
+    assert sorted(store.gc()) == ["c" * 64, "d" * 64]  # two kept: current and previous
+    assert sorted(p.name for p in store.versions.iterdir()) == ["a" * 64, "b" * 64]
+    store.keep = 3
+    fake_version(store, "e" * 64, 2000)
+    fake_version(store, "f" * 64, 3000)
+    assert store.gc() == ["e" * 64]  # the newest other version stays
+
+
+def test_recover_drops_dangling_pointers_and_partial_unpacks(tmp_path: Path) -> None:
+    store = Store(tmp_path).ensure()
+    fake_version(store, "a" * 64, 1000)
+    store.switch("a" * 64)
+    (store.versions / ("b" * 64 + ".tmp")).mkdir()
+    import os
+
+    os.symlink("versions/" + "c" * 64, tmp_path / "previous")  # points at nothing
+    deployment = Deployment(id="d1", sha256="b" * 64, from_sha="a" * 64)
+    deployment.to("INSTALLING")
+    store.record(deployment)
+    recovered = store.recover()
+    assert recovered is not None and recovered.state == "REJECTED"
+    assert recovered.error == ErrorInfo(ErrorCode.INTERRUPTED, "the agent stopped during INSTALLING")
+    assert store.current_sha() == "a" * 64 and store.previous_sha() is None
+    assert not (tmp_path / "previous").is_symlink()
+    assert not list(store.versions.glob("*.tmp"))
+    assert store.recover() is None  # nothing left to do
+
+
+def test_gc_goes_by_age_not_by_name_and_leaves_partial_unpacks_to_recovery(tmp_path: Path) -> None:
+    store = Store(tmp_path, keep=3).ensure()
+    for sha, mtime in (("a" * 64, 1000), ("b" * 64, 1001), ("e" * 64, 3000), ("f" * 64, 2000)):
+        fake_version(store, sha, mtime)
+    (store.versions / ("9" * 64 + ".tmp")).mkdir()  # an unpack in progress: not a version
+    store.switch("a" * 64)
+    store.switch("b" * 64)
+    assert store.gc() == ["f" * 64], "the older of the two others goes, although its name sorts last"
+    assert (store.versions / ("9" * 64 + ".tmp")).is_dir()
+
+
+def test_rollback_swaps_current_and_previous(tmp_path: Path) -> None:
+    store = Store(tmp_path).ensure()
+    fake_version(store, "a" * 64, 1000)
+    store.switch("a" * 64)
+    with pytest.raises(LookupError, match="there is no previous version to roll back to"):
+        store.rollback()
+    fake_version(store, "b" * 64, 2000)
+    store.switch("b" * 64)
+    assert store.rollback() == "a" * 64
+    assert (store.current_sha(), store.previous_sha()) == ("a" * 64, "b" * 64)
+    assert store.rollback() == "b" * 64
+    assert (store.current_sha(), store.previous_sha()) == ("b" * 64, "a" * 64)
+
+
+def test_a_pointer_switch_never_leaves_the_device_without_current(tmp_path: Path, monkeypatch) -> None:
+    """The switch replaces `current` with one rename: if the process dies before it (here: the
+    new link cannot be made), `current` still names the old version, never nothing."""
+    from testkit.store import fake_version
+
+    store = Store(tmp_path).ensure()
+    fake_version(store, "a" * 64, 1000)
+    fake_version(store, "b" * 64, 2000)
+    store.switch("a" * 64)
+
+    make_link = os.symlink
+
+    def power_cut(target: object, link: object) -> None:  # the power fails as the new current is made
+        if "current" in str(link):
+            raise OSError("power cut")
+        make_link(target, link)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "symlink", power_cut)
+    with pytest.raises(OSError, match="power cut"):
+        store.switch("b" * 64)
+    assert store.current_sha() == "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda root: (root / "current").write_text("not a link"), "current is not a link to a version (a file)"),
+        (lambda root: os.symlink("/etc", root / "current"), "current points outside the store (/etc)"),
+        (lambda root: os.symlink("versions/" + C, root / "current"), "current points at version cccccccccccc"),
+    ],
+    ids=["regular file", "outside the store", "dangling"],
+)
+def test_a_broken_current_falls_back_to_previous_and_says_so(tmp_path: Path, make, words: str) -> None:
+    store = two_versions(tmp_path)
+    (store.root / "current").unlink()
+    make(store.root)
+    assert store.current_sha() is None
+    store.recover()
+    assert store.current_sha() == A, "the previous version serves"
+    assert len(store.problems) == 1 and store.problems[0].startswith(words), store.problems
+    assert "serving the previous version x" in store.problems[0]
+
+
+def test_recovery_never_deletes_a_version_it_cannot_prove_partial(tmp_path: Path) -> None:
+    store = two_versions(tmp_path)
+    (store.root / "deployment.json").write_text(json.dumps({"id": "x", "sha256": A, "state": "VERIFYING"}))
+    recovered = store.recover()
+    assert recovered is not None and recovered.state == "REJECTED"
+    assert (store.current_sha(), store.previous_sha()) == (B, A), "a VERIFYING record proves nothing switched"
+    assert (store.versions / A).is_dir() and (store.versions / B).is_dir()
+
+
+def test_a_truncated_record_is_reported(tmp_path: Path) -> None:
+    store = two_versions(tmp_path)
+    (store.root / "deployment.json").write_text('{"id": "d1", "sha256": "aa')
+    assert store.recover() is None
+    assert store.problems and "truncated?" in store.problems[0]
+    assert store.current_sha() == B
+
+
+def test_semantic_version_order() -> None:
+    ordered = [
+        "1.0.0-alpha",
+        "1.0.0-alpha.1",
+        "1.0.0-beta.2",
+        "1.0.0-beta.11",
+        "1.0.0-rc.1",
+        "1.0.0",
+        "1.9.0",
+        "1.10.0",
+    ]
+    assert sorted(reversed(ordered), key=version_key) == ordered
+    assert version_key("2.0.0+build.7") == version_key("2.0.0+build.8")
+
+
+# state at the crash, whether the new version C was switched in, probation_s ->
+# the state it ends in, its code, the words, (current, previous) after, whether C is kept
+STOPPED = "the agent stopped while the version was on probation"
+
+
+DURING = "the agent stopped during "
+
+
+# fmt: off
+RECOVERIES = {
+    "verifying": ("VERIFYING", False, 0, "REJECTED", "INTERRUPTED", DURING + "VERIFYING", (B, A), False),
+    "installing": ("INSTALLING", False, 0, "REJECTED", "INTERRUPTED", DURING + "INSTALLING", (B, A), False),
+    "activating, before the switch": ("ACTIVATING", False, 0, "ROLLED_BACK", "INTERRUPTED", DURING + "ACTIVATING", (B, A), False),  # noqa: E501
+    "activating, switched": ("ACTIVATING", True, 0, "SUCCEEDED", None, None, (C, B), True),
+    "activating, switched, probation to come": ("ACTIVATING", True, 60, "ROLLED_BACK", "PROBATION_FAILED", STOPPED, (B, A), False),  # noqa: E501
+    "probation": ("PROBATION", True, 60, "ROLLED_BACK", "PROBATION_FAILED", STOPPED, (B, A), False),
+}
+
+
+@pytest.mark.parametrize("case", list(RECOVERIES))
+def test_recovery_after_a_crash_at_each_state(tmp_path: Path, case: str) -> None:
+    """The store's half of the SIGKILL table (test_bundles.py), on fake versions."""
+    state, switched, probation_s, final, code, words, pointers, kept = RECOVERIES[case]
+    store = two_versions(tmp_path)
+    fake_version(store, C, 3000)
+    deployment = Deployment(
+        id="d", sha256=C, from_sha=B, previous_before=A, probation_s=probation_s, name="x", version="3.0.0"
+    )
+    if switched:
+        store.switch(C)
+    deployment.to(State(state))
+    store.record(deployment)
+    recovered = store.recover()
+    assert recovered is not None and recovered.state == final
+    assert (recovered.error.code if recovered.error else None) == code
+    assert words is None or (recovered.error is not None and recovered.error.message == words)
+    assert store.last_deployment() is not None and store.last_deployment().state == final  # type: ignore[union-attr]
+    assert (store.current_sha(), store.previous_sha()) == pointers
+    assert (store.versions / C).is_dir() == kept
+    assert (store.versions / A).is_dir() and (store.versions / B).is_dir()
+    assert store.highest_version("x") == ("3.0.0" if final == "SUCCEEDED" else None)
+
+
+def test_recovery_keeps_a_version_the_interrupted_deployment_did_not_bring(tmp_path: Path) -> None:
+    """Pushing the version already serving (or the previous one) again and crashing while
+    verifying must not remove it."""
+    for sha in (B, A):
+        store = two_versions(tmp_path / sha[:1])
+        deployment = Deployment(id="d", sha256=sha, from_sha=B, previous_before=A, name="x", version="1")
+        deployment.to(State.VERIFYING)
+        store.record(deployment)
+        assert store.recover() is not None
+        assert (store.versions / sha).is_dir() and (store.current_sha(), store.previous_sha()) == (B, A)
+
+
+def test_nothing_to_recover_after_a_final_state(tmp_path: Path) -> None:
+    store = two_versions(tmp_path)
+    deployment = Deployment(id="d", sha256=B, from_sha=A, name="x", version="2")
+    deployment.to(State.SUCCEEDED)
+    store.record(deployment)
+    assert store.recover() is None and store.last_deployment().state == "SUCCEEDED"  # type: ignore[union-attr]

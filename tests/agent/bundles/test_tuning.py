@@ -1,0 +1,105 @@
+"""`agent.bundles.tuning`: a bundle's candidates on this device (each runtime, or why not), TensorRT
+rows built then measured, autotune at activation, each configuration checked in a child first."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from testkit import standin_env
+from testkit.net import wait_until
+from testkit.trt_double import TrtDouble
+
+from agent.bundles.installer import InstallPolicy, install
+from agent.bundles.store import Store
+from agent.bundles.tuning import Tuning, autotune, candidates, reference_of, with_engines, worker_variants
+from agent.config.models import PipelineSection
+from agent.hardware.board import probe
+from agent.serving.cameras import Cameras
+from pipelines.measure.matrix import measure, measure_isolated
+from runtimes import isolation
+from runtimes.isolation import ChildRunner
+from runtimes.litert_backend import LiteRTConfig
+from runtimes.registry import RuntimeSettings
+from runtimes.tensorrt_backend import TensorRTConfig
+
+
+def test_candidates_cover_every_runtime_and_say_why_not(unpacked) -> None:
+    folder, manifest = unpacked.folder, unpacked.manifest
+    settings = RuntimeSettings(litert=LiteRTConfig(delegate=Path("/nonexistent/libedgetpu.so.1")))
+    found = candidates(folder, manifest, probe(), settings, variants=True)
+    table = [(c.runtime, c.provider, c.artifact, c.precision, c.workers, c.unavailable is None) for c in found]
+    variants = worker_variants(os.cpu_count() or 1)
+    assert table == [
+        ("tensorrt", "GPU", "demo_detector.onnx", "fp32", 1, False),
+        ("tensorrt", "GPU", "demo_detector.onnx", "fp16", 1, False),
+        ("tensorrt", "GPU", "demo_detector.onnx", "int8", 1, False),
+        *[("onnxruntime", "CPUExecutionProvider", "demo_detector.onnx", "fp32", w, True) for w, _ in variants],
+        ("litert", "xnnpack", "demo_detector_int8.tflite", "int8", 1, True),
+        ("litert", "libedgetpu.so.1", "demo_detector_int8.tflite", "int8", 1, True),
+    ]
+    assert "tensorrt (JetPack / TensorRT wheel) is not installed" in (found[0].unavailable or "")
+    reference = reference_of(folder, manifest, unpacked.reference)
+    assert reference.reference_artifact == "demo_detector.onnx" and len(reference.detections) > 0
+    row = measure_isolated(found[-1], reference, 5)
+    assert row.error is not None and "cannot load LiteRT delegate /nonexistent/libedgetpu.so.1" in row.error
+
+
+def test_tensorrt_rows_are_built_then_measured(trt_double: TrtDouble, unpacked, tmp_path: Path) -> None:
+    folder, manifest = unpacked.folder, unpacked.manifest
+    settings = RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "engines"))
+    found = with_engines(candidates(folder, manifest, probe(), settings), folder, manifest)
+    trt = [c for c in found if c.runtime == "tensorrt"]
+    assert [c.unavailable is None for c in trt] == [True, True, False]
+    assert trt[2].unavailable == "int8 needs a Q/DQ model or calibration images in the bundle"
+    reference = reference_of(folder, manifest, unpacked.reference)
+    fp32, fp16 = (measure(c, reference, 5) for c in trt[:2])
+    assert fp32.error is None and fp32.parity["max_abs_err"] == 0.0 and fp32.parity["within_tolerance"] == 1.0
+    assert 0 < fp16.parity["max_abs_err"] < 0.05 and fp16.parity["detection_agreement"] == 1.0
+    assert fp16.provider == "Orin (test double) (sm 8.7)"
+
+
+def test_autotune_at_activation_is_recorded_and_served(
+    tmp_path: Path, keys: dict[str, Path], demo_bundle: Path
+) -> None:
+    store = Store(tmp_path / "state")
+    policy = InstallPolicy(allow_unsigned=True, autotune=True, autotune_frames=10)
+    deployment = install(demo_bundle, store, probe(), policy)
+    assert deployment.state == "SUCCEEDED", deployment.error
+    assert deployment.tuning is not None and len(deployment.tuning.rows) >= 5
+    tuning = store.tuning(deployment.sha256)
+    assert tuning is not None and tuning == deployment.tuning.choice
+    assert json.loads((store.root / "deployment.json").read_text())["tuning"]["choice"] == asdict(tuning)
+    assert store.last_deployment() == deployment, "the record reads back as it was written"
+
+    fixed = Tuning("onnxruntime", "CPUExecutionProvider", "demo_detector.onnx", "fp32", 1, 2, 100.0, 9.0, "test")
+    section = PipelineSection(name="cam", source="synthetic:1", fps=30)
+    cameras = Cameras([section], probe(), "auto")
+    try:
+        cameras.activate(store.versions / deployment.sha256, fixed)
+        camera = cameras.get("cam")
+        wait_until(lambda: camera.frames > 3, 30, "frames")
+        stats = camera.stats()
+        assert (stats.runtime, stats.model, stats.workers) == ("onnxruntime", "demo_detector.onnx", 2)
+        assert camera.detector.runtime._session.get_session_options().intra_op_num_threads == 1
+        assert cameras.choice is not None and cameras.choice.reason == "autotune: test"
+    finally:
+        cameras.stop()
+    with_latency = InstallPolicy(allow_unsigned=True, autotune=True, autotune_frames=5, max_latency_ms=1e-6)
+    deployment = install(demo_bundle, Store(tmp_path / "state2"), probe(), with_latency)
+    assert deployment.state == "SUCCEEDED" and deployment.tuning is not None, deployment.error
+    assert deployment.tuning.choice is None and deployment.tuning.rows, "nothing is that fast: policy"
+
+
+def test_autotune_checks_each_configuration_in_a_child_first(unpacked, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library that crashes on an artifact kills a check process, not the agent: its rows say
+    so and autotune chooses among the others (stand-in: an onnxruntime whose loads die by SIGILL
+    in the check processes only; this process has the real one)."""
+    monkeypatch.setattr(isolation, "PROCESS_RUNNER", ChildRunner(env=standin_env("crash_on_load")))
+    tuning, rows = autotune(unpacked.folder, unpacked.manifest, unpacked.reference, probe(), RuntimeSettings(), 5)
+    ort = [row for row in rows if row.runtime == "onnxruntime"]
+    assert ort and all("RuntimeCrashed" in (row.error or "") and "SIGILL" in (row.error or "") for row in ort)
+    assert tuning is not None and tuning.runtime == "litert"

@@ -1,0 +1,120 @@
+"""`edge-agent bench`: pipeline and runtime modes on files, synthetic and pipe sources, ``--workers``
+(and ``auto``), ``--matrix``, bad sources."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from testkit import DEMO_MODELS
+from testkit.media import write_video
+
+from agent.bundles.tuning import worker_variants
+from agent.cli import main
+
+
+@pytest.mark.parametrize("model", ["demo_detector.onnx", "demo_detector_int8.tflite"])
+def test_bench_pipeline_json_on_a_file_processes_every_frame(tmp_path: Path, capsys, model: str) -> None:
+    video = write_video(tmp_path / "clip.avi", 25, size=(320, 240))
+    assert main(["bench", str(DEMO_MODELS / model), "--source", str(video), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["frames"] == 25 and report["dropped"] == 0
+    assert report["fps"] > 0 and report["rss_mb"] > 0
+    assert 0 < report["latency_ms"]["p50"] <= report["latency_ms"]["p95"]
+    assert {"preprocess", "inference", "postprocess"} <= set(report["stages_ms"])
+    assert report["runtime"] == ("onnxruntime" if model.endswith(".onnx") else "litert")
+
+
+def test_bench_frames_loops_a_short_file_and_runtime_mode(tmp_path: Path, capsys) -> None:
+    video = write_video(tmp_path / "clip.avi", 10, size=(320, 240))
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    assert main(["bench", model, "--source", str(video), "--frames", "23", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["frames"] == 23
+    assert main(["bench", model, "--mode", "runtime", "--frames", "15", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["mode"], report["frames"], report["input_shape"]) == ("runtime", 15, [1, 3, 320, 320])
+
+
+def test_bench_workers_in_pipeline_and_runtime_mode(tmp_path: Path, capsys) -> None:
+    video = write_video(tmp_path / "clip.avi", 25, size=(320, 240))
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    assert main(["bench", model, "--source", str(video), "--workers", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["frames"], report["workers"], report["dropped"]) == (25, 2, 0)
+    assert main(["bench", model, "--mode", "runtime", "--frames", "15", "--workers", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["frames"], report["workers"]) == (15, 2)
+
+
+def test_bench_workers_refused_for_a_runtime_without_concurrent_calls(capsys) -> None:
+    assert main(["bench", str(DEMO_MODELS / "demo_detector_int8.tflite"), "--workers", "2"]) != 0
+    assert "--workers 2: litert cannot run one model from several threads" in capsys.readouterr().err
+
+
+def test_bench_text_output_and_synthetic_default(capsys) -> None:
+    assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--frames", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "12 frames in" in out and "peak RSS" in out and "inference" in out
+
+
+def test_bench_bad_source(tmp_path: Path, capsys) -> None:
+    assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--source", str(tmp_path / "none.mp4")]) == 1
+    assert "cannot open video file" in capsys.readouterr().err
+
+
+def test_bench_ends_with_the_error_when_the_file_breaks(tmp_path: Path, capsys) -> None:
+    """A source that fails mid-run ends the benchmark with its error instead of reconnecting forever."""
+    video = write_video(tmp_path / "clip.avi", 40, size=(320, 240))
+    data = video.read_bytes()
+    video.write_bytes(data[: len(data) // 3])  # the header still promises 40 frames
+    assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--source", str(video), "--json"]) == 1
+    assert "read failed at frame" in capsys.readouterr().err
+
+
+ROW_FIELDS = {"runtime", "provider", "artifact", "precision", "latency_ms", "fps", "rss_mb", "energy_mj_per_frame"}
+
+
+def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(demo_bundle), "--matrix", "--json", "--frames", "10"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 3 + len(worker_variants(os.cpu_count() or 1)) + 1
+    for row in rows:
+        assert set(row) >= ROW_FIELDS and row["energy_mj_per_frame"] is None
+        if row["runtime"] == "tensorrt":
+            assert row["latency_ms"] is None and "not installed" in row["error"]
+            continue
+        assert row["error"] is None, row
+        assert row["latency_ms"]["p95"] >= row["latency_ms"]["p50"] > 0 and row["fps"] > 0
+        assert 30 < row["rss_mb"] < 1000
+        assert row["parity"]["max_abs_err"] < 1e-3 and row["parity"]["within_tolerance"] == 1.0
+    tflite = next(r for r in rows if r["runtime"] == "litert")
+    assert 0.5 <= tflite["parity"]["detection_agreement"] <= 1.0, "the INT8 model against the FP32 one"
+    assert main(["bench", str(demo_bundle), "--matrix", "--frames", "5"]) == 0
+    table = capsys.readouterr().out
+    assert "autotune would serve:" in table and "p50 ms" in table.splitlines()[1]
+
+
+def test_bench_workers_auto_takes_the_faster_measured_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--frames", "10", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    measured = report["workers_auto_fps"]
+    assert set(measured) == {str(w) for w, _ in worker_variants(os.cpu_count() or 1)}
+    assert report["workers"] == int(max(measured, key=measured.__getitem__))
+    assert main(["bench", str(DEMO_MODELS / "demo_detector_int8.tflite"), "--frames", "10", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["workers"] == 1 and "workers_auto_fps" not in report, "LiteRT serves one call at a time"
+
+
+def test_bench_on_gst_and_ffmpeg_sources(gst: str, ffmpeg: str, tmp_path: Path, capsys) -> None:
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    gst = "gst:videotestsrc num-buffers=30 ! video/x-raw,width=640,height=480"
+    assert main(["bench", model, "--source", gst, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["frames"], report["source"], report["dropped"]) == (30, gst, 0) and report["fps"] > 0
+    clip = write_video(tmp_path / "clip.avi", 20, size=(320, 240))
+    assert main(["bench", model, "--source", f"ffmpeg:{clip}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["frames"] == 20
+    assert main(["bench", model, "--source", "gst:filesrc location=/nowhere.mp4 ! decodebin"]) == 1
+    assert "gst-launch-1.0 exited with code" in capsys.readouterr().err

@@ -1,0 +1,97 @@
+"""`edge-agent bundle build`: the optimisation options' errors come before any work; the detection
+thresholds signed into the manifest, shown by inspect, judged by the guard as a device will."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from testkit import DEMO_MODELS
+from testkit.optimise import FP32, _build
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "words"),
+    [
+        (["--precisions", "int8"], "CALIBRATION_REQUIRED", "--calibration DIR"),
+        (["--precisions", "fp32,fp16"], "VALIDATION_REQUIRED", "--validation DIR"),
+        (["--precisions", "fp16", "--calibration", "{scenes}", "--model-instead", "int8"], "NOT_FP32_MODEL", "is int8"),
+        (["--precisions", "fp16", "--model-instead", "tflite"], "NOT_FP32_MODEL", "needs an FP32 .onnx model"),
+    ],
+)
+def test_clear_errors_before_any_work(argv: list[str], code: str, words: str, tmp_path: Path, scenes: Path, capsys):
+    model = FP32
+    if "--model-instead" in argv:
+        kind = argv[argv.index("--model-instead") + 1]
+        argv = argv[: argv.index("--model-instead")]
+        model = DEMO_MODELS / ("demo_detector_int8_qdq.onnx" if kind == "int8" else "demo_detector_fp32.tflite")
+    argv = [a.replace("{scenes}", str(scenes)) for a in argv]
+    status, _, err = _build(capsys, "--model", model, *argv, "-o", tmp_path / "x.bundle")
+    assert status == 1 and f"error: {code}:" in err and words in err, err
+
+
+@pytest.mark.parametrize("bad", ["int9", "fp32,,bf16", ""])
+def test_unknown_precisions_are_a_usage_error(bad: str, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as usage:
+        _build(capsys, "--model", FP32, "--precisions", bad, "-o", tmp_path / "x.bundle")
+    assert usage.value.code == 2
+    assert "--precisions: expected a comma-separated list of fp32, fp16, int8" in capsys.readouterr().err
+
+
+def test_build_signs_the_thresholds_into_the_manifest_and_a_device_serves_with_them(
+    tmp_path: Path, keys: dict[str, Path], capsys
+) -> None:
+    import json
+
+    from agent.bundles.archive import Limits, unpack, verify_unpacked
+    from agent.bundles.signing import load_public_key
+    from agent.cli import main
+    from agent.hardware.board import probe
+    from agent.serving.loader import open_detector
+    from pipelines.decoding.detection_filter import DetectionFilter
+
+    out = tmp_path / "demo.bundle"
+    argv = ["--model", FP32, "--key", keys["private"], "--conf", "0.4", "--iou", "0.6", "--max-det", "50"]
+    status, _, err = _build(capsys, *argv, "-o", out)
+    assert status == 0, err
+    assert main(["bundle", "inspect", str(out)]) == 0
+    assert "  thresholds: conf 0.4, iou 0.6, max_det 50\n" in capsys.readouterr().out
+    assert main(["bundle", "inspect", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["thresholds"] == {"conf": 0.4, "iou": 0.6, "max_det": 50}
+    folder = tmp_path / "unpacked"
+    unpack(out, folder, Limits())
+    verify_unpacked(folder, [load_public_key(keys["public"])], allow_unsigned=False)  # the signature covers them
+    loaded = open_detector(folder, probe())
+    assert loaded.detector.detection_filter == DetectionFilter(conf=0.4, iou=0.6, max_det=50)
+    loaded.detector.close()
+
+    status, _, err = _build(capsys, "--model", FP32, "-o", tmp_path / "plain.bundle")
+    assert status == 0, err
+    assert main(["bundle", "inspect", str(tmp_path / "plain.bundle")]) == 0
+    assert "  thresholds: conf 0.25, iou 0.45, max_det 300\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--conf", "1.5", "--conf: expected a number within 0..1, got 1.5"),
+        ("--iou", "-0.2", "--iou: expected a number within 0..1, got -0.2"),
+        ("--max-det", "0", "--max-det: expected a positive integer, got 0"),
+    ],
+)
+def test_thresholds_out_of_range_are_a_usage_error(option: str, value: str, words: str, tmp_path: Path, capsys):
+    with pytest.raises(SystemExit) as usage:
+        _build(capsys, "--model", FP32, f"{option}={value}", "-o", tmp_path / "x.bundle")
+    assert usage.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_the_guard_judges_the_model_with_the_bundles_thresholds(tmp_path: Path, constant_model, capsys) -> None:
+    """Two boxes survive NMS on a blank frame at --iou 0.7: more than --max-det 1 allows, so the
+    device would refuse the model; the build refuses it first. At the defaults it builds."""
+    from testkit.onnx_models import two_overlapping_boxes
+
+    model = two_overlapping_boxes(constant_model)
+    argv = ["--model", model, "--decoder", "yolov8", "-o", tmp_path / "x.bundle"]
+    status, _, err = _build(capsys, *argv, "--iou", "0.7", "--max-det", "1")
+    assert status == 1 and "DECODER_MISMATCH" in err and "more than max_det 1" in err, err
+    assert _build(capsys, *argv)[0] == 0

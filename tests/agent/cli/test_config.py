@@ -1,0 +1,58 @@
+"""`edge-agent config example`: a config that serves the status page, and the options it needs;
+`config check`: a camera's classes against the installed version's labels, with their lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def test_config_example_serves_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agent.cli import main
+    from agent.config.loading import load_config
+
+    args = ["config", "example", "--state-dir", str(tmp_path), "--status-listen", "0.0.0.0:8080"]
+    assert main(args) == 1
+    assert "is not a loopback address: set username and password_file" in capsys.readouterr().err
+    assert main([*args, "--status-user", "tech", "--status-password-file", str(tmp_path / "pw")]) == 0
+    path = tmp_path / "agent.yaml"
+    path.write_text(capsys.readouterr().out)
+    page = load_config(path).status_page
+    assert page is not None and (page.host, page.port, page.username) == ("0.0.0.0", 8080, "tech")
+    assert main(["config", "example", "--status-user", "tech"]) == 1
+    assert "go with --status-listen" in capsys.readouterr().err
+
+
+def test_config_check_names_a_class_the_installed_version_lacks_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """The demo version knows circle, square and triangle: 'sqare' is a problem on its own line
+    (exit 1); before any version is installed there is nothing to check it against."""
+    from testkit.bundles import install_versions
+
+    from agent.cli import main
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"state_dir: {tmp_path / 'state'}\n"
+        f"trust_keys: [{keys['public']}]\n"
+        "pipelines:\n"
+        "  - name: door\n"
+        "    source: synthetic\n"
+        "    conf: 0.5\n"
+        "    classes:\n"
+        "      - circle\n"
+        "      - sqare\n"
+    )
+    assert main(["config", "check", str(path)]) == 0, "no version installed yet: nothing to say"
+    capsys.readouterr()
+    install_versions(tmp_path / "state", keys, bundles)
+    assert main(["config", "check", str(path)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}:9: pipelines.0.classes.1: 'sqare' is not a label of demo 1.1.0 (its labels: circle, square, "
+        "triangle), so camera door keeps no detections of it"
+    ]
+    path.write_text(path.read_text().replace("sqare", "square"))
+    assert main(["config", "check", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: no problems found\n"

@@ -1,0 +1,47 @@
+"""`edge-agent fleet status`: the table and `--json` from the devices' retained documents; a
+document that cannot be read is shown as unreadable and named on stderr with why."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from testkit.broker import Broker
+from testkit.fleet import cli, publish_raw
+from testkit.snapshots import snapshot
+
+from agent.bundles.record import Deployment, State
+from agent.cli.main import main
+from agent.daemon.documents import deployment_payload, status_payload
+
+
+def test_fleet_status_shows_junk_as_unreadable_and_the_rest_as_reported(
+    capsys: pytest.CaptureFixture[str], broker: Broker
+) -> None:
+    record = Deployment(id="d1", sha256="b" * 64, state=State.SUCCEEDED, name="demo", version="1.0.0")
+    publish_raw(
+        broker,
+        [
+            ("edge/good/status", status_payload(snapshot(device="good", group="lobby"))),
+            ("edge/good/deployment", deployment_payload(record)),
+            ("edge/junk1/status", b'{"bundle":"x"}'),
+            ("edge/junk2/deployment", b'{"error":"boom"}'),
+            ("edge/junk3/deployment", b'{"progress":"half"}'),
+        ],
+    )
+    status, out = cli(capsys, "fleet", "status", "--broker", broker.url, "--listen", "5")
+    assert status == 0 and "Traceback" not in out, out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("good", "junk"))}
+    assert rows["good"][:6] == ["good", "online", "lobby", "demo", "1.0.0", "SUCCEEDED"]
+    assert rows["junk1"][1] == "unreadable" and rows["junk2"][4] == "unreadable" and rows["junk3"][4] == "unreadable"
+    assert "unreadable document on edge/junk1/status: bundle: Input should be" in out
+    assert "unreadable document on edge/junk2/deployment: error: Input should be" in out
+    assert "unreadable document on edge/junk3/deployment: progress: Input should be" in out
+
+    assert main(["fleet", "status", "--broker", broker.url, "--listen", "5", "--json"]) == 0
+    printed = capsys.readouterr()
+    devices = json.loads(printed.out)
+    assert printed.err.count("unreadable document on") == 3
+    assert list(devices) == ["good"], "unreadable documents are left out of --json (and named on stderr)"
+    assert devices["good"]["status"] == json.loads(status_payload(snapshot(device="good", group="lobby")))
+    assert devices["good"]["deployment"] == json.loads(deployment_payload(record)), "as the device published it"

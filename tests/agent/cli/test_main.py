@@ -1,0 +1,69 @@
+"""`agent.cli.main`: usage errors exit 2, every expected failure is one line and never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from testkit import REPO
+
+from agent.cli import main
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_usage_errors_exit_2(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["detect", "m.onnx", "i.png", "--conf", "1.5"])
+    assert exit_info.value.code == 2
+    assert "expected a number within 0..1, got 1.5" in capsys.readouterr().err
+
+
+def test_no_traceback_in_a_real_process(tmp_path) -> None:
+    junk = write(tmp_path / "junk.onnx", b"nope")
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "detect", str(junk), str(junk)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "ONNX Runtime cannot load" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["fleet", "status", "--broker", "http://x"], "is not mqtt://HOST"),
+        (["fleet", "status", "--broker", "mqtt://127.0.0.1:1"], "cannot reach the broker mqtt://127.0.0.1:1"),
+        (["fleet", "push", "missing.bundle", "--target", "device:a", "--broker", "mqtt://127.0.0.1:1"], "not found"),
+        (["fleet", "snapshot", "--target", "group:a", "-o", "x.jpg", "--broker", "mqtt://127.0.0.1:1"], "device:ID"),
+        (
+            ["fleet", "push", str(REPO / "pyproject.toml"), "--target", "device:a", "--broker", "mqtt://127.0.0.1:1"],
+            "not a bundle",
+        ),
+        (["fleet", "rollback", "--target", "cam-1", "--broker", "mqtt://127.0.0.1:1"], "is not device:ID"),
+        (["config", "check", "/nonexistent/agent.yaml"], "cannot read"),
+        (["run", "--config", "/nonexistent/agent.yaml"], "cannot read"),
+    ],
+)
+def test_daemon_and_fleet_commands_fail_with_one_clear_line(args: list[str], words: str, capsys) -> None:
+    status = main(args)
+    out = capsys.readouterr()
+    assert status == 1, out
+    text = out.err + out.out
+    assert words in text and "Traceback" not in text, text
+
+
+def test_scripts_run_from_the_repository(tmp_path: Path) -> None:
+    """`python -m agent.cli` (what the tests and the service use) prints its help."""
+    run = subprocess.run([sys.executable, "-m", "agent.cli", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0 and "fleet" in run.stdout

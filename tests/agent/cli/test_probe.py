@@ -1,0 +1,64 @@
+"""`edge-agent probe`: JSON and text, the camera tools, the sensors found."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from testkit import FAKES
+
+from agent.cli import main
+
+
+def test_probe_reports_the_camera_tools(gst: str, capsys) -> None:
+    assert main(["probe", "--json"]) == 0
+    cameras = json.loads(capsys.readouterr().out)["cameras"]
+    assert cameras["gst_launch"]["path"] and "gst_elements" not in cameras
+    assert main(["probe"]) == 0
+    out = capsys.readouterr().out
+    assert "camera tools:" in out and "GStreamer hardware decoders:" in out
+
+
+@pytest.mark.parametrize(
+    ("tree", "arch", "kind", "onnx_runtime", "tflite_runtime"),
+    [
+        ("rpi5", "aarch64", "raspberry_pi", "onnxruntime", "litert"),
+        ("x86-generic", "x86_64", "generic", "onnxruntime", "litert"),
+        ("jetson-orin-nano", "aarch64", "jetson", "onnxruntime", "litert"),
+    ],
+)
+def test_probe_json(capsys, tree, arch, kind, onnx_runtime, tflite_runtime) -> None:
+    assert main(["probe", "--json", "--root", str(FAKES / tree), "--arch", arch]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["board"]["kind"] == kind
+    assert report["runtimes"]["onnxruntime"]["available"]
+    assert report["selection"]["onnx"]["runtime"] == onnx_runtime
+    assert report["selection"]["tflite"]["runtime"] == tflite_runtime
+    assert report["selection"]["onnx"]["reason"]
+
+
+def test_probe_text(capsys) -> None:
+    assert main(["probe", "--root", str(FAKES / "rpi5"), "--arch", "aarch64"]) == 0
+    out = capsys.readouterr().out
+    assert "Raspberry Pi 5 Model B Rev 1.0 (raspberry_pi, aarch64, 4 CPUs)" in out
+    assert ".tflite  -> litert: Raspberry Pi aarch64: litert on xnnpack is preferred" in out
+
+
+def on_path(monkeypatch: pytest.MonkeyPatch, tree: Path) -> None:
+    """The tree's fake ``vcgencmd`` first on PATH, as a technician would put another one."""
+    monkeypatch.setenv("PATH", f"{tree / 'usr/bin'}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_probe_lists_the_sensors_found(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    on_path(monkeypatch, FAKES / "jetson-nano")
+    assert main(["probe", "--json", "--root", str(FAKES / "jetson-nano")]) == 0
+    assert json.loads(capsys.readouterr().out)["sensors"] == {
+        "thermal": "5 zone(s): AO-therm, CPU-therm, GPU-therm, PLL-therm, thermal-fan-est",
+        "ina3221": "rails POM_5V_IN, POM_5V_GPU, POM_5V_CPU; board power from POM_5V_IN",
+        "fan": "pwm-fan",
+        "devfreq": "GPU 57000000.gpu",
+    }
+    assert main(["probe", "--root", str(FAKES / "x86-generic")]) == 0
+    assert "sensors: none found" in capsys.readouterr().out

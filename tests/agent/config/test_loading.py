@@ -1,0 +1,136 @@
+"""`agent.config.loading`: every problem of an agent.yaml with its line, missing files and variables,
+secrets from a value, a file or the environment, a recursive alias."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.cli import main
+from agent.config.loading import check_config, load_config
+from agent.config.models import Secret
+from agent.errors import ConfigError
+
+BAD = """\
+device:
+  id: "cam 01"
+mqtt:
+  broker: http://broker:1883
+  tls: {cert_file: /x.pem}
+  password: {file: /a, env: B}
+pipelines:
+  - name: cam0
+    source: synthetic:abc
+    max_fps: 0
+    workers: 0
+telemetry:
+  interval_s: 0.01
+runtime: tpu
+colour: blue
+"""
+
+
+def test_config_check_lists_every_problem_with_its_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(BAD)
+    assert main(["config", "check", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    found = {re.sub(r"^.*?:(\d+): ([\w.]+):.*$", r"\2@\1", line) for line in lines}
+    assert found == {
+        "device.id@2",
+        "mqtt.broker@4",
+        "mqtt.tls@5",
+        "mqtt.password@6",
+        "pipelines.0.source@9",
+        "pipelines.0.max_fps@10",
+        "pipelines.0.workers@11",
+        "telemetry.interval_s@13",
+        "runtime@14",
+        "colour@15",
+    }, lines
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("device: [1, 2\n", "not valid YAML"),
+        ("- just\n- a list\n", "must be a mapping"),
+        ("pipelines:\n  - {name: a, source: synthetic}\n  - {name: a, source: synthetic}\n", "must be unique"),
+    ],
+)
+def test_config_errors_name_the_problem(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=expected):
+        load_config(path)
+
+
+def test_config_check_reports_missing_files_and_variables(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("EDGE_TEST_MISSING", raising=False)
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "trust_keys": [str(tmp_path / "nope.pub")],
+                "mqtt": {
+                    "broker": "mqtts://broker.example",
+                    "username": "cam",
+                    "password": {"env": "EDGE_TEST_MISSING"},
+                    "tls": {"ca_file": str(tmp_path / "ca.pem")},
+                },
+                "pipelines": [{"source": str(tmp_path / "clip.mp4")}],
+            }
+        )
+    )
+    problems = check_config(path)
+    assert any(p.startswith("trust_keys.0: no such file") for p in problems), problems
+    assert any(p.startswith("mqtt.tls.ca_file: no such file") for p in problems), problems
+    assert any("EDGE_TEST_MISSING is not set" in p for p in problems), problems
+    assert any(p.startswith("pipelines.0.source: no such video file") for p in problems), problems
+
+
+def test_secrets_come_from_a_value_a_file_or_the_environment(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "pw").write_text("from-file\nignored\n")
+    monkeypatch.setenv("EDGE_TEST_PW", "from-env")
+    assert Secret(value="inline").resolve() == "inline"
+    assert Secret(file=tmp_path / "pw").resolve() == "from-file"
+    assert Secret(env="EDGE_TEST_PW").resolve() == "from-env"
+    with pytest.raises(ConfigError, match="secret file"):
+        Secret(file=tmp_path / "missing").resolve()
+    monkeypatch.delenv("EDGE_TEST_PW")
+    with pytest.raises(ConfigError, match="EDGE_TEST_PW"):
+        Secret(env="EDGE_TEST_PW").resolve()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("a: &a [*a]\n", "a: Extra inputs are not permitted"),
+        ("pipelines: &p [*p]\n", "pipelines.0: Input should be a valid dictionary or instance of PipelineSection"),
+        ("device: &d {id: x, group: *d}\n", "device.group: Input should be a valid string"),
+    ],
+)
+def test_a_recursive_yaml_alias_is_one_problem_with_its_line(tmp_path: Path, capsys, text: str, problem: str) -> None:
+    """An alias that contains itself once sent the line finder into endless recursion."""
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    assert check_config(path) == [f"{path}:1: {problem}"]
+    assert main(["config", "check", str(path)]) == 1
+    assert "Traceback" not in capsys.readouterr().out
+
+
+def test_config_lines_locate_a_key_found_after_loading(tmp_path: Path) -> None:
+    """A key path to FILE:LINE: key (the nearest key above it that the file has), for problems
+    found once a version is known (a class name it lacks)."""
+    from agent.config.loading import ConfigLines
+
+    path = tmp_path / "agent.yaml"
+    path.write_text("pipelines:\n  - name: gate\n    source: synthetic\n    classes: [car, persn]\n")
+    lines = ConfigLines.read(path)
+    assert lines.where(["pipelines", "0", "classes", "1"]) == f"{path}:4: pipelines.0.classes.1"
+    assert lines.where(["pipelines", "0", "conf"]) == f"{path}:2: pipelines.0.conf", "conf is not in the file"
+    assert ConfigLines.read(None).where(["pipelines", "0", "classes"]) == "pipelines.0.classes"
+    assert ConfigLines.read(tmp_path / "gone.yaml").where(["a", "b"]) == f"{tmp_path / 'gone.yaml'}: a.b"

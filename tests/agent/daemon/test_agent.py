@@ -1,0 +1,176 @@
+"""`agent.daemon.agent.Agent`: its snapshot without a broker; its commands over a real mosquitto."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from testkit.broker import Broker, Watcher
+from testkit.bundles import install_versions
+from testkit.fleet import request, signed_request
+from testkit.net import wait_until
+
+from agent.event_values import ObjectEvent
+from agent.hardware.board import probe
+
+
+def test_the_agent_snapshot_without_a_broker(tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]) -> None:
+    """The daemon's state is one typed value, readable with no broker configured (the status
+    page serves it when the uplink is down)."""
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+
+    install_versions(tmp_path / "state", keys, bundles)  # v1 then v2: v2 (int8 TFLite) is current, v1 previous
+    config = AgentConfig.model_validate(
+        {
+            "device": {"id": "bench-7", "group": "lab"},
+            "state_dir": str(tmp_path / "state"),
+            "trust_keys": [str(keys["public"])],
+            "pipelines": [{"name": "door", "source": "synthetic:3", "fps": 20}],
+            "telemetry": {"interval_s": 0.2},
+        }
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        snapshot = wait_until(
+            lambda: (s := agent.snapshot()).cameras and s.cameras[0].frames > 3 and s.system is not None and s,
+            30,
+            "frames and a system sample",
+        )
+    finally:
+        agent.stop()
+    assert (snapshot.device, snapshot.group, snapshot.state, snapshot.broker) == ("bench-7", "lab", "online", None)
+    assert snapshot.bundle is not None and (snapshot.bundle.name, snapshot.bundle.version) == ("demo", "1.1.0")
+    assert snapshot.previous is not None and snapshot.previous.version == "1.0.0"
+    assert snapshot.serving is not None and snapshot.serving.runtime == "litert"
+    assert snapshot.serving.artifact == "demo_detector_int8.tflite" and "litert on" in snapshot.serving.reason
+    assert snapshot.deployment is not None and snapshot.deployment.state == "SUCCEEDED"
+    assert snapshot.cameras[0].name == "door" and snapshot.cameras[0].source_status.state == "running"
+    assert snapshot.fps > 0 and snapshot.system is not None and snapshot.system.process_rss_mb > 0
+    document = json.loads(json.dumps(snapshot.to_json()))
+    assert document["cameras"][0]["latency_ms"]["inference"]["p50"] > 0
+    assert document["board"]["kind"] == snapshot.board.kind and document["broker"] is None
+    assert agent.snapshot().state == "offline" and agent.snapshot().cameras == ()
+
+
+def test_the_agent_answers_after_bad_commands_and_counts_its_commands_thread_in_health(
+    tmp_path: Path, broker: Broker, watcher: Watcher, keys: dict[str, Path]
+) -> None:
+    """Over a real mosquitto: a 2 KB ``[[[...]]]`` nested 1000 deep on ``cmd/snapshot`` once
+    ended the agent's command handling for good; a request over 16 KiB is refused unread; and
+    `health()` (``/healthz``, the watchdog) sees the commands thread."""
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+
+    config = AgentConfig.model_validate(
+        {
+            "device": {"id": "cmd-1"},
+            "state_dir": str(tmp_path / "state"),
+            "trust_keys": [str(keys["public"])],
+            "operator_keys": [str(keys["operator_pub"])],
+            "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2},
+            "telemetry": {"interval_s": 0.5},
+        }
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        watcher.wait_json("edge/cmd-1/status", lambda d: d["state"] == "online")
+        for payload, words in [
+            (b"[" * 1000 + b"]" * 1000, "nested too deeply"),
+            (b"{}" + b" " * 20_000, "the request is 20002 bytes, more than the 16384"),
+        ]:
+            answer = json.loads(request(broker, "cmd-1", "snapshot", payload)[0])
+            assert answer["error"]["code"] == "BAD_PAYLOAD" and words in answer["error"]["message"], answer
+        pong = json.loads(request(broker, "cmd-1", "ping", signed_request(keys["operator"], "cmd-1", "ping"))[0])
+        assert pong["ok"] is True and pong["result"]["state"] == "online"
+        assert agent.health().ok
+        assert agent.commands is not None
+        agent.commands.stop()  # as if it had died: the agent still runs, its commands do not
+        assert agent.health().problems == ("the commands thread (MQTT commands) is not running: stopped",)
+    finally:
+        agent.stop()
+
+
+def test_a_cameras_classes_come_before_tracking_counting_and_events_and_a_reload_changes_them(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """Two cameras on one scene: `all` keeps every class, `picky` only squares. The circles never
+    reach picky's tracker (its zone for circles stays empty), nor its events; the snapshot says
+    what each camera keeps. A reload (what SIGHUP does) with new thresholds: the running
+    pipelines use them."""
+    import json
+
+    import yaml
+
+    from agent.config.loading import load_config
+    from agent.daemon.agent import Agent
+
+    install_versions(tmp_path / "state", keys, bundles)  # the demo: circle, square, triangle
+    everywhere = [[0, 0], [640, 0], [640, 480], [0, 480]]
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "pipelines": [
+            {
+                "name": "all",
+                "source": "synthetic:2",
+                "fps": 15,
+                "zones": [{"name": "all-circles", "polygon": everywhere, "labels": ["circle"]}],
+            },
+            {
+                "name": "picky",
+                "source": "synthetic:2",
+                "fps": 15,
+                "classes": ["square"],
+                "conf": 0.6,
+                "zones": [{"name": "picky-circles", "polygon": everywhere, "labels": ["circle"]}],
+            },
+        ],
+        "events": {"min_confidence": 0.3, "min_interval_s": 0.5},
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    agent = Agent(load_config(path), probe(), config_path=path)
+
+    def labels(camera: str) -> set[object]:
+        return {e.label for e in list(agent.recent_events) if isinstance(e, ObjectEvent) and e.pipeline == camera}
+
+    def zone(camera: str) -> int:
+        return next(c for c in agent.events.counts() if c.camera == camera).zones[0].total
+
+    agent.start()
+    try:
+        wait_until(lambda: zone("all") > 0 and len(labels("all")) == 3 and labels("picky"), 60, "circles on all")
+        assert labels("picky") == {"square"} and zone("picky") == 0, "picky never tracked a circle"
+        snapshot = agent.snapshot()
+        shown = {t.camera: (t.conf, t.classes, t.configured) for t in snapshot.thresholds}
+        assert shown == {"all": (0.25, None, ()), "picky": (0.6, ("square",), ("conf", "classes"))}
+        document = json.loads(json.dumps(snapshot.to_json()))
+        assert [c["thresholds"]["classes"] for c in document["cameras"]] == [None, ["square"]]
+        assert document["cameras"][1]["thresholds"] == {
+            "conf": 0.6,
+            "iou": 0.45,
+            "max_det": 300,
+            "classes": ["square"],
+            "configured": ["conf", "classes"],
+            "problems": [],
+        }
+
+        config["pipelines"][1].update(classes=["circle", "squircle"], conf=0.3)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        agent.reload()
+        wait_until(lambda: zone("picky") > 0 and labels("picky"), 60, "circles on picky after the reload")
+        assert labels("picky") == {"circle"}
+        picky = agent.cameras.get("picky").detector.detection_filter
+        assert (picky.conf, picky.classes) == (0.3, frozenset({0})), "the running pipeline uses the new ones"
+        in_force = agent.snapshot().thresholds[1]
+        assert (in_force.conf, in_force.classes) == (0.3, ("circle",))
+        line = path.read_text().splitlines().index("  - squircle") + 1
+        assert in_force.problems == (
+            f"{path}:{line}: pipelines.1.classes.1: 'squircle' is not a label of demo 1.1.0 (its labels: circle, "
+            "square, triangle), so camera picky keeps no detections of it",
+        )
+    finally:
+        agent.stop()

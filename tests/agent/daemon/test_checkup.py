@@ -1,0 +1,135 @@
+"""`edge-agent doctor`'s checks (`agent.daemon.checkup`): a working device passes, each broken part fails
+with its fix, pipe sources are checked."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from testkit import FAKES
+from testkit.broker import Broker
+from testkit.bundles import install_versions
+from testkit.fleet import cli
+from testkit.needs import missing
+from testkit.net import free_port
+from testkit.page import running
+from testkit.tls import secured_listener
+
+from agent.cli import main
+from agent.config.recipes import recipe
+from agent.hardware.board import probe
+
+
+def test_the_doctor_checks_pipe_sources(gst: str, tmp_path: Path, capsys) -> None:
+    """``edge-agent doctor`` shares `source_problems`: the Jetson CSI recipe fails unopened with
+    what to install; a gst: camera this machine can run delivers a real frame through gst-launch."""
+    csi = recipe("jetson-csi")
+    assert csi is not None
+    config = tmp_path / "agent.yaml"
+    test = "gst:videotestsrc ! video/x-raw,width=320,height=240"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\nallow_unsigned: true\npipelines:\n"
+        f"  - {{name: test, source: '{test}'}}\n"
+        f"  - {{name: csi, source: '{csi.source}'}}\n"
+    )
+    status = main(["doctor", "--config", str(config), "--root", str(FAKES / "rpi5"), "--timeout", "30", "--json"])
+    checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert status == 1
+    assert checks["camera test"]["status"] == "pass", checks["camera test"]
+    assert checks["camera test"]["message"] == f"a 320x240 frame from {test}"
+    csi_check = checks["camera csi"]
+    assert csi_check["status"] == "fail"
+    assert "GStreamer element nvarguscamerasrc is not installed" in csi_check["message"]
+    assert "docs/cameras.md" in csi_check["fix"]
+
+
+TREE = FAKES / "laptop-battery"
+
+
+@pytest.fixture
+def device(tmp_path: Path, bundles: dict[str, Path], keys: dict[str, Path]) -> dict[str, Any]:
+    """A TLS broker with a password file, and an agent.yaml (as a dict) that reaches it."""
+    if shutil.which("mosquitto_passwd") is None:
+        missing("mosquitto_passwd", "mosquitto_passwd is not installed (apt-get install mosquitto)")
+    certs, listener = secured_listener(tmp_path, client_certificate=False)
+    broker = Broker(tmp_path / "broker", listener=listener).start()
+    (tmp_path / "mqtt-password").write_text("s3cret\n")
+    install_versions(tmp_path / "state", keys, bundles, probe(TREE))
+    config = {
+        "device": {"id": "cam-1"},
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "operator_keys": [str(keys["operator_pub"])],
+        "mqtt": {
+            "broker": f"mqtts://127.0.0.1:{broker.port}",
+            "username": "cam-1",
+            "password": {"file": str(tmp_path / "mqtt-password")},
+            "tls": {"ca_file": str(certs["ca.pem"])},
+        },
+        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "status_page": {"listen": f"127.0.0.1:{free_port()}"},
+    }
+    yield config
+    broker.stop()
+
+
+def doctor(capsys: pytest.CaptureFixture[str], tmp_path: Path, config: dict[str, Any], *extra: str) -> tuple[int, str]:
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return cli(capsys, "doctor", "--config", str(path), "--root", str(TREE), "--timeout", "5", *extra)
+
+
+def test_doctor_passes_on_a_working_device(
+    tmp_path: Path, device: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with running(device, probe(TREE), TREE):
+        status, out = doctor(capsys, tmp_path, device, "--json")
+    assert status == 0, out
+    report = json.loads(out)
+    checks = {c["check"]: c for c in report["checks"]}
+    assert report["ok"] is True
+    assert list(checks) == ["config", "state", "keys", "broker", "camera cam0", "runtime", "sensors", "power",
+                            "battery", "clock", "agent"]  # fmt: skip
+    assert {c["status"] for name, c in checks.items() if name != "clock"} == {"pass"}, out
+    assert checks["broker"]["message"].endswith("with TLS")
+    assert checks["camera cam0"]["message"] == "a 640x480 frame from synthetic"
+    assert checks["runtime"]["message"].startswith("demo 1.1.0 loads on litert")
+    assert "52.0 °C, 12.1 W" in checks["sensors"]["message"] and "57 %" in checks["battery"]["message"]
+    assert "answers healthy" in checks["agent"]["message"]
+
+
+def test_doctor_fails_with_the_fix_for_each_broken_part(
+    tmp_path: Path, device: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "mqtt-password").write_text("wrong\n")
+    device["pipelines"].append({"name": "door", "source": f"http://127.0.0.1:{free_port()}/camera.mjpg"})
+    current = Path(device["state_dir"]) / "current"
+    for artifact in current.resolve().glob("*.tflite"):
+        artifact.write_bytes(b"not a model")
+    status, out = doctor(capsys, tmp_path, device)
+    assert status == 1
+    lines = out.splitlines()
+
+    def line(check: str) -> str:
+        return next(i for i in lines if i[6:].startswith(check + " "))
+
+    assert line("broker").startswith("FAIL") and "refused the connection" in line("broker")
+    assert line("camera door").startswith("FAIL") and line("camera cam0").startswith("PASS")
+    assert line("runtime").startswith("FAIL") and "demo 1.1.0 does not load" in line("runtime")
+    assert line("agent").startswith("WARN") and "no agent answers" in line("agent")
+    fixes = [lines[i + 1] for i, text in enumerate(lines) if text.startswith("FAIL")]
+    assert all("fix: " in fix for fix in fixes), out
+    assert "edge-agent rollback" in out and "mqtt.broker, the credentials and mqtt.tls" in out
+    assert lines[-1].startswith("3 failed")
+
+
+def test_doctor_stops_at_a_config_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("pipelines:\n  - {name: cam0, source: synthetic, fps: -1}\n")
+    status, out = cli(capsys, "doctor", "--config", str(path))
+    assert status == 1
+    assert out.startswith("FAIL  config  ") and f"{path}:2" in out and "edge-agent config check" in out

@@ -1,0 +1,334 @@
+"""`agent.daemon.command_service`: payloads checked, answers shaped, the gate and echo limits, rate
+limits, the throttled log; over a real mosquitto: bad input of any shape and size answered with the
+thread alive, and the thread's turns and its end as `Health` sees them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from testkit.broker import Broker
+from testkit.control import Clock, gate, request
+from testkit.net import wait_until
+
+from agent.bundles.record import Deployment
+from agent.config.models import MqttSection
+from agent.daemon.command_service import CommandError, CommandService, RateLimits, ThrottledLog, run_command
+from agent.errors import CodedError, ErrorCode
+from agent.mqtt.commands import COMMAND_TABLE, Command, CommandActions, NoArgs, PipelineArgs
+from agent.mqtt.link import MqttLink
+from agent.mqtt.protocol import MAX_CONTROL_BYTES, Topics
+from agent.snapshot import judge_health
+
+
+def no_rollback() -> Deployment:
+    raise CodedError(ErrorCode.NO_PREVIOUS, "no previous version")
+
+
+def no_frame(camera: str | None, quality: int) -> bytes:
+    raise CodedError(ErrorCode.NO_FRAME, "no frame yet")
+
+
+def actions(**changes: Any) -> CommandActions:
+    """Actions of a device with one camera, cam0, that has no previous version and no frame yet."""
+    fields: dict[str, Any] = {
+        "state": lambda: "online",
+        "rollback": no_rollback,
+        "restart": lambda camera: [camera or "cam0"],
+        "camera_jpeg": no_frame,
+        "clock": Clock(),
+    }
+    return CommandActions(**{**fields, **changes})
+
+
+def table(*rows: Command[Any]) -> dict[str, Command[Any]]:
+    return {row.name: row for row in rows}
+
+
+def test_command_answers_with_gate_and_echo_limits(tmp_path: Path, keys, operator) -> None:
+    commands = table(
+        Command("rollback", NoArgs, lambda device, a: {"done": True}),
+        Command("restart-pipeline", PipelineArgs, lambda device, a: {}),
+    )
+    check = gate(tmp_path, keys, Clock())
+    unsigned = json.loads(run_command(commands, actions(), "rollback", b"{}", check).payload)
+    assert unsigned["error"]["code"] == "UNAUTHORIZED"
+    signed = json.loads(run_command(commands, actions(), "rollback", request(operator).to_bytes(), check).payload)
+    assert signed == {"ok": True, "command": "rollback", "result": {"done": True}}
+    huge = request(operator, name="restart-pipeline", id="big", args={"pipeline": "p" * 10_000})
+    answer = run_command(commands, actions(), "restart-pipeline", huge.to_bytes(), check)
+    assert len(answer.payload) < 2000 and json.loads(answer.payload)["error"]["code"] == "BAD_PAYLOAD"
+    unknown = json.loads(run_command(commands, actions(), "x" * 100_000, b"", check).payload)
+    assert unknown["error"]["code"] == "UNKNOWN_COMMAND" and len(json.dumps(unknown)) < 1000
+
+
+def test_rate_limits_keep_one_flooded_command_from_starving_the_others() -> None:
+    clock = Clock(0.0)
+    limits = RateLimits(COMMAND_TABLE, clock=clock)
+    allowed = sum(limits.allow("snapshot") for _ in range(5000))
+    assert allowed == 4, "a burst of 4 snapshots, then 2 a second"
+    assert limits.allow("ping"), "ping has its own bucket"
+    clock.now = 1.0
+    assert sum(limits.allow("snapshot") for _ in range(10)) == 2
+    assert sum(limits.allow(f"junk-{i}") for i in range(100)) == 10, "every unknown name shares one bucket"
+    assert limits.dropped == 4996 + 8 + 90
+
+
+def test_throttled_log_bounds_the_lines(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock(0.0)
+    throttled = ThrottledLog(logging.getLogger("test.throttle"), every_s=10, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="test.throttle"):
+        for _ in range(1000):
+            throttled.warning("flood", "dropped")
+        clock.now = 11
+        throttled.warning("flood", "dropped")
+    assert [r.getMessage() for r in caplog.records] == ["dropped", "dropped (999 more like it not logged)"]
+
+
+def test_commands_check_payloads_and_shape_answers() -> None:
+    calls: list[str] = []
+
+    def restart(device: CommandActions, args: PipelineArgs) -> dict[str, object]:
+        if args.pipeline == "ghost":
+            raise CommandError("NO_PIPELINE", "no pipeline named 'ghost'")
+        calls.append(args.pipeline or "all")
+        return {"restarted": [args.pipeline]}
+
+    def broken(device: CommandActions, _: NoArgs) -> dict[str, object]:
+        raise OSError("disk on fire")
+
+    commands = table(
+        Command("restart-pipeline", PipelineArgs, restart),
+        Command("ping", NoArgs, lambda device, _: {"pong": 1}),
+        Command("broken", NoArgs, broken),
+    )
+    nested = b"[" * 1000 + b"]" * 1000
+    answers = {
+        (name, payload): json.loads(run_command(commands, actions(), name, payload).payload)
+        for name, payload in [
+            ("ping", b""),
+            ("restart-pipeline", b'{"pipeline": "cam0"}'),
+            ("restart-pipeline", b'{"pipeline": "ghost"}'),
+            ("restart-pipeline", b'{"pipe": "cam0"}'),
+            ("restart-pipeline", b"[1]"),
+            ("restart-pipeline", b"\xff"),
+            ("format-disk", b""),
+            ("broken", b""),
+            ("restart-pipeline", nested),
+            ("restart-pipeline", b'{"pipeline": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+            ("ping", b"{}" + b" " * MAX_CONTROL_BYTES),
+        ]
+    }
+    codes = [a["error"]["code"] if not a["ok"] else "ok" for a in answers.values()]
+    assert codes == [
+        "ok",
+        "ok",
+        "NO_PIPELINE",
+        "BAD_PAYLOAD",
+        "BAD_PAYLOAD",
+        "BAD_PAYLOAD",
+        "UNKNOWN_COMMAND",
+        "COMMAND_FAILED",
+        "BAD_PAYLOAD",
+        "BAD_PAYLOAD",
+        "BAD_PAYLOAD",
+    ]
+    assert calls == ["cam0"], "bad payloads never reach the command"
+    assert "nested too deeply" in answers[("restart-pipeline", nested)]["error"]["message"]
+    oversize = answers[("ping", b"{}" + b" " * MAX_CONTROL_BYTES)]["error"]["message"]
+    assert f"{MAX_CONTROL_BYTES + 2} bytes, more than the {MAX_CONTROL_BYTES}" in oversize
+
+
+# -- over a real mosquitto --------------------------------------------------------------------
+
+
+class Requester:
+    """An operator's MQTT 5 client: publishes a request with a response topic under
+    ``edge/replies/`` and correlation data, and returns the answer (payload, content type)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.reply_topic = "edge/replies/test-7"
+        self._answers: dict[bytes, tuple[bytes, str]] = {}
+        self._arrived = threading.Condition()
+        subscribed = threading.Event()
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = lambda *_: subscribed.set()
+        self.client.connect("127.0.0.1", broker.port)
+        self.client.loop_start()
+        self.client.subscribe(self.reply_topic, qos=1)
+        assert subscribed.wait(10), "the requester could not subscribe"
+        self._sent = 0
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        with self._arrived:
+            self._answers[bytes(message.properties.CorrelationData)] = (
+                bytes(message.payload),
+                message.properties.ContentType,
+            )
+            self._arrived.notify_all()
+
+    def send(self, name: str, payload: bytes) -> bytes:
+        """Publish a request on ``edge/cam-1/cmd/<name>``; its correlation data."""
+        self._sent += 1
+        correlation = f"request-{self._sent}".encode()
+        properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        properties.ResponseTopic = self.reply_topic
+        properties.CorrelationData = correlation
+        self.client.publish(f"edge/cam-1/cmd/{name}", payload, qos=1, properties=properties).wait_for_publish(10)
+        return correlation
+
+    def answer(self, correlation: bytes, timeout: float = 20) -> tuple[bytes, str]:
+        with self._arrived:
+            assert self._arrived.wait_for(lambda: correlation in self._answers, timeout), "no answer"
+            return self._answers[correlation]
+
+    def answered(self, correlation: bytes, timeout: float) -> bool:
+        with self._arrived:
+            return self._arrived.wait_for(lambda: correlation in self._answers, timeout)
+
+    def ask(self, name: str, payload: bytes) -> dict[str, Any]:
+        body, kind = self.answer(self.send(name, payload))
+        assert kind == "application/json"
+        return json.loads(body)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+@pytest.fixture
+def operator_client(broker: Broker) -> Iterator[Requester]:
+    requester = Requester(broker)
+    yield requester
+    requester.close()
+
+
+@pytest.fixture
+def served(
+    tmp_path: Path, broker: Broker, keys: dict[str, Path], operator_client: Requester
+) -> Iterator[Callable[..., CommandService]]:
+    """``served(actions, monotonic=...)``: a `CommandService` for device cam-1 on its own link to
+    the test's broker, unsigned bare arguments allowed, answering (its subscription is in place)
+    when it is returned; stopped at the end."""
+    started: list[tuple[MqttLink, CommandService]] = []
+
+    def serve(device: CommandActions, monotonic: Callable[[], float] | None = None) -> CommandService:
+        link = MqttLink(MqttSection(broker=broker.url), "edge-agent-cam-1")
+        check = gate(tmp_path, keys, Clock(), allow_unsigned=True)
+        extra = {"monotonic": monotonic} if monotonic is not None else {}
+        service = CommandService(link, Topics(), "cam-1", check, device, **extra)
+        service.start()
+        link.start()
+        assert link.wait_connected(10)
+        started.append((link, service))
+        # a ping sent before the broker acknowledged the subscription is lost: ask until one is answered
+        wait_until(lambda: operator_client.answered(operator_client.send("ping", b""), 1.0), 20, "a first answer")
+        return service
+
+    yield serve
+    for link, service in started:
+        service.stop()
+        link.stop()
+
+
+def test_bad_payloads_of_any_shape_are_answered_and_the_commands_thread_lives_on(
+    served: Callable[..., CommandService], operator_client: Requester
+) -> None:
+    """A 2 KB ``[[[...]]]`` nested 1000 deep once raised RecursionError past the checks and ended
+    the commands thread for good: nothing was answered after it."""
+    service = served(actions())
+    for name, payload in [
+        ("snapshot", b"[" * 1000 + b"]" * 1000),
+        ("snapshot", b'{"pipeline": "cam0", "quality": ' + b"[" * 3000 + b"]" * 3000 + b"}"),
+        ("restart-pipeline", b'{"command": "restart-pipeline", "args": ' + b"[" * 2000),
+        ("ping", b"\xff\xfe" * 100),
+    ]:
+        answer = operator_client.ask(name, payload)
+        assert (answer["ok"], answer["error"]["code"]) == (False, "BAD_PAYLOAD"), answer
+    pong = operator_client.ask("ping", b"")
+    assert pong == {"ok": True, "command": "ping", "result": {"pong": 1_800_000_000.0, "state": "online"}}
+    assert service.loop().ended is None
+
+
+def test_a_request_over_16_kib_is_refused_unread(
+    served: Callable[..., CommandService], operator_client: Requester
+) -> None:
+    """The size is the first check: a ping of an empty object padded with JSON whitespace would
+    parse and run, and a megabyte of it is never parsed, queued or echoed."""
+    restarted: list[str | None] = []
+    served(actions(restart=lambda camera: restarted.append(camera) or ["cam0"]))
+    fits = b"{}" + b" " * (MAX_CONTROL_BYTES - 2)
+    assert operator_client.ask("ping", fits)["ok"] is True, "16 KiB exactly is let in"
+    for size in (MAX_CONTROL_BYTES + 1, 1 << 20):
+        answer = operator_client.ask("restart-pipeline", b'{"pipeline": "cam0"}'.ljust(size))
+        assert (answer["ok"], answer["error"]["code"]) == (False, "BAD_PAYLOAD")
+        assert answer["error"]["message"] == (
+            f"the request is {size} bytes, more than the {MAX_CONTROL_BYTES} a command may be; it was not read"
+        )
+    assert restarted == []
+    assert operator_client.ask("restart-pipeline", b'{"pipeline": "cam0"}')["result"] == {"restarted": ["cam0"]}
+
+
+def test_a_command_that_holds_the_thread_past_its_budget_shows_in_health(
+    served: Callable[..., CommandService], operator_client: Requester
+) -> None:
+    """A restart that hangs (a camera that will not stop) makes the commands thread hung once it
+    is the stall limit past its turn; a rollback may wait for the deployer its budget longer."""
+    clock = Clock(100.0)
+    entered, release = threading.Event(), threading.Event()
+
+    def hanging(camera: str | None = None) -> list[str]:
+        entered.set()
+        assert release.wait(30)
+        entered.clear()
+        return ["cam0"]
+
+    def hanging_rollback() -> Deployment:
+        hanging()
+        return no_rollback()
+
+    service = served(actions(restart=hanging, rollback=hanging_rollback), monotonic=clock)
+    stall_s = 5.0
+    rollback = next(row for row in COMMAND_TABLE if row.name == "rollback")
+    for name, hung_after_s in [("restart-pipeline", stall_s), ("rollback", rollback.budget_s + stall_s)]:
+        release.clear()
+        correlation = operator_client.send(name, b"{}")
+        assert entered.wait(20), f"{name} did not start"
+        clock.now += hung_after_s
+        assert judge_health((), None, (service.loop(),), stall_s).ok, f"{name}: not hung yet"
+        clock.now += 1.0
+        health = judge_health((), None, (service.loop(),), stall_s)
+        assert health.problems == ("the commands thread (MQTT commands) has not turned for 6 s",)
+        release.set()
+        operator_client.answer(correlation)
+        wait_until(lambda: service.loop().stalled_s == 0.0, 10, "the thread to turn again")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread's end is the point
+def test_a_commands_thread_that_ended_shows_in_health_at_once(
+    served: Callable[..., CommandService], operator_client: Requester
+) -> None:
+    """What no request can do, a bug can: an exception that is not an `Exception` ends the thread,
+    and `Health` says so without waiting for the stall limit."""
+
+    def exits(camera: str | None) -> list[str]:
+        raise SystemExit("a bug that escapes the answer")
+
+    service = served(actions(restart=exits))
+    assert judge_health((), None, (service.loop(),), 60.0).ok
+    operator_client.send("restart-pipeline", b"{}")
+    wait_until(lambda: service.loop().ended is not None, 20, "the thread to end")
+    health = judge_health((), None, (service.loop(),), 60.0)
+    assert health.problems == (
+        "the commands thread (MQTT commands) is not running: SystemExit: a bug that escapes the answer",
+    )

@@ -1,0 +1,149 @@
+"""`agent.daemon.documents`: the status, telemetry and deployment documents made from a snapshot
+and a record are, byte for byte in JSON, what the code before the typed documents published
+(tests/data/documents/, written by that code from the same values), and read back on the
+operator's side as the values they were made from."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from testkit import REPO
+from testkit.snapshots import full_snapshot, snapshot
+
+from agent.bundles.record import Deployment, ReportRow, State, Tuning, TuningRecord
+from agent.daemon.documents import (
+    deployment_document,
+    deployment_payload,
+    last_will,
+    status_document,
+    status_payload,
+    telemetry_document,
+    telemetry_payload,
+)
+from agent.errors import ErrorCode, ErrorInfo
+from agent.mqtt.device_documents import (
+    DeploymentDocument,
+    DeviceDocument,
+    DownloadProgress,
+    StatusDocument,
+    TelemetryDocument,
+)
+
+BEFORE = REPO / "tests" / "data" / "documents"
+
+
+def _record() -> Deployment:
+    """The record tests/data/documents/deployment.json was written from."""
+    choice = Tuning("onnxruntime", "CPUExecutionProvider", "m.onnx", "fp32", 2, 1, 31.5, 40.25, "fastest")
+    parity = {"max_abs_err": 0.0, "detection_agreement": 1.0, "within_tolerance": 1.0}
+    rows = (
+        ReportRow("onnxruntime", "CPUExecutionProvider", "m.onnx", "fp32", 1, 2, {"p50": 30.0, "p95": 40.25}, 31.5,
+                  120.5, None, parity),
+        ReportRow("litert", "xnnpack", "m.tflite", "int8", 1, None, error="cannot load"),
+    )  # fmt: skip
+    return Deployment(
+        id="demo-1.1.0-abc",
+        sha256="b" * 64,
+        state=State.REJECTED,
+        name="demo",
+        version="1.1.0",
+        error=ErrorInfo(ErrorCode.PARITY_FAILED, "0.91 of the outputs within tolerance"),
+        from_sha="a" * 64,
+        probation_s=60.0,
+        history=[
+            (State.QUEUED, 1000.0),
+            (State.DOWNLOADING, 1000.5),
+            (State.VERIFYING, 1010.25),
+            (State.REJECTED, 1010.5),
+        ],
+        tuning=TuningRecord(choice, rows),
+    )
+
+
+PROGRESS = DownloadProgress(4, 4, 65536, 65536, 1, 3, 0)
+BARE = Deployment(id="rollback-aaaa", sha256="a" * 64, state=State.ROLLED_BACK, name="demo", version="1.0.0",
+                  history=[(State.ROLLED_BACK, 1200.0)])  # fmt: skip
+
+CASES: dict[str, tuple[bytes, DeviceDocument, type[DeviceDocument]]] = {
+    "status.json": (status_payload(full_snapshot()), status_document(full_snapshot()), StatusDocument),
+    "status-bare.json": (
+        status_payload(snapshot(cameras=(), bundle=None)),
+        status_document(snapshot(cameras=(), bundle=None)),
+        StatusDocument,
+    ),
+    "telemetry.json": (telemetry_payload(full_snapshot()), telemetry_document(full_snapshot()), TelemetryDocument),
+    "telemetry-bare.json": (
+        telemetry_payload(snapshot(cameras=(), system=None)),
+        telemetry_document(snapshot(cameras=(), system=None)),
+        TelemetryDocument,
+    ),
+    "deployment.json": (
+        deployment_payload(_record(), PROGRESS),
+        deployment_document(_record(), PROGRESS),
+        DeploymentDocument,
+    ),
+    "deployment-bare.json": (deployment_payload(BARE), deployment_document(BARE), DeploymentDocument),
+}
+
+
+def _key_order(value: Any) -> Any:
+    """Every object's keys in order, nested (JSON equality ignores the order)."""
+    if isinstance(value, dict):
+        return [(key, _key_order(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [_key_order(item) for item in value]
+    return None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_document_is_on_the_wire_what_it_was_before_the_types(name: str) -> None:
+    payload, _, _ = CASES[name]
+    before = json.loads((BEFORE / name).read_text())
+    assert json.loads(payload) == before
+    assert _key_order(json.loads(payload)) == _key_order(before), "the keys keep their order"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_document_reads_back_as_the_value_it_was_made_from(name: str) -> None:
+    payload, document, kind = CASES[name]
+    assert kind.read(payload, f"edge/cam-1/{name}") == document
+    assert kind.read((BEFORE / name).read_bytes(), name) == document, "what older devices published reads the same"
+
+
+def test_the_read_back_values_are_typed() -> None:
+    record = DeploymentDocument.read((BEFORE / "deployment.json").read_bytes(), "edge/cam-1/deployment")
+    assert isinstance(record, DeploymentDocument)
+    assert record.state is State.REJECTED and record.error is not None and record.error.code is ErrorCode.PARITY_FAILED
+    assert record.progress == PROGRESS and [h.state for h in record.history][-1] is State.REJECTED
+    assert record.tuning is not None and record.tuning.choice is not None and record.tuning.choice.threads == 2
+    telemetry = TelemetryDocument.read((BEFORE / "telemetry.json").read_bytes(), "t")
+    assert isinstance(telemetry, TelemetryDocument) and telemetry.sensors.rails["VDD_IN"].power_w == 6.06
+    assert telemetry.analytics.lines["door"].in_ == 5 and telemetry.pipelines[0].latency_ms["total"].p95 == 60.0
+    bare = TelemetryDocument.read((BEFORE / "telemetry-bare.json").read_bytes(), "t")
+    assert isinstance(bare, TelemetryDocument) and bare.system is None, "{} until the first sample"
+
+
+def test_the_last_will_is_the_minimal_status() -> None:
+    will = last_will("dev1")
+    assert json.loads(will) == {"state": "offline", "device": "dev1"}
+    status = StatusDocument.read(will, "edge/dev1/status")
+    assert isinstance(status, StatusDocument) and (status.state, status.bundle, status.pipelines) == (
+        "offline",
+        None,
+        (),
+    )
+
+
+def test_a_record_without_a_download_has_no_progress_key() -> None:
+    assert "progress" not in json.loads(deployment_payload(BARE))
+    assert json.loads(deployment_payload(BARE, PROGRESS))["progress"]["chunks_done"] == 4
+
+
+def test_the_records_fields_are_all_on_the_wire() -> None:
+    """A field added to the record and forgotten in its document fails here."""
+    from dataclasses import fields
+
+    assert {f.name for f in fields(Deployment)} | {"progress"} == set(DeploymentDocument.model_fields)
+    assert set(json.loads(deployment_payload(_record(), PROGRESS))) == set(DeploymentDocument.model_fields)

@@ -1,0 +1,62 @@
+"""`agent.daemon.probation.ProbationJudge`: is the new version serving as well as the old?"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.daemon.probation import PASSED, ProbationJudge
+from pipelines.latency import Percentiles
+from pipelines.pipeline import PipelineStats
+from pipelines.sources.frames import SourceState
+
+
+def stats(name: str, frames: int, errors: int = 0, fps: float = 10.0, state: str = "running", paused: bool = False):
+    return PipelineStats(
+        name=name,
+        source="synthetic",
+        fps=fps,
+        frames=frames,
+        dropped=0,
+        errors=errors,
+        swaps=0,
+        paused=paused,
+        max_fps=None,
+        workers=1,
+        latency_ms={"total": Percentiles(1.0, 2.0)},
+        source_status=SourceState(state, None, 0),  # type: ignore[arg-type]
+        runtime="onnxruntime",
+        model="m.onnx",
+    )
+
+
+# (before the swap, observations as (seconds since the swap, stats), expected verdict or words in it)
+PROBATION_CASES = {
+    "serves as well": ([stats("a", 100)], [(5, [stats("a", 150)]), (10, [stats("a", 200, fps=9.0)])], PASSED),
+    "frames keep failing": ([stats("a", 100)], [(2, [stats("a", 100, errors=3)])], "3 frames failed"),
+    "no frame at all": ([stats("a", 100)], [(10, [stats("a", 100)])], "inferred no frame"),
+    "half the fps": (
+        [stats("a", 100, fps=10.0)],
+        [(5, [stats("a", 130, fps=4.0)]), (10, [stats("a", 160, fps=4.5)])],
+        "4.2 FPS, below 0.5 x the 10.0 FPS",
+    ),
+    "paused cameras are not compared": (
+        [stats("a", 100, fps=10.0)],
+        [(6, [stats("a", 120, fps=0.5, paused=True)]), (10, [stats("a", 121, fps=0.5, paused=True)])],
+        PASSED,
+    ),
+    "a camera the new version started": ([], [(5, [stats("b", 40)]), (10, [stats("b", 90)])], PASSED),
+    "a lost camera is not the model's fault": (
+        [stats("a", 100)],
+        [(10, [stats("a", 100, fps=0.0, state="reconnecting")])],
+        PASSED,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PROBATION_CASES))
+def test_probation_judge(case: str) -> None:
+    before, observations, expected = PROBATION_CASES[case]
+    judge = ProbationJudge(before, start=100.0, duration_s=10, min_fps_ratio=0.5)
+    verdicts = [judge.observe(observed, 100.0 + at) for at, observed in observations]
+    assert all(v is None for v in verdicts[:-1]), verdicts
+    assert verdicts[-1] is not None and expected in verdicts[-1], verdicts

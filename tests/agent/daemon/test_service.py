@@ -1,0 +1,178 @@
+"""`agent.daemon.service`: READY, STATUS, WATCHDOG, RELOADING and STOPPING over a real notify socket,
+the watchdog's schedule from the environment, pinged only while healthy."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import signal
+import socket
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from testkit.agent_process import AgentProcess, agent_config
+from testkit.broker import Broker
+from testkit.bundles import install_versions
+from testkit.camera_stream import MjpegStream
+from testkit.net import wait_until
+
+from agent.daemon.service import Notifier, Service, watchdog_interval_s
+from agent.snapshot import Health
+
+
+class NotifySocket:
+    """The test's ``$NOTIFY_SOCKET``: every datagram with the monotonic time it arrived."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.received: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while not self._closed.is_set():
+            try:
+                data = self.sock.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.received += [(time.monotonic(), line) for line in data.decode().splitlines()]
+
+    def lines(self, since: float = 0.0) -> list[tuple[float, str]]:
+        with self._lock:
+            return [(t, line) for t, line in self.received if t >= since]
+
+    def wait(self, predicate: str, since: float = 0.0, timeout: float = 60) -> tuple[float, str]:
+        """The first line since `since` that starts with `predicate`."""
+        found = wait_until(
+            lambda: next(((t, line) for t, line in self.lines(since) if line.startswith(predicate)), None),
+            timeout,
+            f"{predicate} from the agent",
+        )
+        return found  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._closed.set()
+        self.sock.close()
+
+
+def test_ready_status_watchdog_reloading_and_stopping_under_a_notify_socket(
+    tmp_path: Path, broker: Broker, bundles: dict[str, Path], keys: dict[str, Path]
+) -> None:
+    from agent.hardware.board import probe
+
+    notify, camera = NotifySocket(tmp_path / "notify"), MjpegStream(fps=10)
+    path = agent_config(
+        tmp_path,
+        broker,
+        "svc-1",
+        keys["public"],
+        operator_key=keys["operator_pub"],
+        pipelines=[{"name": "door", "source": camera.url, "max_fps": 10}],
+        health={"stall_s": 2},
+    )
+    install_versions(tmp_path / "svc-1" / "state", keys, bundles, probe())
+    agent = AgentProcess(path, env={"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "2000000"}).start()
+    try:
+        ready_at, _ = notify.wait("READY=1")
+        status = next(line for t, line in notify.lines(ready_at) if line.startswith("STATUS="))
+        assert re.match(r"STATUS=serving demo 1\.1\.0 on \w+: 1 camera\(s\) at [\d.]+ FPS; broker connected", status)
+
+        pings_from = notify.wait("WATCHDOG=1", ready_at)[0]
+        wait_until(lambda: len([1 for _, line in notify.lines(pings_from) if line == "WATCHDOG=1"]) >= 5, 30, "pings")
+        times = [t for t, line in notify.lines(pings_from) if line == "WATCHDOG=1"]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert statistics.median(gaps) < 2.0, f"pings every half of WATCHDOG_USEC (2 s), got gaps {gaps}"
+
+        camera.stall()  # the camera loop hangs in read(): the pings must stop
+        hung_at, hung = notify.wait("STATUS=hung: ", pings_from)
+        assert "camera door" in hung
+        time.sleep(3.0)  # longer than the watchdog interval: a ping now would be a bug
+        assert [line for _, line in notify.lines(hung_at + 0.1) if line == "WATCHDOG=1"] == []
+        camera.resume()
+        notify.wait("WATCHDOG=1", hung_at + 0.1)
+
+        reload_at = time.monotonic()
+        assert agent.process is not None
+        agent.process.send_signal(signal.SIGHUP)
+        notify.wait("RELOADING=1", reload_at)
+        notify.wait("MONOTONIC_USEC=", reload_at)
+        notify.wait("READY=1", notify.wait("RELOADING=1", reload_at)[0])
+
+        stop_at = time.monotonic()
+        assert agent.stop() == 0, agent.output()
+        notify.wait("STOPPING=1", stop_at, timeout=5)
+    finally:
+        camera.resume()
+        if agent.alive():
+            agent.kill()
+        camera.close()
+        notify.close()
+    assert "unhealthy, the watchdog is no longer pinged: camera door" in agent.output()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recorder(Notifier):
+    def __init__(self) -> None:
+        super().__init__("/run/test")
+        self.sent: list[tuple[float, tuple[str, ...]]] = []
+        self.clock: Clock | None = None
+
+    def send(self, *lines: str) -> None:
+        self.sent.append((self.clock.now if self.clock else 0.0, lines))
+
+
+def test_the_watchdog_is_pinged_every_half_interval_only_while_healthy() -> None:
+    clock, notifier = Clock(), Recorder()
+    notifier.clock = clock
+    service = Service(notifier, watchdog_s=4.0, clock=clock)
+    assert service.tick_s == 0.5
+    service.ready(None, lambda: "serving demo")
+    for step in range(40):  # 20 s healthy, then hung from 10 s to 16 s
+        clock.now = step * 0.5
+        hung = 10.0 <= clock.now < 16.0
+        health = Health(False, ("camera cam0: hung",)) if hung else Health(True)
+        service.tick(lambda: health, lambda: "serving demo")  # noqa: B023 - called before the next turn
+    pings = [t for t, lines in notifier.sent if lines == ("WATCHDOG=1",)]
+    assert pings == [0.0, 2.0, 4.0, 6.0, 8.0, 16.0, 18.0]
+    statuses = [(t, lines[0]) for t, lines in notifier.sent if lines[0].startswith("STATUS=")]
+    assert (10.0, "STATUS=hung: camera cam0: hung") in statuses and (16.0, "STATUS=serving demo") in statuses
+    assert notifier.sent[0] == (0.0, ("READY=1", "STATUS=serving demo"))
+
+
+@pytest.mark.parametrize(
+    ("environ", "interval"),
+    [({}, None), ({"WATCHDOG_USEC": "30000000"}, 30.0), ({"WATCHDOG_USEC": "0"}, None),
+     ({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "7"}, 2.0),
+     ({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "8"}, None), ({"WATCHDOG_USEC": "junk"}, None)],
+)  # fmt: skip
+def test_watchdog_settings_from_the_environment(environ: dict[str, str], interval: float | None) -> None:
+    assert watchdog_interval_s(environ, pid=7) == interval
+
+
+@pytest.mark.parametrize("abstract", [False, True])
+def test_the_notifier_sends_datagrams_to_a_socket_path_or_an_abstract_name(tmp_path: Path, abstract: bool) -> None:
+    address = f"@edge-agent-test-{id(tmp_path)}" if abstract else str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind("\0" + address[1:] if abstract else address)
+        server.settimeout(5)
+        Notifier.from_environment({"NOTIFY_SOCKET": address}).send("READY=1", "STATUS=up")
+        assert server.recv(4096) == b"READY=1\nSTATUS=up"
+    Notifier(str(tmp_path / "gone")).send("WATCHDOG=1")  # logged, never raised
+    assert not Notifier.from_environment({}).enabled

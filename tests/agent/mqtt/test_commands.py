@@ -1,0 +1,89 @@
+"""`agent.mqtt.commands`: the one table of commands: the protocol's names come from it, docs/mqtt.md
+lists each row with its arguments, and each row does what the docs say with the device's actions."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+from testkit import REPO
+
+from agent.bundles.record import Deployment, State
+from agent.mqtt.commands import COMMAND_TABLE, CommandActions, Jpeg, NoArgs, PipelineArgs, Rate, SnapshotArgs
+from agent.mqtt.protocol import COMMANDS
+
+ROWS = {row.name: row for row in COMMAND_TABLE}
+
+
+def test_each_command_is_one_row_and_the_protocol_names_come_from_the_table() -> None:
+    names = [row.name for row in COMMAND_TABLE]
+    assert COMMANDS == tuple(names) == ("rollback", "restart-pipeline", "snapshot", "ping")
+    assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", name) for name in names), "one plain topic level each"
+    assert {name: (row.rate, row.args) for name, row in ROWS.items()} == {
+        "rollback": (Rate(5.0, 10), NoArgs),
+        "restart-pipeline": (Rate(5.0, 10), PipelineArgs),
+        "snapshot": (Rate(2.0, 4), SnapshotArgs),
+        "ping": (Rate(5.0, 10), NoArgs),
+    }
+
+
+def _documented() -> dict[str, str]:
+    """docs/mqtt.md's commands table: {command: its args column}."""
+    text = (REPO / "docs" / "mqtt.md").read_text().split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z-]+)` \| ([^|]*) \|", text, re.MULTILINE)
+    return dict(rows)
+
+
+def test_the_docs_list_every_command_with_its_arguments() -> None:
+    documented = _documented()
+    assert sorted(documented) == sorted(COMMANDS)
+    for name, args in documented.items():
+        fields = set(ROWS[name].args.model_fields)
+        assert set(re.findall(r'"(\w+)"', args)) == fields, f"{name}: the docs say {args}"
+
+
+class Device:
+    """A device's actions that record what they were asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[Any, ...]] = []
+
+    def rollback(self) -> Deployment:
+        self.asked.append(("rollback",))
+        return Deployment(id="rollback-1", sha256="a" * 64, state=State.ROLLED_BACK, name="demo", version="1.0.0")
+
+    def restart(self, camera: str | None) -> list[str]:
+        self.asked.append(("restart", camera))
+        return [camera] if camera else ["door", "yard"]
+
+    def camera_jpeg(self, camera: str | None, quality: int) -> bytes:
+        self.asked.append(("jpeg", camera, quality))
+        return b"\xff\xd8jpeg"
+
+    def actions(self) -> CommandActions:
+        return CommandActions(lambda: "online", self.rollback, self.restart, self.camera_jpeg, lambda: 1234.56789)
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "answer", "asked"),
+    [
+        ("ping", {}, {"pong": 1234.568, "state": "online"}, []),
+        (
+            "rollback",
+            {},
+            asdict(Deployment(id="rollback-1", sha256="a" * 64, state=State.ROLLED_BACK, name="demo", version="1.0.0")),
+            [("rollback",)],
+        ),
+        ("restart-pipeline", {"pipeline": "door"}, {"restarted": ["door"]}, [("restart", "door")]),
+        ("restart-pipeline", {}, {"restarted": ["door", "yard"]}, [("restart", None)]),
+        ("snapshot", {"pipeline": "yard", "quality": 70}, Jpeg(b"\xff\xd8jpeg"), [("jpeg", "yard", 70)]),
+        ("snapshot", {}, Jpeg(b"\xff\xd8jpeg"), [("jpeg", None, 85)]),
+    ],
+)
+def test_each_row_does_what_the_docs_say(name: str, args: dict[str, Any], answer: object, asked: list[Any]) -> None:
+    device = Device()
+    row = ROWS[name]
+    assert row.run(device.actions(), row.args.model_validate(args)) == answer
+    assert device.asked == asked

@@ -1,0 +1,103 @@
+"""`agent.mqtt.control`: the gate refuses what the operator did not sign for this device now; replays,
+unsigned control, moved signatures, targets."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from testkit.control import NOW, TOPICS, Clock, desired, gate, request
+
+from agent.bundles.signing import load_private_key, load_public_key
+from agent.mqtt.control import ControlRefused, sign, verify
+from agent.mqtt.protocol import ProtocolError, Release
+
+
+@pytest.fixture
+def stranger(keys: dict[str, Path]) -> Ed25519PrivateKey:
+    return load_private_key(keys["other"])
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("unsigned", "not signed"),
+        ("stranger", "not an operator key"),
+        ("tampered", "does not match"),
+        ("other device", "for device:cam-2, not device:cam-1"),
+        ("group target", "for group:lobby, not device:cam-1"),
+        ("too old", "more than max_clock_skew_s"),
+        ("future", "in the future"),
+        ("wrong command", "'ping' request sent to the 'rollback' command"),
+    ],
+)
+def test_the_gate_refuses_commands_the_operator_did_not_sign_for_this_device_now(
+    tmp_path: Path, keys, operator, stranger, case: str, words: str
+) -> None:
+    made = {
+        "unsigned": lambda: request(None),
+        "stranger": lambda: request(stranger),
+        "tampered": lambda: request(operator, args={}).model_copy(update={"args": {"pipeline": "x"}}),
+        "other device": lambda: request(operator, target="device:cam-2"),
+        "group target": lambda: request(operator, target="group:lobby"),
+        "too old": lambda: request(operator, at=NOW - 301),
+        "future": lambda: request(operator, at=NOW + 301),
+        "wrong command": lambda: request(operator, name="ping"),
+    }[case]()
+    with pytest.raises(ControlRefused, match=words) as refused:
+        gate(tmp_path, keys, Clock()).accept_command(made, "rollback")
+    assert refused.value.code == "UNAUTHORIZED"
+
+
+def test_a_command_runs_once_even_across_restarts(tmp_path: Path, keys, operator) -> None:
+    signed = request(operator, id="once")
+    assert gate(tmp_path, keys, Clock()).accept_command(signed, "rollback") == signed
+    with pytest.raises(ControlRefused, match="run before"):
+        gate(tmp_path, keys, Clock(NOW + 5)).accept_command(signed, "rollback")  # a new process, same state dir
+    fresh = request(operator, id="twice", at=NOW + 700)
+    later = gate(tmp_path, keys, Clock(NOW + 700))
+    assert later.accept_command(fresh, "rollback") == fresh
+    assert "once" not in json.loads((tmp_path / "control.json").read_text())["seen"], "expired ids are forgotten"
+
+
+def test_unsigned_control_only_where_the_config_allows_it(tmp_path: Path, keys, stranger) -> None:
+    lab = gate(tmp_path, keys, Clock(), allow_unsigned=True)
+    assert lab.accept_command(request(None), "rollback").signature is None
+    with pytest.raises(ControlRefused, match="not an operator key"):
+        lab.accept_command(request(stranger), "rollback")  # a signature is still checked against the keys it has
+    with pytest.raises(ControlRefused, match="for device:cam-2"):
+        lab.accept_command(request(None, target="device:cam-2"), "rollback")
+
+
+def test_desired_documents_are_judged_against_the_newest_accepted_not_the_clock(tmp_path: Path, keys, operator) -> None:
+    check = gate(tmp_path, keys, Clock())
+    week_old = sign(desired(), operator, "device:cam-1", now=NOW - 7 * 86400)
+    assert check.accept_document(week_old, "device", newest_accepted=None) == week_old, "an offline device catches up"
+    with pytest.raises(ControlRefused, match="issued before"):
+        check.accept_document(week_old, "device", newest_accepted=NOW - 3600)
+    group = sign(desired(), operator, "group:lobby", now=NOW)
+    assert check.accept_document(group, "group", newest_accepted=NOW)
+    with pytest.raises(ControlRefused, match="for group:lobby, not device:cam-1"):
+        check.accept_document(group, "device", newest_accepted=None)
+    release = sign(Release(id="r", release=True), operator, "device:cam-1", now=NOW)
+    assert check.accept_document(release, "device", None) == release
+
+
+def test_a_signature_cannot_move_to_another_kind_of_document(operator, keys) -> None:
+    command = request(operator, id="same")
+    as_release = Release.model_validate(
+        {"id": "same", "release": True, "target": command.target, "issued_at": command.issued_at}
+    ).model_copy(update={"signature": command.signature})
+    with pytest.raises(ControlRefused, match="does not match"):
+        verify(as_release, [load_public_key(keys["operator_pub"])])
+
+
+@pytest.mark.parametrize(
+    "target", ["cam-1", "device:", "group:", "host:cam-1", "device:a/b", "group:a+", "group:#", ""]
+)
+def test_a_target_that_is_not_device_or_group_is_refused_by_name(target: str) -> None:
+    with pytest.raises(ProtocolError, match=re.escape(f"target {target!r} is not device:ID or group:NAME")):
+        TOPICS.target_desired(target)

@@ -1,0 +1,81 @@
+"""`agent.mqtt.protocol`: documents bounded and checked, the topic names docs/mqtt.md lists, the reply space."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from testkit.control import SHA, TOPICS
+from testkit.transfer import DATA
+
+from agent.mqtt.protocol import MAX_CONTROL_BYTES, ChunkIndex, Desired, ProtocolError, Topics
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"name": "x" * 5_000_000}, "more than 16384"),
+        ({"name": "n" * 200}, "name"),
+        ({"url": "https://" + "a" * 3000, "source": "url"}, "at most 2048"),
+        ({"version": "1" * 100}, "at most 64"),
+        ({"target": "device:a/b"}, "target"),
+    ],
+)
+def test_protocol_documents_are_bounded(fields: dict[str, object], words: str) -> None:
+    document = {"id": "d", "name": "demo", "version": "1.0.0", "sha256": SHA, "size": 1, "chunk_size": 1, "chunks": 1}
+    payload = json.dumps({**document, **fields}).encode()
+    with pytest.raises(ProtocolError, match=words):
+        Desired.parse(payload, "edge/cam-1/desired")
+    assert MAX_CONTROL_BYTES == 16384
+
+
+def test_the_reply_space() -> None:
+    topics = Topics()
+    assert topics.is_reply_topic("edge/replies/abc")
+    for topic in ("edge/cam-2/desired", "edge/replies/", "edge/replies/a/b", "edge/replies/+", "other/replies/x"):
+        assert not topics.is_reply_topic(topic), topic
+
+
+@pytest.mark.parametrize(
+    ("topic", "expected"),
+    [
+        (TOPICS.status("cam-1"), "fleet/a/cam-1/status"),
+        (TOPICS.telemetry("cam-1"), "fleet/a/cam-1/telemetry"),
+        (TOPICS.events("cam-1"), "fleet/a/cam-1/events"),
+        (TOPICS.deployment("cam-1"), "fleet/a/cam-1/deployment"),
+        (TOPICS.desired("cam-1"), "fleet/a/cam-1/desired"),
+        (TOPICS.group_desired("lobby"), "fleet/a/groups/lobby/desired"),
+        (TOPICS.command("cam-1", "ping"), "fleet/a/cam-1/cmd/ping"),
+        (TOPICS.reply("t0k"), "fleet/a/replies/t0k"),
+        (TOPICS.index(SHA), f"fleet/a/bundles/{SHA}/index"),
+        (TOPICS.chunk(SHA, 7), f"fleet/a/bundles/{SHA}/7"),
+        (TOPICS.target_desired("device:cam-1"), "fleet/a/cam-1/desired"),
+        (TOPICS.target_desired("group:lobby"), "fleet/a/groups/lobby/desired"),
+        (Topics().status("cam-1"), "edge/cam-1/status"),
+    ],
+)
+def test_topic_names_as_docs_mqtt_lists_them(topic: str, expected: str) -> None:
+    assert topic == expected
+
+
+def test_a_device_topic_splits_back_into_device_and_leaf() -> None:
+    assert TOPICS.split_device(TOPICS.command("cam-1", "ping")) == ("cam-1", "cmd/ping")
+
+
+def test_chunk_index_and_desired_documents_are_checked() -> None:
+    index = ChunkIndex.of(DATA, 16384)
+    assert len(index.chunks) == 7 and index.span(6) == (6 * 16384, 100_000 - 6 * 16384)
+    assert ChunkIndex.parse(index.to_bytes(), "t") == index
+    with pytest.raises(ProtocolError, match="make 7 chunks, not 6"):
+        ChunkIndex.parse(index.model_copy(update={"chunks": index.chunks[:6]}).to_bytes(), "t")
+    good = {"id": "d1", "name": "demo", "version": "1.0.0", "sha256": index.sha256, "size": 1, "chunk_size": 1}
+    with pytest.raises(ProtocolError, match="chunks"):
+        Desired.parse(json.dumps(good).encode(), "edge/x/desired")
+    for bad, words in [
+        ({"chunks": 1, "source": "url"}, "url source needs url"),
+        ({"chunks": 1, "source": "url", "url": "ftp://x"}, "is not http"),
+        ({"chunks": 1, "sha256": "nothex"}, "sha256"),
+        ({"chunks": 1, "extra": 1}, "extra"),
+    ]:
+        with pytest.raises(ProtocolError, match=words):
+            Desired.parse(json.dumps({**good, **bad}).encode(), "edge/x/desired")

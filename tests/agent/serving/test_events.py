@@ -1,0 +1,78 @@
+"""`agent.serving.events`: one start, rate-limited updates and one end per object, the crop, the counts."""
+
+from __future__ import annotations
+
+import base64
+
+import cv2
+import numpy as np
+from testkit.events import BLANK, FPS, camera
+
+from agent.config.models import EventsSection
+from agent.event_values import LineCrossing, ObjectEvent
+from agent.serving.events import EventSink
+from pipelines.decoding.detections import Detections
+from pipelines.sources.frames import Frame
+from pipelines.sources.synthetic import CLASS_NAMES
+
+
+def square(x: float, y: float, score: float = 0.9, class_id: int = 0) -> Detections:
+    return Detections.from_arrays([[x - 20, y - 20, x + 20, y + 20]], [score], [class_id])
+
+
+def run(sink: EventSink, frames: list[Detections], image: np.ndarray = BLANK) -> None:
+    for index, detections in enumerate(frames):
+        sink.handle("cam0", Frame(index, index / FPS, image), detections)
+
+
+def test_one_start_updates_at_most_every_interval_and_one_end() -> None:
+    """A square walks down through the door line and out of the zone, then vanishes."""
+    events: list[ObjectEvent] = []
+    sink = EventSink(EventsSection(min_interval_s=1.0), lambda: list(CLASS_NAMES), events.append, [camera()])
+    path = [square(100 + 4 * i, 200 + 2 * i, score=0.6 + 0.005 * i) for i in range(60)]  # 4 s at 15 FPS
+    run(sink, path + [Detections.empty()] * 8)
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("start") == kinds.count("end") == 1
+    updates = [e for e in events if e.kind == "update"]
+    assert 2 <= len(updates) <= 4, "a better score every frame, but one update a second at most"
+    assert len({e.object_id for e in events}) == 1, "one object, one event id"
+    end = events[-1]
+    assert end.lines == (LineCrossing("door", "forward"),)
+    first_inside = 0  # x = 100 + 4 i <= 320 up to i = 55
+    assert abs(dict(end.zones)["bay"] - (55 - first_inside) / FPS) <= 1 / FPS + 0.0005
+    assert abs(end.duration_s - 58 / FPS) <= 1 / FPS + 0.0005, "confirmed on frame 1, last seen 59"
+    assert end.label == "circle" and end.to_json()["confidence"] == round(0.6 + 0.005 * 59, 4)
+    assert sink.suppressed > 0 and sink.published == len(events)
+
+
+def test_low_confidence_and_unwanted_labels_make_no_events() -> None:
+    events: list[ObjectEvent] = []
+    settings = EventsSection(min_confidence=0.8, labels=["square"])
+    sink = EventSink(settings, lambda: list(CLASS_NAMES), events.append, [camera()])
+    two = Detections.from_arrays([[80, 80, 120, 120], [380, 80, 420, 120]], [0.7, 0.95], [1, 0])
+    run(sink, [two] * 10 + [Detections.empty()] * 8)
+    assert events == [], "the square is below min_confidence, and circles are not wanted"
+    run(sink, [square(100, 100, 0.95, class_id=1) for _ in range(10)] + [Detections.empty()] * 8)
+    assert [(e.kind, e.label) for e in events] == [("start", "square"), ("end", "square")]
+
+
+def test_end_carries_a_jpeg_crop_of_the_best_frame() -> None:
+    events: list[ObjectEvent] = []
+    sink = EventSink(EventsSection(snapshots=True), lambda: list(CLASS_NAMES), events.append, [camera()])
+    image = BLANK.copy()
+    image[80:120, 80:120] = (0, 0, 255)
+    run(sink, [square(100, 100)] * 5 + [Detections.empty()] * 8, image)
+    end = events[-1]
+    assert end.snapshot_jpeg is not None
+    assert base64.b64decode(str(end.to_json()["snapshot_jpeg"])) == end.snapshot_jpeg, "base64 in JSON"
+    crop = cv2.imdecode(np.frombuffer(end.snapshot_jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert crop.shape == (40, 40, 3) and crop[20, 20, 2] > 200 and crop[20, 20, 0] < 50
+    assert events[0].snapshot_jpeg is None and "snapshot_jpeg" not in events[0].to_json(), "only the end has it"
+
+
+def test_counts_follow_the_lines_and_zones() -> None:
+    sink = EventSink(EventsSection(), lambda: list(CLASS_NAMES), lambda e: None, [camera()])
+    run(sink, [square(100, 200 + 4 * i) for i in range(20)])
+    (counts,) = sink.counts()
+    assert [(c.name, c.forward, c.backward) for c in counts.lines] == [("door", 1, 0)]
+    assert [(z.name, z.now, z.total) for z in counts.zones] == [("bay", 1, 1)]

@@ -1,0 +1,134 @@
+"""`agent.web.problems`: the page's and doctor's findings, failures first with what to do."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from testkit.snapshots import camera, link, snapshot
+
+from agent.hardware.readings import Battery, SensorReadings, Throttled
+from agent.snapshot import EngineStatus, Health
+from agent.web.problems import (
+    judge_battery,
+    judge_camera,
+    judge_clock,
+    judge_disk,
+    judge_engine,
+    judge_power,
+    page_problems,
+)
+from pipelines.sources.frames import SourceState
+
+
+def battery(percent: float, status: str = "Discharging") -> Battery:
+    return Battery(percent, status, 7.4, -1.0, 7.4, "power_supply/BAT0")
+
+
+@pytest.mark.parametrize(
+    ("free_mb", "total_mb", "status"),
+    [(50_000, 100_000, "pass"), (9_000, 100_000, "warn"), (900, 4_000, "warn"), (1_500, 100_000, "fail"),
+     (150, 1_000, "fail"), (None, 100_000, "warn")],
+)  # fmt: skip
+def test_disk(free_mb: float | None, total_mb: float, status: str) -> None:
+    assert judge_disk(free_mb, total_mb, "/var/lib/edge-agent").status == status
+
+
+def test_clock() -> None:
+    assert [judge_clock(v).status for v in (True, False, None)] == ["pass", "warn", "warn"]
+    assert "timedatectl set-ntp true" in judge_clock(False).fix
+
+
+@pytest.mark.parametrize(
+    ("bits", "status", "words"),
+    [(0x0, "pass", "no under-voltage"), (0x50005, "fail", "under-voltage now"), (0x50000, "warn", "since boot"),
+     (0x4, "warn", "throttling the CPU now"), (0x8, "warn", "throttling")],
+)  # fmt: skip
+def test_power_flags(bits: int, status: str, words: str) -> None:
+    finding = judge_power(Throttled.from_bits(bits))
+    assert finding.status == status and words in finding.message
+
+
+@pytest.mark.parametrize(
+    ("charge", "state", "level", "status"),
+    [(57, "Discharging", None, "pass"), (15, "Discharging", None, "warn"), (4, "Discharging", None, "fail"),
+     (15, "Charging", None, "pass"), (50, "Discharging", "LOW", "warn"), (4, "Charging", "OK", "pass")],
+)  # fmt: skip
+def test_battery(charge: float, state: str, level: str | None, status: str) -> None:
+    from agent.governor.levels import BatteryLevel
+
+    finding = judge_battery(battery(charge, state), BatteryLevel(level) if level else None)
+    assert finding.status == status
+
+
+@pytest.mark.parametrize(
+    ("changes", "reference", "status", "words"),
+    [
+        ({}, 10.0, "pass", "10.0 FPS"),
+        ({"fps": 4.0}, 10.0, "warn", "under half the 10.0 FPS"),
+        ({"fps": 4.0, "max_fps": 5.0}, 10.0, "pass", ""),  # a cap explains it
+        ({"fps": 2.0, "max_fps": 5.0}, 10.0, "warn", "under half the 5.0 FPS"),
+        ({"fps": 0.0, "paused": True}, 10.0, "pass", ""),
+        ({"fps": 4.0}, None, "pass", ""),  # no reference measured yet
+        ({"source_status": SourceState("reconnecting", "cannot open camera /dev/video0", 2)}, 10.0, "fail", "lost"),
+        ({"source_status": SourceState("ended", None, 0)}, None, "warn", "ended"),
+    ],
+)
+def test_camera(changes: dict[str, Any], reference: float | None, status: str, words: str) -> None:
+    finding = judge_camera(camera(**changes), reference)
+    assert finding.status == status and words in finding.message
+
+
+def engine(state: str, **changes: Any) -> EngineStatus:
+    base = EngineStatus("demo 1.0.0", "m.onnx", "fp16", "building", "building", 0.4, 1000.0)
+    return dataclasses.replace(base, state=state, **changes)
+
+
+@pytest.mark.parametrize(
+    ("status", "state", "words"),
+    [
+        (None, "pass", "no TensorRT engine build"),
+        (engine("building", note="onnxruntime serves until the engine is ready"), "pass", "building (40%)"),
+        (engine("ready", progress=1.0), "pass", "ready"),
+        (
+            engine("failed", error_code="ENGINE_BUILD_FAILED", message="node Conv_3: unsupported"),
+            "warn",
+            "fp16 engine of m.onnx (demo 1.0.0) is not served: ENGINE_BUILD_FAILED: node Conv_3: unsupported",
+        ),
+    ],
+)
+def test_engine(status: EngineStatus | None, state: str, words: str) -> None:
+    finding = judge_engine(status)
+    assert finding.status == state and words in finding.message
+    if state == "warn":
+        assert "ONNX Runtime serves instead" in finding.fix and "engine build --force" in finding.fix
+        assert [f.check for f in page_problems(snapshot(engine=status), Health(True), {})] == ["engine"]
+
+
+def test_page_problems_put_failures_first_and_name_what_to_do() -> None:
+    down = link(connected=False, last_error="cannot connect to mqtt://b:1883: refused", queued=12)
+    throttled = SensorReadings(throttled=Throttled.from_bits(0x50005), battery=battery(12))
+    state = snapshot(broker=down, sensors=throttled, warnings=("allow_unsigned is true",))
+    found = page_problems(state, Health(True), {"cam0": 10.0})
+    assert [f.check for f in found] == ["power", "battery", "broker", "config"]
+    assert [f.status for f in found] == ["fail", "warn", "warn", "warn"]
+    assert "12 message(s) wait" in found[2].message and found[2].fix
+    assert page_problems(snapshot(), Health(True), {}) == []
+    nothing = page_problems(snapshot(bundle=None, cameras=()), Health(True), {})
+    assert [f.check for f in nothing] == ["model"] and "edge-agent install" in nothing[0].fix
+    hung = page_problems(snapshot(), Health(False, ("the sampler (sensors) has not turned for 99 s",)), {})
+    assert [(f.check, f.status) for f in hung] == [("health", "fail")]
+    camera_hung = page_problems(snapshot(), Health(False, ("camera cam0: a thread has not turned for 9 s",)), {})
+    assert [(f.check, f.status, f.message[:17]) for f in camera_hung] == [("camera cam0", "fail", "hung: camera cam0")]
+
+
+def test_a_class_the_serving_version_lacks_is_a_config_warning() -> None:
+    from agent.snapshot import ThresholdsInForce
+
+    lacking = "agent.yaml:9: pipelines.0.classes.1: 'sqare' is not a label of demo 1.1.0 (...)"
+    fine = ThresholdsInForce("cam1", 0.5, 0.45, 300, ("square",), ("classes",))
+    state = snapshot(thresholds=(ThresholdsInForce("cam0", 0.25, 0.45, 300, (), ("classes",), (lacking,)), fine))
+    found = page_problems(state, Health(True), {})
+    assert [(f.check, f.status, f.message) for f in found] == [("config", "warn", lacking)]
+    assert "pipelines[].classes" in found[0].fix

@@ -1,0 +1,224 @@
+"""End to end: staged rollouts over a real mosquitto (an injected clock): waves in order, a halt past the
+failure limit, resume."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testkit.broker import Broker, Watcher
+from testkit.fleet import cli, publish_raw
+from testkit.net import wait_until
+
+from agent.daemon.simulation import FleetSettings, SimulatedFleet
+from agent.mqtt.rollout_schedule import FailureLimit, Rollout
+
+pytestmark = pytest.mark.usefixtures("operator_key")
+
+
+HOUR = 3600.0
+
+
+class OffsetClock:
+    """The devices' wall clock: real time plus an offset the test moves (so control documents
+    signed now are never from the future)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+def schedule(waves: list[float]) -> Rollout:
+    return Rollout(waves=waves, start=0, interval_s=HOUR, max_failures=FailureLimit(devices=0))
+
+
+def deployment_id(devices: list[str], waves: list[float], want: Any) -> str:
+    """The first id ``rollout-N`` whose waves split `devices` as `want({device: wave})` asks."""
+    for n in range(10_000):
+        candidate = f"rollout-{n}"
+        split = {d: schedule(waves).wave_of(candidate, d) for d in devices}
+        if want(split):
+            return candidate
+    raise AssertionError("no deployment id splits the devices as wanted")
+
+
+@pytest.fixture
+def fleets(tmp_path: Path, broker: Broker, keys: dict[str, Path]) -> Iterator[Any]:
+    """``fleets(devices, group, clock, **overrides)`` makes a `SimulatedFleet` (not started)."""
+    made: list[SimulatedFleet] = []
+
+    def make(devices: list[str], group: str, clock: OffsetClock, **overrides: Any) -> SimulatedFleet:
+        overrides = {"telemetry": {"interval_s": 1.0}, **overrides}  # statuses refresh every second
+        settings = FleetSettings(broker.url, group, (keys["public"],), (keys["operator_pub"],), overrides)
+        made.append(SimulatedFleet(tmp_path / "devices", devices, settings, clock=clock))
+        return made[-1]
+
+    yield make
+    for fleet in made:
+        fleet.stop()
+
+
+def records(watcher: Watcher, devices: list[str], deployment: str) -> dict[str, dict[str, Any]]:
+    """The devices' deployment records of `deployment` (absent: not started)."""
+    found = {d: watcher.json(f"edge/{d}/deployment") for d in devices}
+    return {d: r for d, r in found.items() if r is not None and r["id"] == deployment}
+
+
+def states(watcher: Watcher, devices: list[str], deployment: str) -> dict[str, str]:
+    return {d: r["state"] for d, r in records(watcher, devices, deployment).items()}
+
+
+def all_in(watcher: Watcher, devices: list[str], deployment: str, state: str, timeout: float = 90) -> None:
+    wait_until(
+        lambda: states(watcher, devices, deployment) == dict.fromkeys(devices, state),
+        timeout,
+        f"{devices} to be {state}: {states(watcher, devices, deployment)}",
+    )
+
+
+def online(watcher: Watcher, devices: list[str]) -> None:
+    wait_until(
+        lambda: all((watcher.json(f"edge/{d}/status") or {}).get("state") == "online" for d in devices),
+        60,
+        f"{devices} online",
+    )
+
+
+def test_waves_open_in_order_a_late_device_catches_up_and_fleet_status_shows_the_waves(
+    capsys, broker: Broker, watcher: Watcher, fleets, bundles: dict[str, Path]
+) -> None:
+    devices = [f"cam-{i}" for i in range(8)]
+    late = "cam-7"
+    waves = [25.0, 60.0, 100.0]
+    chosen = deployment_id(
+        devices, waves, lambda s: s[late] == 1 and all(list(s.values()).count(i) >= 2 for i in range(3))
+    )
+    wave = {d: schedule(waves).wave_of(chosen, d) for d in devices}
+    by_wave = [[d for d in devices if wave[d] == i] for i in range(3)]
+    clock = OffsetClock()
+    fleet = fleets(devices, "yard", clock).start([d for d in devices if d != late])
+    online(watcher, [d for d in devices if d != late])
+
+    status, out = cli(
+        capsys,
+        *("fleet", "push", str(bundles["v1"]), "--target", "group:yard", "--broker", broker.url),
+        *("--waves", "25%,60%,100%", "--wave-interval", "1h", "--id", chosen),
+    )
+    assert status == 0 and f"as deployment {chosen}" in out and "waves 25%,60%,100%" in out, out
+    all_in(watcher, by_wave[0], chosen, "SUCCEEDED")
+    waiting = [d for d in by_wave[1] + by_wave[2] if d != late]
+    assert states(watcher, waiting, chosen) == {}, "devices of later waves did not start"
+    position = fleet[waiting[0]].snapshot().rollout
+    assert position is not None and (position.state, position.waves) == ("waiting", 3)
+    watcher.wait_json(f"edge/{waiting[0]}/status", lambda d: (d.get("rollout") or {}).get("state") == "waiting", 30)
+
+    status, table = cli(capsys, "fleet", "status", "--broker", broker.url)
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert all("1/3 open" in rows[d] for d in by_wave[0]), table
+    assert all(f"{wave[d] + 1}/3 at " in rows[d] for d in waiting), table
+    status, out = cli(capsys, "fleet", "rollout", "status", chosen, "--broker", broker.url, "--json")
+    tally = json.loads(out)
+    assert [(w["started"], w["succeeded"]) for w in tally["waves"]] == [(len(by_wave[0]),) * 2, (0, 0), (0, 0)]
+
+    clock.offset = HOUR  # the second wave opens; the late device is still off
+    all_in(watcher, [d for d in by_wave[1] if d != late], chosen, "SUCCEEDED")
+    assert states(watcher, by_wave[2], chosen) == {}, "the third wave waits for its hour"
+    clock.offset = 2 * HOUR
+    all_in(watcher, by_wave[2], chosen, "SUCCEEDED")
+
+    fleet.start([late])  # back online after its wave opened: it catches up at once
+    all_in(watcher, devices, chosen, "SUCCEEDED")
+    status, out = cli(capsys, "fleet", "rollout", "watch", chosen, "--broker", broker.url, "--timeout", "30")
+    assert status == 0 and out.startswith(f"{chosen} on group yard: complete"), out
+    assert "8/8 started, 8 succeeded, 0 failed" in out, out
+
+    status, out = cli(capsys, "fleet", "rollout", "halt", chosen, "--reason", "by hand", "--broker", broker.url)
+    assert status == 0 and "devices that took it: keep" in out, out
+    wait_until(lambda: "halted" in str(fleet[devices[0]].snapshot().rollout), 30, "the halt to reach the devices")
+    assert states(watcher, devices, chosen) == dict.fromkeys(devices, "SUCCEEDED"), "keep: they keep it"
+    status, table = cli(capsys, "fleet", "status", "--broker", broker.url)
+    assert all("halted" in line for line in table.splitlines()[1:]), table
+
+
+def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resume_continues(
+    capsys, broker: Broker, watcher: Watcher, fleets, bundles: dict[str, Path]
+) -> None:
+    healthy = [f"ok-{i}" for i in range(6)]
+    failing = ["onnx-only-0", "onnx-only-1"]  # v2 is TFLite only: NO_RUNTIME where only ONNX Runtime may run
+    everyone = healthy + failing
+    waves = [40.0, 100.0]
+
+    def split(s: dict[str, int]) -> bool:
+        first = [d for d in everyone if s[d] == 0]
+        second = [d for d in healthy if s[d] == 1]
+        return any(d in failing for d in first) and len(set(first) & set(healthy)) >= 2 and bool(second)
+
+    chosen = deployment_id(everyone, waves, split)
+    first = [d for d in healthy if schedule(waves).wave_of(chosen, d) == 0]
+    second = [d for d in healthy if schedule(waves).wave_of(chosen, d) == 1]
+    clock = OffsetClock()
+    fleet = fleets(healthy, "line", clock).start()
+    fleets(failing, "line", clock, runtime="onnxruntime").start()
+    online(watcher, everyone)
+    status, out = cli(capsys, "fleet", "push", str(bundles["v1"]), "--target", "group:line", "--broker", broker.url)
+    v1 = out.split(" as deployment ")[1].split()[0]
+    all_in(watcher, everyone, v1, "SUCCEEDED")
+    before_halt = watcher.json("edge/groups/line/desired")
+
+    status, out = cli(
+        capsys,
+        *("fleet", "push", str(bundles["v2"]), "--target", "group:line", "--broker", broker.url, "--id", chosen),
+        *("--waves", "40%,100%", "--wave-interval", "1h", "--max-failures", "0", "--on-halt", "rollback"),
+        *("--wait", "120"),
+    )
+    assert status == 1 and "halted" in out and "NO_RUNTIME" not in out, out
+    assert "the rollout is halted" in out and "onnx-only" in out, out
+    halted = watcher.json("edge/groups/line/desired")
+    pushed = next(d for d in watcher.all_json("edge/groups/line/desired") if d["id"] == chosen)  # before the halt
+    reason = halted["rollout"]["halted"]["reason"]
+    assert halted["id"] == chosen and "started devices failed: onnx-only" in reason, halted
+    assert halted["issued_at"] > before_halt["issued_at"]
+
+    def undone(device: str) -> bool:  # rolled back, or (halted mid-download) the download ended
+        record = watcher.json(f"edge/{device}/deployment")
+        return record["id"] == chosen and (record["error"] or {}).get("code") == "ROLLOUT_HALTED"
+
+    wait_until(lambda: all(undone(d) for d in first), 90, "the first wave's healthy devices to roll back")
+    wait_until(
+        lambda: all(
+            (watcher.json(f"edge/{d}/status") or {}).get("bundle", {}).get("version") == "1.0.0" for d in first
+        ),
+        30,
+        "v1 serving again",
+    )
+    clock.offset = 2 * HOUR  # the second wave's time comes: halted, it does not start
+    time.sleep(2.0)  # the deployer looks every second; a start would show as a record at once
+    assert states(watcher, second, chosen) == {}, "nobody starts while the rollout is halted"
+    status, out = cli(capsys, "fleet", "rollout", "status", chosen, "--broker", broker.url)
+    assert "halted" in out and "failed: onnx-only" in out, out
+
+    # a client replays the document from before the halt, then a device restarts: neither opens the wave
+    publish_raw(broker, [("edge/groups/line/desired", json.dumps(pushed).encode())])
+    wait_until(
+        lambda: "issued before" in str((watcher.json(f"edge/{second[0]}/status") or {}).get("deployment_problem")),
+        30,
+        "the replayed document to be refused",
+    )
+    fleet[second[0]].stop()
+    fleets(second[:1], "line", clock).start()
+    online(watcher, second[:1])
+    time.sleep(2.0)
+    assert states(watcher, second, chosen) == {}, "the halt is remembered across a restart"
+
+    status, out = cli(capsys, "fleet", "rollout", "resume", chosen, "--broker", broker.url)
+    assert status == 0, out
+    all_in(watcher, healthy, chosen, "SUCCEEDED")
+    codes = {r["error"]["code"] for r in records(watcher, failing, chosen).values()}
+    assert codes == {"NO_RUNTIME"}, "a device that failed by itself is not retried"
+    assert all(watcher.json(f"edge/{d}/deployment")["attempt"] == 2 for d in first), "taken again after the halt"

@@ -1,0 +1,410 @@
+"""End to end: the status page of a running agent in Debian's headless chromium and over real HTTP."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from testkit import FAKES
+from testkit.browser import Chromium
+from testkit.bundles import install_versions
+from testkit.camera_stream import MjpegStream
+from testkit.net import free_port, wait_until
+from testkit.page import basic, http, running
+
+from agent.daemon.agent import Agent
+from agent.hardware.board import probe
+
+TREE = FAKES / "laptop-battery"
+
+
+AUTH = basic("tech", "s3cret pass")
+
+
+@dataclass
+class Served:
+    agent: Agent
+    url: str  # http://127.0.0.1:PORT
+    camera: MjpegStream
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, bundles: dict[str, Path], keys: dict[str, Path]
+) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("page")
+    board = probe(TREE)
+    install_versions(folder / "state", keys, bundles, board)
+    (folder / "password").write_text("s3cret pass\n")
+    camera, port = MjpegStream(fps=10), free_port()
+    config = {
+        "device": {"id": "page-1", "group": "lobby"},
+        "state_dir": str(folder / "state"),
+        "trust_keys": [str(keys["public"])],
+        "operator_keys": [str(keys["operator_pub"])],
+        "mqtt": {"broker": f"mqtt://127.0.0.1:{free_port()}", "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
+        "pipelines": [
+            {
+                "name": "cam0",
+                "source": "synthetic",
+                "fps": 12,
+                "max_fps": 10,
+                "lines": [{"name": "mid", "points": [[0, 240], [640, 240]]}],
+                "zones": [{"name": "left", "polygon": [[0, 0], [320, 0], [320, 480], [0, 480]]}],
+            },
+            {"name": "door", "source": camera.url, "max_fps": 10, "conf": 0.5, "classes": ["square", "hexagon"]},
+        ],
+        "telemetry": {"interval_s": 0.5},
+        "health": {"stall_s": 2},
+        "status_page": {
+            "listen": f"127.0.0.1:{port}",
+            "username": "tech",
+            "password_file": str(folder / "password"),
+            "sample_s": 0.5,
+        },
+    }
+    with running(config, board, TREE) as agent:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: http(url + "/healthz").status == 200, 30, "the page to answer")
+        wait_until(lambda: len([c for c in agent.snapshot().cameras if c.frames > 3]) == 2, 60, "both cameras")
+        yield Served(agent, url, camera)
+    camera.close()
+
+
+def status(served: Served) -> dict[str, Any]:
+    answer = http(served.url + "/api/status", headers=AUTH)
+    assert answer.status == 200, answer.body
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def test_the_page_in_chromium_shows_the_device_live_frames_and_charts(served: Served, chromium: Chromium) -> None:
+    page = chromium.page()
+    page.headers(AUTH)
+    page.open(served.url + "/")
+    assert page.wait_for("(t => t !== 'edge-agent' && t)(document.getElementById('device').textContent)") == "page-1"
+    camera = "document.querySelector('[data-camera=cam0]')"
+    fps_text = f"{camera} && {camera}.querySelector('dd').textContent"
+    first = float(page.wait_for(fps_text).split()[0])
+    # the snapshot decoded in the browser, and the same endpoint decodes here
+    assert page.wait_for(f"{camera}.querySelector('img').complete && {camera}.querySelector('img').naturalWidth") > 0
+    jpeg = http(served.url + "/api/cameras/cam0/snapshot.jpg", headers=AUTH)
+    assert jpeg.headers["content-type"] == "image/jpeg"
+    image = cv2.imdecode(np.frombuffer(jpeg.body, np.uint8), cv2.IMREAD_COLOR)
+    assert image is not None and image.shape[2] == 3
+    # the charts: uPlot drew lines on canvases (non-blank pixels), with points from the history
+    painted = """[...document.querySelectorAll('canvas')].map(c => {
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; })"""
+    page.wait_for("window.edgeAgent.history.ts.length >= 3")
+    counts = page.wait_for(f"(() => {{ const n = {painted}; return n.length >= 4 && n.every(x => x > 500) && n; }})()")
+    assert len(counts) >= 4  # temperature, power, one per camera
+    assert page.evaluate("document.getElementById('board').textContent").count("°C") == 1
+    # a second load shows another FPS value: the numbers are live, not cached
+    later = first
+    deadline = time.monotonic() + 30
+    while later == first and time.monotonic() < deadline:
+        time.sleep(0.5)
+        page.open(served.url + "/")
+        later = float(page.wait_for(fps_text).split()[0])
+    assert later != first, "the FPS shown did not change between loads"
+
+
+def test_the_page_shows_each_cameras_line_and_zone_counters(served: Served, chromium: Chromium) -> None:
+    """The synthetic shapes bounce across cam0's line and through its zone: the camera's card
+    shows the counters, the same numbers /api/status has."""
+    page = chromium.page()
+    page.headers(AUTH)
+    page.open(served.url + "/")
+    row = """(name => { const dt = [...document.querySelectorAll('[data-camera=cam0] dt')]
+        .find(d => d.textContent === name); return dt ? dt.nextElementSibling.textContent : null; })"""
+    crossed = page.wait_for(f"(t => t && /^\\d+ in, \\d+ out$/.test(t) && t !== '0 in, 0 out' && t)({row}('line mid'))")
+    zone = page.wait_for(f"(t => t && /^\\d+ now, [1-9]\\d* total$/.test(t) && t)({row}('zone left'))")
+    assert page.wait_for(f"{row}('objects tracked')") is not None
+    shown_in, shown_out = (int(part.split()[0]) for part in crossed.split(", "))
+    counters = status(served)["cameras_analytics"]["cam0"]
+    (line,) = counters["lines"]
+    assert (line["name"], line["in"] >= shown_in, line["out"] >= shown_out) == ("mid", True, True)
+    assert counters["zones"][0]["total"] >= int(zone.split(", ")[1].split()[0])
+    assert "door" in status(served)["cameras_analytics"], "every camera has its counters, lines or not"
+    metrics = http(served.url + "/metrics", headers=AUTH).body.decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+    }
+    crossed_in = samples[
+        ("edge_agent_line_crossings_total", (("camera", "cam0"), ("direction", "in"), ("line", "mid")))
+    ]
+    assert crossed_in >= line["in"] and ("edge_agent_zone_objects", (("camera", "cam0"), ("zone", "left"))) in samples
+
+
+def test_each_cameras_card_shows_the_thresholds_in_force_and_a_class_the_model_lacks_is_a_problem(
+    served: Served, chromium: Chromium
+) -> None:
+    """door sets conf and classes in agent.yaml (one of them, hexagon, the demo model lacks);
+    cam0 keeps what the bundle says: the cards, /api/status and /api/problems say so."""
+    page = chromium.page()
+    page.headers(AUTH)
+    page.open(served.url + "/")
+    row = """((camera, name) => { const dt = [...document.querySelectorAll(`[data-camera=${camera}] dt`)]
+        .find(d => d.textContent === name); return dt ? dt.nextElementSibling.textContent : null; })"""
+    door = page.wait_for(f"{row}('door', 'thresholds')")
+    assert door == "conf 0.50 · iou 0.45 · max_det 300 (conf, classes from agent.yaml, the rest from the bundle)"
+    assert page.wait_for(f"{row}('door', 'classes')") == "square"
+    assert page.wait_for(f"{row}('cam0', 'thresholds')") == "conf 0.25 · iou 0.45 · max_det 300 (from the bundle)"
+    assert page.wait_for(f"{row}('cam0', 'classes')") == "all"
+    cameras = {c["name"]: c["thresholds"] for c in status(served)["cameras"]}
+    assert cameras["door"]["conf"] == 0.5 and cameras["door"]["classes"] == ["square"]
+    assert cameras["cam0"] == {
+        "conf": 0.25, "iou": 0.45, "max_det": 300, "classes": None, "configured": [], "problems": []
+    }  # fmt: skip
+    problems = http(served.url + "/api/problems", headers=AUTH).json()["problems"]
+    (lacking,) = [p for p in problems if "hexagon" in p["message"]]
+    assert lacking["check"] == "config" and lacking["status"] == "warn"
+    assert lacking["message"].startswith("pipelines.1.classes.1: 'hexagon' is not a label of demo 1.1.0")
+    assert "pipelines[].classes" in lacking["fix"]
+
+
+def test_api_status_is_the_agent_snapshot_and_needs_the_credentials(served: Served) -> None:
+    assert http(served.url + "/api/status").status == 401
+    wrong = http(served.url + "/api/status", headers=basic("tech", "s3cret pasS"))
+    assert wrong.status == 401 and wrong.headers["www-authenticate"].startswith("Basic")
+    assert http(served.url + "/api/status", headers=basic("Tech", "s3cret pass")).status == 401
+    document = status(served)
+    assert document["device"] == "page-1" and document["group"] == "lobby"
+    assert {c["name"] for c in document["cameras"]} == {"cam0", "door"}
+    assert document["sensors"]["battery"]["percent"] == 57
+    assert document["broker"]["connected"] is False
+    assert http(served.url + "/healthz").status == 200, "/healthz is open for probes"
+    answer = http(served.url + "/", headers=AUTH)
+    assert b"/static/vendor/uPlot.iife.min.js" in answer.body and b"http" not in answer.body.split(b"<body>")[0]
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+
+
+def test_metrics_parse_and_carry_cameras_board_governor_deployment_and_broker(served: Served) -> None:
+    answer = http(served.url + "/metrics", headers=AUTH)
+    assert answer.status == 200 and answer.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(answer.body.decode())}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert value("edge_agent_camera_fps", camera="cam0") > 0
+    assert value("edge_agent_camera_latency_seconds", camera="door", stage="total", quantile="0.5") > 0
+    assert value("edge_agent_camera_frames_total", camera="door") > 0
+    assert value("edge_agent_camera_model_shared_by", camera="door") == 2, "both cameras hold one model"
+    assert value("edge_agent_camera_mean_batch", camera="door") >= 1
+    assert value("edge_agent_temperature_celsius", zone="x86_pkg_temp") == 52.0
+    assert value("edge_agent_power_watts") == pytest.approx(12.119, abs=0.01)
+    assert value("edge_agent_battery_percent") == 57
+    assert value("edge_agent_governor_thermal", edge_agent_governor_thermal="NORMAL") == 1
+    assert value("edge_agent_deployment_state", edge_agent_deployment_state="SUCCEEDED") == 1
+    assert value("edge_agent_broker_connected") == 0
+    assert "edge_agent_mqtt_queued_messages" in families and "edge_agent_healthy" in families
+    assert value("edge_agent_info", device="page-1", group="lobby", version=status(served)["agent_version"],
+                 board="generic x86_64", runtime="litert", bundle="demo", bundle_version="1.1.0") == 1  # fmt: skip
+
+
+def test_problems_say_in_plain_words_that_the_broker_is_unreachable(served: Served) -> None:
+    answer = http(served.url + "/api/problems", headers=AUTH).json()
+    assert answer["health"] == {"ok": True, "problems": []}
+    broker = next(p for p in answer["problems"] if p["check"] == "broker")
+    assert broker["status"] == "warn" and "broker unreachable" in broker["message"]
+    assert "detections go on locally" in broker["message"] and "mqtt.broker" in broker["fix"]
+    statuses = [p["status"] for p in answer["problems"]]
+    assert statuses == sorted(statuses, key=["fail", "warn"].index), "failures come first"
+
+
+class CrossSite:
+    """Another site on another port: its page posts a form to the status page's rollback."""
+
+    def __init__(self, target: str) -> None:
+        form = f"""<form id=f method=post action="{target}/api/rollback"></form>
+            <script>document.getElementById('f').submit()</script>""".encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(form)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_rollback_needs_the_credentials_and_the_page_own_origin(served: Served, chromium: Chromium) -> None:
+    before = status(served)
+    version, previous = before["bundle"]["version"], before["previous"]["version"]
+    rollback = served.url + "/api/rollback"
+
+    refused = http(rollback, "POST", body=b"{}")
+    assert refused.status == 401 and refused.json()["error"]["code"] == "UNAUTHORIZED"
+    assert http(rollback, "POST", basic("tech", "wrong"), b"{}").status == 401
+    assert http(rollback, "GET", AUTH).status == 405, "actions are POST only"
+    forged = http(rollback, "POST", {**AUTH, "Origin": "http://evil.example"}, b"{}")
+    assert forged.status == 403 and forged.json()["error"]["code"] == "CROSS_SITE"
+    assert http(rollback, "POST", {**AUTH, "Sec-Fetch-Site": "cross-site"}, b"{}").status == 403
+
+    # a real browser holding the credentials visits another site, which posts to the rollback
+    other = CrossSite(served.url)
+    try:
+        page = chromium.page()
+        page.headers(AUTH)
+        page.open(other.url)
+        answer = page.wait_for("document.readyState === 'complete' && location.pathname === '/api/rollback' && "
+                               "document.body.innerText")  # fmt: skip
+        assert "CROSS_SITE" in answer
+    finally:
+        other.close()
+    assert status(served)["bundle"]["version"] == version, "a refused rollback changed the version"
+    assert served.agent.store.info(served.agent.store.current_sha()).version == version  # type: ignore[union-attr]
+
+    done = http(rollback, "POST", {**AUTH, "Content-Type": "application/json"}, b"{}")
+    assert done.status == 200, done.body
+    assert done.json()["deployment"]["state"] == "ROLLED_BACK" and done.json()["deployment"]["version"] == previous
+    after = status(served)
+    assert after["bundle"]["version"] == previous and after["previous"]["version"] == version
+    wait_until(lambda: all(c["frames"] > 0 for c in status(served)["cameras"]), 30, "the cameras on the old version")
+
+
+def test_restart_a_camera(served: Served) -> None:
+    restart = served.url + "/api/cameras/cam0/restart"
+    assert http(restart, "POST", body=b"").status == 401
+    answer = http(restart, "POST", AUTH, b"")
+    assert answer.status == 200 and answer.json() == {"ok": True, "restarted": ["cam0"]}
+    unknown = http(served.url + "/api/cameras/nope/restart", "POST", AUTH, b"")
+    assert unknown.status == 404 and unknown.json()["error"]["code"] == "NO_PIPELINE"
+    assert http(served.url + "/api/cameras/nope/snapshot.jpg", headers=AUTH).status == 404
+
+
+def test_healthz_turns_503_while_a_camera_loop_hangs(served: Served) -> None:
+    served.camera.stall()  # the network camera stops sending with the connection open: read() blocks
+    try:
+        hung = wait_until(lambda: (a := http(served.url + "/healthz")).status == 503 and a, 30, "/healthz 503")
+        assert hung.json()["ok"] is False
+        assert [p for p in hung.json()["problems"] if p.startswith("camera door:")], hung.json()
+        problems = http(served.url + "/api/problems", headers=AUTH).json()["problems"]
+        assert any(p["check"] == "camera door" and p["status"] == "fail" and "hung" in p["message"] for p in problems)
+    finally:
+        served.camera.resume()
+    wait_until(lambda: http(served.url + "/healthz").status == 200, 30, "/healthz 200 again")
+
+
+def test_without_credentials_the_page_is_read_only_on_loopback_and_runs_without_broker_or_model(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    config = {
+        "device": {"id": "alone-1"},
+        "state_dir": str(tmp_path / "state"),
+        "allow_unsigned": True,
+        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "status_page": {"listen": f"127.0.0.1:{port}"},
+    }
+    with running(config, probe(TREE), TREE) as agent:
+        url = f"http://127.0.0.1:{port}"
+        document = wait_until(lambda: (a := http(url + "/api/status")).status == 200 and a.json(), 30, "the page")
+        assert document["device"] == "alone-1" and document["broker"] is None and document["bundle"] is None
+        problems = http(url + "/api/problems").json()["problems"]
+        assert any(p["check"] == "model" and "no model is installed" in p["message"] for p in problems)
+        assert not any(p["check"] == "broker" for p in problems)
+        refused = http(url + "/api/rollback", "POST", body=b"{}")
+        assert refused.status == 403 and "status_page.username" in refused.json()["error"]["message"]
+        assert http(url + "/api/cameras/cam0/snapshot.jpg").json()["error"]["code"] == "NO_PIPELINE"
+        assert agent.store.current_sha() is None
+
+
+def test_tls_with_a_certificate_file(tmp_path: Path) -> None:
+    """HTTPS with the configured certificate and key; the client trusts that certificate."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "page.local")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    port = free_port()
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "allow_unsigned": True,
+        "status_page": {
+            "listen": f"0.0.0.0:{port}",
+            "username": "tech",
+            "password_env": "EDGE_AGENT_TEST_PAGE_PASSWORD",
+            "tls": {"cert_file": str(tmp_path / "cert.pem"), "key_file": str(tmp_path / "key.pem")},
+        },
+    }
+    context = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("EDGE_AGENT_TEST_PAGE_PASSWORD", "pw")
+        with running(config, probe(TREE), TREE):
+            url = f"https://127.0.0.1:{port}/api/status"
+            answer = http(url, headers=basic("tech", "pw"), context=context)  # the socket listens once start() returned
+            assert answer.status == 200 and answer.json()["state"] == "online"
+            assert http(url, context=context).status == 401
+
+
+def test_rollback_without_a_broker_switches_the_store_and_serves_the_previous_version(
+    tmp_path: Path, bundles: dict[str, Path], keys: dict[str, Path]
+) -> None:
+    """No broker, so no deployer: the page's rollback goes to the store and re-serves the cameras."""
+    board, port = probe(TREE), free_port()
+    install_versions(tmp_path / "state", keys, bundles, board)
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "status_page": {"listen": f"127.0.0.1:{port}", "username": "tech", "password_env": "EDGE_AGENT_TEST_PW"},
+    }
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("EDGE_AGENT_TEST_PW", "s3cret pass")
+        with running(config, board, TREE) as agent:
+            assert agent.deployer is None and agent.snapshot().serving.runtime == "litert"  # type: ignore[union-attr]
+            url = f"http://127.0.0.1:{port}"
+            done = http(url + "/api/rollback", "POST", AUTH, b"{}")
+            assert done.status == 200 and done.json()["deployment"]["version"] == "1.0.0", done.body
+            document = http(url + "/api/status", headers=AUTH).json()
+            assert document["bundle"]["version"] == "1.0.0" and document["serving"]["runtime"] == "onnxruntime"
+            assert document["deployment"]["state"] == "ROLLED_BACK"
+            wait_until(lambda: agent.snapshot().cameras[0].runtime == "onnxruntime", 30, "the camera on 1.0.0")
+            again = http(url + "/api/rollback", "POST", AUTH, b"{}")
+            assert again.status == 200 and again.json()["deployment"]["version"] == "1.1.0", "back and forth"

@@ -1,0 +1,396 @@
+"""`pipelines.pipeline`: ground truth through the pipeline, recovery, hot swaps, pause, the FPS cap,
+snapshots, workers, a hung camera read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from testkit import DEMO_MODELS
+from testkit.media import write_video
+
+from pipelines.backoff import Backoff
+from pipelines.decoding.detector import Detector
+from pipelines.measure.evaluate import HELD_OUT_SEED, MatchCounts
+from pipelines.pipeline import Pipeline
+from pipelines.sources.capture import FileSource
+from pipelines.sources.scene_source import SyntheticSource
+from pipelines.sources.specs import open_source
+from pipelines.sources.synthetic import SyntheticScene
+from runtimes.base import InferenceError
+from runtimes.registry import load_runtime
+
+FAST_RETRY = Backoff(initial=0.05, maximum=0.2, jitter=0.0)
+
+
+def detector(name: str = "demo_detector.onnx") -> Detector:
+    runtime = "onnxruntime" if name.endswith(".onnx") else "litert"
+    return Detector(load_runtime(runtime, DEMO_MODELS / name))
+
+
+def wait_for(condition, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "demo_detector.onnx",
+        "demo_detector_dynamic.onnx",
+        "demo_detector_int8_qdq.onnx",
+        "demo_detector_fp32.tflite",
+        "demo_detector_int8.tflite",
+    ],
+)
+def test_synthetic_ground_truth_through_the_pipeline(model: str) -> None:
+    counts = MatchCounts()
+
+    def score(frame, detections) -> None:
+        counts.add(detections, frame.truth.detections, frame.truth.visible < 0.5)
+
+    scene = SyntheticScene(seed=HELD_OUT_SEED + 10, num_shapes=5)
+    pipeline = Pipeline("cam", SyntheticSource(scene, frames=60), detector(model), sinks=[score]).start()
+    assert pipeline.wait(120)
+    pipeline.stop()
+    assert pipeline.frames == 60 and pipeline.errors == 0
+    assert counts.precision >= 0.9, f"{model}: precision {counts.precision:.3f}"
+    assert counts.recall >= 0.9, f"{model}: recall {counts.recall:.3f}"
+    stats = pipeline.stats()
+    assert stats.source_status.state == "ended"
+    assert set(stats.latency_ms) == {"capture_age", "preprocess", "inference", "postprocess", "total"}
+    assert all(v.p95 >= v.p50 >= 0 for v in stats.latency_ms.values())
+
+
+def test_source_that_cannot_open_reports_and_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "late.avi"
+    pipeline = Pipeline("cam", FileSource(path), detector(), backoff=FAST_RETRY).start()
+    try:
+        assert wait_for(lambda: pipeline.source_status.state == "reconnecting")
+        assert "not found" in (pipeline.source_status.error or "")
+        assert pipeline.frames == 0
+        write_video(tmp_path / "tmp.avi", 8)
+        (tmp_path / "tmp.avi").rename(path)  # the camera "comes back"
+        assert pipeline.wait(30)
+        assert pipeline.frames == 8
+        assert pipeline.source_status.reconnects == 1
+    finally:
+        pipeline.stop()
+
+
+def test_file_failing_mid_stream_reports_and_recovers(tmp_path: Path) -> None:
+    good = write_video(tmp_path / "good.avi", 40)
+    path = tmp_path / "clip.avi"
+    shutil.copy(good, path)
+    data = good.read_bytes()
+    first_pass = threading.Event()
+
+    def cut_file(frame, detections) -> None:
+        if frame.index == 2 and not first_pass.is_set():
+            first_pass.set()
+            path.write_bytes(data[: len(data) // 3])  # the file breaks under the reader
+
+    pipeline = Pipeline("cam", FileSource(path, loop=True), detector(), sinks=[cut_file], backoff=FAST_RETRY).start()
+    try:
+        assert wait_for(lambda: pipeline.source_status.state == "reconnecting")
+        assert "read failed at frame" in (pipeline.source_status.error or "")
+        shutil.copy(good, path)  # repaired
+        before = pipeline.frames
+        assert wait_for(lambda: pipeline.frames > before + 40)
+        assert pipeline.source_status.state == "running"
+        assert pipeline.source_status.reconnects >= 1
+    finally:
+        pipeline.stop()
+
+
+def test_hot_swap_mid_run_loses_no_frame_of_a_file() -> None:
+    seen: list[int] = []
+    pipeline = Pipeline("cam", SyntheticSource(frames=80), detector(), sinks=[lambda f, d: seen.append(f.index)])
+    new = detector("demo_detector_int8_qdq.onnx")
+    pipeline.add_sink(lambda f, d: f.index == 30 and pipeline.swap_detector(new))
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.stop()
+    assert seen == list(range(80))
+    assert pipeline.swaps == 1 and pipeline.detector is new
+
+
+def test_a_swapped_out_runtime_is_closed_once_its_frames_are_done() -> None:
+    first = detector()
+    pipeline = Pipeline("cam", SyntheticSource(frames=40), first, workers=2)
+    new = detector("demo_detector_int8_qdq.onnx")
+    pipeline.add_sink(lambda f, d: f.index == 10 and pipeline.swap_detector(new))
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.stop()
+    assert pipeline.errors == 0 and pipeline.frames == 40, "no frame in flight ran on a closed runtime"
+    with pytest.raises(InferenceError, match="was closed"):
+        first.runtime.infer([np.zeros((1, 3, 320, 320), np.float32)])
+    assert new.runtime.infer([np.zeros((1, 3, 320, 320), np.float32)])  # the serving one stays open
+
+
+def test_a_model_replaced_before_it_served_is_closed_too() -> None:
+    pipeline = Pipeline("cam", SyntheticSource(fps=5), detector())
+    never, then = detector("demo_detector_int8_qdq.onnx"), detector()
+    pipeline.swap_detector(never)
+    pipeline.swap_detector(then)  # before any frame took `never`
+    with pytest.raises(InferenceError, match="was closed"):
+        never.runtime.infer([np.zeros((1, 3, 320, 320), np.float32)])
+    pipeline.stop()
+
+
+SWAP_RSS_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+import psutil
+from pipelines.decoding.detector import Detector
+from pipelines.pipeline import Pipeline
+from pipelines.sources.scene_source import SyntheticSource
+from runtimes.registry import load_runtime
+
+def detector():
+    return Detector(load_runtime("onnxruntime", Path(sys.argv[1])), "yolov8")
+
+retired = []
+
+def retire(old):
+    old.runtime.close()  # what the pipeline does by default
+    retired.append(old)
+
+pipeline = Pipeline("cam", SyntheticSource(fps=30), detector(), workers=2, retire=retire).start()
+rss = []
+for swap in range(1, 21):
+    pipeline.swap_detector(detector())
+    while len(retired) < swap:  # the frames in flight on the old model finished and it was closed
+        time.sleep(0.01)
+    pipeline.pause()  # measure what stays resident, not the activations of frames in flight
+    while pipeline._in_flight:
+        time.sleep(0.01)
+    rss.append(psutil.Process().memory_info().rss / 2**20)
+    pipeline.resume()
+pipeline.stop()
+print(json.dumps(rss))
+"""
+
+
+def test_swapped_out_sessions_give_their_memory_back(tmp_path: Path, heavy_model: Path) -> None:
+    """20 deployments in a row must not grow the daemon: each old session is closed and its
+    memory returned (without that, RSS grew by a quarter over 20 swaps of a YOLOv8n)."""
+    run = subprocess.run(
+        [sys.executable, "-c", SWAP_RSS_SCRIPT, str(heavy_model)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    rss = json.loads(run.stdout)
+    # sampled paused with no frame in flight (what stays resident), and medians, not single
+    # samples: each still wanders by several % (the new session's arenas grow with how many
+    # frames it ran at once). Without malloc_trim the medians grew by 29-55 %; with it, by up to 11 %.
+    early, late = statistics.median(rss[0:3]), statistics.median(rss[15:20])
+    assert late <= early * 1.20, f"RSS median of swaps 1-3 {early:.0f} MB, of swaps 16-20 {late:.0f} MB: {rss}"
+
+
+def test_hot_swap_of_a_live_camera_drops_at_most_one_frame() -> None:
+    # 10 FPS leaves 100 ms a frame, so a busy CI machine does not drop frames the swap did not cause
+    source = SyntheticSource(SyntheticScene(width=320, height=240), fps=10, frames=30)
+    pipeline = Pipeline("cam", source, detector())
+    new = detector("demo_detector_fp32.tflite")
+    pipeline.add_sink(lambda f, d: f.index == 10 and pipeline.swap_detector(new))
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.stop()
+    assert pipeline.swaps == 1
+    assert pipeline.frames + pipeline.dropped == 30
+    assert pipeline.dropped <= 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pause_and_resume(workers: int) -> None:
+    source = SyntheticSource(SyntheticScene(width=320, height=240), fps=50)
+    pipeline = Pipeline("cam", source, detector(), workers=workers).start()
+    try:
+        assert wait_for(lambda: pipeline.frames > 5)
+        pipeline.pause()
+        time.sleep(0.2)  # let the frame in flight finish
+        paused_at = pipeline.frames
+        time.sleep(0.5)
+        assert pipeline.frames == paused_at and pipeline.stats().paused
+        pipeline.resume()
+        assert wait_for(lambda: pipeline.frames > paused_at + 5)
+    finally:
+        pipeline.stop()
+
+
+def test_fps_cap_holds() -> None:
+    """40 frames capped at 20 FPS cannot take less than 39 frame periods."""
+    pipeline = Pipeline(
+        "cam", SyntheticSource(SyntheticScene(width=320, height=240), frames=40), detector(), max_fps=20
+    )
+    start = time.monotonic()
+    pipeline.start()
+    assert pipeline.wait(60)
+    elapsed = time.monotonic() - start
+    pipeline.stop()
+    assert pipeline.frames == 40
+    assert elapsed >= 39 / 20
+    # frames stamp when they finish, so inference jitter and one catch-up frame may show a little over
+    assert 0 < pipeline.stats().fps <= 20 * 1.1
+
+
+def test_snapshot_is_an_annotated_jpeg() -> None:
+    pipeline = Pipeline("cam", SyntheticSource(frames=3), detector())
+    assert pipeline.snapshot() is None
+    pipeline.start()
+    assert pipeline.wait(30)
+    pipeline.stop()
+    jpeg = pipeline.snapshot()
+    assert jpeg is not None and jpeg[:2] == b"\xff\xd8"
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    raw = SyntheticScene().render(2)[0]
+    assert image.shape == raw.shape
+    assert np.abs(image.astype(int) - raw.astype(int)).max() > 100, "boxes were drawn"
+
+
+def test_several_pipelines_in_one_process_and_a_failing_sink() -> None:
+    def broken(frame, detections) -> None:
+        raise RuntimeError("sink bug")
+
+    shared = detector()
+    pipelines = [
+        Pipeline(
+            f"cam{i}", SyntheticSource(SyntheticScene(seed=i, width=320, height=240), frames=20), shared, sinks=[broken]
+        )
+        for i in range(3)
+    ]
+    for p in pipelines:
+        p.start()
+    assert all(p.wait(60) for p in pipelines)
+    for p in pipelines:
+        p.stop()
+    assert [p.frames for p in pipelines] == [20, 20, 20]
+    assert {t.name for p in pipelines for t in p._threads} >= {"capture-cam0", "infer-cam2-0"}
+
+
+class FailsOnce:
+    """Wraps a real runtime; its `fail_on`-th call raises, as a driver fault on one frame would."""
+
+    def __init__(self, runtime, fail_on: int) -> None:
+        self._runtime, self._fail_on, self.calls = runtime, fail_on, 0
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        return getattr(self._runtime, name)
+
+    def infer(self, arrays):
+        with self._lock:
+            self.calls += 1
+            failing = self.calls == self._fail_on
+        if failing:
+            raise RuntimeError("simulated inference fault")
+        return self._runtime.infer(arrays)
+
+
+def run_clip(pipeline: Pipeline) -> list[tuple[int, list]]:
+    seen: list[tuple[int, list]] = []
+    pipeline.add_sink(lambda f, d: seen.append((f.index, np.round(d.xyxy).tolist())))
+    pipeline.start()
+    assert pipeline.wait(120)
+    pipeline.stop()
+    return seen
+
+
+def test_two_workers_deliver_every_frame_in_order_with_the_same_detections() -> None:
+    scene = SyntheticScene(seed=5, width=320, height=240)
+    one = run_clip(Pipeline("cam", SyntheticSource(scene, frames=60), detector()))
+    two_pipeline = Pipeline("cam", SyntheticSource(scene, frames=60), detector(), workers=2)
+    two = run_clip(two_pipeline)
+    assert [i for i, _ in two] == list(range(60))
+    assert two == one
+    assert two_pipeline.frames == 60 and two_pipeline.stats().workers == 2
+    assert {t.name for t in two_pipeline._threads} == {"capture-cam", "infer-cam-0", "infer-cam-1"}
+
+
+def test_a_failed_frame_does_not_hold_back_the_frames_after_it() -> None:
+    shared = detector()
+    shared.runtime = FailsOnce(shared.runtime, fail_on=10)
+    pipeline = Pipeline("cam", SyntheticSource(SyntheticScene(width=320, height=240), frames=40), shared, workers=2)
+    indices = [i for i, _ in run_clip(pipeline)]
+    assert len(indices) == 39 and indices == sorted(indices)
+    assert pipeline.errors == 1 and pipeline.frames == 39
+
+
+def test_two_workers_hot_swap_and_fps_cap() -> None:
+    pipeline = Pipeline(
+        "cam", SyntheticSource(SyntheticScene(width=320, height=240), frames=40), detector(), max_fps=20, workers=2
+    )
+    new = detector("demo_detector_int8_qdq.onnx")
+    pipeline.add_sink(lambda f, d: f.index == 15 and pipeline.swap_detector(new))
+    start = time.monotonic()
+    indices = [i for i, _ in run_clip(pipeline)]
+    assert indices == list(range(40))
+    assert time.monotonic() - start >= 39 / 20, "the cap is shared by both workers"
+    assert pipeline.swaps == 1 and pipeline.detector is new
+
+
+def test_workers_need_a_runtime_that_allows_concurrent_calls() -> None:
+    source = SyntheticSource(frames=1)
+    with pytest.raises(ValueError, match="litert cannot run one model from 2 threads at once"):
+        Pipeline("cam", source, detector("demo_detector_fp32.tflite"), workers=2)
+    with pytest.raises(ValueError, match="litert cannot serve 2 workers"):
+        Pipeline("cam", source, detector(), workers=2).swap_detector(detector("demo_detector_fp32.tflite"))
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        Pipeline("cam", source, detector(), workers=0)
+
+
+def no_new_frame(pipeline: Pipeline, within_s: float) -> bool:
+    before = pipeline.frames
+    time.sleep(within_s)
+    return pipeline.frames == before
+
+
+class ManualClock:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_camera_read_that_never_returns_shows_as_stalled() -> None:
+    """A real network camera (MJPEG over HTTP) stops sending with the connection open: the
+    capture thread blocks in read() and `stalled_s` grows with the clock; a paused pipeline
+    waits, which is not a stall."""
+    from testkit.camera_stream import MjpegStream
+
+    stream, clock = MjpegStream(fps=20), ManualClock()
+    pipeline = Pipeline("cam", open_source(stream.url), detector(), clock=clock).start()
+    try:
+        assert wait_for(lambda: pipeline.frames > 3)
+        assert pipeline.stats().stalled_s < 1.0
+        pipeline.pause()  # waiting while paused is not a stall
+        clock.now += 100
+        assert wait_for(lambda: pipeline.stats().stalled_s < 1.0), "a paused inference thread counted as stalled"
+        pipeline.resume()
+        stream.stall()
+        assert wait_for(lambda: no_new_frame(pipeline, 0.5)), "the stalled camera still delivers"
+        clock.now += 100
+        assert pipeline.stats().stalled_s >= 100, "the blocked capture thread is not seen"
+        stream.resume()
+        assert wait_for(lambda: pipeline.stats().stalled_s < 1.0, timeout=45), "the camera came back"
+    finally:
+        stream.resume()
+        pipeline.stop()
+        stream.close()

@@ -1,0 +1,81 @@
+"""`runtimes.ort_backend`: specs, metadata, session options, dynamic axes, wrong inputs, providers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtimes.base import InferenceError, ModelLoadError
+from runtimes.ort_backend import OnnxRuntimeBackend, OnnxRuntimeConfig, provider_list
+
+
+def test_ort_specs_metadata_and_infer(constant_model) -> None:
+    out = np.arange(2 * 6, dtype=np.float32).reshape(1, 2, 6)
+    path = constant_model(out, metadata={"names": "{0: 'a', 1: 'b'}", "imgsz": "[64, 64]", "stride": "32"})
+    with OnnxRuntimeBackend(path, OnnxRuntimeConfig(intra_op_threads=1, graph_optimization="basic")) as rt:
+        (spec,) = rt.inputs
+        assert (spec.name, spec.shape, spec.dtype, spec.layout) == ("images", (1, 3, 64, 64), np.float32, "NCHW")
+        assert rt.outputs[0].shape == (1, 2, 6)
+        assert rt.metadata.names == {0: "a", 1: "b"} and rt.metadata.imgsz == (64, 64)
+        assert rt.device == "CPUExecutionProvider"
+        (result,) = rt.infer([np.ones((1, 3, 64, 64), np.float32)])
+        np.testing.assert_array_equal(result, out)
+
+
+def test_ort_session_options_follow_the_config(constant_model) -> None:
+    path = constant_model(np.zeros((1, 2, 6), np.float32))
+    with OnnxRuntimeBackend(path) as rt:
+        options = rt._session.get_session_options()
+        assert not options.enable_mem_pattern and options.intra_op_num_threads == 0
+        assert rt.concurrent
+    with OnnxRuntimeBackend(path, OnnxRuntimeConfig(memory_pattern=True, intra_op_threads=1)) as rt:
+        options = rt._session.get_session_options()
+        assert options.enable_mem_pattern and options.intra_op_num_threads == 1
+
+
+def test_ort_dynamic_axes_are_none(constant_model) -> None:
+    path = constant_model(np.zeros((1, 5, 10), np.float32), input_shape=("batch", 3, "height", "width"))
+    with OnnxRuntimeBackend(path) as rt:
+        assert rt.inputs[0].shape == (None, 3, None, None)
+        assert rt.inputs[0].layout == "NCHW"
+        assert rt.infer([np.zeros((1, 3, 32, 48), np.float32)])[0].shape == (1, 5, 10)
+
+
+@pytest.mark.parametrize(
+    ("array", "message"),
+    [
+        (np.zeros((1, 3, 32, 32), np.float32), r"expected shape \(1, 3, 64, 64\), got \(1, 3, 32, 32\)"),
+        (np.zeros((1, 3, 64, 64), np.float64), "expected dtype float32, got float64"),
+    ],
+)
+def test_ort_rejects_wrong_inputs(constant_model, array, message) -> None:
+    with (
+        OnnxRuntimeBackend(constant_model(np.zeros((1, 5, 10), np.float32))) as rt,
+        pytest.raises(InferenceError, match=message),
+    ):
+        rt.infer([array])
+
+
+def test_ort_not_a_model_and_missing_file(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not a protobuf" * 10)
+    with pytest.raises(ModelLoadError, match=r"ONNX Runtime cannot load .*junk\.onnx"):
+        OnnxRuntimeBackend(junk)
+    with pytest.raises(ModelLoadError, match="model file not found"):
+        OnnxRuntimeBackend(tmp_path / "missing.onnx")
+
+
+def test_provider_list_keeps_preference_order_and_ends_on_cpu(tmp_path: Path) -> None:
+    config = OnnxRuntimeConfig(providers=["cuda", "tensorrt"], trt_engine_cache_dir=tmp_path, trt_fp16=False)
+    installed = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert provider_list(config, installed) == [
+        ("CUDAExecutionProvider", {}),
+        (
+            "TensorrtExecutionProvider",
+            {"trt_fp16_enable": False, "trt_engine_cache_enable": True, "trt_engine_cache_path": str(tmp_path)},
+        ),
+        ("CPUExecutionProvider", {}),
+    ]
+    assert provider_list(OnnxRuntimeConfig(), ["CPUExecutionProvider"]) == [("CPUExecutionProvider", {})]

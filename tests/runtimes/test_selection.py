@@ -1,0 +1,290 @@
+"""`runtimes.selection`: the policy's table, its reasons, artifacts by suffix; a plugin's entry
+(formats, rank per board class, device label) placing it in the order."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from agent.hardware.board import Board
+from runtimes.base import Backend, BackendConfig, RuntimeInfo
+from runtimes.registry import BACKENDS
+from runtimes.selection import (
+    Artifact,
+    Preference,
+    SelectionError,
+    board_class,
+    known_formats,
+    runtimes_for,
+    select_runtimes,
+)
+
+JETSON = Board("jetson", "NVIDIA Jetson Orin Nano Developer Kit", "aarch64", 6, True, "Orin", "36.3.0")
+
+
+PI5 = Board("raspberry_pi", "Raspberry Pi 5 Model B Rev 1.0", "aarch64", 4, False)
+
+
+X86 = Board("generic", "generic x86_64", "x86_64", 8, False)
+
+
+X86_GPU = Board("generic", "generic x86_64", "x86_64", 8, True, "NVIDIA RTX 3060")
+
+
+ARM_BOX = Board("generic", "Rockchip RK3588", "aarch64", 8, False)
+
+
+TRT = RuntimeInfo("tensorrt", True, "10.3.0")
+
+
+NO_TRT = RuntimeInfo("tensorrt", False, reason="tensorrt is not installed")
+
+
+ORT_CPU = RuntimeInfo("onnxruntime", True, "1.20.0", ("CPUExecutionProvider",))
+
+
+ORT_GPU = RuntimeInfo(
+    "onnxruntime", True, "1.20.0", ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+)
+
+
+ORT_CUDA = RuntimeInfo("onnxruntime", True, "1.20.0", ("CUDAExecutionProvider", "CPUExecutionProvider"))
+
+
+ORT_OPENVINO = RuntimeInfo("onnxruntime", True, "1.20.0", ("OpenVINOExecutionProvider", "CPUExecutionProvider"))
+
+
+NO_ORT = RuntimeInfo("onnxruntime", False, reason="onnxruntime is not installed")
+
+
+LITERT = RuntimeInfo("litert", True, "2.3.0", ("xnnpack",))
+
+
+NO_LITERT = RuntimeInfo("litert", False, reason="neither ai-edge-litert nor tflite-runtime is installed")
+
+
+ONNX = Artifact("m.onnx", "onnx", "fp32")
+
+
+TFLITE32 = Artifact("m_fp32.tflite", "tflite", "fp32")
+
+
+TFLITE8 = Artifact("m_int8.tflite", "tflite", "int8")
+
+
+ALL = [ONNX, TFLITE32, TFLITE8]
+
+
+def runtimes(*infos: RuntimeInfo) -> dict:
+    return {info.name: info for info in infos}
+
+
+@pytest.mark.parametrize(
+    ("board", "available", "artifacts", "preference", "expected"),
+    [
+        # Jetson: TensorRT first, then ONNX Runtime on its best EP, then LiteRT.
+        (
+            JETSON,
+            runtimes(TRT, ORT_GPU, LITERT),
+            ALL,
+            "auto",
+            [
+                ("tensorrt", "m.onnx", "GPU (FP16)"),
+                ("onnxruntime", "m.onnx", "TensorRT EP"),
+                ("litert", "m_int8.tflite", "xnnpack"),
+            ],
+        ),
+        (
+            JETSON,
+            runtimes(NO_TRT, ORT_CUDA, LITERT),
+            ALL,
+            "auto",
+            [("onnxruntime", "m.onnx", "CUDA EP"), ("litert", "m_int8.tflite", "xnnpack")],
+        ),
+        (JETSON, runtimes(NO_TRT, ORT_GPU, LITERT), [TFLITE32], "auto", [("litert", "m_fp32.tflite", "xnnpack")]),
+        # x86 with an NVIDIA GPU behaves like Jetson.
+        (
+            X86_GPU,
+            runtimes(TRT, ORT_GPU, LITERT),
+            [ONNX],
+            "auto",
+            [("tensorrt", "m.onnx", "GPU (FP16)"), ("onnxruntime", "m.onnx", "TensorRT EP")],
+        ),
+        # Raspberry Pi: LiteRT with int8 first, then ONNX Runtime on the CPU.
+        (
+            PI5,
+            runtimes(NO_TRT, ORT_CPU, LITERT),
+            ALL,
+            "auto",
+            [("litert", "m_int8.tflite", "xnnpack"), ("onnxruntime", "m.onnx", "CPU")],
+        ),
+        (PI5, runtimes(NO_TRT, ORT_CPU, LITERT), [ONNX], "auto", [("onnxruntime", "m.onnx", "CPU")]),
+        (PI5, runtimes(NO_TRT, ORT_CPU, NO_LITERT), ALL, "auto", [("onnxruntime", "m.onnx", "CPU")]),
+        (
+            ARM_BOX,
+            runtimes(NO_TRT, ORT_CPU, LITERT),
+            [ONNX, TFLITE32],
+            "auto",
+            [("litert", "m_fp32.tflite", "xnnpack"), ("onnxruntime", "m.onnx", "CPU")],
+        ),
+        # x86 CPU: ONNX Runtime first (OpenVINO EP when present), LiteRT fp32 as fallback.
+        (
+            X86,
+            runtimes(NO_TRT, ORT_CPU, LITERT),
+            ALL,
+            "auto",
+            [("onnxruntime", "m.onnx", "CPU"), ("litert", "m_fp32.tflite", "xnnpack")],
+        ),
+        (X86, runtimes(NO_TRT, ORT_OPENVINO, LITERT), [ONNX], "auto", [("onnxruntime", "m.onnx", "OpenVINO EP")]),
+        (X86, runtimes(NO_TRT, NO_ORT, LITERT), ALL, "auto", [("litert", "m_fp32.tflite", "xnnpack")]),
+        # An explicit preference keeps only that runtime.
+        (JETSON, runtimes(TRT, ORT_GPU, LITERT), ALL, "litert", [("litert", "m_int8.tflite", "xnnpack")]),
+        (PI5, runtimes(NO_TRT, ORT_CPU, LITERT), ALL, "onnxruntime", [("onnxruntime", "m.onnx", "CPU")]),
+    ],
+)
+def test_selection_table(board, available, artifacts, preference, expected) -> None:
+    choices = select_runtimes(board, available, artifacts, preference)
+    assert [(c.runtime, c.artifact.path, c.device) for c in choices] == expected
+    assert all(c.reason for c in choices)
+
+
+@pytest.mark.parametrize(
+    ("board", "available", "artifacts", "preference", "message"),
+    [
+        (X86, runtimes(NO_TRT, ORT_CPU, LITERT), [ONNX], "litert", "litert: needs a .tflite artifact"),
+        (X86, runtimes(NO_TRT, ORT_CPU, LITERT), [ONNX], "tensorrt", "tensorrt: tensorrt is not installed"),
+        (PI5, runtimes(NO_TRT, NO_ORT, NO_LITERT), ALL, "auto", "onnxruntime: onnxruntime is not installed"),
+        (X86, runtimes(NO_TRT, ORT_CPU, NO_LITERT), [TFLITE8], "auto", "litert: neither ai-edge-litert"),
+    ],
+)
+def test_selection_explains_why_nothing_fits(board, available, artifacts, preference, message) -> None:
+    with pytest.raises(SelectionError, match=message):
+        select_runtimes(board, available, artifacts, preference)
+
+
+def test_reason_names_the_board_and_fallbacks() -> None:
+    first, _ = select_runtimes(JETSON, runtimes(NO_TRT, ORT_CUDA, LITERT), ALL)
+    assert first.reason.startswith("Jetson aarch64: fallback to onnxruntime on CUDA EP")
+    assert "tensorrt is not installed" in first.reason
+    top = select_runtimes(PI5, runtimes(NO_TRT, ORT_CPU, LITERT), ALL)[0]
+    assert "Raspberry Pi aarch64" in top.reason and "int8 artifact preferred" in top.reason
+
+
+@pytest.mark.parametrize(("path", "fmt"), [("a/b.onnx", "onnx"), ("x.TFLITE", "tflite")])
+def test_artifact_format_from_suffix(path: str, fmt: str) -> None:
+    assert Artifact.from_path(path).format == fmt
+
+
+def test_artifact_unknown_suffix() -> None:
+    with pytest.raises(SelectionError, match=r"unknown model format '\.pt'"):
+        Artifact.from_path("yolov8n.pt")
+
+
+class NpuConfig(BackendConfig):
+    type: Literal["npu"] = "npu"
+
+
+def _npu(rank: dict, formats: tuple[str, ...] = ("npumodel", "onnx")) -> Backend[NpuConfig]:
+    """A plugin's entry: an NPU on ARM boards that loads its own format and ONNX."""
+    return Backend(
+        name="npu",
+        config=NpuConfig,
+        summary="An NPU.",
+        formats=formats,
+        rank=rank,
+        libraries=("npu_sdk",),
+        availability=lambda: NPU,
+        load=lambda path, config, options: None,  # type: ignore[arg-type,return-value]
+        device_label=lambda info: f"NPU core {len(info.devices)}",
+    )
+
+
+NPU = RuntimeInfo("npu", True, "2.0", ("core0",))
+
+
+NO_NPU = RuntimeInfo("npu", False, reason="no NPU found (is its driver loaded?)")
+
+
+NPU_ART = Artifact("m.npumodel", "npumodel", "int8")
+
+
+WITH_NPU = {**BACKENDS, "npu": _npu({"arm": 5})}
+
+
+@pytest.mark.parametrize(
+    ("board", "available", "artifacts", "preference", "expected"),
+    [
+        # ranked 5 on ARM: ahead of LiteRT (10) and ONNX Runtime (20), with its own format first
+        (
+            PI5,
+            runtimes(ORT_CPU, LITERT, NPU),
+            [ONNX, TFLITE8, NPU_ART],
+            "auto",
+            [
+                ("npu", "m.npumodel", "NPU core 1"),
+                ("litert", "m_int8.tflite", "xnnpack"),
+                ("onnxruntime", "m.onnx", "CPU"),
+            ],
+        ),
+        (
+            ARM_BOX,
+            runtimes(ORT_CPU, NPU),
+            [ONNX],
+            "auto",
+            [("npu", "m.onnx", "NPU core 1"), ("onnxruntime", "m.onnx", "CPU")],
+        ),
+        (PI5, runtimes(ORT_CPU, LITERT, NO_NPU), [ONNX, NPU_ART], "auto", [("onnxruntime", "m.onnx", "CPU")]),
+        # not ranked on x86: auto never picks it there, naming it still does
+        (X86, runtimes(ORT_CPU, LITERT, NPU), [ONNX, NPU_ART], "auto", [("onnxruntime", "m.onnx", "CPU")]),
+        (X86, runtimes(ORT_CPU, LITERT, NPU), [ONNX, NPU_ART], "npu", [("npu", "m.onnx", "NPU core 1")]),  # fp32 first
+        (X86, runtimes(NPU), [ONNX, Artifact("m.npumodel", "npumodel")], "npu", [("npu", "m.npumodel", "NPU core 1")]),
+    ],
+)
+def test_a_plugin_takes_its_place_by_its_entry(board, available, artifacts, preference, expected) -> None:
+    choices = select_runtimes(board, available, artifacts, preference, WITH_NPU)
+    assert [(c.runtime, c.artifact.path, c.device) for c in choices] == expected
+
+
+def test_a_plugin_s_reasons_name_it_and_ties_keep_the_table_s_order() -> None:
+    available = runtimes(ORT_CPU, LITERT, NO_NPU)
+    first, second = select_runtimes(PI5, available, [TFLITE8, NPU_ART, ONNX], "auto", WITH_NPU)
+    why = "(npu: no NPU found (is its driver loaded?))"
+    assert first.reason == f"Raspberry Pi aarch64: fallback to litert on xnnpack {why}"
+    assert second.reason == f"Raspberry Pi aarch64: fallback to onnxruntime on CPU {why}"
+    with pytest.raises(SelectionError, match=r"npu: needs a \.npumodel or \.onnx artifact"):
+        select_runtimes(PI5, runtimes(NPU), [TFLITE8], "npu", WITH_NPU)
+    tied = {**BACKENDS, "npu": _npu({"arm": 10})}  # LiteRT's rank on ARM: LiteRT stays first
+    top = select_runtimes(PI5, runtimes(ORT_CPU, LITERT, NPU), [TFLITE8, NPU_ART], "auto", tied)
+    assert [c.runtime for c in top] == ["litert", "npu"]
+    assert top[0].reason == "Raspberry Pi aarch64: litert on xnnpack is preferred for a .tflite artifact"
+    with pytest.raises(SelectionError, match="unknown runtime 'npu'"):
+        select_runtimes(PI5, runtimes(NPU), [NPU_ART], "npu")  # the registry's table has no npu
+
+
+def test_formats_and_probing_follow_the_table() -> None:
+    assert known_formats() == ("onnx", "tflite")
+    assert known_formats(WITH_NPU) == ("onnx", "tflite", "npumodel")
+    assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime")
+    assert runtimes_for([NPU_ART, TFLITE8], WITH_NPU) == ("litert", "npu")
+    assert Artifact.from_path("a/m.NPUMODEL", "int8", known_formats(WITH_NPU)) == Artifact(
+        "a/m.NPUMODEL", "npumodel", "int8"
+    )
+    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite$"):
+        Artifact.from_path("m.npumodel")
+
+
+@pytest.mark.parametrize(
+    ("board", "expected"), [(JETSON, "nvidia"), (X86_GPU, "nvidia"), (PI5, "arm"), (ARM_BOX, "arm"), (X86, "x86")]
+)
+def test_board_classes(board: Board, expected: str) -> None:
+    assert board_class(board) == expected
+
+
+def test_the_configured_preference_is_checked_against_the_table() -> None:
+    adapter = TypeAdapter(Preference)
+    assert adapter.validate_python("litert") == "litert" and adapter.validate_python("auto") == "auto"
+    with pytest.raises(ValidationError, match="unknown runtime 'npu': expected auto, tensorrt, onnxruntime, litert"):
+        adapter.validate_python("npu")
+    assert adapter.json_schema() == {"enum": ["auto", "tensorrt", "onnxruntime", "litert"], "type": "string"}

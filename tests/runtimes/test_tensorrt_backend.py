@@ -1,0 +1,120 @@
+"""`runtimes.tensorrt_backend` against the TensorRT test double: execution by name, a worker context,
+FP16 outputs; the probe answers for this machine."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from testkit import DEMO_MODELS
+from testkit.trt_double import TrtDouble
+
+from runtimes.base import InferenceError
+from runtimes.ort_backend import OnnxRuntimeBackend
+from runtimes.registry import load_runtime
+from runtimes.tensorrt_backend import TensorRTConfig, open_engine
+from runtimes.tensorrt_engines import prepare_engine
+
+
+def test_the_tensorrt_probe_answers_for_the_machine_it_runs_on() -> None:
+    """Whether TensorRT is installed decides the answer; a Jetson must pass this test too."""
+    from runtimes.registry import available_runtimes
+
+    info = available_runtimes(["tensorrt"])["tensorrt"]
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        assert not info.available and "not installed" in (info.reason or "")
+    else:
+        assert info.version is not None
+
+
+FIXED = DEMO_MODELS / "demo_detector.onnx"  # dynamic batch only, 320x320
+
+
+def config(tmp_path: Path, **changes: object) -> TensorRTConfig:
+    return TensorRTConfig(engine_cache_dir=tmp_path / "engines", **changes)
+
+
+def frame(shape: tuple[int, ...] = (1, 3, 320, 320), seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random(shape, dtype=np.float32)
+
+
+def test_execution_by_name_matches_onnxruntime_and_frees_memory(trt_double: TrtDouble, tmp_path: Path) -> None:
+    settings = config(tmp_path)
+    prepare_engine(FIXED, settings)
+    runtime = load_runtime("tensorrt", FIXED, settings)
+    context = runtime._context
+    with OnnxRuntimeBackend(FIXED) as reference:
+        for seed in range(3):
+            (got,), (want,) = runtime.infer([frame(seed=seed)]), reference.infer([frame(seed=seed)])
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, want, atol=0.02, rtol=0.01)  # FP16-sized differences
+            assert np.abs(got - want).max() > 0, "the FP16 engine is not bit-identical to FP32"
+    one_call = context.calls[-3:]
+    assert one_call == ["set_tensor_address images", "set_tensor_address output0", "execute_async_v3"]
+    assert runtime.device == "Orin (test double) (fp16)" and not runtime.concurrent
+    runtime.close()
+    runtime.close()
+    assert trt_double.memory.live == {"buffers": 0, "pinned": 0, "streams": 0}
+    with pytest.raises(InferenceError, match="was closed"):
+        runtime.infer([frame()])
+
+
+def test_a_worker_is_another_context_on_the_same_engine(trt_double: TrtDouble, tmp_path: Path) -> None:
+    """`for_worker`: its own execution context, stream and buffers on the one engine; two
+    threads infer at once and get the same answers; closing the worker leaves the engine serving."""
+    settings = config(tmp_path)
+    prepare_engine(FIXED, settings)
+    runtime = load_runtime("tensorrt", FIXED, settings)
+    streams = trt_double.memory.live["streams"]
+    worker = runtime.for_worker()
+    assert worker._engine is runtime._engine and worker._context is not runtime._context
+    assert trt_double.memory.live["streams"] == streams + 1
+    (want,) = runtime.infer([frame(seed=1)])
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda r: r.infer([frame(seed=1)])[0], [runtime, worker] * 4))
+    for got in answers:
+        np.testing.assert_array_equal(got, want)
+    worker.close()
+    assert trt_double.memory.live["streams"] == streams
+    np.testing.assert_array_equal(runtime.infer([frame(seed=1)])[0], want)
+    with pytest.raises(InferenceError, match="was closed"):
+        worker.infer([frame()])
+    runtime.close()
+    assert trt_double.memory.live == {"buffers": 0, "pinned": 0, "streams": 0}
+    with pytest.raises(InferenceError, match="was closed"):
+        runtime.for_worker()
+
+
+def _fp16_output_model(tmp_path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["images"], ["mean"], axes=[2, 3], keepdims=0),
+            helper.make_node("Cast", ["mean"], ["output0"], to=TensorProto.FLOAT16),
+        ],
+        "half",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT16, [1, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "half.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_fp16_outputs_are_converted_to_float32(trt_double: TrtDouble, tmp_path: Path) -> None:
+    path = _fp16_output_model(tmp_path)
+    settings = config(tmp_path, precision="fp32")
+    prepare_engine(path, settings)
+    with open_engine(path, settings) as runtime:
+        assert runtime.outputs[0].dtype == np.float32
+        x = np.stack([np.full((8, 8), v, np.float32) for v in (0.25, 0.5, 1.5)])[None]
+        (out,) = runtime.infer([x])
+    assert out.dtype == np.float32 and out.tolist() == [[0.25, 0.5, 1.5]]

@@ -1,0 +1,102 @@
+"""`scripts/install.sh` in a fake root: install twice then uninstall on a Pi; a Jetson's venv."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+from pathlib import Path
+
+import pytest
+from testkit import FAKES, REPO
+
+from agent.config.loading import check_config
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [str(REPO / ".venv/bin/python"), "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
+    return next(folder.glob("edge_agent-*.whl"))
+
+
+def install(root: Path, wheel: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": site.getsitepackages()[0],
+        "EDGE_AGENT_PIP_ARGS": "--no-deps --no-index",
+    }
+    result = subprocess.run(
+        [str(REPO / "scripts/install.sh"), "--prefix", str(root), "--from", str(wheel), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def board_root(tmp_path: Path, board: str) -> Path:
+    root = tmp_path / f"{board}-root"
+    (root / "proc/device-tree").mkdir(parents=True)
+    shutil.copy(FAKES / board / "proc/device-tree/model", root / "proc/device-tree/model")
+    return root
+
+
+def lines(path: Path, start: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.startswith(start)]
+
+
+def test_install_twice_then_uninstall_on_a_raspberry_pi(tmp_path: Path, wheel: Path) -> None:
+    root = board_root(tmp_path, "rpi5")
+    first = install(root, wheel)
+    assert "board: rpi (Raspberry Pi 5 Model B Rev 1.0)" in first and "with [rpi]" in first
+    venv, etc = root / "opt/edge-agent/venv", root / "etc/edge-agent"
+    assert (venv / "bin/edge-agent").is_file()
+    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
+    unit = root / "etc/systemd/system/edge-agent.service"
+    assert unit.read_text() == (REPO / "systemd/edge-agent.service").read_text()
+    wants = root / "etc/systemd/system/multi-user.target.wants/edge-agent.service"
+    assert wants.is_symlink() and os.readlink(wants) == "/etc/systemd/system/edge-agent.service"
+    assert len(lines(root / "etc/passwd", "edge-agent:")) == 1
+    assert "/usr/sbin/nologin" in lines(root / "etc/passwd", "edge-agent:")[0]
+    groups = {line.split(":")[0]: line.split(":")[2] for line in (root / "etc/group").read_text().splitlines()}
+    assert {"video", "gpio", "i2c", "render", "edge-agent"} <= set(groups)
+    config = etc / "agent.yaml"
+    assert check_config(config) == [] and config.stat().st_mode & 0o777 == 0o640
+    assert str(config.stat().st_gid) == groups["edge-agent"] and (etc.stat().st_mode & 0o777) == 0o750
+    text = config.read_text()
+    assert 'state_dir: "/var/lib/edge-agent"' in text and 'listen: "127.0.0.1:8080"' in text
+
+    config.write_text(text + "# edited by the technician\n")
+    python = (venv / "bin/python").stat().st_ino
+    second = install(root, wheel)
+    assert "created" not in second and "kept the existing" in second, second
+    assert config.read_text().endswith("# edited by the technician\n"), "an existing agent.yaml is never overwritten"
+    assert (venv / "bin/python").stat().st_ino == python, "the venv was made again"
+    assert len(lines(root / "etc/passwd", "edge-agent:")) == 1 and len(lines(root / "etc/group", "gpio:")) == 1
+
+    state = root / "var/lib/edge-agent"
+    (state / "versions").mkdir(parents=True)
+    (state / "current").symlink_to("versions/abc")
+    out = install(root, wheel, "--uninstall")
+    assert "kept the state directory" in out
+    assert not (root / "opt/edge-agent").exists() and not etc.exists()
+    assert not unit.exists() and not wants.exists()
+    assert lines(root / "etc/passwd", "edge-agent:") == []
+    assert (state / "current").is_symlink() and (state / "versions").is_dir()
+
+
+def test_a_jetson_venv_sees_the_system_packages(tmp_path: Path, wheel: Path) -> None:
+    root = board_root(tmp_path, "jetson-orin-nano")
+    out = install(root, wheel, "--device-id", "dock-3", "--status-listen", "127.0.0.1:9090")
+    assert "board: jetson" in out and "with [jetson]" in out
+    assert "include-system-site-packages = true" in (root / "opt/edge-agent/venv/pyvenv.cfg").read_text()
+    text = (root / "etc/edge-agent/agent.yaml").read_text()
+    assert 'id: "dock-3"' in text and 'listen: "127.0.0.1:9090"' in text

@@ -1,0 +1,96 @@
+"""The agent as the tests and benchmarks run it: an agent.yaml for a test device, and ``edge-agent
+run`` in its own process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testkit import REPO
+from testkit.broker import Broker
+
+
+def agent_config(
+    tmp: Path,
+    broker: Broker,
+    device: str,
+    trust_key: Path | None,
+    group: str | None = None,
+    operator_key: Path | None = None,
+    **overrides: Any,
+) -> Path:
+    """Write an agent.yaml for a test device with the synthetic camera; returns its path.
+    Without `operator_key` the device obeys unsigned control."""
+    config: dict[str, Any] = {
+        "device": {"id": device, **({"group": group} if group else {})},
+        "state_dir": str(tmp / device / "state"),
+        "trust_keys": [str(trust_key)] if trust_key else [],
+        "allow_unsigned": trust_key is None,
+        "operator_keys": [str(operator_key)] if operator_key else [],
+        "allow_unsigned_control": operator_key is None,
+        "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
+        "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
+        # the fleet tests time transfers (autotune measures at each activation; test_matrix.py tests it)
+        "deployments": {"autotune": False, "probation_s": 1.0},
+        "telemetry": {"interval_s": 0.5},
+        "events": {"min_interval_s": 1.0},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    path = tmp / device / "agent.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class AgentProcess:
+    """``edge-agent run`` in its own process, logging to a file next to its config."""
+
+    def __init__(self, config: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        """`args` go after ``run --config FILE`` (``("--root", tree)``)."""
+        self.config, self.log = config, config.with_suffix(".log")
+        self.env = {**os.environ, **(env or {})}
+        self.args = args
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> AgentProcess:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "agent.cli", "-v", "run", "--config", str(self.config), *self.args],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self, timeout: float = 30) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                raise AssertionError(f"the agent did not stop within {timeout} s:\n{self.output()}") from None
+        return self.process.returncode
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""

@@ -1,0 +1,63 @@
+"""Reading, rewriting and re-signing bundle files in tests."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+from agent.bundles.installer import InstallPolicy, install
+from agent.bundles.signing import load_private_key, load_public_key, signature_file
+from agent.bundles.store import Store
+from agent.hardware.board import Board, probe
+
+Files = dict[str, bytes]
+
+
+def read_files(bundle: Path) -> Files:
+    with tarfile.open(bundle) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def write_tar(
+    path: Path, files: Files, extra: Callable[[tarfile.TarFile], None] | None = None, gz: bool = False
+) -> Path:
+    with tarfile.open(path, "w:gz" if gz else "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if extra:
+            extra(tar)
+    return path
+
+
+def resign(files: Files, key_path: Path, edit: Callable[[dict], None] | None = None) -> Files:
+    """Apply `edit` to the manifest, refresh the hashes of files that changed, sign again."""
+    manifest = json.loads(files["manifest.json"])
+    if edit:
+        edit(manifest)
+    for entry in manifest.get("artifacts", []) + manifest.get("files", []):
+        if isinstance(entry, dict) and entry.get("path") in files:
+            data = files[entry["path"]]
+            entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+    data = json.dumps(manifest, sort_keys=True, indent=2).encode() + b"\n"
+    return {**files, "manifest.json": data, "manifest.sig": signature_file(data, load_private_key(key_path))}
+
+
+def install_versions(
+    state_dir: Path, keys: dict[str, Path], bundles: dict[str, Path], board: Board | None = None
+) -> list[Path]:
+    """Install the demo bundles v1 (INT8 Q/DQ ONNX) then v2 (INT8 TFLite, current) into the store at
+    `state_dir`, so a rollback has somewhere to go; their version folders."""
+    store = Store(state_dir)
+    policy = InstallPolicy(trusted=[load_public_key(keys["public"])])
+    versions = []
+    for name in ("v1", "v2"):
+        deployment = install(bundles[name], store, board or probe(), policy)
+        assert deployment.state == "SUCCEEDED", deployment.error
+        versions.append(store.versions / deployment.sha256)
+    return versions

@@ -1,0 +1,53 @@
+"""Signed control as the tests make it: a fixed clock, a desired document, the device's gate, the
+operator's key, signed requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agent.bundles.signing import load_public_key
+from agent.mqtt.control import ControlGate, SeenIds, sign
+from agent.mqtt.protocol import CommandRequest, Desired, Topics
+
+NOW = 1_800_000_000.0
+
+
+SHA = "ab" * 32
+
+
+class Clock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def desired(**fields: object) -> Desired:
+    base: dict[str, object] = {
+        "id": "d1",
+        "name": "demo",
+        "version": "1.0.0",
+        "sha256": SHA,
+        "size": 10,
+        "chunk_size": 10,
+        "chunks": 1,
+    }
+    return Desired.model_validate({**base, **fields})
+
+
+def gate(tmp_path: Path, keys: dict[str, Path], clock: Clock, allow_unsigned: bool = False) -> ControlGate:
+    seen = SeenIds(tmp_path / "control.json", keep_s=600)
+    operators = [load_public_key(keys["operator_pub"])]
+    return ControlGate(operators, allow_unsigned, 300, "cam-1", "lobby", seen, clock)
+
+
+def request(key: Ed25519PrivateKey | None, name: str = "rollback", target: str = "device:cam-1", **fields: object):
+    document = CommandRequest(id=str(fields.pop("id", "r1")), command=name, args=dict(fields.pop("args", {})))  # type: ignore[call-overload]
+    at = float(fields.pop("at", NOW))  # type: ignore[arg-type]
+    return sign(document, key, target, now=at) if key is not None else document.model_copy(update={"target": target})
+
+
+TOPICS = Topics("fleet/a")

@@ -1,0 +1,140 @@
+"""The operator's side as the tests drive it: the fleet CLI in-process, raw MQTT publishes, waiting
+for a device's status and deployment, signed command requests."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+from agent.cli import main
+from agent.mqtt.protocol import ChunkIndex, Desired, Topics
+from testkit.broker import Broker, Watcher
+from testkit.net import wait_until
+
+FINAL = ("SUCCEEDED", "REJECTED", "FAILED", "ROLLED_BACK")
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    status = main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out + captured.err
+
+
+def push(capsys: pytest.CaptureFixture[str], broker: Broker, bundle: Path, target: str, *extra: str) -> str:
+    status, out = cli(capsys, "fleet", "push", str(bundle), "--target", target, "--broker", broker.url, *extra)
+    assert status == 0, out
+    return out.split(" as deployment ")[1].strip()
+
+
+def online(watcher: Watcher, device: str, timeout: float = 60) -> dict[str, Any]:
+    return watcher.wait_json(f"edge/{device}/status", lambda d: d["state"] == "online", timeout)  # type: ignore[no-any-return]
+
+
+def finished(watcher: Watcher, device: str, deployment_id: str, timeout: float = 90) -> dict[str, Any]:
+    return watcher.wait_json(  # type: ignore[no-any-return]
+        f"edge/{device}/deployment", lambda d: d["id"] == deployment_id and d["state"] in FINAL, timeout
+    )
+
+
+def serving(watcher: Watcher, device: str, version: str, timeout: float = 60) -> dict[str, Any]:
+    """The status names `version` and new telemetry shows frames flowing through it."""
+    status = watcher.wait_json(
+        f"edge/{device}/status", lambda d: (d.get("bundle") or {}).get("version") == version, timeout
+    )
+    since = time.time()
+    watcher.wait_json(f"edge/{device}/telemetry", lambda d: d["ts"] > since and d["fps"] > 0, timeout)
+    return status  # type: ignore[no-any-return]
+
+
+def publish_raw(broker: Broker, topics: list[tuple[str, bytes]]) -> None:
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+    client.connect("127.0.0.1", broker.port)
+    client.loop_start()
+    try:
+        for topic, payload in topics:
+            client.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def announce(
+    data: bytes, device: str, chunk_size: int, key: Path, sha256: str | None = None, bad_chunk: int | None = None
+):
+    """The retained messages of a push signed by the operator's `key`, optionally with one
+    corrupted chunk or a false sha256."""
+    from agent.bundles.signing import load_private_key
+    from agent.mqtt.control import sign
+
+    index = ChunkIndex.of(data, chunk_size)
+    sha = sha256 or index.sha256
+    index = ChunkIndex(sha256=sha, size=index.size, chunk_size=chunk_size, chunks=index.chunks)
+    topics = Topics()
+    messages = [(topics.index(sha), index.to_bytes())]
+    for i in range(len(index.chunks)):
+        start, length = index.span(i)
+        chunk = data[start : start + length]
+        if i == bad_chunk:
+            chunk = bytes(length)
+        messages.append((topics.chunk(sha, i), chunk))
+    desired = Desired(
+        id=f"manual-{sha[:8]}-{bad_chunk}",
+        name="demo",
+        version="9.9.9",
+        sha256=sha,
+        size=index.size,
+        chunk_size=chunk_size,
+        chunks=len(index.chunks),
+    )
+    desired = sign(desired, load_private_key(key), f"device:{device}")
+    messages.append((topics.desired(device), desired.to_bytes()))
+    return desired.id, messages
+
+
+def signed_request(key: Path, device: str, name: str, args: dict[str, Any] | None = None, **fields: Any) -> bytes:
+    """A command envelope for `device`, signed by the operator's `key`."""
+    from agent.bundles.signing import load_private_key
+    from agent.mqtt.control import sign
+    from agent.mqtt.protocol import CommandRequest
+
+    request = CommandRequest(id=f"t-{time.monotonic_ns()}", command=name, args=args or {})
+    return sign(request, load_private_key(key), f"device:{device}", **fields).to_bytes()
+
+
+def request(
+    broker: Broker,
+    device: str,
+    name: str,
+    payload: bytes = b"",
+    timeout: float = 30,
+    reply_topic: str = "edge/replies/test-42",
+) -> tuple[bytes, str]:
+    """One MQTT 5 request with a response topic and correlation data; returns (payload, content type)."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    answers: list[mqtt.MQTTMessage] = []
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+    client.on_message = lambda c, u, m: answers.append(m)
+    client.connect("127.0.0.1", broker.port)
+    client.loop_start()
+    try:
+        client.subscribe(reply_topic, qos=1)
+        time.sleep(0.2)
+        properties = Properties(PacketTypes.PUBLISH)
+        properties.ResponseTopic = reply_topic
+        properties.CorrelationData = b"request-42"
+        client.publish(f"edge/{device}/cmd/{name}", payload, qos=1, properties=properties)
+        wait_until(lambda: answers, timeout, f"an answer to {name}")
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    answer = answers[0]
+    assert answer.properties.CorrelationData == b"request-42"
+    return bytes(answer.payload), answer.properties.ContentType

@@ -1,0 +1,192 @@
+"""Network helpers of the tests and benchmarks: a free port, waiting for a condition, a TCP relay that
+can cut its connections, an HTTP server with Range requests (and ways to misbehave)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class TcpProxy:
+    """A TCP relay from a free port to `target_port`: `cut()` drops every connection and refuses
+    new ones (a network cut as the device sees it), `restore()` listens again.
+
+    `limit(n, then)` bounds what reaches the client side from now on to exactly `n` more bytes,
+    counted by the relay itself (so a test can cut a transfer in its middle without racing it):
+    then it cuts every connection (``"cut"``) or holds the rest back (``"hold"``: the connections
+    stay open, nothing more is forwarded toward the client) until `unlimit()`. `held` tells
+    whether the budget is spent. A cut ends the limit."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port, self.port = target_port, free_port()
+        self._lock = threading.Condition()
+        self._sockets: list[socket.socket] = []
+        self._server: socket.socket | None = None
+        self._budget: int | None = None  # bytes toward the client still allowed; None: no limit
+        self._then: Literal["cut", "hold"] = "cut"
+        self.held = False
+        self.cuts = 0  # cut() calls so far (a held pump gives up when one comes)
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def restore(self) -> TcpProxy:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen()
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+        return self
+
+    def limit(self, to_client: int, then: Literal["cut", "hold"]) -> None:
+        with self._lock:
+            self._budget, self._then, self.held = to_client, then, False
+
+    def unlimit(self) -> None:
+        with self._lock:
+            self._budget, self.held = None, False
+            self._lock.notify_all()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _allowed(self, data: bytes) -> tuple[bytes, bytes]:
+        """What of `data` (bound for the client) may go now, and what must wait or be dropped."""
+        with self._lock:
+            if self._budget is None:
+                return data, b""
+            now, later = data[: self._budget], data[self._budget :]
+            self._budget -= len(now)
+            if later:
+                self.held = True
+            return now, later
+
+    def _wait_for_release(self) -> None:
+        """Block a held pump until `unlimit()` or a cut (which closes its sockets)."""
+        with self._lock:
+            cuts = self.cuts
+            self._lock.wait_for(lambda: self._budget is None or self.cuts != cuts)
+
+    def _pump(self, source: socket.socket, sink: socket.socket, to_client: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if not to_client:
+                    sink.sendall(data)
+                    continue
+                now, later = self._allowed(data)
+                sink.sendall(now)
+                if later and self._then == "cut":
+                    self.cut()
+                    return
+                if later:
+                    self._wait_for_release()
+                    sink.sendall(later)
+        except OSError:
+            pass
+        for s in (source, sink):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() (close alone does not)
+            self._server.close()
+            self._server = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+            self._budget, self.held = None, False
+            self.cuts += 1
+            self._lock.notify_all()
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+class RangeServer:
+    """HTTP on a free port serving one file with Range support (206). `drop_after` closes the
+    connection after that many requests once (a flaky link); `ignore_range` answers 200;
+    `unavailable` answers that many requests 503 before serving (an overloaded server)."""
+
+    def __init__(
+        self, path: Path, drop_after: int | None = None, ignore_range: bool = False, unavailable: int = 0
+    ) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        data, server_state = path.read_bytes(), {"requests": 0, "dropped": False}
+        self.state = server_state
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server_state["requests"] += 1
+                if self.path != "/" + path.name:
+                    self.send_error(404)
+                    return
+                if server_state["requests"] <= unavailable:
+                    self.send_error(503)
+                    return
+                if drop_after is not None and server_state["requests"] > drop_after and not server_state["dropped"]:
+                    server_state["dropped"] = True
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                ranged = self.headers.get("Range", "")
+                if ranged.startswith("bytes=") and not ignore_range:
+                    first, last = (int(v) for v in ranged[6:].split("-"))
+                    body = data[first : last + 1]
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {first}-{first + len(body) - 1}/{len(data)}")
+                else:
+                    body = data
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/{path.name}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
