@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 from pathlib import Path
 
@@ -142,3 +143,55 @@ def test_architecture_page_matches_the_modules() -> None:
     assert named[REPO / "agent"] == top
     dotted = set(re.findall(r"`((?:agent|pipelines|runtimes)(?:\.\w+){2,})`", text))
     assert dotted and [d for d in dotted if not _exists(d)] == []
+
+
+def _room_of(module: str) -> str | None:
+    """``agent.daemon.agent`` -> ``daemon``; ``agent.errors`` -> ``errors``;
+    ``pipelines.sources.frames`` -> ``pipelines``; anything else (the stdlib, libraries) -> None."""
+    parts = module.split(".")
+    if parts[0] in ("pipelines", "runtimes"):
+        return parts[0]
+    return parts[1] if parts[0] == "agent" and len(parts) > 1 else None
+
+
+def _imported_rooms() -> dict[str, set[str]]:
+    """Each room of agent/ (a package, or a module at agent/'s top) -> the other rooms it imports,
+    read from every module's import statements (those inside functions too)."""
+    found: dict[str, set[str]] = {}
+    for path in (REPO / "agent").rglob("*.py"):
+        inside = path.relative_to(REPO / "agent").parts
+        if inside == ("__init__.py",) or inside[0] == "demo":
+            continue
+        room = inside[0].removesuffix(".py")
+        found.setdefault(room, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found[room].update(other for n in names if (other := _room_of(n)) not in (None, room))
+    return found
+
+
+def test_the_room_table_is_the_imports() -> None:
+    """docs/architecture.md's table of which room imports which is what the code imports: an
+    import added or dropped without the page fails here."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text[text.index("| room | imports") :].split("\n\n")[0].splitlines()[2:]
+    documented: dict[str, set[str]] = {}
+    for row in table:
+        rooms, imports = (cell.strip() for cell in row.strip("|").split("|"))
+        listed = set() if imports.startswith("(") else {name.strip() for name in imports.split(",")}
+        for room in re.findall(r"`(\w+)`", rooms):
+            documented[room] = listed
+    assert documented == _imported_rooms()
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name leads to one module: no two modules of the package share one (the packages'
+    `__init__.py` and `__main__.py` aside)."""
+    seen: dict[str, list[str]] = {}
+    for top in ("agent", "pipelines", "runtimes"):
+        for path in (REPO / top).rglob("*.py"):
+            if path.name not in ("__init__.py", "__main__.py"):
+                seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
