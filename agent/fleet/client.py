@@ -73,12 +73,14 @@ class Retained:
 def collect(
     link: MqttLink, filters: list[str], wait: float, quiet: float = 0.3, keep: Callable[[str], bool] = lambda t: True
 ) -> dict[str, bytes]:
-    """Subscribe to `filters` and gather messages until `quiet` seconds pass without one (at most
-    `wait` seconds); empty payloads (cleared retained topics) are left out, and the payloads of
-    topics `keep` refuses are not kept (a one-byte placeholder: the topic is there)."""
+    """Subscribe to `filters` and gather messages until `quiet` seconds pass without one after the
+    broker acknowledged the subscription (at most `wait` seconds in all); empty payloads (cleared
+    retained topics) are left out, and the payloads of topics `keep` refuses are not kept (a
+    one-byte placeholder: the topic is there)."""
     retained = Retained(keep=keep)
-    link.subscribe_many(filters, retained.add)
-    start = retained.last = time.monotonic()
+    start = time.monotonic()
+    link.subscribe_many(filters, retained.add).wait(wait)  # the retained messages follow the SUBACK
+    retained.last = time.monotonic()
     while time.monotonic() - start < wait and time.monotonic() - retained.last < quiet:
         time.sleep(0.05)
     for topic_filter in filters:
@@ -111,9 +113,10 @@ def command(
                 answers[device] = (message.payload, message.content_type or "")
                 arrived.notify_all()
 
-    link.subscribe(reply_topic, on_answer)
+    subscribed = link.subscribe(reply_topic, on_answer)
     try:
-        time.sleep(0.1)  # let the SUBACK land before the first answer can
+        if not subscribed.wait(timeout):  # an answer sent before the SUBACK could be missed
+            raise FleetError(f"the broker did not acknowledge the subscription to {reply_topic}; run it again")
         for device in devices:
             request_id = f"{name}-{uuid.uuid4().hex[:12]}"
             envelope = CommandRequest(id=request_id, command=name, args=args or {}, target=f"device:{device}")

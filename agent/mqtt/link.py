@@ -106,6 +106,36 @@ class Delivery:
         return self._info.is_published()
 
 
+class Subscribed:
+    """A SUBSCRIBE handed to paho: `wait` until the broker's SUBACK says it is in force (after
+    which no message published to its filters can be missed)."""
+
+    def __init__(self, acks: _SubAcks, mid: int | None) -> None:
+        self._acks, self._mid = acks, mid
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the SUBACK; False when it did not come (or the link
+        was offline, so nothing was sent: the subscription starts with the next connection)."""
+        return self._mid is not None and self._acks.wait(self._mid, timeout)
+
+
+class _SubAcks:
+    """The message ids of the latest SUBACKs (set in paho's network thread), for `Subscribed`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._mids: deque[int] = deque(maxlen=256)
+
+    def acked(self, mid: int) -> None:
+        with self._cond:
+            self._mids.append(mid)
+            self._cond.notify_all()
+
+    def wait(self, mid: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: mid in self._mids, timeout)
+
+
 def _properties(response_topic: str | None, correlation_data: bytes | None, content_type: str | None) -> Properties:
     properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]  # paho's constructor is untyped
     if response_topic is not None:
@@ -167,6 +197,8 @@ class MqttLink:
         self._client.on_connect = self._handle_connect
         self._client.on_disconnect = self._handle_disconnect
         self._client.on_message = self._handle_message
+        self._subacks = _SubAcks()
+        self._client.on_subscribe = lambda client, userdata, mid, codes, properties: self._subacks.acked(mid)
         self._lock = threading.Lock()
         self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
         self._states: dict[str, bytes] = {}
@@ -377,18 +409,23 @@ class MqttLink:
 
     # -- subscriptions and publishing (any thread) -------------------------------------------
 
-    def subscribe(self, topic_filter: str, handler: Handler, qos: int = 1, resubscribe: bool = True) -> None:
+    def subscribe(self, topic_filter: str, handler: Handler, qos: int = 1, resubscribe: bool = True) -> Subscribed:
         """Route messages on `topic_filter` to `handler`. With `resubscribe` False the
         subscription ends with the connection (`reconnects` tells the caller it ended)."""
-        self.subscribe_many([topic_filter], handler, qos, resubscribe)
+        return self.subscribe_many([topic_filter], handler, qos, resubscribe)
 
-    def subscribe_many(self, filters: list[str], handler: Handler, qos: int = 1, resubscribe: bool = True) -> None:
+    def subscribe_many(
+        self, filters: list[str], handler: Handler, qos: int = 1, resubscribe: bool = True
+    ) -> Subscribed:
         """Several filters in one SUBSCRIBE packet (retained messages arrive in this order)."""
+        mid = None
         with self._lock:
             for topic_filter in filters:
                 self._handlers[topic_filter] = (handler, qos, resubscribe)
             if self._connected.is_set() and filters:
-                self._client.subscribe([(f, qos) for f in filters])
+                rc, mid = self._client.subscribe([(f, qos) for f in filters])
+                mid = mid if rc == MQTTErrorCode.MQTT_ERR_SUCCESS else None
+        return Subscribed(self._subacks, mid)
 
     def unsubscribe(self, topic_filter: str) -> None:
         with self._lock:

@@ -184,7 +184,8 @@ def test_a_signal_during_a_download_stops_cleanly_and_the_download_resumes(
     assert agent.process is not None
     agent.process.send_signal(stop)
     assert agent.process.wait(30) == 0, "a clean stop"
-    assert watcher.json("edge/dev1/status")["state"] == "offline"
+    # the agent published "offline" before it exited; the watcher, another client, gets it after
+    watcher.wait_json("edge/dev1/status", lambda d: d.get("state") == "offline", 30)
     assert watcher.json("edge/dev1/deployment")["state"] == "DOWNLOADING", "the download is kept, not ended"
     agent.start()
     record = finished(watcher, "dev1", deployment)

@@ -179,6 +179,8 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
     )
     assert status == 1 and "halted" in out and "NO_RUNTIME" not in out, out
     assert "the rollout is halted" in out and "onnx-only" in out, out
+    # the broker acknowledged the halt to the CLI; the watcher, another client, gets it after
+    wait_until(lambda: "halted" in watcher.json("edge/groups/line/desired")["rollout"], 30, "the halt retained")
     halted = watcher.json("edge/groups/line/desired")
     pushed = next(d for d in watcher.all_json("edge/groups/line/desired") if d["id"] == chosen)  # before the halt
     reason = halted["rollout"]["halted"]["reason"]

@@ -11,7 +11,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from testkit.broker import SMALL_PACKET, Broker, Watcher
-from testkit.net import wait_until
+from testkit.net import TcpProxy, wait_until
 from testkit.tls import secured_listener
 from testkit.transfer import link_to
 
@@ -72,6 +72,33 @@ def test_the_link_reconnects_when_paho_network_thread_dies(broker: Broker) -> No
         wait_until(lambda: link.publish("t/x", b"alive", qos=1) and "alive" in got, 15, "a message after it")
     finally:
         link.stop()
+
+
+def test_a_subscription_is_in_force_once_its_suback_came(broker: Broker) -> None:
+    """`Subscribed.wait` is true only after the broker's SUBACK: with everything toward the
+    client held back it cannot be, and once released the retained message follows it. Offline,
+    nothing was sent, so there is nothing to wait for."""
+    offline = MqttLink(MqttSection(broker=broker.url), "link-offline")
+    assert offline.subscribe("t/#", lambda m: None).wait(0) is False
+    proxy = TcpProxy(broker.port).restore()
+    link = link_to(proxy.url)
+    got: list[bytes] = []
+    publisher = MqttLink(MqttSection(broker=broker.url), "link-publisher")  # a client id of its own
+    publisher.start()
+    link.start()
+    try:
+        assert publisher.wait_connected(10) and link.wait_connected(10)
+        delivery = publisher.publish("t/retained", b"kept", qos=1, retain=True)
+        assert delivery is not None and delivery.wait(10)
+        proxy.limit(0, then="hold")
+        subscribed = link.subscribe("t/#", lambda m: got.append(m.payload))
+        assert subscribed.wait(0.2) is False, "no SUBACK can have come: the proxy holds it"
+        proxy.unlimit()
+        assert subscribed.wait(10)
+        wait_until(lambda: got == [b"kept"], 10, "the retained message after the SUBACK")
+    finally:
+        link.stop()
+        publisher.stop()
 
 
 def test_offline_queue_keeps_the_newest_messages_per_topic_and_counts_the_dropped(broker: Broker) -> None:

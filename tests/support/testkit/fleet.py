@@ -3,6 +3,7 @@ for a device's status and deployment, signed command requests."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -120,13 +121,15 @@ def request(
     from paho.mqtt.properties import Properties
 
     answers: list[mqtt.MQTTMessage] = []
+    subscribed = threading.Event()
     client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
     client.on_message = lambda c, u, m: answers.append(m)
+    client.on_subscribe = lambda c, u, mid, codes, p: subscribed.set()
     client.connect("127.0.0.1", broker.port)
     client.loop_start()
     try:
         client.subscribe(reply_topic, qos=1)
-        time.sleep(0.2)
+        assert subscribed.wait(timeout), f"the broker did not acknowledge the subscription to {reply_topic}"
         properties = Properties(PacketTypes.PUBLISH)
         properties.ResponseTopic = reply_topic
         properties.CorrelationData = b"request-42"
