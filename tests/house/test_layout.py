@@ -181,7 +181,7 @@ def cli_commands() -> dict[str, str]:
             assert isinstance(node.value, ast.Dict)
             return {
                 ast.literal_eval(key): f"agent.cli.{value.id}"  # type: ignore[union-attr]
-                for key, value in zip(node.value.keys, node.value.values)
+                for key, value in zip(node.value.keys, node.value.values, strict=True)
                 if key is not None
             }
     raise AssertionError("agent/cli/main.py defines no COMMANDS table")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
+
 from pipelines.annotate import PALETTE, BoxAnnotator, encode_jpeg
 from pipelines.decoding.detections import Detections
 
 
 def _detections(boxes: list[list[float]], classes: list[int]) -> Detections:
-    return Detections(
-        np.array(boxes, np.float32), np.full(len(boxes), 0.5, np.float32), np.array(classes, np.int32)
-    )
+    return Detections(np.array(boxes, np.float32), np.full(len(boxes), 0.5, np.float32), np.array(classes, np.int32))
 
 
 def test_boxes_are_drawn_in_their_class_colour_on_a_copy() -> None:
@@ -31,7 +30,9 @@ def test_boxes_are_drawn_in_their_class_colour_on_a_copy() -> None:
     assert not out[85, 50].any(), "inside a box stays as it was"
     assert labels == [1, 13]
     caption = out[40:60, 20:80]
-    assert (caption == PALETTE[1]).all(axis=2).any() and (caption == 255).all(axis=2).any(), "a filled caption, white text"
+    assert (caption == PALETTE[1]).all(axis=2).any() and (caption == 255).all(axis=2).any(), (
+        "a filled caption, white text"
+    )
 
 
 def test_a_box_at_the_top_keeps_its_caption_inside_the_frame() -> None:

@@ -26,7 +26,7 @@ def test_unit_interval_accepts_its_ends(text: str, value: float) -> None:
 
 @pytest.mark.parametrize("text", ["-0.01", "1.01", "half", "nan"])
 def test_unit_interval_refuses_what_lies_outside(text: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match="within 0..1"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"within 0\.\.1"):
         unit_interval(text)
 
 
@@ -82,4 +82,4 @@ def test_device_config_lets_the_command_line_override_the_config(tmp_path: Path)
 
 
 def test_the_default_paths() -> None:
-    assert (DEFAULT_CONFIG, DEFAULT_STATE_DIR) == (Path("/etc/edge-agent/agent.yaml"), Path("/var/lib/edge-agent"))
+    assert (Path("/etc/edge-agent/agent.yaml"), Path("/var/lib/edge-agent")) == (DEFAULT_CONFIG, DEFAULT_STATE_DIR)

@@ -15,7 +15,8 @@ from agent.mqtt.rollout_schedule import FailureLimit, Halt
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("30s", 30), ("10m", 600), ("2h", 7200), ("1d", 86400), ("600", 600), (" 1.5M ", 90), ("0", 0)]
+    ("text", "seconds"),
+    [("30s", 30), ("10m", 600), ("2h", 7200), ("1d", 86400), ("600", 600), (" 1.5M ", 90), ("0", 0)],
 )
 def test_durations_in_their_units(text: str, seconds: float) -> None:
     assert duration(text) == seconds

@@ -71,7 +71,9 @@ def test_a_camera_is_judged_by_one_frame(tmp_path: Path) -> None:
     assert (found.check, found.status) == ("camera door", "fail") and found.message.endswith("no frame after rewinding")
     assert "pipelines[].source" in found.fix
     frames = write_video(tmp_path / "two.avi", 2, size=(160, 120))
-    assert check_camera(PipelineSection(name="door", source=str(frames)), 10.0).message == f"a 160x120 frame from {frames}"
+    assert (
+        check_camera(PipelineSection(name="door", source=str(frames)), 10.0).message == f"a 160x120 frame from {frames}"
+    )
 
 
 def test_a_board_without_temperatures_warns_that_the_governor_is_blind(tmp_path: Path) -> None:
@@ -89,14 +91,22 @@ def _never() -> DeploymentStatus:
 def test_the_running_agent_s_verdict_from_its_healthz() -> None:
     health = [Health(True)]
     controls = AgentControls(
-        snapshot=snapshot, health=lambda: health[0], rollback=_never, restart=list, camera_jpeg=lambda *a: b"", events=list
+        snapshot=snapshot,
+        health=lambda: health[0],
+        rollback=_never,
+        restart=list,
+        camera_jpeg=lambda *a: b"",
+        events=list,
     )  # type: ignore[arg-type]
     port = free_port()
     server = StatusServer(StatusPageSection(listen=f"127.0.0.1:{port}"), controls).start()
     try:
         as_localhost = StatusPageSection(listen=f"localhost:{port}")
         found = check_running_agent(as_localhost)
-        assert (found.status, found.message) == ("pass", f"the running agent answers healthy on http://127.0.0.1:{port}/healthz")
+        assert (found.status, found.message) == (
+            "pass",
+            f"the running agent answers healthy on http://127.0.0.1:{port}/healthz",
+        )
         health[0] = Health(False, ("the camera loop of cam0 stalled",))
         hung = check_running_agent(as_localhost)
         assert hung.status == "fail" and "hung" in hung.message and "cam0 stalled" in hung.message

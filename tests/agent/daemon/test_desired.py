@@ -19,8 +19,11 @@ from agent.mqtt.protocol import ProtocolError, Release
 DEVICE_TOPIC, GROUP_TOPIC = TOPICS.desired("cam-1"), TOPICS.group_desired("lobby")
 
 
-def _documents(tmp_path: Path, keys, followed: Followed = Followed(), allow_unsigned: bool = False) -> DesiredDocuments:
-    return DesiredDocuments("cam-1", TOPICS, gate(tmp_path, keys, Clock(), allow_unsigned), lambda: followed)
+def _documents(
+    tmp_path: Path, keys, followed: Followed | None = None, allow_unsigned: bool = False
+) -> DesiredDocuments:
+    record = followed or Followed()
+    return DesiredDocuments("cam-1", TOPICS, gate(tmp_path, keys, Clock(), allow_unsigned), lambda: record)
 
 
 def _signed(key: Ed25519PrivateKey, topic: str, at: float, **fields: object) -> Message:
@@ -58,7 +61,9 @@ def test_the_device_s_document_overrides_the_group_s_until_a_release(tmp_path: P
     assert not docs.release_pending
 
 
-def test_a_document_older_than_followed_json_or_than_one_accepted_since_is_refused(tmp_path: Path, keys, operator) -> None:
+def test_a_document_older_than_followed_json_or_than_one_accepted_since_is_refused(
+    tmp_path: Path, keys, operator
+) -> None:
     docs = _documents(tmp_path, keys, Followed("d0", device_issued=NOW - 100, group_issued=NOW - 50))
     with pytest.raises(ControlRefused, match="issued before"):
         docs.accept(_signed(operator, DEVICE_TOPIC, NOW - 101, id="replayed"))
@@ -80,7 +85,9 @@ def test_unsigned_and_misplaced_documents(tmp_path: Path, keys, operator) -> Non
         strict.accept(Message(DEVICE_TOPIC, b""))
     with pytest.raises(ControlRefused, match="not signed"):
         strict.accept(Message(DEVICE_TOPIC, desired().to_bytes()))
-    release_on_group = Message(GROUP_TOPIC, sign(Release(id="r", release=True), operator, "group:lobby", NOW).to_bytes())
+    release_on_group = Message(
+        GROUP_TOPIC, sign(Release(id="r", release=True), operator, "group:lobby", NOW).to_bytes()
+    )
     with pytest.raises(ProtocolError, match="a release belongs on a device's desired topic"):
         strict.accept(release_on_group)
     assert not strict.back_to_group

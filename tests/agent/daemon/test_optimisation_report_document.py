@@ -29,7 +29,12 @@ def test_the_report_of_an_installed_version(tmp_path: Path, keys, bundles) -> No
     document = report_document(store, sha, "cam-1", board, RuntimeSettings(), frames=3, clock=lambda: 1234.56789)
     assert (document["device"], document["ts"], document["frames"]) == ("cam-1", 1234.568, 3)
     assert document["bundle"] == {"name": "demo", "version": "1.1.0", "sha256": sha}
-    assert document["board"] == {"kind": board.kind, "model": board.model, "arch": board.arch, "cpu_count": board.cpu_count}
+    assert document["board"] == {
+        "kind": board.kind,
+        "model": board.model,
+        "arch": board.arch,
+        "cpu_count": board.cpu_count,
+    }
     assert document["choice"] is None, "no autotune ran"
     rows = {row["runtime"]: row for row in document["rows"]}
     assert all((row["fps"] is None) == (row["error"] is not None) for row in document["rows"]), "measured or why not"
@@ -51,4 +56,5 @@ def test_a_report_thread_whose_version_is_gone_logs_and_publishes_nothing(
         reports.on_succeeded(Deployment(id="d-1", sha256="f" * 64))
         reports.stop()
     assert published == []
-    assert [r.getMessage() for r in caplog.records][0].startswith(f"optimisation report of {'f' * 12}: ")
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 1 and logged[0].startswith(f"optimisation report of {'f' * 12}: ")

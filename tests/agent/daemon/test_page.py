@@ -73,6 +73,5 @@ def test_a_page_that_cannot_start_is_logged_and_the_agent_serves_on(caplog: pyte
         port = taken.getsockname()[1]
         with caplog.at_level(logging.ERROR, "agent.daemon.page"):
             assert start_page(StatusPageSection(listen=f"127.0.0.1:{port}"), _controls) is None
-    assert [r.getMessage() for r in caplog.records if r.name == "agent.daemon.page"][0].startswith(
-        "status page not served: "
-    )
+    logged = [r.getMessage() for r in caplog.records if r.name == "agent.daemon.page"]
+    assert len(logged) == 1 and logged[0].startswith("status page not served: ")

@@ -27,7 +27,9 @@ IMAGES = (Path("a.png"),)
         ((ONNX,), Options(precisions=("fp16",)), ErrorCode.VALIDATION_REQUIRED),
     ],
 )
-def test_options_that_cannot_work_are_refused_first(models: tuple[Path, ...], options: Options, code: ErrorCode) -> None:
+def test_options_that_cannot_work_are_refused_first(
+    models: tuple[Path, ...], options: Options, code: ErrorCode
+) -> None:
     with pytest.raises(BundleError) as refused:
         check_options(models, options)
     assert refused.value.code == code
@@ -42,7 +44,9 @@ def test_options_that_can_work_pass() -> None:
 
 
 def _measured(matched: int, baseline: int = 100, extra: int = 0) -> Measured:
-    return Measured(images=5, baseline_detections=baseline, matched=matched, extra=extra, max_abs_error=0.5, mean_abs_error=0.1)
+    return Measured(
+        images=5, baseline_detections=baseline, matched=matched, extra=extra, max_abs_error=0.5, mean_abs_error=0.1
+    )
 
 
 def test_a_variant_ships_at_exactly_the_minimum_agreement_and_not_below() -> None:

@@ -51,7 +51,9 @@ def builder() -> tuple[EngineBuilder, Done]:
     return EngineBuilder(done, clock=lambda: float(next(ticks))), done
 
 
-def test_a_build_reports_its_progress_and_ends_ready(trt_double: TrtDouble, tmp_path: Path, unpacked: Verified, builder) -> None:
+def test_a_build_reports_its_progress_and_ends_ready(
+    trt_double: TrtDouble, tmp_path: Path, unpacked: Verified, builder
+) -> None:
     engines, done = builder
     trt_double.internals.build_gate = gate = threading.Event()
     config = TensorRTConfig(engine_cache_dir=tmp_path / "engines", precision="fp16")
@@ -78,7 +80,9 @@ def test_a_build_reports_its_progress_and_ends_ready(trt_double: TrtDouble, tmp_
     assert len(done.calls) == 1
 
 
-def test_a_newer_version_cancels_the_build_in_progress(trt_double: TrtDouble, tmp_path: Path, unpacked: Verified, builder) -> None:
+def test_a_newer_version_cancels_the_build_in_progress(
+    trt_double: TrtDouble, tmp_path: Path, unpacked: Verified, builder
+) -> None:
     engines, done = builder
     newer = Path(shutil.copytree(unpacked.folder, tmp_path / "newer"))
     trt_double.internals.build_gate = gate = threading.Event()
@@ -99,7 +103,9 @@ def test_a_failed_build_names_its_code_and_still_calls_back(
 ) -> None:
     engines, done = builder
     trt_double.internals.UNSUPPORTED_OPS.add("Conv")
-    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, TensorRTConfig(engine_cache_dir=tmp_path))
+    engines.request(
+        unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, TensorRTConfig(engine_cache_dir=tmp_path)
+    )
     status = done.wait(unpacked.folder)
     assert (status.state, status.error_code) == ("failed", ErrorCode.ENGINE_BUILD_FAILED.value)
     assert status.progress < 1.0 and status.finished == 101.0

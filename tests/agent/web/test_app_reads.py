@@ -81,7 +81,8 @@ def test_the_jpeg_quality_is_clamped_and_defaults_to_80(page: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("camera", "status", "code"), [("busy", 503, "BUSY"), ("nowhere", 404, "NO_PIPELINE"), ("broken", 500, "COMMAND_FAILED")]
+    ("camera", "status", "code"),
+    [("busy", 503, "BUSY"), ("nowhere", 404, "NO_PIPELINE"), ("broken", 500, "COMMAND_FAILED")],
 )
 def test_each_refusal_has_its_status_and_code(page: str, camera: str, status: int, code: str) -> None:
     answer = http(page + f"api/cameras/{camera}/snapshot.jpg")

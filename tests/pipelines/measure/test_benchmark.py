@@ -54,7 +54,7 @@ def test_the_frames_each_source_gives(tmp_path: Path) -> None:
     looped, count = _source(str(video), 30)
     assert count == 30 and sum(1 for _ in iter(looped.read, None)) == 30, "a short file loops to the frames asked"
     looped.close()
-    with pytest.raises(SourceError, match="nowhere.mp4"):
+    with pytest.raises(SourceError, match=r"nowhere\.mp4"):
         _source(str(tmp_path / "nowhere.mp4"), None)
 
 
