@@ -54,7 +54,8 @@ def names_its_subject(test: Path) -> bool:
 
 
 def test_every_test_file_lies_at_its_subject_s_mirrored_path() -> None:
-    stray = [p for p in TESTS.rglob("test_*.py") if p.relative_to(TESTS).parts[0] not in (*MIRRORED, *APART)]
+    found = (p.relative_to(TESTS) for p in TESTS.rglob("test_*.py"))
+    stray = [p for p in found if p.parts[0] not in (*MIRRORED, *APART)]
     assert stray == [], f"test files outside tests/{{{','.join(MIRRORED + APART)}}}/ (unit tests mirror the package)"
     misnamed = [p.relative_to(TESTS) for p in _test_files(*MIRRORED) if not names_its_subject(p)]
     assert misnamed == [], "test files named after no file at the mirrored path (test_<module>[_<aspect>].py)"

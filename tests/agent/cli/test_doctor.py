@@ -11,6 +11,7 @@ from testkit import FAKES
 
 from agent.bundles.signing import generate_keypair
 from agent.cli import main
+from agent.web.problems import Finding
 
 
 def _doctor(config: Path, capsys, *extra: str) -> tuple[int, str]:
@@ -46,3 +47,22 @@ def test_warnings_alone_pass_and_a_failed_check_fails(tmp_path: Path, capsys) ->
     report = json.loads(out)
     assert status == 1 and report["ok"] is False
     assert [c["status"] for c in report["checks"] if c["check"] in ("config", "keys")] == ["fail", "fail"]
+
+
+def test_a_fix_is_printed_only_under_what_did_not_pass(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The report's layout on findings made by hand (the checks stand aside: monkeypatched)."""
+    findings = [
+        Finding("config", "pass", "agent.yaml is valid", "never shown"),
+        Finding("camera door", "warn", "no frame yet", "check its cable"),
+        Finding("keys", "fail", "no key", "copy it"),
+    ]
+    monkeypatch.setattr("agent.daemon.checkup.run_checks", lambda config, root, timeout: findings)
+    assert main(["doctor", "--config", str(tmp_path / "agent.yaml")]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "PASS  config       agent.yaml is valid",
+        "WARN  camera door  no frame yet",
+        "                   fix: check its cable",
+        "FAIL  keys         no key",
+        "                   fix: copy it",
+        "1 failed, 1 warning(s), 1 passed",
+    ]

@@ -1,6 +1,7 @@
 """`agent.serving.engine_builder.EngineBuilder` on its own (test_engine_builder.py runs it inside
 the cameras), against the TensorRT test double: the status through a build on an injected clock,
-one build per version, a newer version cancelling the build in progress, a failure with its code."""
+one build per version, a newer version or a stop cancelling the build in progress, an engine
+from the cache, a failure with its code."""
 
 from __future__ import annotations
 
@@ -96,6 +97,39 @@ def test_a_newer_version_cancels_the_build_in_progress(
     assert status.state == "ready" and status.started == 101.0
     assert [folder for folder, _ in done.calls] == [newer], "the cancelled build calls nobody"
     assert engines.status() == status
+    assert len(trt_double.internals.builds) == 1, "the older build stopped before TensorRT finished it"
+
+
+def test_a_build_stopped_is_cancelled_and_calls_nobody(
+    trt_double: TrtDouble, tmp_path: Path, unpacked: Verified, builder
+) -> None:
+    engines, done = builder
+    trt_double.internals.build_gate = gate = threading.Event()
+    engines.request(
+        unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, TensorRTConfig(engine_cache_dir=tmp_path)
+    )
+    engines.stop(timeout=0)  # the build waits at the gate: stop asks it to cancel, then the gate opens
+    gate.set()
+    _builds_end()
+    status = engines.status()
+    assert status is not None and status.state == "cancelled" and status.finished == 101.0
+    assert done.calls == [] and trt_double.internals.builds == []
+
+
+def test_an_engine_from_the_cache_is_ready_at_once(
+    trt_double: TrtDouble, tmp_path: Path, unpacked: Verified, builder
+) -> None:
+    """A second version with the same ONNX file finds its engine cached: no TensorRT progress is
+    reported, and the status still ends at 1.0."""
+    engines, done = builder
+    config = TensorRTConfig(engine_cache_dir=tmp_path / "engines")
+    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, config)
+    done.wait(unpacked.folder)
+    newer = Path(shutil.copytree(unpacked.folder, tmp_path / "newer"))
+    engines.request(newer, unpacked.manifest, newer / _onnx(unpacked).name, "a" * 64, config)
+    status = done.wait(newer)
+    assert status.message is not None and status.message.startswith("engine cache")
+    assert (status.state, status.progress) == ("ready", 1.0) and len(trt_double.internals.builds) == 1
 
 
 def test_a_failed_build_names_its_code_and_still_calls_back(
