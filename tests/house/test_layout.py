@@ -181,9 +181,9 @@ def cli_commands() -> dict[str, str]:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "COMMANDS":
             assert isinstance(node.value, ast.Dict)
             return {
-                ast.literal_eval(key): f"agent.cli.{value.id}"  # type: ignore[union-attr]
+                ast.literal_eval(key): f"agent.cli.{value.id}"
                 for key, value in zip(node.value.keys, node.value.values, strict=True)
-                if key is not None
+                if key is not None and isinstance(value, ast.Name)
             }
     raise AssertionError("agent/cli/main.py defines no COMMANDS table")
 
