@@ -1,0 +1,77 @@
+"""`agent.web.metrics`: a snapshot with every part present, scraped from its registry and parsed
+with prometheus-client's own parser: names, labels, base units; unknown values left out."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from testkit.snapshots import full_snapshot, snapshot
+
+from agent.bundles.record import State
+from agent.snapshot import DeploymentStatus, Health
+from agent.web.metrics import metrics_registry
+
+
+def _scrape(snap, healthy: bool = True) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(metrics_registry(lambda: snap, lambda: Health(healthy))).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _labels(**labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+def test_every_part_of_the_snapshot_in_base_units() -> None:
+    full = full_snapshot()
+    got = _scrape(full)
+    cam0, cam1 = (("camera", "cam0"),), (("camera", "cam1"),)
+    assert got[("edge_agent_camera_fps", cam0)] == 10.0
+    assert got[("edge_agent_camera_dropped_total", cam1)] == 3
+    assert got[("edge_agent_camera_model_shared_by", cam0)] == 2
+    assert got[("edge_agent_camera_mean_batch", cam0)] == 1.5
+    latency = (("camera", "cam0"), ("quantile", "0.95"), ("stage", "total"))
+    assert got[("edge_agent_camera_latency_seconds", latency)] == 0.06, "60 ms"
+    assert got[("edge_agent_camera_source_up", cam0)] == 1
+    assert got[("edge_agent_temperature_celsius", (("zone", "cpu-thermal"),))] == 61.5
+    assert ("edge_agent_temperature_celsius", (("zone", "gpu"),)) not in got, "an unknown zone is left out"
+    assert got[("edge_agent_power_watts", ())] == 6.06
+    assert got[("edge_agent_rail_power_watts", (("rail", "VDD_IN"),))] == 6.06
+    assert got[("edge_agent_battery_percent", ())] == 81.0
+    assert got[("edge_agent_under_voltage", ())] == 1
+    assert got[("edge_agent_governor_thermal", (("edge_agent_governor_thermal", "WARM"),))] == 1
+    assert got[("edge_agent_governor_thermal", (("edge_agent_governor_thermal", "NORMAL"),))] == 0
+    assert got[("edge_agent_governor_battery", (("edge_agent_governor_battery", "OK"),))] == 1
+    assert got[("edge_agent_governor_fps_cap", ())] == 10.0
+    assert got[("edge_agent_process_rss_bytes", ())] == full.system.process_rss_mb * 2**20  # type: ignore[union-attr]
+    assert got[("edge_agent_disk_free_bytes", ())] == 50_000 * 2**20
+    assert got[("edge_agent_broker_connected", ())] == 1
+    assert got[("edge_agent_mqtt_queued_messages", ())] == 2
+    assert got[("edge_agent_mqtt_dropped_messages_total", ())] == 1
+    assert got[("edge_agent_mqtt_reconnects_total", ())] == 4
+    door = {"camera": "cam0", "line": "door"}
+    assert got[("edge_agent_line_crossings_total", _labels(**door, direction="in"))] == 5
+    assert got[("edge_agent_line_crossings_total", _labels(**door, direction="out"))] == 2
+    till = (("camera", "cam0"), ("zone", "till"))
+    assert (got[("edge_agent_zone_objects", till)], got[("edge_agent_zone_entries_total", till)]) == (1, 9)
+    info = next(labels for name, labels in got if name == "edge_agent_info")
+    assert dict(info) | {"device": "cam-1", "group": "lobby", "bundle": "demo", "bundle_version": "1.0.0"} == dict(info)
+
+
+def test_the_deployment_state_and_health_and_what_is_unknown() -> None:
+    deployment = DeploymentStatus("d-1", "demo", "1.1.0", "a" * 64, State.FAILED, None, 1)
+    got = _scrape(snapshot(deployment=deployment), healthy=False)
+    states = {dict(labels)["edge_agent_deployment_state"]: value for (name, labels), value in got.items()
+              if name == "edge_agent_deployment_state"}  # fmt: skip
+    assert states == {state.value: float(state is State.FAILED) for state in State}
+    assert got[("edge_agent_healthy", ())] == 0
+    names = {name for name, _ in got}
+    for absent in ("edge_agent_power_watts", "edge_agent_temperature_max_celsius", "edge_agent_broker_connected"):
+        assert absent not in names, "no sensors, no broker: nothing made up"
+    no_disk = dataclasses.replace(snapshot().system, disk_free_mb=None)  # type: ignore[type-var]
+    assert "edge_agent_disk_free_bytes" not in {name for name, _ in _scrape(snapshot(system=no_disk))}

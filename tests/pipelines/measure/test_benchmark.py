@@ -1,0 +1,70 @@
+"""`pipelines.measure.benchmark` below `edge-agent bench` (tests/agent/cli/test_bench.py runs the
+command): inference split over worker threads on a real ONNX Runtime, how many frames each kind
+of source gives, the peak memory reading."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from testkit import DEMO_MODELS
+from testkit.media import write_video
+
+from pipelines.measure.benchmark import DEFAULT_FRAMES, _source, peak_rss_mb, run_bench, time_inference
+from pipelines.sources.frames import SourceError
+from runtimes.registry import load_runtime
+
+
+class Counted:
+    """The real runtime, with each call's thread noted."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime, self.threads = runtime, []
+        self._lock = threading.Lock()
+
+    def infer(self, inputs: list[Any]) -> Any:
+        with self._lock:
+            self.threads.append(threading.get_ident())
+        return self.runtime.infer(inputs)
+
+
+@pytest.mark.parametrize(("count", "workers", "shares"), [(10, 3, [4, 3, 3]), (7, 1, [7]), (2, 4, [1, 1])])
+def test_inference_is_split_over_the_workers(count: int, workers: int, shares: list[int]) -> None:
+    with load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx", warmup=False) as runtime:
+        counted, ticks = Counted(runtime), []
+        tensor = np.zeros((1, 3, 320, 320), np.float32)
+        latency, seconds = time_inference(counted, tensor, count, workers, lambda: ticks.append(1))  # type: ignore[arg-type]
+    assert len(counted.threads) == len(ticks) == count
+    per_thread = sorted((counted.threads.count(t) for t in set(counted.threads)), reverse=True)
+    assert per_thread == shares, "every call made once, in as many threads as asked (that have work)"
+    assert 0 < latency.p50 <= latency.p95 and seconds > 0
+
+
+def test_the_frames_each_source_gives(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "clip.avi", 12, size=(160, 120))
+    assert _source("synthetic", None)[1] == DEFAULT_FRAMES
+    assert _source("synthetic", 5)[1] == 5
+    file, count = _source(str(video), None)
+    assert count == 12
+    file.close()
+    looped, count = _source(str(video), 30)
+    assert count == 30 and sum(1 for _ in iter(looped.read, None)) == 30, "a short file loops to the frames asked"
+    looped.close()
+    with pytest.raises(SourceError, match=r"nowhere\.mp4"):
+        _source(str(tmp_path / "nowhere.mp4"), None)
+
+
+def test_runtime_mode_reports_the_calls_it_made() -> None:
+    with load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx") as runtime:
+        report = run_bench(runtime, "synthetic", 6, "runtime", workers=2)
+    assert (report["mode"], report["frames"], report["workers"], report["dropped"]) == ("runtime", 6, 2, 0)
+    assert report["fps"] == pytest.approx(6 / report["seconds"], rel=0.02), "frames per second, seconds rounded to ms"
+    assert report["stages_ms"] == {"inference": report["latency_ms"]}
+
+
+def test_peak_memory_is_at_least_what_is_resident_now() -> None:
+    assert peak_rss_mb() >= psutil.Process().memory_info().rss / 2**20 * 0.99
