@@ -399,7 +399,10 @@ def test_a_camera_read_that_never_returns_shows_as_stalled() -> None:
         pipeline.resume()
         stream.stall()
         assert wait_for(stream.quiet.is_set), "the camera stops sending"
-        blocked = lambda: source.read_frames == stream.sent and source.reads == stream.sent + 1  # noqa: E731
+
+        def blocked() -> bool:  # every frame sent was read, and the next read was entered
+            return source.read_frames == stream.sent and source.reads == stream.sent + 1
+
         assert wait_for(blocked), "every frame sent was read, and the capture thread is in the next read"
         clock.now += 100
         assert wait_for(lambda: pipeline.stats().stalled_s >= 100), "the blocked capture thread is not seen"
