@@ -3,7 +3,9 @@ failure limit, resume."""
 
 from __future__ import annotations
 
+import collections
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +27,29 @@ HOUR = 3600.0
 
 class OffsetClock:
     """The devices' wall clock: real time plus an offset the test moves (so control documents
-    signed now are never from the future)."""
+    signed now are never from the future). It counts the reads of each deployer thread per
+    offset: a deployer reads it once per look at its desired document (`looked`)."""
 
     def __init__(self) -> None:
         self.offset = 0.0
+        self._lock = threading.Lock()
+        self._reads: collections.Counter[tuple[int, float]] = collections.Counter()
 
     def __call__(self) -> float:
-        return time.time() + self.offset
+        offset = self.offset
+        if threading.current_thread().name == "deployer":
+            with self._lock:
+                self._reads[(threading.get_ident(), offset)] += 1
+        return time.time() + offset
+
+    def looked(self, devices: int, times: int = 2) -> bool:
+        """Whether `devices` deployer threads alive now have each read the clock `times` times at
+        the current offset: the first read's plan was acted on (a start records the deployment
+        before the deployer reads the clock again)."""
+        alive = {t.ident for t in threading.enumerate() if t.name == "deployer"}
+        with self._lock:
+            done = [ident for (ident, offset), n in self._reads.items() if offset == self.offset and n >= times]
+        return len(alive.intersection(done)) >= devices
 
 
 def schedule(waves: list[float]) -> Rollout:
@@ -79,6 +97,15 @@ def all_in(watcher: Watcher, devices: list[str], deployment: str, state: str, ti
         lambda: states(watcher, devices, deployment) == dict.fromkeys(devices, state),
         timeout,
         f"{devices} to be {state}: {states(watcher, devices, deployment)}",
+    )
+
+
+def serving_runtime(watcher: Watcher, device: str, runtime: str) -> None:
+    """Wait for `device`'s status to say its camera is served by `runtime`."""
+    wait_until(
+        lambda: (watcher.json(f"edge/{device}/status") or {}).get("runtime") == runtime,
+        60,
+        f"{device}'s camera on {runtime}: {(watcher.json(f'edge/{device}/status') or {}).get('runtime')}",
     )
 
 
@@ -163,12 +190,16 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
     first = [d for d in healthy if schedule(waves).wave_of(chosen, d) == 0]
     second = [d for d in healthy if schedule(waves).wave_of(chosen, d) == 1]
     clock = OffsetClock()
-    fleet = fleets(healthy, "line", clock).start()
+    watched = first[0]  # with a camera: its status says which runtime, so which version, serves it
+    fleet = fleets([d for d in healthy if d != watched], "line", clock).start()
+    camera = [{"name": "cam0", "source": "synthetic", "max_fps": 2}]
+    fleets([watched], "line", clock, pipelines=camera).start()
     fleets(failing, "line", clock, runtime="onnxruntime").start()
     online(watcher, everyone)
     status, out = cli(capsys, "fleet", "push", str(bundles["v1"]), "--target", "group:line", "--broker", broker.url)
     v1 = out.split(" as deployment ")[1].split()[0]
     all_in(watcher, everyone, v1, "SUCCEEDED")
+    serving_runtime(watcher, watched, "onnxruntime")  # v1 is an ONNX model
     before_halt = watcher.json("edge/groups/line/desired")
 
     status, out = cli(
@@ -197,10 +228,11 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
             (watcher.json(f"edge/{d}/status") or {}).get("bundle", {}).get("version") == "1.0.0" for d in first
         ),
         30,
-        "v1 serving again",
+        "v1 installed again",
     )
+    serving_runtime(watcher, watched, "onnxruntime")  # the camera serves v1 again, not only the pointers
     clock.offset = 2 * HOUR  # the second wave's time comes: halted, it does not start
-    time.sleep(2.0)  # the deployer looks every second; a start would show as a record at once
+    wait_until(lambda: clock.looked(len(everyone)), 30, "every deployer to look at the halted rollout at 2 h")
     assert states(watcher, second, chosen) == {}, "nobody starts while the rollout is halted"
     status, out = cli(capsys, "fleet", "rollout", "status", chosen, "--broker", broker.url)
     assert "halted" in out and "failed: onnx-only" in out, out
@@ -213,9 +245,17 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
         "the replayed document to be refused",
     )
     fleet[second[0]].stop()
+    clock.offset = 2 * HOUR + 1  # count the reads from here on
+    restarted_at = time.time()
     fleets(second[:1], "line", clock).start()
     online(watcher, second[:1])
-    time.sleep(2.0)
+
+    def refused_again() -> bool:  # by the new process: it remembers the halted document it followed
+        status = watcher.json(f"edge/{second[0]}/status") or {}
+        return status.get("ts", 0) > restarted_at and "issued before" in str(status.get("deployment_problem"))
+
+    wait_until(refused_again, 30, "the restarted device to refuse the replayed document")
+    wait_until(lambda: clock.looked(len(everyone) - 1), 30, "every other deployer to look again")
     assert states(watcher, second, chosen) == {}, "the halt is remembered across a restart"
 
     status, out = cli(capsys, "fleet", "rollout", "resume", chosen, "--broker", broker.url)

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -391,10 +392,21 @@ def test_workers_need_a_runtime_that_allows_concurrent_calls() -> None:
         Pipeline("cam", source, detector(), workers=0)
 
 
-def no_new_frame(pipeline: Pipeline, within_s: float) -> bool:
-    before = pipeline.frames
-    time.sleep(within_s)
-    return pipeline.frames == before
+class CountingSource:
+    """The real source, counting the calls of its `read` and the frames they returned (a spy
+    around it, no double)."""
+
+    def __init__(self, source: Any) -> None:
+        self._source, self.reads, self.read_frames = source, 0, 0
+
+    def read(self) -> Any:
+        self.reads += 1
+        frame = self._source.read()
+        self.read_frames += frame is not None
+        return frame
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
 
 
 class ManualClock:
@@ -414,7 +426,8 @@ def test_a_camera_read_that_never_returns_shows_as_stalled() -> None:
     from testkit.camera_stream import MjpegStream
 
     stream, clock = MjpegStream(fps=20), ManualClock()
-    pipeline = Pipeline("cam", open_source(stream.url), detector(), clock=clock).start()
+    source = CountingSource(open_source(stream.url))
+    pipeline = Pipeline("cam", source, detector(), clock=clock).start()
     try:
         assert wait_for(lambda: pipeline.frames > 3)
         assert pipeline.stats().stalled_s < 1.0
@@ -423,9 +436,15 @@ def test_a_camera_read_that_never_returns_shows_as_stalled() -> None:
         assert wait_for(lambda: pipeline.stats().stalled_s < 1.0), "a paused inference thread counted as stalled"
         pipeline.resume()
         stream.stall()
-        assert wait_for(lambda: no_new_frame(pipeline, 0.5)), "the stalled camera still delivers"
+        assert wait_for(stream.quiet.is_set), "the camera stops sending"
+
+        def blocked() -> bool:  # every frame sent was read, and the next read was entered
+            return source.read_frames == stream.sent and source.reads == stream.sent + 1
+
+        assert wait_for(blocked), "every frame sent was read, and the capture thread is in the next read"
         clock.now += 100
-        assert pipeline.stats().stalled_s >= 100, "the blocked capture thread is not seen"
+        assert wait_for(lambda: pipeline.stats().stalled_s >= 100), "the blocked capture thread is not seen"
+        assert blocked()
         stream.resume()
         assert wait_for(lambda: pipeline.stats().stalled_s < 1.0, timeout=45), "the camera came back"
     finally:

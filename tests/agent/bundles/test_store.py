@@ -136,6 +136,27 @@ def test_a_truncated_record_is_reported(tmp_path: Path) -> None:
     assert store.current_sha() == B
 
 
+def test_a_power_cut_while_recording_leaves_the_last_record_whole(tmp_path: Path, monkeypatch) -> None:
+    """The record is written beside and renamed over: the power going out before the rename
+    (a test double of os.replace that raises) leaves the previous record, never a torn one."""
+    store = two_versions(tmp_path)
+    store.record(Deployment(id="d1", sha256=B, state=State.SUCCEEDED))
+    renamed: list[str] = []
+    real_replace = os.replace
+
+    def power_cut(source: str | Path, target: str | Path) -> None:
+        renamed.append(Path(target).name)
+        raise OSError(5, "power cut")
+
+    monkeypatch.setattr(os, "replace", power_cut)
+    with pytest.raises(OSError, match="power cut"):
+        store.record(Deployment(id="d2", sha256=A, state=State.DOWNLOADING, name="x" * 10_000))
+    assert renamed == ["deployment.json"], "the record is put in place by a rename"
+    monkeypatch.setattr(os, "replace", real_replace)
+    last = store.last_deployment()
+    assert last is not None and (last.id, last.state) == ("d1", State.SUCCEEDED)
+
+
 def test_semantic_version_order() -> None:
     ordered = [
         "1.0.0-alpha",

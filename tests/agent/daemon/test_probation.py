@@ -10,7 +10,15 @@ from pipelines.pipeline import PipelineStats
 from pipelines.sources.frames import SourceState
 
 
-def stats(name: str, frames: int, errors: int = 0, fps: float = 10.0, state: str = "running", paused: bool = False):
+def stats(
+    name: str,
+    frames: int,
+    errors: int = 0,
+    fps: float = 10.0,
+    state: str = "running",
+    paused: bool = False,
+    max_fps: float | None = None,
+):
     return PipelineStats(
         name=name,
         source="synthetic",
@@ -20,7 +28,7 @@ def stats(name: str, frames: int, errors: int = 0, fps: float = 10.0, state: str
         errors=errors,
         swaps=0,
         paused=paused,
-        max_fps=None,
+        max_fps=max_fps,
         workers=1,
         latency_ms={"total": Percentiles(1.0, 2.0)},
         source_status=SourceState(state, None, 0),  # type: ignore[arg-type]
@@ -43,6 +51,21 @@ PROBATION_CASES = {
         [stats("a", 100, fps=10.0)],
         [(6, [stats("a", 120, fps=0.5, paused=True)]), (10, [stats("a", 121, fps=0.5, paused=True)])],
         PASSED,
+    ),
+    "capped below the old fps": (  # the governor's cap (4) is the baseline, not the old 10 FPS
+        [stats("a", 100, fps=10.0)],
+        [(5, [stats("a", 120, fps=3.9, max_fps=4.0)]), (10, [stats("a", 140, fps=3.8, max_fps=4.0)])],
+        PASSED,
+    ),
+    "slow under the cap": (
+        [stats("a", 100, fps=10.0)],
+        [(5, [stats("a", 110, fps=1.5, max_fps=4.0)]), (10, [stats("a", 118, fps=1.5, max_fps=4.0)])],
+        "1.5 FPS, below 0.5 x the 4.0 FPS",
+    ),
+    "capped above the old fps": (  # a cap the old version never reached changes nothing
+        [stats("a", 100, fps=10.0)],
+        [(5, [stats("a", 120, fps=4.0, max_fps=15.0)]), (10, [stats("a", 140, fps=4.0, max_fps=15.0)])],
+        "4.0 FPS, below 0.5 x the 10.0 FPS",
     ),
     "a camera the new version started": ([], [(5, [stats("b", 40)]), (10, [stats("b", 90)])], PASSED),
     "a lost camera is not the model's fault": (

@@ -33,7 +33,7 @@ def test_partial_bundle_checks_chunks_resumes_from_disk_and_checks_the_whole(tmp
         start, length = index.span(i)
         assert partial.write(i, DATA[start : start + length])
     assert not partial.write(0, DATA[:16384]) and partial.duplicates == 1
-    partial.write(3, bytes(16384))  # the right length, the wrong bytes: found when the whole is checked
+    partial.write(3, bytes([0xA5]) * 16384)  # the right length, the wrong (non-zero) bytes: not present
     partial.close()
 
     resumed = PartialBundle(tmp_path / "d", index).open()  # a new process finds what is on disk
@@ -178,6 +178,48 @@ def test_bulk_download_switches_to_missing_chunks_only_after_a_network_cut(tmp_p
         proxy.cut()
     assert partial.finish().read_bytes() == DATA
     assert (partial.written, partial.duplicates) == (13, 0), "finished chunks were not sent again"
+
+
+def test_a_stray_retained_chunk_just_past_the_index_is_ignored(tmp_path: Path, broker: Broker) -> None:
+    """A retained chunk at index len(chunks) (left by an older push of a longer bundle) reaches
+    the bulk subscription before the real ones: it is counted as a stray, never written, and
+    the download completes."""
+    topics, index = Topics(), ChunkIndex.of(DATA, 8192)  # 13 chunks: 0..12
+    stray = (topics.chunk(index.sha256, len(index.chunks)), DATA[:8192])
+    publish_retained(
+        broker, [stray, *((topics.chunk(index.sha256, i), DATA[i * 8192 : (i + 1) * 8192]) for i in range(12))]
+    )
+    link = link_to(broker.url).start()
+    assert link.wait_connected(10)
+    partial = PartialBundle(tmp_path / "d", index).open()
+    errors: list[Exception] = []
+
+    def fetch() -> None:
+        try:
+            fetch_over_mqtt(
+                link,
+                topics,
+                partial,
+                window=1,
+                max_rate=0,
+                stall_timeout=60,
+                cancel=threading.Event(),
+                progress=lambda d, t: None,
+            )
+        except (BundleError, Cancelled) as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=fetch)
+    worker.start()
+    try:
+        wait_until(lambda: len(partial.done) == 12 or bool(errors), 20, "the retained chunks")
+        # the last chunk is published after the retained ones (the stray among them) were handed over
+        publish_retained(broker, [(topics.chunk(index.sha256, 12), DATA[12 * 8192 :])])
+        worker.join(20)
+        assert not worker.is_alive() and not errors, errors
+    finally:
+        link.stop()
+    assert partial.finish().read_bytes() == DATA and partial.written == 13
 
 
 class ForgetfulLink:

@@ -73,6 +73,22 @@ def test_the_tally_counts_typed_records_and_names_the_unreadable() -> None:
     assert not current.complete and "1 unreadable" in current.summary()
 
 
+def test_a_failure_share_is_of_the_devices_that_started_not_of_the_group() -> None:
+    """max_failures 20 %: 1 failure among the 3 devices that started (of 10) is past it (1 > 0.6);
+    among 10 started it is not (1 > 2 is false)."""
+    document = desired(rollout=schedule(waves=[100], start=0.0, max_failures=FailureLimit(percent=20)))
+    members = [f"cam-{i}" for i in range(10)]
+    early = {"cam-0": record(State.REJECTED, ErrorCode.PARITY_FAILED), "cam-1": record(State.SUCCEEDED)}
+    early["cam-2"] = record(State.DOWNLOADING)
+    current = tally(document, "lobby", members, early, 10.0)
+    assert (current.members, current.started, current.failed) == (10, 3, 1) and current.exceeded
+    everyone = {
+        **{d: record(State.SUCCEEDED) for d in members},
+        "cam-0": record(State.REJECTED, ErrorCode.PARITY_FAILED),
+    }
+    assert not tally(document, "lobby", members, everyone, 10.0).exceeded
+
+
 def test_an_unreadable_member_keeps_the_rollout_from_completing() -> None:
     document = desired(rollout=schedule(waves=[100], start=0.0))
     done = {"a": record(State.SUCCEEDED), "b": record(State.SUCCEEDED)}

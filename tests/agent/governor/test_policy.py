@@ -3,6 +3,7 @@ sensors, battery levels, thresholds from config or trip points."""
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 from typing import Any
@@ -140,11 +141,38 @@ def test_actions_of_both_axes_are_merged() -> None:
     assert (critical.paused, critical.fan_percent) == (True, 100.0)
 
 
+@pytest.mark.parametrize(
+    ("readings", "level", "battery"),
+    [(lambda t: reading(t), "HOT", "OK"), (lambda t: reading(40.0, 100.0 - t), "LOW", "LOW")],
+    ids=["thermal", "battery"],
+)
+def test_a_new_level_starts_its_own_dwell(readings: Any, level: str, battery: str) -> None:
+    """Going up restarts the clock of the minimum dwell: after 100 s in WARM (battery: after 100 s
+    OK), HOT (LOW) is reached at 100 s and held until 110 s, whatever came before."""
+    governor = Governor(section())
+    governor.step(readings(62.0), 0.0)  # WARM (the battery: 38 %, OK)
+    up = governor.step(readings(72.0 if level == "HOT" else 85.0), 100.0)  # HOT (the battery: 15 %, LOW)
+    assert (up.level, up.battery, up.since, up.changed) == (level, battery, 100.0, True)
+    held = governor.step(readings(40.0 if level == "HOT" else 50.0), 105.0)  # cool again (battery: 50 %)
+    assert held.level == level and "minimum dwell (5 s left)" in held.reason, held.reason
+    assert governor.step(readings(40.0 if level == "HOT" else 50.0), 110.0).level == "NORMAL"
+
+
 def test_step_is_pure() -> None:
+    """`decide` depends on its arguments only: the same arguments give the same decision after
+    other calls in between (no hidden state), and the previous decision it is given is left as
+    it was (a frozen value, compared with a copy)."""
     first = decide(section(), None, reading(65.0), 5.0)
+    assert (first.level, first.since, first.changed) == ("WARM", 5.0, True)
+    kept = copy.deepcopy(first)
+    later = decide(section(), first, reading(50.0), 6.0)
+    assert (later.level, later.since) == ("WARM", 5.0) and "minimum dwell" in later.reason
+    for now, temp in ((7.0, 90.0), (8.0, 40.0), (60.0, 40.0)):  # other steps, other levels, in between
+        decide(section(), decide(section(), None, reading(temp), now), reading(temp), now + 1)
+    assert decide(section(), first, reading(50.0), 6.0) == later
     assert decide(section(), None, reading(65.0), 5.0) == first
-    assert decide(section(), first, reading(50.0), 6.0) == decide(section(), first, reading(50.0), 6.0)
-    assert first.changed and not decide(section(), first, reading(66.0), 7.0).changed
+    assert first == kept, "the previous decision is not changed"
+    assert not decide(section(), first, reading(66.0), 7.0).changed
 
 
 def orin() -> SensorReadings:

@@ -47,8 +47,10 @@ def test_a_vanishing_sensor_becomes_unknown(tmp_path: Path) -> None:
 
 
 def test_repeated_zone_types_get_numbered_names(tmp_path: Path) -> None:
+    """Zones 0, 2 and 10 in kernel (number) order: by path string thermal_zone10 would come before
+    thermal_zone2 and the names would move to other sensors."""
     for n in range(3):
-        zone = tmp_path / f"sys/class/thermal/thermal_zone{n if n < 2 else 10}"
+        zone = tmp_path / f"sys/class/thermal/thermal_zone{(0, 2, 10)[n]}"
         zone.mkdir(parents=True)
         (zone / "type").write_text("acpitz\n")
         (zone / "temp").write_text(f"{40000 + n * 1000}\n")

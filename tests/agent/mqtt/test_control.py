@@ -86,6 +86,19 @@ def test_desired_documents_are_judged_against_the_newest_accepted_not_the_clock(
     assert check.accept_document(release, "device", None) == release
 
 
+def test_a_group_document_is_accepted_only_by_its_own_group(tmp_path: Path, keys, operator) -> None:
+    """A document the operator signed for group:yard, read by a device of group lobby (a hostile
+    client copied it onto lobby's topic): refused, signed or (where allowed) unsigned."""
+    yard = sign(desired(), operator, "group:yard", now=NOW)
+    with pytest.raises(ControlRefused, match="for group:yard, not group:lobby"):
+        gate(tmp_path, keys, Clock()).accept_document(yard, "group", newest_accepted=None)
+    unsigned = desired().model_copy(update={"target": "group:yard"})
+    with pytest.raises(ControlRefused, match="for group:yard, not group:lobby"):
+        gate(tmp_path, keys, Clock(), allow_unsigned=True).accept_document(unsigned, "group", newest_accepted=None)
+    lobby = sign(desired(), operator, "group:lobby", now=NOW)
+    assert gate(tmp_path, keys, Clock()).accept_document(lobby, "group", newest_accepted=None) == lobby
+
+
 def test_a_signature_cannot_move_to_another_kind_of_document(operator, keys) -> None:
     command = request(operator, id="same")
     as_release = Release.model_validate(

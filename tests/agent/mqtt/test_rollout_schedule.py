@@ -4,6 +4,9 @@ wave shares, waves opening in order."""
 from __future__ import annotations
 
 import collections
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -88,11 +91,40 @@ def test_waves_are_stable_shares_that_differ_per_deployment() -> None:
     waves = collections.Counter(rollout.wave_of("deploy-1", d) for d in devices)
     shares = [waves[0], waves[1], waves[2], waves[3]]
     assert [round(n / 40) for n in shares] == [1, 9, 40, 50], shares  # 1 %, 9 %, 40 %, 50 % of the fleet
-    assert all(rollout.wave_of("deploy-1", d) == rollout.wave_of("deploy-1", d) for d in devices[:50])
     canaries = {d for d in devices if rollout.wave_of("deploy-1", d) == 0}
     other = {d for d in devices if rollout.wave_of("deploy-2", d) == 0}
     assert canaries and other and len(canaries & other) < len(canaries) / 2, "each deployment picks its canaries"
     assert all(0 <= position("x", d) < 100 for d in devices)
+
+
+WAVES_OF = """
+import sys
+from agent.mqtt.rollout_schedule import Rollout
+rollout = Rollout(waves=[1, 10, 50, 100], start=0, interval_s=0, max_failures={"devices": 0})
+print(",".join(str(rollout.wave_of("deploy-1", f"cam-{i:04d}")) for i in range(400)))
+"""
+
+
+def test_a_devices_wave_is_the_same_in_every_process_and_every_version() -> None:
+    """The device, the operator's watch and `fleet status` compute the waves each in their own
+    process, often of different agent versions: the position is sha256 of "DEPLOYMENT\\nDEVICE"
+    (its first 8 bytes, big-endian, over 2**64, times 100), never Python's per-process salted
+    hash(). Pinned values, and two processes with different PYTHONHASHSEED agree."""
+    assert position("deploy-1", "cam-0000") == pytest.approx(73.63433198064078, abs=1e-12)
+    assert position("deploy-2", "cam-0000") == pytest.approx(85.36978629814533, abs=1e-12)
+    assert position("deploy-1", "lobby-7") == pytest.approx(0.6363341505505653, abs=1e-12)
+    assert schedule(waves=[1, 10, 50, 100]).wave_of("deploy-1", "lobby-7") == 0
+    waves = [
+        subprocess.run(
+            [sys.executable, "-c", WAVES_OF],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert waves[0] == waves[1] and set(waves[0].strip().split(",")) == {"0", "1", "2", "3"}, waves
 
 
 def test_waves_open_in_order_and_a_resume_moves_the_schedule_on() -> None:

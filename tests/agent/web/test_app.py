@@ -3,12 +3,14 @@ recent events are the ``events`` topic's documents, less ``device`` and crops.""
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from testkit.net import free_port
-from testkit.page import http
+from testkit.page import basic, http
 from testkit.snapshots import snapshot
 
 from agent.config.models import StatusPageSection
@@ -88,3 +90,57 @@ def test_recent_events_are_the_events_topic_documents_without_device(page: str) 
         [{"line": "door", "direction": "backward"}],
     )
     assert "snapshot_jpeg" not in end
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Callable[[bool], tuple[str, list[str]]]]:
+    """``served(credentials)``: a page (user tech, password s3cret-pw when `credentials`) whose
+    camera restarts are recorded; returns its URL and the list of restarted cameras."""
+    servers: list[StatusServer] = []
+
+    def serve(credentials: bool) -> tuple[str, list[str]]:
+        restarted: list[str] = []
+        controls = AgentControls(
+            snapshot=snapshot,
+            health=lambda: Health(True),
+            rollback=refuse,
+            restart=lambda camera: restarted.append(camera) or [camera],
+            camera_jpeg=no_frame,
+            events=lambda: list(EVENTS),
+        )
+        (tmp_path / "password").write_text("s3cret-pw\n")
+        login = {"username": "tech", "password_file": tmp_path / "password"} if credentials else {}
+        section = StatusPageSection(listen=f"127.0.0.1:{free_port()}", **login)
+        servers.append(StatusServer(section, controls).start())
+        return servers[-1].url, restarted
+
+    yield serve
+    for server in servers:
+        server.stop()
+
+
+def test_a_camera_restart_is_an_action(served) -> None:
+    """POST .../restart is refused like a rollback: 403 where no credentials are set, 403
+    cross-site with them (the camera is not restarted either time), 200 same-site."""
+    url, restarted = served(False)
+    refused = http(url + "api/cameras/cam0/restart", "POST", body=b"")
+    assert refused.status == 403 and refused.json()["error"]["code"] == "UNAUTHORIZED" and restarted == []
+    url, restarted = served(True)
+    host = url.split("/")[2]
+    cross = http(url + "api/cameras/cam0/restart", "POST", {**basic("tech", "s3cret-pw"), "Origin": "http://evil"}, b"")
+    assert cross.status == 403 and cross.json()["error"]["code"] == "CROSS_SITE" and restarted == []
+    same = http(
+        url + "api/cameras/cam0/restart", "POST", {**basic("tech", "s3cret-pw"), "Origin": f"http://{host}"}, b""
+    )
+    assert same.status == 200 and restarted == ["cam0"]
+
+
+def test_no_answer_carries_the_request_credentials(served) -> None:
+    """/api/status and the other reads never echo the Authorization header (or the password)."""
+    url, _ = served(True)
+    encoded = base64.b64encode(b"tech:s3cret-pw").decode()
+    for path in ("api/status", "api/problems", "api/events", "api/logs", "metrics", ""):
+        answer = http(url + path, headers=basic("tech", "s3cret-pw"))
+        assert answer.status == 200, (path, answer.status)
+        everything = answer.body.decode(errors="replace") + json.dumps(answer.headers)
+        assert "s3cret-pw" not in everything and encoded not in everything, path

@@ -8,6 +8,7 @@ import pytest
 from testkit import DEMO_MODELS
 from testkit.tracking import evaluate_tracking
 
+from agent.config.models import TrackerConfig
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
 from pipelines.sources.tracking_scene import Mover, TrackingScene
@@ -79,7 +80,8 @@ def test_identity_and_clear_mot_metrics_on_a_held_out_clip() -> None:
     """IDF1 and MOTA >= 0.9 (py-motmetrics) on a held-out clip of shapes entering, crossing,
     passing behind each other and leaving; the numbers for more clips: docs/benchmarks.md."""
     scores = evaluate_tracking(DEMO_MODELS / "demo_detector.onnx", clips=2, frames=200)["all"]
-    assert scores["num_unique_objects"] >= 15 and scores["num_switches"] >= 0
+    assert scores["num_unique_objects"] >= 15
+    assert scores["num_switches"] <= 8, scores  # 6 here (1292 objects); 10 when any overlap may match
     assert scores["idf1"] >= 0.9 and scores["mota"] >= 0.9, scores
 
 
@@ -105,6 +107,66 @@ def test_a_low_score_detection_keeps_a_track_but_never_starts_one() -> None:
     for _ in range(3):
         tracker.update(Detections.from_arrays([[400, 400, 440, 440]], [0.3], [0]))
     assert tracker.active_ids == [1]
+
+
+BOX = Detections.from_arrays([[100, 100, 160, 160]], [0.9], [0])
+
+
+def confirm(tracker: ByteTracker, detections: Detections = BOX) -> int:
+    """Two frames of `detections`: the id its track gets on the second."""
+    tracker.update(detections)
+    step = tracker.update(detections)
+    assert step.detections.tracker_id is not None
+    return int(step.detections.tracker_id[0])
+
+
+def test_ids_are_never_reused_after_a_reset() -> None:
+    """A camera restart ends every track; the objects seen after it get new ids (an id names one
+    track for the tracker's whole life: events and counts key by it)."""
+    tracker = ByteTracker()
+    assert confirm(tracker) == 1
+    assert tracker.reset() == (1,) and tracker.active_ids == []
+    assert confirm(tracker) == 2 and tracker.confirmed == 2
+
+
+def test_the_low_score_round_keeps_only_tracks_matched_last_frame() -> None:
+    """A faint detection where a track was lost two frames ago does not take its id (round 2
+    is for tracks that were tracked until now); a confident one does (round 1)."""
+    tracker = ByteTracker()
+    assert confirm(tracker) == 1
+    tracker.update(Detections.empty())  # lost
+    faint = Detections.from_arrays([[100, 100, 160, 160]], [0.3], [0])
+    step = tracker.update(faint)
+    assert step.detections.tracker_id is not None and step.detections.tracker_id.tolist() == [-1]
+    found = tracker.update(BOX)
+    assert found.detections.tracker_id is not None and found.detections.tracker_id.tolist() == [1]
+
+
+@pytest.mark.parametrize(
+    ("new_track_score", "score", "started"), [(0.6, 0.55, False), (0.6, 0.6, True), (0.8, 0.7, False)]
+)
+def test_only_a_detection_at_new_track_score_starts_a_track(
+    new_track_score: float, score: float, started: bool
+) -> None:
+    """A confident detection (above high_score 0.5) below `new_track_score` keeps tracks but starts none."""
+    tracker = ByteTracker(TrackerSettings(new_track_score=new_track_score))
+    box = Detections.from_arrays([[100, 100, 160, 160]], [score], [0])
+    assert (confirm(tracker, box) > 0) is started
+    assert tracker.confirmed == int(started)
+
+
+def test_the_default_lost_track_buffer_is_two_seconds_at_15_fps() -> None:
+    """The documented default (docs/analytics.md, docs/configuration.md: 30 frames, 2 s at 15 FPS),
+    the same for a camera's tracker config and the tracker: an object hidden 30 frames keeps its
+    id; its track ends on the 31st frame without it."""
+    assert TrackerConfig().lost_frames == TrackerSettings().lost_frames == 30
+    tracker = ByteTracker()
+    assert confirm(tracker) == 1
+    for _ in range(30):
+        assert tracker.update(Detections.empty()).ended == ()
+    assert confirm(tracker) == 1, "back after 30 frames: the same id"
+    ended = [tracker.update(Detections.empty()).ended for _ in range(31)]
+    assert ended == [()] * 30 + [(1,)]
 
 
 def test_tracker_id_shape_is_checked() -> None:

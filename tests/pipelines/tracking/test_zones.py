@@ -18,7 +18,7 @@ from pipelines.sources.frames import Frame
 from pipelines.sources.synthetic import CLASS_NAMES
 from pipelines.sources.tracking_scene import TrackingScene
 from pipelines.tracking.analytics import SceneAnalytics
-from pipelines.tracking.zones import ZoneSpec
+from pipelines.tracking.zones import ZoneCount, ZoneCounter, ZoneSpec
 from runtimes.registry import load_runtime
 
 
@@ -90,6 +90,20 @@ def test_zone_occupancy_and_dwell_within_one_frame_interval() -> None:
         assert abs(seconds - true_dwell[track_id]) <= 1 / FPS + 0.0005, (track_id, seconds)  # rounded to ms
     assert max(occupancy) == 2 and occupancy[-1] == 0
     assert analytics.counts().zones[0].total == 2
+
+
+def test_a_track_that_leaves_and_comes_back_counts_once_and_its_visits_add_up() -> None:
+    """`total` counts distinct tracks: track 1 in, out, in again is one; its dwell is both visits."""
+    counter = ZoneCounter(ZoneSpec("bay", ((0, 0), (100, 0), (100, 100), (0, 100))))
+    inside, outside = np.array([[50.0, 50.0]]), np.array([[300.0, 50.0]])
+    one = np.array([1], np.int32)
+    entered = [counter.update(now, one, where, ["person"]) for now, where in enumerate([inside, outside, inside])]
+    assert entered == [[1], [], [1]], "each visit is an entry"
+    assert counter.count() == ZoneCount("bay", 1, 1)
+    counter.update(3.5, one, inside, ["person"])
+    assert counter.forget(1) == 1.0 + 1.5, "0 s to 1 s, then 2 s to 3.5 s"
+    counter.update(4.0, np.array([2], np.int32), inside, ["person"])
+    assert counter.count().total == 2
 
 
 def test_zone_labels_filter_what_counts() -> None:

@@ -2,7 +2,8 @@
 what many IP cameras serve), read by the pipeline's OpenCV/FFmpeg stream source like any
 ``http://`` camera. `stall()` keeps the connection open but stops sending, the way a hung
 camera or a dead link behaves: the reader blocks inside ``read()`` (FFmpeg gives up after
-30 s). `resume()` sends frames again."""
+30 s); `quiet` and `sent` say when it stopped and after how many frames. `resume()` sends
+frames again."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ class MjpegStream:
     def __init__(self, fps: float = 10.0, size: tuple[int, int] = (320, 240)) -> None:
         self.fps = fps
         self.stalled = threading.Event()
+        self.quiet = threading.Event()  # set by the sending thread once it stopped for the stall
+        self.sent = 0  # frames written, over every connection
         self._closed = threading.Event()
         scene = SyntheticScene(width=size[0], height=size[1], seed=3)
         stream = self
@@ -38,12 +41,14 @@ class MjpegStream:
                 with contextlib.suppress(OSError):
                     while not stream._closed.is_set():
                         if stream.stalled.is_set():
+                            stream.quiet.set()
                             stream._closed.wait(0.05)
                             continue
                         jpeg = cv2.imencode(".jpg", scene.render(index)[0])[1].tobytes()
                         head = f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n\r\n"
                         self.wfile.write(head.encode() + jpeg + b"\r\n")
                         index += 1
+                        stream.sent += 1
                         stream._closed.wait(1 / stream.fps)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -52,6 +57,8 @@ class MjpegStream:
         threading.Thread(target=self._server.serve_forever, name="mjpeg-stream", daemon=True).start()
 
     def stall(self) -> None:
+        """Stop sending; `quiet` is set once the sending thread has stopped (`sent` is final)."""
+        self.quiet.clear()
         self.stalled.set()
 
     def resume(self) -> None:
