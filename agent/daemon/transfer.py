@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import http.client
 import logging
 import os
 import queue
@@ -330,9 +331,16 @@ def fetch_over_http(
     progress: Progress,
     backoff: Backoff | None = None,
 ) -> None:
-    """Fetch the missing chunks with HTTP Range requests; transient failures are retried with
-    backoff, a client error (4xx) or a server without Range support ends it (``DOWNLOAD_FAILED``)."""
+    """Fetch the missing chunks with HTTP Range requests; transient failures (a connection
+    refused or dropped, also in the middle of a chunk, a 5xx answer) are retried with backoff, a
+    client error (4xx) or a server without Range support ends it (``DOWNLOAD_FAILED``).
+
+    A chunk is read a piece at a time (`READ_PIECE`): `cancel` is checked and `progress` called
+    between pieces, so a server that drips bytes cannot hold the download past its deadline (the
+    deployer sets `cancel` then) nor keep it from reporting what is on disk. `timeout` bounds
+    each wait for the server (connecting, and each piece)."""
     backoff = backoff or Backoff(initial=1.0, maximum=60.0)
+    total = len(partial.index.chunks)
     limit = _RateLimit(max_rate)
     for i in partial.missing():
         start, length = partial.index.span(i)
@@ -350,8 +358,10 @@ def fetch_over_http(
                             ErrorCode.DOWNLOAD_FAILED,
                             f"{url} answered {response.status} to a Range request; it must send 206",
                         )
-                    data = response.read(length + 1)
+                    data = _read_piecewise(response, length, cancel, lambda: progress(len(partial.done), total))
                 break
+            except _CutShort as exc:
+                error = str(exc)
             except urllib.error.HTTPError as exc:
                 if 400 <= exc.code < 500:
                     raise BundleError(ErrorCode.DOWNLOAD_FAILED, f"{url}: HTTP {exc.code} {exc.reason}") from exc
@@ -365,4 +375,32 @@ def fetch_over_http(
         backoff.reset()
         partial.write(i, data)
         partial.hash_ready()
-        progress(len(partial.done), len(partial.index.chunks))
+        progress(len(partial.done), total)
+
+
+#: bytes read from an HTTP response at a time, checking for cancellation in between
+READ_PIECE = 64 << 10
+
+
+class _CutShort(Exception):
+    """The server closed the connection before the whole chunk arrived (retried)."""
+
+
+def _read_piecewise(
+    response: http.client.HTTPResponse, length: int, cancel: threading.Event, waiting: Callable[[], None]
+) -> bytes:
+    """Up to `length` + 1 bytes of `response` (one more shows a server sending too much), read
+    as they arrive; `waiting` is called between pieces. Raises `Cancelled` when `cancel` is set
+    and `_CutShort` when the body ends before `length` bytes."""
+    data = bytearray()
+    while len(data) <= length:
+        if cancel.is_set():
+            raise Cancelled()
+        piece = response.read1(min(READ_PIECE, length + 1 - len(data)))
+        if not piece:
+            break
+        data += piece
+        waiting()
+    if len(data) < length:
+        raise _CutShort(f"the connection closed after {len(data)} of the chunk's {length} bytes")
+    return bytes(data)
