@@ -5,9 +5,12 @@ A bundle is a tar file (optionally gzip-compressed) holding ``manifest.json``, `
 ``calibration/`` images and ``reference.npz`` (per artifact: an input and the raw outputs it gave
 when the bundle was built, for the device's parity check). It never carries code.
 
-Unpacking streams the tar once and refuses absolute paths, ``..``, links, devices, duplicate
-names, unexpected files, and more files or bytes than the limits (which also stops gzip bombs:
-bytes are counted as they are decompressed).
+Unpacking streams the tar once: manifest.json and manifest.sig first, the signature checked
+before anything else is decompressed, then only the files the manifest lists with their sizes.
+It refuses absolute paths, ``..``, links, devices, duplicate names, unexpected files, and more
+files or bytes than the limits; decompression itself is bounded by what the accepted entries
+may take and by a compression ratio, so a bomb is stopped before it is inflated, written or
+buffered (`unpack`).
 """
 
 from __future__ import annotations
