@@ -222,6 +222,9 @@ class TensorRTBackend(Runtime):
         self._tensors: list[_Tensor] = []
         self.max_batch: int | None = None  # the most frames one call takes (the profile's largest batch)
         self._trt_runtime = trt.Runtime(self._logger)
+        # an engine is data to TensorRT unless it carries host code (a lean runtime, plugins):
+        # edge-agent never lets one run, whatever this TensorRT's default is (docs/security.md)
+        self._trt_runtime.engine_host_code_allowed = False
         try:
             data = engine_path.read_bytes()
         except OSError as exc:

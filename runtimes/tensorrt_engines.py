@@ -3,7 +3,8 @@
 `prepare_engine` is what ``edge-agent engine build`` and the daemon's background builder run.
 In order: an engine cached for exactly this key is kept; else a prebuilt engine the bundle
 carries is used when its tags (GPU, compute capability, TensorRT version, precision, profile,
-ONNX sha256) equal this device's key exactly; else the engine is built (`runtimes.tensorrt_build`)
+ONNX sha256) equal this device's key exactly and the TensorRT version in the plan's own header
+matches its tags (`plan_version`); else the engine is built (`runtimes.tensorrt_build`)
 with the cache's timing and calibration caches. A failed build (or an engine that failed its
 parity check) is recorded in the cache with its reason and not built again until the key
 changes (e.g. a new TensorRT version) or `force` asks for it.
@@ -72,6 +73,36 @@ def read_onnx_metadata(onnx_path: Path) -> dict[str, str]:
         return {}
 
 
+#: where a serialized engine (a plan, TensorRT 8.6 and later) carries the version of the TensorRT
+#: that built it: major, minor, patch at bytes 24, 25, 26 (NVIDIA/TensorRT#3073)
+PLAN_VERSION_AT = slice(24, 27)
+
+
+def plan_version(plan: bytes) -> tuple[int, int, int] | None:
+    """The TensorRT version (major, minor, patch) in a plan's header; None when it is too short."""
+    version = tuple(plan[PLAN_VERSION_AT])
+    return (version[0], version[1], version[2]) if len(version) == 3 else None
+
+
+def _prebuilt_plan(candidate: Prebuilt) -> bytes | None:
+    """The bytes of a prebuilt engine whose tags match this device, or None (with a warning) when
+    its header names another TensorRT than its tags: such an engine is never deserialized."""
+    plan = candidate.path.read_bytes()
+    wanted = tuple(int(part) for part in candidate.key.tensorrt_version.split(".")[:3])
+    found = plan_version(plan)
+    if found != wanted:
+        built = ".".join(map(str, found)) if found else "an unreadable version"
+        log.warning(
+            "tensorrt: the bundle's prebuilt engine %s was built by TensorRT %s, not %s as its tags say; "
+            "building the engine here instead",
+            candidate.path.name,
+            built,
+            candidate.key.tensorrt_version,
+        )
+        return None
+    return plan
+
+
 def prepare_engine(
     onnx_path: Path,
     config: TensorRTConfig,
@@ -98,9 +129,9 @@ def prepare_engine(
         if not force and (record := cache.lookup(key)) is not None:
             return Prepared(key, record, cache.engine_path(key), "cache")
         for candidate in prebuilt:
-            if candidate.key == key:
+            if candidate.key == key and (plan := _prebuilt_plan(candidate)) is not None:
                 record = EngineRecord(key, read_onnx_metadata(onnx_path), key.precision, origin="prebuilt")
-                path = cache.store(record, candidate.path.read_bytes())
+                path = cache.store(record, plan)
                 log.info("tensorrt: using the bundle's prebuilt engine %s (%s)", candidate.path.name, key.describe())
                 return Prepared(key, record, path, "prebuilt")
         return _build(onnx_path, config, key, cache, calibration, on_progress, cancel, memory)

@@ -5,25 +5,33 @@ A bundle is a tar file (optionally gzip-compressed) holding ``manifest.json``, `
 ``calibration/`` images and ``reference.npz`` (per artifact: an input and the raw outputs it gave
 when the bundle was built, for the device's parity check). It never carries code.
 
-Unpacking streams the tar once and refuses absolute paths, ``..``, links, devices, duplicate
-names, unexpected files, and more files or bytes than the limits (which also stops gzip bombs:
-bytes are counted as they are decompressed).
+Unpacking streams the tar once: manifest.json and manifest.sig first, the signature checked
+before anything else is decompressed, then only the files the manifest lists with their sizes.
+It refuses absolute paths, ``..``, links, devices, duplicate names, unexpected files, and more
+files or bytes than the limits; decompression itself is bounded by what the accepted entries
+may take and by a compression ratio, so a bomb is stopped before it is inflated, written or
+buffered (`unpack`).
 """
 
 from __future__ import annotations
 
+import bz2
 import errno
+import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import tarfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +65,15 @@ class Limits:
 
     max_files: int = 256
     max_bytes: int = 1 << 30  # unpacked, all files together
+    max_compression_ratio: float = 100.0  # unpacked bytes per compressed byte (gzip, bz2, xz bundles)
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Whose signature `unpack` requires over the manifest before it inflates anything else."""
+
+    keys: Sequence[Ed25519PublicKey] = ()
+    allow_unsigned: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,25 +94,96 @@ class Unpacked:
     sha256: str | None  # None when unpack was told the caller hashed the bundle already
 
 
-class _HashingReader(io.RawIOBase):
-    """A read-only file that hashes every byte read through it."""
+@dataclass(frozen=True)
+class BundleHead:
+    """The first members of a bundle file (`read_bundle_manifest`): the manifest's exact bytes,
+    the manifest, and manifest.sig's bytes (None when unsigned)."""
 
-    def __init__(self, raw: io.BufferedReader) -> None:
-        self._raw, self.digest = raw, hashlib.sha256()
+    data: bytes
+    manifest: Manifest
+    signature: bytes | None
+
+
+#: largest manifest.json and manifest.sig a bundle may carry
+MAX_MANIFEST_BYTES, MAX_SIGNATURE_BYTES = 1 << 20, 64 << 10
+#: room for one member's tar headers (its 512-byte header, a pax or GNU long-name header): more is
+#: refused before tarfile reads it, since tarfile holds those headers in memory
+HEADER_ROOM = 64 << 10
+#: inflated bytes always allowed, whatever the ratio (a small bundle compresses well)
+RATIO_FLOOR = 1 << 20
+_TAR_BUFSIZE = 64 << 10
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
+
+
+class _RawReader(io.RawIOBase):
+    """The bundle file as read: counts (and, with `hashing`, hashes) every byte read through it."""
+
+    def __init__(self, raw: io.BufferedReader, hashing: bool) -> None:
+        self._raw, self.digest = raw, hashlib.sha256() if hashing else None
+        self.count = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         count = self._raw.readinto(buffer)
-        self.digest.update(memoryview(buffer)[:count])
+        self.count += count
+        if self.digest is not None:
+            self.digest.update(memoryview(buffer)[:count])
         return count
 
-    def drain(self) -> str:
+    def drain(self) -> str | None:
         """Hash what the tar reader left unread (end-of-archive padding); the file's sha256."""
+        if self.digest is None:
+            return None
         while block := self._raw.read(_CHUNK):
             self.digest.update(block)
         return self.digest.hexdigest()
+
+
+class _Inflated(io.RawIOBase):
+    """The tar stream inside the bundle file, decompressed here (gzip, bz2, xz, or none) so that
+    every byte it produces is bounded before tarfile buffers or writes it: by `allowance` (what
+    the members accepted so far may take, raised by `unpack` as it accepts each one) and, for a
+    compressed bundle, by `ratio` times the compressed bytes read."""
+
+    def __init__(self, raw: io.BufferedReader, source: _RawReader, name: str, ratio: float) -> None:
+        head = raw.peek(6)[:6]
+        self.kind = next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+        self._source, self._name, self._ratio = source, name, ratio
+        self._stream: io.RawIOBase | io.BufferedIOBase = source
+        if self.kind == "gzip":
+            self._stream = gzip.GzipFile(fileobj=source, mode="rb")
+        elif self.kind == "bz2":
+            self._stream = bz2.BZ2File(source)
+        elif self.kind == "xz":
+            self._stream = lzma.LZMAFile(cast(IO[bytes], source))  # noqa: SIM115 (closed with the file)
+        self.produced = 0
+        self.allowance = _TAR_BUFSIZE + HEADER_ROOM  # tarfile's read-ahead and the first header
+
+    def readable(self) -> bool:
+        return True
+
+    def allow(self, size: int) -> None:
+        """Let a member of `size` bytes through, with its padding and the next member's headers."""
+        self.allowance += -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE + HEADER_ROOM
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._stream.readinto(buffer)
+        self.produced += count
+        if self.produced > self.allowance:
+            raise BundleError(
+                ErrorCode.TOO_LARGE,
+                f"{self._name}: its tar headers take more than {HEADER_ROOM} bytes for one file; "
+                "not a bundle edge-agent built",
+            )
+        if self.kind is not None and self.produced > max(RATIO_FLOOR, self._ratio * self._source.count):
+            raise BundleError(
+                ErrorCode.TOO_COMPRESSED,
+                f"{self._name}: more than {self._ratio:g} bytes unpacked per compressed byte "
+                "(bundle_limits.max_compression_ratio): a compression bomb?",
+            )
+        return count
 
 
 def sha256_file(path: Path) -> str:
@@ -129,79 +217,210 @@ def _allowed(path: PurePosixPath) -> bool:
     return path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz") or path.suffix in (".onnx", ".tflite", ".engine")
 
 
-def unpack(bundle: Path, dest: Path, limits: Limits, fsync: bool = False, hash_bundle: bool = True) -> Unpacked:
-    """Extract `bundle` into the empty folder `dest`, enforcing `limits`, hashing the files (and,
-    with `hash_bundle`, the bundle itself) as it goes, so the bundle is read once.
+def _next_file(tar: tarfile.TarFile, seen: Mapping[str, str], limits: Limits) -> tuple[tarfile.TarInfo, str] | None:
+    """The next regular file of `tar` and its name in the bundle (folders are skipped), checked
+    for what a bundle may carry; None at the end."""
+    while (member := tar.next()) is not None:
+        path = _member_path(member.name)
+        if member.issym() or member.islnk():
+            raise BundleError(ErrorCode.LINK_ENTRY, f"bundle entry {member.name!r} is a link")
+        if member.isdir():
+            continue
+        if not member.isfile():
+            raise BundleError(
+                ErrorCode.SPECIAL_ENTRY, f"bundle entry {member.name!r} is a device, fifo or other special file"
+            )
+        if str(path) in seen:
+            raise BundleError(ErrorCode.DUPLICATE_ENTRY, f"bundle entry {member.name!r} appears twice")
+        if not _allowed(path):
+            raise BundleError(
+                ErrorCode.UNEXPECTED_FILE, f"bundle entry {member.name!r} is not a file a bundle may carry"
+            )
+        if len(seen) >= limits.max_files:
+            raise BundleError(ErrorCode.TOO_MANY_FILES, f"bundle has more than {limits.max_files} files")
+        return member, str(path)
+    return None
 
-    Raises `BundleError` (``NOT_A_TAR``, ``BUNDLE_TRUNCATED``, ``UNSAFE_PATH``, ``LINK_ENTRY``,
-    ``SPECIAL_ENTRY``, ``DUPLICATE_ENTRY``, ``UNEXPECTED_FILE``, ``TOO_MANY_FILES``,
-    ``TOO_LARGE``, ``DISK_FULL``); `dest` may then hold a partial extraction.
-    """
-    files: dict[str, str] = {}
-    total = 0
+
+def check_signature(data: bytes, signature: bytes | None, trust: Trust) -> str | None:
+    """The signer's key id of the manifest bytes `data`, or None for an unsigned bundle `trust`
+    allows (or a signed one where it trusts no key but allows unsigned). Raises `BundleError`
+    ``NO_TRUSTED_KEYS``, ``SIGNATURE_MISSING``, ``UNKNOWN_SIGNER``, ``SIGNATURE_INVALID``."""
+    if trust.allow_unsigned and (signature is None or not trust.keys):
+        return None
+    if not trust.keys:
+        raise BundleError(
+            ErrorCode.NO_TRUSTED_KEYS, "this device trusts no signing key and unsigned bundles are not allowed"
+        )
+    return verify(data, signature, trust.keys)
+
+
+class _Bundle:
+    """One pass over a bundle file: its head (manifest, signature) first, then the other files."""
+
+    def __init__(self, limits: Limits, tar: tarfile.TarFile, inflated: _Inflated) -> None:
+        self.limits, self.tar, self.inflated = limits, tar, inflated
+        self.seen: dict[str, str] = {}  # name -> sha256 of each file read
+
+    def head(self, trust: Trust | None) -> tuple[BundleHead, tuple[tarfile.TarInfo, str] | None]:
+        """Read manifest.json (the first file) and manifest.sig (right after it, if signed),
+        check the signature with `trust` (None: not here), then parse the manifest. Returns the
+        head and the next file's header."""
+        first = _next_file(self.tar, self.seen, self.limits)
+        if first is None or first[1] != MANIFEST:
+            raise BundleError(
+                ErrorCode.MANIFEST_MISSING,
+                "the bundle has no manifest.json"
+                + (f" as its first file (it begins with {first[1]!r})" if first else "")
+                + "; build bundles with edge-agent bundle build",
+            )
+        data = self._small(first, MAX_MANIFEST_BYTES)
+        signature, after = None, _next_file(self.tar, self.seen, self.limits)
+        if after is not None and after[1] == SIGNATURE:
+            signature, after = self._small(after, MAX_SIGNATURE_BYTES), _next_file(self.tar, self.seen, self.limits)
+        if trust is not None:
+            check_signature(data, signature, trust)
+        return BundleHead(data, parse_manifest(data), signature), after
+
+    def _small(self, member: tuple[tarfile.TarInfo, str], most: int) -> bytes:
+        info, name = member
+        if info.size > most:
+            raise BundleError(ErrorCode.TOO_LARGE, f"{name} has {info.size} bytes; at most {most} are allowed")
+        self.inflated.allow(info.size)
+        source = self.tar.extractfile(info)
+        assert source is not None  # a regular file always has content
+        data = source.read()
+        self.seen[name] = hashlib.sha256(data).hexdigest()
+        return data
+
+    def extract(
+        self, head: BundleHead, member: tuple[tarfile.TarInfo, str] | None, dest: Path, fsync: bool
+    ) -> dict[str, str]:
+        """Write head's files and every other file (from `member` on) into `dest`; each must be
+        listed in the manifest with its size, within the limits, before a byte of it is read."""
+        entries: list[ArtifactEntry | FileEntry] = [*head.manifest.artifacts, *head.manifest.files]
+        sizes = {e.path: e.size for e in entries}
+        _write(dest / MANIFEST, [head.data], fsync)
+        if head.signature is not None:
+            _write(dest / SIGNATURE, [head.signature], fsync)
+        total = len(head.data) + len(head.signature or b"")
+        while member is not None:
+            info, name = member
+            if name == SIGNATURE:
+                raise BundleError(ErrorCode.UNEXPECTED_FILE, "manifest.sig must come right after manifest.json")
+            total += info.size
+            if total > self.limits.max_bytes:
+                raise BundleError(ErrorCode.TOO_LARGE, f"bundle unpacks to more than {self.limits.max_bytes} bytes")
+            if name not in sizes:
+                raise BundleError(ErrorCode.UNEXPECTED_FILE, f"files not listed in the manifest: {name}")
+            if info.size != sizes[name]:
+                raise BundleError(
+                    ErrorCode.ARTIFACT_HASH_MISMATCH, f"{name} has {info.size} bytes, the manifest says {sizes[name]}"
+                )
+            self.inflated.allow(info.size)
+            source = self.tar.extractfile(info)
+            assert source is not None  # a regular file always has content
+            self.seen[name] = _write(dest / name, iter(partial(source.read, _CHUNK), b""), fsync)
+            member = _next_file(self.tar, self.seen, self.limits)
+        return dict(self.seen)
+
+
+def _write(target: Path, chunks: Iterable[bytes], fsync: bool) -> str:
+    """Write `chunks` to the new file `target`; its sha256."""
+    digest = hashlib.sha256()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("xb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+            digest.update(chunk)
+        if fsync:
+            out.flush()
+            os.fsync(out.fileno())
+    return digest.hexdigest()
+
+
+@contextmanager
+def _opened(bundle: Path, limits: Limits, hash_bundle: bool) -> Iterator[tuple[_Bundle, _RawReader]]:
+    """`bundle` open for one pass, its errors as `BundleError` codes."""
+    seen: dict[str, str] = {}
     try:
-        with (
-            bundle.open("rb") as raw,
-            tarfile.open(
-                fileobj=(reader := _HashingReader(raw) if hash_bundle else raw), mode="r|*", bufsize=_CHUNK
-            ) as tar,
-        ):
-            for member in tar:
-                path = _member_path(member.name)
-                if member.issym() or member.islnk():
-                    raise BundleError(ErrorCode.LINK_ENTRY, f"bundle entry {member.name!r} is a link")
-                if member.isdir():
-                    continue
-                if not member.isfile():
-                    raise BundleError(
-                        ErrorCode.SPECIAL_ENTRY, f"bundle entry {member.name!r} is a device, fifo or other special file"
-                    )
-                if str(path) in files:
-                    raise BundleError(ErrorCode.DUPLICATE_ENTRY, f"bundle entry {member.name!r} appears twice")
-                if not _allowed(path):
-                    raise BundleError(
-                        ErrorCode.UNEXPECTED_FILE, f"bundle entry {member.name!r} is not a file a bundle may carry"
-                    )
-                if len(files) >= limits.max_files:
-                    raise BundleError(ErrorCode.TOO_MANY_FILES, f"bundle has more than {limits.max_files} files")
-                digest = hashlib.sha256()
-                source = tar.extractfile(member)
-                assert source is not None  # a regular file always has content
-                target = dest / path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with target.open("xb") as out:
-                    while chunk := source.read(_CHUNK):
-                        total += len(chunk)
-                        if total > limits.max_bytes:
-                            raise BundleError(
-                                ErrorCode.TOO_LARGE, f"bundle unpacks to more than {limits.max_bytes} bytes"
-                            )
-                        out.write(chunk)
-                        digest.update(chunk)
-                    if fsync:
-                        out.flush()
-                        os.fsync(out.fileno())
-                files[str(path)] = digest.hexdigest()
-            sha256 = reader.drain() if isinstance(reader, _HashingReader) else None
+        with bundle.open("rb") as raw:
+            source = _RawReader(raw, hash_bundle)
+            inflated = _Inflated(raw, source, bundle.name, limits.max_compression_ratio)
+            with tarfile.open(fileobj=inflated, mode="r|", bufsize=_TAR_BUFSIZE) as tar:
+                opened = _Bundle(limits, tar, inflated)
+                seen = opened.seen
+                yield opened, source
     except BundleError:
         raise
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise BundleError(ErrorCode.DISK_FULL, f"no space left while unpacking into {dest}") from exc
-        if isinstance(exc, tarfile.ReadError) or "not a gzip file" in str(exc).lower():
+            raise BundleError(ErrorCode.DISK_FULL, f"no space left while unpacking {bundle.name}") from exc
+        if isinstance(exc, tarfile.ReadError) or "not a gzip" in str(exc).lower():
             raise BundleError(ErrorCode.NOT_A_TAR, f"{bundle.name} is not a tar archive ({exc})") from exc
         raise BundleError(ErrorCode.UNPACK_FAILED, f"cannot unpack {bundle.name}: {exc}") from exc
-    except zlib.error as exc:
+    except (zlib.error, lzma.LZMAError) as exc:
         raise BundleError(ErrorCode.BUNDLE_TRUNCATED, f"{bundle.name}: compressed data is corrupt ({exc})") from exc
     except (tarfile.ReadError, tarfile.StreamError, EOFError) as exc:
-        if not files and not isinstance(exc, EOFError) and "unexpected end" not in str(exc).lower():
+        if not seen and not isinstance(exc, EOFError) and "unexpected end" not in str(exc).lower():
             raise BundleError(ErrorCode.NOT_A_TAR, f"{bundle.name} is not a tar archive ({exc})") from exc
         raise BundleError(
             ErrorCode.BUNDLE_TRUNCATED, f"{bundle.name} ends early: incomplete download? ({exc})"
         ) from exc
     except tarfile.TarError as exc:
         raise BundleError(ErrorCode.NOT_A_TAR, f"{bundle.name} is not a valid tar archive ({exc})") from exc
+
+
+def unpack(
+    bundle: Path,
+    dest: Path,
+    limits: Limits,
+    fsync: bool = False,
+    hash_bundle: bool = True,
+    trust: Trust | None = None,
+) -> Unpacked:
+    """Extract `bundle` into the empty folder `dest`, enforcing `limits`, hashing the files (and,
+    with `hash_bundle`, the bundle itself) as it goes, so the bundle is read once.
+
+    manifest.json must be the first file and manifest.sig (when signed) the second: with `trust`
+    the signature is checked over the manifest before anything else is inflated. Every other
+    file must be listed in the manifest with its size, checked against the limits from its tar
+    header before a byte of it is read; what decompression produces is bounded by those sizes
+    (tar headers included) and by ``limits.max_compression_ratio``, so neither a compression
+    bomb nor a huge tar header is inflated, written or held in memory.
+
+    Raises `BundleError` (``NOT_A_TAR``, ``BUNDLE_TRUNCATED``, ``UNSAFE_PATH``, ``LINK_ENTRY``,
+    ``SPECIAL_ENTRY``, ``DUPLICATE_ENTRY``, ``UNEXPECTED_FILE``, ``TOO_MANY_FILES``,
+    ``TOO_LARGE``, ``TOO_COMPRESSED``, ``MANIFEST_MISSING``, ``MANIFEST_NOT_JSON``,
+    ``MANIFEST_INVALID``, ``ARTIFACT_HASH_MISMATCH`` (a size), the signature's codes (with
+    `trust`), ``DISK_FULL``); `dest` may then hold a partial extraction.
+    """
+    with _opened(bundle, limits, hash_bundle) as (opened, source):
+        head, member = opened.head(trust)
+        files = opened.extract(head, member, dest, fsync)
+        sha256 = source.drain()
     return Unpacked(files, sha256)
+
+
+def read_bundle_manifest(bundle: Path) -> BundleHead:
+    """The manifest (and signature, unchecked) of a bundle file, read without inflating the
+    rest: what ``fleet push`` and ``bundle inspect`` need. Raises `BundleError` as `unpack` does."""
+    with _opened(bundle, Limits(), hash_bundle=False) as (opened, _):
+        head, _ = opened.head(None)
+    return head
+
+
+def parse_manifest(data: bytes) -> Manifest:
+    """manifest.json's bytes as a `Manifest`; `BundleError` ``MANIFEST_NOT_JSON`` or ``MANIFEST_INVALID``."""
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(ErrorCode.MANIFEST_NOT_JSON, f"manifest.json is not JSON: {exc}") from exc
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(validation_problems(exc)[:5])
+        raise BundleError(ErrorCode.MANIFEST_INVALID, f"manifest.json: {problems}") from exc
 
 
 def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
@@ -209,15 +428,7 @@ def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
     if not path.is_file():
         raise BundleError(ErrorCode.MANIFEST_MISSING, "the bundle has no manifest.json")
     data = path.read_bytes()
-    try:
-        raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BundleError(ErrorCode.MANIFEST_NOT_JSON, f"manifest.json is not JSON: {exc}") from exc
-    try:
-        return data, Manifest.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(validation_problems(exc)[:5])
-        raise BundleError(ErrorCode.MANIFEST_INVALID, f"manifest.json: {problems}") from exc
+    return data, parse_manifest(data)
 
 
 def read_reference(folder: Path, manifest: Manifest) -> dict[str, npt.NDArray[Any]]:
@@ -251,17 +462,7 @@ def verify_unpacked(
     data, manifest = read_manifest(folder)
     sig_path = folder / SIGNATURE
     signature = sig_path.read_bytes() if sig_path.is_file() else None
-    signer: str | None = None
-    if signature is None and allow_unsigned:
-        signer = None
-    elif signature is not None and not trusted and allow_unsigned:
-        signer = None  # signed, but this device trusts no key and accepts unsigned bundles
-    elif not trusted:
-        raise BundleError(
-            ErrorCode.NO_TRUSTED_KEYS, "this device trusts no signing key and unsigned bundles are not allowed"
-        )
-    else:
-        signer = verify(data, signature, trusted)
+    signer = check_signature(data, signature, Trust(trusted, allow_unsigned))
     listed = {MANIFEST, SIGNATURE}
     entries: list[ArtifactEntry | FileEntry] = [*manifest.artifacts, *manifest.files]
     for entry in entries:

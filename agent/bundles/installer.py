@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agent.bundles.archive import Limits, Verified, sha256_file, unpack, verify_unpacked
+from agent.bundles.archive import Limits, Trust, Verified, sha256_file, unpack, verify_unpacked
 from agent.bundles.engine_settings import version_settings
 from agent.bundles.manifest import Manifest
 from agent.bundles.record import Deployment, State, fsync_tree
@@ -83,7 +83,7 @@ class InstallPolicy:
         return cls(
             trusted=[load_public_key(path) for path in config.trust_keys],
             allow_unsigned=config.allow_unsigned,
-            limits=Limits(limits.max_files, limits.max_bytes),
+            limits=Limits(limits.max_files, limits.max_bytes, limits.max_compression_ratio),
             preference=config.runtime,
             runtimes=config.runtime_settings(),
             autotune=config.deployments.autotune,
@@ -289,7 +289,13 @@ def install(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir()
-        unpacked = unpack(bundle_path, staging, policy.limits, hash_bundle=not sha256_checked)
+        unpacked = unpack(
+            bundle_path,
+            staging,
+            policy.limits,
+            hash_bundle=not sha256_checked,
+            trust=Trust(policy.trusted, policy.allow_unsigned),  # checked before the rest is inflated
+        )
         if unpacked.sha256 is not None and unpacked.sha256 != sha:
             raise BundleError(
                 ErrorCode.BUNDLE_HASH_MISMATCH,

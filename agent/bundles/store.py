@@ -22,6 +22,7 @@ installed by the interrupted deployment itself.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from dataclasses import asdict, dataclass
@@ -33,6 +34,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State, Tuning, atomic_write, fsync_dir
 from agent.errors import BundleError, ErrorCode, validation_problems
+
+log = logging.getLogger(__name__)
 
 PointerName = Literal["current", "previous"]
 _TUNING = TypeAdapter(Tuning)
@@ -147,11 +150,35 @@ class Store:
             restored = deployment.from_sha if self.info(deployment.from_sha) else None
             self._set_pointer("current", restored)
             if self.previous_sha() == deployment.from_sha:
-                self._set_pointer(
-                    "previous", deployment.previous_before if self.info(deployment.previous_before) else None
-                )
+                self._set_pointer("previous", self._previous_for(deployment, restored))
         if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):
             self.remove_version(deployment.sha256)
+
+    def _previous_for(self, deployment: Deployment, current: str | None) -> str | None:
+        """The `previous` to restore when undoing `deployment`: its `previous_before` if still
+        installed; a record without one (an older agent's) keeps the newest other installed
+        version, with a warning, rather than losing the rollback target."""
+        if deployment.previous_before is not None:
+            return deployment.previous_before if self.info(deployment.previous_before) else None
+        others = sorted(
+            (
+                p
+                for p in self.versions.iterdir()
+                if p.is_dir()
+                and not p.name.endswith(".tmp")
+                and p.name not in (current, deployment.sha256)
+                and self.info(p.name)
+            ),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        kept = others[0].name if others else None
+        log.warning(
+            "deployment %s has no previous_before in its record; keeping %s as the previous version",
+            deployment.id,
+            kept[:12] if kept else "none",
+        )
+        return kept
 
     def info(self, sha: str | None) -> VersionInfo | None:
         if sha is None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.decoding.decoders import DECODER_CHOICES
 
 if TYPE_CHECKING:
+    from agent.bundles.archive import Trust
     from runtimes.engine_cache import EngineKey
 
 from typing import TYPE_CHECKING, get_args
@@ -126,7 +127,8 @@ def _engine_file(path: Path) -> tuple[Path, EngineKey]:
 
 
 @contextmanager
-def _unpacked(bundle: Path) -> Iterator[Path]:
+def _unpacked(bundle: Path, trust: Trust) -> Iterator[Path]:
+    """`bundle` unpacked into a temporary folder, its signature checked with `trust` first."""
     import tempfile
 
     from agent.bundles.archive import Limits, unpack
@@ -134,16 +136,17 @@ def _unpacked(bundle: Path) -> Iterator[Path]:
     if not bundle.is_file():
         raise CliError(f"bundle not found: {bundle}")
     with tempfile.TemporaryDirectory(prefix="edge-agent-bundle-") as folder:
-        unpack(bundle, Path(folder), Limits())
+        unpack(bundle, Path(folder), Limits(), trust=trust)
         yield Path(folder)
 
 
 def _bundle_inspect(args: argparse.Namespace) -> int:
-    from agent.bundles.archive import read_manifest
+    from agent.bundles.archive import read_bundle_manifest
 
-    with _unpacked(args.bundle) as folder:
-        _, manifest = read_manifest(folder)
-        signed = (folder / "manifest.sig").is_file()
+    if not args.bundle.is_file():
+        raise CliError(f"bundle not found: {args.bundle}")
+    head = read_bundle_manifest(args.bundle)  # the manifest alone: nothing else is inflated
+    manifest, signed = head.manifest, head.signature is not None
     if args.json:
         print(json.dumps(manifest.model_dump(mode="json")))
         return 0
@@ -163,12 +166,12 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
 
 
 def _bundle_verify(args: argparse.Namespace) -> int:
-    from agent.bundles.archive import verify_unpacked
+    from agent.bundles.archive import Trust, verify_unpacked
     from agent.bundles.signing import load_public_key
 
     config = device_config(args)
     trusted = [load_public_key(p) for p in config.trust_keys]
-    with _unpacked(args.bundle) as folder:
+    with _unpacked(args.bundle, Trust(trusted, config.allow_unsigned)) as folder:
         verified = verify_unpacked(folder, trusted, config.allow_unsigned)
     signer = f"signed by key {verified.signer}" if verified.signer else "UNSIGNED (allowed by --allow-unsigned)"
     print(f"{args.bundle}: OK, {verified.manifest.name} {verified.manifest.version}, {signer}")

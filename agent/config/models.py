@@ -47,6 +47,13 @@ class _Section(BaseModel):
 class BundleLimitsConfig(_Section):
     max_files: int = Field(default=256, ge=1, description="Most files one bundle may hold.")
     max_bytes: int = Field(default=1 << 30, ge=1, description="Most bytes one bundle may unpack to.")
+    max_compression_ratio: float = Field(
+        default=100.0,
+        ge=1,
+        allow_inf_nan=False,
+        description="Most bytes a compressed (gzip, bz2, xz) bundle may unpack to per byte of the file; more is "
+        "refused (TOO_COMPRESSED) as it inflates.",
+    )
     max_bundle_bytes: int = Field(
         default=1 << 30,
         ge=1,

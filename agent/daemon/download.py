@@ -17,11 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.config.models import AgentConfig
-from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
+from agent.daemon.transfer import CORRUPT_ATTEMPTS, Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError, ErrorCode
 from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics
+from pipelines.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,12 @@ class BundleDownload:
         cancel: threading.Event,
         report: Callable[[DownloadProgress], None],
         problem: Callable[[str | None], None],
+        backoff: Backoff | None = None,
     ) -> None:
+        """`backoff` paces fetching corrupt chunks again (default 2 s doubling to 30 s)."""
         self.config, self.link, self.topics, self.downloads = config, link, topics, downloads
         self.cancel, self._report, self._problem = cancel, report, problem
+        self._backoff = backoff or Backoff(initial=2.0, maximum=30.0)
         self._arrived = threading.Condition()
         self._index: ChunkIndex | None = None
 
@@ -78,14 +82,29 @@ class BundleDownload:
         _remove_others(self.downloads, keep=desired.sha256)
         on_downloading()
         try:
-            self._fetch(desired, partial)
-            partial.finish()
+            for attempt in range(1, CORRUPT_ATTEMPTS + 1):
+                self._fetch(desired, partial)
+                try:
+                    partial.finish()
+                    break
+                except BundleError as exc:
+                    if exc.code != ErrorCode.CHUNK_CORRUPT or attempt == CORRUPT_ATTEMPTS:
+                        raise
+                    self._refetch(partial, exc)
+            self._problem(None)
         except BundleError:
             partial.remove()
             raise
         finally:
             partial.close()
         return partial
+
+    def _refetch(self, partial: PartialBundle, error: BundleError) -> None:
+        """Forget the chunks `finish` found corrupt and wait a backoff before fetching them again."""
+        self._problem(f"{error.message.removesuffix('; push the bundle again')}: fetching it again")
+        partial.discard(partial.corrupt)
+        if self.cancel.wait(self._backoff.next_delay()):
+            raise Cancelled()
 
     def _on_index(self, message: Message) -> None:  # paho's network thread
         if not message.payload:
@@ -101,29 +120,44 @@ class BundleDownload:
             self._arrived.notify_all()
 
     def _wait_index(self, desired: Desired) -> ChunkIndex:
+        """The chunk index that matches `desired`. One that does not (replaced on the broker by
+        someone else, or left from another push) is waited past for up to
+        ``deployments.stall_timeout_s``, then refused (``INDEX_MISMATCH``)."""
         topic = self.topics.index(desired.sha256)
         self.link.subscribe(topic, self._on_index)
-        warn_at = time.monotonic() + self.config.deployments.stall_timeout_s
+        stall = self.config.deployments.stall_timeout_s
+        warn_at, refuse_at = time.monotonic() + stall, float("inf")
+        announced = (desired.sha256, desired.size, desired.chunk_size, desired.chunks)
         try:
             with self._arrived:
-                while self._index is None:
+                while True:
+                    index = self._index
+                    if (
+                        index is not None
+                        and (index.sha256, index.size, index.chunk_size, len(index.chunks)) == announced
+                    ):
+                        break
+                    if index is not None and refuse_at == float("inf"):
+                        refuse_at = time.monotonic() + stall
+                        self._problem(
+                            f"the chunk index on {topic} does not match the desired document (sha256, size, chunk "
+                            f"size or count differ); waiting up to {stall:.0f} s for the right one"
+                        )
+                    if time.monotonic() > refuse_at:
+                        raise BundleError(
+                            ErrorCode.INDEX_MISMATCH,
+                            f"the chunk index of {desired.sha256[:12]} does not match the desired document "
+                            "(sha256, size, chunk size or count differ); push the bundle again",
+                        )
                     if self.cancel.is_set():
                         raise Cancelled()
                     self._arrived.wait(0.5)
-                    if time.monotonic() > warn_at:
+                    if index is None and time.monotonic() > warn_at:
                         warn_at = float("inf")
                         self._problem(f"no chunk index {topic} on the broker (removed by fleet gc?); still waiting")
-                index = self._index
         finally:
             self.link.unsubscribe(topic)
         self._problem(None)
-        announced = (desired.sha256, desired.size, desired.chunk_size, desired.chunks)
-        if (index.sha256, index.size, index.chunk_size, len(index.chunks)) != announced:
-            raise BundleError(
-                ErrorCode.INDEX_MISMATCH,
-                f"the chunk index of {desired.sha256[:12]} does not match the desired document "
-                "(sha256, size, chunk size or count differ); push the bundle again",
-            )
         return index
 
     def _fetch(self, desired: Desired, partial: PartialBundle) -> None:

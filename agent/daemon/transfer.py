@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import http.client
 import logging
 import os
 import queue
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]  # chunks done, chunks total; called on arrivals and again while waiting
 
+#: times one chunk may arrive corrupt (the wrong length, or bytes that fail its hash) before the
+#: download gives up with ``CHUNK_CORRUPT``: the index's hashes let the device fetch it again
+CORRUPT_ATTEMPTS = 3
+
 
 class Cancelled(Exception):
     """The download was stopped (agent stopping, or the desired bundle changed); it can resume."""
@@ -55,6 +60,7 @@ class PartialBundle:
         self._fd: int | None = None
         self._digest = hashlib.sha256()  # of the chunks before `_hashed`, in order
         self._hashed = 0
+        self.corrupt: list[int] = []  # the chunks the last `finish` found not matching the index
 
     def open(self) -> PartialBundle:
         """Create the file, or find which chunks an earlier run already wrote."""
@@ -129,9 +135,8 @@ class PartialBundle:
         if not self.complete:
             raise BundleError(ErrorCode.INSTALL_FAILED, f"{len(self.missing())} chunks of {self.path} are missing")
         self.hash_ready()
-        self.close()
         if self._digest.hexdigest() != self.index.sha256:
-            bad = self._corrupt_chunks()
+            bad = self.corrupt = self._corrupt_chunks()
             if bad:
                 raise BundleError(
                     ErrorCode.CHUNK_CORRUPT,
@@ -144,7 +149,15 @@ class PartialBundle:
                 f"the downloaded chunks make a bundle hashing to {self._digest.hexdigest()[:12]}, not "
                 f"{self.index.sha256[:12]} as announced; push it again",
             )
+        self.close()
         return self.path
+
+    def discard(self, chunks: list[int]) -> None:
+        """Forget `chunks` (found corrupt by `finish`), so they are fetched again; the whole-file
+        hash starts over (it read them)."""
+        with self._lock:
+            self.done.difference_update(chunks)
+            self._digest, self._hashed = hashlib.sha256(), 0
 
     def _corrupt_chunks(self) -> list[int]:
         """The chunks on disk that do not match their hash in the index."""
@@ -201,6 +214,7 @@ class _MqttFetch:
         self.outstanding: set[int] = set()  # asked for one by one and not arrived (downloading thread)
         self.bulk: str | None = None  # the wildcard filter while in bulk mode
         self.strays = 0  # retained chunk topics beyond the index (a stray left on the broker): ignored
+        self.corrupt: dict[int, int] = {}  # chunk -> arrivals of the wrong length
 
     def on_chunk(self, message: Message) -> None:
         leaf = message.topic.rsplit("/", 1)[1]
@@ -229,11 +243,28 @@ class _MqttFetch:
             if not 0 <= i < len(self.partial.index.chunks):
                 self.strays += 1
                 continue
+            if len(data) != self.partial.index.span(i)[1]:
+                if i not in self.partial.done:  # a late copy of a chunk stored already is no harm
+                    self._corrupt(i, len(data))
+                continue
             self.partial.write(i, data)
             if self.bulk is None:
                 self.link.unsubscribe(self.topics.chunk(self.sha, i))
             self.outstanding.discard(i)
         return len(arrivals)
+
+    def _corrupt(self, i: int, size: int) -> None:
+        """Chunk `i` arrived with `size` bytes, not its length: left missing, so it is asked for
+        again after the stall timeout; `BundleError` ``CHUNK_CORRUPT`` the `CORRUPT_ATTEMPTS`th time."""
+        self.corrupt[i] = self.corrupt.get(i, 0) + 1
+        length = self.partial.index.span(i)[1]
+        if self.corrupt[i] >= CORRUPT_ATTEMPTS:
+            raise BundleError(
+                ErrorCode.CHUNK_CORRUPT,
+                f"chunk {i} of bundle {self.sha[:12]} arrived {self.corrupt[i]} times with the wrong length "
+                f"({size} bytes, the index says {length}); push the bundle again",
+            )
+        log.warning("download %s: chunk %d has %d bytes, not %d; asking again later", self.sha[:12], i, size, length)
 
     def start_bulk(self) -> int:
         """Subscribe to every chunk at once; returns the link's reconnect count at that time."""
@@ -330,9 +361,16 @@ def fetch_over_http(
     progress: Progress,
     backoff: Backoff | None = None,
 ) -> None:
-    """Fetch the missing chunks with HTTP Range requests; transient failures are retried with
-    backoff, a client error (4xx) or a server without Range support ends it (``DOWNLOAD_FAILED``)."""
+    """Fetch the missing chunks with HTTP Range requests; transient failures (a connection
+    refused or dropped, also in the middle of a chunk, a 5xx answer) are retried with backoff, a
+    client error (4xx) or a server without Range support ends it (``DOWNLOAD_FAILED``).
+
+    A chunk is read a piece at a time (`READ_PIECE`): `cancel` is checked and `progress` called
+    between pieces, so a server that drips bytes cannot hold the download past its deadline (the
+    deployer sets `cancel` then) nor keep it from reporting what is on disk. `timeout` bounds
+    each wait for the server (connecting, and each piece)."""
     backoff = backoff or Backoff(initial=1.0, maximum=60.0)
+    total = len(partial.index.chunks)
     limit = _RateLimit(max_rate)
     for i in partial.missing():
         start, length = partial.index.span(i)
@@ -350,8 +388,10 @@ def fetch_over_http(
                             ErrorCode.DOWNLOAD_FAILED,
                             f"{url} answered {response.status} to a Range request; it must send 206",
                         )
-                    data = response.read(length + 1)
+                    data = _read_piecewise(response, length, cancel, lambda: progress(len(partial.done), total))
                 break
+            except _CutShort as exc:
+                error = str(exc)
             except urllib.error.HTTPError as exc:
                 if 400 <= exc.code < 500:
                     raise BundleError(ErrorCode.DOWNLOAD_FAILED, f"{url}: HTTP {exc.code} {exc.reason}") from exc
@@ -365,4 +405,32 @@ def fetch_over_http(
         backoff.reset()
         partial.write(i, data)
         partial.hash_ready()
-        progress(len(partial.done), len(partial.index.chunks))
+        progress(len(partial.done), total)
+
+
+#: bytes read from an HTTP response at a time, checking for cancellation in between
+READ_PIECE = 64 << 10
+
+
+class _CutShort(Exception):
+    """The server closed the connection before the whole chunk arrived (retried)."""
+
+
+def _read_piecewise(
+    response: http.client.HTTPResponse, length: int, cancel: threading.Event, waiting: Callable[[], None]
+) -> bytes:
+    """Up to `length` + 1 bytes of `response` (one more shows a server sending too much), read
+    as they arrive; `waiting` is called between pieces. Raises `Cancelled` when `cancel` is set
+    and `_CutShort` when the body ends before `length` bytes."""
+    data = bytearray()
+    while len(data) <= length:
+        if cancel.is_set():
+            raise Cancelled()
+        piece = response.read1(min(READ_PIECE, length + 1 - len(data)))
+        if not piece:
+            break
+        data += piece
+        waiting()
+    if len(data) < length:
+        raise _CutShort(f"the connection closed after {len(data)} of the chunk's {length} bytes")
+    return bytes(data)

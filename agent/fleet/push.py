@@ -10,7 +10,6 @@ document is published."""
 from __future__ import annotations
 
 import hashlib
-import tarfile
 import threading
 import time
 import uuid
@@ -19,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import ValidationError
 
+from agent.bundles.archive import read_bundle_manifest
 from agent.bundles.manifest import Manifest
 from agent.bundles.record import FINAL_STATES
 from agent.errors import BundleError, ErrorCode
@@ -32,25 +31,15 @@ from agent.mqtt.limits import fit_chunk_size, publish_packet_size
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import DEFAULT_CHUNK_SIZE, MAX_CHUNKS, ChunkIndex, Desired, Release, Topics
 
-MAX_MANIFEST_BYTES = 1 << 20
-
 
 def bundle_manifest(bundle: Path) -> Manifest:
-    """Read the manifest out of a bundle file without unpacking the rest."""
+    """Read the manifest out of a bundle file (plain or compressed) without inflating the rest."""
     try:
-        with tarfile.open(bundle, "r:") as tar:
-            member = tar.getmember("manifest.json")
-            if not member.isfile() or member.size > MAX_MANIFEST_BYTES:
-                raise BundleError(ErrorCode.MANIFEST_INVALID, f"{bundle}: manifest.json is not a small regular file")
-            raw = tar.extractfile(member)
-            assert raw is not None
-            return Manifest.model_validate_json(raw.read())
-    except (OSError, tarfile.TarError, KeyError) as exc:
-        raise BundleError(
-            ErrorCode.NOT_A_BUNDLE, f"{bundle} is not a bundle (a tar with manifest.json): {exc}"
-        ) from exc
-    except ValidationError as exc:
-        raise BundleError(ErrorCode.MANIFEST_INVALID, f"{bundle}: manifest.json is not valid: {exc}") from exc
+        return read_bundle_manifest(bundle).manifest
+    except OSError as exc:
+        raise BundleError(ErrorCode.NOT_A_BUNDLE, f"{bundle} cannot be read: {exc.strerror}") from exc
+    except BundleError as exc:
+        raise BundleError(ErrorCode.NOT_A_BUNDLE, f"{bundle} is not a bundle: {exc}") from exc
 
 
 def push(

@@ -28,8 +28,9 @@ def answer(broker: Broker, device: str, name: str, key: Path, args: dict[str, ob
 def test_an_index_that_does_not_match_the_desired_document_is_refused(
     broker: Broker, watcher: Watcher, agents, bundles, operator_key: Path
 ) -> None:
-    """INDEX_MISMATCH: the chunk index on the broker is checked against the signed desired document."""
-    agents("dev1")
+    """INDEX_MISMATCH: the chunk index on the broker is checked against the signed desired document
+    (and waited past for the stall timeout, in case the right one comes)."""
+    agents("dev1", deployments={"stall_timeout_s": 1})
     online(watcher, "dev1")
     data = bundles["v1"].read_bytes()
     index = ChunkIndex.of(data, 64 * 1024)

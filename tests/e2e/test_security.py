@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -184,6 +185,14 @@ def test_every_deployment_ends_with_a_reported_state(
     assert (record["state"], record["error"]["code"]) == ("FAILED", "DOWNLOAD_TIMEOUT"), record
     assert "retrying" in agent.output(), "the 503s were retried until the deadline"
 
+    dripping = desired_for(  # 100 bytes every 0.5 s: the socket never times out, the deadline must end it
+        bundles["v1"], "dev1", operator_key, sha256="56" * 32, version="3.6.0", source="url", url=http_drip()
+    )
+    publish_raw(broker, [("edge/bundles/" + "56" * 32 + "/index", index_for(bundles["v1"], "56" * 32))])
+    publish_raw(broker, [("edge/dev1/desired", dripping.to_bytes())])
+    record = finished(watcher, "dev1", dripping.id)
+    assert (record["state"], record["error"]["code"]) == ("FAILED", "DOWNLOAD_TIMEOUT"), record
+
     stuck = desired_for(bundles["v1"], "dev1", operator_key, sha256="12" * 32, version="4.0.0")
     publish_raw(broker, [("edge/dev1/desired", stuck.to_bytes())])
     watcher.wait_json("edge/dev1/deployment", lambda d: d["id"] == stuck.id and d["state"] == "QUEUED", 10)
@@ -206,6 +215,32 @@ def http_503() -> str:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Overloaded)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/bundle"
+
+
+def http_drip() -> str:
+    """A URL whose server answers each Range request 206 and then drips 100 bytes every 0.5 s
+    (a link that never quite stalls), until the test process ends."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Dripping(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            first, last = (int(v) for v in self.headers["Range"].removeprefix("bytes=").split("-"))
+            self.send_response(206)
+            self.send_header("Content-Length", str(last - first + 1))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(0, last - first + 1, 100):
+                    self.wfile.write(bytes(100))
+                    self.wfile.flush()
+                    threading.Event().wait(0.5)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Dripping)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}/bundle"
 

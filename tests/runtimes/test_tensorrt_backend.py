@@ -118,3 +118,30 @@ def test_fp16_outputs_are_converted_to_float32(trt_double: TrtDouble, tmp_path: 
         x = np.stack([np.full((8, 8), v, np.float32) for v in (0.25, 0.5, 1.5)])[None]
         (out,) = runtime.infer([x])
     assert out.dtype == np.float32 and out.tolist() == [[0.25, 0.5, 1.5]]
+
+
+def test_an_engine_with_host_code_is_never_deserialized(
+    trt_double: TrtDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend turns TensorRT's host-code setting off itself, so a plan carrying executable
+    host code is refused even where the runtime's default would allow it (the double's default
+    is made permissive here; TensorRT 10's is off)."""
+    from runtimes.tensorrt_backend import EngineLoadError, TensorRTBackend
+
+    prepared = prepare_engine(FIXED, config(tmp_path))
+    image = trt_double.internals.EngineImage.parse(prepared.path.read_bytes())
+    image.host_code = True
+    planted = tmp_path / "host-code.engine"
+    planted.write_bytes(image.serialize())
+    initial = trt_double.trt.Runtime.__init__
+
+    def permissive(self, logger) -> None:  # type: ignore[no-untyped-def]
+        initial(self, logger)
+        self.engine_host_code_allowed = True
+
+    monkeypatch.setattr(trt_double.trt.Runtime, "__init__", permissive)
+    with pytest.raises(EngineLoadError, match="contains host code"):
+        TensorRTBackend(planted, FIXED, prepared.record)
+    runtime = TensorRTBackend(prepared.path, FIXED, prepared.record)  # the same engine without host code loads
+    assert runtime._trt_runtime.engine_host_code_allowed is False
+    runtime.close()

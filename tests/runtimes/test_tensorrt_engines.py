@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,23 @@ def test_a_failed_build_is_recorded_and_not_retried_unless_forced(trt_double: Tr
     assert len(trt_double.internals.builds) == builds
     assert prepare_engine(FIXED, settings, force=True).how == "built"
     assert EngineCache(settings.engine_cache_dir).failure(caught.value.key) is None
+
+
+def test_a_prebuilt_engine_whose_header_names_another_tensorrt_is_not_used(
+    trt_double: TrtDouble, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tags say this device's TensorRT, the plan's header (bytes 24-26) says 10.12.0: the
+    engine is refused before TensorRT deserializes it, and built here instead."""
+    shipped = prepare_engine(FIXED, config(tmp_path / "operator"))
+    plan = bytearray(shipped.path.read_bytes())
+    assert tuple(plan[24:27]) == tuple(int(p) for p in shipped.key.tensorrt_version.split(".")[:3])
+    plan[25] -= 1
+    forged = tmp_path / "forged.engine"
+    forged.write_bytes(bytes(plan))
+    with caplog.at_level(logging.WARNING):
+        used = prepare_engine(FIXED, config(tmp_path / "device"), prebuilt=[Prebuilt(shipped.key, forged)])
+    assert used.how == "built"
+    assert any("was built by TensorRT 10.12.0, not" in r.getMessage() for r in caplog.records), caplog.text
+    truncated = tmp_path / "short.engine"
+    truncated.write_bytes(bytes(plan[:20]))
+    assert prepare_engine(FIXED, config(tmp_path / "d3"), prebuilt=[Prebuilt(shipped.key, truncated)]).how == "built"

@@ -7,16 +7,27 @@ import hashlib
 import io
 import json
 import re
+import tarfile
+import tracemalloc
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 from testkit import DEMO_MODELS
-from testkit.bad_bundles import CASES, MODEL, without
-from testkit.bundles import Files, read_files, resign, write_tar
+from testkit.bad_bundles import BOMB, CASES, MODEL, without
+from testkit.bundles import Files, listing, read_files, resign, write_tar
 
-from agent.bundles.archive import Limits, build_bundle, read_manifest, read_reference, unpack, verify_unpacked
+from agent.bundles.archive import (
+    RATIO_FLOOR,
+    Limits,
+    Trust,
+    build_bundle,
+    read_manifest,
+    read_reference,
+    unpack,
+    verify_unpacked,
+)
 from agent.bundles.signing import key_id, load_private_key, load_public_key, verify
 from agent.errors import BundleError
 from pipelines.decoding.detector import Detector
@@ -46,6 +57,8 @@ WORDS = {
     "too many files": "bundle has more than 3 files",
     "too many bytes": "",
     "gzip bomb": "",
+    "gzip bomb signed by a stranger": "which this device does not trust",
+    "gzip bomb signed and listed": "bytes unpacked per compressed byte (bundle_limits.max_compression_ratio)",
     "npz that needs pickle": "reference.npz cannot be loaded without pickle",
 }
 
@@ -59,8 +72,9 @@ def test_unpack_and_verify_refuse_each_bad_bundle_with_its_code(case: str, tmp_p
     folder = tmp_path / "unpacked"
     folder.mkdir()
     with pytest.raises(BundleError) as refused:
-        unpacked = unpack(bad, folder, limits or Limits())
-        verify_unpacked(folder, [load_public_key(keys["public"])], False, unpacked.files)
+        trust = Trust([load_public_key(keys["public"])])  # as `install` unpacks
+        unpacked = unpack(bad, folder, limits or Limits(), trust=trust)
+        verify_unpacked(folder, trust.keys, False, unpacked.files)
     assert refused.value.code == code, refused.value
     assert WORDS[case] in str(refused.value), refused.value
 
@@ -85,40 +99,100 @@ def test_unpack_and_verify_refuse_each_bad_bundle_with_its_code(case: str, tmp_p
         (".", "UNSAFE_PATH", "bundle entry '.' has no file name"),
     ],
 )
-def test_what_a_bundle_may_carry(name: str, code: str | None, words: str | None, tmp_path: Path) -> None:
-    """Names one at a time: models, labels, the manifest, the reference, calibration images one
-    folder down; nothing else, and no path that leaves the folder."""
-    bundle = write_tar(tmp_path / "b.bundle", {name: b"data"})
+def test_what_a_bundle_may_carry(name: str, code: str | None, words: str | None, tmp_path: Path, bundles) -> None:
+    """Names one at a time, after a manifest listing them: models, labels, the manifest, the
+    reference, calibration images one folder down; nothing else, and no path that leaves the folder."""
+    manifest = read_files(bundles["v1"])["manifest.json"]
+    bundle = write_tar(
+        tmp_path / "b.bundle",
+        listing(manifest, {name: b"data"}) if code is None else {"manifest.json": manifest, name: b"data"},
+    )
     folder = tmp_path / "unpacked"
     folder.mkdir()
     if code is None:
-        assert list(unpack(bundle, folder, Limits()).files) == [name.removeprefix("./")]
+        assert list(unpack(bundle, folder, Limits()).files) == ["manifest.json", name.removeprefix("./")]
         return
     with pytest.raises(BundleError) as refused:
         unpack(bundle, folder, Limits())
     assert refused.value.code == code and words in str(refused.value), refused.value
 
 
-def test_unpack_limits_are_inclusive_and_it_hashes_the_bundle_as_it_reads(tmp_path: Path) -> None:
-    files = {"a.onnx": b"x" * 600, "b.onnx": b"y" * 400, "labels.txt": b"z"}
+def test_unpack_limits_are_inclusive_and_it_hashes_the_bundle_as_it_reads(tmp_path: Path, bundles) -> None:
+    files = listing(
+        read_files(bundles["v1"])["manifest.json"], {"a.onnx": b"x" * 600, "b.onnx": b"y" * 400, "labels.txt": b"z"}
+    )
     bundle = write_tar(tmp_path / "b.bundle", files)
+    size = sum(len(data) for data in files.values())
 
     def unpacked(limits: Limits, **options: bool) -> object:
         folder = tmp_path / f"u{len(list(tmp_path.iterdir()))}"
         folder.mkdir()
         return unpack(bundle, folder, limits, **options)
 
-    whole = unpacked(Limits(max_files=3, max_bytes=1001), fsync=True)
+    whole = unpacked(Limits(max_files=4, max_bytes=size), fsync=True)
     assert whole.sha256 == hashlib.sha256(bundle.read_bytes()).hexdigest()  # type: ignore[attr-defined]
     assert whole.files == {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}  # type: ignore[attr-defined]
     assert unpacked(Limits(), hash_bundle=False).sha256 is None  # type: ignore[attr-defined]
     for limits, code, words in (
-        (Limits(max_files=2), "TOO_MANY_FILES", "bundle has more than 2 files"),
-        (Limits(max_bytes=1000), "TOO_LARGE", "bundle unpacks to more than 1000 bytes"),
+        (Limits(max_files=3), "TOO_MANY_FILES", "bundle has more than 3 files"),
+        (Limits(max_bytes=size - 1), "TOO_LARGE", f"bundle unpacks to more than {size - 1} bytes"),
     ):
         with pytest.raises(BundleError, match=re.escape(words)) as refused:
             unpacked(limits)
         assert refused.value.code == code
+
+
+def test_a_compression_bomb_stops_at_the_ratio_with_what_it_wrote_bounded(tmp_path: Path, keys, bundles) -> None:
+    """Signed and listed (so neither the signature nor the sizes stop it): inflating stops at
+    ``max_compression_ratio`` times the compressed bytes read, however large the file says it is."""
+    files = resign({**read_files(bundles["v1"]), MODEL: bytes(BOMB)}, keys["private"])
+    bad = write_tar(tmp_path / "bomb.bundle", files, gz=True)
+    folder = tmp_path / "unpacked"
+    folder.mkdir()
+    limits = Limits(max_compression_ratio=20)
+    with pytest.raises(BundleError) as refused:
+        unpack(bad, folder, limits)
+    assert refused.value.code == "TOO_COMPRESSED", refused.value
+    written = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert written <= max(RATIO_FLOOR, limits.max_compression_ratio * bad.stat().st_size) < BOMB
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert MODEL in unpack(write_tar(tmp_path / "plain.bundle", files), plain, limits).files, "no ratio uncompressed"
+
+
+def test_a_huge_tar_header_is_refused_before_tarfile_holds_it(tmp_path: Path, bundles) -> None:
+    """tarfile keeps a pax header in memory: one of 32 MB before the manifest is refused after
+    at most `HEADER_ROOM` of it was read (memory measured by tracemalloc, not time)."""
+    manifest = read_files(bundles["v1"])["manifest.json"]
+    bad = tmp_path / "header.bundle"
+    with tarfile.open(bad, "w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("manifest.json")
+        info.size, info.pax_headers = len(manifest), {"comment": "x" * (32 << 20)}
+        tar.addfile(info, io.BytesIO(manifest))
+    folder = tmp_path / "unpacked"
+    folder.mkdir()
+    tracemalloc.start()
+    try:
+        with pytest.raises(BundleError) as refused:
+            unpack(bad, folder, Limits())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused.value.code == "TOO_LARGE" and "tar headers take more than" in str(refused.value)
+    assert peak < 4 << 20, f"{peak} bytes held while reading the header"
+
+
+def test_manifest_and_signature_come_first(tmp_path: Path, bundles) -> None:
+    files = read_files(bundles["v1"])
+    for order, code, words in (
+        ({MODEL: files[MODEL], **files}, "MANIFEST_MISSING", f"as its first file (it begins with {MODEL!r})"),
+        ({**without(files, "manifest.sig"), "manifest.sig": files["manifest.sig"]}, "UNEXPECTED_FILE", "right after"),
+    ):
+        folder = tmp_path / f"u{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        with pytest.raises(BundleError) as refused:
+            unpack(write_tar(folder.with_suffix(".bundle"), order), folder, Limits())
+        assert refused.value.code == code and words in str(refused.value), refused.value
 
 
 def unpacked_v1(tmp_path: Path, files: Files) -> tuple[Path, dict[str, str]]:

@@ -4,6 +4,7 @@ versions), the pointer switch that never leaves the device without `current`."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -233,3 +234,24 @@ def test_nothing_to_recover_after_a_final_state(tmp_path: Path) -> None:
     deployment.to(State.SUCCEEDED)
     store.record(deployment)
     assert store.recover() is None and store.last_deployment().state == "SUCCEEDED"  # type: ignore[union-attr]
+
+
+def test_undo_without_previous_before_keeps_the_newest_other_version_as_previous(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record written without `previous_before` (an older agent, a hand-made record) crashed
+    in PROBATION: the version before `from_sha` is still installed, so it stays the rollback
+    target instead of being lost (issue 29, 7)."""
+    store = two_versions(tmp_path)  # current B, previous A
+    fake_version(store, "d" * 64, 500)  # older than A: not the one to keep
+    fake_version(store, C, 3000)
+    deployment = Deployment(id="d", sha256=C, from_sha=B, probation_s=60, name="x", version="3.0.0")
+    store.switch(C)  # current C, previous B
+    deployment.to(State.PROBATION)
+    store.record(deployment)
+    with caplog.at_level(logging.WARNING):
+        recovered = store.recover()
+    assert recovered is not None and recovered.state == "ROLLED_BACK"
+    assert (store.current_sha(), store.previous_sha()) == (B, A)
+    assert any("previous_before" in r.getMessage() and A[:12] in r.getMessage() for r in caplog.records)
+    assert store.rollback() == A, "rollback finds its target"

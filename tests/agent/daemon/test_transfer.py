@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from testkit.broker import Broker
-from testkit.net import TcpProxy, wait_until
+from testkit.net import RangeServer, TcpProxy, wait_until
 from testkit.transfer import DATA, link_to
 
 from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
@@ -105,7 +105,8 @@ def test_http_range_download_retries_a_dropped_connection(tmp_path: Path, range_
     seen: list[int] = []
     partial = http_download(tmp_path, range_server, lambda done, total: seen.append(done), drop_after=2)
     assert partial.finish().read_bytes() == DATA
-    assert seen == list(range(1, 8)), "one progress report per chunk, none fetched twice"
+    assert seen == sorted(seen) and set(seen) == set(range(8)), "reports after each chunk and while reading one"
+    assert (partial.written, partial.duplicates) == (7, 0), "none fetched twice"
 
 
 def test_http_download_retries_an_overloaded_server_until_it_answers(
@@ -115,6 +116,52 @@ def test_http_download_retries_an_overloaded_server_until_it_answers(
         partial = http_download(tmp_path, range_server, unavailable=3)
     assert partial.finish().read_bytes() == DATA
     assert sum("HTTP 503" in r.getMessage() for r in caplog.records) == 3, "each 503 retried, then served"
+
+
+def test_http_download_retries_a_connection_dropped_in_the_middle_of_a_chunk(
+    tmp_path: Path, range_server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Half of chunk 2 then a closed connection: fetched again after a backoff, not CHUNK_CORRUPT."""
+    with caplog.at_level(logging.WARNING):
+        partial = http_download(tmp_path, range_server, cut_at=2 * 16384)
+    assert partial.finish().read_bytes() == DATA
+    assert any("closed after 8192 of the chunk's 16384 bytes" in r.getMessage() for r in caplog.records)
+
+
+def test_a_dripping_server_reports_progress_and_is_left_when_cancelled(tmp_path: Path) -> None:
+    """From chunk 3 on the server sends 100 bytes per release (the test is the clock): while it
+    drips, the download reports the 3 chunks on disk again (so the record is not stuck at its
+    last report), and a cancel (the deadline, a rollback) ends it at the next piece although the
+    HTTP timeout (600 s) is far away."""
+    source = tmp_path / "bundle.tar"
+    source.write_bytes(DATA)
+    drip = threading.Semaphore(0)
+    server = RangeServer(source, drip=drip, drip_from=3 * 16384)
+    partial = PartialBundle(tmp_path / "d", ChunkIndex.of(DATA, 16384)).open()
+    cancel, seen, outcome = threading.Event(), [], []
+
+    def download() -> None:
+        try:
+            fetch_over_http(
+                server.url, partial, max_rate=0, timeout=600, cancel=cancel, progress=lambda d, t: seen.append(d)
+            )
+        except Cancelled:
+            outcome.append("cancelled")
+
+    thread = threading.Thread(target=download, daemon=True)
+    try:
+        thread.start()
+        drip.release()
+        wait_until(lambda: seen.count(3) >= 2, 10, "progress reported again while chunk 3 drips")
+        cancel.set()
+        drip.release()
+        thread.join(10)
+        assert outcome == ["cancelled"] and not thread.is_alive(), "left at the next piece"
+        assert len(partial.done) == 3
+    finally:
+        cancel.set()
+        server.close()
+        thread.join(10)
 
 
 @pytest.mark.parametrize(

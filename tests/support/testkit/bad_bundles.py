@@ -62,6 +62,8 @@ def scaled_reference(files: Files, factor: float) -> bytes:
 
 
 MODEL = "demo_detector_int8_qdq.onnx"
+#: a model of zeros: 64 MB that gzip makes about 64 KB
+BOMB = 64 << 20
 
 
 # name -> (make(files, keys, tmp) -> bundle path, expected state, expected code, limits)
@@ -171,6 +173,18 @@ CASES: dict[str, tuple[Callable[[Files, dict, Path], Path], str, str, Limits | N
         "REJECTED",
         "TOO_LARGE",
         Limits(max_bytes=8 << 20),
+    ),
+    "gzip bomb signed by a stranger": (  # refused by its signature before its size: nothing inflated
+        lambda f, k, t: write_tar(t / "b", resign({**f, MODEL: bytes(BOMB)}, k["other"]), gz=True),
+        "REJECTED",
+        "UNKNOWN_SIGNER",
+        Limits(max_bytes=BOMB // 2),
+    ),
+    "gzip bomb signed and listed": (
+        lambda f, k, t: write_tar(t / "b", resign({**f, MODEL: bytes(BOMB)}, k["private"]), gz=True),
+        "REJECTED",
+        "TOO_COMPRESSED",
+        None,
     ),
     "npz that needs pickle": (
         lambda f, k, t: write_tar(t / "b", resign({**f, "reference.npz": pickled_npz()}, k["private"])),

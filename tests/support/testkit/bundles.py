@@ -45,7 +45,13 @@ def resign(files: Files, key_path: Path, edit: Callable[[dict], None] | None = N
             data = files[entry["path"]]
             entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
     data = json.dumps(manifest, sort_keys=True, indent=2).encode() + b"\n"
-    return {**files, "manifest.json": data, "manifest.sig": signature_file(data, load_private_key(key_path))}
+    signature = signature_file(data, load_private_key(key_path))
+    return {"manifest.json": data, "manifest.sig": signature, **without_head(files)}
+
+
+def without_head(files: Files) -> Files:
+    """`files` without manifest.json and manifest.sig (a bundle's first two members)."""
+    return {k: v for k, v in files.items() if k not in ("manifest.json", "manifest.sig")}
 
 
 def install_versions(
@@ -61,3 +67,15 @@ def install_versions(
         assert deployment.state == "SUCCEEDED", deployment.error
         versions.append(store.versions / deployment.sha256)
     return versions
+
+
+def listing(manifest: bytes, extra: Files) -> Files:
+    """A bundle's files: `manifest` (a real one's bytes, unsigned) listing `extra` too, then
+    `extra`: what `unpack` takes in (it refuses a file the manifest does not list)."""
+    document = json.loads(manifest)
+    names = {name.removeprefix("./") for name in extra}
+    document["files"] = [e for e in document["files"] if e["path"] not in names] + [
+        {"path": name.removeprefix("./"), "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        for name, data in extra.items()
+    ]
+    return {"manifest.json": json.dumps(document).encode(), **extra}

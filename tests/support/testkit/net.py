@@ -143,15 +143,27 @@ class TcpProxy:
 class RangeServer:
     """HTTP on a free port serving one file with Range support (206). `drop_after` closes the
     connection after that many requests once (a flaky link); `ignore_range` answers 200;
-    `unavailable` answers that many requests 503 before serving (an overloaded server)."""
+    `unavailable` answers that many requests 503 before serving (an overloaded server); `cut_at`
+    sends the first ranged answer starting at that offset only half its body, then closes (a
+    connection dropped mid-chunk); `drip` makes answers starting at or after `drip_from` send
+    100 bytes each time the test releases the semaphore (a server dripping bytes, paced by the
+    test instead of a clock). `state["dripped"]` counts the pieces sent."""
 
     def __init__(
-        self, path: Path, drop_after: int | None = None, ignore_range: bool = False, unavailable: int = 0
+        self,
+        path: Path,
+        drop_after: int | None = None,
+        ignore_range: bool = False,
+        unavailable: int = 0,
+        cut_at: int | None = None,
+        drip: threading.Semaphore | None = None,
+        drip_from: int = 0,
     ) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        data, server_state = path.read_bytes(), {"requests": 0, "dropped": False}
-        self.state = server_state
+        data, server_state = path.read_bytes(), {"requests": 0, "dropped": False, "cut": False, "dripped": 0}
+        self.state, closing = server_state, threading.Event()
+        self._closing = closing
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
@@ -181,6 +193,23 @@ class RangeServer:
                     self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
+                first = int(ranged[6:].split("-")[0]) if ranged.startswith("bytes=") else 0
+                if cut_at == first and not server_state["cut"]:
+                    server_state["cut"] = True
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if drip is not None and first >= drip_from:
+                    for start in range(0, len(body), 100):
+                        while not drip.acquire(timeout=0.05):
+                            if closing.is_set():
+                                return
+                        self.wfile.write(body[start : start + 100])
+                        self.wfile.flush()
+                        server_state["dripped"] += 1
+                    return
                 self.wfile.write(body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -188,5 +217,6 @@ class RangeServer:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
+        self._closing.set()
         self.server.shutdown()
         self.server.server_close()

@@ -190,18 +190,23 @@ class EngineImage:
     version: str = VERSION
     calibrated: bool = False
     notes: list[str] = field(default_factory=list)
+    host_code: bool = False  # a plan with executable host code (a lean runtime, plugins) in it
 
     def serialize(self) -> bytes:
+        """MAGIC, then TensorRT's version at bytes 24-26 (major, minor, patch) as a real plan
+        carries it since TensorRT 8.6 (NVIDIA/TensorRT#3073), then the JSON header and the ONNX model."""
         header = json.dumps({k: v for k, v in self.__dict__.items() if k != "onnx"}).encode()
-        return MAGIC + len(header).to_bytes(4, "little") + header + self.onnx
+        major, minor, patch = (int(part) for part in self.version.split(".")[:3])
+        prefix = MAGIC + bytes(16) + bytes([major, minor, patch, 0])
+        return prefix + len(header).to_bytes(4, "little") + header + self.onnx
 
     @classmethod
     def parse(cls, data: bytes) -> EngineImage:
         if not data.startswith(MAGIC):
             raise ValueError("not an engine plan")
-        size = int.from_bytes(data[8:12], "little")
-        header = json.loads(data[12 : 12 + size])
-        onnx = data[12 + size :]
+        size = int.from_bytes(data[28:32], "little")
+        header = json.loads(data[32 : 32 + size])
+        onnx = data[32 + size :]
         if not onnx:
             raise ValueError("truncated engine plan")
         return cls(onnx=onnx, **header)

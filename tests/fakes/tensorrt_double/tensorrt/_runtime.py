@@ -25,6 +25,13 @@ class Runtime(_Strict):
                 ILogger.Severity.ERROR, f"IRuntime::deserializeCudaEngine: Error Code 1: Serialization ({exc})"
             )
             return None
+        if image.host_code and not self.engine_host_code_allowed:
+            self._logger.log(
+                ILogger.Severity.ERROR,
+                "IRuntime::deserializeCudaEngine: Error Code 1: Serialization (the engine contains host code "
+                "and engine_host_code_allowed is false)",
+            )
+            return None
         if image.version != _double.VERSION:
             self._logger.log(
                 ILogger.Severity.ERROR,
