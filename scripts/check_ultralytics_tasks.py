@@ -200,6 +200,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ultralytics-python", required=True, help="python of the separate Ultralytics environment")
     parser.add_argument("--models", type=Path, default=DEMO, help="folder with the task models (default agent/demo)")
+    parser.add_argument("--tasks", nargs="+", choices=sorted(FILES), default=list(FILES))
     args = parser.parse_args()
     failed = False
     measure = {
@@ -213,8 +214,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         frames, crops = test_images(tmp)
-        for task, names in FILES.items():
-            for name in names:
+        for task in args.tasks:
+            for name in FILES[task]:
                 path = args.models / name
                 if not path.is_file():
                     print(f"| {task} | {name} | - | - | missing | - | skipped |")

