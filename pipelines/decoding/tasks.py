@@ -52,7 +52,7 @@ def _check_task_shapes(
     if task == "classify":
         if len(shapes) != 1 or len(shapes[0]) != 2:
             raise _contradiction(task, shapes, "one (1, nc) output of class scores")
-        if num_classes is not None and shapes[0][-1] != num_classes:
+        if num_classes is not None and shapes[0][-1] not in (num_classes, -1):
             raise _contradiction(task, shapes, f"(1, {num_classes}) scores for its {num_classes} classes")
         return
     if task == "segment":
@@ -61,6 +61,8 @@ def _check_task_shapes(
         return
     if len(shapes) != 1 or len(grids) != 1:
         raise _contradiction(task, shapes, "one output (1, A, B)")
+    if min(grids[0][1:]) < 0:
+        return  # a dynamic axis (a file's declared shape): the decoder checks the real output
     values = min(grids[0][1:])  # per candidate: a grid's channels, or an end-to-end row
     if task == "obb":
         if values != 7 and values != 4 + (num_classes or values - 5) + 1:

@@ -21,6 +21,8 @@ from pipelines.decoding.tasks import model_task
         ("obb", [(1, 300, 7)], 15, None, "obb"),
         ("classify", [(1, 1000)], 1000, None, "classify"),
         ("detect", [(1, 84, 8400)], 80, None, "detect"),
+        ("pose", [(None, None, 8400)], 1, (17, 3), "pose"),  # a file's dynamic axes: not contradicting
+        ("classify", [(None, None)], 3, None, "classify"),
         (None, [(1, 116, 8400), (1, 32, 160, 160)], None, None, "segment"),
         (None, [(1, 1000)], None, None, "classify"),
         (None, [(1, 84, 8400)], 80, None, "detect"),
