@@ -107,7 +107,8 @@ class ModelMetadata:
     `names` maps class id to label; `imgsz` is (height, width) in pixels; `stride` is the
     largest feature stride in pixels. `end2end` is true when the exporter says the output is
     final detections (Ultralytics ``end2end``, or ``args`` with ``nms``: YOLOv10, YOLO26,
-    ``nms=True`` exports).
+    ``nms=True`` exports). `task` is Ultralytics' (``detect``, ``segment``, ``pose``, ``obb``,
+    ``classify``, ...); `kpt_shape` a pose model's (keypoints, values per keypoint: 2 or 3).
     """
 
     names: dict[int, str] | None = None
@@ -117,6 +118,7 @@ class ModelMetadata:
     description: str | None = None
     raw: dict[str, str] = field(default_factory=dict)
     end2end: bool = False
+    kpt_shape: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

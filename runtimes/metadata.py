@@ -72,6 +72,19 @@ def _stride(value: Any) -> int | None:
     return stride if stride > 0 else None
 
 
+def _kpt_shape(value: Any) -> tuple[int, int] | None:
+    """A pose model's ``[K, d]``: K keypoints of d = 2 (x, y) or 3 (x, y, score) values."""
+    value = _literal(value)
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        try:
+            k, d = int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            return None
+        if k > 0 and d in (2, 3):
+            return k, d
+    return None
+
+
 def _flag(value: Any) -> bool:
     """True for ``True`` or its text (``"True"``, ``"true"``); anything else is false."""
     value = _literal(value)
@@ -99,6 +112,7 @@ def parse_metadata(raw: Mapping[str, Any]) -> ModelMetadata:
         description=str(description) if description is not None else None,
         raw=as_text,
         end2end=_end2end(raw),
+        kpt_shape=_kpt_shape(raw["kpt_shape"]) if "kpt_shape" in raw else None,
     )
 
 

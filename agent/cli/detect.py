@@ -1,5 +1,7 @@
 """`edge-agent detect`: a model on images or videos (every N-th frame), the detections printed or
-drawn, objects followed with ``--track`` and counted on ``--line``s.
+drawn, objects followed with ``--track`` and counted on ``--line``s. Task models print more per
+detection (a mask's polygons, keypoints, an oriented box); a classification model prints its
+top classes per image instead (docs/detect-output.schema.json).
 
 Heavy libraries (OpenCV, ONNX Runtime, LiteRT) are imported inside the command, so ``edge-agent
 --help`` and a first detection start fast.
@@ -21,6 +23,7 @@ from pipelines.decoding.detection_filter import DEFAULTS
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from pipelines.decoding.classifier import Classification
     from pipelines.decoding.detections import Detections
     from pipelines.decoding.labels import Labels
     from pipelines.tracking.analytics import SceneAnalytics
@@ -30,7 +33,9 @@ from agent.cli.failure import CliError
 
 def add_parser(commands: Any) -> None:
     """Add ``edge-agent detect`` to the subparsers."""
-    detect = commands.add_parser("detect", help="run a detection model on images")
+    detect = commands.add_parser(
+        "detect", help="run a detection, segmentation, pose, oriented-box or classification model on images"
+    )
     detect.add_argument("model", type=Path, metavar="MODEL", help="an .onnx or .tflite model")
     detect.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="image or video files")
     detect.add_argument("--labels", type=Path, help="labels file, one per line (default: the model's metadata)")
@@ -67,7 +72,11 @@ def add_parser(commands: Any) -> None:
     )
     detect.add_argument("--save-dir", type=Path, help="also write each image with its boxes drawn, as JPEG, here")
     detect.add_argument("--every", type=positive_int, default=1, help="videos: detect on every N-th frame")
-    detect.add_argument("--json", action="store_true", help="one JSON object per image (or video frame) per line")
+    detect.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per image (or video frame) per line (docs/detect-output.schema.json)",
+    )
     detect.add_argument(
         "--track",
         action="store_true",
@@ -82,6 +91,46 @@ def add_parser(commands: Any) -> None:
         help="with --track: count crossings of this line (pixels; forward = from the left of point 1 -> point 2 "
         "to its right, as seen on the image); repeat for more lines",
     )
+
+
+#: most points of one mask's polygons in the JSON output
+MASK_POINTS = 200
+#: classes printed for a classification model
+TOP_CLASSES = 5
+
+
+def _task_fields(detections: Detections, i: int) -> dict[str, Any]:
+    """A detection's mask polygons, keypoints and oriented box, where the model gives them."""
+    from pipelines.decoding.rotated import corners
+
+    fields: dict[str, Any] = {}
+    if detections.masks is not None:
+        polygons = detections.masks.outline(i, MASK_POINTS)
+        fields["mask"] = {"polygons": [[[round(float(x), 1), round(float(y), 1)] for x, y in p] for p in polygons]}
+    if detections.keypoints is not None:
+        fields["keypoints"] = [
+            [round(float(v), 1) for v in point[:2]] + [round(float(v), 4) for v in point[2:]]
+            for point in detections.keypoints[i]
+        ]
+    if detections.xywhr is not None:
+        cx, cy, w, h, angle = (float(v) for v in detections.xywhr[i])
+        points = corners(detections.xywhr[i : i + 1])[0]
+        fields["obb"] = {
+            "cx": round(cx, 1),
+            "cy": round(cy, 1),
+            "w": round(w, 1),
+            "h": round(h, 1),
+            "angle": round(angle, 4),
+            "corners": [[round(float(x), 1), round(float(y), 1)] for x, y in points],
+        }
+    return fields
+
+
+def _class_rows(result: Classification, labels: Labels) -> list[dict[str, Any]]:
+    return [
+        {"label": labels(class_id), "class_id": class_id, "score": round(score, 4)}
+        for class_id, score in result.top(TOP_CLASSES)
+    ]
 
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".mjpeg"})
@@ -100,6 +149,7 @@ def _detection_rows(detections: Detections, labels: Labels) -> list[dict[str, An
         }
         if detections.tracker_id is not None:  # --track: null until a track is confirmed
             row["tracker_id"] = int(detections.tracker_id[i]) if detections.tracker_id[i] >= 0 else None
+        row.update(_task_fields(detections, i))
         rows.append(row)
     return rows
 
@@ -160,9 +210,15 @@ def run(args: argparse.Namespace) -> int:
     labels = Labels.from_file(args.labels) if args.labels else None
     runtime, choice = load_model(model, args.runtime, warmup=False)  # the first image warms it up
     with runtime:
-        detector = Detector(runtime, args.decoder, conf=args.conf, iou=args.iou, max_det=args.max_det)
         if labels is None:
             labels = Labels(runtime.metadata.names or {})
+        if _is_classifier(runtime):
+            if args.track or args.save_dir:
+                raise CliError(
+                    "a classification model gives classes per image, not detections: drop --track and --save-dir"
+                )
+            return _classify(args, runtime, choice.device, labels)
+        detector = Detector(runtime, args.decoder, conf=args.conf, iou=args.iou, max_det=args.max_det)
         save = _annotated_writer(args.save_dir, labels) if args.save_dir else None
         status = 0
         for path in args.images:
@@ -183,6 +239,44 @@ def run(args: argparse.Namespace) -> int:
                 status = 1
         if tracking is not None:
             _print_summary(args.json, tracking.summary())
+    return status
+
+
+def _is_classifier(runtime: Any) -> bool:
+    """The model's task is ``classify`` (its metadata, else its one ``(1, nc)`` output); a task
+    nobody decodes, or outputs contradicting the task, raise `DecoderError` naming them."""
+    from pipelines.decoding.decoder_choice import ModelHints
+    from pipelines.decoding.tasks import model_task
+
+    hints = ModelHints.from_metadata(runtime.metadata)
+    shapes = [tuple(spec.shape) for spec in runtime.outputs]
+    return model_task(hints.task, shapes, hints.num_classes, hints.kpt_shape) == "classify"
+
+
+def _classify(args: argparse.Namespace, runtime: Any, device: str, labels: Labels) -> int:
+    """Print a classification model's top classes for each image (or video frame)."""
+    from pipelines.decoding.classifier import Classifier
+
+    classifier = Classifier(runtime)
+    status = 0
+    for path in args.images:
+        frames = _video_frames(path, args.every) if path.suffix.lower() in VIDEO_SUFFIXES else _image_frame(path)
+        try:
+            for index, image in frames:
+                rows = _class_rows(classifier.classify(image), labels)
+                if args.json:
+                    record: dict[str, Any] = {"image": str(path)}
+                    if index is not None:
+                        record["frame"] = index
+                    record.update(runtime=runtime.name, task="classify", classes=rows)
+                    print(json.dumps(record), flush=True)
+                    continue
+                where = f"{path}" if index is None else f"{path} frame {index}"
+                best = ", ".join(f"{r['label']} {r['score']:.2f}" for r in rows)
+                print(f"{where}: {best} [{runtime.name} on {device}, classify]")
+        except CliError as exc:
+            print(f"edge-agent: error: {exc}", file=sys.stderr)
+            status = 1
     return status
 
 
@@ -255,4 +349,11 @@ def _print_detections(
     for row in rows:
         x1, y1, x2, y2 = row["box"]
         track = f"  #{row['tracker_id']}" if row.get("tracker_id") is not None else ""
-        print(f"  {row['label']:<16} {row['score']:.2f}  ({x1:.0f}, {y1:.0f}) - ({x2:.0f}, {y2:.0f}){track}")
+        extra = ""
+        if "obb" in row:
+            extra += f"  angle {row['obb']['angle']:.2f} rad"
+        if "keypoints" in row:
+            extra += f"  {len(row['keypoints'])} keypoints"
+        if "mask" in row:
+            extra += f"  mask of {sum(len(p) for p in row['mask']['polygons'])} points"
+        print(f"  {row['label']:<16} {row['score']:.2f}  ({x1:.0f}, {y1:.0f}) - ({x2:.0f}, {y2:.0f}){track}{extra}")

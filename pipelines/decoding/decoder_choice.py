@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy.typing as npt
 
-from pipelines.decoding import query_decoders
+from pipelines.decoding import query_decoders, task_decoders
 from pipelines.decoding.decoders import (
     Decode,
     DecoderError,
@@ -34,6 +34,7 @@ from pipelines.decoding.decoders import (
     yolox_cells,
 )
 from pipelines.decoding.detections import Detections
+from pipelines.decoding.tasks import Task, model_task
 from runtimes.base import ModelMetadata
 
 DECODERS: dict[DecoderName, Decode] = {
@@ -44,9 +45,25 @@ DECODERS: dict[DecoderName, Decode] = {
     "end2end": query_decoders.decode_end2end,
     "rtdetr": query_decoders.decode_rtdetr,
     "detr": query_decoders.decode_detr,
+    "yolov8-seg": task_decoders.decode_yolov8_seg,
+    "yolov8-pose": task_decoders.decode_yolov8_pose,
+    "yolov8-obb": task_decoders.decode_yolov8_obb,
+    "end2end-seg": task_decoders.decode_end2end_seg,
+    "end2end-pose": task_decoders.decode_end2end_pose,
+    "end2end-obb": task_decoders.decode_end2end_obb,
 }
 #: decoders whose detections are final (NMS inside the model, or one query per object): no NMS
-NMS_FREE: frozenset[DecoderName] = frozenset({"end2end", "rtdetr", "detr"})
+NMS_FREE: frozenset[DecoderName] = frozenset(
+    {"end2end", "rtdetr", "detr", "end2end-seg", "end2end-pose", "end2end-obb"}
+)
+#: the decoders of each task beyond boxes: (grid form, end-to-end form)
+TASK_DECODERS: dict[Task, tuple[DecoderName, DecoderName]] = {
+    "segment": ("yolov8-seg", "end2end-seg"),
+    "pose": ("yolov8-pose", "end2end-pose"),
+    "obb": ("yolov8-obb", "end2end-obb"),
+}
+#: decoders whose candidates are oriented boxes: rotated NMS (probabilistic IoU)
+ROTATED: frozenset[DecoderName] = frozenset({"yolov8-obb", "end2end-obb"})
 _RTDETR = re.compile(r"rt-?detr", re.IGNORECASE)
 
 
@@ -62,12 +79,15 @@ class ModelHints:
     """What a model's metadata says beyond its output shapes.
 
     `num_classes`: the count of class names; `end2end`: the exporter says the output is final
-    detections; `rtdetr`: the exporter describes an RT-DETR model.
+    detections; `rtdetr`: the exporter describes an RT-DETR model; `task`: the task the
+    metadata names (Ultralytics' ``task``); `kpt_shape`: a pose model's ``(K, d)``.
     """
 
     num_classes: int | None = None
     end2end: bool = False
     rtdetr: bool = False
+    task: str | None = None
+    kpt_shape: tuple[int, int] | None = None
 
     @classmethod
     def from_metadata(cls, metadata: ModelMetadata) -> ModelHints:
@@ -75,6 +95,8 @@ class ModelHints:
             num_classes=len(metadata.names) if metadata.names else None,
             end2end=metadata.end2end,
             rtdetr=bool(metadata.description and _RTDETR.search(metadata.description)),
+            task=metadata.task,
+            kpt_shape=metadata.kpt_shape,
         )
 
 
@@ -141,6 +163,15 @@ def decoder_candidates(
     """
     hints = hints or ModelHints()
     shapes = [tuple(d if d is not None else -1 for d in s) for s in output_shapes]
+    task = model_task(hints.task, shapes, hints.num_classes, hints.kpt_shape)
+    if task == "classify":
+        raise DecoderError(
+            f"this is a classification model (output {shapes[0]}): it gives class scores for a whole image, "
+            "not detections; use it as a classifier (pipelines.decoding.classifier), e.g. edge-agent detect prints "
+            "its top classes"
+        )
+    if task in TASK_DECODERS:
+        return [_task_candidate(task, shapes, hints)]
     found: list[Candidate] = []
     if len(shapes) == 4 and sum(len(s) == 3 and s[-1] == 4 for s in shapes) == 1:
         found.append(Candidate("ssd", "four outputs shaped like TFLite's detection post-process"))
@@ -162,6 +193,24 @@ def decoder_candidates(
     raise DecoderError(f"model outputs match no decoder: found {text}; expected {expected}")
 
 
+def _task_candidate(task: Task, shapes: Sequence[tuple[int, ...]], hints: ModelHints) -> Candidate:
+    """The grid or end-to-end decoder of a segment, pose or obb model."""
+    grid, end2end = TASK_DECODERS[task]
+    pred = next(s for s in shapes if len(s) == 3)
+    rows, values = pred[-2:]
+    protos = next((s for s in shapes if len(s) == 4), None)
+    e2e_values = {
+        "segment": 6 + (min(protos[1], protos[3]) if protos else 32),
+        "pose": 6 + (hints.kpt_shape[0] * hints.kpt_shape[1] if hints.kpt_shape else 51),
+        "obb": 7,
+    }[task]
+    source = f"task {task!r} from metadata" if hints.task else f"{task} from the output shapes"
+    if hints.end2end or (rows <= query_decoders.MAX_QUERIES and values == e2e_values and rows > values):
+        why = "end2end in metadata" if hints.end2end else f"rows of {values} values"
+        return Candidate(end2end, f"{source}, output {pred}: {why}")
+    return Candidate(grid, f"{source}, output {pred}")
+
+
 def choose_decoder(
     output_shapes: Sequence[tuple[int | None, ...]],
     input_hw: tuple[int, int],
@@ -173,7 +222,16 @@ def choose_decoder(
 
 def decoder_for(name: DecoderName, sample: Sequence[npt.NDArray[Any]], hints: ModelHints) -> tuple[Decode, str]:
     """The decode function for `name`, set up for this model, and a note on how (empty if none):
-    a ``detr`` model's score activation is decided from its `sample` outputs on a blank frame."""
+    a ``detr`` model's score activation is decided from its `sample` outputs on a blank frame; a
+    pose model's keypoints follow its ``kpt_shape`` (Ultralytics' COCO 17 x 3 when unknown)."""
+    if name in ("yolov8-pose", "end2end-pose"):
+        kpt_shape = hints.kpt_shape or task_decoders.DEFAULT_KPT_SHAPE
+        pose = task_decoders.decode_yolov8_pose if name == "yolov8-pose" else task_decoders.decode_end2end_pose
+
+        def decode_pose(outputs: Sequence[npt.NDArray[Any]], input_hw: tuple[int, int], conf: float) -> Detections:
+            return pose(outputs, input_hw, conf, kpt_shape)
+
+        return decode_pose, f"{kpt_shape[0]} keypoints of {kpt_shape[1]} values"
     if name != "detr":
         return DECODERS[name], ""
     try:

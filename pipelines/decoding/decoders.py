@@ -3,7 +3,8 @@
 Each decoder takes the model's outputs as float32 arrays (already dequantized), the input
 tensor's (height, width) in pixels and a confidence threshold. The grid decoders here return
 candidates for NMS; the query decoders (``end2end``, ``rtdetr``, ``detr``) are in
-`pipelines.decoding.query_decoders` and return final detections. The table of all of them and the
+`pipelines.decoding.query_decoders` and return final detections; the task decoders (``-seg``,
+``-pose``, ``-obb``) are in `pipelines.decoding.task_decoders`. The table of all of them and the
 automatic choice are in `pipelines.decoding.decoder_choice`. Grid layouts:
 
 - ``yolov8`` (YOLOv8 / YOLO11 / the project's demo model): one output ``(1, 4+nc, N)`` (or its
@@ -34,7 +35,21 @@ import numpy.typing as npt
 
 from pipelines.decoding.detections import Detections
 
-DecoderName = Literal["yolov8", "yolov5", "yolox", "ssd", "end2end", "rtdetr", "detr"]
+DecoderName = Literal[
+    "yolov8",
+    "yolov5",
+    "yolox",
+    "ssd",
+    "end2end",
+    "rtdetr",
+    "detr",
+    "yolov8-seg",
+    "yolov8-pose",
+    "yolov8-obb",
+    "end2end-seg",
+    "end2end-pose",
+    "end2end-obb",
+]
 DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)
 #: what a user may ask for: a decoder, or "auto" (chosen from the output shapes and metadata)
 DecoderChoice = Literal["auto", DecoderName]
@@ -72,6 +87,11 @@ CONVENTIONS: dict[DecoderName, InputConvention] = {
     "rtdetr": InputConvention("stretch", "RGB", 0.0, 255.0),
     # DETR / RF-DETR: ImageNet normalisation, approximated by one mean and std for all channels
     "detr": InputConvention("stretch", "RGB", 114.5, 57.6),
+    # Ultralytics' task heads (pipelines.decoding.task_decoders): its detection preprocessing
+    **{
+        name: InputConvention("letterbox", "RGB", 0.0, 255.0)
+        for name in ("yolov8-seg", "yolov8-pose", "yolov8-obb", "end2end-seg", "end2end-pose", "end2end-obb")
+    },
 }
 
 

@@ -23,13 +23,23 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from pipelines.decoding.decoder_choice import DECODERS, NMS_FREE, Candidate, ModelHints, decoder_candidates, decoder_for
+from pipelines.decoding.decoder_choice import (
+    DECODERS,
+    NMS_FREE,
+    ROTATED,
+    Candidate,
+    ModelHints,
+    decoder_candidates,
+    decoder_for,
+)
 from pipelines.decoding.decoders import CONVENTIONS, Decode, DecoderError, DecoderName
 from pipelines.decoding.detection_filter import DEFAULTS, DetectionFilter
 from pipelines.decoding.detections import Detections
-from pipelines.decoding.nms import class_aware_nms, nms_indices
+from pipelines.decoding.masks import SourceMapping
+from pipelines.decoding.nms import nms_indices
 from pipelines.decoding.plausibility import blank_frame_problems, problems
 from pipelines.decoding.preprocess import PreprocessConfig, Transform, preprocess
+from pipelines.decoding.rotated import rotated_nms_indices
 from runtimes.base import Quantization, Runtime, TensorSpec, dequantize
 
 log = logging.getLogger(__name__)
@@ -67,6 +77,39 @@ def _input_quantization(spec: TensorSpec, mean: float, std: float) -> Quantizati
 
 def _shapes_text(outputs: Sequence[npt.NDArray[Any]]) -> str:
     return ", ".join(str(tuple(o.shape)) for o in outputs)
+
+
+def nms_keep(name: DecoderName, candidates: Detections, iou: float, max_det: int) -> npt.NDArray[np.intp]:
+    """Indices of the candidates kept, best first: by class-aware NMS (rotated NMS by
+    probabilistic IoU for oriented boxes), or the best `max_det` for a final-output decoder."""
+    if name in NMS_FREE:
+        return np.argsort(-candidates.confidence, kind="stable")[:max_det]
+    if name in ROTATED and candidates.xywhr is not None:
+        return rotated_nms_indices(candidates.xywhr, candidates.confidence, iou, max_det, candidates.class_id)
+    return nms_indices(candidates.xyxy, candidates.confidence, iou, max_det, candidates.class_id)
+
+
+def to_source(detections: Detections, transform: Transform) -> Detections:
+    """`detections` in input-tensor pixels -> the source frame's pixels (boxes and keypoints
+    clipped to the frame; oriented boxes scaled, not clipped; masks drawn in the frame from now on)."""
+    h, w = transform.source_hw
+    kpts = detections.keypoints
+    if kpts is not None:
+        kpts = kpts.copy()
+        kpts[..., 0] = np.clip((kpts[..., 0] - transform.pad_x) / transform.scale_x, 0, w)
+        kpts[..., 1] = np.clip((kpts[..., 1] - transform.pad_y) / transform.scale_y, 0, h)
+    xywhr = detections.xywhr
+    if xywhr is not None:
+        xywhr = xywhr.copy()
+        xywhr[:, 0] = (xywhr[:, 0] - transform.pad_x) / transform.scale_x
+        xywhr[:, 1] = (xywhr[:, 1] - transform.pad_y) / transform.scale_y
+        xywhr[:, 2] /= transform.scale_x
+        xywhr[:, 3] /= transform.scale_y
+    masks = detections.masks
+    if masks is not None:
+        mapping = SourceMapping(transform.scale_x, transform.scale_y, transform.pad_x, transform.pad_y, (h, w))
+        masks = masks.to_source(mapping)
+    return replace(detections, xyxy=transform.to_source(detections.xyxy), keypoints=kpts, xywhr=xywhr, masks=masks)
 
 
 class FrameDetector(Protocol):
@@ -193,12 +236,7 @@ class Detector:
             candidates = decode(outputs, input_hw, self.conf)
         except DecoderError as exc:
             return [str(exc)]
-        if name in NMS_FREE:
-            survivors = len(candidates)
-        else:
-            survivors = len(
-                nms_indices(candidates.xyxy, candidates.confidence, self.iou, self.max_det + 1, candidates.class_id)
-            )
+        survivors = len(candidates) if name in NMS_FREE else len(nms_keep(name, candidates, self.iou, self.max_det + 1))
         return problems(candidates, input_hw) + blank_frame_problems(survivors, self.max_det)
 
     @staticmethod
@@ -275,13 +313,10 @@ class Detector:
         keep = detection_filter or self.detection_filter
         name, candidates = self._decode_checked(outputs, transform.input_hw, keep.conf)
         candidates = keep.keep_classes(candidates)
-        if name in NMS_FREE:
-            kept = candidates.sorted_by_confidence()[: keep.max_det]
-        else:
-            kept = class_aware_nms(candidates, keep.iou, keep.max_det)
-        xyxy = transform.to_source(kept.xyxy)
+        kept = to_source(candidates[nms_keep(name, candidates, keep.iou, keep.max_det)], transform)
+        xyxy = kept.xyxy
         visible = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
-        return Detections(xyxy, kept.confidence, kept.class_id)[visible]
+        return kept[visible]
 
     def close(self) -> None:
         """Close the runtime (the detector is done serving)."""

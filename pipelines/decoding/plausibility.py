@@ -7,7 +7,10 @@ looks for what is impossible:
 - scores outside [0, 1] (a small tolerance for float and quantization rounding);
 - most boxes inverted (``x2 < x1`` or ``y2 < y1``), not finite, or mostly outside the input
   (less than a quarter of the box inside);
-- on a blank frame, more than ``max_det`` detections surviving NMS.
+- on a blank frame, more than ``max_det`` detections surviving NMS;
+- for task models: keypoint scores outside [0, 1] or keypoints not finite; most oriented boxes
+  of no size, not finite or larger than the input many times over; mask coefficients not finite
+  or beyond `MAX_COEFFICIENT` (a decoder reading class scores or boxes as coefficients).
 
 `problems` and `blank_frame_problems` return what looked wrong as short phrases (empty when
 plausible); the `Detector` turns them into errors naming the output shapes. Pure functions.
@@ -27,6 +30,10 @@ BAD_BOX_SHARE = 0.5
 #: a box with less than this share of its area inside the input counts as outside (a decoder that
 #: does not fit throws boxes far off; a fitting one keeps them on the letterboxed input)
 INSIDE_SHARE = 0.25
+#: an oriented box whose side is longer than this many input diagonals is impossible
+MAX_SIDE_DIAGONALS = 4.0
+#: mask coefficients beyond this are not a segmentation head's (they are logits of moderate size)
+MAX_COEFFICIENT = 1e4
 
 
 def _inside_share(xyxy: npt.NDArray[np.float32], input_hw: tuple[int, int]) -> npt.NDArray[np.float32]:
@@ -75,6 +82,45 @@ def problems(detections: Detections, input_hw: tuple[int, int]) -> list[str]:
             if count
         ]
         found.append(f"{bad} of {n} boxes are wrong: " + ", ".join(parts))
+    return found + task_problems(detections, input_hw)
+
+
+def task_problems(detections: Detections, input_hw: tuple[int, int]) -> list[str]:
+    """What is impossible about the keypoints, oriented boxes and mask coefficients of
+    `detections` (input pixels); empty when plausible or when they carry none."""
+    found = []
+    n = len(detections)
+    kpts = detections.keypoints
+    if kpts is not None and n:
+        if not np.isfinite(kpts).all():
+            found.append(
+                f"{int((~np.isfinite(kpts)).any(axis=(1, 2)).sum())} of {n} detections have keypoints not finite"
+            )
+        elif kpts.shape[2] == 3:
+            scores = kpts[..., 2]
+            bad = (scores < -SCORE_TOLERANCE) | (scores > 1 + SCORE_TOLERANCE)
+            if bad.any():
+                found.append(
+                    f"{int(bad.sum())} keypoint scores outside [0, 1] (from {scores.min():.4g} to {scores.max():.4g})"
+                )
+    if detections.xywhr is not None and n:
+        sides = detections.xywhr[:, 2:4]
+        limit = MAX_SIDE_DIAGONALS * float(np.hypot(*input_hw))
+        finite = np.isfinite(detections.xywhr).all(axis=1)
+        wrong = ~finite | (np.nan_to_num(sides, nan=0.0) <= 0).any(axis=1) | (np.nan_to_num(sides) > limit).any(axis=1)
+        if wrong.sum() > BAD_BOX_SHARE * n:
+            found.append(
+                f"{int(wrong.sum())} of {n} oriented boxes are of no size, not finite or longer than "
+                f"{MAX_SIDE_DIAGONALS:g} input diagonals"
+            )
+    if detections.masks is not None and n:
+        coefficients = detections.masks.coefficients
+        bad = ~np.isfinite(coefficients) | (np.abs(np.nan_to_num(coefficients)) > MAX_COEFFICIENT)
+        if bad.any():
+            found.append(
+                f"{int(bad.any(axis=1).sum())} of {n} detections have mask coefficients not finite "
+                f"or beyond {MAX_COEFFICIENT:g}"
+            )
     return found
 
 

@@ -60,11 +60,21 @@ class FrameSource(Protocol):
 @dataclass(frozen=True)
 class GroundTruth:
     """The shapes of one frame: boxes in frame pixels, classes, visible fractions (0..1) and
-    identities (``(n,) int32``: the same object has the same id in every frame of a scene)."""
+    identities (``(n,) int32``: the same object has the same id in every frame of a scene).
+
+    The synthetic scene also gives, per shape: `obb` ``(n, 5) float32`` its rotated box ``cx, cy,
+    w, h, angle`` (pixels, radians in [0, pi), ``w`` along the angle's direction); `keypoints`
+    ``(n, 3, 3) float32`` a triangle's three vertices ``x, y, visible`` (visible 1.0 when no shape
+    drawn later covers the vertex; all zeros for circles and squares); and, when asked for,
+    `masks` ``(n, H, W) bool``, the pixels of each shape left visible.
+    """
 
     detections: Detections
     visible: npt.NDArray[np.float32]
     ids: npt.NDArray[np.int32] | None = None
+    obb: npt.NDArray[np.float32] | None = None
+    keypoints: npt.NDArray[np.float32] | None = None
+    masks: npt.NDArray[np.bool_] | None = None
 
 
 class LimitedSource:

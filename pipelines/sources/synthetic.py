@@ -1,5 +1,6 @@
 """A synthetic camera: coloured circles, squares and triangles moving over a textured background,
-with the exact ground-truth box of every shape in every frame.
+with the exact ground truth of every shape in every frame: its box, its rotated box, a
+triangle's three vertices and, when asked for, the pixels of it left visible (its mask).
 
 Frame ``i`` of a scene is a pure function of ``(seed, i)``: shapes bounce off the frame edges
 along straight lines and spin at constant speed, so any frame can be rendered directly and two
@@ -71,6 +72,27 @@ def draw_shape(
         float(points[:, 1].min()),
         float(points[:, 0].max()),
         float(points[:, 1].max()),
+    )
+
+
+def rotated_box(kind: int, centre: tuple[float, float], size: float, angle: float) -> tuple[float, ...]:
+    """The tight rotated box ``(cx, cy, w, h, theta)`` of a shape as `draw_shape` draws it (pixels,
+    `theta` in [0, pi) the direction of side ``w``). A circle's is its square at angle 0, a
+    square's is the square itself, a triangle's lies along the side opposite its first vertex."""
+    r = size / 2
+    if kind == 0:
+        return centre[0], centre[1], size, size, 0.0
+    if kind == 1:
+        side = size / np.sqrt(2)
+        return centre[0], centre[1], side, side, float((angle + np.pi / 4) % (np.pi / 2))
+    # the box spans the base (r / 2 behind the centre) to the apex (r ahead): its centre is r / 4 ahead
+    ux, uy = np.cos(angle), np.sin(angle)
+    return (
+        centre[0] + r / 4 * ux,
+        centre[1] + r / 4 * uy,
+        r * np.sqrt(3),
+        1.5 * r,
+        float((angle + np.pi / 2) % np.pi),
     )
 
 
@@ -150,15 +172,20 @@ class SyntheticScene:
                 )
             )
 
-    def _draw(self, canvas: npt.NDArray[Any], shape: _Shape, t: int, color: tuple[int, ...]) -> tuple[float, ...]:
-        """Draw `shape` at frame t onto `canvas`; return its exact xyxy box."""
+    def _pose(self, shape: _Shape, t: int) -> tuple[tuple[float, float], float]:
+        """Centre (pixels) and angle (radians) of `shape` at frame t."""
         r = shape.size / 2
         cx = _bounce(shape.position[0], shape.velocity[0], t, r, self.width - r)
         cy = _bounce(shape.position[1], shape.velocity[1], t, r, self.height - r)
-        return draw_shape(canvas, shape.kind, (cx, cy), shape.size, shape.angle + shape.spin * t, color)
+        return (cx, cy), shape.angle + shape.spin * t
 
-    def render(self, index: int) -> tuple[npt.NDArray[np.uint8], GroundTruth]:
-        """Frame `index` (>= 0) and its ground truth."""
+    def _draw(self, canvas: npt.NDArray[Any], shape: _Shape, t: int, color: tuple[int, ...]) -> tuple[float, ...]:
+        """Draw `shape` at frame t onto `canvas`; return its exact xyxy box."""
+        centre, angle = self._pose(shape, t)
+        return draw_shape(canvas, shape.kind, centre, shape.size, angle, color)
+
+    def render(self, index: int, masks: bool = False) -> tuple[npt.NDArray[np.uint8], GroundTruth]:
+        """Frame `index` (>= 0) and its ground truth; with `masks`, each shape's visible pixels too."""
         image = self._background.copy()
         boxes = [self._draw(image, shape, index, shape.color) for shape in self._shapes]
         if self._grain:
@@ -169,18 +196,41 @@ class SyntheticScene:
             [s.kind for s in self._shapes],
         )
         ids = np.arange(len(self._shapes), dtype=np.int32)
-        return image, GroundTruth(truth, self._visible(index), ids)
+        visible, keypoints, shown = self._visible(index)
+        poses = [self._pose(s, index) for s in self._shapes]
+        obb = np.array(
+            [
+                rotated_box(s.kind, centre, s.size, angle)
+                for s, (centre, angle) in zip(self._shapes, poses, strict=True)
+            ],
+            np.float32,
+        ).reshape(-1, 5)
+        return image, GroundTruth(truth, visible, ids, obb, keypoints, shown if masks else None)
 
-    def _visible(self, index: int) -> npt.NDArray[np.float32]:
-        """Fraction of each shape's area not covered by the shapes drawn after it."""
-        masks = np.zeros((len(self._shapes), self.height, self.width), np.uint8)
+    def _visible(self, index: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """Per shape: the fraction of its area not covered by the shapes drawn after it, its
+        keypoints ``(n, 3, 3)`` (a triangle's vertices with their visibility) and its visible mask."""
+        n = len(self._shapes)
+        masks = np.zeros((n, self.height, self.width), np.uint8)
         for i, shape in enumerate(self._shapes):
             self._draw(masks[i], shape, index, (1,))
-        visible = np.ones(len(self._shapes), np.float32)
+        visible = np.ones(n, np.float32)
+        keypoints = np.zeros((n, 3, 3), np.float32)
+        shown = np.zeros((n, self.height, self.width), bool)
         covered = np.zeros((self.height, self.width), np.uint8)
-        for i in range(len(self._shapes) - 1, -1, -1):  # top-most shape first
+        for i in range(n - 1, -1, -1):  # top-most shape first
+            own = cv2.subtract(masks[i], covered)
             area = cv2.countNonZero(masks[i])
             if area:
-                visible[i] = cv2.countNonZero(cv2.subtract(masks[i], covered)) / area
+                visible[i] = cv2.countNonZero(own) / area
+            shown[i] = own > 0
+            shape = self._shapes[i]
+            if shape.kind == 2:
+                centre, angle = self._pose(shape, index)
+                vertices = _vertices(2, centre, shape.size, angle)
+                col = np.clip(np.round(vertices[:, 0]).astype(int), 0, self.width - 1)
+                row = np.clip(np.round(vertices[:, 1]).astype(int), 0, self.height - 1)
+                keypoints[i, :, :2] = vertices
+                keypoints[i, :, 2] = covered[row, col] == 0
             covered |= masks[i]
-        return visible
+        return visible, keypoints, shown

@@ -52,3 +52,12 @@ def test_tflite_without_metadata(tmp_path: Path) -> None:
     path = tmp_path / "m.tflite"
     path.write_bytes(b"TFL3" + b"\0" * 100)
     assert read_tflite_metadata(path).names is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("[17, 3]", (17, 3)), ([3, 2], (3, 2)), ("[17, 4]", None), ("[0, 3]", None), ("17", None), ("[a, b]", None)],
+)
+def test_a_pose_models_keypoint_shape(value: object, expected: tuple[int, int] | None) -> None:
+    assert parse_metadata({"task": "pose", "kpt_shape": value}).kpt_shape == expected
+    assert parse_metadata({"task": "pose"}).kpt_shape is None

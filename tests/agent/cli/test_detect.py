@@ -217,10 +217,19 @@ def test_bad_model_input_is_one_line_and_nonzero(tmp_path, photos, constant_mode
 
 
 def test_outputs_matching_no_decoder_name_the_shapes(constant_model, photos, capsys) -> None:
-    model = constant_model(np.zeros((1, 7), np.float32))
+    model = constant_model(np.zeros((1, 3, 4), np.float32))
     assert main(["detect", str(model), str(photos["coffee"])]) == 1
     err = capsys.readouterr().err
-    assert "model outputs match no decoder: found (1, 7)" in err
+    assert "model outputs match no decoder: found (1, 3, 4)" in err
+
+
+def test_one_class_score_output_without_metadata_is_a_classifier(constant_model, photos, capsys) -> None:
+    """(1, nc) and no task in the metadata: class scores (here logits, so softmax), not detections."""
+    model = constant_model(np.log(np.array([[1, 2, 3, 4, 5, 6, 7]], np.float32)))
+    assert main(["detect", str(model), str(photos["coffee"]), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert [c["class_id"] for c in record["classes"]] == [6, 5, 4, 3, 2]
+    assert record["classes"][0]["score"] == pytest.approx(7 / 28, abs=1e-4)
 
 
 def test_bad_images_are_reported_and_good_ones_still_run(tmp_path, constant_model, photos, capsys) -> None:

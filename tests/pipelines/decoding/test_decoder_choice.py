@@ -37,11 +37,18 @@ def test_choose_decoder(shapes, hw, nc, expected) -> None:
 
 @pytest.mark.parametrize(
     "shapes",
-    [[(1, 10), (1,)], [(1, 3, 4)], [(1, 1000)], [(1, 84, 8400), (1, 32, 160, 160)]],
+    [[(1, 10), (1,)], [(1, 3, 4)]],
 )
 def test_choose_decoder_names_the_shapes_it_found(shapes) -> None:
     with pytest.raises(DecoderError, match=r"match no decoder: found \(1,"):
         choose_decoder(shapes, (640, 640))
+
+
+def test_a_classifier_output_and_prototypes_are_told_apart() -> None:
+    """(1, 1000) is a classifier's (refused as detections); a grid with prototypes a segmenter's."""
+    with pytest.raises(DecoderError, match=r"classification model \(output \(1, 1000\)\)"):
+        choose_decoder([(1, 1000)], (640, 640))
+    assert choose_decoder([(1, 84, 8400), (1, 32, 160, 160)], (640, 640)).name == "yolov8-seg"
 
 
 @pytest.mark.parametrize(

@@ -41,3 +41,35 @@ def test_plausibility_guard(rows, wrong) -> None:
 def test_blank_frame_survivors() -> None:
     assert blank_frame_problems(300, 300) == []
     assert blank_frame_problems(301, 300) == ["301 detections survive on a blank frame, more than max_det 300"]
+
+
+def _boxes(n: int) -> Detections:
+    return dets([(10.0 + i, 10.0, 60.0 + i, 50.0, 0.9, 0) for i in range(n)])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "wrong"),
+    [
+        ("keypoints", np.full((3, 2, 3), 0.5, np.float32), None),
+        ("keypoints", np.array([[[5, 5, 3.7]] * 2] * 3, np.float32), "keypoint scores outside [0, 1]"),
+        ("keypoints", np.array([[[np.nan, 5, 0.5]] * 2] * 3, np.float32), "keypoints not finite"),
+        ("xywhr", np.array([[30, 30, 20, 10, 0.3]] * 3, np.float32), None),
+        ("xywhr", np.array([[30, 30, 0, 10, 0.3]] * 3, np.float32), "oriented boxes are of no size"),
+        ("xywhr", np.array([[30, 30, 1e6, 10, 0.3]] * 3, np.float32), "longer than 4 input diagonals"),
+        ("xywhr", np.array([[30, 30, 20, 10, 0.3]] * 2 + [[30, 30, -1, 10, 0.3]], np.float32), None),  # a minority
+    ],
+)
+def test_task_values_no_task_head_gives(field: str, value: np.ndarray, wrong: str | None) -> None:
+    d = _boxes(3)
+    found = problems(Detections(d.xyxy, d.confidence, d.class_id, **{field: value}), HW)
+    assert (wrong is None and found == []) or any(wrong in f for f in found), found
+
+
+@pytest.mark.parametrize(("coefficient", "wrong"), [(3.0, False), (np.inf, True), (2e4, True)])
+def test_mask_coefficients_of_a_segmentation_head(coefficient: float, wrong: bool) -> None:
+    from pipelines.decoding.masks import Masks
+
+    d = _boxes(2)
+    masks = Masks(np.full((2, 4), coefficient, np.float32), np.zeros((4, 8, 8), np.float32), d.xyxy, HW)
+    found = problems(Detections(d.xyxy, d.confidence, d.class_id, masks=masks), HW)
+    assert any("mask coefficients" in f for f in found) == wrong, found

@@ -71,3 +71,33 @@ def test_frames_encode_as_images() -> None:
     image, _ = SyntheticScene(seed=3).render(3)
     ok, _data = cv2.imencode(".png", image)
     assert ok and image.shape == (480, 640, 3) and image.dtype == np.uint8
+
+
+def test_rotated_boxes_keypoints_and_masks_are_the_drawn_shapes() -> None:
+    """Every shape's rotated box holds its pixels tightly; a triangle's keypoints are its vertices;
+    its mask is its visible pixels."""
+    import cv2
+
+    from pipelines.decoding.rotated import corners
+
+    scene = SyntheticScene(seed=10, num_shapes=6)
+    _, truth = scene.render(5, masks=True)
+    assert truth.obb is not None and truth.keypoints is not None and truth.masks is not None
+    assert set(truth.detections.class_id.tolist()) == {0, 1, 2}
+    for i, kind in enumerate(truth.detections.class_id):
+        drawn = np.zeros((scene.height, scene.width), np.uint8)
+        scene._draw(drawn, scene._shapes[i], 5, (1,))
+        box = np.zeros_like(drawn)
+        cv2.fillPoly(box, [np.round(corners(truth.obb[i : i + 1])[0]).astype(np.int32)], 1)
+        assert (drawn & ~box.astype(bool)).sum() <= 0.02 * drawn.sum()  # the shape inside its box
+        assert drawn.sum() >= (0.75 if kind == 0 else 0.45) * box.sum()  # and the box tight around it
+        shown = truth.masks[i]
+        assert shown.sum() == pytest.approx(truth.visible[i] * drawn.sum(), rel=0.01)
+        if kind == 2:
+            vertices = truth.keypoints[i, :, :2]
+            rows, cols = np.nonzero(drawn)
+            for x, y in vertices:
+                assert np.hypot(cols - x, rows - y).min() < 2  # on the drawn triangle's corner
+        else:
+            assert not truth.keypoints[i].any()
+    assert scene.render(5)[1].masks is None  # only when asked

@@ -1,0 +1,209 @@
+"""`pipelines.decoding.task_decoders` on the shipped task models (agent/demo/demo_{segment,pose,obb}*)
+through the real ONNX Runtime and LiteRT: answers close to the synthetic scene's truth, the same
+answers from every form of a model (grid and end-to-end, ONNX pixels and TFLite 0..1
+coordinates, prototypes channel-first and channel-last), outputs matched by shape not order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from testkit import DEMO_MODELS
+
+from pipelines.decoding.decoders import DecoderError
+from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import Detector
+from pipelines.decoding.rotated import corners
+from pipelines.decoding.task_decoders import decode_yolov8_seg, prototype_planes
+from pipelines.sources.frames import GroundTruth
+from pipelines.sources.synthetic import SyntheticScene
+from runtimes.registry import load_runtime
+
+#: evaluation scenes: seeds far from training (below 100000) and calibration (200000)
+SEEDS = (310_001, 310_002, 310_003)
+
+
+def _detector(name: str) -> Iterator[Detector]:
+    path = DEMO_MODELS / name
+    with load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", Path(path)) as runtime:
+        yield Detector(runtime)
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[tuple[np.ndarray, GroundTruth]]:
+    """640x480 frames (the letterbox pads 40 rows above and below at 320) and a 480x640 one."""
+    sizes = ((640, 480), (640, 480), (480, 640))
+    return [
+        SyntheticScene(w, h, num_shapes=5, seed=seed).render(3, masks=True)
+        for (w, h), seed in zip(sizes, SEEDS, strict=True)
+    ]
+
+
+def _run(name: str, frames: list[tuple[np.ndarray, GroundTruth]]) -> tuple[str, list[Detections]]:
+    for detector in _detector(name):
+        return detector.decoder, [detector.detect(image) for image, _ in frames]
+    raise AssertionError("unreachable")
+
+
+def _match(found: Detections, truth: GroundTruth, cls: int | None = None) -> list[tuple[int, int]]:
+    """(found, truth) pairs: each detection with the truth box it overlaps best (IoU > 0.5)."""
+    t = truth.detections
+    out = []
+    for i, box in enumerate(found.xyxy):
+        w = np.clip(np.minimum(box[2], t.xyxy[:, 2]) - np.maximum(box[0], t.xyxy[:, 0]), 0, None)
+        h = np.clip(np.minimum(box[3], t.xyxy[:, 3]) - np.maximum(box[1], t.xyxy[:, 1]), 0, None)
+        area = (box[2] - box[0]) * (box[3] - box[1]) + (t.xyxy[:, 2] - t.xyxy[:, 0]) * (t.xyxy[:, 3] - t.xyxy[:, 1])
+        iou = w * h / (area - w * h)
+        if cls is not None:
+            iou = np.where(t.class_id == cls, iou, 0)
+        if iou.max() > 0.5:
+            out.append((i, int(iou.argmax())))
+    return out
+
+
+def _same(a: Detections, b: Detections, pixels: float) -> None:
+    assert a.class_id.tolist() == b.class_id.tolist()
+    np.testing.assert_allclose(a.confidence, b.confidence, atol=0.01)
+    np.testing.assert_allclose(a.xyxy, b.xyxy, atol=pixels)
+
+
+def test_segment_masks_cover_the_shapes_in_frame_pixels(frames: list[tuple[np.ndarray, GroundTruth]]) -> None:
+    """Masks against each shape's visible pixels: with the letterbox left in (40 rows at 320,
+    80 in the frame) or the box crop skipped they would not overlap this well."""
+    decoder, found = _run("demo_segment.onnx", frames)
+    assert decoder == "yolov8-seg"
+    ious = []
+    for detections, (_, truth) in zip(found, frames, strict=True):
+        assert detections.masks is not None and detections.masks.shape == truth.masks.shape[1:]  # type: ignore[union-attr]
+        for i, j in _match(detections, truth):
+            mask, shown = detections.masks.bitmap(i), truth.masks[j]  # type: ignore[index]
+            ious.append((mask & shown).sum() / (mask | shown).sum())
+            polygon = detections.masks.outline(i, 64)[0]
+            cx, cy = polygon.mean(axis=0)
+            x1, y1, x2, y2 = truth.detections.xyxy[j]
+            assert x1 - 4 <= cx <= x2 + 4 and y1 - 4 <= cy <= y2 + 4  # the outline lies on the shape
+    assert len(ious) >= 8
+    assert float(np.median(ious)) > 0.75, ious
+
+
+@pytest.mark.parametrize("other", ["demo_segment_fp32.tflite"])
+def test_tflite_segment_reads_normalised_boxes_and_channel_last_prototypes(
+    frames: list[tuple[np.ndarray, GroundTruth]], other: str
+) -> None:
+    _, onnx = _run("demo_segment.onnx", frames)
+    decoder, lite = _run(other, frames)
+    assert decoder == "yolov8-seg"
+    for a, b in zip(onnx, lite, strict=True):
+        _same(a, b, pixels=1.0)
+        for i in range(len(a)):
+            x, y = a.masks.bitmap(i), b.masks.bitmap(i)  # type: ignore[union-attr]
+            assert (x & y).sum() / max((x | y).sum(), 1) > 0.95
+
+
+@pytest.mark.parametrize("name", ["demo_segment_e2e.onnx", "demo_segment_e2e_fp32.tflite"])
+def test_end_to_end_segment_rows_decode(frames: list[tuple[np.ndarray, GroundTruth]], name: str) -> None:
+    decoder, found = _run(name, frames)
+    assert decoder == "end2end-seg"
+    matched = 0
+    for detections, (_, truth) in zip(found, frames, strict=True):
+        for i, j in _match(detections, truth):
+            mask, shown = detections.masks.bitmap(i), truth.masks[j]  # type: ignore[union-attr,index]
+            matched += (mask & shown).sum() / (mask | shown).sum() > 0.6
+    assert matched >= 8
+
+
+def _keypoint_errors(found: Detections, truth: GroundTruth) -> list[float]:
+    """Per matched triangle, the largest distance of its visible vertices to the keypoints (the
+    vertex order is the model's: the best of the three turns)."""
+    errors = []
+    assert found.keypoints is not None and truth.keypoints is not None
+    for i, j in _match(found, truth, cls=2):
+        vertices = truth.keypoints[j]
+        visible = vertices[:, 2] > 0
+        best = min(
+            float(
+                np.linalg.norm(np.roll(found.keypoints[i, :, :2], k, axis=0) - vertices[:, :2], axis=1)[visible].max()
+            )
+            for k in range(3)
+        )
+        errors.append(best)
+    return errors
+
+
+@pytest.mark.parametrize(
+    "name", ["demo_pose.onnx", "demo_pose_fp32.tflite", "demo_pose_e2e.onnx", "demo_pose_e2e_fp32.tflite"]
+)
+def test_pose_keypoints_land_on_the_triangles_vertices(frames: list[tuple[np.ndarray, GroundTruth]], name: str) -> None:
+    """In frame pixels: TFLite's 0..1 keypoints scaled back, the letterbox's rows removed (either
+    would put them tens of pixels off)."""
+    decoder, found = _run(name, frames)
+    assert decoder == ("end2end-pose" if "e2e" in name else "yolov8-pose")
+    errors = [
+        e for detections, (_, truth) in zip(found, frames, strict=True) for e in _keypoint_errors(detections, truth)
+    ]
+    assert len(errors) >= 2
+    assert float(np.median(errors)) < 25, errors  # the small model: about 15 px in a 640x480 frame
+    for detections in found:
+        assert detections.keypoints is not None and detections.keypoints.shape[1:] == (3, 3)
+        assert ((detections.keypoints[..., 2] >= 0) & (detections.keypoints[..., 2] <= 1)).all()
+
+
+def test_pose_tflite_gives_the_onnx_keypoints(frames: list[tuple[np.ndarray, GroundTruth]]) -> None:
+    _, onnx = _run("demo_pose.onnx", frames)
+    _, lite = _run("demo_pose_fp32.tflite", frames)
+    for a, b in zip(onnx, lite, strict=True):
+        _same(a, b, pixels=1.0)
+        np.testing.assert_allclose(a.keypoints, b.keypoints, atol=1.0)  # type: ignore[arg-type]
+
+
+def _corner_errors(found: Detections, truth: GroundTruth) -> list[float]:
+    assert found.xywhr is not None and truth.obb is not None
+    errors = []
+    for i, j in _match(found, truth):
+        if truth.detections.class_id[j] != 1:  # squares: one rotated box (circles have no angle, triangles three)
+            continue
+        mine, theirs = corners(found.xywhr[i : i + 1])[0], corners(truth.obb[j : j + 1])[0]
+        errors.append(min(float(np.linalg.norm(np.roll(mine, k, axis=0) - theirs, axis=1).max()) for k in range(4)))
+    return errors
+
+
+@pytest.mark.parametrize(
+    "name", ["demo_obb.onnx", "demo_obb_fp32.tflite", "demo_obb_e2e.onnx", "demo_obb_e2e_fp32.tflite"]
+)
+def test_oriented_boxes_fit_the_squares(frames: list[tuple[np.ndarray, GroundTruth]], name: str) -> None:
+    decoder, found = _run(name, frames)
+    assert decoder == ("end2end-obb" if "e2e" in name else "yolov8-obb")
+    errors = [
+        e for detections, (_, truth) in zip(found, frames, strict=True) for e in _corner_errors(detections, truth)
+    ]
+    assert len(errors) >= 3
+    assert float(np.median(errors)) < 25, errors  # the small model: about 15 px on 100 px squares
+    for detections in found:
+        assert detections.xywhr is not None
+        # xyxy stays the axis-aligned box around the corners (tracking reads it)
+        points = corners(detections.xywhr)
+        np.testing.assert_allclose(detections.xyxy[:, :2], np.clip(points.min(axis=1), 0, None), atol=0.01)
+
+
+def test_outputs_are_matched_by_shape_not_order() -> None:
+    """TensorRT may give the prototypes first: the same detections and masks."""
+    image, _ = SyntheticScene(num_shapes=5, seed=SEEDS[0]).render(3)
+    for detector in _detector("demo_segment.onnx"):
+        tensor, _ = detector.prepare(image)
+        outputs = detector.infer(tensor)
+        assert [o.ndim for o in outputs] == [3, 4]
+        a = decode_yolov8_seg(outputs, (320, 320), 0.25)
+        b = decode_yolov8_seg(outputs[::-1], (320, 320), 0.25)
+        assert len(a) > 0
+        np.testing.assert_array_equal(a.xyxy, b.xyxy)
+        np.testing.assert_array_equal(a.masks.coefficients, b.masks.coefficients)  # type: ignore[union-attr]
+
+
+def test_prototypes_in_either_channel_order() -> None:
+    nchw = np.random.default_rng(1).normal(size=(1, 32, 80, 60)).astype(np.float32)
+    np.testing.assert_array_equal(prototype_planes(nchw, (320, 240)), nchw[0])
+    np.testing.assert_array_equal(prototype_planes(nchw.transpose(0, 2, 3, 1), (320, 240)), nchw[0])
+    with pytest.raises(DecoderError, match=r"fit neither \(1, nm, h, w\) nor \(1, h, w, nm\) for a 100x100 input"):
+        prototype_planes(nchw, (100, 100))
