@@ -85,7 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agent.errors import BundleError, ConfigError
     from pipelines.decoding.decoders import DecoderError
     from pipelines.decoding.labels import LabelsError
-    from pipelines.sources.frames import SourceError
+    from pipelines.sources.frames import CredentialsFilter, SourceError
+
+    for handler in logging.getLogger().handlers:  # no camera password in the journal
+        handler.addFilter(CredentialsFilter())
     from runtimes.base import BackendError
 
     try:

@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipelines.sources.frames import CredentialsFilter, redact_credentials
+
 #: ``log.warning(..., extra=AUDIT)`` marks a record as an audit line
 AUDIT: dict[str, object] = {"audit": True}
 
@@ -36,6 +38,7 @@ class RecentLogs(logging.Handler):
 
     def __init__(self, size: int = 200, level: int = logging.INFO, audit_size: int = 50) -> None:
         super().__init__(level)
+        self.addFilter(CredentialsFilter())  # a camera's password never reaches the page
         self._lines: deque[LogLine] = deque(maxlen=size)
         self._audit: deque[LogLine] = deque(maxlen=audit_size)
         self._ring = threading.Lock()
@@ -44,7 +47,7 @@ class RecentLogs(logging.Handler):
         try:
             message = record.getMessage()
             if record.exc_info and record.exc_info[1] is not None:
-                message += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+                message += redact_credentials(f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})")
             audit = getattr(record, "audit", False) is True
             line = LogLine(record.created, record.levelname, record.name, message, audit)
         except Exception:  # a record that cannot be formatted must not break the daemon
