@@ -50,9 +50,10 @@ class ThrottledLog:
         self._held: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def log(self, level: int, key: str, message: str, *args: object) -> bool:
-        """Log `message % args` at `level` unless a line of `key` went out less than `every_s`
-        ago; True when it was logged."""
+    def log(self, level: int, key: str, message: str, *args: object, exc_info: bool = False) -> bool:
+        """Log `message % args` at `level` (with the exception being handled: `exc_info`)
+        unless a line of `key` went out less than `every_s` ago; True when it was logged. Keys
+        are a caller's fixed words, never taken from what an outsider sent (each key is kept)."""
         now = self._clock()
         with self._lock:
             if now - self._last.get(key, -self.every_s) < self.every_s:
@@ -60,7 +61,7 @@ class ThrottledLog:
                 return False
             self._last[key] = now
             held = self._held.pop(key, 0)
-        self._log.log(level, message + (f" ({held} more like it not logged)" if held else ""), *args)
+        self._log.log(level, message + (f" ({held} more like it not logged)" if held else ""), *args, exc_info=exc_info)
         return True
 
     def warning(self, key: str, message: str, *args: object) -> bool:

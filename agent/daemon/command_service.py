@@ -283,7 +283,12 @@ class CommandService:
         self._due = self._monotonic() + (command.budget_s if command is not None else 0.0)
         try:
             response = request.refusal or run_command(self.commands, self.actions, name, message.payload, self.gate)
-            log.info("command %s: %s", shorten(name), "ok" if response.ok else response.payload.decode()[:200])
+            if response.ok:
+                log.info("command %s: ok", shorten(name))
+            else:  # refusals: anyone on the broker can cause them
+                self._throttled.log(
+                    logging.INFO, "refused", "command %s: %s", shorten(name), response.payload.decode()[:200]
+                )
             self.link.reply(message, response.payload, response.content_type)
         except Exception:  # a bug here must cost one answer, not the commands thread
             log.exception("commands: %s could not be answered", shorten(name))

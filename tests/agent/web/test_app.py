@@ -199,6 +199,8 @@ def test_page_actions_are_paced_with_retry_after(acting: Acting, caplog: pytest.
     assert answers[5].headers["retry-after"] == "5"
     acting.clock.now = 35.0
     assert acting.post("api/cameras/cam0/restart").status == 200 and len(acting.restarts) == 6
+    audit = [line["message"] for line in http(acting.url + "api/logs", headers=AUTH).json() if line["audit"]]
+    assert sum("rollback requested" in m for m in audit) == 3 and sum("restart of camera" in m for m in audit) == 6
     paced = [r.getMessage() for r in caplog.records if "asked too often" in r.getMessage()]
     # rollback at 0 s and 29.5 s, restart at 30 s (203 refused): a line per action and 10 s, not per refusal
     assert len(paced) == 3, paced
