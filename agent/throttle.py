@@ -4,7 +4,8 @@ log line that repeats at most once per window, with how many were held back).
 An anonymous client on the broker, a hostile desired document, a link that refuses a download
 or a page's visitor can each cause a log line per message; without a bound, 20,000 refused
 documents in half a second write 20,000 lines and wipe every ring that keeps recent lines (the
-page's). Both classes take an injected monotonic `clock` (seconds) and are thread-safe.
+page's). Both take an injected monotonic `clock` (seconds); `ThrottledLog` is thread-safe, a
+`TokenBucket` is guarded by its caller (`agent.daemon.command_service.RateLimits` holds a lock).
 """
 
 from __future__ import annotations
