@@ -106,8 +106,8 @@ class Acting:
             snapshot=snapshot,
             health=lambda: Health(True),
             rollback=self._rollback,
-            restart=lambda camera: self.restarts.append(camera) or [camera],  # type: ignore[func-returns-value]
-            camera_jpeg=lambda camera, quality: self.qualities.append(quality) or b"\xff\xd8jpeg",  # type: ignore[func-returns-value]
+            restart=self._restart,
+            camera_jpeg=self._jpeg,
             events=list,
         )
         settings = StatusPageSection(
@@ -122,6 +122,14 @@ class Acting:
     def _rollback(self) -> DeploymentStatus:
         self.rollbacks += 1
         return refuse()
+
+    def _restart(self, camera: str) -> list[str]:
+        self.restarts.append(camera)
+        return [camera]
+
+    def _jpeg(self, camera: str, quality: int) -> bytes:
+        self.qualities.append(quality)
+        return b"\xff\xd8jpeg"
 
     def post(self, path: str) -> Answer:
         return http(self.url + path, "POST", AUTH, b"{}")
