@@ -136,6 +136,8 @@ def test_the_page_works_when_the_browser_was_given_the_credentials_in_its_addres
     assert page.wait_for(f"{camera} && {camera}.complete && {camera}.naturalWidth") > 0, "the snapshot loads too"
     assert page.evaluate(f"{camera}.src").startswith(f"http://127.0.0.1:{port}/api/cameras/cam0/snapshot.jpg")
     assert page.wait_for("document.getElementById('events').tBodies[0].rows.length"), "and the slow loop's lists"
+    # an action through the page's own request function passes the credentials and same-origin checks
+    assert page.evaluate("api('/api/cameras/nope/restart', {method: 'POST'}).catch(e => e.status)") == 404
 
 
 def test_the_page_shows_each_cameras_line_and_zone_counters(served: Served, chromium: Chromium) -> None:
