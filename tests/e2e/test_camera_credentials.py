@@ -5,6 +5,7 @@ doctor's report. The redacted form (``viewer:***@``) shows where the sources are
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,11 @@ from testkit.page import basic, http
 
 PLANTED = "Pl4nted-s3cret"
 AUTH = basic("tech", "page-password")
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_a_camera_password_appears_in_no_output(
@@ -67,10 +73,11 @@ def test_a_camera_password_appears_in_no_output(
         telemetry = watcher.wait_json("edge/creds-1/telemetry", reported, 90)
         yard = next(c for c in telemetry["pipelines"] if c["name"] == "yard")["source_status"]
         assert any("http://viewer:" in line for line in yard["output"]), yard  # ffmpeg names its input
-        wait_until(lambda: http(url + "/healthz").status in (200, 503), 30, "the page")
-        answers = {
-            path: http(url + path, headers=AUTH) for path in ("/api/status", "/api/problems", "/api/logs", "/metrics")
-        }
+        wait_until(lambda: listening(port), 30, "the page")  # it may start after the first telemetry
+        # the page keeps the lines logged since it started: wait for a source failure among them
+        logs = wait_until(lambda: (a := http(url + "/api/logs", headers=AUTH)).body.count(b"viewer:") and a, 60, "logs")
+        answers = {path: http(url + path, headers=AUTH) for path in ("/api/status", "/api/problems", "/metrics")}
+        answers["/api/logs"] = logs
         assert all(a.status == 200 for a in answers.values()), {p: a.status for p, a in answers.items()}
         watcher.sync("edge/creds-1/sync")
         published = {m.topic: bytes(m.payload) for m in watcher.messages}
