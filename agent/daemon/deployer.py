@@ -132,8 +132,8 @@ class Deployer:
             self.documents.accept(message)
         except (ProtocolError, ControlRefused) as exc:
             text = str(exc) if isinstance(exc, ProtocolError) else f"{exc.code}: {message.topic} refused: {exc.message}"
-            self.problem = text
             self._throttled.error("refused", "deployment: %s", text)
+            self.problem = text  # after the log: who sees the problem finds its line (or its count) there
             return
         with self._lock:
             self.problem = None

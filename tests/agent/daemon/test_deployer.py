@@ -50,9 +50,18 @@ def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
     flooder = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
     topic = "edge/cam-1/desired"
 
+    sent: list[mqtt.MQTTMessageInfo] = []
+
+    def publish(payload: bytes) -> mqtt.MQTTMessageInfo:
+        sent.append(flooder.publish(topic, payload, qos=1))
+        return sent[-1]
+
     def send(payload: bytes, problem: str) -> None:
-        """Publish `payload` and wait until the deployer has refused it with `problem`."""
-        flooder.publish(topic, payload, qos=1).wait_for_publish(10)
+        """Publish `payload` once the broker has every message before it (paho may send a new one
+        before older ones it queued), and wait until the deployer has refused it with `problem`."""
+        for info in sent:
+            info.wait_for_publish(60)
+        publish(payload).wait_for_publish(10)
         wait_until(lambda: problem in (deployer.problem or ""), 60, problem)
 
     try:
@@ -64,12 +73,13 @@ def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
         unsigned = desired(target="device:cam-1").to_bytes()
         with caplog.at_level(logging.WARNING, logger="agent.daemon.deployer"):
             # the subscription may not be acknowledged yet: send until the first refusal shows
-            wait_until(lambda: flooder.publish(topic, unsigned, qos=1) and deployer.problem, 10, "a first refusal")
+            wait_until(lambda: publish(unsigned) and deployer.problem, 10, "a first refusal")
+            send(b'{"id": "warm-up"}', "name: Field required")  # after the ones sent until then
             clock.now = 10.0
             send(b"[1]", "Input should be an object")
             caplog.clear()
-            sent = [flooder.publish(topic, unsigned, qos=1) for _ in range(FLOOD)]
-            sent[-1].wait_for_publish(60)
+            for _ in range(FLOOD):
+                publish(unsigned)
             send(b'{"id": "marker"}', "name: Field required")  # in order after the flood: all refused by now
             clock.now = 20.0  # the next line after the window counts the ones held back
             send(b"[1]", "Input should be an object")
