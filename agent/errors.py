@@ -85,6 +85,7 @@ class ErrorCode(str, Enum):
     NO_FRAME = "NO_FRAME"
     # the status page's actions
     CROSS_SITE = "CROSS_SITE"
+    WRONG_HOST = "WRONG_HOST"
 
     def __str__(self) -> str:
         return self.value

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 from agent.cli.failure import CliError
 from agent.mqtt.rollout_schedule import FailureLimit, OnHalt, parse_waves
 
 if TYPE_CHECKING:
-    from agent.fleet.rollout_watch import Staging, Tally, WaveTally
+    from agent.fleet.rollout_watch import FleetList, Staging, Tally, WaveTally
     from agent.mqtt.link import MqttLink
     from agent.mqtt.protocol import Topics
 
@@ -77,6 +80,46 @@ def add_staging_arguments(push: argparse.ArgumentParser) -> None:
         default="keep",
         help="on a halt, devices that took it keep it, or roll back (default keep)",
     )
+    add_fleet_list_argument(group)  # --wait follows the rollout
+
+
+def add_fleet_list_argument(parser: argparse._ActionsContainer) -> None:
+    """``--devices-file``: the fleet's own list of devices, which the rollout watch trusts."""
+    parser.add_argument(
+        "--devices-file",
+        type=Path,
+        default=os.environ.get("EDGE_AGENT_DEVICES_FILE"),
+        metavar="FILE",
+        help="the fleet's devices as ID[:GROUP] lines (the file `fleet acl` reads; default "
+        "$EDGE_AGENT_DEVICES_FILE): only these count in a rollout's tally; reports of any other device are "
+        "ignored, so forged ones cannot halt or complete it",
+    )
+
+
+def fleet_list(args: argparse.Namespace, warn: bool = True) -> FleetList | None:
+    """The fleet list ``--devices-file`` names, or None (with `warn`, a warning on stderr: every
+    reporting device counts, and the watch may sign a halt on their word)."""
+    from agent.fleet.rollout_watch import FleetList
+
+    path = getattr(args, "devices_file", None)
+    if path is None:
+        if not warn:
+            return None
+        print(
+            "edge-agent: warning: no --devices-file: every device reporting this group counts; without the "
+            "broker's ACL anyone can forge such reports (docs/security.md)",
+            file=sys.stderr,
+        )
+        return None
+    try:
+        listed = FleetList.parse(Path(path).read_text().splitlines())
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise CliError(f"{path}: {exc}") from exc
+    if not listed.devices:
+        raise CliError(f"{path} lists no device (ID[:GROUP] lines)")
+    return listed
 
 
 def staging(args: argparse.Namespace) -> Staging | None:
@@ -114,6 +157,8 @@ def add_rollout_commands(fleet_actions: Any) -> tuple[list[argparse.ArgumentPars
     parsers = [status, watch, halt, resume]
     for parser in parsers:
         parser.add_argument("id", help="the deployment id (fleet push prints it)")
+    for parser in (status, watch):
+        add_fleet_list_argument(parser)
     return parsers, [watch, halt, resume]
 
 
@@ -154,6 +199,8 @@ def print_tally(current: Tally) -> None:
         print(f"failed: {', '.join(current.failed_devices)}")
     if current.unreadable:
         print(f"unreadable deployment records (not counted as started): {', '.join(current.unreadable)}")
+    if current.ignored:
+        print(f"ignored, not the group's in the fleet list (forged, or list them): {', '.join(current.ignored)}")
 
 
 def follow_rollout(args: argparse.Namespace, link: MqttLink, topics: Topics, deployment_id: str, timeout: float) -> int:
@@ -168,7 +215,8 @@ def follow_rollout(args: argparse.Namespace, link: MqttLink, topics: Topics, dep
             printed.append(line)
             print(line, flush=True)
 
-    final = watch(link, topics, deployment_id, args.signing_key, timeout, show, args.listen)
+    fleet = fleet_list(args)
+    final = watch(link, topics, deployment_id, args.signing_key, timeout, show, args.listen, fleet=fleet)
     print_tally(final)
     if final.rollout.halted is not None:
         print(f"the rollout is halted; `edge-agent fleet rollout resume {deployment_id}` continues it")
@@ -207,7 +255,7 @@ def fleet_rollout(args: argparse.Namespace, link: MqttLink, topics: Topics) -> i
         if isinstance(parts.deployment, DeploymentDocument) and parts.deployment.id == args.id
     }
     unreadable = [d for d, parts in devices.items() if isinstance(parts.deployment, Unreadable)]
-    current = tally(desired, group, members, records, time.time(), unreadable)
+    current = tally(desired, group, members, records, time.time(), unreadable, fleet_list(args, warn=False))
     if args.json:
         summary = {**asdict(current), "exceeded": current.exceeded, "complete": current.complete}
         summary["rollout"] = current.rollout.model_dump(mode="json")

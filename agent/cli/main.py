@@ -85,8 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agent.errors import BundleError, ConfigError
     from pipelines.decoding.decoders import DecoderError
     from pipelines.decoding.labels import LabelsError
-    from pipelines.sources.frames import SourceError
+    from pipelines.sources.frames import CredentialsFilter, SourceError
     from runtimes.base import BackendError
+
+    for handler in logging.getLogger().handlers:  # no camera password in the journal
+        handler.addFilter(CredentialsFilter())
 
     try:
         return COMMANDS[args.command].run(args)

@@ -578,6 +578,21 @@ class StatusPageSection(_Section):
     tls: StatusTlsSection | None = Field(default=None, description="Serve HTTPS with this certificate and key.")
     history_s: float = Field(default=600.0, ge=60, le=86400, description="Seconds of history the charts show.")
     sample_s: float = Field(default=2.0, ge=0.5, le=60, description="Seconds between two points of the charts.")
+    hosts: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Further names the page is reached by (a DNS name, a reverse proxy's name). Requests must "
+        "name the device in their Host header: an IP address, localhost, the host name (also .local) or one of "
+        "these; others are refused (421 WRONG_HOST), so a rebound DNS name cannot reach the page.",
+    )
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.?", name):
+                raise ValueError(f"hosts: {name!r} is not a host name (letters, digits, '-' and '.')")
+        return value
 
     @field_validator("listen")
     @classmethod

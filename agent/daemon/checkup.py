@@ -48,7 +48,7 @@ from agent.mqtt.link import MqttLink
 from agent.serving.cameras import pipe_settings, source_for
 from agent.serving.loader import open_detector
 from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_power
-from pipelines.sources.frames import SourceError
+from pipelines.sources.frames import SourceError, redact_credentials
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
 
 
@@ -185,14 +185,15 @@ def check_camera(section: PipelineSection, timeout_s: float, pipe: PipeSettings 
     thread.start()
     thread.join(timeout_s)
     fix = "check its cable, power or address (pipelines[].source); a running agent may hold it: stop it first"
+    shown = redact_credentials(section.source)
     if "error" in result:
-        return Finding(name, "fail", str(result["error"]), fix)
+        return Finding(name, "fail", redact_credentials(str(result["error"])), fix)
     if "shape" not in result:
-        return Finding(name, "fail", f"no frame within {timeout_s:.0f} s from {section.source}", fix)
+        return Finding(name, "fail", f"no frame within {timeout_s:.0f} s from {shown}", fix)
     if result["shape"] is None:
-        return Finding(name, "warn", f"{section.source} has no frame (an empty file?)", fix)
+        return Finding(name, "warn", f"{shown} has no frame (an empty file?)", fix)
     height, width = result["shape"][:2]
-    return Finding(name, "pass", f"a {width}x{height} frame from {section.source}")
+    return Finding(name, "pass", f"a {width}x{height} frame from {shown}")
 
 
 def check_runtime(config: AgentConfig, root: Path) -> Finding:

@@ -43,6 +43,7 @@ from agent.mqtt.control import ControlGate, ControlRefused
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, ProtocolError, Topics
 from agent.snapshot import LoopState
+from agent.throttle import ThrottledLog, TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -142,23 +143,6 @@ def run_command(
     return Response(json.dumps({"ok": True, "command": name, "result": result}, default=str).encode())
 
 
-class TokenBucket:
-    """`rate` events a second on average, `burst` at once (times from `clock`, seconds)."""
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst, self._clock = rate, burst, clock
-        self._tokens, self._at = float(burst), clock()
-
-    def take(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
-
-
 class RateLimits:
     """One bucket per command of `table` (at its row's `Rate`) and one shared by every other
     name, so a flood of one command neither fills the queue nor starves the others (`allow`
@@ -177,26 +161,6 @@ class RateLimits:
             allowed = self._buckets.get(name, self._other).take()
             self.dropped += not allowed
             return allowed
-
-
-class ThrottledLog:
-    """Logs a recurring warning at most once per `every_s` seconds, with how many were held back."""
-
-    def __init__(self, logger: logging.Logger, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
-        self._log, self.every_s, self._clock = logger, every_s, clock
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def warning(self, key: str, message: str, *args: object) -> None:
-        now = self._clock()
-        with self._lock:
-            if now - self._last.get(key, -self.every_s) < self.every_s:
-                self._held[key] = self._held.get(key, 0) + 1
-                return
-            self._last[key] = now
-            held = self._held.pop(key, 0)
-        self._log.warning(message + (f" ({held} more like it not logged)" if held else ""), *args)
 
 
 @dataclass(frozen=True)
@@ -319,7 +283,12 @@ class CommandService:
         self._due = self._monotonic() + (command.budget_s if command is not None else 0.0)
         try:
             response = request.refusal or run_command(self.commands, self.actions, name, message.payload, self.gate)
-            log.info("command %s: %s", shorten(name), "ok" if response.ok else response.payload.decode()[:200])
+            if response.ok:
+                log.info("command %s: ok", shorten(name))
+            else:  # refusals: anyone on the broker can cause them
+                self._throttled.log(
+                    logging.INFO, "refused", "command %s: %s", shorten(name), response.payload.decode()[:200]
+                )
             self.link.reply(message, response.payload, response.content_type)
         except Exception:  # a bug here must cost one answer, not the commands thread
             log.exception("commands: %s could not be answered", shorten(name))

@@ -46,6 +46,7 @@ from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import Desired, ProtocolError, Topics
 from agent.snapshot import DeploymentStatus, RolloutPosition
+from agent.throttle import ThrottledLog
 from pipelines.backoff import Backoff
 from pipelines.pipeline import PipelineStats
 
@@ -80,6 +81,7 @@ class Deployer:
         self._on_switched, self._camera_stats, self._clock = on_switched, camera_stats, clock
         self._on_succeeded = on_succeeded
         self._wall_clock = wall_clock
+        self._throttled = ThrottledLog(log, clock=clock)  # refusals anyone on the broker can cause
         self._followed = store.followed()
         self.documents = DesiredDocuments(device, topics, gate, lambda: self._followed)
         self._lock = self.documents.lock
@@ -130,8 +132,8 @@ class Deployer:
             self.documents.accept(message)
         except (ProtocolError, ControlRefused) as exc:
             text = str(exc) if isinstance(exc, ProtocolError) else f"{exc.code}: {message.topic} refused: {exc.message}"
-            self.problem = text
-            log.error("deployment: %s", text)
+            self._throttled.error("refused", "deployment: %s", text)
+            self.problem = text  # after the log: who sees the problem finds its line (or its count) there
             return
         with self._lock:
             self.problem = None
@@ -399,8 +401,8 @@ class Deployer:
 
     def _set_problem(self, problem: str | None) -> None:
         self.problem = problem
-        if problem is not None:
-            log.warning("deployment: %s", problem)
+        if problem is not None:  # a junk index or a stalled link may say it many times a second
+            self._throttled.warning("problem", "deployment: %s", problem)
 
     def _probation(self, deployment: Deployment) -> Deployment:
         """Serve the new version and watch it; roll it back if it fails, the operator rolls back,

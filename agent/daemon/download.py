@@ -22,6 +22,7 @@ from agent.errors import BundleError, ErrorCode
 from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics
+from agent.throttle import ThrottledLog
 from pipelines.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class BundleDownload:
         self._backoff = backoff or Backoff(initial=2.0, maximum=30.0)
         self._arrived = threading.Condition()
         self._index: ChunkIndex | None = None
+        self._throttled = ThrottledLog(log)  # anyone on the broker may publish junk indexes
 
     def run(self, desired: Desired, on_downloading: Callable[[], None]) -> PartialBundle:
         """The complete, checked bundle file; `on_downloading` is called when chunks start."""
@@ -113,7 +115,7 @@ class BundleDownload:
             index = ChunkIndex.parse(message.payload, message.topic)
         except ProtocolError as exc:
             self._problem(str(exc))
-            log.error("deployment: %s; ignored", exc)
+            self._throttled.error("index", "deployment: %s; ignored", exc)
             return
         with self._arrived:
             self._index = index

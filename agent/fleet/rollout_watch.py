@@ -8,6 +8,13 @@ among the devices that started exceed the schedule's `max_failures`, publishes t
 same document signed again with `halted` set. A halt or resume is always a newly signed document
 with a later `issued_at`, so each device's gate keeps refusing the older ones.
 
+Who counts: with the fleet's list (`FleetList`: the ``ID[:GROUP]`` file `fleet acl` reads,
+``--devices-file``), the group is the listed devices of that group (and listed devices without a
+group that report it); a status or record of any other device is ignored and named in the tally
+(`ignored`), so reports forged for a device that does not exist can neither halt a rollout nor
+complete it. Without a list every device that reports the group counts, which only the broker's
+ACL (a device writes only its own topics) makes trustworthy (docs/security.md).
+
 The devices' documents are read into their models (agent/mqtt/device_documents.py); a record
 that cannot be read is named in the tally (`unreadable`) and counts as not started, so it can
 neither halt a rollout nor let it complete. `tally` is pure; `watch` runs in the caller's thread
@@ -26,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.bundles.record import FINAL_STATES, State
 from agent.errors import ErrorCode
+from agent.fleet.acl import parse_devices
 from agent.fleet.client import FleetError, collect, publish_retained, wait_acked
 from agent.mqtt.control import sign
 from agent.mqtt.device_documents import DeploymentDocument, StatusDocument, Unreadable
@@ -91,6 +99,7 @@ class Tally:
     opened: int  # waves opened by the time of the tally (halts aside)
     failed_devices: tuple[str, ...]
     unreadable: tuple[str, ...] = ()  # members whose deployment record cannot be read (not started)
+    ignored: tuple[str, ...] = ()  # devices that reported but are not the group's in the fleet list
 
     @property
     def exceeded(self) -> bool:
@@ -106,11 +115,31 @@ class Tally:
     def summary(self) -> str:
         state = "halted" if self.rollout.halted else "complete" if self.complete else "running"
         unreadable = f", {len(self.unreadable)} unreadable" if self.unreadable else ""
+        ignored = f", {len(self.ignored)} ignored (not the group's in the fleet list)" if self.ignored else ""
         return (
             f"{self.deployment} on group {self.group}: {state}, {self.opened}/{len(self.waves)} waves open, "
-            f"{self.started}/{self.members} started, {self.succeeded} succeeded, {self.failed} failed{unreadable} "
-            f"(halts past {self.rollout.max_failures})"
+            f"{self.started}/{self.members} started, {self.succeeded} succeeded, {self.failed} failed{unreadable}"
+            f"{ignored} (halts past {self.rollout.max_failures})"
         )
+
+
+@dataclass(frozen=True)
+class FleetList:
+    """The devices as the operator knows them: {device id: its group, or None when the list
+    does not say} (the ``ID[:GROUP]`` lines of `agent.fleet.acl.parse_devices`)."""
+
+    devices: Mapping[str, str | None]
+
+    @classmethod
+    def parse(cls, lines: Iterable[str]) -> FleetList:
+        """From ``ID[:GROUP]`` lines; `ValueError` naming the first bad one."""
+        return cls(dict(parse_devices(lines)))
+
+    def group(self, group: str, reporting: Iterable[str]) -> set[str]:
+        """The members of `group`: the devices listed in it, and those listed without a group
+        among `reporting` (devices whose status says they are in `group`)."""
+        said = set(reporting)
+        return {d for d, g in self.devices.items() if g == group or (g is None and d in said)}
 
 
 def is_failure(record: DeploymentDocument) -> bool:
@@ -127,13 +156,21 @@ def tally(
     records: Mapping[str, DeploymentDocument],
     now: float,
     unreadable: Iterable[str] = (),
+    fleet: FleetList | None = None,
 ) -> Tally:
-    """The rollout of `desired` (which carries one) over `members` (devices known to be in the
-    group) and `records` ({device: its latest deployment record of this deployment});
-    `unreadable` names devices whose record cannot be read (those of members are listed)."""
+    """The rollout of `desired` (which carries one) over `members` (devices whose status says
+    they are in the group) and `records` ({device: its latest deployment record of this
+    deployment}); `unreadable` names devices whose record cannot be read (those of members are
+    listed). With `fleet`, the group is `fleet`'s (`FleetList.group`) and every other device
+    that reported is `ignored`."""
     rollout = desired.rollout
     assert rollout is not None, "tally a document that carries a rollout"
     devices = set(members) | set(records)
+    ignored: set[str] = set()
+    if fleet is not None:
+        known = fleet.group(group, members)
+        ignored, devices = devices - known, known
+        records = {d: r for d, r in records.items() if d in known}
     rows: list[dict[str, int]] = [
         dict.fromkeys(("devices", "started", "succeeded", "failed", "running"), 0) for _ in rollout.waves
     ]
@@ -168,6 +205,7 @@ def tally(
         opened=rollout.opened(now),
         failed_devices=tuple(failed_devices),
         unreadable=tuple(sorted((set(unreadable) & devices) - set(records))),
+        ignored=tuple(sorted(ignored)),
     )
 
 
@@ -285,9 +323,11 @@ def watch(
     on_tally: Callable[[Tally], None] = lambda t: None,
     listen: float = 2.0,
     clock: Callable[[], float] = time.time,
+    fleet: FleetList | None = None,
 ) -> Tally:
     """Follow the rollout until it completes, halts, or `timeout` seconds pass; halt it (signed
-    by `key`) as soon as failures exceed its limit. `on_tally` gets every new tally."""
+    by `key`) as soon as failures exceed its limit. `on_tally` gets every new tally. With
+    `fleet`, only its devices of the group count (see the module text)."""
     group, desired = find_rollout(link, topics, deployment_id, listen)
     reports = _Reports(topics, deployment_id, group)
     filters = [f"{topics.root}/+/status", f"{topics.root}/+/deployment", topics.group_desired(group)]
@@ -307,13 +347,13 @@ def watch(
                     desired = Desired.parse(payload, topics.group_desired(group))
                 if desired.id != deployment_id or desired.rollout is None:
                     raise FleetError(f"group {group} follows another deployment now ({desired.id})")
-            current = tally(desired, group, members, records, clock(), unreadable)
+            current = tally(desired, group, members, records, clock(), unreadable, fleet)
             on_tally(current)
             if current.exceeded and current.rollout.halted is None:
                 named = ", ".join(current.failed_devices[:5])
                 why = f"{current.failed} of {current.started} started devices failed: {named}"
                 desired = halt(link, topics, group, desired, key, why)
-                current = tally(desired, group, members, records, clock(), unreadable)
+                current = tally(desired, group, members, records, clock(), unreadable, fleet)
                 on_tally(current)
             if current.rollout.halted is not None or current.complete or time.monotonic() > deadline:
                 return current

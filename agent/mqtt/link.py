@@ -47,6 +47,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from agent.config.models import MqttSection
 from agent.errors import ConfigError
 from agent.mqtt.limits import BrokerLimits, publish_packet_size
+from agent.throttle import ThrottledLog
 from pipelines.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,7 @@ class MqttLink:
         self._subacks = _SubAcks()
         self._client.on_subscribe = lambda client, userdata, mid, codes, properties: self._subacks.acked(mid)
         self._lock = threading.Lock()
+        self._throttled = ThrottledLog(log)
         self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
         self._states: dict[str, bytes] = {}
         self._state_infos: dict[str, Delivery] = {}  # the latest publish of each state
@@ -404,8 +406,10 @@ class MqttLink:
         for handler in handlers:
             try:
                 handler(message)
-            except Exception:
-                log.exception("mqtt: handler for %s failed", message.topic)
+            except Exception:  # what a message carries may fail a handler each time it comes
+                self._throttled.log(
+                    logging.ERROR, "handler", "mqtt: handler for %s failed", message.topic, exc_info=True
+                )
 
     # -- subscriptions and publishing (any thread) -------------------------------------------
 

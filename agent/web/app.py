@@ -8,8 +8,10 @@ Routes (docs/status-page.md has every field):
 - ``GET /api/problems``: health and the problem list, failures first;
 - ``GET /api/history?since=TS``: the chart points newer than ``TS`` (Unix seconds);
 - ``GET /api/events``, ``GET /api/logs``: recent events and log lines, oldest first;
-- ``GET /api/cameras/<name>/snapshot.jpg?quality=Q``: the camera's newest frame, annotated;
-- ``POST /api/rollback``, ``POST /api/cameras/<name>/restart``: the technician's actions;
+- ``GET /api/cameras/<name>/snapshot.jpg?quality=Q``: the camera's newest frame, annotated
+  (``Q`` from 1 to 100; anything else is 400 ``BAD_PAYLOAD``);
+- ``POST /api/rollback``, ``POST /api/cameras/<name>/restart``: the technician's actions, paced
+  (`PACES`: past it, 429 ``BUSY`` with ``Retry-After``) and logged as audit lines;
 - ``GET /metrics``: Prometheus text format; ``GET /healthz``: 200 or 503 with the reasons.
 
 Access rules are `agent.web.auth.AccessMiddleware`'s. Endpoints run on the server's event loop
@@ -25,10 +27,11 @@ the action did.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,10 +47,11 @@ from starlette.staticfiles import StaticFiles
 
 from agent.errors import CodedError, ErrorCode
 from agent.snapshot import AgentSnapshot
+from agent.throttle import ThrottledLog, TokenBucket
 from agent.web.auth import AccessMiddleware, Guard
 from agent.web.controls import AgentControls
 from agent.web.history import History
-from agent.web.logs import RecentLogs
+from agent.web.logs import AUDIT, RecentLogs
 from agent.web.metrics import metrics_registry
 from agent.web.problems import page_problems
 
@@ -71,12 +75,41 @@ def _error(exc: CodedError) -> JSONResponse:
     return JSONResponse(body, STATUS_OF.get(exc.code, 500), NO_STORE)
 
 
+class BadQuery(ValueError):
+    """A query parameter that is not a number in its range (400 ``BAD_PAYLOAD``)."""
+
+
 def _number(request: Request, name: str, default: float, low: float, high: float) -> float:
-    try:
-        value = float(request.query_params.get(name, default))
-    except ValueError:
+    """The query parameter `name` as a finite number in [`low`, `high`] (`default` when absent);
+    raises `BadQuery` naming it otherwise (``nan``, ``inf``, ``abc``, out of range)."""
+    text = request.query_params.get(name)
+    if text is None:
         return default
-    return min(max(value, low), high)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and low <= value <= high):
+        raise BadQuery(f"{name} must be a number from {low:g} to {high:g}, not {text[:32]!r}")
+    return value
+
+
+def _bad_query(exc: BadQuery) -> JSONResponse:
+    body = {"ok": False, "error": {"code": ErrorCode.BAD_PAYLOAD.value, "message": str(exc)}}
+    return JSONResponse(body, 400, NO_STORE)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How often a page action may run: `burst` at once, then one per `every_s` seconds."""
+
+    burst: int
+    every_s: float
+
+
+#: the pace of each page action (a technician clicks; a script holding the password cannot
+#: restart a camera 200 times in a row or roll back and forth)
+PACES = {"rollback": Pace(burst=2, every_s=30.0), "restart": Pace(burst=5, every_s=5.0)}
 
 
 class RecentSnapshot:
@@ -103,11 +136,22 @@ class RecentSnapshot:
 
 
 class StatusApp:
-    """The endpoints over `controls`, `history` and `logs`, behind `guard`."""
+    """The endpoints over `controls`, `history` and `logs`, behind `guard`; the actions paced as
+    `PACES` says on `clock` (monotonic seconds)."""
 
-    def __init__(self, controls: AgentControls, guard: Guard, history: History, logs: RecentLogs) -> None:
+    def __init__(
+        self,
+        controls: AgentControls,
+        guard: Guard,
+        history: History,
+        logs: RecentLogs,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.controls, self.guard, self.history, self.logs = controls, guard, history, logs
         self.snapshot = RecentSnapshot(controls.snapshot, SNAPSHOT_REUSE_S)
+        # the endpoints run on the event loop, one at a time: the buckets need no lock
+        self._paces = {name: TokenBucket(1 / pace.every_s, pace.burst, clock) for name, pace in PACES.items()}
+        self._throttled = ThrottledLog(log, clock=clock)
         self._registry = metrics_registry(self.snapshot, controls.health)
         self._lanes: dict[str, anyio.CapacityLimiter] = {}  # made on the event loop, at first use
 
@@ -150,7 +194,10 @@ class StatusApp:
         return JSONResponse(body, headers=NO_STORE)
 
     async def history_points(self, request: Request) -> Response:
-        since = _number(request, "since", 0.0, 0.0, float("inf"))
+        try:
+            since = _number(request, "since", 0.0, 0.0, 1e12)
+        except BadQuery as exc:
+            return _bad_query(exc)
         return JSONResponse(self.history.to_json(since), headers=NO_STORE)
 
     async def events(self, request: Request) -> Response:
@@ -161,7 +208,10 @@ class StatusApp:
         return JSONResponse(self.logs.to_json(), headers=NO_STORE)
 
     async def camera_jpeg(self, request: Request) -> Response:
-        quality = int(_number(request, "quality", 80, 1, 100))
+        try:
+            quality = round(_number(request, "quality", 80, 1, 100))
+        except BadQuery as exc:
+            return _bad_query(exc)
         try:
             jpeg = await self._in("read", self.controls.camera_jpeg, request.path_params["name"], quality)
         except CodedError as exc:
@@ -178,19 +228,37 @@ class StatusApp:
 
     # -- acting (POST only, authenticated and same-origin: see agent.web.auth) ------------------
 
+    def _too_soon(self, action: str, request: Request) -> Response | None:
+        """The 429 answer when `action` ran too often lately (see `PACES`), else None."""
+        bucket = self._paces[action]
+        if bucket.take():
+            return None
+        wait = max(1, math.ceil(bucket.retry_after()))
+        pace = PACES[action]
+        self._throttled.warning(action, "status page: %s from %s refused: asked too often", action, _client(request))
+        message = f"too many {action}s: {pace.burst} at once, then one per {pace.every_s:g} s; try again in {wait} s"
+        body = {"ok": False, "error": {"code": ErrorCode.BUSY.value, "message": message}}
+        return JSONResponse(body, 429, {**NO_STORE, "Retry-After": str(wait)})
+
     async def rollback(self, request: Request) -> Response:
-        log.warning("status page: rollback requested from %s", _client(request))
+        refused = self._too_soon("rollback", request)
+        if refused is not None:
+            return refused
+        log.warning("status page: rollback requested from %s", _client(request), extra=AUDIT)
         try:
             deployment = await self._in("act", self.controls.rollback)
         except CodedError as exc:
-            log.warning("status page: rollback refused: %s", exc)
+            log.warning("status page: rollback refused: %s", exc, extra=AUDIT)
             return _error(exc)
         self.snapshot.forget()
         return JSONResponse({"ok": True, "deployment": asdict(deployment)}, headers=NO_STORE)
 
     async def restart(self, request: Request) -> Response:
+        refused = self._too_soon("restart", request)
+        if refused is not None:
+            return refused
         name = request.path_params["name"]
-        log.warning("status page: restart of camera %r requested from %s", name[:64], _client(request))
+        log.warning("status page: restart of camera %r requested from %s", name[:64], _client(request), extra=AUDIT)
         try:
             restarted = await self._in("act", self.controls.restart, name)
         except CodedError as exc:

@@ -10,6 +10,11 @@ refused when they come from another site.
   ``Origin`` and ``Sec-Fetch-Site`` with a cross-site request, and a request whose origin is
   not this server's is refused (403) before anything runs, so a page on another site cannot
   use the technician's logged-in browser. Tools that send neither (curl) are let through.
+- Every request but ``/healthz`` must name this device in its ``Host`` header (421
+  ``WRONG_HOST`` otherwise): an IP address (a browser's origin is then that address itself),
+  ``localhost``, the device's host name (also with ``.local``) or one of ``status_page.hosts``.
+  A page on another site whose name was made to resolve to the device (DNS rebinding) sends its
+  own name, so it can neither read the page nor pass the same-origin rule of the actions.
 
 `Guard.refusal` is pure over the request's method, path, headers and scheme; `AccessMiddleware`
 applies it to every request and adds the security headers to every response.
@@ -20,8 +25,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers, MutableHeaders
@@ -53,13 +59,43 @@ class Refusal:
         return Response(body, self.status, headers, media_type="application/json")
 
 
-class Guard:
-    """The access rules for `username` / `password` (both None: no credentials configured)."""
+def host_name(host: str) -> str:
+    """The name of a ``Host`` header without its port, lower case, without a final dot
+    (``[::1]:8080`` -> ``::1``, ``Cam-1.local.:80`` -> ``cam-1.local``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
 
-    def __init__(self, username: str | None, password: str | None) -> None:
+
+def page_names(hostname: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The names a ``Host`` header may carry besides IP addresses: ``localhost``, the device's
+    `hostname` with and without ``.local``, and `extra` (``status_page.hosts``)."""
+    short = host_name(hostname).removesuffix(".local")
+    return frozenset({"localhost", short, f"{short}.local", *(host_name(name) for name in extra)} - {""})
+
+
+def is_own_host(host: str | None, names: frozenset[str]) -> bool:
+    """True when ``Host`` is an IP address or one of `names` (`page_names`)."""
+    name = host_name(host or "")
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return name in names
+    return True
+
+
+class Guard:
+    """The access rules for `username` / `password` (both None: no credentials configured);
+    with `hosts` (`page_names`), requests must name this device in ``Host``."""
+
+    def __init__(self, username: str | None, password: str | None, hosts: frozenset[str] | None = None) -> None:
         if (username is None) != (password is None):
             raise ValueError("Guard: username and password go together")
         self._credentials = (username.encode(), password.encode()) if username and password is not None else None
+        self._hosts = hosts
 
     def authenticated(self, authorization: str | None) -> bool:
         """True when the ``Authorization`` header carries the configured name and password."""
@@ -79,6 +115,12 @@ class Guard:
         """Why this request may not proceed, or None. `headers` are lower-case names."""
         if path in OPEN_PATHS:
             return None
+        if self._hosts is not None and not is_own_host(headers.get("host"), self._hosts):
+            return Refusal(
+                421,
+                ErrorCode.WRONG_HOST,
+                "this page answers to the device's own names only (its addresses, host name, status_page.hosts)",
+            )
         action = method not in READ_METHODS
         if self._credentials is not None and not self.authenticated(headers.get("authorization")):
             return Refusal(401, ErrorCode.UNAUTHORIZED, "this page needs the technician's user name and password")

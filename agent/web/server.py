@@ -15,13 +15,15 @@ import logging
 import socket
 import ssl
 import threading
+import time
+from collections.abc import Callable
 
 import uvicorn
 
 from agent.config.models import StatusPageSection
 from agent.errors import ConfigError
 from agent.web.app import StatusApp
-from agent.web.auth import Guard
+from agent.web.auth import Guard, page_names
 from agent.web.controls import AgentControls
 from agent.web.history import History
 from agent.web.logs import RecentLogs
@@ -64,12 +66,21 @@ class StatusServer:
     """The page for `controls` as `settings` (agent.yaml's ``status_page``) says. Raises
     `ConfigError` for a password that cannot be read."""
 
-    def __init__(self, settings: StatusPageSection, controls: AgentControls) -> None:
+    def __init__(
+        self,
+        settings: StatusPageSection,
+        controls: AgentControls,
+        clock: Callable[[], float] = time.monotonic,
+        hostname: str | None = None,
+    ) -> None:
+        """`clock` paces the actions (monotonic seconds); `hostname` is the device's name as the
+        ``Host`` header may carry it (default: `socket.gethostname`)."""
         self.settings, self.controls = settings, controls
         self.history = History(points=int(settings.history_s / settings.sample_s) + 1)
         self.logs = RecentLogs()
-        guard = Guard(settings.username, settings.password())
-        status_app = StatusApp(controls, guard, self.history, self.logs)
+        names = page_names(socket.gethostname() if hostname is None else hostname, settings.hosts)
+        guard = Guard(settings.username, settings.password(), names)
+        status_app = StatusApp(controls, guard, self.history, self.logs, clock)
         self._snapshot = status_app.snapshot  # shared with the page's requests
         app = status_app.asgi()
         tls = settings.tls

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.sources.frames import Frame, SourceError
+from pipelines.sources.frames import Frame, SourceError, redact_credentials
 
 
 def _open_capture(target: Any, api: int, what: str, **props: float) -> Any:
@@ -105,7 +105,7 @@ class CameraSource(_OpenCVCapture):
         mjpg: bool = False,
     ) -> None:
         self.target, self.width, self.height, self.fps, self.mjpg = target, width, height, fps, mjpg
-        self.name = target
+        self.name = redact_credentials(target)  # shown in the status and logs: no camera password
         self._capture = None
         self._index = 0
 
@@ -134,19 +134,19 @@ class CameraSource(_OpenCVCapture):
                 props["CAP_PROP_FPS"] = self.fps
             props["CAP_PROP_BUFFERSIZE"] = 1
             self._capture = _open_capture(
-                device, cv2.CAP_V4L2, f"camera {self.target} (is it connected, and may this user open it?)", **props
+                device, cv2.CAP_V4L2, f"camera {self.name} (is it connected, and may this user open it?)", **props
             )
         elif kind == "gstreamer":
             if not _has_gstreamer():
                 raise SourceError(
                     "this OpenCV build has no GStreamer support, needed for the pipeline "
-                    f"{self.target!r}; install the distribution's python3-opencv (JetPack and "
+                    f"{self.name!r}; install the distribution's python3-opencv (JetPack and "
                     "Raspberry Pi OS ship it with GStreamer) and create the venv with --system-site-packages"
                 )
-            self._capture = _open_capture(self.target, cv2.CAP_GSTREAMER, f"GStreamer pipeline {self.target!r}")
+            self._capture = _open_capture(self.target, cv2.CAP_GSTREAMER, f"GStreamer pipeline {self.name!r}")
         else:
             self._capture = _open_capture(
-                self.target, cv2.CAP_FFMPEG, f"stream {self.target} (check the URL, credentials and network)"
+                self.target, cv2.CAP_FFMPEG, f"stream {self.name} (check the URL, credentials and network)"
             )
 
     def read(self) -> Frame | None:
@@ -154,7 +154,7 @@ class CameraSource(_OpenCVCapture):
             self.open()
         ok, image = self._capture.read()
         if not ok or image is None:
-            raise SourceError(f"{self.kind} source {self.target}: no frame (disconnected or stalled)")
+            raise SourceError(f"{self.kind} source {self.name}: no frame (disconnected or stalled)")
         frame = Frame(self._index, time.monotonic(), image)
         self._index += 1
         return frame

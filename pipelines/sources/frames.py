@@ -12,6 +12,8 @@ rpicam-vid), `scene_source` (the synthetic scenes); `specs` turns a source strin
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,13 +26,46 @@ if TYPE_CHECKING:  # numpy loads with the first source, not with this module
     from pipelines.decoding.detections import Detections
 
 
+#: a URL's password (``scheme://user:PASSWORD@``; the user name is kept, the password ends at
+#: the last ``@`` before the host) and GStreamer's ``user-pw=PASSWORD`` property
+_CREDENTIALS = re.compile(
+    r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'\"]*:)[^\s/'\"]*(?=@)|(?P<prop>\buser-pw=)(\"[^\"]*\"|'[^']*'|\S+)"
+)
+REDACTED = "***"
+
+
+def redact_credentials(text: str) -> str:
+    """`text` with the password of every URL in it (``rtsp://viewer:secret@10.0.0.41/``) and of
+    every GStreamer ``user-pw=`` replaced by ``***`` (``rtsp://viewer:***@10.0.0.41/``): how a
+    camera's source string, its errors and its tools' output may be shown (status documents,
+    the page, logs, the doctor)."""
+    return _CREDENTIALS.sub(lambda m: (m.group("keep") or m.group("prop")) + REDACTED, text)
+
+
+class CredentialsFilter(logging.Filter):
+    """A logging filter that rewrites a record whose message names a password
+    (`redact_credentials`), for every handler it is added to (the record is shared, so the
+    handlers after it see the redacted text too)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a record that cannot be formatted is the handler's to report
+            return True
+        redacted = redact_credentials(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
 class SourceError(Exception):
     """A source cannot be opened or stopped delivering frames; the message says which and why.
-    `output` holds the last lines a source's subprocess wrote to stderr (pipe sources)."""
+    `output` holds the last lines a source's subprocess wrote to stderr (pipe sources). Both are
+    kept with credentials redacted (`redact_credentials`): they reach the status documents."""
 
     def __init__(self, message: str, output: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.output = tuple(output)
+        super().__init__(redact_credentials(message))
+        self.output = tuple(redact_credentials(line) for line in output)
 
 
 @dataclass(frozen=True)
@@ -45,7 +80,7 @@ class Frame:
 
 
 class FrameSource(Protocol):
-    """What the pipeline needs of a source."""
+    """What the pipeline needs of a source; `name` is what is shown of it (credentials redacted)."""
 
     name: str
     live: bool
@@ -129,8 +164,9 @@ class SourceStatus:
             if state == "running" and self.state == "reconnecting":
                 self.reconnects += 1
             self.state = state
-            if error is not None:
-                self.error, self.output = error, tuple(output)
+            if error is not None:  # also a driver's own exception, which may name the URL
+                self.error = redact_credentials(error)
+                self.output = tuple(redact_credentials(line) for line in output)
 
     def snapshot(self) -> SourceState:
         with self._lock:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import IO, TypeVar
 
-from pipelines.sources.frames import Frame, SourceError
+from pipelines.sources.frames import Frame, SourceError, redact_credentials
 from pipelines.sources.pipe_commands import PROGRAMS, PipeCommand
 from pipelines.sources.rawvideo import FRAME_MAGIC, FrameReader, RawVideo, RawVideoError, parse_y4m_header, to_bgr
 
@@ -60,7 +60,7 @@ class PipeSource:
         clock: Callable[[], float] = time.monotonic,
         which: Callable[[str], str | None] = shutil.which,
     ) -> None:
-        self.name, self.command, self.live = name, command, command.live
+        self.name, self.command, self.live = redact_credentials(name), command, command.live
         self.stall_timeout_s = stall_timeout_s
         self._clock, self._which = clock, which
         self._process: subprocess.Popen[bytes] | None = None
@@ -94,7 +94,7 @@ class PipeSource:
         argv = [self._program(), *self.command.argv[1:]]
         self._tail.clear()
         self._first_error = None
-        log.info("starting %s", " ".join(argv))
+        log.info("starting %s", redact_credentials(" ".join(argv)))
         try:
             process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
@@ -122,7 +122,7 @@ class PipeSource:
 
     def _drain_stderr(self, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", "replace").strip()
+            line = redact_credentials(raw.decode("utf-8", "replace").strip())  # ffmpeg names its input
             if line:
                 if self._first_error is None and line.startswith("ERROR: from element"):
                     self._first_error = line  # GStreamer's root cause; its repetitions follow

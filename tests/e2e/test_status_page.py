@@ -118,6 +118,28 @@ def test_the_page_in_chromium_shows_the_device_live_frames_and_charts(served: Se
     assert later != first, "the FPS shown did not change between loads"
 
 
+def test_the_page_works_when_the_browser_was_given_the_credentials_in_its_address(
+    served: Served, chromium: Chromium
+) -> None:
+    """Opened as ``http://tech:password@127.0.0.1:PORT/`` (no header set by the test: chromium
+    answers the Basic challenge with the address's credentials and keeps them): the page's own
+    requests must not carry them in their URL, which fetch refuses to construct."""
+    page = chromium.page()
+    port = served.url.rsplit(":", 1)[1]
+    page.open(f"http://tech:s3cret%20pass@127.0.0.1:{port}/")
+    shown = """(() => { const offline = document.getElementById('offline');
+        if (!offline.hidden) return 'offline: ' + offline.textContent;
+        const device = document.getElementById('device').textContent;
+        return device !== 'edge-agent' && device; })()"""
+    assert page.wait_for(shown) == "page-1"
+    camera = "document.querySelector('[data-camera=cam0] img')"
+    assert page.wait_for(f"{camera} && {camera}.complete && {camera}.naturalWidth") > 0, "the snapshot loads too"
+    assert page.evaluate(f"{camera}.src").startswith(f"http://127.0.0.1:{port}/api/cameras/cam0/snapshot.jpg")
+    assert page.wait_for("document.getElementById('events').tBodies[0].rows.length"), "and the slow loop's lists"
+    # an action through the page's own request function passes the credentials and same-origin checks
+    assert page.evaluate("api('/api/cameras/nope/restart', {method: 'POST'}).catch(e => e.status)") == 404
+
+
 def test_the_page_shows_each_cameras_line_and_zone_counters(served: Served, chromium: Chromium) -> None:
     """The synthetic shapes bounce across cam0's line and through its zone: the camera's card
     shows the counters, the same numbers /api/status has."""

@@ -23,8 +23,14 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// Every request goes to the page's origin as an absolute URL without user name or password: a
+// browser given the credentials in the address (http://user:password@device:8080/) refuses to
+// fetch a URL that carries them, and sends the ones it was given (its HTTP auth cache) to the
+// origin by itself.
+function here(path) { return new URL(path, location.origin).href; }
+
 async function api(path, options) {
-  const response = await fetch(path, Object.assign({ cache: "no-store" }, options));
+  const response = await fetch(here(path), Object.assign({ cache: "no-store", credentials: "same-origin" }, options));
   const body = response.headers.get("content-type")?.includes("json") ? await response.json() : null;
   if (!response.ok) {
     const error = new Error(body?.error?.message || response.statusText);
@@ -155,7 +161,7 @@ function renderCamera(c, analytics) {
   ]);
   if (!entry.loading) {
     entry.loading = true;
-    entry.image.src = `/api/cameras/${encodeURIComponent(c.name)}/snapshot.jpg?t=${Date.now()}`;
+    entry.image.src = here(`/api/cameras/${encodeURIComponent(c.name)}/snapshot.jpg?t=${Date.now()}`);
   }
 }
 
@@ -244,8 +250,10 @@ function renderEvents(events) {
 }
 
 function renderLogs(lines) {
-  $("logs").textContent = lines.slice(-60).reverse().map((l) =>
-    `${new Date(l.ts * 1000).toLocaleTimeString()} ${l.level.padEnd(7)} ${l.message}`).join("\n") || "no log lines yet";
+  // every audit line (the page's actions: a ring of their own) and the 60 newest others
+  const shown = [...lines.filter((l) => l.audit), ...lines.filter((l) => !l.audit).slice(-60)].sort((a, b) => a.ts - b.ts);
+  $("logs").textContent = shown.reverse().map((l) =>
+    `${new Date(l.ts * 1000).toLocaleTimeString()} ${(l.audit ? "AUDIT" : l.level).padEnd(7)} ${l.message}`).join("\n") || "no log lines yet";
 }
 
 async function act(path, what) {

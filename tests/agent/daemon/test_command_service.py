@@ -1,11 +1,10 @@
 """`agent.daemon.command_service`: payloads checked, answers shaped, the gate and echo limits, rate
-limits, the throttled log; over a real mosquitto: bad input of any shape and size answered with the
+limits; over a real mosquitto: bad input of any shape and size answered with the
 thread alive, and the thread's turns and its end as `Health` sees them."""
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from testkit.net import wait_until
 
 from agent.bundles.record import Deployment
 from agent.config.models import MqttSection
-from agent.daemon.command_service import CommandError, CommandService, RateLimits, ThrottledLog, run_command
+from agent.daemon.command_service import CommandError, CommandService, RateLimits, run_command
 from agent.errors import CodedError, ErrorCode
 from agent.mqtt.commands import COMMAND_TABLE, Command, CommandActions, NoArgs, PipelineArgs
 from agent.mqtt.link import MqttLink
@@ -81,17 +80,6 @@ def test_rate_limits_keep_one_flooded_command_from_starving_the_others() -> None
     assert sum(limits.allow("snapshot") for _ in range(10)) == 2
     assert sum(limits.allow(f"junk-{i}") for i in range(100)) == 10, "every unknown name shares one bucket"
     assert limits.dropped == 4996 + 8 + 90
-
-
-def test_throttled_log_bounds_the_lines(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock(0.0)
-    throttled = ThrottledLog(logging.getLogger("test.throttle"), every_s=10, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="test.throttle"):
-        for _ in range(1000):
-            throttled.warning("flood", "dropped")
-        clock.now = 11
-        throttled.warning("flood", "dropped")
-    assert [r.getMessage() for r in caplog.records] == ["dropped", "dropped (999 more like it not logged)"]
 
 
 def test_commands_check_payloads_and_shape_answers() -> None:

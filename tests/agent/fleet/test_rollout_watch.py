@@ -4,11 +4,12 @@ and a record that cannot be read is named, counted as not started, and never cra
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from testkit.broker import Broker
 from testkit.control import desired
-from testkit.fleet import publish_raw
+from testkit.fleet import cli, publish_raw
 from testkit.rollouts import schedule
 from testkit.snapshots import snapshot
 
@@ -17,7 +18,7 @@ from agent.config.models import MqttSection
 from agent.daemon.documents import deployment_document, deployment_payload, status_payload
 from agent.errors import ErrorCode, ErrorInfo
 from agent.fleet.client import connect
-from agent.fleet.rollout_watch import is_failure, tally, watch
+from agent.fleet.rollout_watch import FleetList, find_rollout, is_failure, tally, watch
 from agent.mqtt.device_documents import DeploymentDocument
 from agent.mqtt.protocol import Topics
 from agent.mqtt.rollout_schedule import FailureLimit
@@ -119,5 +120,60 @@ def test_the_watch_names_junk_records_and_completes_once_they_are_records(broker
         publish_raw(broker, good)
         done = watch(link, topics, "d1", None, timeout=30.0, listen=1.0)
         assert done.complete and done.unreadable == () and done.succeeded == 3
+    finally:
+        link.stop()
+
+
+def test_with_the_fleet_list_the_tally_counts_only_its_devices_of_the_group() -> None:
+    document = desired(rollout=schedule(waves=[100], start=0.0, max_failures=FailureLimit(devices=0)))
+    fleet = FleetList.parse(
+        ["dev1:lobby", "dev2:lobby", "dev3  # no group: counts when it reports lobby", "yard1:yard"]
+    )
+    records = {"dev1": record(State.SUCCEEDED), "ghost": record(State.FAILED, ErrorCode.DOWNLOAD_TIMEOUT)}
+    current = tally(document, "lobby", ["dev1", "dev3", "ghost", "yard1"], records, 10.0, fleet=fleet)
+    assert current.ignored == ("ghost", "yard1") and current.failed == 0 and not current.exceeded
+    assert (current.members, current.started, current.succeeded) == (3, 1, 1), "dev2 is a member though silent"
+    assert "2 ignored (not the group's in the fleet list)" in current.summary() and not current.complete
+    assert tally(document, "lobby", ["dev1", "ghost"], records, 10.0).exceeded, "without the list the ghost counts"
+
+
+def test_a_forged_failure_of_a_device_not_in_the_fleet_list_does_not_halt_the_rollout(
+    broker: Broker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The red team's retained status and FAILED record for "ghost", a device that never
+    existed, made `fleet rollout watch` sign a halt (with on_halt rollback, the healthy devices
+    would have rolled back). With the fleet's list the ghost is ignored and named."""
+    topics = Topics()
+    rollout = schedule(waves=[100], start=time.time() - 60, max_failures=FailureLimit(devices=0), on_halt="rollback")
+    ghost_failed = Deployment(
+        id="d1", sha256=SHA, state=State.FAILED, error=ErrorInfo(ErrorCode.DOWNLOAD_TIMEOUT, "no chunk")
+    )
+    publish_raw(
+        broker,
+        [
+            (topics.group_desired("lobby"), desired(rollout=rollout).to_bytes()),
+            *[(topics.status(d), status_payload(snapshot(device=d, group="lobby"))) for d in ("dev1", "dev2", "ghost")],
+            *[(topics.deployment(d), deployment_payload(_record(State.SUCCEEDED))) for d in ("dev1", "dev2")],
+            (topics.deployment("ghost"), deployment_payload(ghost_failed)),
+        ],
+    )
+    devices = tmp_path / "devices.txt"
+    devices.write_text("# the fleet\ndev1:lobby\ndev2:lobby\n")
+    watch_args = ("fleet", "rollout", "watch", "d1", "--broker", broker.url, "--listen", "1", "--timeout", "5")
+    status, out = cli(capsys, *watch_args, "--devices-file", str(devices))
+    assert status == 0, out
+    assert "complete" in out and "ignored, not the group's in the fleet list (forged, or list them): ghost" in out, out
+    link = connect(MqttSection(broker=broker.url))
+    try:
+        group, document = find_rollout(link, topics, "d1")
+        assert group == "lobby" and document.rollout is not None and document.rollout.halted is None, "no halt signed"
+        status, out = cli(
+            capsys, "fleet", "rollout", "status", "d1", "--broker", broker.url, "--devices-file", str(devices)
+        )
+        assert status == 0 and "2/2 started, 2 succeeded, 0 failed, 1 ignored" in out, out
+        # the same reports without the list: the ghost's failure counts, and the watch halts
+        status, out = cli(capsys, *watch_args)
+        assert status == 1 and "no --devices-file" in out and "failed: ghost" in out, out
+        assert find_rollout(link, topics, "d1")[1].rollout.halted is not None  # type: ignore[union-attr]
     finally:
         link.stop()

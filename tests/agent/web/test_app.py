@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from testkit.control import Clock
 from testkit.net import free_port
-from testkit.page import basic, http
+from testkit.page import Answer, basic, http
 from testkit.snapshots import snapshot
 
 from agent.config.models import StatusPageSection
@@ -144,3 +146,123 @@ def test_no_answer_carries_the_request_credentials(served) -> None:
         assert answer.status == 200, (path, answer.status)
         everything = answer.body.decode(errors="replace") + json.dumps(answer.headers)
         assert "s3cret-pw" not in everything and encoded not in everything, path
+class Acting:
+    """A page with credentials on a test clock: the qualities asked of `camera_jpeg`, the
+    rollbacks and restarts that reached the agent."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("TEST_PAGE_PASSWORD", "pw")
+        self.clock = Clock(0.0)
+        self.qualities: list[int] = []
+        self.rollbacks = 0
+        self.restarts: list[str] = []
+        controls = AgentControls(
+            snapshot=snapshot,
+            health=lambda: Health(True),
+            rollback=self._rollback,
+            restart=self._restart,
+            camera_jpeg=self._jpeg,
+            events=list,
+        )
+        settings = StatusPageSection(
+            listen=f"127.0.0.1:{free_port()}",
+            username="tech",
+            password_env="TEST_PAGE_PASSWORD",
+            hosts=["cams.example.org", "Proxy.Local."],
+        )
+        self.server = StatusServer(settings, controls, clock=self.clock, hostname="Cam-7").start()
+        self.url = self.server.url
+
+    def _rollback(self) -> DeploymentStatus:
+        self.rollbacks += 1
+        return refuse()
+
+    def _restart(self, camera: str) -> list[str]:
+        self.restarts.append(camera)
+        return [camera]
+
+    def _jpeg(self, camera: str, quality: int) -> bytes:
+        self.qualities.append(quality)
+        return b"\xff\xd8jpeg"
+
+    def post(self, path: str) -> Answer:
+        return http(self.url + path, "POST", AUTH, b"{}")
+
+
+AUTH = basic("tech", "pw")
+
+
+@pytest.fixture
+def acting(monkeypatch: pytest.MonkeyPatch) -> Iterator[Acting]:
+    page = Acting(monkeypatch)
+    yield page
+    page.server.stop()
+
+
+@pytest.mark.parametrize("quality", ["nan", "NaN", "inf", "-inf", "0", "101", "abc", "1e400", ""])
+def test_a_snapshot_quality_that_is_not_a_number_in_range_is_400_and_asks_nothing(acting: Acting, quality: str) -> None:
+    answer = http(acting.url + f"api/cameras/cam0/snapshot.jpg?quality={quality}", headers=AUTH)
+    assert answer.status == 400, answer.body
+    error = answer.json()["error"]
+    assert error["code"] == "BAD_PAYLOAD" and "quality must be a number from 1 to 100" in error["message"]
+    assert "Traceback" not in answer.body.decode() and acting.qualities == []
+
+
+def test_a_snapshot_quality_in_range_reaches_the_camera(acting: Acting) -> None:
+    for query, expected in (("?quality=1", 1), ("?quality=100", 100), ("?quality=55.4", 55), ("", 80)):
+        answer = http(acting.url + f"api/cameras/cam0/snapshot.jpg{query}", headers=AUTH)
+        assert answer.status == 200 and answer.headers["content-type"] == "image/jpeg"
+        assert acting.qualities[-1] == expected
+    assert http(acting.url + "api/history?since=nan", headers=AUTH).status == 400
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("evil.example:{port}", 421),  # a name rebound to the device's address
+        ("evil.example", 421),
+        ("cam-7.evil.example:{port}", 421),
+        ("127.0.0.1:{port}", 200),
+        ("10.0.0.41:{port}", 200),  # any address: the browser's origin is then that address
+        ("[::1]:{port}", 200),
+        ("localhost:{port}", 200),
+        ("cam-7:{port}", 200),  # the host name, any case, also with .local
+        ("CAM-7.local.:{port}", 200),
+        ("cams.example.org", 200),  # status_page.hosts
+        ("proxy.local:{port}", 200),
+    ],
+)
+def test_the_host_header_must_name_the_device(acting: Acting, host: str, status: int) -> None:
+    port = acting.url.rsplit(":", 1)[1].strip("/")
+    answer = http(acting.url + "api/status", headers={**AUTH, "Host": host.format(port=port)})
+    assert answer.status == status, answer.body
+    if status == 421:
+        assert answer.json()["error"]["code"] == "WRONG_HOST"
+        refused = http(acting.url + "api/rollback", "POST", {**AUTH, "Host": host.format(port=port)}, b"{}")
+        assert refused.status == 421 and acting.rollbacks == 0
+    probe = http(acting.url + "healthz", headers={"Host": "evil.example"})
+    assert probe.status == 200, "probes name the device as they like"
+
+
+def test_page_actions_are_paced_with_retry_after(acting: Acting, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="agent.web.app"):
+        assert [acting.post("api/rollback").status for _ in range(2)] == [409, 409]
+        refused = acting.post("api/rollback")
+        assert refused.status == 429 and refused.headers["retry-after"] == "30", refused.body
+        assert refused.json()["error"]["code"] == "BUSY" and "try again in 30 s" in refused.json()["error"]["message"]
+        assert acting.rollbacks == 2, "a paced rollback never reaches the agent"
+        acting.clock.now = 29.5
+        assert acting.post("api/rollback").headers["retry-after"] == "1"
+        acting.clock.now = 30.0
+        assert acting.post("api/rollback").status == 409 and acting.rollbacks == 3
+
+        answers = [acting.post("api/cameras/cam0/restart") for _ in range(208)]
+    assert [a.status for a in answers[:6]] == [200] * 5 + [429] and len(acting.restarts) == 5
+    assert answers[5].headers["retry-after"] == "5"
+    acting.clock.now = 35.0
+    assert acting.post("api/cameras/cam0/restart").status == 200 and len(acting.restarts) == 6
+    audit = [line["message"] for line in http(acting.url + "api/logs", headers=AUTH).json() if line["audit"]]
+    assert sum("rollback requested" in m for m in audit) == 3 and sum("restart of camera" in m for m in audit) == 6
+    paced = [r.getMessage() for r in caplog.records if "asked too often" in r.getMessage()]
+    # rollback at 0 s and 29.5 s, restart at 30 s (203 refused): a line per action and 10 s, not per refusal
+    assert len(paced) == 3, paced
