@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 
 from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, install, rollback
 from agent.bundles.record import FINAL_STATES, Deployment, State
@@ -242,7 +243,7 @@ class Deployer:
     def _record_release(self) -> None:
         released = self.documents.take_release()
         if released is not None:
-            self._follow(Followed(self._followed.id, released, self._followed.group_issued))
+            self._follow(self.documents.newest(replace(self._followed, device_issued=released)))
 
     def _follow(self, followed: Followed) -> None:
         self._followed = followed  # remembered even when the disk refuses it
@@ -281,9 +282,9 @@ class Deployer:
             self.documents.back_to_group = False
         old, issued = self._followed, desired.issued_at
         if kind == "device":
-            self._follow(Followed(desired.id, latest(issued, old.device_issued), old.group_issued))
+            self._follow(replace(old, id=desired.id, device_issued=latest(issued, old.device_issued)))
         else:
-            self._follow(Followed(desired.id, old.device_issued, latest(issued, old.group_issued)))
+            self._follow(replace(old, id=desired.id, group_issued=latest(issued, old.group_issued)))
 
     def _deploy(self, desired: Desired, kind: Kind) -> None:
         store, settings = self.store, self.config.deployments
