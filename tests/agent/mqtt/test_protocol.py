@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
-from testkit.control import SHA, TOPICS
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from testkit.control import NOW, SHA, TOPICS
 from testkit.transfer import DATA
 
+from agent.mqtt.control import sign
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, ChunkIndex, Desired, ProtocolError, Topics
+from agent.mqtt.rollout_schedule import FailureLimit, Halt, Rollout
 
 
 @pytest.mark.parametrize(
@@ -79,3 +83,36 @@ def test_chunk_index_and_desired_documents_are_checked() -> None:
     ]:
         with pytest.raises(ProtocolError, match=words):
             Desired.parse(json.dumps({**good, **bad}).encode(), "edge/x/desired")
+
+
+def signed_payload(operator: Ed25519PrivateKey, rollout: dict[str, object], issued_at: float = NOW) -> bytes:
+    """A group document with `rollout` as an operator's key would sign it, built without the
+    model's checks (as a tool of one's own could), in JSON that writes non-finite numbers."""
+    fields = {"id": "d", "name": "demo", "version": "1.0.0", "sha256": SHA, "size": 1, "chunk_size": 1, "chunks": 1}
+    schedule = {"waves": [100.0], "start": NOW, "interval_s": 0.0, "max_failures": FailureLimit(devices=1), **rollout}
+    document = Desired.model_construct(**fields, rollout=Rollout.model_construct(**schedule))  # type: ignore[arg-type]
+    signed = sign(document, operator, "group:lobby", now=issued_at)
+    return json.dumps(signed.model_dump(mode="json", exclude_none=True)).encode()
+
+
+@pytest.mark.parametrize(
+    ("rollout", "issued_at", "where"),
+    [
+        ({"start": math.inf}, NOW, "rollout.start"),
+        ({"halted": Halt.model_construct(at=math.inf, reason="x")}, NOW, "rollout.halted.at"),
+        ({}, math.inf, "issued_at"),  # newer than any document to come: the topic would be locked
+    ],
+)
+def test_a_signed_document_with_a_number_that_is_not_finite_is_refused(
+    operator: Ed25519PrivateKey, rollout: dict[str, object], issued_at: float, where: str
+) -> None:
+    """``start: Infinity`` once passed ``ge=0``: `/api/status` answered 500 and `fleet status`
+    crashed on the rollout's wave time."""
+    payload = signed_payload(operator, rollout, issued_at)
+    assert b"Infinity" in payload
+    with pytest.raises(ProtocolError, match=rf"{where}: Input should be a finite number"):
+        Desired.parse(payload, "edge/groups/lobby/desired")
+    start = f'"start": {NOW}'.encode()
+    if start in payload:  # a number too large for a float is Infinity too
+        with pytest.raises(ProtocolError, match=r"rollout\.start: Input should be a finite number"):
+            Desired.parse(payload.replace(start, b'"start": 1e999'), "edge/groups/lobby/desired")
