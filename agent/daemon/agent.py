@@ -12,7 +12,8 @@ workers. The main thread only waits for signals:
 - SIGTERM / SIGINT: status ``stopping``, deployer stopped after its current step (a download
   resumes next time), pipelines joined, status ``offline``, clean disconnect.
 - SIGHUP: reload the config file; a config with problems is refused (logged) and the running
-  one kept; a good one restarts the components with it.
+  one kept: one that cannot start (`check_startable`) or one `config check` finds a problem in
+  (`check_files`: a missing video file or key); a good one restarts the components with it.
 
 `start` takes the state directory's lock (`StateDirLock`, ``<state_dir>/agent.lock``) before
 it touches the store and `stop` lets go of it; a reload keeps it (or takes the new directory's
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from agent.bundles.installer import InstallPolicy
 from agent.bundles.record import Deployment
 from agent.bundles.store import Store
-from agent.config.loading import ConfigLines, load_config, security_warnings
+from agent.config.loading import ConfigLines, check_files, load_config, security_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import check_startable
@@ -265,6 +266,8 @@ class Agent:
         try:
             config = load_config(self.config_path)
             check_startable(config)
+            if problems := check_files(config):  # what `config check` reports: a missing video file
+                raise ConfigError(f"{'; '.join(problems)} (edge-agent config check {self.config_path})")
             if lock is None or lock.state_dir != config.state_dir:
                 lock = StateDirLock(config.state_dir).acquire()  # a new state directory: taken first
         except (ConfigError, BundleError, OSError) as exc:
