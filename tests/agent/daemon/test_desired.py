@@ -1,15 +1,20 @@
 """`agent.daemon.desired.DesiredDocuments`: the device's own document in force survives a
-reload and a restart; only a signed release hands the device back to its group (over a real
-mosquitto without ACL, where anyone may publish)."""
+reload and a restart; only a signed release hands the device back to its group; a signed
+rollout that starts at Infinity is refused (over a real mosquitto without ACL, where anyone may
+publish)."""
 
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from testkit.broker import Broker, Watcher
+from testkit.control import unchecked_rollout
 from testkit.fleet import cli, finished, online, publish_raw, push, serving
 from testkit.net import wait_until
 
@@ -86,5 +91,28 @@ def test_a_pin_survives_an_unsigned_deletion_a_reload_and_a_restart_until_a_sign
     try:
         wanted = followed_after_the_group(agent)
         assert wanted is not None and wanted.version == "1.1.0", "released: the group's document is followed"
+    finally:
+        agent.stop()
+
+
+def test_a_signed_rollout_that_starts_at_infinity_is_refused_and_the_status_stays_finite(
+    tmp_path: Path, broker: Broker, watcher: Watcher, keys, operator: Ed25519PrivateKey
+) -> None:
+    """It once passed ``ge=0``: the device showed its wave opening at Infinity, `/api/status`
+    answered 500 and `fleet status` crashed."""
+    path = write_config(tmp_path, broker, keys)
+    agent = Agent(load_config(path), probe(), config_path=path)
+    agent.start()
+    try:
+        online(watcher, "pin-1")
+        payload = unchecked_rollout(operator, "group:yard", issued_at=round(time.time(), 3), start=math.inf)
+        assert b'"start": Infinity' in payload
+        publish_raw(broker, [("edge/groups/yard/desired", payload)])
+        problem = "rollout.start: Input should be a finite number"
+        status = watcher.wait_json("edge/pin-1/status", lambda d: problem in (d.get("deployment_problem") or ""), 30)
+        assert status["rollout"] is None
+        assert agent.deployer is not None and agent.deployer.documents.group_doc is None
+        raw = watcher.latest["edge/pin-1/status"]
+        json.loads(raw, parse_constant=lambda name: pytest.fail(f"{name} in the status: {raw!r}"))
     finally:
         agent.stop()

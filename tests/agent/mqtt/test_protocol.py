@@ -7,12 +7,11 @@ import math
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from testkit.control import NOW, SHA, TOPICS
+from testkit.control import NOW, SHA, TOPICS, unchecked_rollout
 from testkit.transfer import DATA
 
-from agent.mqtt.control import sign
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, ChunkIndex, Desired, ProtocolError, Topics
-from agent.mqtt.rollout_schedule import FailureLimit, Halt, Rollout
+from agent.mqtt.rollout_schedule import Halt
 
 
 @pytest.mark.parametrize(
@@ -85,16 +84,6 @@ def test_chunk_index_and_desired_documents_are_checked() -> None:
             Desired.parse(json.dumps({**good, **bad}).encode(), "edge/x/desired")
 
 
-def signed_payload(operator: Ed25519PrivateKey, rollout: dict[str, object], issued_at: float = NOW) -> bytes:
-    """A group document with `rollout` as an operator's key would sign it, built without the
-    model's checks (as a tool of one's own could), in JSON that writes non-finite numbers."""
-    fields = {"id": "d", "name": "demo", "version": "1.0.0", "sha256": SHA, "size": 1, "chunk_size": 1, "chunks": 1}
-    schedule = {"waves": [100.0], "start": NOW, "interval_s": 0.0, "max_failures": FailureLimit(devices=1), **rollout}
-    document = Desired.model_construct(**fields, rollout=Rollout.model_construct(**schedule))  # type: ignore[arg-type]
-    signed = sign(document, operator, "group:lobby", now=issued_at)
-    return json.dumps(signed.model_dump(mode="json", exclude_none=True)).encode()
-
-
 @pytest.mark.parametrize(
     ("rollout", "issued_at", "where"),
     [
@@ -108,7 +97,7 @@ def test_a_signed_document_with_a_number_that_is_not_finite_is_refused(
 ) -> None:
     """``start: Infinity`` once passed ``ge=0``: `/api/status` answered 500 and `fleet status`
     crashed on the rollout's wave time."""
-    payload = signed_payload(operator, rollout, issued_at)
+    payload = unchecked_rollout(operator, issued_at=issued_at, **rollout)
     assert b"Infinity" in payload
     with pytest.raises(ProtocolError, match=rf"{where}: Input should be a finite number"):
         Desired.parse(payload, "edge/groups/lobby/desired")
