@@ -5,14 +5,19 @@ file) against a mosquitto started on a free port, while this script:
 
 - restarts the broker every minute (killed at :05, back two seconds later);
 - takes the video file away for 15 s every 90 s (the camera reconnects);
-- pushes a signed deployment every two minutes, alternating two versions (the older one with
-  ``allow_downgrade``), and sends a signed rollback command a minute after each;
+- pushes a signed deployment of 1.1.0 (INT8 TFLite) every two minutes, after a warm-up
+  deployment of 1.0.0 (ONNX), and sends a signed rollback command (back to 1.0.0) a minute
+  after each: every push and rollback moves the cameras between runtimes;
 - bursts 500 unsigned snapshot requests every minute, then asks for a signed ping.
 
+``--pace 2`` runs that schedule twice as fast (the short form CI runs for a minute:
+tests/bench/test_soak.py).
+
 It then prints what it saw (``--json``: one object): deployments and rollbacks that ended as
-intended, the agent's RSS, threads and file descriptors at the start (after one deployment as
-warm-up) and at the end, the longest gap between telemetry messages outside broker outages, and
-the tracebacks in the agent's log.
+intended, each of them in ``outcomes`` (when, the version, the final state and error code, and
+the error's message), the agent's RSS, threads and file descriptors at the start (after the
+warm-up) and at the end, the longest gap between telemetry messages outside broker outages,
+and the tracebacks in the agent's log.
 
     .venv/bin/python bench/soak.py --minutes 10 [--json]
 """
@@ -43,12 +48,14 @@ from agent.bundles.signing import generate_keypair, load_private_key
 from agent.config.models import MqttSection
 from agent.fleet.client import FleetError, command, connect
 from agent.fleet.push import follow, push
+from agent.mqtt.device_documents import DeploymentDocument
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import Topics
 
 REPO = Path(__file__).resolve().parent.parent
 
 DEVICE = "soak"
+VERSIONS = ("1.0.0", "1.1.0")  # the two bundles' versions
 TICK_S = 1.0
 
 
@@ -84,8 +91,8 @@ def prepare(folder: Path, broker_url: str) -> tuple[Path, list[Path], Path]:
     private, public = generate_keypair(folder / "keys")
     key = load_private_key(private)
     bundles = [folder / "demo-1.0.0.bundle", folder / "demo-1.1.0.bundle"]
-    build_bundle([DEMO_MODELS / "demo_detector.onnx"], bundles[0], name="demo", version="1.0.0", key=key)
-    build_bundle([DEMO_MODELS / "demo_detector_int8.tflite"], bundles[1], name="demo", version="1.1.0", key=key)
+    build_bundle([DEMO_MODELS / "demo_detector.onnx"], bundles[0], name="demo", version=VERSIONS[0], key=key)
+    build_bundle([DEMO_MODELS / "demo_detector_int8.tflite"], bundles[1], name="demo", version=VERSIONS[1], key=key)
     video = write_video(folder / "door.avi", 60, size=(320, 240))
     config = {
         "device": {"id": DEVICE},
@@ -106,8 +113,11 @@ def prepare(folder: Path, broker_url: str) -> tuple[Path, list[Path], Path]:
 
 
 class Soak:
-    def __init__(self, folder: Path, minutes: float) -> None:
-        self.folder, self.minutes = folder, minutes
+    """The soak in `folder` for `minutes`, its schedule run `pace` times faster (2: a broker
+    restart every 30 s, a deployment every minute, ...; the CI's short form)."""
+
+    def __init__(self, folder: Path, minutes: float, pace: float = 1.0) -> None:
+        self.folder, self.minutes, self.pace = folder, minutes, pace
         self.broker = Broker(folder / "broker").start()
         self.config, self.bundles, self.key_path = prepare(folder, self.broker.url)
         self.key = load_private_key(self.key_path)
@@ -115,6 +125,8 @@ class Soak:
         self.outages: list[tuple[float, float]] = []
         self.counts = {"deployments_total": 0, "deployments_ok": 0, "rollbacks_total": 0, "rollbacks_ok": 0}
         self.pings_ok = 0
+        self.outcomes: list[dict[str, Any]] = []  # each deployment and rollback, in order
+        self.started = time.monotonic()  # reset when the faults begin
 
     def operator(self) -> MqttLink:
         return connect(MqttSection(broker=self.broker.url), timeout=30)
@@ -127,7 +139,10 @@ class Soak:
         self.outages.append((start, time.monotonic()))
 
     def deploy(self, version: int) -> None:
+        """Push `version` (an index into the bundles) and wait for its record to end: SUCCEEDED
+        is as intended; every outcome goes into `outcomes`."""
         self.counts["deployments_total"] += 1
+        outcome: dict[str, Any] = {"at_s": self._elapsed(), "action": "deploy", "version": VERSIONS[version]}
         link = self.operator()
         try:
             desired = push(
@@ -139,17 +154,42 @@ class Soak:
                 key=self.key,
                 allow_downgrade=True,
             )
+            outcome["id"] = desired.id
             record = follow(link, Topics(), [DEVICE], desired.id, timeout=90)[DEVICE]
-            self.counts["deployments_ok"] += bool(record and record.get("state") == "SUCCEEDED")
+            if isinstance(record, DeploymentDocument):
+                outcome.update(state=str(record.state), error=str(record.error.code) if record.error else None)
+                if record.error is not None:
+                    outcome["message"] = record.error.message
+            else:
+                outcome.update(state=None, error="NO_RECORD" if record is None else "UNREADABLE_RECORD")
         except FleetError as exc:
-            print(f"deployment: {exc}", file=sys.stderr)
+            outcome.update(state=None, error="FLEET_ERROR", message=str(exc))
         finally:
             link.stop()
+        outcome["ok"] = outcome.get("state") == "SUCCEEDED"
+        self.counts["deployments_ok"] += outcome["ok"]
+        self.outcomes.append(outcome)
 
     def rollback(self) -> None:
+        """A signed rollback command: an ``ok`` answer is as intended (the record it made, or its
+        error code, goes into `outcomes`)."""
         self.counts["rollbacks_total"] += 1
+        outcome: dict[str, Any] = {"at_s": self._elapsed(), "action": "rollback"}
         answer = self._command("rollback", timeout=90)
-        self.counts["rollbacks_ok"] += bool(answer and answer.get("ok"))
+        if answer is None:
+            outcome.update(state=None, error="NO_ANSWER")
+        elif answer.get("ok"):
+            result = answer["result"]
+            outcome.update(state=result.get("state"), version=result.get("version"), error=None)
+        else:
+            outcome.update(state=None, error=answer["error"]["code"], message=answer["error"]["message"])
+        outcome["ok"] = bool(answer and answer.get("ok"))
+        self.counts["rollbacks_ok"] += outcome["ok"]
+        self.outcomes.append(outcome)
+
+    def _elapsed(self) -> float:
+        """Seconds since the faults began (the warm-up: since the agent started)."""
+        return round(time.monotonic() - self.started, 1)
 
     def snapshot_burst(self) -> None:
         link = self.operator()
@@ -174,11 +214,12 @@ class Soak:
     def camera_fault(self) -> None:
         away = self.video.with_suffix(".away")
         self.video.rename(away)
-        time.sleep(15)
+        time.sleep(15 / self.pace)
         away.rename(self.video)
 
     def run(self) -> dict[str, Any]:
         agent = AgentProcess(self.config).start()
+        self.started = time.monotonic()
         assert agent.process is not None
         process = psutil.Process(agent.process.pid)
         telemetry = TelemetryClock(self.broker.url)
@@ -187,13 +228,15 @@ class Soak:
             self.deploy(0)  # warm-up: the first version serves, both cameras run
             time.sleep(20)
             start, start_stats = time.monotonic(), agent_stats(process)
-            schedule = [  # (offset in the period, period, action), seconds
+            self.started = start
+            schedule = [  # (offset in the period, period, action), seconds at pace 1
                 (5.0, 60.0, self.restart_broker),
                 (30.0, 120.0, lambda: self.deploy(1)),
                 (90.0, 120.0, self.rollback),
                 (45.0, 90.0, lambda: threading.Thread(target=self.camera_fault, daemon=True).start()),
                 (20.0, 60.0, self.snapshot_burst),
             ]
+            schedule = [(offset / self.pace, period / self.pace, action) for offset, period, action in schedule]
             done: set[tuple[int, int]] = set()
             end = start + self.minutes * 60
             while time.monotonic() < end:
@@ -225,12 +268,16 @@ class Soak:
             "fds_end": end_stats["fds"],
             "telemetry_gap_max_s": round(gap, 2),
             "tracebacks": log.count("Traceback"),
+            "outcomes": self.outcomes,
         }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long the faults go on (default 10)")
+    parser.add_argument(
+        "--pace", type=float, default=1.0, help="run the schedule this many times faster (CI's short form: 2)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--keep", type=Path, help="keep the agent's files (log, state) in this folder")
     args = parser.parse_args()
@@ -238,7 +285,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix=f"soak-{uuid.uuid4().hex[:6]}-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        report = Soak(folder, args.minutes).run()
+        report = Soak(folder, args.minutes, args.pace).run()
     if args.json:
         print(json.dumps(report))
     else:

@@ -231,7 +231,7 @@ class BackendConfig(BaseModel):
     NAME`` and fields of its own, each with a default and a description; unknown keys are
     refused, values are frozen, and validators do no I/O."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     type: str
 

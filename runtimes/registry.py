@@ -227,7 +227,7 @@ _SECTION_FIELDS: dict[str, Any] = {
 #: the ``runtimes:`` section as pydantic validates it: one field per backend, unknown ones refused
 _SECTIONS = create_model(
     "RuntimeSettings",
-    __config__=ConfigDict(extra="forbid", frozen=True),
+    __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
     __doc__="The ``runtimes:`` section of agent.yaml: one section per backend, each optional.",
     **_SECTION_FIELDS,
 )

@@ -61,7 +61,7 @@ _QDQ_OP = b"DequantizeLinear"
 class ProfileSettings(BaseModel):
     """An optimization profile for a dynamic input: smallest, tuned-for and largest shape."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min: tuple[int, ...] = Field(description="Smallest input shape, e.g. [1, 3, 320, 320].")
     opt: tuple[int, ...] = Field(description="Shape the engine is tuned for, e.g. [1, 3, 640, 640].")

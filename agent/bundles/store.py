@@ -7,8 +7,9 @@ Layout under the state directory (default ``/var/lib/edge-agent``)::
     current -> versions/<sha> the version that serves
     previous -> versions/<sha>
     deployment.json           the last deployment: id, bundle, state, error, history
-    followed.json             the last desired document acted on, and the newest issue time
-                              accepted from the device's and the group's topic
+    followed.json             the last desired document acted on, the newest issue time
+                              accepted from the device's and the group's topic, and the
+                              device's own signed document in force (it survives a restart)
     installed.json            the highest version of each bundle name that succeeded here
     control.json              command ids already run (agent.mqtt.control)
     tuning/<sha256>.json      what autotune chose for that version (agent.bundles.tuning)
@@ -51,12 +52,15 @@ class VersionInfo:
 
 @dataclass(frozen=True)
 class Followed:
-    """The last desired document acted on (`id`) and the issue time (Unix seconds) of the newest
-    control document accepted from the device's own topic and from its group's."""
+    """The last desired document acted on (`id`), the issue time (Unix seconds) of the newest
+    control document accepted from the device's own topic and from its group's, and the
+    device's own desired document in force as it arrived (`device_document`, its JSON: None when
+    the device follows its group), so a restart keeps a pin that the broker lost."""
 
     id: str | None = None
     device_issued: float | None = None
     group_issued: float | None = None
+    device_document: str | None = None
 
 
 def version_key(version: str) -> semver.Version:
@@ -216,7 +220,8 @@ class Store:
         """What this device acted on last (it acts on each desired document once)."""
         try:
             raw = json.loads((self.root / "followed.json").read_bytes())
-            return Followed(raw.get("id"), raw.get("device_issued"), raw.get("group_issued"))
+            fields = ("id", "device_issued", "group_issued", "device_document")
+            return Followed(*(raw.get(name) for name in fields))
         except (OSError, ValueError, AttributeError):
             return Followed()
 

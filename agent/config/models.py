@@ -41,7 +41,7 @@ TopicWord = Annotated[str, AfterValidator(_topic_word)]  # one level of an MQTT 
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # .inf and .nan refused
 
 
 class BundleLimitsConfig(_Section):

@@ -12,7 +12,12 @@ workers. The main thread only waits for signals:
 - SIGTERM / SIGINT: status ``stopping``, deployer stopped after its current step (a download
   resumes next time), pipelines joined, status ``offline``, clean disconnect.
 - SIGHUP: reload the config file; a config with problems is refused (logged) and the running
-  one kept; a good one restarts the components with it.
+  one kept: one that cannot start (`check_startable`) or one `config check` finds a problem in
+  (`check_files`: a missing video file or key); a good one restarts the components with it.
+
+`start` takes the state directory's lock (`StateDirLock`, ``<state_dir>/agent.lock``) before
+it touches the store and `stop` lets go of it; a reload keeps it (or takes the new directory's
+first): a second daemon on the same directory gets a `ConfigError` naming the holder's PID.
 
 Under systemd (``$NOTIFY_SOCKET``) the main thread also tells systemd READY once the cameras
 run and the broker was tried, keeps STATUS= current, pings the watchdog while `health()` is
@@ -42,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from agent.bundles.installer import InstallPolicy
 from agent.bundles.record import Deployment
 from agent.bundles.store import Store
-from agent.config.loading import ConfigLines, load_config, security_warnings
+from agent.config.loading import ConfigLines, check_files, load_config, security_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import check_startable
@@ -54,6 +59,7 @@ from agent.daemon.optimisation_report import Reports
 from agent.daemon.page import service_line, start_page
 from agent.daemon.sampler import Sampler
 from agent.daemon.service import Service
+from agent.daemon.state_lock import StateDirLock
 from agent.errors import BundleError, ConfigError
 from agent.event_values import Event
 from agent.hardware.board import Board
@@ -104,6 +110,7 @@ class Agent:
         self.root, self.pin_factory, self.clock = root, pin_factory, clock
         self._stop = threading.Event()
         self._reload = threading.Event()
+        self._state_lock: StateDirLock | None = None  # held from `start` to `stop`, across reloads
         self._configure(config)
 
     def _configure(self, config: AgentConfig) -> None:
@@ -183,6 +190,8 @@ class Agent:
         use_one_opencv_thread()
         compact_malloc()  # freed frames and tensors go back to the system, not to per-thread arenas
         self.store.ensure()
+        if self._state_lock is None:
+            self._state_lock = StateDirLock(self.config.state_dir).acquire()  # before the store is touched
         recovered = self.store.recover()
         if recovered is not None:
             log.warning("recovered deployment %s: now %s", recovered.id, recovered.state)
@@ -222,6 +231,13 @@ class Agent:
         )
 
     def stop(self) -> None:
+        """Stop every component, then let go of the state directory."""
+        self._stop_components()
+        if self._state_lock is not None:
+            self._state_lock.release()
+            self._state_lock = None
+
+    def _stop_components(self) -> None:
         log.info("stopping")
         self._state = "stopping"
         if self.web is not None:
@@ -246,14 +262,22 @@ class Agent:
         if self.config_path is None:
             log.warning("SIGHUP: no config file to reload")
             return
+        lock = self._state_lock
         try:
             config = load_config(self.config_path)
             check_startable(config)
+            if problems := check_files(config):  # what `config check` reports: a missing video file
+                raise ConfigError(f"{'; '.join(problems)} (edge-agent config check {self.config_path})")
+            if lock is None or lock.state_dir != config.state_dir:
+                lock = StateDirLock(config.state_dir).acquire()  # a new state directory: taken first
         except (ConfigError, BundleError, OSError) as exc:
             log.error("SIGHUP: keeping the running config: %s", exc)
             return
         log.info("SIGHUP: reloading %s", self.config_path)
-        self.stop()
+        self._stop_components()
+        if self._state_lock is not None and self._state_lock is not lock:
+            self._state_lock.release()
+        self._state_lock = lock
         self._configure(config)
         self.start()
 

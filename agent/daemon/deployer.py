@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 
 from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, install, rollback
-from agent.bundles.record import FINAL_STATES, Deployment, State
+from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
 from agent.daemon.desired import DesiredDocuments, latest
@@ -244,7 +245,7 @@ class Deployer:
     def _record_release(self) -> None:
         released = self.documents.take_release()
         if released is not None:
-            self._follow(Followed(self._followed.id, released, self._followed.group_issued))
+            self._follow(self.documents.newest(replace(self._followed, device_issued=released)))
 
     def _follow(self, followed: Followed) -> None:
         self._followed = followed  # remembered even when the disk refuses it
@@ -283,12 +284,13 @@ class Deployer:
             self.documents.back_to_group = False
         old, issued = self._followed, desired.issued_at
         if kind == "device":
-            self._follow(Followed(desired.id, latest(issued, old.device_issued), old.group_issued))
+            self._follow(replace(old, id=desired.id, device_issued=latest(issued, old.device_issued)))
         else:
-            self._follow(Followed(desired.id, old.device_issued, latest(issued, old.group_issued)))
+            self._follow(replace(old, id=desired.id, group_issued=latest(issued, old.group_issued)))
 
     def _deploy(self, desired: Desired, kind: Kind) -> None:
         store, settings = self.store, self.config.deployments
+        self._end_superseded(desired)
         self._progress = None
         last = store.last_deployment()
         same = last if last is not None and last.id == desired.id else None
@@ -318,7 +320,8 @@ class Deployer:
             self._step(deployment, State.QUEUED)
         bundle = self._download(desired, deployment)
         if bundle is None:
-            self._finish(desired, kind)
+            if deployment.error is None or deployment.error.code != ErrorCode.SUPERSEDED:
+                self._finish(desired, kind)  # a superseded one is not followed: a release's downgrade holds
             return
         result = install(
             bundle.path,
@@ -388,11 +391,36 @@ class Deployer:
             elif self._halted.is_set():
                 error = BundleError(ErrorCode.ROLLOUT_HALTED, f"the rollout of {desired.id} was halted")
                 self._step(deployment, State.REJECTED, error)
+            elif (successor := self._successor(desired)) is not None:
+                self._step(deployment, State.REJECTED, BundleError(ErrorCode.SUPERSEDED, successor))
+                log.info("deployment %s: %s", desired.id, successor)
             else:
-                raise
+                raise  # the agent stops: the download resumes at the next start
         finally:
             deadline.cancel()
         return None
+
+    def _successor(self, desired: Desired) -> str | None:
+        """What replaced `desired` as the document to follow, in words (None: nothing did)."""
+        if self._stop.is_set():
+            return None
+        with self._lock:
+            wanted = self.wanted()
+        if wanted is None:
+            return "superseded: no desired document names this device any more (a release, or a clear)"
+        if wanted.id != desired.id:
+            return f"superseded by deployment {wanted.id} ({wanted.name} {wanted.version})"
+        return None
+
+    def _end_superseded(self, desired: Desired) -> None:
+        """A record left QUEUED or DOWNLOADING for another document (the agent stopped during
+        its download, and a newer document came meanwhile) ends before `desired` starts."""
+        last = self.store.last_deployment()
+        if last is not None and last.id != desired.id and last.state in RESUMABLE_STATES:
+            message = f"superseded by deployment {desired.id} ({desired.name} {desired.version})"
+            self._progress = None
+            self._step(last, State.REJECTED, BundleError(ErrorCode.SUPERSEDED, message))
+            log.info("deployment %s: %s", last.id, message)
 
     def _time_out(self) -> None:
         """The download deadline passed (a timer thread): stop the download."""

@@ -6,19 +6,27 @@ not older than the newest document accepted from the same topic: the one followe
 one accepted since) and keeps it. The deployer's thread reads `wanted()` (a device document
 overrides the group's), takes a pending release (`take_release`) and writes the newest issue
 times accepted to followed.json (`newest`), so a document replayed after a restart is refused
-too, such as a rollout's document from before its halt. `lock` (a condition the deployer also
-waits on) guards every field.
+too, such as a rollout's document from before its halt, and the device's own document in
+force (`device_document`), so a restart keeps a pin that the broker lost: an empty retained
+message on the device's topic deletes the broker's copy, and with signed control it is refused
+(only a signed release or a newer signed document replaces the pin). The stored document is
+checked by the gate again at start (a key removed since drops it). `lock` (a condition the
+deployer also waits on) guards every field.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 from agent.bundles.store import Followed
 from agent.mqtt.control import ControlGate, ControlRefused, Kind
 from agent.mqtt.link import Message
 from agent.mqtt.protocol import Desired, ProtocolError, Release, Topics
+
+log = logging.getLogger(__name__)
 
 
 def latest(*times: float | None) -> float | None:
@@ -38,6 +46,20 @@ class DesiredDocuments:
         self._released: float | None = None  # issue time of a release not yet recorded
         self.back_to_group = False  # a release came: the group's version is installed even if lower
         self._accepted: dict[Kind, float] = {}  # issue time of the newest document accepted per topic
+        self._device_text: str | None = None  # `device_doc` as it arrived, for followed.json
+        self._restore()
+
+    def _restore(self) -> None:
+        """Take back the device's own document that followed.json kept, if the gate still lets it in."""
+        text = self._followed().device_document
+        if text is None:
+            return
+        try:
+            document = Desired.parse(text.encode(), "the device document in followed.json")
+            self.device_doc = self.gate.accept_document(document, "device", None)
+            self._device_text = text
+        except (ProtocolError, ControlRefused) as exc:
+            log.warning("deployment: the device document kept in followed.json is dropped: %s", exc)
 
     def kind(self, topic: str) -> Kind:
         return "device" if topic == self.topics.desired(self.device) else "group"
@@ -74,6 +96,8 @@ class DesiredDocuments:
         with self.lock:
             if kind == "device":
                 self.device_doc = document if isinstance(document, Desired) else None
+                text = bytes(message.payload).decode(errors="replace")
+                self._device_text = text if self.device_doc is not None else None
                 if isinstance(document, Release):
                     self._released = document.issued_at
                 if not isinstance(document, Desired):  # a release, or an empty message where allowed
@@ -94,8 +118,10 @@ class DesiredDocuments:
             return released
 
     def newest(self, followed: Followed) -> Followed:
-        """`followed` with the newest issue times accepted since it was written."""
+        """`followed` with the newest issue times accepted since it was written and the device's
+        own document in force now."""
         with self.lock:
             device = latest(followed.device_issued, self._accepted.get("device"))
             group = latest(followed.group_issued, self._accepted.get("group"))
-        return Followed(followed.id, device, group)
+            text = self._device_text
+        return replace(followed, device_issued=device, group_issued=group, device_document=text)

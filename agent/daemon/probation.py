@@ -7,6 +7,9 @@ version failed:
 - a camera whose frames keep failing: at least `FAILING_FRAMES` frames failed since the previous
   observation and none succeeded;
 - at the end, a camera whose source ran but that inferred no frame on the new version;
+  counted across a restart of its pipeline (a deployment that moves it between runtimes
+  restarts it, and its counters begin again at 0: counters lower than at the previous
+  observation are a restart, not frames lost);
 - at the end, a camera whose FPS over the second half of the probation stayed below
   `min_fps_ratio` times what the previous version did on it just before the swap (only while
   its source ran and it was not paused; a cap in force now, the governor's, lowers what is
@@ -30,11 +33,10 @@ FAILING_FRAMES = 3
 
 @dataclass
 class _Camera:
-    frames0: int  # counters when the new version started
-    errors0: int
     baseline_fps: float
-    frames_seen: int = 0  # counters at the previous observation
+    frames_seen: int = 0  # counters at the previous observation (at first: just before the swap)
     errors_seen: int = 0
+    inferred: int = 0  # frames inferred on the new version, across restarts of the pipeline
     fps_samples: list[float] = field(default_factory=list)
     ran: bool = False  # its source was running at some point
 
@@ -49,16 +51,19 @@ class ProbationJudge:
     def __init__(self, before: Sequence[PipelineStats], start: float, duration_s: float, min_fps_ratio: float) -> None:
         self.start, self.duration_s, self.min_fps_ratio = start, duration_s, min_fps_ratio
         self._cameras: dict[str, _Camera] = {
-            s.name: _Camera(s.frames, s.errors, 0.0 if s.paused else s.fps, s.frames, s.errors) for s in before
+            s.name: _Camera(0.0 if s.paused else s.fps, s.frames, s.errors) for s in before
         }
 
     def observe(self, stats: Sequence[PipelineStats], now: float) -> str | None:
         """`PASSED`, the reason the version failed, or None to keep watching."""
         elapsed = now - self.start
         for s in stats:
-            camera = self._cameras.setdefault(s.name, _Camera(0, 0, 0.0))  # a camera started by the new version
+            camera = self._cameras.setdefault(s.name, _Camera(0.0))  # a camera started by the new version
             failed, succeeded = s.errors - camera.errors_seen, s.frames - camera.frames_seen
+            if failed < 0 or succeeded < 0:  # the pipeline restarted: its counters began again at 0
+                failed, succeeded = s.errors, s.frames
             camera.frames_seen, camera.errors_seen = s.frames, s.errors
+            camera.inferred += succeeded
             camera.ran = camera.ran or s.source_status.state == "running"
             if failed >= FAILING_FRAMES and succeeded <= 0:
                 return f"camera {s.name}: {failed} frames failed on the new version and none succeeded"
@@ -73,7 +78,7 @@ class ProbationJudge:
             now = stats.get(name)
             if now is None:
                 continue  # the camera stopped (a restart, a config reload): nothing to judge
-            if camera.ran and now.frames - camera.frames0 <= 0:
+            if camera.ran and camera.inferred <= 0:
                 return f"camera {name} inferred no frame on the new version in {self.duration_s:.0f} s"
             baseline = camera.baseline_fps if now.max_fps is None else min(camera.baseline_fps, now.max_fps)
             if baseline > 0 and camera.fps_samples:

@@ -42,7 +42,7 @@ from agent.mqtt.protocol import Desired, ProtocolError, Topics
 from agent.mqtt.rollout_schedule import FailureLimit, OnHalt, Rollout
 
 #: codes of deployments that ended for another reason than the version (not counted as failures)
-NOT_FAILURES = frozenset({ErrorCode.ROLLOUT_HALTED, ErrorCode.CANCELLED})
+NOT_FAILURES = frozenset({ErrorCode.ROLLOUT_HALTED, ErrorCode.CANCELLED, ErrorCode.SUPERSEDED})
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class NoArgs(_Args):

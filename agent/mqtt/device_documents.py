@@ -12,11 +12,15 @@ Reading is tolerant where versions differ and strict where decisions rest: unkno
 ignored (a newer device may add some) and what older devices did not send has a default, but a
 status needs its `state`, a deployment record its `id`, `sha256` and `state` (a `State`), and
 an error is an `ErrorInfo` whose `code` is an `ErrorCode`. Numbers keep their units in their
-names (ms, °C, W, MiB), times are Unix seconds.
+names (ms, °C, W, MiB), times are Unix seconds. Every number read must be finite: a retained
+``Infinity``, ``NaN`` or ``1e999`` (which the JSON parsers take) makes the document unreadable
+rather than a table that crashes on it; the device's encoder writes a non-finite value as null.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -83,10 +87,34 @@ class DeviceDocument(_Part):
         """The document in a retained `payload`, or `Unreadable` saying why it is not one."""
         if len(payload) > MAX_DOCUMENT_BYTES:
             return Unreadable(topic, f"{len(payload)} bytes, more than {MAX_DOCUMENT_BYTES}")
+        if (number := _not_finite(payload)) is not None:
+            return Unreadable(topic, f"{number} is not a finite number")
         try:
             return cls.model_validate_json(payload)
         except ValidationError as exc:
             return Unreadable(topic, _problems(exc))
+
+
+def _not_finite(payload: bytes | bytearray) -> str | None:
+    """The first number in `payload` that is not finite, as written (None: every one is, or the
+    payload is not JSON, which the model then says)."""
+    found: list[str] = []
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            found.append(text)
+        return value
+
+    def constant(text: str) -> float:
+        found.append(text)
+        return 0.0
+
+    try:
+        json.loads(payload, parse_float=number, parse_constant=constant)
+    except (ValueError, RecursionError):
+        return None
+    return found[0] if found else None
 
 
 def _problems(exc: ValidationError, shown: int = 3) -> str:

@@ -104,7 +104,7 @@ class Topics:
 
 
 class _Document(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # Infinity, NaN refused
     #: a larger payload is refused before it is parsed
     max_bytes: ClassVar[int] = MAX_CONTROL_BYTES
 

@@ -30,7 +30,7 @@ MAX_WAVES = 20
 
 
 class _Value(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a start of Infinity refused
 
 
 def position(deployment_id: str, device: str) -> float:

@@ -134,3 +134,20 @@ def test_config_lines_locate_a_key_found_after_loading(tmp_path: Path) -> None:
     assert lines.where(["pipelines", "0", "conf"]) == f"{path}:2: pipelines.0.conf", "conf is not in the file"
     assert ConfigLines.read(None).where(["pipelines", "0", "classes"]) == "pipelines.0.classes"
     assert ConfigLines.read(tmp_path / "gone.yaml").where(["a", "b"]) == f"{tmp_path / 'gone.yaml'}: a.b"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("max_clock_skew_s: .inf\n", "max_clock_skew_s: Input should be a finite number"),  # no command too old
+        ("pipelines: [{source: synthetic, max_fps: .inf}]\n", "pipelines.0.max_fps: Input should be a finite number"),
+        ("deployments: {probation_s: .inf}\n", "deployments.probation_s: Input should be a finite number"),
+        ("telemetry: {interval_s: .inf}\n", "telemetry.interval_s: Input should be a finite number"),
+    ],
+)
+def test_a_number_that_is_not_finite_is_a_problem_with_its_line(tmp_path: Path, text: str, problem: str) -> None:
+    """YAML's ``.inf`` and ``.nan`` are floats: every float of agent.yaml must be finite."""
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    problems = check_config(path)
+    assert len(problems) == 1 and problems[0].startswith(f"{path}:") and problem in problems[0], problems

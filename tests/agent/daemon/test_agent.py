@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 from pathlib import Path
 
+import yaml
 from testkit.broker import Broker, Watcher
 from testkit.bundles import install_versions
 from testkit.fleet import request, signed_request
 from testkit.net import wait_until
 
+from agent.config.loading import check_config
 from agent.event_values import ObjectEvent
 from agent.hardware.board import probe
 
@@ -174,3 +178,30 @@ def test_a_cameras_classes_come_before_tracking_counting_and_events_and_a_reload
         )
     finally:
         agent.stop()
+
+
+def test_sighup_refuses_a_config_that_config_check_finds_a_problem_in(broker: Broker, watcher: Watcher, agents) -> None:
+    """A camera whose video file is missing: ``config check`` reports it (exit 1), and a SIGHUP
+    with it once applied the config anyway. It is refused with the same words, the running
+    config kept; the next good config applies."""
+    agent = agents("dev1")
+    watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "online")
+    good = yaml.safe_load(agent.config.read_text())
+    missing = agent.config.parent / "door.avi"
+    door = {"name": "door", "source": str(missing)}
+    agent.config.write_text(yaml.safe_dump({**good, "pipelines": [*good["pipelines"], door]}))
+    (problem,) = check_config(agent.config)
+    assert problem == f"pipelines.1.source: no such video file {missing}"
+    assert agent.process is not None
+    agent.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: f"SIGHUP: keeping the running config: {problem}" in agent.output(), 30, "the refusal")
+    cam1 = {"name": "cam1", "source": "synthetic"}
+    agent.config.write_text(yaml.safe_dump({**good, "pipelines": [*good["pipelines"], cam1]}))
+    agent.process.send_signal(signal.SIGHUP)
+
+    def starts() -> list[str]:
+        """The cameras of each start of the agent, from its log."""
+        return re.findall(r"running as dev1 \(.*?\), (\d+) pipeline", agent.output())
+
+    wait_until(lambda: len(starts()) == 2, 30, "the good config applied")
+    assert starts() == ["1", "2"], "the config with the missing file never ran"

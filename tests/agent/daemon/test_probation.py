@@ -67,6 +67,22 @@ PROBATION_CASES = {
         [(5, [stats("a", 120, fps=4.0, max_fps=15.0)]), (10, [stats("a", 140, fps=4.0, max_fps=15.0)])],
         "4.0 FPS, below 0.5 x the 10.0 FPS",
     ),
+    # a deployment that moves a camera between runtimes restarts its pipeline: counters from 0
+    "a camera restarted by the swap": (
+        [stats("a", 600)],
+        [(1, [stats("a", 8)]), (5, [stats("a", 48)]), (10, [stats("a", 98)])],
+        PASSED,
+    ),
+    "a restarted camera that infers nothing": (
+        [stats("a", 600)],
+        [(1, [stats("a", 0)]), (10, [stats("a", 0)])],
+        "inferred no frame",
+    ),
+    "a restarted camera whose frames keep failing": (
+        [stats("a", 600, errors=5)],
+        [(2, [stats("a", 0, errors=3)])],
+        "3 frames failed",
+    ),
     "a camera the new version started": ([], [(5, [stats("b", 40)]), (10, [stats("b", 90)])], PASSED),
     "a lost camera is not the model's fault": (
         [stats("a", 100)],

@@ -44,6 +44,7 @@ def record(state: State, code: ErrorCode | None = None) -> DeploymentDocument:
         (State.ROLLED_BACK, ErrorCode.PROBATION_FAILED, True),
         (State.ROLLED_BACK, ErrorCode.ROLLOUT_HALTED, False),
         (State.REJECTED, ErrorCode.CANCELLED, False),
+        (State.REJECTED, ErrorCode.SUPERSEDED, False),  # a newer push replaced it: not the version's fault
         (State.REJECTED, None, True),
         (State.DOWNLOADING, None, False),
         (State.PROBATION, None, False),

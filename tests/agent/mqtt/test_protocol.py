@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
-from testkit.control import SHA, TOPICS
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from testkit.control import NOW, SHA, TOPICS, unchecked_rollout
 from testkit.transfer import DATA
 
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, ChunkIndex, Desired, ProtocolError, Topics
+from agent.mqtt.rollout_schedule import Halt
 
 
 @pytest.mark.parametrize(
@@ -79,3 +82,26 @@ def test_chunk_index_and_desired_documents_are_checked() -> None:
     ]:
         with pytest.raises(ProtocolError, match=words):
             Desired.parse(json.dumps({**good, **bad}).encode(), "edge/x/desired")
+
+
+@pytest.mark.parametrize(
+    ("rollout", "issued_at", "where"),
+    [
+        ({"start": math.inf}, NOW, "rollout.start"),
+        ({"halted": Halt.model_construct(at=math.inf, reason="x")}, NOW, "rollout.halted.at"),
+        ({}, math.inf, "issued_at"),  # newer than any document to come: the topic would be locked
+    ],
+)
+def test_a_signed_document_with_a_number_that_is_not_finite_is_refused(
+    operator: Ed25519PrivateKey, rollout: dict[str, object], issued_at: float, where: str
+) -> None:
+    """``start: Infinity`` once passed ``ge=0``: `/api/status` answered 500 and `fleet status`
+    crashed on the rollout's wave time."""
+    payload = unchecked_rollout(operator, issued_at=issued_at, **rollout)
+    assert b"Infinity" in payload
+    with pytest.raises(ProtocolError, match=rf"{where}: Input should be a finite number"):
+        Desired.parse(payload, "edge/groups/lobby/desired")
+    start = f'"start": {NOW}'.encode()
+    if start in payload:  # a number too large for a float is Infinity too
+        with pytest.raises(ProtocolError, match=r"rollout\.start: Input should be a finite number"):
+            Desired.parse(payload.replace(start, b'"start": 1e999'), "edge/groups/lobby/desired")

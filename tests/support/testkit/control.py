@@ -3,6 +3,7 @@ operator's key, signed requests."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -10,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from agent.bundles.signing import load_public_key
 from agent.mqtt.control import ControlGate, SeenIds, sign
 from agent.mqtt.protocol import CommandRequest, Desired, Topics
+from agent.mqtt.rollout_schedule import FailureLimit, Rollout
 
 NOW = 1_800_000_000.0
 
@@ -51,3 +53,16 @@ def request(key: Ed25519PrivateKey | None, name: str = "rollback", target: str =
 
 
 TOPICS = Topics("fleet/a")
+
+
+def unchecked_rollout(
+    operator: Ed25519PrivateKey, target: str = "group:lobby", issued_at: float = NOW, **rollout: object
+) -> bytes:
+    """A group document with a rollout schedule (`rollout` over a valid one) as an operator's
+    key would sign it, built without the models' checks (as a tool of one's own could), in JSON
+    that writes non-finite numbers (``Infinity``)."""
+    fields = {"id": "d", "name": "demo", "version": "1.0.0", "sha256": SHA, "size": 1, "chunk_size": 1, "chunks": 1}
+    schedule = {"waves": [100.0], "start": NOW, "interval_s": 0.0, "max_failures": FailureLimit(devices=1), **rollout}
+    document = Desired.model_construct(**fields, rollout=Rollout.model_construct(**schedule))  # type: ignore[arg-type]
+    signed = sign(document, operator, target, now=issued_at)
+    return json.dumps(signed.model_dump(mode="json", exclude_none=True)).encode()
