@@ -146,6 +146,8 @@ def test_no_answer_carries_the_request_credentials(served) -> None:
         assert answer.status == 200, (path, answer.status)
         everything = answer.body.decode(errors="replace") + json.dumps(answer.headers)
         assert "s3cret-pw" not in everything and encoded not in everything, path
+
+
 class Acting:
     """A page with credentials on a test clock: the qualities asked of `camera_jpeg`, the
     rollbacks and restarts that reached the agent."""
