@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 from agent.errors import BundleError, ErrorInfo
+from agent.errors import ErrorCode as ErrorCode  # pydantic < 2.6 resolves ErrorInfo's annotations here
 from runtimes.base import RuntimeName
 
 # re-exported: one implementation, shared with the engine cache (runtimes cannot import agent)

@@ -35,6 +35,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State, Tuning, atomic_write, fsync_dir
 from agent.errors import BundleError, ErrorCode, validation_problems
+from runtimes.base import RuntimeName as RuntimeName  # pydantic < 2.6 resolves Tuning's annotations here
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,11 @@ from pydantic import (
     field_validator,
 )
 
+from agent.bundles.record import ReportRow as ReportRow  # pydantic < 2.6 resolves TuningRecord's annotations here
 from agent.bundles.record import State, TuningRecord
+from agent.bundles.record import Tuning as Tuning  # likewise
 from agent.errors import ErrorCode, ErrorInfo, validation_problems
+from runtimes.base import RuntimeName as RuntimeName  # likewise
 
 #: a device's lifecycle state as its status names it (the last will: ``offline``)
 DeviceState = Literal["starting", "online", "stopping", "offline"]

@@ -71,13 +71,16 @@ def page() -> Iterator[str]:
     server.stop()
 
 
-def test_the_jpeg_quality_is_clamped_and_defaults_to_80(page: str) -> None:
+def test_the_jpeg_quality_defaults_to_80_and_an_outside_one_is_refused(page: str) -> None:
     QUALITIES.clear()
-    for query in ("?quality=500", "?quality=0", "?quality=high", "", "?quality=55.9"):
+    for query in ("", "?quality=55", "?quality=100", "?quality=1"):
         answer = http(page + "api/cameras/cam0/snapshot.jpg" + query)
         assert answer.status == 200 and answer.headers["content-type"] == "image/jpeg"
         assert answer.body == b"\xff\xd8jpeg" and answer.headers["cache-control"] == "no-store"
-    assert QUALITIES == [100, 1, 80, 80, 55]
+    for query in ("?quality=500", "?quality=0", "?quality=high", "?quality=nan"):
+        answer = http(page + "api/cameras/cam0/snapshot.jpg" + query)
+        assert (answer.status, answer.json()["error"]["code"]) == (400, "BAD_PAYLOAD"), query
+    assert QUALITIES == [80, 55, 100, 1]
 
 
 @pytest.mark.parametrize(
