@@ -55,6 +55,7 @@ class OutboxSender:
         self._tokens = float(settings.in_flight)
         self._refilled = monotonic()
         self.sent = 0  # messages handed to the link (a resend counts again)
+        self.turns = 0  # turns taken
         self.loop_due = monotonic()
 
     def wake(self) -> None:
@@ -102,6 +103,7 @@ class OutboxSender:
     def turn(self) -> float:
         """One turn: forget what was acknowledged, send what the rate and the window allow;
         returns how long to wait before the next turn (seconds)."""
+        self.turns += 1
         if not self.link.connected:
             self._forget_acked()
             self._in_flight.clear()
