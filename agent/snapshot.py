@@ -21,6 +21,7 @@ from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
 from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import LinkStats
+from agent.mqtt.outbox import OutboxStats
 from pipelines.pipeline import PipelineStats
 from pipelines.tracking.analytics import CameraCounts
 from runtimes.base import RuntimeInfo
@@ -192,6 +193,7 @@ class AgentSnapshot:
     engine: EngineStatus | None = None  # the TensorRT engine build in progress, or the last one
     analytics: tuple[CameraCounts, ...] = ()  # each camera's line and zone counters (docs/analytics.md)
     thresholds: tuple[ThresholdsInForce, ...] = ()  # each camera's detection thresholds in force
+    outbox: OutboxStats | None = None  # the messages waiting for the broker (None: no broker)
 
     def analytics_json(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}}`` over every

@@ -48,7 +48,13 @@ from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import check_startable
 from agent.daemon.command_service import CommandService
 from agent.daemon.deployer import Deployer
-from agent.daemon.documents import deployment_status, last_will, status_payload, telemetry_payload
+from agent.daemon.documents import (
+    deployment_report_payload,
+    deployment_status,
+    last_will,
+    status_payload,
+    telemetry_payload,
+)
 from agent.daemon.governing import Governing
 from agent.daemon.optimisation_report import Reports
 from agent.daemon.page import service_line, start_page
@@ -62,6 +68,8 @@ from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor
 from agent.mqtt.control import ControlGate
 from agent.mqtt.link import MqttLink, Will
+from agent.mqtt.outbox import FILE_NAME, Kind, Outbox
+from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics, json_payload
 from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink
@@ -75,6 +83,9 @@ if TYPE_CHECKING:
     from agent.web.server import StatusServer
 
 log = logging.getLogger(__name__)
+
+#: how long a clean stop waits for the outbox's messages in flight to be acknowledged (seconds)
+DRAIN_S = 2.0
 
 
 @functools.cache
@@ -134,11 +145,14 @@ class Agent:
         monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(sensors.fs))
         self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self._publish_telemetry)
         self.link: MqttLink | None = None
+        self.outbox: Outbox | None = None  # events, reports and telemetry until the broker has them
+        self.sender: OutboxSender | None = None
         self.deployer: Deployer | None = None
         self.commands: CommandService | None = None
         self.reports: Reports | None = None
         self.actions = DeviceActions(self.store, self.cameras, lambda: self.deployer)
         self._state: AgentState = "starting"
+        self._reported: tuple[str, str, int] | None = None  # the deployment step last reported
         self._runtimes: tuple[RuntimeInfo, ...] = ()  # probed at start, in child processes
         self.recent_events: deque[Event] = deque(maxlen=100)  # for the page, oldest first, without crops
         self.web: StatusServer | None = None
@@ -149,6 +163,8 @@ class Agent:
                 will=Will(self.topics.status(self.device), last_will(self.device)),
                 on_connect=self._publish_status,
             )
+            self.outbox = Outbox(config.state_dir / FILE_NAME, config.outbox, self.clock)
+            self.sender = OutboxSender(self.outbox, self.link, config.outbox)
             actions = self.actions.commands(lambda: self._state, self.clock)
             self.commands = CommandService(self.link, self.topics, self.device, self.gate, actions)
             if config.deployments.report:
@@ -207,9 +223,12 @@ class Agent:
                 camera_stats=self.cameras.stats,
                 on_succeeded=self.reports.on_succeeded if self.reports is not None else lambda deployment: None,
                 wall_clock=self.clock,
+                on_report=self._report_deployment,
             )
             self.commands.start()
             self.link.start()
+            if self.sender is not None:
+                self.sender.start()
             self.deployer.start()
         self.web = start_page(self.config.status_page, self.page_controls)
         log.info(
@@ -239,7 +258,12 @@ class Agent:
         self._state = "offline"
         if self.link is not None:
             self._publish_status()
+            if self.sender is not None:
+                self.sender.drain(DRAIN_S)  # what is already on its way gets its acknowledgement
+                self.sender.stop()
             self.link.stop()
+        if self.outbox is not None:
+            self.outbox.close()
         log.info("stopped")
 
     def reload(self) -> None:
@@ -304,6 +328,7 @@ class Agent:
             runtimes=self._runtimes,
             engine=self.cameras.engine_status(),
             thresholds=tuple(self.cameras.thresholds()) if state != "offline" else (),
+            outbox=self.outbox.stats() if self.outbox is not None else None,
         )
 
     # -- publishing ----------------------------------------------------------------------------
@@ -312,20 +337,42 @@ class Agent:
         if self.link is not None:
             self.link.publish_state(self.topics.status(self.device), status_payload(self.snapshot()))
 
+    def _send(self, kind: Kind, topic: str, payload: bytes) -> None:
+        """Into the outbox, which sends it once the link is up and forgets it at its PUBACK; a
+        write the disk refuses goes to the link's in-memory queue instead (never raises)."""
+        assert self.link is not None
+        if self.outbox is not None and self.outbox.append(kind, topic, payload) is not None:
+            if self.sender is not None:
+                self.sender.wake()
+            return
+        self.link.publish_queued(topic, payload, qos=1)
+
     def _publish_event(self, event: Event) -> None:
         """An object or governor event (a camera's inference thread, the sampler): on the
-        ``events`` topic with the device first, and into the page's recent events."""
+        ``events`` topic with the device first (through the outbox), and into the page's recent
+        events."""
         self.recent_events.append(event.without_crop())  # the page lists, not crops
         if self.link is not None:
             document = {"device": self.device, **event.to_json()}
-            self.link.publish_queued(self.topics.events(self.device), json_payload(document))
+            self._send("event", self.topics.events(self.device), json_payload(document))
+
+    def _report_deployment(self, deployment: Deployment) -> None:
+        """Each new state of a deployment record (the deployer's thread) as a report on
+        ``deployments`` through the outbox; the retained ``deployment`` document stays as it was."""
+        step = (deployment.id, deployment.state, len(deployment.history))
+        if self.link is None or step == self._reported:
+            return
+        self._reported = step
+        self._send(
+            "deployment", self.topics.deployments(self.device), deployment_report_payload(self.device, deployment)
+        )
 
     def _publish_telemetry(self) -> None:
-        """After each sample (the sampler thread): with a broker, telemetry and the status
-        (which keeps the retained fps current for `fleet status`)."""
+        """After each sample (the sampler thread): with a broker, telemetry (through the outbox)
+        and the status (which keeps the retained fps current for `fleet status`)."""
         if self.link is not None:
             snapshot = self.snapshot()
-            self.link.publish_queued(self.topics.telemetry(self.device), telemetry_payload(snapshot))
+            self._send("telemetry", self.topics.telemetry(self.device), telemetry_payload(snapshot))
             self.link.publish_state(self.topics.status(self.device), status_payload(snapshot))
 
     # -- health, systemd and the page -----------------------------------------------------------

@@ -28,6 +28,7 @@ from pydantic import (
     ValidationError,
     field_serializer,
     field_validator,
+    model_serializer,
 )
 
 from agent.bundles.record import State, TuningRecord
@@ -342,6 +343,31 @@ class MqttTelemetry(_Part):
     reconnects: int
 
 
+class OutboxDropped(_Part):
+    """Messages the outbox let go of since its file was made: by kind, and by why."""
+
+    telemetry: int = 0
+    event: int = 0
+    deployment: int = 0
+    full: int = 0
+    expired: int = 0
+    unwritten: int = 0
+    too_big: int = 0
+
+
+class OutboxTelemetry(_Part):
+    """The durable outbox (docs/mqtt.md#delivery): `messages` waiting, the file's `bytes`, the
+    oldest waiting message's age (s), `dropped`, `since` (Unix s) the file counts, `last_seq`."""
+
+    messages: int = 0
+    bytes: int = 0
+    oldest_age_s: float | None = None
+    dropped: OutboxDropped = OutboxDropped()
+    since: float | None = None
+    last_seq: int = 0
+    problem: str | None = None
+
+
 class EventTelemetry(_Part):
     published: int = 0
     suppressed: int = 0
@@ -376,6 +402,7 @@ class TelemetryDocument(DeviceDocument):
     energy_mj_per_frame: float | None = None
     governor: GovernorTelemetry | None = None
     mqtt: MqttTelemetry | None = None
+    outbox: OutboxTelemetry | None = None
     events: EventTelemetry = EventTelemetry()
     analytics: AnalyticsTelemetry = AnalyticsTelemetry()
 
@@ -383,6 +410,14 @@ class TelemetryDocument(DeviceDocument):
     @classmethod
     def _no_sample_yet(cls, value: Any) -> Any:
         return None if value == {} else value
+
+    @model_serializer(mode="wrap")
+    def _outbox_when_kept(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A device without an outbox (no broker) sends no ``outbox`` key, as before it had one."""
+        document = handler(self)
+        if self.outbox is None and isinstance(document, dict):
+            document.pop("outbox", None)
+        return document
 
     @field_serializer("system", mode="wrap")
     def _empty_without_sample(self, value: SystemTelemetry | None, handler: SerializerFunctionWrapHandler) -> Any:

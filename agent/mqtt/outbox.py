@@ -131,6 +131,12 @@ class OutboxStats:
     since: float
     last_seq: int
     problem: str | None = None
+    backlog_problem_s: float = 900.0  # a backlog whose oldest message is older is a problem
+
+    @property
+    def stuck(self) -> bool:
+        """The oldest waiting message is older than `backlog_problem_s`."""
+        return self.oldest_age_s is not None and self.oldest_age_s > self.backlog_problem_s
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,54 @@ def with_ids(payload: bytes, msg_id: str, seq: int) -> bytes:
     head = b'{"msg_id":"%s","seq":%d' % (msg_id.encode(), seq)
     rest = body[1:].lstrip()
     return head + (b"}" if rest == b"}" else b"," + rest)
+
+
+def _stats(
+    db: sqlite3.Connection, path: Path, settings: OutboxSection, now: float, problem: str | None, unwritten: int
+) -> OutboxStats:
+    (count,) = db.execute("SELECT COUNT(*) FROM messages").fetchone()
+    oldest = db.execute("SELECT created FROM messages ORDER BY seq LIMIT 1").fetchone()
+    drops = db.execute("SELECT kind, reason, n FROM dropped").fetchall()
+    since = db.execute("SELECT value FROM meta WHERE key = 'since'").fetchone()
+    last = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+    by_kind = {kind: 0 for kind in DROP_ORDER}
+    by_reason = {"full": 0, "expired": 0, "unwritten": unwritten, "too_big": 0}
+    for kind, reason, n in drops:
+        by_kind[kind] = by_kind.get(kind, 0) + int(n)
+        by_reason[reason] = by_reason.get(reason, 0) + int(n)
+    size = sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+    return OutboxStats(
+        messages=int(count),
+        bytes=size,
+        max_bytes=int(settings.max_mb * MIB),
+        oldest_age_s=round(max(0.0, now - float(oldest[0])), 3) if oldest is not None else None,
+        dropped=Dropped(
+            telemetry=by_kind["telemetry"],
+            event=by_kind["event"],
+            deployment=by_kind["deployment"],
+            full=by_reason["full"],
+            expired=by_reason["expired"],
+            unwritten=by_reason["unwritten"],
+            too_big=by_reason["too_big"],
+        ),
+        since=float(since[0]) if since is not None else 0.0,
+        last_seq=int(last[0]) if last is not None else 0,
+        problem=problem,
+        backlog_problem_s=settings.backlog_problem_s,
+    )
+
+
+def peek(path: Path, settings: OutboxSection, now: float) -> OutboxStats | None:
+    """The outbox at `path` read without writing (``edge-agent doctor`` beside the running
+    agent); None when there is none yet. Raises `sqlite3.DatabaseError` for a file SQLite
+    cannot read."""
+    if not path.exists():
+        return None
+    db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        return _stats(db, path, settings, now, None, 0)
+    finally:
+        db.close()
 
 
 class Outbox:
@@ -411,38 +465,10 @@ class Outbox:
         """A consistent reading (any thread)."""
         with self._lock:
             try:
-                count, oldest = self._db.execute("SELECT COUNT(*), MIN(created) FROM messages").fetchone()
-                drops = self._db.execute("SELECT kind, reason, n FROM dropped").fetchall()
-                since = float(self._db.execute("SELECT value FROM meta WHERE key = 'since'").fetchone()[0])
-                seq = self._next_seq() - 1
+                return _stats(self._db, self.path, self.settings, self._clock(), self._problem, self._unwritten)
             except sqlite3.Error as exc:
                 log.warning("outbox: cannot read %s: %s", self.path, exc)
-                count, oldest, drops, since, seq = 0, None, [], 0.0, 0
-            unwritten = self._unwritten
-        by_kind = {kind: 0 for kind in DROP_ORDER}
-        by_reason = {"full": 0, "expired": 0, "unwritten": unwritten, "too_big": 0}
-        for kind, reason, n in drops:
-            by_kind[kind] = by_kind.get(kind, 0) + int(n)
-            by_reason[reason] = by_reason.get(reason, 0) + int(n)
-        size = sum(p.stat().st_size for p in (self.path, self.path.with_name(self.path.name + "-wal")) if p.exists())
-        return OutboxStats(
-            messages=int(count),
-            bytes=size,
-            max_bytes=self.max_bytes,
-            oldest_age_s=round(max(0.0, self._clock() - float(oldest)), 3) if oldest is not None else None,
-            dropped=Dropped(
-                telemetry=by_kind["telemetry"],
-                event=by_kind["event"],
-                deployment=by_kind["deployment"],
-                full=by_reason["full"],
-                expired=by_reason["expired"],
-                unwritten=by_reason["unwritten"],
-                too_big=by_reason["too_big"],
-            ),
-            since=since,
-            last_seq=seq,
-            problem=self._problem,
-        )
+                return OutboxStats(0, 0, self.max_bytes, None, Dropped(unwritten=self._unwritten), 0.0, 0, str(exc))
 
     # -- line and zone totals ----------------------------------------------------------------------
 

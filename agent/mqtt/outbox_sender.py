@@ -77,6 +77,14 @@ class OutboxSender:
             self._thread = None
         self._forget_acked()
 
+    def drain(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds while connected for the outbox to empty (a clean stop);
+        True when it did."""
+        deadline = time.monotonic() + timeout
+        while self.link.connected and self.outbox.stats().messages and time.monotonic() < deadline:
+            time.sleep(ACK_POLL_S)
+        return not self.outbox.stats().messages
+
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()

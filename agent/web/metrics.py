@@ -181,6 +181,27 @@ class SnapshotCollector(Collector):
         yield GaugeMetricFamily("edge_agent_mqtt_queued_messages", "Messages waiting for the broker.", broker.queued)
         yield CounterMetricFamily("edge_agent_mqtt_dropped_messages", "Queued messages dropped.", broker.dropped)
         yield CounterMetricFamily("edge_agent_mqtt_reconnects", "Lost broker connections.", broker.reconnects)
+        yield from self._outbox(s)
+
+    def _outbox(self, s: AgentSnapshot) -> Iterator[Metric]:
+        outbox = s.outbox
+        if outbox is None:
+            return
+        yield GaugeMetricFamily(
+            "edge_agent_outbox_messages", "Messages in the outbox, not yet acknowledged.", outbox.messages
+        )
+        yield GaugeMetricFamily("edge_agent_outbox_bytes", "The outbox file's size with its WAL.", outbox.bytes)
+        yield from _gauge(
+            "edge_agent_outbox_oldest_age_seconds", "Age of the oldest message in the outbox.", outbox.oldest_age_s
+        )
+        dropped = CounterMetricFamily(
+            "edge_agent_outbox_dropped_messages",
+            "Messages the outbox let go of unsent (full, expired, unwritten, too big), by kind.",
+            labels=["kind"],
+        )
+        for kind in ("telemetry", "event", "deployment"):
+            dropped.add_metric([kind], getattr(outbox.dropped, kind))
+        yield dropped
 
 
 def metrics_registry(snapshot: Callable[[], AgentSnapshot], health: Callable[[], Health]) -> CollectorRegistry:

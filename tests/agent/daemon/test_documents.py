@@ -30,6 +30,7 @@ from agent.mqtt.device_documents import (
     StatusDocument,
     TelemetryDocument,
 )
+from agent.mqtt.outbox import MIB, Dropped, OutboxStats
 
 BEFORE = REPO / "tests" / "data" / "documents"
 
@@ -147,3 +148,28 @@ def test_the_records_fields_are_all_on_the_wire() -> None:
 
     assert {f.name for f in fields(Deployment)} | {"progress"} == set(DeploymentDocument.model_fields)
     assert set(json.loads(deployment_payload(_record(), PROGRESS))) == set(DeploymentDocument.model_fields)
+
+
+def test_telemetry_carries_the_outbox_when_there_is_one() -> None:
+    stats = OutboxStats(
+        messages=12,
+        bytes=40960,
+        max_bytes=MIB,
+        oldest_age_s=95.5,
+        dropped=Dropped(telemetry=7, event=2, full=8, expired=1),
+        since=900.0,
+        last_seq=345,
+    )
+    sent = json.loads(telemetry_payload(snapshot(outbox=stats)))["outbox"]
+    assert sent == {
+        "messages": 12,
+        "bytes": 40960,
+        "oldest_age_s": 95.5,
+        "dropped": {"telemetry": 7, "event": 2, "deployment": 0, "full": 8, "expired": 1, "unwritten": 0, "too_big": 0},
+        "since": 900.0,
+        "last_seq": 345,
+        "problem": None,
+    }
+    read = TelemetryDocument.read(telemetry_payload(snapshot(outbox=stats)), "t")
+    assert isinstance(read, TelemetryDocument) and read.outbox is not None and read.outbox.dropped.telemetry == 7
+    assert "outbox" not in json.loads(telemetry_payload(snapshot())), "no outbox (no broker): no key"
