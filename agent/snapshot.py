@@ -194,15 +194,23 @@ class AgentSnapshot:
     analytics: tuple[CameraCounts, ...] = ()  # each camera's line and zone counters (docs/analytics.md)
     thresholds: tuple[ThresholdsInForce, ...] = ()  # each camera's detection thresholds in force
     outbox: OutboxStats | None = None  # the messages waiting for the broker (None: no broker)
+    analytics_since: float | None = None  # when the line and zone totals started counting (Unix s)
 
-    def analytics_json(self) -> dict[str, dict[str, dict[str, int]]]:
-        """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}}`` over every
-        camera (names are unique over the cameras: the config checks it)."""
+    def analytics_json(self) -> dict[str, Any]:
+        """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}, "since"}`` over
+        every camera (names are unique over the cameras: the config checks it); ``since`` (Unix
+        seconds, when the totals started counting) only when known."""
+        document: dict[str, Any] = self.analytics_of(self.analytics)
+        if self.analytics_since is not None:
+            document["since"] = round(self.analytics_since, 3)
+        return document
+
+    @staticmethod
+    def analytics_of(cameras: tuple[CameraCounts, ...]) -> dict[str, dict[str, dict[str, int]]]:
+        """The cameras' line and zone totals keyed by name (see `analytics_json`)."""
         return {
-            "lines": {
-                line.name: {"in": line.forward, "out": line.backward} for c in self.analytics for line in c.lines
-            },
-            "zones": {zone.name: {"now": zone.now, "total": zone.total} for c in self.analytics for zone in c.zones},
+            "lines": {line.name: {"in": line.forward, "out": line.backward} for c in cameras for line in c.lines},
+            "zones": {zone.name: {"now": zone.now, "total": zone.total} for c in cameras for zone in c.zones},
         }
 
     @property

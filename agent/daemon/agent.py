@@ -36,6 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,11 +69,11 @@ from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor
 from agent.mqtt.control import ControlGate
 from agent.mqtt.link import MqttLink, Will
-from agent.mqtt.outbox import FILE_NAME, Kind, Outbox
+from agent.mqtt.outbox import FILE_NAME, Kind, Outbox, SavedCount
 from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics, json_payload
 from agent.serving.cameras import Cameras
-from agent.serving.events import EventSink
+from agent.serving.events import EventSink, SavedTotal
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls
 from pipelines.pipeline import use_one_opencv_thread
@@ -126,7 +127,13 @@ class Agent:
         self.policy = InstallPolicy.from_config(config)
         self.gate = ControlGate.from_config(config, self.clock)
         self.warnings = security_warnings(config)
-        self.events = EventSink(config.events, self._labels, self._publish_event, config.pipelines)
+        # the outbox file also keeps the line and zone totals, so it is there with or without a broker
+        self.outbox = Outbox(config.state_dir / FILE_NAME, config.outbox, self.clock)
+        self._counts_lock = threading.Lock()
+        self.events = EventSink(
+            config.events, self._labels, self._publish_event, config.pipelines, counted=self._save_counts
+        )
+        self._restore_counts()
         self.cameras = Cameras(
             config.pipelines,
             self.board,
@@ -145,8 +152,7 @@ class Agent:
         monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(sensors.fs))
         self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self._publish_telemetry)
         self.link: MqttLink | None = None
-        self.outbox: Outbox | None = None  # events, reports and telemetry until the broker has them
-        self.sender: OutboxSender | None = None
+        self.sender: OutboxSender | None = None  # sends the outbox's messages (with a broker)
         self.deployer: Deployer | None = None
         self.commands: CommandService | None = None
         self.reports: Reports | None = None
@@ -163,9 +169,8 @@ class Agent:
                 will=Will(self.topics.status(self.device), last_will(self.device)),
                 on_connect=self._publish_status,
             )
-            self.outbox = Outbox(config.state_dir / FILE_NAME, config.outbox, self.clock)
             self.sender = OutboxSender(self.outbox, self.link, config.outbox)
-            actions = self.actions.commands(lambda: self._state, self.clock)
+            actions = replace(self.actions.commands(lambda: self._state, self.clock), reset_counts=self._reset_counts)
             self.commands = CommandService(self.link, self.topics, self.device, self.gate, actions)
             if config.deployments.report:
                 report = functools.partial(self.link.publish_state, self.topics.report(self.device))
@@ -262,8 +267,8 @@ class Agent:
                 self.sender.drain(DRAIN_S)  # what is already on its way gets its acknowledgement
                 self.sender.stop()
             self.link.stop()
-        if self.outbox is not None:
-            self.outbox.close()
+        self._save_counts()
+        self.outbox.close()
         log.info("stopped")
 
     def reload(self) -> None:
@@ -328,7 +333,8 @@ class Agent:
             runtimes=self._runtimes,
             engine=self.cameras.engine_status(),
             thresholds=tuple(self.cameras.thresholds()) if state != "offline" else (),
-            outbox=self.outbox.stats() if self.outbox is not None else None,
+            outbox=self.outbox.stats() if self.link is not None else None,
+            analytics_since=self.events.since,
         )
 
     # -- publishing ----------------------------------------------------------------------------
@@ -341,7 +347,7 @@ class Agent:
         """Into the outbox, which sends it once the link is up and forgets it at its PUBACK; a
         write the disk refuses goes to the link's in-memory queue instead (never raises)."""
         assert self.link is not None
-        if self.outbox is not None and self.outbox.append(kind, topic, payload) is not None:
+        if self.outbox.append(kind, topic, payload) is not None:
             if self.sender is not None:
                 self.sender.wake()
             return
@@ -374,6 +380,37 @@ class Agent:
             snapshot = self.snapshot()
             self._send("telemetry", self.topics.telemetry(self.device), telemetry_payload(snapshot))
             self.link.publish_state(self.topics.status(self.device), status_payload(snapshot))
+
+    # -- line and zone totals across restarts ----------------------------------------------------
+
+    def _restore_counts(self) -> None:
+        """The totals kept before this start (docs/analytics.md): counting goes on from them."""
+        saved = self.outbox.counts()
+        totals = []
+        for count in saved:
+            kind, _, name = count.name.partition(":")
+            if kind == "line":
+                totals.append(SavedTotal(count.pipeline, "line", name, count.a, count.b))
+            elif kind == "zone":
+                totals.append(SavedTotal(count.pipeline, "zone", name, count.a, count.b))
+        if saved:
+            self.events.restore(totals, min(count.since for count in saved))
+
+    def _save_counts(self) -> None:
+        """Keep every total now (a camera's inference thread, after a frame changed one; the
+        stop): one transaction, so a kill keeps every crossing counted before it."""
+        with self._counts_lock:
+            since = self.events.since
+            rows = [SavedCount(t.camera, f"{t.kind}:{t.name}", t.a, t.b, since) for t in self.events.totals()]
+            self.outbox.save_counts(rows, replace=True)
+
+    def _reset_counts(self) -> dict[str, Any]:
+        """The ``reset-counts`` command: every total to zero from now; answers the new `since`
+        and the totals it cleared."""
+        before = AgentSnapshot.analytics_of(tuple(self.events.counts()))
+        since = self.events.reset()
+        log.info("reset-counts: the line and zone totals count from zero again")
+        return {"since": round(since, 3), "before": before}
 
     # -- health, systemd and the page -----------------------------------------------------------
 

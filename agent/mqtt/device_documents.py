@@ -384,8 +384,19 @@ class ZoneCount(_Part):
 
 
 class AnalyticsTelemetry(_Part):
+    """The line and zone totals; `since` (Unix seconds) is when they started counting: they go
+    on across restarts until a ``reset-counts`` (docs/analytics.md)."""
+
     lines: dict[str, LineCount] = Field(default_factory=dict)
     zones: dict[str, ZoneCount] = Field(default_factory=dict)
+    since: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _since_when_known(self, handler: SerializerFunctionWrapHandler) -> Any:
+        document = handler(self)
+        if self.since is None and isinstance(document, dict):
+            document.pop("since", None)
+        return document
 
 
 class TelemetryDocument(DeviceDocument):

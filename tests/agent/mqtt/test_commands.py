@@ -19,13 +19,14 @@ ROWS = {row.name: row for row in COMMAND_TABLE}
 
 def test_each_command_is_one_row_and_the_protocol_names_come_from_the_table() -> None:
     names = [row.name for row in COMMAND_TABLE]
-    assert COMMANDS == tuple(names) == ("rollback", "restart-pipeline", "snapshot", "ping")
+    assert COMMANDS == tuple(names) == ("rollback", "restart-pipeline", "snapshot", "ping", "reset-counts")
     assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", name) for name in names), "one plain topic level each"
     assert {name: (row.rate, row.args) for name, row in ROWS.items()} == {
         "rollback": (Rate(5.0, 10), NoArgs),
         "restart-pipeline": (Rate(5.0, 10), PipelineArgs),
         "snapshot": (Rate(2.0, 4), SnapshotArgs),
         "ping": (Rate(5.0, 10), NoArgs),
+        "reset-counts": (Rate(0.2, 2), NoArgs),
     }
 
 
@@ -62,8 +63,14 @@ class Device:
         self.asked.append(("jpeg", camera, quality))
         return b"\xff\xd8jpeg"
 
+    def reset_counts(self) -> dict[str, Any]:
+        self.asked.append(("reset-counts",))
+        return {"since": 1234.5, "before": {"lines": {"door": {"in": 3, "out": 1}}, "zones": {}}}
+
     def actions(self) -> CommandActions:
-        return CommandActions(lambda: "online", self.rollback, self.restart, self.camera_jpeg, lambda: 1234.56789)
+        return CommandActions(
+            lambda: "online", self.rollback, self.restart, self.camera_jpeg, lambda: 1234.56789, self.reset_counts
+        )
 
 
 @pytest.mark.parametrize(
@@ -80,6 +87,12 @@ class Device:
         ("restart-pipeline", {}, {"restarted": ["door", "yard"]}, [("restart", None)]),
         ("snapshot", {"pipeline": "yard", "quality": 70}, Jpeg(b"\xff\xd8jpeg"), [("jpeg", "yard", 70)]),
         ("snapshot", {}, Jpeg(b"\xff\xd8jpeg"), [("jpeg", None, 85)]),
+        (
+            "reset-counts",
+            {},
+            {"since": 1234.5, "before": {"lines": {"door": {"in": 3, "out": 1}}, "zones": {}}},
+            [("reset-counts",)],
+        ),
     ],
 )
 def test_each_row_does_what_the_docs_say(name: str, args: dict[str, Any], answer: object, asked: list[Any]) -> None:
