@@ -56,6 +56,8 @@ FILE_NAME = "outbox.sqlite"
 MIB = 1024 * 1024
 #: a row's bytes beside its payload and topic: the id, seq, kind, time and the (kind, seq) index
 ROW_OVERHEAD = 80
+#: the most batches one append evicts when the pages in use, not the rows' bytes, exceed the file's share
+HARD_BATCHES = 16
 #: the least time between two "full" warnings in the log (seconds)
 WARN_EVERY_S = 60.0
 
@@ -394,8 +396,9 @@ class Outbox:
             budget = self._budget()
             while self._content > budget // 2 and self._evict_locked():
                 pass
-            if self._used_bytes() > budget:
-                self._evict_locked()
+            for _ in range(HARD_BATCHES):  # pages part full after thinning: drop more until they free
+                if self._used_bytes() <= budget or not self._evict_locked():
+                    break
         except sqlite3.Error as exc:
             self._rollback()
             log.warning("outbox: cannot keep %s within its bounds: %s", self.path, exc)
