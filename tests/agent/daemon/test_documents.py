@@ -173,3 +173,11 @@ def test_telemetry_carries_the_outbox_when_there_is_one() -> None:
     read = TelemetryDocument.read(telemetry_payload(snapshot(outbox=stats)), "t")
     assert isinstance(read, TelemetryDocument) and read.outbox is not None and read.outbox.dropped.telemetry == 7
     assert "outbox" not in json.loads(telemetry_payload(snapshot())), "no outbox (no broker): no key"
+
+
+def test_the_analytics_say_since_when_they_count() -> None:
+    sent = json.loads(telemetry_payload(full_snapshot(analytics_since=1234.5678)))["analytics"]
+    assert sent["since"] == 1234.568 and sent["lines"]["door"] == {"in": 5, "out": 2}
+    assert "since" not in json.loads(telemetry_payload(full_snapshot()))["analytics"]
+    read = TelemetryDocument.read(telemetry_payload(full_snapshot(analytics_since=1234.5678)), "t")
+    assert isinstance(read, TelemetryDocument) and read.analytics.since == 1234.568
