@@ -365,6 +365,13 @@ class TelemetrySection(_Section):
     interval_s: float = Field(default=10.0, ge=0.2, description="Seconds between telemetry messages.")
 
 
+class MediaSection(_Section):
+    """Where object events' snapshots are kept (``<state_dir>/media``), and for how long."""
+
+    max_mb: float = Field(default=256.0, gt=0, description="Most MiB of snapshots kept; the oldest go first.")
+    max_age_h: float = Field(default=168.0, gt=0, description="Snapshots older than this many hours are deleted.")
+
+
 class EventsSection(_Section):
     enabled: bool = Field(default=True, description="Publish object events (start, update, end of each track).")
     min_interval_s: float = Field(
@@ -373,8 +380,11 @@ class EventsSection(_Section):
     min_confidence: float = Field(default=0.5, ge=0, le=1, description="Detections below this make no event.")
     labels: list[str] = Field(default_factory=list, description="Labels that make events (empty: all).")
     snapshots: bool = Field(
-        default=False, description="Attach a JPEG crop of the object's best frame to its 'end' event (base64)."
+        default=False,
+        description="Keep a JPEG crop of the object's best frame for its 'end' event (under <state_dir>/media, "
+        "named by the event's reference; fetched with the media command).",
     )
+    media: MediaSection = Field(default_factory=MediaSection, description="Retention of the snapshots kept.")
 
 
 class OutboxSection(_Section):

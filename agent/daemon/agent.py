@@ -57,12 +57,14 @@ from agent.daemon.documents import (
     telemetry_payload,
 )
 from agent.daemon.governing import Governing
+from agent.daemon.media import FOLDER as MEDIA_FOLDER
+from agent.daemon.media import MediaStore
 from agent.daemon.optimisation_report import Reports
 from agent.daemon.page import service_line, start_page
 from agent.daemon.sampler import Sampler
 from agent.daemon.service import Service
-from agent.errors import BundleError, ConfigError
-from agent.event_values import Event
+from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
+from agent.event_values import Event, ObjectEvent
 from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
@@ -134,6 +136,9 @@ class Agent:
             config.events, self._labels, self._publish_event, config.pipelines, counted=self._save_counts
         )
         self._restore_counts()
+        self.media: MediaStore | None = None  # the events' snapshots on disk (with events.snapshots)
+        if config.events.snapshots:
+            self.media = MediaStore(config.state_dir / MEDIA_FOLDER, config.events.media)
         self.cameras = Cameras(
             config.pipelines,
             self.board,
@@ -170,7 +175,11 @@ class Agent:
                 on_connect=self._publish_status,
             )
             self.sender = OutboxSender(self.outbox, self.link, config.outbox)
-            actions = replace(self.actions.commands(lambda: self._state, self.clock), reset_counts=self._reset_counts)
+            actions = replace(
+                self.actions.commands(lambda: self._state, self.clock),
+                reset_counts=self._reset_counts,
+                media=self._media_jpeg if self.media is not None else None,
+            )
             self.commands = CommandService(self.link, self.topics, self.device, self.gate, actions)
             if config.deployments.report:
                 report = functools.partial(self.link.publish_state, self.topics.report(self.device))
@@ -357,6 +366,10 @@ class Agent:
         """An object or governor event (a camera's inference thread, the sampler): on the
         ``events`` topic with the device first (through the outbox), and into the page's recent
         events."""
+        if isinstance(event, ObjectEvent) and event.snapshot_jpeg is not None and self.media is not None:
+            name = self.media.put(event.object_id, event.snapshot_jpeg)
+            if name is not None:  # else (the disk refused it) the crop goes in the event as before
+                event = replace(event, snapshot_jpeg=None, snapshot=name)
         self.recent_events.append(event.without_crop())  # the page lists, not crops
         if self.link is not None:
             document = {"device": self.device, **event.to_json()}
@@ -380,6 +393,13 @@ class Agent:
             snapshot = self.snapshot()
             self._send("telemetry", self.topics.telemetry(self.device), telemetry_payload(snapshot))
             self.link.publish_state(self.topics.status(self.device), status_payload(snapshot))
+
+    def _media_jpeg(self, event_id: str) -> bytes:
+        """The ``media`` command: the snapshot kept for an event. Raises `CodedError` ``NO_MEDIA``."""
+        jpeg = self.media.get(event_id) if self.media is not None else None
+        if jpeg is None:
+            raise CodedError(ErrorCode.NO_MEDIA, f"no snapshot of event {event_id} is kept here (gone by retention?)")
+        return jpeg
 
     # -- line and zone totals across restarts ----------------------------------------------------
 
