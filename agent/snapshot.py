@@ -161,6 +161,16 @@ class ThresholdsInForce:
 
 
 @dataclass(frozen=True)
+class MediaUsage:
+    """The events' snapshots kept on disk (`agent.daemon.media`): `files`, their `bytes`, the
+    oldest one's age (seconds; None when there is none)."""
+
+    files: int
+    bytes: int
+    oldest_age_s: float | None
+
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
     the first sample; `sensors` holds the temperature, power and battery readings (None until
@@ -195,6 +205,7 @@ class AgentSnapshot:
     thresholds: tuple[ThresholdsInForce, ...] = ()  # each camera's detection thresholds in force
     outbox: OutboxStats | None = None  # the messages waiting for the broker (None: no broker)
     analytics_since: float | None = None  # when the line and zone totals started counting (Unix s)
+    media: MediaUsage | None = None  # the events' snapshots kept (None: events.snapshots is off)
 
     def analytics_json(self) -> dict[str, Any]:
         """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}, "since"}`` over

@@ -344,6 +344,7 @@ class Agent:
             thresholds=tuple(self.cameras.thresholds()) if state != "offline" else (),
             outbox=self.outbox.stats() if self.link is not None else None,
             analytics_since=self.events.since,
+            media=self.media.usage() if self.media is not None else None,
         )
 
     # -- publishing ----------------------------------------------------------------------------

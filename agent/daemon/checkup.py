@@ -5,11 +5,12 @@ as the page's problem list (`agent.web.problems`), so a technician reads the sam
 
 config valid -> state directory writable and disk free -> trusted and operator keys readable ->
 broker reachable with the configured TLS and credentials -> the outbox's backlog (messages, the
-oldest's age, dropped; read only) -> each camera opens and delivers a
-frame (a pipe source this device lacks the programs or GStreamer elements for fails with what to
-install, unopened: `agent.hardware.camera_tools.source_problems`, the check ``config check``
-and the daemon's start share) -> a runtime loads the active version -> sensors readable (power, battery) -> clock
-synchronised -> the running agent's ``/healthz`` (when the page is configured).
+oldest's age, dropped; read only) -> the event snapshots kept (with events.snapshots) -> each
+camera opens and delivers a frame (a pipe source this device lacks the programs or GStreamer
+elements for fails with what to install, unopened: `agent.hardware.camera_tools.source_problems`,
+the check ``config check`` and the daemon's start share) -> a runtime loads the active version
+-> sensors readable (power, battery) -> clock synchronised -> the running agent's ``/healthz``
+(when the page is configured).
 
 `check_startable` is the daemon's own check of a config before a SIGHUP applies it.
 
@@ -41,6 +42,8 @@ from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
 from agent.config.loading import check_files, load_config, security_warnings
 from agent.config.models import AgentConfig, PipelineSection, StatusPageSection
+from agent.daemon.media import FOLDER as MEDIA_FOLDER
+from agent.daemon.media import usage_of
 from agent.errors import BundleError, ConfigError
 from agent.hardware.board import probe
 from agent.hardware.camera_tools import CameraTools, find_camera_tools, source_problems
@@ -52,6 +55,7 @@ from agent.mqtt.outbox import FILE_NAME as OUTBOX_FILE
 from agent.mqtt.outbox import MIB, peek
 from agent.serving.cameras import pipe_settings, source_for
 from agent.serving.loader import open_detector
+from agent.snapshot import MediaUsage
 from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_outbox, judge_power
 from pipelines.sources.frames import SourceError
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
@@ -90,6 +94,8 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
     if config.mqtt is not None:
         found.append(check_broker(config, timeout_s))
         found.append(check_outbox(config))
+    if config.events.snapshots:
+        found.append(check_media(config))
     found += check_cameras(config, root, timeout_s)
     found.append(check_runtime(config, root))
     found += check_sensors(config, root)
@@ -138,6 +144,18 @@ def check_outbox(config: AgentConfig) -> Finding:
         "pass",
         f"{stats.messages} message(s) waiting{age}; {stats.bytes / MIB:.1f} of {config.outbox.max_mb:g} MiB; "
         f"dropped {dropped.telemetry} telemetry, {dropped.event} event(s), {dropped.deployment} report(s)",
+    )
+
+
+def check_media(config: AgentConfig) -> Finding:
+    """The events' snapshots kept (read only): files, their size against ``events.media.max_mb``."""
+    folder = config.state_dir / MEDIA_FOLDER
+    usage = usage_of(folder, time.time()) if folder.is_dir() else MediaUsage(0, 0, None)
+    age = f", the oldest {usage.oldest_age_s / 3600:.1f} h old" if usage.oldest_age_s is not None else ""
+    return Finding(
+        "media",
+        "pass",
+        f"{usage.files} event snapshot(s) kept, {usage.bytes / MIB:.1f} of {config.events.media.max_mb:g} MiB{age}",
     )
 
 

@@ -22,10 +22,10 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from agent.config.models import MediaSection
+from agent.snapshot import MediaUsage
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +35,23 @@ FOLDER = "media"
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class MediaUsage:
-    """The store now: `files`, their `bytes`, the oldest one's age (s, None when empty)."""
+def _files(folder: Path) -> list[tuple[Path, float, int]]:
+    """Every snapshot kept in `folder`: (path, modification time, bytes), oldest first."""
+    found = []
+    for path in folder.glob("*.jpg"):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        found.append((path, stat.st_mtime, stat.st_size))
+    return sorted(found, key=lambda f: (f[1], f[0].name))
 
-    files: int
-    bytes: int
-    oldest_age_s: float | None
+
+def usage_of(folder: Path, now: float) -> MediaUsage:
+    """What `folder` holds (read only: ``edge-agent doctor`` beside the running agent)."""
+    files = _files(folder)
+    oldest = min((mtime for _, mtime, _ in files), default=None)
+    return MediaUsage(len(files), sum(size for _, _, size in files), None if oldest is None else round(now - oldest, 3))
 
 
 class MediaStore:
@@ -95,25 +105,10 @@ class MediaStore:
 
     def usage(self) -> MediaUsage:
         with self._lock:
-            files = self._files_locked()
-        oldest = min((mtime for _, mtime, _ in files), default=None)
-        return MediaUsage(
-            len(files), sum(size for _, _, size in files), None if oldest is None else self._clock() - oldest
-        )
-
-    def _files_locked(self) -> list[tuple[Path, float, int]]:
-        """Every snapshot kept: (path, modification time, bytes), oldest first."""
-        found = []
-        for path in self.folder.glob("*.jpg"):
-            try:
-                stat = path.stat()
-            except OSError:
-                continue
-            found.append((path, stat.st_mtime, stat.st_size))
-        return sorted(found, key=lambda f: (f[1], f[0].name))
+            return usage_of(self.folder, self._clock())
 
     def _prune_locked(self) -> None:
-        files = self._files_locked()
+        files = _files(self.folder)
         total = sum(size for _, _, size in files)
         cutoff = self._clock() - self.settings.max_age_h * 3600
         limit = self.settings.max_mb * MIB

@@ -67,6 +67,9 @@ class SnapshotCollector(Collector):
             value={member.value: member.value == state for member in State},
         )
         yield CounterMetricFamily("edge_agent_events_published", "Object events published.", s.events.published)
+        if s.media is not None:
+            yield GaugeMetricFamily("edge_agent_media_bytes", "Event snapshots kept on disk.", s.media.bytes)
+            yield GaugeMetricFamily("edge_agent_media_files", "Event snapshots kept on disk.", s.media.files)
         yield CounterMetricFamily(
             "edge_agent_events_suppressed", "Object updates held back by events.min_interval_s.", s.events.suppressed
         )

@@ -164,3 +164,17 @@ def test_the_doctor_reads_the_outbox_backlog_without_writing(tmp_path: Path) -> 
         (tmp_path / (FILE_NAME + suffix)).unlink(missing_ok=True)
     broken = check_outbox(config)
     assert broken.status == "fail" and "moves it aside" in broken.fix
+
+
+def test_the_doctor_says_how_much_the_event_snapshots_take(tmp_path: Path) -> None:
+    from agent.config.models import AgentConfig
+    from agent.daemon.checkup import check_media
+
+    config = AgentConfig.model_validate({"state_dir": str(tmp_path), "events": {"snapshots": True}})
+    assert check_media(config).message.startswith("0 event snapshot(s) kept, 0.0 of 256 MiB")
+    folder = tmp_path / "media"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i:016x}.jpg").write_bytes(b"x" * 512 * 1024)
+    found = check_media(config)
+    assert found.status == "pass" and found.message.startswith("3 event snapshot(s) kept, 1.5 of 256 MiB"), found
