@@ -84,6 +84,7 @@ class ErrorCode(str, Enum):
     NO_PREVIOUS = "NO_PREVIOUS"
     NO_PIPELINE = "NO_PIPELINE"
     NO_FRAME = "NO_FRAME"
+    NO_MEDIA = "NO_MEDIA"
     # the status page's actions
     CROSS_SITE = "CROSS_SITE"
     WRONG_HOST = "WRONG_HOST"

@@ -39,7 +39,8 @@ class ObjectEvent:
     confident detection so far; `duration_s` since it was first seen (frame seconds); the
     `zones` it entered with their dwell seconds, in the order entered; the `lines` it crossed,
     in order; on an ``end`` with ``events.snapshots``, `snapshot_jpeg`, the JPEG crop of its
-    best frame (bytes; base64 in JSON)."""
+    best frame (bytes; base64 in JSON), or once the daemon kept it on disk `snapshot`, its
+    reference (``<object_id>.jpg``, fetched with the ``media`` command)."""
 
     kind: ObjectEventKind
     ts: float
@@ -55,6 +56,7 @@ class ObjectEvent:
     zones: tuple[tuple[str, float], ...] = ()
     lines: tuple[LineCrossing, ...] = ()
     snapshot_jpeg: bytes | None = field(default=None, repr=False)
+    snapshot: str | None = None  # the kept snapshot's reference, in place of the crop
 
     def without_crop(self) -> ObjectEvent:
         """The event without its JPEG crop (what the page lists, and what is kept for it)."""
@@ -64,7 +66,8 @@ class ObjectEvent:
         """The ``events`` topic's document, less ``device``: ``{"type", "ts", "pipeline",
         "object_id", "track_id", "label", "class_id", "confidence", "box", "frame",
         "duration_s", "zones": {name: dwell_s}, "lines": [{"line", "direction"}]}``, and
-        ``snapshot_jpeg`` (base64) when the event carries a crop."""
+        ``snapshot_jpeg`` (base64) when the event carries a crop, ``snapshot`` (a reference)
+        when it was kept on disk instead."""
         document: dict[str, object] = {
             "type": self.kind,
             "ts": round(self.ts, 3),
@@ -82,6 +85,8 @@ class ObjectEvent:
         }
         if self.snapshot_jpeg is not None:
             document["snapshot_jpeg"] = base64.b64encode(self.snapshot_jpeg).decode("ascii")
+        if self.snapshot is not None:
+            document["snapshot"] = self.snapshot
         return document
 
 

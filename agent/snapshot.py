@@ -21,6 +21,7 @@ from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
 from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import LinkStats
+from agent.mqtt.outbox import OutboxStats
 from pipelines.pipeline import PipelineStats
 from pipelines.tracking.analytics import CameraCounts
 from runtimes.base import RuntimeInfo
@@ -160,6 +161,16 @@ class ThresholdsInForce:
 
 
 @dataclass(frozen=True)
+class MediaUsage:
+    """The events' snapshots kept on disk (`agent.daemon.media`): `files`, their `bytes`, the
+    oldest one's age (seconds; None when there is none)."""
+
+    files: int
+    bytes: int
+    oldest_age_s: float | None
+
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
     the first sample; `sensors` holds the temperature, power and battery readings (None until
@@ -192,15 +203,25 @@ class AgentSnapshot:
     engine: EngineStatus | None = None  # the TensorRT engine build in progress, or the last one
     analytics: tuple[CameraCounts, ...] = ()  # each camera's line and zone counters (docs/analytics.md)
     thresholds: tuple[ThresholdsInForce, ...] = ()  # each camera's detection thresholds in force
+    outbox: OutboxStats | None = None  # the messages waiting for the broker (None: no broker)
+    analytics_since: float | None = None  # when the line and zone totals started counting (Unix s)
+    media: MediaUsage | None = None  # the events' snapshots kept (None: events.snapshots is off)
 
-    def analytics_json(self) -> dict[str, dict[str, dict[str, int]]]:
-        """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}}`` over every
-        camera (names are unique over the cameras: the config checks it)."""
+    def analytics_json(self) -> dict[str, Any]:
+        """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}, "since"}`` over
+        every camera (names are unique over the cameras: the config checks it); ``since`` (Unix
+        seconds, when the totals started counting) only when known."""
+        document: dict[str, Any] = self.analytics_of(self.analytics)
+        if self.analytics_since is not None:
+            document["since"] = round(self.analytics_since, 3)
+        return document
+
+    @staticmethod
+    def analytics_of(cameras: tuple[CameraCounts, ...]) -> dict[str, dict[str, dict[str, int]]]:
+        """The cameras' line and zone totals keyed by name (see `analytics_json`)."""
         return {
-            "lines": {
-                line.name: {"in": line.forward, "out": line.backward} for c in self.analytics for line in c.lines
-            },
-            "zones": {zone.name: {"now": zone.now, "total": zone.total} for c in self.analytics for zone in c.zones},
+            "lines": {line.name: {"in": line.forward, "out": line.backward} for c in cameras for line in c.lines},
+            "zones": {zone.name: {"now": zone.now, "total": zone.total} for c in cameras for zone in c.zones},
         }
 
     @property

@@ -1,4 +1,4 @@
-"""`edge-agent fleet push|status|rollback|snapshot|release|gc|acl|rollout`: the operator's side
+"""`edge-agent fleet push|status|rollback|snapshot|media|release|gc|acl|rollout`: the operator's side
 (docs/mqtt.md, docs/security.md); staged rollouts in agent/cli/fleet_rollout.py."""
 
 from __future__ import annotations
@@ -79,6 +79,11 @@ def add_parser(commands: Any) -> None:
     snapshot.add_argument("--pipeline", help="pipeline name (default: the first)")
     snapshot.add_argument("-o", "--out", type=Path, required=True, help="JPEG file to write")
     snapshot.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    media = fleet_actions.add_parser("media", help="save the snapshot a device kept for an object event as JPEG")
+    media.add_argument("device", help="the device's id")
+    media.add_argument("event", help="the event's object_id (its 'snapshot' names the file)")
+    media.add_argument("-o", "--out", type=Path, help="JPEG file to write (default: EVENT.jpg)")
+    media.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     release = fleet_actions.add_parser("release", help="hand a device back to its group's desired document")
     release.add_argument("--target", required=True, help="device:ID")
     acl = fleet_actions.add_parser(
@@ -93,9 +98,9 @@ def add_parser(commands: Any) -> None:
     )
     acl.add_argument("--topic-root", default="edge", help="first level of every topic (default edge)")
     rollout_parsers, signing_rollout_parsers = add_rollout_commands(fleet_actions)
-    for parser in (push, status, rollback, gc, snapshot, release, *rollout_parsers):
+    for parser in (push, status, rollback, gc, snapshot, media, release, *rollout_parsers):
         _broker_arguments(parser)
-    for parser in (push, rollback, snapshot, release, *signing_rollout_parsers):
+    for parser in (push, rollback, snapshot, media, release, *signing_rollout_parsers):
         parser.add_argument(
             "--key",
             type=Path,
@@ -156,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         "rollback": _fleet_rollback,
         "gc": _fleet_gc,
         "snapshot": _fleet_snapshot,
+        "media": _fleet_media,
         "release": _fleet_release,
         "rollout": fleet_rollout,
     }
@@ -344,19 +350,36 @@ def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
 
 
 def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    arguments = {"pipeline": args.pipeline} if args.pipeline else {}
+    return _save_jpeg(args, link, topics, args.target.partition(":")[2], "snapshot", arguments, args.out)
+
+
+def _fleet_media(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    out = args.out or Path(f"{args.event}.jpg")
+    return _save_jpeg(args, link, topics, args.device, "media", {"event": args.event}, out)
+
+
+def _save_jpeg(
+    args: argparse.Namespace,
+    link: MqttLink,
+    topics: Topics,
+    device: str,
+    name: str,
+    arguments: dict[str, Any],
+    out: Path,
+) -> int:
+    """Ask `device` for a JPEG by the command `name` and write it to `out`."""
     from agent.fleet.client import command
 
-    device = args.target.partition(":")[2]
-    arguments = {"pipeline": args.pipeline} if args.pipeline else {}
-    answer = command(link, topics, [device], "snapshot", arguments, args.signing_key, args.timeout)[device]
+    answer = command(link, topics, [device], name, arguments, args.signing_key, args.timeout)[device]
     if answer is None:
         raise CliError(f"{device} did not answer within {args.timeout:.0f} s (offline?)")
     body, content_type = answer
     if content_type != "image/jpeg":
         error = json.loads(body)["error"]
         raise CliError(f"{device}: {error['code']}: {error['message']}")
-    args.out.write_bytes(body)
-    print(f"wrote {args.out} ({len(body)} bytes) from {device}")
+    out.write_bytes(body)
+    print(f"wrote {out} ({len(body)} bytes) from {device}")
     return 0
 
 

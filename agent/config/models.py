@@ -123,7 +123,10 @@ class MqttSection(_Section):
     reconnect_min_s: float = Field(default=0.5, gt=0, description="First reconnect delay (doubles, jittered).")
     reconnect_max_s: float = Field(default=60.0, gt=0, description="Longest reconnect delay.")
     offline_queue: int = Field(
-        default=1000, ge=0, description="Messages kept per topic (telemetry, events) while offline; oldest dropped."
+        default=1000,
+        ge=0,
+        description="Messages kept in memory per topic while offline when the outbox cannot write its file "
+        "(a full or broken disk); oldest dropped.",
     )
 
     @field_validator("broker")
@@ -369,6 +372,13 @@ class TelemetrySection(_Section):
     interval_s: float = Field(default=10.0, ge=0.2, description="Seconds between telemetry messages.")
 
 
+class MediaSection(_Section):
+    """Where object events' snapshots are kept (``<state_dir>/media``), and for how long."""
+
+    max_mb: float = Field(default=256.0, gt=0, description="Most MiB of snapshots kept; the oldest go first.")
+    max_age_h: float = Field(default=168.0, gt=0, description="Snapshots older than this many hours are deleted.")
+
+
 class EventsSection(_Section):
     enabled: bool = Field(default=True, description="Publish object events (start, update, end of each track).")
     min_interval_s: float = Field(
@@ -377,7 +387,45 @@ class EventsSection(_Section):
     min_confidence: float = Field(default=0.5, ge=0, le=1, description="Detections below this make no event.")
     labels: list[str] = Field(default_factory=list, description="Labels that make events (empty: all).")
     snapshots: bool = Field(
-        default=False, description="Attach a JPEG crop of the object's best frame to its 'end' event (base64)."
+        default=False,
+        description="Keep a JPEG crop of the object's best frame for its 'end' event (under <state_dir>/media, "
+        "named by the event's reference; fetched with the media command).",
+    )
+    media: MediaSection = Field(default_factory=MediaSection, description="Retention of the snapshots kept.")
+
+
+class OutboxSection(_Section):
+    """The durable outbox (docs/mqtt.md#delivery): events, deployment reports and telemetry kept
+    on disk (``<state_dir>/outbox.sqlite``) until the broker acknowledges them."""
+
+    max_mb: float = Field(
+        default=64.0,
+        ge=1,
+        description="Largest size of the outbox file (MiB); when full, telemetry summaries are thinned first, "
+        "then the oldest object events, then the oldest deployment reports go (counted as dropped).",
+    )
+    max_age_h: float = Field(default=72.0, gt=0, description="Messages older than this many hours are dropped.")
+    synchronous: Literal["normal", "full"] = Field(
+        default="normal",
+        description="SQLite's synchronous setting in WAL mode: normal survives kill -9 and keeps the file "
+        "consistent through a power cut (the last commits may be lost); full also keeps those, at a cost in "
+        "writes per second (docs/benchmarks.md).",
+    )
+    send_rate: float = Field(
+        default=50.0, gt=0, description="Most messages per second the outbox sends (a backlog goes out at this rate)."
+    )
+    in_flight: int = Field(
+        default=10,
+        ge=1,
+        le=15,
+        description="Most outbox messages awaiting the broker's acknowledgement at once (the link takes 20: the "
+        "rest stays for commands and state documents).",
+    )
+    backlog_problem_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="A backlog whose oldest message is older than this many seconds is a problem on the page "
+        "and in doctor.",
     )
 
 
@@ -682,6 +730,9 @@ class AgentConfig(_Section):
     pipelines: list[PipelineSection] = Field(default_factory=list, description="Cameras to run the active model on.")
     telemetry: TelemetrySection = Field(default_factory=TelemetrySection, description="Telemetry topic.")
     events: EventsSection = Field(default_factory=EventsSection, description="Detection events topic.")
+    outbox: OutboxSection = Field(
+        default_factory=OutboxSection, description="Events and reports kept on disk until the broker has them."
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log verbosity.")
     sensors: SensorsSection = Field(default_factory=SensorsSection, description="Optional sensor sources.")
     governor: GovernorSection = Field(default_factory=GovernorSection, description="Thermal and battery governor.")

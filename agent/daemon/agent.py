@@ -41,6 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,24 +54,34 @@ from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import check_startable
 from agent.daemon.command_service import CommandService
 from agent.daemon.deployer import Deployer
-from agent.daemon.documents import deployment_status, last_will, status_payload, telemetry_payload
+from agent.daemon.documents import (
+    deployment_report_payload,
+    deployment_status,
+    last_will,
+    status_payload,
+    telemetry_payload,
+)
 from agent.daemon.governing import Governing
+from agent.daemon.media import FOLDER as MEDIA_FOLDER
+from agent.daemon.media import MediaStore
 from agent.daemon.optimisation_report import Reports
 from agent.daemon.page import service_line, start_page
 from agent.daemon.sampler import Sampler
 from agent.daemon.service import Service
 from agent.daemon.state_lock import StateDirLock
-from agent.errors import BundleError, ConfigError
-from agent.event_values import Event
+from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
+from agent.event_values import Event, ObjectEvent
 from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor
 from agent.mqtt.control import ControlGate
 from agent.mqtt.link import MqttLink, Will
+from agent.mqtt.outbox import FILE_NAME, Kind, Outbox, SavedCount
+from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics, json_payload
 from agent.serving.cameras import Cameras
-from agent.serving.events import EventSink
+from agent.serving.events import EventSink, SavedTotal
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls
 from pipelines.pipeline import use_one_opencv_thread
@@ -81,6 +92,9 @@ if TYPE_CHECKING:
     from agent.web.server import StatusServer
 
 log = logging.getLogger(__name__)
+
+#: how long a clean stop waits for the outbox's messages in flight to be acknowledged (seconds)
+DRAIN_S = 2.0
 
 
 @functools.cache
@@ -122,7 +136,16 @@ class Agent:
         self.policy = InstallPolicy.from_config(config)
         self.gate = ControlGate.from_config(config, self.clock)
         self.warnings = security_warnings(config)
-        self.events = EventSink(config.events, self._labels, self._publish_event, config.pipelines)
+        # the outbox file also keeps the line and zone totals, so it is there with or without a broker
+        self.outbox = Outbox(config.state_dir / FILE_NAME, config.outbox, self.clock)
+        self._counts_lock = threading.Lock()
+        self.events = EventSink(
+            config.events, self._labels, self._publish_event, config.pipelines, counted=self._save_counts
+        )
+        self._restore_counts()
+        self.media: MediaStore | None = None  # the events' snapshots on disk (with events.snapshots)
+        if config.events.snapshots:
+            self.media = MediaStore(config.state_dir / MEDIA_FOLDER, config.events.media)
         self.cameras = Cameras(
             config.pipelines,
             self.board,
@@ -141,11 +164,13 @@ class Agent:
         monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(sensors.fs))
         self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self._publish_telemetry)
         self.link: MqttLink | None = None
+        self.sender: OutboxSender | None = None  # sends the outbox's messages (with a broker)
         self.deployer: Deployer | None = None
         self.commands: CommandService | None = None
         self.reports: Reports | None = None
         self.actions = DeviceActions(self.store, self.cameras, lambda: self.deployer)
         self._state: AgentState = "starting"
+        self._reported: tuple[str, str, int] | None = None  # the deployment step last reported
         self._runtimes: tuple[RuntimeInfo, ...] = ()  # probed at start, in child processes
         self.recent_events: deque[Event] = deque(maxlen=100)  # for the page, oldest first, without crops
         self.web: StatusServer | None = None
@@ -156,7 +181,12 @@ class Agent:
                 will=Will(self.topics.status(self.device), last_will(self.device)),
                 on_connect=self._publish_status,
             )
-            actions = self.actions.commands(lambda: self._state, self.clock)
+            self.sender = OutboxSender(self.outbox, self.link, config.outbox)
+            actions = replace(
+                self.actions.commands(lambda: self._state, self.clock),
+                reset_counts=self._reset_counts,
+                media=self._media_jpeg if self.media is not None else None,
+            )
             self.commands = CommandService(self.link, self.topics, self.device, self.gate, actions)
             if config.deployments.report:
                 report = functools.partial(self.link.publish_state, self.topics.report(self.device))
@@ -216,9 +246,12 @@ class Agent:
                 camera_stats=self.cameras.stats,
                 on_succeeded=self.reports.on_succeeded if self.reports is not None else lambda deployment: None,
                 wall_clock=self.clock,
+                on_report=self._report_deployment,
             )
             self.commands.start()
             self.link.start()
+            if self.sender is not None:
+                self.sender.start()
             self.deployer.start()
         self.web = start_page(self.config.status_page, self.page_controls)
         log.info(
@@ -255,7 +288,12 @@ class Agent:
         self._state = "offline"
         if self.link is not None:
             self._publish_status()
+            if self.sender is not None:
+                self.sender.drain(DRAIN_S)  # what is already on its way gets its acknowledgement
+                self.sender.stop()
             self.link.stop()
+        self._save_counts()
+        self.outbox.close()
         log.info("stopped")
 
     def reload(self) -> None:
@@ -328,6 +366,9 @@ class Agent:
             runtimes=self._runtimes,
             engine=self.cameras.engine_status(),
             thresholds=tuple(self.cameras.thresholds()) if state != "offline" else (),
+            outbox=self.outbox.stats() if self.link is not None else None,
+            analytics_since=self.events.since,
+            media=self.media.usage() if self.media is not None else None,
         )
 
     # -- publishing ----------------------------------------------------------------------------
@@ -336,21 +377,85 @@ class Agent:
         if self.link is not None:
             self.link.publish_state(self.topics.status(self.device), status_payload(self.snapshot()))
 
+    def _send(self, kind: Kind, topic: str, payload: bytes) -> None:
+        """Into the outbox, which sends it once the link is up and forgets it at its PUBACK; a
+        write the disk refuses goes to the link's in-memory queue instead (never raises)."""
+        assert self.link is not None
+        if self.outbox.append(kind, topic, payload) is not None:
+            if self.sender is not None:
+                self.sender.wake()
+            return
+        self.link.publish_queued(topic, payload, qos=1)
+
     def _publish_event(self, event: Event) -> None:
         """An object or governor event (a camera's inference thread, the sampler): on the
-        ``events`` topic with the device first, and into the page's recent events."""
+        ``events`` topic with the device first (through the outbox), and into the page's recent
+        events."""
+        if isinstance(event, ObjectEvent) and event.snapshot_jpeg is not None and self.media is not None:
+            name = self.media.put(event.object_id, event.snapshot_jpeg)
+            if name is not None:  # else (the disk refused it) the crop goes in the event as before
+                event = replace(event, snapshot_jpeg=None, snapshot=name)
         self.recent_events.append(event.without_crop())  # the page lists, not crops
         if self.link is not None:
             document = {"device": self.device, **event.to_json()}
-            self.link.publish_queued(self.topics.events(self.device), json_payload(document))
+            self._send("event", self.topics.events(self.device), json_payload(document))
+
+    def _report_deployment(self, deployment: Deployment) -> None:
+        """Each new state of a deployment record (the deployer's thread) as a report on
+        ``deployments`` through the outbox; the retained ``deployment`` document stays as it was."""
+        step = (deployment.id, deployment.state, len(deployment.history))
+        if self.link is None or step == self._reported:
+            return
+        self._reported = step
+        self._send(
+            "deployment", self.topics.deployments(self.device), deployment_report_payload(self.device, deployment)
+        )
 
     def _publish_telemetry(self) -> None:
-        """After each sample (the sampler thread): with a broker, telemetry and the status
-        (which keeps the retained fps current for `fleet status`)."""
+        """After each sample (the sampler thread): with a broker, telemetry (through the outbox)
+        and the status (which keeps the retained fps current for `fleet status`)."""
         if self.link is not None:
             snapshot = self.snapshot()
-            self.link.publish_queued(self.topics.telemetry(self.device), telemetry_payload(snapshot))
+            self._send("telemetry", self.topics.telemetry(self.device), telemetry_payload(snapshot))
             self.link.publish_state(self.topics.status(self.device), status_payload(snapshot))
+
+    def _media_jpeg(self, event_id: str) -> bytes:
+        """The ``media`` command: the snapshot kept for an event. Raises `CodedError` ``NO_MEDIA``."""
+        jpeg = self.media.get(event_id) if self.media is not None else None
+        if jpeg is None:
+            raise CodedError(ErrorCode.NO_MEDIA, f"no snapshot of event {event_id} is kept here (gone by retention?)")
+        return jpeg
+
+    # -- line and zone totals across restarts ----------------------------------------------------
+
+    def _restore_counts(self) -> None:
+        """The totals kept before this start (docs/analytics.md): counting goes on from them."""
+        saved = self.outbox.counts()
+        totals = []
+        for count in saved:
+            kind, _, name = count.name.partition(":")
+            if kind == "line":
+                totals.append(SavedTotal(count.pipeline, "line", name, count.a, count.b))
+            elif kind == "zone":
+                totals.append(SavedTotal(count.pipeline, "zone", name, count.a, count.b))
+        if saved:
+            self.events.restore(totals, min(count.since for count in saved))
+
+    def _save_counts(self) -> None:
+        """Keep every total now (a camera's inference thread, after a frame changed one; the
+        stop): one transaction, so a kill keeps every crossing counted before it."""
+        with self._counts_lock:
+            since = self.events.since
+            rows = [SavedCount(t.camera, f"{t.kind}:{t.name}", t.a, t.b, since) for t in self.events.totals()]
+            self.outbox.save_counts(rows, replace=True)
+
+    def _reset_counts(self) -> dict[str, Any]:
+        """The ``reset-counts`` command: every total to zero from now; answers the new `since`
+        and the totals it cleared."""
+        before = AgentSnapshot.analytics_of(tuple(self.events.counts()))
+        since = self.events.reset()
+        log.info("reset-counts: the line and zone totals count from zero again")
+        return {"since": round(since, 3), "before": before}
 
     # -- health, systemd and the page -----------------------------------------------------------
 

@@ -4,11 +4,13 @@ Each check answers a `Finding` (pass, warn or fail, with the fix), judged by the
 as the page's problem list (`agent.web.problems`), so a technician reads the same words in both:
 
 config valid -> state directory writable and disk free -> trusted and operator keys readable ->
-broker reachable with the configured TLS and credentials -> each camera opens and delivers a
-frame (a pipe source this device lacks the programs or GStreamer elements for fails with what to
-install, unopened: `agent.hardware.camera_tools.source_problems`, the check ``config check``
-and the daemon's start share) -> a runtime loads the active version -> sensors readable (power, battery) -> clock
-synchronised -> the running agent's ``/healthz`` (when the page is configured).
+broker reachable with the configured TLS and credentials -> the outbox's backlog (messages, the
+oldest's age, dropped; read only) -> the event snapshots kept (with events.snapshots) -> each
+camera opens and delivers a frame (a pipe source this device lacks the programs or GStreamer
+elements for fails with what to install, unopened: `agent.hardware.camera_tools.source_problems`,
+the check ``config check`` and the daemon's start share) -> a runtime loads the active version
+-> sensors readable (power, battery) -> clock synchronised -> the running agent's ``/healthz``
+(when the page is configured).
 
 `check_startable` is the daemon's own check of a config before a SIGHUP applies it.
 
@@ -21,9 +23,11 @@ a broker that ties client ids to user names disconnects the daemon for a moment.
 from __future__ import annotations
 
 import os
+import sqlite3
 import ssl
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -38,6 +42,8 @@ from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
 from agent.config.loading import check_files, load_config, security_warnings
 from agent.config.models import AgentConfig, PipelineSection, StatusPageSection
+from agent.daemon.media import FOLDER as MEDIA_FOLDER
+from agent.daemon.media import usage_of
 from agent.errors import BundleError, ConfigError
 from agent.hardware.board import probe
 from agent.hardware.camera_tools import CameraTools, find_camera_tools, source_problems
@@ -45,9 +51,12 @@ from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
 from agent.hardware.sysfs import SysFS
 from agent.mqtt.link import MqttLink
+from agent.mqtt.outbox import FILE_NAME as OUTBOX_FILE
+from agent.mqtt.outbox import MIB, peek
 from agent.serving.cameras import pipe_settings, source_for
 from agent.serving.loader import open_detector
-from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_power
+from agent.snapshot import MediaUsage
+from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_outbox, judge_power
 from pipelines.sources.frames import SourceError, redact_credentials
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
 
@@ -84,6 +93,9 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
     found += [check_state_dir(config), check_keys(config)]
     if config.mqtt is not None:
         found.append(check_broker(config, timeout_s))
+        found.append(check_outbox(config))
+    if config.events.snapshots:
+        found.append(check_media(config))
     found += check_cameras(config, root, timeout_s)
     found.append(check_runtime(config, root))
     found += check_sensors(config, root)
@@ -110,6 +122,41 @@ def check_state_dir(config: AgentConfig) -> Finding:
     usage = psutil.disk_usage(str(folder))
     disk = judge_disk(usage.free / 2**20, usage.total / 2**20, folder)
     return disk if disk.status != "pass" else Finding("state", "pass", f"{folder} is writable; {disk.message}")
+
+
+def check_outbox(config: AgentConfig) -> Finding:
+    """The backlog in the outbox file (read only, beside the running agent): messages, the
+    oldest's age, what was dropped; a file SQLite cannot read fails."""
+    path = config.state_dir / OUTBOX_FILE
+    try:
+        stats = peek(path, config.outbox, time.time())
+    except sqlite3.Error as exc:
+        return Finding("outbox", "fail", f"{path} cannot be read ({exc})", "the agent moves it aside when it starts")
+    if stats is None:
+        return Finding("outbox", "pass", f"no outbox yet ({path}): the agent makes it when it starts")
+    finding = judge_outbox(stats)
+    if finding.status != "pass":
+        return finding
+    age = f", the oldest {stats.oldest_age_s:.0f} s old" if stats.oldest_age_s is not None else ""
+    dropped = stats.dropped
+    return Finding(
+        "outbox",
+        "pass",
+        f"{stats.messages} message(s) waiting{age}; {stats.bytes / MIB:.1f} of {config.outbox.max_mb:g} MiB; "
+        f"dropped {dropped.telemetry} telemetry, {dropped.event} event(s), {dropped.deployment} report(s)",
+    )
+
+
+def check_media(config: AgentConfig) -> Finding:
+    """The events' snapshots kept (read only): files, their size against ``events.media.max_mb``."""
+    folder = config.state_dir / MEDIA_FOLDER
+    usage = usage_of(folder, time.time()) if folder.is_dir() else MediaUsage(0, 0, None)
+    age = f", the oldest {usage.oldest_age_s / 3600:.1f} h old" if usage.oldest_age_s is not None else ""
+    return Finding(
+        "media",
+        "pass",
+        f"{usage.files} event snapshot(s) kept, {usage.bytes / MIB:.1f} of {config.events.media.max_mb:g} MiB{age}",
+    )
 
 
 def check_keys(config: AgentConfig) -> Finding:

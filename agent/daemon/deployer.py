@@ -76,6 +76,7 @@ class Deployer:
         clock: Callable[[], float] = time.monotonic,
         on_succeeded: Callable[[Deployment], None] = lambda deployment: None,
         wall_clock: Callable[[], float] = time.time,
+        on_report: Callable[[Deployment], None] = lambda deployment: None,
     ) -> None:
         self.config, self.device, self.store, self.board = config, device, store, board
         self.link, self.topics, self.policy, self.gate = link, topics, policy, gate
@@ -83,6 +84,7 @@ class Deployer:
         self._on_succeeded = on_succeeded
         self._wall_clock = wall_clock
         self._throttled = ThrottledLog(log, clock=clock)  # refusals anyone on the broker can cause
+        self._on_report = on_report  # every record published (the daemon keeps each new state)
         self._followed = store.followed()
         self.documents = DesiredDocuments(device, topics, gate, lambda: self._followed)
         self._lock = self.documents.lock
@@ -257,6 +259,7 @@ class Deployer:
             self._progress = progress
         self.latest = deployment_status(deployment, self._progress)
         self.link.publish_state(self.topics.deployment(self.device), deployment_payload(deployment, self._progress))
+        self._on_report(deployment)
 
     def report(self, deployment: Deployment) -> None:
         """Publish a record made outside a download (a rollback), with no progress."""

@@ -23,6 +23,7 @@ from agent.mqtt.device_documents import (
     GovernorTelemetry,
     HistoryEntry,
     MqttTelemetry,
+    OutboxTelemetry,
     PipelineTelemetry,
     RolloutBrief,
     RuntimeBrief,
@@ -31,6 +32,7 @@ from agent.mqtt.device_documents import (
     SystemTelemetry,
     TelemetryDocument,
 )
+from agent.mqtt.protocol import json_payload
 from agent.snapshot import AgentSnapshot, DeploymentStatus
 
 
@@ -74,6 +76,7 @@ def telemetry_document(snapshot: AgentSnapshot) -> TelemetryDocument:
         energy_mj_per_frame=snapshot.energy_mj_per_frame,
         governor=GovernorTelemetry.model_validate(snapshot.governor.to_json()) if snapshot.governor else None,
         mqtt=MqttTelemetry.model_validate(broker) if broker else None,
+        outbox=OutboxTelemetry.model_validate(snapshot.outbox) if snapshot.outbox else None,
         events=EventTelemetry.model_validate(snapshot.events),
         analytics=AnalyticsTelemetry.model_validate(snapshot.analytics_json()),
     )
@@ -108,6 +111,13 @@ def telemetry_payload(snapshot: AgentSnapshot) -> bytes:
 
 def deployment_payload(deployment: Deployment, progress: DownloadProgress | None = None) -> bytes:
     return deployment_document(deployment, progress).to_bytes()
+
+
+def deployment_report_payload(device: str, deployment: Deployment) -> bytes:
+    """One ``deployments`` report: the device and the record as the ``deployment`` document
+    has it (without the download's progress)."""
+    document = deployment_document(deployment).model_dump(mode="json", by_alias=True)
+    return json_payload({"device": device, **document})
 
 
 def last_will(device: str) -> bytes:

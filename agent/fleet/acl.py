@@ -1,10 +1,10 @@
 """`fleet acl`: a mosquitto ACL that limits each device to its own topics (docs/security.md).
 
 A device's broker user name is its device id. It may write only its own status, telemetry,
-events, deployment and report topics and answers in the reply space; it may read its own desired
-document and its group's, its commands and the bundles. Operators may do everything under the
-topic root. Everyone else (anonymous clients are refused by the broker config this file goes
-with) can do nothing.
+events, deployment, deployments (the outbox's reports) and report topics and answers in the
+reply space; it may read its own desired document and its group's, its commands and the
+bundles. Operators may do everything under the topic root. Everyone else (anonymous clients
+are refused by the broker config this file goes with) can do nothing.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def mosquitto_acl(devices: Sequence[tuple[str, str | None]], operators: Sequence
         ]
     for device, group in devices:
         lines += [f"# device {device}" + (f", group {group}" if group else ""), f"user {device}"]
-        lines += [f"topic write {topics.device(device, leaf)}" for leaf in ("status", "telemetry", "events", "report")]
+        leaves = ("status", "telemetry", "events", "report", "deployments")
+        lines += [f"topic write {topics.device(device, leaf)}" for leaf in leaves]
         lines += [f"topic write {topics.deployment(device)}", f"topic write {topics.replies}/#"]
         lines += [f"topic read {topics.desired(device)}", f"topic read {topics.command(device, '#')}"]
         if group:

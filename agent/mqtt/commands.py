@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.bundles.record import Deployment
+from agent.errors import CodedError, ErrorCode
 
 #: longest value echoed back in an error message
 ECHO_LIMIT = 80
@@ -48,6 +49,10 @@ class PipelineArgs(_Args):
     )
 
 
+class MediaArgs(_Args):
+    event: str = Field(pattern=r"^[0-9a-f]{16}$", description="The event's object_id.")
+
+
 class SnapshotArgs(PipelineArgs):
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
 
@@ -59,7 +64,10 @@ class CommandActions:
     `rollback()` returns to the previous version and gives the deployment record it made;
     `restart(camera)` restarts one camera's pipeline (None: all) and gives the names restarted;
     `camera_jpeg(camera, quality)` is the camera's newest frame, annotated, as JPEG (None: the
-    first camera); `clock()` is the wall clock (Unix seconds). The actions raise
+    first camera); `clock()` is the wall clock (Unix seconds); `media(event)` is the snapshot
+    kept for an event, as JPEG (``NO_MEDIA``; None: the device keeps none); `reset_counts()` sets every line
+    and zone total to zero and answers ``{"since", "before"}`` (None: the device keeps no
+    totals, and the command fails). The actions raise
     `agent.errors.CodedError` (``NO_PREVIOUS``, ``BUSY``, ``NO_PIPELINE``, ``NO_FRAME``), which
     the answer carries."""
 
@@ -68,6 +76,8 @@ class CommandActions:
     restart: Callable[[str | None], list[str]]
     camera_jpeg: Callable[[str | None, int], bytes]
     clock: Callable[[], float] = time.time
+    reset_counts: Callable[[], Mapping[str, Any]] | None = None
+    media: Callable[[str], bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,9 +113,23 @@ class Command(Generic[A]):
     budget_s: float = 0.0
 
 
+def _media(device: CommandActions, event: str) -> bytes:
+    if device.media is None:
+        raise CodedError(ErrorCode.NO_MEDIA, "this device keeps no event snapshots (events.snapshots is off)")
+    return device.media(event)
+
+
+def _reset_counts(device: CommandActions) -> Mapping[str, Any]:
+    if device.reset_counts is None:
+        raise RuntimeError("this device keeps no line and zone totals")
+    return device.reset_counts()
+
+
 COMMAND_TABLE: tuple[Command[Any], ...] = (
     Command("rollback", NoArgs, lambda device, _: asdict(device.rollback()), budget_s=ROLLBACK_WAIT_S),
     Command("restart-pipeline", PipelineArgs, lambda device, a: {"restarted": device.restart(a.pipeline)}),
     Command("snapshot", SnapshotArgs, lambda device, a: Jpeg(device.camera_jpeg(a.pipeline, a.quality)), Rate(2.0, 4)),
     Command("ping", NoArgs, lambda device, _: {"pong": round(device.clock(), 3), "state": device.state()}),
+    Command("media", MediaArgs, lambda device, a: Jpeg(_media(device, a.event)), Rate(2.0, 4)),
+    Command("reset-counts", NoArgs, lambda device, _: _reset_counts(device), Rate(0.2, 2)),
 )

@@ -32,6 +32,7 @@ from pydantic import (
     ValidationError,
     field_serializer,
     field_validator,
+    model_serializer,
 )
 
 from agent.bundles.record import ReportRow as ReportRow  # pydantic < 2.6 resolves TuningRecord's annotations here
@@ -373,6 +374,31 @@ class MqttTelemetry(_Part):
     reconnects: int
 
 
+class OutboxDropped(_Part):
+    """Messages the outbox let go of since its file was made: by kind, and by why."""
+
+    telemetry: int = 0
+    event: int = 0
+    deployment: int = 0
+    full: int = 0
+    expired: int = 0
+    unwritten: int = 0
+    too_big: int = 0
+
+
+class OutboxTelemetry(_Part):
+    """The durable outbox (docs/mqtt.md#delivery): `messages` waiting, the file's `bytes`, the
+    oldest waiting message's age (s), `dropped`, `since` (Unix s) the file counts, `last_seq`."""
+
+    messages: int = 0
+    bytes: int = 0
+    oldest_age_s: float | None = None
+    dropped: OutboxDropped = OutboxDropped()
+    since: float | None = None
+    last_seq: int = 0
+    problem: str | None = None
+
+
 class EventTelemetry(_Part):
     published: int = 0
     suppressed: int = 0
@@ -388,9 +414,26 @@ class ZoneCount(_Part):
     total: int
 
 
+def _without_unset(document: Any, model: BaseModel, key: str) -> Any:
+    """`document` (a model serialized) without `key` while the model's value is None: a field
+    added after the documents were typed is left off the wire until it has a value, so what a
+    device sent before stays byte for byte the same (tests/data/documents)."""
+    if getattr(model, key) is None and isinstance(document, dict):
+        document.pop(key, None)
+    return document
+
+
 class AnalyticsTelemetry(_Part):
+    """The line and zone totals; `since` (Unix seconds) is when they started counting: they go
+    on across restarts until a ``reset-counts`` (docs/analytics.md)."""
+
     lines: dict[str, LineCount] = Field(default_factory=dict)
     zones: dict[str, ZoneCount] = Field(default_factory=dict)
+    since: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _since_when_known(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_unset(handler(self), self, "since")
 
 
 class TelemetryDocument(DeviceDocument):
@@ -407,6 +450,7 @@ class TelemetryDocument(DeviceDocument):
     energy_mj_per_frame: float | None = None
     governor: GovernorTelemetry | None = None
     mqtt: MqttTelemetry | None = None
+    outbox: OutboxTelemetry | None = None
     events: EventTelemetry = EventTelemetry()
     analytics: AnalyticsTelemetry = AnalyticsTelemetry()
 
@@ -414,6 +458,11 @@ class TelemetryDocument(DeviceDocument):
     @classmethod
     def _no_sample_yet(cls, value: Any) -> Any:
         return None if value == {} else value
+
+    @model_serializer(mode="wrap")
+    def _outbox_when_kept(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A device without an outbox (no broker) sends no ``outbox`` key, as before it had one."""
+        return _without_unset(handler(self), self, "outbox")
 
     @field_serializer("system", mode="wrap")
     def _empty_without_sample(self, value: SystemTelemetry | None, handler: SerializerFunctionWrapHandler) -> Any:

@@ -7,9 +7,11 @@ retained state documents (status, deployment), so the rest of the agent never ha
 
 Messages:
 - `publish_state`: retained, QoS 1, last value per topic wins; sent now or on the next connect.
-- `publish_queued`: telemetry and events; while offline they wait in a bounded queue per topic
-  (oldest dropped, `dropped` counts them, so a burst of events cannot push out all the
-  telemetry) and go out, each topic in order, on the next connect.
+- `publish_queued`: while offline a message waits in a bounded queue per topic in memory
+  (oldest dropped, `dropped` counts them) and goes out, each topic in order, on the next
+  connect. The daemon's events and telemetry go through the durable outbox instead
+  (`agent.mqtt.outbox`, sent with `publish` at QoS 1); this queue takes them only when the
+  outbox cannot write its file.
 - `publish`: sent now or not at all (returns a `Delivery`, or None when offline): command
   requests and responses, chunks.
 
@@ -498,8 +500,8 @@ class MqttLink:
                 self._state_infos[topic] = Delivery(self._client.publish(topic, payload, qos=1, retain=True))
 
     def publish_queued(self, topic: str, payload: bytes, qos: int = 0) -> None:
-        """Telemetry and events: sent now, or kept until the next connect (`offline_queue`
-        messages per topic, the oldest dropped)."""
+        """Sent now, or kept in memory until the next connect (`offline_queue` messages per
+        topic, the oldest dropped): what the outbox could not write."""
         with self._lock:
             if self._connected.is_set():
                 info = self._client.publish(topic, payload, qos=qos)

@@ -67,6 +67,10 @@ class Topics:
     def deployment(self, device: str) -> str:
         return self.device(device, "deployment")
 
+    def deployments(self, device: str) -> str:
+        """Each state a deployment reached, as a report through the outbox (not retained)."""
+        return self.device(device, "deployments")
+
     def desired(self, device: str) -> str:
         return self.device(device, "desired")
 

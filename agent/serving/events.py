@@ -17,6 +17,10 @@ An object makes one ``start`` and one ``end``, never one per frame. Each event i
 `agent.event_values.ObjectEvent` handed to `publish`; the daemon turns it into JSON. Threads: `handle` runs on
 each camera's inference thread, in frame order (the pipeline's sinks); `counts` and the
 counters are read from any thread. Memory: a camera holds the live tracks only.
+
+The line and zone totals survive restarts (docs/analytics.md): the daemon keeps them in the
+outbox file each time a frame changes one (`counted`), hands them back at start (`restore`), and
+`reset` (the ``reset-counts`` command) sets them to zero; `since` is when they started counting.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from agent.config.models import EventsSection, PipelineSection
 from agent.event_values import LineCrossing, ObjectEvent, ObjectEventKind
@@ -63,6 +68,18 @@ def scene_for(section: PipelineSection, label: Callable[[int], str], keep_crops:
     )
 
 
+@dataclass(frozen=True)
+class SavedTotal:
+    """One line's or zone's total as kept across restarts: a line's `a` crossings forward
+    (``in``) and `b` backward (``out``), a zone's `a` distinct tracks entered (`b` 0)."""
+
+    camera: str
+    kind: Literal["line", "zone"]
+    name: str
+    a: int
+    b: int
+
+
 @dataclass
 class _Announced:
     """A track that had its ``start``: its event id, when its last event went out (frame
@@ -85,13 +102,18 @@ class EventSink:
         publish: Publish,
         sections: Sequence[PipelineSection] = (),
         wall: Callable[[], float] = time.time,
+        counted: Callable[[], None] = lambda: None,
     ) -> None:
+        """`counted` is called (on the camera's inference thread) after a frame changed a line
+        or zone total, so the daemon can keep them."""
         self.settings, self._labels, self._publish, self._wall = settings, labels, publish, wall
+        self._counted = counted
         self._scenes = {s.name: scene_for(s, self.label, settings.enabled and settings.snapshots) for s in sections}
         self._announced: dict[tuple[str, int], _Announced] = {}
         self._lock = threading.Lock()
         self.published = 0
         self.suppressed = 0
+        self.since = wall()  # when the line and zone totals started counting (Unix seconds)
 
     def label(self, class_id: int) -> str:
         labels = self._labels()
@@ -116,6 +138,39 @@ class EventSink:
             scenes = list(self._scenes.values())
         return [scene.counts() for scene in scenes]
 
+    def restore(self, totals: Sequence[SavedTotal], since: float) -> None:
+        """Count on from totals kept before a restart (before the cameras run), counting since
+        `since` (Unix seconds); totals of lines, zones or cameras no longer configured are left out."""
+        with self._lock:
+            scenes = dict(self._scenes)
+            self.since = since
+        for camera, scene in scenes.items():
+            mine = [t for t in totals if t.camera == camera]
+            scene.restore(
+                {t.name: (t.a, t.b) for t in mine if t.kind == "line"}, {t.name: t.a for t in mine if t.kind == "zone"}
+            )
+
+    def reset(self) -> float:
+        """Every camera's line and zone totals back to zero from now (the ``reset-counts``
+        command); returns the new `since` (Unix seconds)."""
+        with self._lock:
+            scenes = list(self._scenes.values())
+            self.since = self._wall()
+        for scene in scenes:
+            scene.reset()
+        self._counted()
+        return self.since
+
+    def totals(self) -> list[SavedTotal]:
+        """Every camera's line and zone totals now, as kept across restarts (any thread)."""
+        found = []
+        for camera in self.counts():
+            found += [
+                SavedTotal(camera.camera, "line", line.name, line.forward, line.backward) for line in camera.lines
+            ]
+            found += [SavedTotal(camera.camera, "zone", zone.name, zone.total, 0) for zone in camera.zones]
+        return found
+
     def held(self) -> int:
         """Per-track entries held over every camera (0 after `finish`: no per-track leak)."""
         with self._lock:
@@ -126,6 +181,8 @@ class EventSink:
         """One frame of one camera, in frame order: track, count, publish what changed."""
         scene = self.scene(pipeline)
         step = scene.update(frame, detections)
+        if step.crossings or step.entered:
+            self._counted()
         if not self.settings.enabled:
             return
         ids = step.detections.tracker_id

@@ -67,6 +67,9 @@ class SnapshotCollector(Collector):
             value={member.value: member.value == state for member in State},
         )
         yield CounterMetricFamily("edge_agent_events_published", "Object events published.", s.events.published)
+        if s.media is not None:
+            yield GaugeMetricFamily("edge_agent_media_bytes", "Event snapshots kept on disk.", s.media.bytes)
+            yield GaugeMetricFamily("edge_agent_media_files", "Event snapshots kept on disk.", s.media.files)
         yield CounterMetricFamily(
             "edge_agent_events_suppressed", "Object updates held back by events.min_interval_s.", s.events.suppressed
         )
@@ -181,6 +184,27 @@ class SnapshotCollector(Collector):
         yield GaugeMetricFamily("edge_agent_mqtt_queued_messages", "Messages waiting for the broker.", broker.queued)
         yield CounterMetricFamily("edge_agent_mqtt_dropped_messages", "Queued messages dropped.", broker.dropped)
         yield CounterMetricFamily("edge_agent_mqtt_reconnects", "Lost broker connections.", broker.reconnects)
+        yield from self._outbox(s)
+
+    def _outbox(self, s: AgentSnapshot) -> Iterator[Metric]:
+        outbox = s.outbox
+        if outbox is None:
+            return
+        yield GaugeMetricFamily(
+            "edge_agent_outbox_messages", "Messages in the outbox, not yet acknowledged.", outbox.messages
+        )
+        yield GaugeMetricFamily("edge_agent_outbox_bytes", "The outbox file's size with its WAL.", outbox.bytes)
+        yield from _gauge(
+            "edge_agent_outbox_oldest_age_seconds", "Age of the oldest message in the outbox.", outbox.oldest_age_s
+        )
+        dropped = CounterMetricFamily(
+            "edge_agent_outbox_dropped_messages",
+            "Messages the outbox let go of unsent (full, expired, unwritten, too big), by kind.",
+            labels=["kind"],
+        )
+        for kind in ("telemetry", "event", "deployment"):
+            dropped.add_metric([kind], getattr(outbox.dropped, kind))
+        yield dropped
 
 
 def metrics_registry(snapshot: Callable[[], AgentSnapshot], health: Callable[[], Health]) -> CollectorRegistry:

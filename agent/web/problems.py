@@ -15,6 +15,7 @@ from typing import Any, Literal
 from agent.governor.levels import BatteryLevel
 from agent.hardware.readings import Battery, Throttled
 from agent.mqtt.link import LinkStats
+from agent.mqtt.outbox import OutboxStats
 from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, Health
 from pipelines.pipeline import PipelineStats
 
@@ -124,6 +125,27 @@ def judge_broker(link: LinkStats | None) -> Finding:
     )
 
 
+def judge_outbox(outbox: OutboxStats | None) -> Finding:
+    """The durable outbox: its file moved aside or refusing writes, or a backlog older than
+    ``outbox.backlog_problem_s`` (with what was dropped; the page's broker panel and /metrics
+    show the drops at all times)."""
+    if outbox is None:
+        return Finding("outbox", "pass", "no broker configured: nothing to send")
+    if outbox.problem is not None:
+        return Finding("outbox", "fail", outbox.problem, "check the state directory's disk (edge-agent doctor)")
+    dropped = outbox.dropped
+    lost = f"; dropped so far: {dropped.telemetry} telemetry, {dropped.event} event(s), {dropped.deployment} report(s)"
+    if outbox.stuck and outbox.oldest_age_s is not None:
+        return Finding(
+            "outbox",
+            "warn",
+            f"{outbox.messages} message(s) wait for the broker, the oldest for {outbox.oldest_age_s:.0f} s"
+            + (lost if dropped.total else ""),
+            "check the broker connection; the backlog goes out oldest first once it is back",
+        )
+    return Finding("outbox", "pass", f"{outbox.messages} message(s) waiting")
+
+
 def judge_camera(camera: PipelineStats, reference_fps: float | None) -> Finding:
     """A camera: lost, ended, or slower than it was on this version (`reference_fps`); a hung
     one is the agent's health to say (`page_problems`)."""
@@ -226,6 +248,7 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
         found.append(judge_power(sensors.throttled))
         found.append(judge_battery(sensors.battery, governor.decision.battery if governor else None))
     found.append(judge_broker(snapshot.broker))
+    found.append(judge_outbox(snapshot.outbox))
     found.append(judge_deployment(snapshot.deployment, snapshot.deployment_problem))
     found.append(judge_engine(snapshot.engine))
     if system is not None:

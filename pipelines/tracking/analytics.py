@@ -16,7 +16,7 @@ ones.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -70,6 +70,7 @@ class AnalyticsStep:
     started: tuple[TrackRecord, ...] = ()
     ended: tuple[TrackRecord, ...] = ()
     crossings: tuple[Crossing, ...] = ()
+    entered: tuple[tuple[str, int], ...] = ()  # (zone, track id) of each zone entered this frame
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,14 @@ class SceneAnalytics:
                 self._records[crossing.track_id] = replace(
                     record, lines=(*record.lines, (crossing.line, crossing.direction))
                 )
-            for zone in self.zones:
-                zone.update(frame.timestamp, ids, points, labels)
+            entered = tuple(
+                (zone.spec.name, track_id)
+                for zone in self.zones
+                for track_id in zone.update(frame.timestamp, ids, points, labels)
+            )
             started = tuple(self._with_zones(self._records[t]) for t in step.started)
             ended = tuple(self._end(t) for t in step.ended)
-        return AnalyticsStep(step.detections, started, ended, tuple(crossings))
+        return AnalyticsStep(step.detections, started, ended, tuple(crossings), entered)
 
     def _observe(self, frame: Frame, tracked: Detections, i: int, track_id: int) -> None:
         score, box = float(tracked.confidence[i]), tracked.xyxy[i]
@@ -194,6 +198,25 @@ class SceneAnalytics:
             lines = sum(line.held() for line in self.lines)
             zones = sum(zone.held() for zone in self.zones)
             return len(self._records) + lines + zones + len(self.tracker.active_ids)
+
+    def restore(self, lines: Mapping[str, tuple[int, int]], zones: Mapping[str, int]) -> None:
+        """Count on from saved totals: a line's (forward, backward), a zone's total, by name
+        (names this camera does not have are ignored)."""
+        with self._lock:
+            for line in self.lines:
+                if line.spec.name in lines:
+                    line.restore(*lines[line.spec.name])
+            for zone in self.zones:
+                if zone.spec.name in zones:
+                    zone.restore(zones[zone.spec.name])
+
+    def reset(self) -> None:
+        """Every line and zone total back to zero (any thread)."""
+        with self._lock:
+            for line in self.lines:
+                line.reset()
+            for zone in self.zones:
+                zone.reset()
 
     def counts(self) -> CameraCounts:
         """The counters now (any thread)."""

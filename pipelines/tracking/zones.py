@@ -108,6 +108,17 @@ class LineCounter:
     height_fraction: float = 0.1  # the dead band is at least this fraction of the box height
     _sides: dict[int, int] = field(default_factory=dict)  # track id -> settled side, -1 left / +1 right
     _counts: dict[str, list[int]] = field(default_factory=dict)  # label -> [forward, backward]
+    _base: tuple[int, int] = (0, 0)  # totals carried over from before (a restart), not per label
+
+    def restore(self, forward: int, backward: int) -> None:
+        """Count on from these totals (the ones saved before a restart); `by_label` covers only
+        what was counted since."""
+        self._base = (forward, backward)
+
+    def reset(self) -> None:
+        """Every total back to zero (the tracks' sides are kept: a crossing in progress counts)."""
+        self._counts.clear()
+        self._base = (0, 0)
 
     def update(
         self,
@@ -150,7 +161,9 @@ class LineCounter:
 
     def count(self) -> LineCount:
         by_label = tuple((label, f, b) for label, (f, b) in sorted(self._counts.items()))
-        return LineCount(self.spec.name, sum(f for _, f, _ in by_label), sum(b for _, _, b in by_label), by_label)
+        forward = self._base[0] + sum(f for _, f, _ in by_label)
+        backward = self._base[1] + sum(b for _, _, b in by_label)
+        return LineCount(self.spec.name, forward, backward, by_label)
 
 
 @dataclass
@@ -166,6 +179,14 @@ class ZoneCounter:
 
     def __post_init__(self) -> None:
         self._contour = np.array(self.spec.polygon, np.float32).reshape(-1, 1, 2)
+
+    def restore(self, total: int) -> None:
+        """Count on from this total (the one saved before a restart)."""
+        self._total = total
+
+    def reset(self) -> None:
+        """The total back to zero (the tracks inside now stay inside, uncounted)."""
+        self._total = 0
 
     def contains(self, point: Point) -> bool:
         return cv2.pointPolygonTest(self._contour, (float(point[0]), float(point[1])), False) >= 0

@@ -92,3 +92,11 @@ def test_a_governor_event_is_the_documented_document_byte_for_byte() -> None:
         None,
     )
     assert event.without_crop() is event
+
+
+def test_a_kept_snapshot_is_a_reference_in_place_of_the_crop() -> None:
+    kept = dataclasses.replace(END, snapshot_jpeg=None, snapshot=f"{END.object_id}.jpg")
+    document = kept.to_json()
+    assert document["snapshot"] == f"{END.object_id}.jpg" and "snapshot_jpeg" not in document
+    assert list(document)[-1] == "snapshot", "after the documented keys"
+    assert kept.without_crop().to_json() == document, "the page's list keeps the reference"

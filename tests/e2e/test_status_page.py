@@ -233,6 +233,8 @@ def test_metrics_parse_and_carry_cameras_board_governor_deployment_and_broker(se
     assert value("edge_agent_deployment_state", edge_agent_deployment_state="SUCCEEDED") == 1
     assert value("edge_agent_broker_connected") == 0
     assert "edge_agent_mqtt_queued_messages" in families and "edge_agent_healthy" in families
+    assert "edge_agent_outbox_messages" in families and "edge_agent_outbox_oldest_age_seconds" in families
+    assert value("edge_agent_outbox_dropped_messages_total", kind="event") == 0
     assert value("edge_agent_info", device="page-1", group="lobby", version=status(served)["agent_version"],
                  board="generic x86_64", runtime="litert", bundle="demo", bundle_version="1.1.0") == 1  # fmt: skip
 

@@ -91,6 +91,10 @@ function renderStatus(s) {
     ["last error", b.last_error || "none"],
     ["queued", `${b.queued} message(s)`],
     ["reconnects", String(b.reconnects)],
+    ...(s.outbox ? [
+      ["backlog", `${s.outbox.messages} message(s)` + (s.outbox.oldest_age_s === null ? "" : `, oldest ${fmt(s.outbox.oldest_age_s, 0, "s")}`)],
+      ["dropped", `${s.outbox.dropped.telemetry} telemetry, ${s.outbox.dropped.event} event(s), ${s.outbox.dropped.deployment} report(s)`],
+    ] : []),
   ] : [["broker", "none configured (runs alone)"]]);
   const g = s.governor;
   fill($("governor"), g ? [

@@ -92,10 +92,11 @@ def test_doctor_passes_on_a_working_device(
     report = json.loads(out)
     checks = {c["check"]: c for c in report["checks"]}
     assert report["ok"] is True
-    assert list(checks) == ["config", "state", "keys", "broker", "camera cam0", "runtime", "sensors", "power",
-                            "battery", "clock", "agent"]  # fmt: skip
+    assert list(checks) == ["config", "state", "keys", "broker", "outbox", "camera cam0", "runtime", "sensors",
+                            "power", "battery", "clock", "agent"]  # fmt: skip
     assert {c["status"] for name, c in checks.items() if name != "clock"} == {"pass"}, out
     assert checks["broker"]["message"].endswith("with TLS")
+    assert "message(s) waiting" in checks["outbox"]["message"], "the running agent's outbox, read beside it"
     assert checks["camera cam0"]["message"] == "a 640x480 frame from synthetic"
     assert checks["runtime"]["message"].startswith("demo 1.1.0 loads on litert")
     assert "52.0 °C, 12.1 W" in checks["sensors"]["message"] and "57 %" in checks["battery"]["message"]
@@ -133,3 +134,47 @@ def test_doctor_stops_at_a_config_it_cannot_read(tmp_path: Path, capsys: pytest.
     status, out = cli(capsys, "doctor", "--config", str(path))
     assert status == 1
     assert out.startswith("FAIL  config  ") and f"{path}:2" in out and "edge-agent config check" in out
+
+
+def test_the_doctor_reads_the_outbox_backlog_without_writing(tmp_path: Path) -> None:
+    """Beside a running agent (its outbox open), the doctor reads the backlog read only; a stuck
+    backlog warns with its age, a file SQLite cannot read fails."""
+    from agent.config.models import AgentConfig
+    from agent.daemon.checkup import check_outbox
+    from agent.mqtt.outbox import FILE_NAME, Outbox
+
+    config = AgentConfig.model_validate(
+        {"state_dir": str(tmp_path), "mqtt": {"broker": "mqtt://127.0.0.1:1"}, "outbox": {"backlog_problem_s": 60}}
+    )
+    assert check_outbox(config).status == "pass" and "no outbox yet" in check_outbox(config).message
+    written = [1_000.0]
+    outbox = Outbox(tmp_path / FILE_NAME, config.outbox, lambda: written[0])
+    for i in range(3):
+        outbox.append("event", "edge/d/events", b'{"i":%d}' % i)
+    found = check_outbox(config)
+    assert found.status == "warn", found  # written at Unix time 1000: far older than 60 s
+    assert "3 message(s) wait for the broker" in found.message
+    outbox.acked(outbox.pending(0, 10))
+    fine = check_outbox(config)
+    assert fine.status == "pass" and fine.message.startswith("0 message(s) waiting"), fine
+    assert outbox.append("event", "edge/d/events", b"{}") is not None, "the agent's outbox still writes"
+    outbox.close()
+    (tmp_path / FILE_NAME).write_bytes(b"junk" * 1024)
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / (FILE_NAME + suffix)).unlink(missing_ok=True)
+    broken = check_outbox(config)
+    assert broken.status == "fail" and "moves it aside" in broken.fix
+
+
+def test_the_doctor_says_how_much_the_event_snapshots_take(tmp_path: Path) -> None:
+    from agent.config.models import AgentConfig
+    from agent.daemon.checkup import check_media
+
+    config = AgentConfig.model_validate({"state_dir": str(tmp_path), "events": {"snapshots": True}})
+    assert check_media(config).message.startswith("0 event snapshot(s) kept, 0.0 of 256 MiB")
+    folder = tmp_path / "media"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i:016x}.jpg").write_bytes(b"x" * 512 * 1024)
+    found = check_media(config)
+    assert found.status == "pass" and found.message.startswith("3 event snapshot(s) kept, 1.5 of 256 MiB"), found

@@ -30,6 +30,7 @@ from agent.mqtt.device_documents import (
     StatusDocument,
     TelemetryDocument,
 )
+from agent.mqtt.outbox import MIB, Dropped, OutboxStats
 
 BEFORE = REPO / "tests" / "data" / "documents"
 
@@ -147,3 +148,36 @@ def test_the_records_fields_are_all_on_the_wire() -> None:
 
     assert {f.name for f in fields(Deployment)} | {"progress"} == set(DeploymentDocument.model_fields)
     assert set(json.loads(deployment_payload(_record(), PROGRESS))) == set(DeploymentDocument.model_fields)
+
+
+def test_telemetry_carries_the_outbox_when_there_is_one() -> None:
+    stats = OutboxStats(
+        messages=12,
+        bytes=40960,
+        max_bytes=MIB,
+        oldest_age_s=95.5,
+        dropped=Dropped(telemetry=7, event=2, full=8, expired=1),
+        since=900.0,
+        last_seq=345,
+    )
+    sent = json.loads(telemetry_payload(snapshot(outbox=stats)))["outbox"]
+    assert sent == {
+        "messages": 12,
+        "bytes": 40960,
+        "oldest_age_s": 95.5,
+        "dropped": {"telemetry": 7, "event": 2, "deployment": 0, "full": 8, "expired": 1, "unwritten": 0, "too_big": 0},
+        "since": 900.0,
+        "last_seq": 345,
+        "problem": None,
+    }
+    read = TelemetryDocument.read(telemetry_payload(snapshot(outbox=stats)), "t")
+    assert isinstance(read, TelemetryDocument) and read.outbox is not None and read.outbox.dropped.telemetry == 7
+    assert "outbox" not in json.loads(telemetry_payload(snapshot())), "no outbox (no broker): no key"
+
+
+def test_the_analytics_say_since_when_they_count() -> None:
+    sent = json.loads(telemetry_payload(full_snapshot(analytics_since=1234.5678)))["analytics"]
+    assert sent["since"] == 1234.568 and sent["lines"]["door"] == {"in": 5, "out": 2}
+    assert "since" not in json.loads(telemetry_payload(full_snapshot()))["analytics"]
+    read = TelemetryDocument.read(telemetry_payload(full_snapshot(analytics_since=1234.5678)), "t")
+    assert isinstance(read, TelemetryDocument) and read.analytics.since == 1234.568

@@ -15,6 +15,7 @@ def test_fleet_acl_lists_each_device_s_own_topics() -> None:
     block = text.split("# device cam-01")[1].split("# device")[0]
     assert "topic read edge/groups/lobby/desired" in block and "topic write edge/cam-01/status" in block
     assert "topic write edge/cam-01/report" in block, "the optimisation report (deployments.report)"
+    assert "topic write edge/cam-01/deployments" in block, "the deployment reports of the outbox"
     assert "edge/cam-02" not in block and "topic readwrite edge/#" in text.split("# device")[0]
     with pytest.raises(ValueError, match="line 1"):
         parse_devices(["cam 1"])

@@ -11,7 +11,16 @@ import pytest
 from testkit import REPO
 
 from agent.bundles.record import Deployment, State
-from agent.mqtt.commands import COMMAND_TABLE, CommandActions, Jpeg, NoArgs, PipelineArgs, Rate, SnapshotArgs
+from agent.mqtt.commands import (
+    COMMAND_TABLE,
+    CommandActions,
+    Jpeg,
+    MediaArgs,
+    NoArgs,
+    PipelineArgs,
+    Rate,
+    SnapshotArgs,
+)
 from agent.mqtt.protocol import COMMANDS
 
 ROWS = {row.name: row for row in COMMAND_TABLE}
@@ -19,13 +28,15 @@ ROWS = {row.name: row for row in COMMAND_TABLE}
 
 def test_each_command_is_one_row_and_the_protocol_names_come_from_the_table() -> None:
     names = [row.name for row in COMMAND_TABLE]
-    assert COMMANDS == tuple(names) == ("rollback", "restart-pipeline", "snapshot", "ping")
+    assert COMMANDS == tuple(names) == ("rollback", "restart-pipeline", "snapshot", "ping", "media", "reset-counts")
     assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", name) for name in names), "one plain topic level each"
     assert {name: (row.rate, row.args) for name, row in ROWS.items()} == {
         "rollback": (Rate(5.0, 10), NoArgs),
         "restart-pipeline": (Rate(5.0, 10), PipelineArgs),
         "snapshot": (Rate(2.0, 4), SnapshotArgs),
         "ping": (Rate(5.0, 10), NoArgs),
+        "media": (Rate(2.0, 4), MediaArgs),
+        "reset-counts": (Rate(0.2, 2), NoArgs),
     }
 
 
@@ -62,8 +73,24 @@ class Device:
         self.asked.append(("jpeg", camera, quality))
         return b"\xff\xd8jpeg"
 
+    def reset_counts(self) -> dict[str, Any]:
+        self.asked.append(("reset-counts",))
+        return {"since": 1234.5, "before": {"lines": {"door": {"in": 3, "out": 1}}, "zones": {}}}
+
+    def media(self, event: str) -> bytes:
+        self.asked.append(("media", event))
+        return b"\xff\xd8kept"
+
     def actions(self) -> CommandActions:
-        return CommandActions(lambda: "online", self.rollback, self.restart, self.camera_jpeg, lambda: 1234.56789)
+        return CommandActions(
+            lambda: "online",
+            self.rollback,
+            self.restart,
+            self.camera_jpeg,
+            lambda: 1234.56789,
+            self.reset_counts,
+            self.media,
+        )
 
 
 @pytest.mark.parametrize(
@@ -80,6 +107,13 @@ class Device:
         ("restart-pipeline", {}, {"restarted": ["door", "yard"]}, [("restart", None)]),
         ("snapshot", {"pipeline": "yard", "quality": 70}, Jpeg(b"\xff\xd8jpeg"), [("jpeg", "yard", 70)]),
         ("snapshot", {}, Jpeg(b"\xff\xd8jpeg"), [("jpeg", None, 85)]),
+        ("media", {"event": "00ab00cd00ef0012"}, Jpeg(b"\xff\xd8kept"), [("media", "00ab00cd00ef0012")]),
+        (
+            "reset-counts",
+            {},
+            {"since": 1234.5, "before": {"lines": {"door": {"in": 3, "out": 1}}, "zones": {}}},
+            [("reset-counts",)],
+        ),
     ],
 )
 def test_each_row_does_what_the_docs_say(name: str, args: dict[str, Any], answer: object, asked: list[Any]) -> None:
@@ -87,3 +121,17 @@ def test_each_row_does_what_the_docs_say(name: str, args: dict[str, Any], answer
     row = ROWS[name]
     assert row.run(device.actions(), row.args.model_validate(args)) == answer
     assert device.asked == asked
+
+
+def test_media_takes_only_an_event_id_and_says_when_the_device_keeps_none() -> None:
+    from pydantic import ValidationError
+
+    from agent.errors import CodedError, ErrorCode
+
+    for bad in ("../../etc/passwd", "00AB00CD00EF0012", "00ab", ""):
+        with pytest.raises(ValidationError):
+            MediaArgs.model_validate({"event": bad})
+    bare = CommandActions(lambda: "online", Device().rollback, Device().restart, Device().camera_jpeg)
+    with pytest.raises(CodedError) as raised:
+        ROWS["media"].run(bare, MediaArgs(event="00ab00cd00ef0012"))
+    assert raised.value.code is ErrorCode.NO_MEDIA

@@ -46,6 +46,7 @@ def test_the_reply_space() -> None:
         (TOPICS.telemetry("cam-1"), "fleet/a/cam-1/telemetry"),
         (TOPICS.events("cam-1"), "fleet/a/cam-1/events"),
         (TOPICS.deployment("cam-1"), "fleet/a/cam-1/deployment"),
+        (TOPICS.deployments("cam-1"), "fleet/a/cam-1/deployments"),
         (TOPICS.desired("cam-1"), "fleet/a/cam-1/desired"),
         (TOPICS.group_desired("lobby"), "fleet/a/groups/lobby/desired"),
         (TOPICS.command("cam-1", "ping"), "fleet/a/cam-1/cmd/ping"),

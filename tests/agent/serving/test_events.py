@@ -76,3 +76,38 @@ def test_counts_follow_the_lines_and_zones() -> None:
     (counts,) = sink.counts()
     assert [(c.name, c.forward, c.backward) for c in counts.lines] == [("door", 1, 0)]
     assert [(z.name, z.now, z.total) for z in counts.zones] == [("bay", 1, 1)]
+
+
+def test_totals_go_on_from_what_was_kept_and_a_reset_starts_from_zero() -> None:
+    """A first sink counts one crossing and one zone entry (saying so through `counted` on each
+    frame that changed a total); a second one, restored from its totals, counts on; `reset`
+    starts from zero with a new `since`."""
+    wall = [5000.0]
+    changed: list[int] = []
+    first = EventSink(EventsSection(), lambda: list(CLASS_NAMES), lambda e: None, [camera()], lambda: wall[0],
+                      counted=lambda: changed.append(1))  # fmt: skip
+    run(first, [square(100, 200 + 4 * i) for i in range(20)])
+    kept = first.totals()
+    assert [(t.kind, t.name, t.a, t.b) for t in kept] == [("line", "door", 1, 0), ("zone", "bay", 1, 0)]
+    assert len(changed) == 2, "one call for the frame that entered the zone, one for the crossing"
+    wall[0] = 9000.0
+    second = EventSink(EventsSection(), lambda: list(CLASS_NAMES), lambda e: None, [camera()], lambda: wall[0])
+    assert second.since == 9000.0
+    second.restore(kept, since=5000.0)
+    assert second.since == 5000.0, "counting since the first start"
+    run(second, [square(100, 280 - 4 * i) for i in range(20)])  # back up across the door, inside the bay
+    (counts,) = second.counts()
+    assert [(c.name, c.forward, c.backward) for c in counts.lines] == [("door", 1, 1)]
+    assert [(z.name, z.total) for z in counts.zones] == [("bay", 2)]
+    wall[0] = 9500.0
+    assert second.reset() == 9500.0 and second.since == 9500.0
+    assert [(t.a, t.b) for t in second.totals()] == [(0, 0), (0, 0)]
+
+
+def test_totals_of_lines_no_longer_configured_are_left_out() -> None:
+    from agent.serving.events import SavedTotal
+
+    sink = EventSink(EventsSection(), lambda: list(CLASS_NAMES), lambda e: None, [camera()])
+    sink.restore([SavedTotal("cam0", "line", "gone", 9, 9), SavedTotal("cam9", "line", "door", 7, 7),
+                  SavedTotal("cam0", "zone", "bay", 4, 0)], since=1.0)  # fmt: skip
+    assert [(t.kind, t.name, t.a, t.b) for t in sink.totals()] == [("line", "door", 0, 0), ("zone", "bay", 4, 0)]

@@ -9,6 +9,7 @@ import pytest
 from testkit.snapshots import camera, link, snapshot
 
 from agent.hardware.readings import Battery, SensorReadings, Throttled
+from agent.mqtt.outbox import MIB, Dropped, OutboxStats
 from agent.snapshot import EngineStatus, Health
 from agent.web.problems import (
     judge_battery,
@@ -16,6 +17,7 @@ from agent.web.problems import (
     judge_clock,
     judge_disk,
     judge_engine,
+    judge_outbox,
     judge_power,
     page_problems,
 )
@@ -132,3 +134,34 @@ def test_a_class_the_serving_version_lacks_is_a_config_warning() -> None:
     found = page_problems(state, Health(True), {})
     assert [(f.check, f.status, f.message) for f in found] == [("config", "warn", lacking)]
     assert "pipelines[].classes" in found[0].fix
+
+
+def _outbox(**changes: Any) -> OutboxStats:
+    base = OutboxStats(
+        messages=0, bytes=8192, max_bytes=MIB, oldest_age_s=None, dropped=Dropped(), since=0.0, last_seq=0
+    )
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "status", "words"),
+    [
+        ({}, "pass", "0 message(s) waiting"),
+        ({"messages": 40, "oldest_age_s": 900.0}, "pass", "40 message(s) waiting"),  # at the limit: not yet
+        ({"messages": 40, "oldest_age_s": 901.0}, "warn", "40 message(s) wait for the broker, the oldest for 901 s"),
+        ({"messages": 40, "oldest_age_s": 61.0, "backlog_problem_s": 60.0}, "warn", "the oldest for 61 s"),
+        ({"messages": 9, "oldest_age_s": 5000.0, "dropped": Dropped(telemetry=3, event=1)}, "warn", "3 telemetry, 1"),
+        ({"problem": "the outbox x could not be read (y); moved aside to z"}, "fail", "moved aside"),
+    ],
+)
+def test_outbox(changes: dict[str, Any], status: str, words: str) -> None:
+    finding = judge_outbox(_outbox(**changes))
+    assert (finding.check, finding.status) == ("outbox", status)
+    assert words in finding.message
+    assert judge_outbox(None).status == "pass"
+
+
+def test_a_backlog_stuck_too_long_is_on_the_page() -> None:
+    stuck = _outbox(messages=300, oldest_age_s=4000.0)
+    found = page_problems(snapshot(outbox=stuck), Health(True), {})
+    assert [(f.check, f.status) for f in found] == [("outbox", "warn")]

@@ -1,0 +1,119 @@
+"""Event media on disk: each object event's snapshot kept under ``<state_dir>/media/`` with
+retention by size and age, so the event carries a reference instead of a base64 blob and the
+operator fetches the image when wanted (the ``media`` command, ``edge-agent fleet media``).
+
+A snapshot is ``<state_dir>/media/<object_id>.jpg`` (the event id: 16 hex digits), written to
+a temporary name and renamed, so a reader never sees half a file and a kill leaves at most a
+``.tmp`` (removed at the next start). After each write the store drops the oldest files (by
+modification time) while it holds more than ``events.media.max_mb``, and any older than
+``events.media.max_age_h``. A write the disk refuses is logged and the event goes without its
+reference; detection never stops for it.
+
+Threads: `put` runs on the cameras' inference threads (an event's ``end``), `get` on the
+commands thread, `usage` from any thread; one lock orders them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agent.config.models import MediaSection
+from agent.snapshot import MediaUsage
+
+log = logging.getLogger(__name__)
+
+#: an event id: what `agent.serving.events` gives each object (a file name only, never a path)
+EVENT_ID = re.compile(r"[0-9a-f]{16}")
+FOLDER = "media"
+MIB = 1024 * 1024
+
+
+def _files(folder: Path) -> list[tuple[Path, float, int]]:
+    """Every snapshot kept in `folder`: (path, modification time, bytes), oldest first."""
+    found = []
+    for path in folder.glob("*.jpg"):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        found.append((path, stat.st_mtime, stat.st_size))
+    return sorted(found, key=lambda f: (f[1], f[0].name))
+
+
+def usage_of(folder: Path, now: float) -> MediaUsage:
+    """What `folder` holds (read only: ``edge-agent doctor`` beside the running agent)."""
+    files = _files(folder)
+    oldest = min((mtime for _, mtime, _ in files), default=None)
+    return MediaUsage(len(files), sum(size for _, _, size in files), None if oldest is None else round(now - oldest, 3))
+
+
+class MediaStore:
+    """Snapshots under `folder` within `settings`; `clock` gives Unix seconds (the files' ages)."""
+
+    def __init__(self, folder: Path, settings: MediaSection, clock: Callable[[], float] = time.time) -> None:
+        self.folder, self.settings, self._clock = folder, settings, clock
+        self._lock = threading.Lock()
+        self.problem: str | None = None
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for partial in folder.glob("*.tmp"):  # a write a kill cut short
+                partial.unlink(missing_ok=True)
+        except OSError as exc:
+            self.problem = f"the media folder {folder} cannot be used: {exc}"
+            log.error("%s", self.problem)
+
+    def put(self, event_id: str, jpeg: bytes) -> str | None:
+        """Keep the snapshot of event `event_id`; its reference (the file name), or None when the
+        disk refused it."""
+        if not EVENT_ID.fullmatch(event_id):
+            raise ValueError(f"{event_id!r} is not an event id")
+        name = f"{event_id}.jpg"
+        with self._lock:
+            temporary = self.folder / f"{name}.tmp"
+            try:
+                temporary.write_bytes(jpeg)
+                now = self._clock()
+                os.utime(temporary, (now, now))
+                temporary.replace(self.folder / name)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    temporary.unlink(missing_ok=True)
+                if self.problem is None:
+                    log.error("media: cannot write %s (%s): events go without their snapshot", name, exc)
+                self.problem = f"the media folder {self.folder} refuses writes: {exc}"
+                return None
+            self.problem = None
+            self._prune_locked()
+        return name
+
+    def get(self, event_id: str) -> bytes | None:
+        """The snapshot of event `event_id` (None: never kept, or gone by retention)."""
+        if not EVENT_ID.fullmatch(event_id):
+            return None
+        with self._lock:
+            try:
+                return (self.folder / f"{event_id}.jpg").read_bytes()
+            except OSError:
+                return None
+
+    def usage(self) -> MediaUsage:
+        with self._lock:
+            return usage_of(self.folder, self._clock())
+
+    def _prune_locked(self) -> None:
+        files = _files(self.folder)
+        total = sum(size for _, _, size in files)
+        cutoff = self._clock() - self.settings.max_age_h * 3600
+        limit = self.settings.max_mb * MIB
+        for path, mtime, size in files:
+            if mtime >= cutoff and total <= limit:
+                break
+            path.unlink(missing_ok=True)
+            total -= size

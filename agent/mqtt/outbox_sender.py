@@ -1,0 +1,157 @@
+"""The ``outbox`` thread: the outbox's messages to the broker, oldest first, at QoS 1.
+
+`OutboxSender` hands the waiting messages (`agent.mqtt.outbox.Outbox.pending`) to the link in
+sequence order, at most ``outbox.send_rate`` a second (a token bucket holding ``in_flight``
+tokens) and at most ``outbox.in_flight`` awaiting their PUBACK, so a backlog after an outage
+leaves the link's other traffic (the retained state documents, command answers, chunks) room in
+its window of 20. A message is deleted from the outbox only once its `Delivery` says the broker
+acknowledged it. After a reconnect every message not yet acknowledged is sent again from the
+oldest (the broker may have had some: duplicates carry the same ``msg_id`` and ``seq``); after a
+restart the file still holds them.
+
+A message whose packet the broker's Maximum Packet Size refuses is dropped (counted as
+``too_big``), never retried forever.
+
+Threads: the ``outbox`` thread sends and forgets; `wake` may be called from any thread (a new
+message). `loop_due` is when the thread promised to turn again (monotonic seconds), for health.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from agent.config.models import OutboxSection
+from agent.mqtt.link import Delivery, MqttLink
+from agent.mqtt.outbox import Outbox, Pending
+
+log = logging.getLogger(__name__)
+
+#: how long the thread waits for an acknowledgement before looking again (seconds)
+ACK_POLL_S = 0.02
+#: the longest wait between two turns (seconds): the thread's heartbeat
+IDLE_S = 1.0
+
+
+class OutboxSender:
+    """Sends `outbox` through `link` with `settings` (see the module text)."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        link: MqttLink,
+        settings: OutboxSection,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.outbox, self.link, self.settings, self._monotonic = outbox, link, settings, monotonic
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._in_flight: dict[int, tuple[Pending, Delivery]] = {}  # seq -> message, its delivery; oldest first
+        self._cursor = 0  # the highest seq handed to the link on this connection
+        self._connection: int | None = None  # the link's reconnect count when this connection began
+        self._tokens = float(settings.in_flight)
+        self._refilled = monotonic()
+        self.sent = 0  # messages handed to the link (a resend counts again)
+        self.turns = 0  # turns taken
+        self.loop_due = monotonic()
+
+    def wake(self) -> None:
+        """A message was appended (any thread)."""
+        self._wake.set()
+
+    def start(self) -> OutboxSender:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread; what was acknowledged by then is forgotten, the rest stays on disk."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._forget_acked()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds while connected for the outbox to empty (a clean stop);
+        True when it did."""
+        deadline = time.monotonic() + timeout
+        while self.link.connected and self.outbox.stats().messages and time.monotonic() < deadline:
+            time.sleep(ACK_POLL_S)
+        return not self.outbox.stats().messages
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.loop_due = self._monotonic() + IDLE_S
+            try:
+                wait = self.turn()
+            except Exception:  # the outbox or the link failed once: say so, keep going
+                log.exception("outbox: sending failed; trying again")
+                wait = IDLE_S
+            if wait > 0:
+                self._wait(wait)
+
+    def _wait(self, seconds: float) -> None:
+        oldest = next(iter(self._in_flight.values()), None)
+        if oldest is not None:
+            oldest[1].wait(min(seconds, ACK_POLL_S))  # returns at its PUBACK
+        else:
+            self._wake.wait(seconds)
+            self._wake.clear()
+
+    def turn(self) -> float:
+        """One turn: forget what was acknowledged, send what the rate and the window allow;
+        returns how long to wait before the next turn (seconds)."""
+        self.turns += 1
+        if not self.link.connected:
+            self._forget_acked()
+            self._in_flight.clear()
+            self._connection = None
+            return IDLE_S if not self.link.wait_connected(IDLE_S) else 0.0
+        if self._connection != self.link.reconnects:  # a new connection: resend from the oldest
+            self._forget_acked()
+            self._in_flight.clear()
+            self._cursor, self._connection = 0, self.link.reconnects
+        self._forget_acked()
+        self._refill()
+        room = min(self.settings.in_flight - len(self._in_flight), int(self._tokens))
+        if room <= 0:
+            return ACK_POLL_S if self._in_flight else 1.0 / self.settings.send_rate
+        batch = self.outbox.pending(self._cursor, room)
+        for message in batch:
+            delivery = self.link.publish(message.topic, message.payload, qos=1)
+            if delivery is None:
+                if not self.link.connected:
+                    return 0.0
+                log.warning("outbox: dropped message %d on %s: the broker would refuse it", message.seq, message.topic)
+                self.outbox.discard(message, "too_big")
+            else:
+                self._in_flight[message.seq] = (message, delivery)
+                self.sent += 1
+            self._cursor = message.seq
+            self._tokens -= 1
+        if self._in_flight:
+            return ACK_POLL_S
+        return 0.0 if len(batch) == room else IDLE_S
+
+    def _refill(self) -> None:
+        now = self._monotonic()
+        rate = self.settings.send_rate
+        self._tokens = min(float(self.settings.in_flight), self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+
+    def _forget_acked(self) -> None:
+        done = [message for message, delivery in self._in_flight.values() if delivery.acked]
+        if done:
+            self.outbox.acked(done)
+            for message in done:
+                del self._in_flight[message.seq]

@@ -1,0 +1,169 @@
+"""`agent.mqtt.outbox_sender` over a real mosquitto: oldest first, deleted only once acknowledged,
+everything after a cut (a TCP relay cut under the link while the test's watcher stays connected),
+the rate bound by an injected clock, a message the broker would refuse dropped and counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from testkit.broker import Broker, Watcher
+from testkit.net import TcpProxy, wait_until
+from testkit.transfer import link_to
+
+from agent.config.models import OutboxSection
+from agent.mqtt.outbox import Outbox
+from agent.mqtt.outbox_sender import OutboxSender
+
+TOPIC = "edge/d/events"
+
+
+class Ticks:
+    """An injected monotonic clock (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def seqs(watcher: Watcher) -> list[int]:
+    return [document["seq"] for document in watcher.all_json(TOPIC)]
+
+
+def test_messages_go_out_oldest_first_and_are_forgotten_once_acknowledged(tmp_path: Path, broker: Broker) -> None:
+    watcher = Watcher(broker, [TOPIC])
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    link = link_to(broker.url).start()
+    sender = OutboxSender(outbox, link, OutboxSection(send_rate=1000)).start()
+    try:
+        assert link.wait_connected(10)
+        for i in range(60):
+            outbox.append("event", TOPIC, b'{"i":%d}' % i)
+            sender.wake()
+        wait_until(lambda: len(seqs(watcher)) >= 60, 30, "60 messages")
+        wait_until(lambda: outbox.stats().messages == 0, 10, "the outbox to forget the acknowledged")
+        got = watcher.all_json(TOPIC)
+        assert [d["i"] for d in got] == list(range(60)), "in order, each once"
+        assert [d["seq"] for d in got] == list(range(1, 61))
+        assert len({d["msg_id"] for d in got}) == 60
+    finally:
+        sender.stop()
+        link.stop()
+        watcher.close()
+
+
+def test_after_a_cut_every_message_arrives_in_order_with_duplicates_only_under_their_id(
+    tmp_path: Path, broker: Broker
+) -> None:
+    watcher = Watcher(broker, [TOPIC])
+    proxy = TcpProxy(broker.port).restore()
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    link = link_to(proxy.url, keepalive_s=5).start()
+    sender = OutboxSender(outbox, link, OutboxSection(send_rate=1000)).start()
+    try:
+        assert link.wait_connected(10)
+        for i in range(20):
+            outbox.append("event", TOPIC, b'{"i":%d}' % i)
+            sender.wake()
+        proxy.cut()
+        for i in range(20, 1500):  # more than the old in-memory queue (1000) held
+            outbox.append("event", TOPIC, b'{"i":%d}' % i)
+            sender.wake()
+        wait_until(lambda: not link.connected, 20, "the link to see the cut")
+        assert outbox.stats().messages >= 1480, "nothing the broker did not acknowledge is forgotten"
+        proxy.restore()
+        wait_until(lambda: set(seqs(watcher)) >= set(range(1, 1501)), 120, "every message after the cut")
+        wait_until(lambda: outbox.stats().messages == 0, 20, "the outbox to empty")
+        got = watcher.all_json(TOPIC)
+        first_seen: dict[int, str] = {}
+        order: list[int] = []
+        for document in got:
+            if document["seq"] in first_seen:
+                assert first_seen[document["seq"]] == document["msg_id"], "a duplicate carries the same id"
+            else:
+                first_seen[document["seq"]] = document["msg_id"]
+                order.append(document["seq"])
+        assert order == sorted(order), "first arrivals in the device's order"
+        assert next(d["i"] for d in got if d["seq"] == 1500) == 1499
+    finally:
+        sender.stop()
+        link.stop()
+        watcher.close()
+        proxy.cut()
+
+
+def test_the_rate_and_the_window_bound_what_is_handed_to_the_link(tmp_path: Path, broker: Broker) -> None:
+    """`turn()` driven by hand with an injected clock: at most `in_flight` tokens at once, then
+    `send_rate` per second of the clock."""
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    for i in range(100):
+        outbox.append("telemetry", "edge/d/telemetry", b'{"i":%d}' % i)
+    link = link_to(broker.url).start()
+    ticks = Ticks()
+    sender = OutboxSender(outbox, link, OutboxSection(send_rate=50, in_flight=10), monotonic=ticks)
+    try:
+        assert link.wait_connected(10)
+        for _ in range(5):
+            sender.turn()
+        assert sender.sent == 10, "a full bucket is in_flight messages"
+        wait_until(lambda: (sender.turn(), outbox.stats().messages == 90)[1], 10, "the first ten acknowledged")
+        assert sender.sent == 10, "no time passed: no new tokens, even with the window free"
+        ticks.now += 0.1  # 50/s for 0.1 s: 5 tokens
+        for _ in range(5):
+            sender.turn()
+        assert sender.sent == 15
+        wait_until(lambda: (sender.turn(), outbox.stats().messages == 85)[1], 10, "five more acknowledged")
+        ticks.now += 10.0  # the bucket holds in_flight tokens at most
+        sender.turn()
+        assert sender.sent == 25
+    finally:
+        link.stop()
+
+
+@pytest.mark.usefixtures("operator_key")
+def test_a_message_the_broker_would_refuse_is_dropped_and_counted(tmp_path: Path, small_broker: Broker) -> None:
+    watcher = Watcher(small_broker, [TOPIC])
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    link = link_to(small_broker.url).start()
+    sender = OutboxSender(outbox, link, OutboxSection()).start()
+    try:
+        assert link.wait_connected(10)
+        outbox.append("event", TOPIC, json.dumps({"blob": "x" * 70_000}).encode())
+        outbox.append("event", TOPIC, b'{"after":1}')
+        sender.wake()
+        wait_until(lambda: [d.get("after") for d in watcher.all_json(TOPIC)] == [1], 20, "the next message")
+        stats = outbox.stats()
+        assert (stats.dropped.too_big, stats.dropped.event, stats.messages) == (1, 1, 0)
+    finally:
+        sender.stop()
+        link.stop()
+        watcher.close()
+
+
+def test_a_message_handed_to_the_link_stays_until_its_puback(tmp_path: Path, broker: Broker) -> None:
+    """The relay holds back everything toward the link (no PUBACK can come): the messages the
+    sender handed over are all still in the outbox; once the relay lets go, they are forgotten."""
+    proxy = TcpProxy(broker.port).restore()
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    link = link_to(proxy.url).start()
+    sender = OutboxSender(outbox, link, OutboxSection(in_flight=10))
+    try:
+        assert link.wait_connected(10)
+        for i in range(30):
+            outbox.append("event", TOPIC, b'{"i":%d}' % i)
+        proxy.limit(0, "hold")
+        sender.start()
+        wait_until(lambda: sender.sent == 10, 10, "a window of messages handed to the link")
+        turned = sender.turns
+        wait_until(lambda: sender.turns > turned + 5, 10, "the sender to turn a few more times")
+        assert sender.sent == 10, "the window is full until the acknowledgements come"
+        assert outbox.stats().messages == 30, "none is forgotten before the broker acknowledged it"
+        proxy.unlimit()
+        wait_until(lambda: outbox.stats().messages == 0, 20, "all acknowledged and forgotten")
+    finally:
+        sender.stop()
+        link.stop()
+        proxy.cut()
