@@ -13,7 +13,7 @@ Threads: each agent's own (see agent/daemon/agent.py); `start` and `stop` run in
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +37,9 @@ class FleetSettings:
     overrides: dict[str, Any] = field(default_factory=dict)
 
 
-def device_config(root: Path, device: str, settings: FleetSettings) -> AgentConfig:
-    """agent.yaml of simulated device `device`, its state under ``root/device``."""
+def device_config(root: Path, device: str, settings: FleetSettings, page_port: int | None = None) -> AgentConfig:
+    """agent.yaml of simulated device `device`, its state under ``root/device``; with
+    `page_port`, its status page (and ``/metrics``) on ``127.0.0.1:page_port``."""
     raw: dict[str, Any] = {
         "device": {"id": device, **({"group": settings.group} if settings.group else {})},
         "state_dir": str(root / device),
@@ -50,6 +51,8 @@ def device_config(root: Path, device: str, settings: FleetSettings) -> AgentConf
         "deployments": {"probation_s": 0.0},
         "governor": {"enabled": False},
     }
+    if page_port is not None:
+        raw["status_page"] = {"listen": f"127.0.0.1:{page_port}"}
     for section, value in settings.overrides.items():
         raw[section] = (
             {**raw[section], **value} if isinstance(value, dict) and isinstance(raw.get(section), dict) else value
@@ -59,7 +62,8 @@ def device_config(root: Path, device: str, settings: FleetSettings) -> AgentConf
 
 class SimulatedFleet:
     """`devices` simulated in this process under `root`, all on one `board` (default: this
-    machine's) and one wall `clock` (tests move it to open waves)."""
+    machine's) and one wall `clock` (tests move it to open waves); `page_ports` gives a device
+    its status page on a port of 127.0.0.1 (a Prometheus test scrapes several)."""
 
     def __init__(
         self,
@@ -68,10 +72,15 @@ class SimulatedFleet:
         settings: FleetSettings,
         board: Board | None = None,
         clock: Callable[[], float] = time.time,
+        page_ports: Mapping[str, int] | None = None,
     ) -> None:
         self.root, self.settings = root, settings
         board = board or probe(Path("/"))
-        self.agents = {device: Agent(device_config(root, device, settings), board, clock=clock) for device in devices}
+        ports = page_ports or {}
+        self.agents = {
+            device: Agent(device_config(root, device, settings, ports.get(device)), board, clock=clock)
+            for device in devices
+        }
 
     def start(self, devices: Iterable[str] | None = None, parallel: int = 8) -> SimulatedFleet:
         """Start `devices` (default: all), a few at a time: each connects and recovers its store.

@@ -168,11 +168,22 @@ class SnapshotCollector(Collector):
                 value={level.value: level == decision.battery for level in BatteryLevel},
             )
             yield from _gauge("edge_agent_governor_fps_cap", "The FPS cap in force.", decision.actions.fps_cap)
+            if decision.thresholds is not None:
+                starts = GaugeMetricFamily(
+                    "edge_agent_governor_threshold_celsius",
+                    "The temperature at which each thermal level begins.",
+                    labels=["level"],
+                )
+                for level in (ThermalLevel.WARM, ThermalLevel.HOT, ThermalLevel.CRITICAL):
+                    starts.add_metric([level.value], decision.thresholds.start_of(level))
+                yield starts
         if system is not None:
             yield GaugeMetricFamily("edge_agent_cpu_percent", "CPU use of the machine, all cores.", system.cpu_percent)
             yield GaugeMetricFamily("edge_agent_process_rss_bytes", "Resident memory.", system.process_rss_mb * 2**20)
             free = system.disk_free_mb * 2**20 if system.disk_free_mb is not None else None
             yield from _gauge("edge_agent_disk_free_bytes", "Free space of the state directory's disk.", free)
+            size = system.disk_total_mb * 2**20 if system.disk_total_mb is not None else None
+            yield from _gauge("edge_agent_disk_size_bytes", "Size of the state directory's disk.", size)
             synced = system.clock_synchronised
             yield from _gauge("edge_agent_clock_synchronised", "1 when NTP synchronised the clock.", synced)
 

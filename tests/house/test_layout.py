@@ -15,7 +15,7 @@ from testkit import REPO
 
 TESTS = REPO / "tests"
 #: test folders that mirror a folder of the repository, file by file
-MIRRORED = ("agent", "pipelines", "runtimes", "scripts", "bench", "systemd")
+MIRRORED = ("agent", "pipelines", "runtimes", "scripts", "bench", "systemd", "deploy")
 #: test folders that test no one file: end to end, and the house checks (this file's folder)
 APART = ("e2e", "house")
 #: the packages whose modules must each be tested

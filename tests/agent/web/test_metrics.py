@@ -50,6 +50,10 @@ def test_every_part_of_the_snapshot_in_base_units() -> None:
     assert got[("edge_agent_governor_fps_cap", ())] == 10.0
     assert got[("edge_agent_process_rss_bytes", ())] == full.system.process_rss_mb * 2**20  # type: ignore[union-attr]
     assert got[("edge_agent_disk_free_bytes", ())] == 50_000 * 2**20
+    assert got[("edge_agent_disk_size_bytes", ())] == 100_000 * 2**20
+    starts = {dict(labels)["level"]: value for (name, labels), value in got.items()
+              if name == "edge_agent_governor_threshold_celsius"}  # fmt: skip
+    assert starts == {"WARM": 70.0, "HOT": 80.0, "CRITICAL": 90.0}, "the alert rules compare temperatures with HOT"
     assert got[("edge_agent_broker_connected", ())] == 1
     assert got[("edge_agent_mqtt_queued_messages", ())] == 2
     assert got[("edge_agent_mqtt_dropped_messages_total", ())] == 1
@@ -73,5 +77,6 @@ def test_the_deployment_state_and_health_and_what_is_unknown() -> None:
     names = {name for name, _ in got}
     for absent in ("edge_agent_power_watts", "edge_agent_temperature_max_celsius", "edge_agent_broker_connected"):
         assert absent not in names, "no sensors, no broker: nothing made up"
-    no_disk = dataclasses.replace(snapshot().system, disk_free_mb=None)  # type: ignore[type-var]
-    assert "edge_agent_disk_free_bytes" not in {name for name, _ in _scrape(snapshot(system=no_disk))}
+    no_disk = dataclasses.replace(snapshot().system, disk_free_mb=None, disk_total_mb=None)  # type: ignore[type-var]
+    no_disk_names = {name for name, _ in _scrape(snapshot(system=no_disk))}
+    assert {"edge_agent_disk_free_bytes", "edge_agent_disk_size_bytes"} & no_disk_names == set()
