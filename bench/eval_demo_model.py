@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Precision and recall at IoU 0.5 of every demo artifact on its runtime, on the held-out
-synthetic clip (scene seeds never used in training).
+"""Precision and recall at IoU 0.5 of every demo detector artifact (`demo_detector*`; the task
+models beside it are checked by scripts/check_ultralytics_tasks.py) on its runtime, on the
+held-out synthetic clip (scene seeds never used in training).
 
     python bench/eval_demo_model.py [--models agent/demo] [--frames 50] [--json]
 """
@@ -26,7 +27,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = {}
-    for path in sorted([*args.models.glob("*.onnx"), *args.models.glob("*.tflite")]):
+    for path in sorted([*args.models.glob("demo_detector*.onnx"), *args.models.glob("demo_detector*.tflite")]):
         runtime_name = "onnxruntime" if path.suffix == ".onnx" else "litert"
         with load_runtime(runtime_name, path) as runtime:
             detector = Detector(runtime, conf=args.conf)

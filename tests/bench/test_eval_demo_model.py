@@ -1,4 +1,4 @@
-"""`bench/eval_demo_model.py`: every demo artifact above 0.9 precision and recall."""
+"""`bench/eval_demo_model.py`: every demo detector artifact above 0.9 precision and recall."""
 
 from __future__ import annotations
 

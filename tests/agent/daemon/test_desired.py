@@ -4,6 +4,7 @@ refused against followed.json and against what was accepted since, and what noth
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,14 @@ def _signed(key: Ed25519PrivateKey, topic: str, at: float, **fields: object) -> 
 
 def _release(key: Ed25519PrivateKey, at: float) -> Message:
     return Message(DEVICE_TOPIC, sign(Release(id="r1", release=True), key, "device:cam-1", now=at).to_bytes())
+
+
+def _pinned_id(followed: Followed) -> str | None:
+    """The id inside the device document `followed` keeps (it is kept as it arrived, signed or not)."""
+    if followed.device_document is None:
+        return None
+    document = json.loads(followed.device_document)
+    return str(document.get("payload", document).get("id"))
 
 
 def test_latest_of_issue_times() -> None:
@@ -75,8 +84,11 @@ def test_a_document_older_than_followed_json_or_than_one_accepted_since_is_refus
         docs.accept(_signed(operator, DEVICE_TOPIC, NOW - 40, id="d1"))  # after followed.json, before d2
     with docs.lock:
         assert docs.device_doc is not None and docs.device_doc.id == "d2", "a refusal changes nothing"
-    assert docs.newest(Followed("d2", NOW - 100, NOW - 50)) == Followed("d2", NOW - 20, NOW - 49)
-    assert docs.newest(Followed("d3", NOW - 5, None)) == Followed("d3", NOW - 5, NOW - 49), "never backwards"
+    newest = docs.newest(Followed("d2", NOW - 100, NOW - 50))
+    assert (newest.id, newest.device_issued, newest.group_issued) == ("d2", NOW - 20, NOW - 49)
+    assert _pinned_id(newest) == "d2", "the device's own document in force is kept for a restart"
+    newest = docs.newest(Followed("d3", NOW - 5, None))
+    assert (newest.id, newest.device_issued, newest.group_issued) == ("d3", NOW - 5, NOW - 49), "never backwards"
 
 
 def test_unsigned_and_misplaced_documents(tmp_path: Path, keys, operator) -> None:
@@ -96,7 +108,9 @@ def test_unsigned_and_misplaced_documents(tmp_path: Path, keys, operator) -> Non
     lab.accept(Message(DEVICE_TOPIC, desired(id="lab").to_bytes()))
     with lab.lock:
         assert lab.device_doc is not None and lab.device_doc.id == "lab"
-    assert lab.newest(Followed()) == Followed(), "an unsigned document has no issue time to keep"
+    newest = lab.newest(Followed())
+    assert (newest.device_issued, newest.group_issued) == (None, None), "an unsigned document has no issue time"
+    assert _pinned_id(newest) == "lab"
     lab.accept(Message(DEVICE_TOPIC, b""))  # a clear: back to the group, with no release to record
     with lab.lock:
         assert lab.device_doc is None
