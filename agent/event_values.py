@@ -40,7 +40,10 @@ class ObjectEvent:
     `zones` it entered with their dwell seconds, in the order entered; the `lines` it crossed,
     in order; on an ``end`` with ``events.snapshots``, `snapshot_jpeg`, the JPEG crop of its
     best frame (bytes; base64 in JSON), or once the daemon kept it on disk `snapshot`, its
-    reference (``<object_id>.jpg``, fetched with the ``media`` command)."""
+    reference (``<object_id>.jpg``, fetched with the ``media`` command); on a camera with
+    ``clips``, `clip`, the reference of the short clip around its start (``<object_id>.mp4``,
+    on its start and end; written once ``post_s`` has passed, fetched with ``media`` and
+    ``clip: true``)."""
 
     kind: ObjectEventKind
     ts: float
@@ -57,6 +60,7 @@ class ObjectEvent:
     lines: tuple[LineCrossing, ...] = ()
     snapshot_jpeg: bytes | None = field(default=None, repr=False)
     snapshot: str | None = None  # the kept snapshot's reference, in place of the crop
+    clip: str | None = None  # the reference of the clip around its start (agent.daemon.clips)
 
     def without_crop(self) -> ObjectEvent:
         """The event without its JPEG crop (what the page lists, and what is kept for it)."""
@@ -67,7 +71,7 @@ class ObjectEvent:
         "object_id", "track_id", "label", "class_id", "confidence", "box", "frame",
         "duration_s", "zones": {name: dwell_s}, "lines": [{"line", "direction"}]}``, and
         ``snapshot_jpeg`` (base64) when the event carries a crop, ``snapshot`` (a reference)
-        when it was kept on disk instead."""
+        when it was kept on disk instead, ``clip`` (a reference) when a clip is kept."""
         document: dict[str, object] = {
             "type": self.kind,
             "ts": round(self.ts, 3),
@@ -87,6 +91,8 @@ class ObjectEvent:
             document["snapshot_jpeg"] = base64.b64encode(self.snapshot_jpeg).decode("ascii")
         if self.snapshot is not None:
             document["snapshot"] = self.snapshot
+        if self.clip is not None:
+            document["clip"] = self.clip
         return document
 
 

@@ -79,10 +79,15 @@ def add_parser(commands: Any) -> None:
     snapshot.add_argument("--pipeline", help="pipeline name (default: the first)")
     snapshot.add_argument("-o", "--out", type=Path, required=True, help="JPEG file to write")
     snapshot.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
-    media = fleet_actions.add_parser("media", help="save the snapshot a device kept for an object event as JPEG")
+    media = fleet_actions.add_parser(
+        "media", help="save the snapshot (JPEG) or, with --clip, the clip (MP4) a device kept for an object event"
+    )
     media.add_argument("device", help="the device's id")
-    media.add_argument("event", help="the event's object_id (its 'snapshot' names the file)")
-    media.add_argument("-o", "--out", type=Path, help="JPEG file to write (default: EVENT.jpg)")
+    media.add_argument("event", help="the event's object_id (its 'snapshot' or 'clip' names the file)")
+    media.add_argument(
+        "--clip", action="store_true", help="fetch the event's clip, over MQTT in chunks checked by sha256"
+    )
+    media.add_argument("-o", "--out", type=Path, help="file to write (default: EVENT.jpg, with --clip EVENT.mp4)")
     media.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     release = fleet_actions.add_parser("release", help="hand a device back to its group's desired document")
     release.add_argument("--target", required=True, help="device:ID")
@@ -355,6 +360,14 @@ def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) ->
 
 
 def _fleet_media(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    if args.clip:
+        from agent.fleet.client import fetch_clip
+
+        out = args.out or Path(f"{args.event}.mp4")
+        clip = fetch_clip(link, topics, args.device, args.event, args.signing_key, args.timeout)  # FleetError: above
+        out.write_bytes(clip)
+        print(f"wrote {out} ({len(clip)} bytes) from {args.device}")
+        return 0
     out = args.out or Path(f"{args.event}.jpg")
     return _save_jpeg(args, link, topics, args.device, "media", {"event": args.event}, out)
 

@@ -226,6 +226,22 @@ class TrackerConfig(_Section):
         return self
 
 
+class ClipSection(_Section):
+    """A camera's short clips around object events (docs/analytics.md#clips): kept with the
+    snapshots under ``<state_dir>/media`` (``events.media``'s retention) and fetched like them."""
+
+    pre_s: float = Field(default=3.0, ge=0, le=30, description="Seconds of video before the object's start event.")
+    post_s: float = Field(default=5.0, gt=0, le=60, description="Seconds of video after the object's start event.")
+    buffer_mb: float = Field(
+        default=16.0,
+        gt=0,
+        le=512,
+        description="Most MiB of JPEG frames the camera's ring buffer holds (the oldest go first; a 720p frame "
+        "at quality 70 is about 0.1 MiB, docs/benchmarks.md).",
+    )
+    quality: int = Field(default=70, ge=10, le=100, description="JPEG quality of the buffered frames (10-100).")
+
+
 class PipelineSection(_Section):
     name: TopicWord = Field(default="cam0", description="Pipeline (camera) name, used in telemetry and events.")
     source: str = Field(
@@ -251,6 +267,10 @@ class PipelineSection(_Section):
         "bottom edge (where a person or vehicle touches the ground).",
     )
     tracker: TrackerConfig = Field(default_factory=TrackerConfig, description="The camera's object tracker.")
+    clips: ClipSection | None = Field(
+        default=None,
+        description="Keep a short clip around each object's start event (unset: no clips).",
+    )
     conf: float | None = Field(
         default=None,
         ge=0,

@@ -52,6 +52,7 @@ from agent.config.loading import ConfigLines, check_files, load_config, security
 from agent.config.models import AgentConfig
 from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import check_startable
+from agent.daemon.clips import ClipRecorder
 from agent.daemon.command_service import CommandService
 from agent.daemon.deployer import Deployer
 from agent.daemon.documents import (
@@ -84,7 +85,9 @@ from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink, SavedTotal
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls
+from pipelines.decoding.detections import Detections
 from pipelines.pipeline import use_one_opencv_thread
+from pipelines.sources.frames import Frame
 from runtimes.base import RuntimeInfo, compact_malloc
 from runtimes.registry import available_runtimes
 
@@ -143,14 +146,17 @@ class Agent:
             config.events, self._labels, self._publish_event, config.pipelines, counted=self._save_counts
         )
         self._restore_counts()
-        self.media: MediaStore | None = None  # the events' snapshots on disk (with events.snapshots)
-        if config.events.snapshots:
+        self.media: MediaStore | None = None  # the events' snapshots and clips on disk
+        self.clips: ClipRecorder | None = None  # the cameras with `clips` (agent.daemon.clips)
+        if config.events.snapshots or any(p.clips is not None for p in config.pipelines):
             self.media = MediaStore(config.state_dir / MEDIA_FOLDER, config.events.media)
+            if any(p.clips is not None for p in config.pipelines):
+                self.clips = ClipRecorder(config.pipelines, self.media.folder, self.media.keep_clip)
         self.cameras = Cameras(
             config.pipelines,
             self.board,
             config.runtime,
-            self.events.for_pipeline,
+            self._sink_for,
             config.runtime_settings(),
             config.cameras,
             locate=ConfigLines.read(self.config_path).where,
@@ -186,6 +192,7 @@ class Agent:
                 self.actions.commands(lambda: self._state, self.clock),
                 reset_counts=self._reset_counts,
                 media=self._media_jpeg if self.media is not None else None,
+                clip=self._media_clip if self.clips is not None else None,
             )
             self.commands = CommandService(self.link, self.topics, self.device, self.gate, actions)
             if config.deployments.report:
@@ -231,6 +238,8 @@ class Agent:
         self.actions.serve_current()
         self._state = "online"
         self.sampler.start()
+        if self.clips is not None:
+            self.clips.start()
         if self.link is not None:
             assert self.commands is not None
             self.deployer = Deployer(
@@ -285,6 +294,9 @@ class Agent:
                 component.stop()
         self.cameras.stop()
         self.events.finish()  # the objects still tracked get their `end` while the link is up
+        if self.clips is not None:
+            self.clips.finish()  # clips in the making are written with the frames they have
+            self.clips.stop()
         self._state = "offline"
         if self.link is not None:
             self._publish_status()
@@ -387,10 +399,28 @@ class Agent:
             return
         self.link.publish_queued(topic, payload, qos=1)
 
+    def _sink_for(self, pipeline: str) -> Callable[[Frame, Detections], None]:
+        """What a camera's inference thread hands each frame to: the clips' ring, then the events."""
+        events = self.events.for_pipeline(pipeline)
+        clips = self.clips
+        if clips is None:
+            return events
+
+        def sink(frame: Frame, detections: Detections) -> None:
+            clips.frame(pipeline, frame)
+            events(frame, detections)
+
+        return sink
+
     def _publish_event(self, event: Event) -> None:
         """An object or governor event (a camera's inference thread, the sampler): on the
         ``events`` topic with the device first (through the outbox), and into the page's recent
         events."""
+        if isinstance(event, ObjectEvent) and self.clips is not None:
+            clip = self.clips.trigger(event.pipeline, event.object_id) if event.kind == "start" else None
+            clip = clip or self.clips.planned(event.object_id)
+            if clip is not None:
+                event = replace(event, clip=clip)
         if isinstance(event, ObjectEvent) and event.snapshot_jpeg is not None and self.media is not None:
             name = self.media.put(event.object_id, event.snapshot_jpeg)
             if name is not None:  # else (the disk refused it) the crop goes in the event as before
@@ -425,6 +455,22 @@ class Agent:
         if jpeg is None:
             raise CodedError(ErrorCode.NO_MEDIA, f"no snapshot of event {event_id} is kept here (gone by retention?)")
         return jpeg
+
+    def _media_clip(self, event_id: str) -> bytes:
+        """The ``media`` command with ``clip``: the clip kept for an event. Raises ``NO_MEDIA``."""
+        found = self.media.clip(event_id) if self.media is not None else None
+        if found is None:
+            raise CodedError(ErrorCode.NO_MEDIA, f"no clip of event {event_id} is kept here (not yet written, or gone)")
+        return found[0]
+
+    def _page_media(self, event_id: str, kind: str) -> tuple[bytes, str] | None:
+        """The page's ``/api/events/<id>/<kind>``: a kept snapshot or clip and its content type."""
+        if self.media is None:
+            return None
+        if kind == "clip":
+            return self.media.clip(event_id)
+        jpeg = self.media.get(event_id)
+        return None if jpeg is None else (jpeg, "image/jpeg")
 
     # -- line and zone totals across restarts ----------------------------------------------------
 
@@ -463,12 +509,17 @@ class Agent:
         """Whether the cameras' threads, the MQTT link's loop, the sampler and the commands
         thread turn (any thread)."""
         broker = self.link.stats() if self.link is not None else None
-        loops = (self.sampler.loop(), *((self.commands.loop(),) if self.commands is not None else ()))
+        loops = (
+            self.sampler.loop(),
+            *((self.commands.loop(),) if self.commands is not None else ()),
+            *((self.clips.loop(),) if self.clips is not None else ()),
+        )
         return judge_health(tuple(self.cameras.stats()), broker, loops, self.config.health.stall_s)
 
     def page_controls(self) -> AgentControls:
         """What the status page may read and do (every callable from any thread)."""
-        return self.actions.controls(self.snapshot, self.health, lambda: list(self.recent_events))
+        controls = self.actions.controls(self.snapshot, self.health, lambda: list(self.recent_events))
+        return replace(controls, media=self._page_media)
 
     def service_status(self) -> str:
         """One line for systemd's STATUS=: what is served, the cameras, the broker, the governor."""

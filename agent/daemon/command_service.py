@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent.errors import CodedError, ErrorCode, validation_problems
-from agent.mqtt.commands import COMMAND_TABLE, Command, CommandActions, Jpeg, shorten
+from agent.mqtt.commands import COMMAND_TABLE, Blob, Command, CommandActions, Jpeg, shorten
 from agent.mqtt.control import ControlGate, ControlRefused
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, ProtocolError, Topics
@@ -140,6 +140,8 @@ def run_command(
         return error(name, ErrorCode.COMMAND_FAILED, shorten(f"{type(exc).__name__}: {exc}", 300))
     if isinstance(result, Jpeg):
         return Response(result.data, "image/jpeg")
+    if isinstance(result, Blob):
+        return Response(result.data, result.content_type)
     return Response(json.dumps({"ok": True, "command": name, "result": result}, default=str).encode())
 
 

@@ -1,16 +1,20 @@
 """Event media on disk: each object event's snapshot kept under ``<state_dir>/media/`` with
 retention by size and age, so the event carries a reference instead of a base64 blob and the
 operator fetches the image when wanted (the ``media`` command, ``edge-agent fleet media``).
+Clips (`agent.daemon.clips`) are kept beside them, ``<object_id>.mp4`` (or ``.avi``), under
+the same retention: snapshots and clips together stay within ``events.media.max_mb``.
 
 A snapshot is ``<state_dir>/media/<object_id>.jpg`` (the event id: 16 hex digits), written to
 a temporary name and renamed, so a reader never sees half a file and a kill leaves at most a
 ``.tmp`` (removed at the next start). After each write the store drops the oldest files (by
 modification time) while it holds more than ``events.media.max_mb``, and any older than
 ``events.media.max_age_h``. A write the disk refuses is logged and the event goes without its
-reference; detection never stops for it.
+reference; detection never stops for it. A clip is written by the ``clips`` thread to a hidden
+partial file (``.<id>.part.mp4``, removed at the next start too) and `keep_clip` renames it.
 
-Threads: `put` runs on the cameras' inference threads (an event's ``end``), `get` on the
-commands thread, `usage` from any thread; one lock orders them.
+Threads: `put` runs on the cameras' inference threads (an event's ``end``), `keep_clip` on the
+``clips`` thread, `get` and `clip` on the commands thread and the page's, `usage` from any
+thread; one lock orders them.
 """
 
 from __future__ import annotations
@@ -33,12 +37,17 @@ log = logging.getLogger(__name__)
 EVENT_ID = re.compile(r"[0-9a-f]{16}")
 FOLDER = "media"
 MIB = 1024 * 1024
+#: what the store keeps, by suffix: the content type each is served with
+CONTENT_TYPES = {".jpg": "image/jpeg", ".mp4": "video/mp4", ".avi": "video/x-msvideo"}
+CLIP_SUFFIXES = (".mp4", ".avi")
 
 
 def _files(folder: Path) -> list[tuple[Path, float, int]]:
-    """Every snapshot kept in `folder`: (path, modification time, bytes), oldest first."""
+    """Every snapshot and clip kept in `folder`: (path, modification time, bytes), oldest first."""
     found = []
-    for path in folder.glob("*.jpg"):
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if path.suffix not in CONTENT_TYPES or path.name.startswith("."):
+            continue
         try:
             stat = path.stat()
         except OSError:
@@ -63,7 +72,7 @@ class MediaStore:
         self.problem: str | None = None
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            for partial in folder.glob("*.tmp"):  # a write a kill cut short
+            for partial in [*folder.glob("*.tmp"), *folder.glob(".*.part.*")]:  # writes a kill cut short
                 partial.unlink(missing_ok=True)
         except OSError as exc:
             self.problem = f"the media folder {folder} cannot be used: {exc}"
@@ -102,6 +111,36 @@ class MediaStore:
                 return (self.folder / f"{event_id}.jpg").read_bytes()
             except OSError:
                 return None
+
+    def keep_clip(self, event_id: str, written: Path) -> str | None:
+        """Move the clip of event `event_id`, written at `written` (in this folder), into place;
+        its reference (the file name), or None when the disk refused it."""
+        if not EVENT_ID.fullmatch(event_id) or written.suffix not in CLIP_SUFFIXES:
+            raise ValueError(f"{event_id!r}, {written.name!r} is not an event's clip")
+        name = f"{event_id}{written.suffix}"
+        with self._lock:
+            try:
+                now = self._clock()
+                os.utime(written, (now, now))
+                written.replace(self.folder / name)
+            except OSError as exc:
+                log.error("media: cannot keep the clip %s (%s)", name, exc)
+                self.problem = f"the media folder {self.folder} refuses writes: {exc}"
+                return None
+            self._prune_locked()
+        return name
+
+    def clip(self, event_id: str) -> tuple[bytes, str] | None:
+        """The clip of event `event_id` and its content type (None: never kept, or gone)."""
+        if not EVENT_ID.fullmatch(event_id):
+            return None
+        with self._lock:
+            for suffix in CLIP_SUFFIXES:
+                try:
+                    return (self.folder / f"{event_id}{suffix}").read_bytes(), CONTENT_TYPES[suffix]
+                except OSError:
+                    continue
+        return None
 
     def usage(self) -> MediaUsage:
         with self._lock:

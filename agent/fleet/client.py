@@ -138,3 +138,58 @@ def command(
     finally:
         link.unsubscribe(reply_topic)
     return answers
+
+
+#: the device's ``media`` rate limit is 8 a second with a burst of 16: a clip's chunks are asked
+#: for at most this often after the first `CLIP_BURST`, so none is dropped unanswered
+CLIP_PACE_S = 1 / 7
+CLIP_BURST = 12
+
+
+def fetch_clip(
+    link: MqttLink,
+    topics: Topics,
+    device: str,
+    event: str,
+    key: Ed25519PrivateKey | None = None,
+    timeout: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bytes:
+    """The clip `device` kept for object event `event`, over MQTT in chunks: the ``media``
+    command with ``clip`` answers its size, chunk count and sha256, then each ``chunk`` its
+    bytes; the whole is checked against the sha256. Raises `FleetError` naming what failed (no
+    answer within `timeout` seconds, the device's error, a chunk of the wrong size, a wrong hash)."""
+    import hashlib
+    import json
+
+    def ask(args: dict[str, Any]) -> tuple[bytes, str]:
+        answer = command(link, topics, [device], "media", {"event": event, "clip": True, **args}, key, timeout)[device]
+        if answer is None:
+            raise FleetError(f"{device} did not answer within {timeout:.0f} s (offline?)")
+        body, content_type = answer
+        if content_type == "video/mp4":
+            return body, content_type
+        try:
+            document = json.loads(body)
+        except ValueError as exc:
+            raise FleetError(f"{device} answered {content_type or 'bytes'} that are neither the clip nor JSON") from exc
+        if not document.get("ok"):
+            raise FleetError(f"{device}: {document['error']['code']}: {document['error']['message']}")
+        return body, content_type
+
+    body, _ = ask({})
+    info = json.loads(body)["result"]
+    size, chunk_size, chunks = int(info["size"]), int(info["chunk_size"]), int(info["chunks"])
+    parts = []
+    for i in range(chunks):
+        if i >= CLIP_BURST:
+            sleep(CLIP_PACE_S)  # pacing for the device's rate limit, not a wait for an event
+        data, content_type = ask({"chunk": i, "chunk_size": chunk_size})
+        expected = min(chunk_size, size - i * chunk_size)
+        if content_type != "video/mp4" or len(data) != expected:
+            raise FleetError(f"{device}: chunk {i} of the clip has {len(data)} bytes, expected {expected}")
+        parts.append(data)
+    clip = b"".join(parts)
+    if hashlib.sha256(clip).hexdigest() != info["sha256"]:
+        raise FleetError(f"{device}: the clip's sha256 does not match what the device announced; run it again")
+    return clip

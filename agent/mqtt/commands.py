@@ -5,7 +5,7 @@ topic's last level; `agent.mqtt.protocol.COMMANDS` is made from the table), the 
 arguments (unknown keys forbidden, every value bounded), its rate limit, how long it may hold
 the commands thread (`budget_s`, for the daemon's health), and what it does: a function of the
 device's `CommandActions` and the checked arguments that returns the answer's ``result`` (a
-JSON object) or a `Jpeg`. Adding a command is one row here (plus a field of `CommandActions`
+JSON object), a `Jpeg` or a `Blob`. Adding a command is one row here (plus a field of `CommandActions`
 when it needs something the device does not offer yet) and its line in docs/mqtt.md.
 
 `agent.daemon.command_service.CommandService` serves the table on the device: admission,
@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from hashlib import sha256
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,8 @@ from agent.errors import CodedError, ErrorCode
 ECHO_LIMIT = 80
 #: how long a rollback may wait for the deployer to get to it (then it is answered ``BUSY``)
 ROLLBACK_WAIT_S = 60.0
+#: bytes per chunk of a clip sent by the ``media`` command (AWS IoT Core takes 128 KiB a message)
+CLIP_CHUNK = 96 * 1024
 
 
 def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
@@ -51,6 +54,13 @@ class PipelineArgs(_Args):
 
 class MediaArgs(_Args):
     event: str = Field(pattern=r"^[0-9a-f]{16}$", description="The event's object_id.")
+    clip: bool = Field(default=False, description="The event's clip instead of its snapshot (in chunks).")
+    chunk: int | None = Field(
+        default=None, ge=0, description="With clip: the chunk to send (unset: the clip's size, chunks and sha256)."
+    )
+    chunk_size: int = Field(
+        default=CLIP_CHUNK, ge=1024, le=1024 * 1024, description="With clip: bytes per chunk (1 KiB .. 1 MiB)."
+    )
 
 
 class SnapshotArgs(PipelineArgs):
@@ -65,7 +75,8 @@ class CommandActions:
     `restart(camera)` restarts one camera's pipeline (None: all) and gives the names restarted;
     `camera_jpeg(camera, quality)` is the camera's newest frame, annotated, as JPEG (None: the
     first camera); `clock()` is the wall clock (Unix seconds); `media(event)` is the snapshot
-    kept for an event, as JPEG (``NO_MEDIA``; None: the device keeps none); `reset_counts()` sets every line
+    kept for an event, as JPEG (``NO_MEDIA``; None: the device keeps none); `clip(event)` the
+    clip kept for an event (``NO_MEDIA``; None: no camera keeps clips); `reset_counts()` sets every line
     and zone total to zero and answers ``{"since", "before"}`` (None: the device keeps no
     totals, and the command fails). The actions raise
     `agent.errors.CodedError` (``NO_PREVIOUS``, ``BUSY``, ``NO_PIPELINE``, ``NO_FRAME``), which
@@ -78,6 +89,7 @@ class CommandActions:
     clock: Callable[[], float] = time.time
     reset_counts: Callable[[], Mapping[str, Any]] | None = None
     media: Callable[[str], bytes] | None = None
+    clip: Callable[[str], bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,8 +99,16 @@ class Jpeg:
     data: bytes
 
 
-#: what a command gives: the answer's ``result`` object, or a JPEG
-Answer = Mapping[str, Any] | Jpeg
+@dataclass(frozen=True)
+class Blob:
+    """An answer that is bytes of another content type (a chunk of a clip: ``video/mp4``)."""
+
+    data: bytes
+    content_type: str
+
+
+#: what a command gives: the answer's ``result`` object, a JPEG or other bytes
+Answer = Mapping[str, Any] | Jpeg | Blob
 A = TypeVar("A", bound=_Args)
 
 
@@ -119,6 +139,23 @@ def _media(device: CommandActions, event: str) -> bytes:
     return device.media(event)
 
 
+def _media_answer(device: CommandActions, args: MediaArgs) -> Answer:
+    """The ``media`` command: the snapshot (JPEG); with ``clip``, the clip's size, chunk count
+    and sha256 (no ``chunk``) or its chunk ``chunk`` (``video/mp4`` bytes)."""
+    if not args.clip:
+        return Jpeg(_media(device, args.event))
+    if device.clip is None:
+        raise CodedError(ErrorCode.NO_MEDIA, "this device keeps no clips (no camera has clips set)")
+    data = device.clip(args.event)
+    chunks = max(1, -(-len(data) // args.chunk_size))
+    if args.chunk is None:
+        return {"size": len(data), "chunk_size": args.chunk_size, "chunks": chunks, "sha256": sha256(data).hexdigest()}
+    if args.chunk >= chunks:
+        raise CodedError(ErrorCode.BAD_PAYLOAD, f"chunk {args.chunk} is past the clip's last chunk ({chunks - 1})")
+    start = args.chunk * args.chunk_size
+    return Blob(data[start : start + args.chunk_size], "video/mp4")
+
+
 def _reset_counts(device: CommandActions) -> Mapping[str, Any]:
     if device.reset_counts is None:
         raise RuntimeError("this device keeps no line and zone totals")
@@ -130,6 +167,6 @@ COMMAND_TABLE: tuple[Command[Any], ...] = (
     Command("restart-pipeline", PipelineArgs, lambda device, a: {"restarted": device.restart(a.pipeline)}),
     Command("snapshot", SnapshotArgs, lambda device, a: Jpeg(device.camera_jpeg(a.pipeline, a.quality)), Rate(2.0, 4)),
     Command("ping", NoArgs, lambda device, _: {"pong": round(device.clock(), 3), "state": device.state()}),
-    Command("media", MediaArgs, lambda device, a: Jpeg(_media(device, a.event)), Rate(2.0, 4)),
+    Command("media", MediaArgs, _media_answer, Rate(8.0, 16)),
     Command("reset-counts", NoArgs, lambda device, _: _reset_counts(device), Rate(0.2, 2)),
 )

@@ -8,6 +8,9 @@ Routes (docs/status-page.md has every field):
 - ``GET /api/problems``: health and the problem list, failures first;
 - ``GET /api/history?since=TS``: the chart points newer than ``TS`` (Unix seconds);
 - ``GET /api/events``, ``GET /api/logs``: recent events and log lines, oldest first;
+- ``GET /api/events/<object_id>/snapshot``, ``.../clip``: an event's kept snapshot (JPEG) or
+  clip (MP4), 404 ``NO_MEDIA`` when none is kept; an id that is not 16 hex digits is 404
+  before anything is read (no path reaches the disk);
 - ``GET /api/cameras/<name>/snapshot.jpg?quality=Q``: the camera's newest frame, annotated
   (``Q`` from 1 to 100; anything else is 400 ``BAD_PAYLOAD``);
 - ``POST /api/rollback``, ``POST /api/cameras/<name>/restart``: the technician's actions, paced
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +63,8 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
 NO_STORE = {"Cache-Control": "no-store"}
+#: an event's id (`agent.serving.events`): the only ids the media routes look up
+EVENT_ID = re.compile(r"[0-9a-f]{16}")
 SNAPSHOT_REUSE_S = 1.0  # seconds a snapshot serves the requests of one poll
 T = TypeVar("T")
 #: HTTP status of each error an action or a read may raise
@@ -170,6 +176,7 @@ class StatusApp:
             Route("/api/history", self.history_points),
             Route("/api/events", self.events),
             Route("/api/logs", self.log_lines),
+            Route("/api/events/{event_id}/{kind}", self.event_media),
             Route("/api/cameras/{name}/snapshot.jpg", self.camera_jpeg),
             Route("/api/rollback", self.rollback, methods=["POST"]),
             Route("/api/cameras/{name}/restart", self.restart, methods=["POST"]),
@@ -206,6 +213,18 @@ class StatusApp:
 
     async def log_lines(self, request: Request) -> Response:
         return JSONResponse(self.logs.to_json(), headers=NO_STORE)
+
+    async def event_media(self, request: Request) -> Response:
+        event_id, kind = request.path_params["event_id"], request.path_params["kind"]
+        found = None
+        if EVENT_ID.fullmatch(event_id) and kind in ("snapshot", "clip") and self.controls.media is not None:
+            found = await self._in("read", self.controls.media, event_id, kind)
+        if found is None:
+            message = "no snapshot or clip of that event is kept here (gone by retention, or never made)"
+            body = {"ok": False, "error": {"code": ErrorCode.NO_MEDIA.value, "message": message}}
+            return JSONResponse(body, 404, NO_STORE)
+        data, content_type = found
+        return Response(data, media_type=content_type, headers=NO_STORE)
 
     async def camera_jpeg(self, request: Request) -> Response:
         try:

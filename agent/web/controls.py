@@ -22,7 +22,9 @@ class AgentControls:
     (the deployment record it made); `restart(camera)` restarts one camera's pipeline with a
     fresh source (the names restarted); `camera_jpeg(camera, quality)` is its newest frame with
     the detections drawn; `events` the recent object and governor events, oldest first, without
-    their JPEG crops (each one's `to_json` is the ``events`` topic's document less ``device``)."""
+    their JPEG crops (each one's `to_json` is the ``events`` topic's document less ``device``);
+    `media(event_id, kind)` an event's kept ``snapshot`` or ``clip`` with its content type
+    (None: not kept; the field None: the device keeps no media)."""
 
     snapshot: Callable[[], AgentSnapshot]
     health: Callable[[], Health]
@@ -30,3 +32,4 @@ class AgentControls:
     restart: Callable[[str], list[str]]
     camera_jpeg: Callable[[str, int], bytes]
     events: Callable[[], list[Event]]
+    media: Callable[[str, str], tuple[bytes, str] | None] | None = None

@@ -85,6 +85,8 @@ function renderStatus(s) {
     ["progress", d.progress ? `${d.progress.chunks_done}/${d.progress.chunks_total} chunks` : "–"],
   ] : [["state", "no deployment yet"]]);
   const b = s.broker;
+  // the events' snapshots and clips kept on disk (events.media's retention), with or without a broker
+  const media = s.media ? [["media", `${s.media.files} file(s), ${fmt(s.media.bytes / 1048576, 1, "MiB")}`]] : [];
   fill($("broker"), b ? [
     ["broker", b.broker],
     ["connection", b.connected ? "connected" : "unreachable"],
@@ -95,7 +97,8 @@ function renderStatus(s) {
       ["backlog", `${s.outbox.messages} message(s)` + (s.outbox.oldest_age_s === null ? "" : `, oldest ${fmt(s.outbox.oldest_age_s, 0, "s")}`)],
       ["dropped", `${s.outbox.dropped.telemetry} telemetry, ${s.outbox.dropped.event} event(s), ${s.outbox.dropped.deployment} report(s)`],
     ] : []),
-  ] : [["broker", "none configured (runs alone)"]]);
+    ...media,
+  ] : [["broker", "none configured (runs alone)"], ...media]);
   const g = s.governor;
   fill($("governor"), g ? [
     ["level", g.level],
@@ -248,7 +251,10 @@ function renderEvents(events) {
     const what = e.type === "governor"
       ? `governor ${e.previous} → ${e.level}: ${e.reason}`
       : `${e.pipeline}: ${e.label} #${e.track_id} ${e.type}${e.type === "end" ? ` after ${fmt(e.duration_s, 1, "s")}` : ""} (${fmt(e.confidence, 2)})`;
-    return el("tr", {}, el("td", {}, time), el("td", {}, what));
+    const media = [];  // the kept snapshot and clip, served by /api/events/<id>/... with the page's credentials
+    if (e.snapshot) media.push(el("a", { href: `/api/events/${e.object_id}/snapshot`, target: "_blank", class: "snapshot" }, "snapshot"));
+    if (e.clip) media.push(el("a", { href: `/api/events/${e.object_id}/clip`, target: "_blank", class: "clip" }, "clip"));
+    return el("tr", {}, el("td", {}, time), el("td", {}, what), el("td", {}, ...media));
   });
   $("events").tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {}, "no events yet"))]));
 }
