@@ -35,7 +35,7 @@ def test_each_command_is_one_row_and_the_protocol_names_come_from_the_table() ->
         "restart-pipeline": (Rate(5.0, 10), PipelineArgs),
         "snapshot": (Rate(2.0, 4), SnapshotArgs),
         "ping": (Rate(5.0, 10), NoArgs),
-        "media": (Rate(2.0, 4), MediaArgs),
+        "media": (Rate(8.0, 16), MediaArgs),
         "reset-counts": (Rate(0.2, 2), NoArgs),
     }
 
@@ -135,3 +135,38 @@ def test_media_takes_only_an_event_id_and_says_when_the_device_keeps_none() -> N
     with pytest.raises(CodedError) as raised:
         ROWS["media"].run(bare, MediaArgs(event="00ab00cd00ef0012"))
     assert raised.value.code is ErrorCode.NO_MEDIA
+
+
+def test_media_with_clip_answers_the_size_then_each_chunk() -> None:
+    """A clip goes in chunks: without ``chunk`` its size, chunk count and sha256; each chunk its
+    bytes as ``video/mp4``; a chunk past the last is refused."""
+    import hashlib
+
+    from agent.errors import CodedError, ErrorCode
+    from agent.mqtt.commands import Blob
+
+    clip = bytes(range(256)) * 10  # 2560 bytes: chunks of 1024, 1024 and 512
+    asked: list[str] = []
+
+    def kept(event: str) -> bytes:
+        asked.append(event)
+        return clip
+
+    actions = CommandActions(lambda: "online", Device().rollback, Device().restart, Device().camera_jpeg, clip=kept)
+    row = ROWS["media"]
+    info = row.run(actions, MediaArgs(event="00ab00cd00ef0012", clip=True, chunk_size=1024))
+    assert info == {"size": 2560, "chunk_size": 1024, "chunks": 3, "sha256": hashlib.sha256(clip).hexdigest()}
+    parts = [
+        row.run(actions, MediaArgs(event="00ab00cd00ef0012", clip=True, chunk=i, chunk_size=1024)) for i in range(3)
+    ]
+    assert parts == [Blob(clip[:1024], "video/mp4"), Blob(clip[1024:2048], "video/mp4"), Blob(clip[2048:], "video/mp4")]
+    assert asked == ["00ab00cd00ef0012"] * 4
+    with pytest.raises(CodedError) as raised:
+        row.run(actions, MediaArgs(event="00ab00cd00ef0012", clip=True, chunk=3, chunk_size=1024))
+    assert raised.value.code is ErrorCode.BAD_PAYLOAD and "last chunk (2)" in raised.value.message
+    with pytest.raises(CodedError) as raised:
+        row.run(
+            CommandActions(lambda: "online", Device().rollback, Device().restart, Device().camera_jpeg),
+            MediaArgs(event="00ab00cd00ef0012", clip=True),
+        )
+    assert raised.value.code is ErrorCode.NO_MEDIA and "clips" in raised.value.message
