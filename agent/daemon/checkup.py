@@ -94,7 +94,7 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
     if config.mqtt is not None:
         found.append(check_broker(config, timeout_s))
         found.append(check_outbox(config))
-    if config.events.snapshots:
+    if config.events.snapshots or any(p.clips is not None for p in config.pipelines):
         found.append(check_media(config))
     found += check_cameras(config, root, timeout_s)
     found.append(check_runtime(config, root))
@@ -148,14 +148,14 @@ def check_outbox(config: AgentConfig) -> Finding:
 
 
 def check_media(config: AgentConfig) -> Finding:
-    """The events' snapshots kept (read only): files, their size against ``events.media.max_mb``."""
+    """The events' snapshots and clips kept (read only): files, their size against ``events.media.max_mb``."""
     folder = config.state_dir / MEDIA_FOLDER
     usage = usage_of(folder, time.time()) if folder.is_dir() else MediaUsage(0, 0, None)
     age = f", the oldest {usage.oldest_age_s / 3600:.1f} h old" if usage.oldest_age_s is not None else ""
     return Finding(
         "media",
         "pass",
-        f"{usage.files} event snapshot(s) kept, {usage.bytes / MIB:.1f} of {config.events.media.max_mb:g} MiB{age}",
+        f"{usage.files} event snapshot(s) and clip(s) kept, {usage.bytes / MIB:.1f} of {config.events.media.max_mb:g} MiB{age}",
     )
 
 

@@ -14,8 +14,9 @@ The camera loop never waits for a clip: `frame` and `trigger` run on the camera'
 thread and only encode one JPEG (when the camera has clips) and append references; a full queue
 drops the clip (counted in `ClipStats.dropped`, logged). Clips in the making share the ring's
 JPEG bytes (no copy); at most `OPEN_CLIPS` per camera are in the making at once (more are
-dropped, counted), so a camera's memory is bounded by ``buffer_mb`` plus the open clips'
-``post_s`` of frames, each under ``buffer_mb`` too.
+dropped, counted), so a camera's memory is bounded by ``buffer_mb`` for its ring plus, for each
+open clip, its ``post_s`` of frames (a clip that would pass ``buffer_mb`` ends early, shorter),
+plus the clips queued for the writer (docs/benchmarks.md#clip-ring-buffer has the figures).
 
 Threads: `frame`, `trigger` on each camera's inference thread (in frame order); the ``clips``
 thread writes; `stats`, `loop` and `planned` from any thread. One lock orders them.
@@ -91,6 +92,10 @@ class _Open:
     event_id: str
     until: float
     frames: list[EncodedFrame] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(len(f.jpeg) for f in self.frames)
 
 
 @dataclass(frozen=True)
@@ -191,9 +196,11 @@ class ClipRecorder:
             self._rings[pipeline].add(kept)
             self._last[pipeline] = frame.timestamp
             still: list[_Open] = []
+            limit = self._rings[pipeline].max_bytes
             for clip in self._open[pipeline]:
                 clip.frames.append(kept)
-                (finished if frame.timestamp >= clip.until else still).append(clip)
+                full = clip.bytes + len(kept.jpeg) > limit  # the next frame would pass buffer_mb: end it here
+                (finished if frame.timestamp >= clip.until or full else still).append(clip)
             self._open[pipeline] = still
         for clip in finished:
             self._hand_on(pipeline, clip)

@@ -123,3 +123,7 @@ def test_a_clip_around_an_objects_start_is_kept_fetched_in_chunks_and_linked_fro
     clip_file, snapshot_file = media / f"{clip_href.split('/')[3]}.mp4", media / f"{snapshot_href.split('/')[3]}.jpg"
     assert page.evaluate(fetched % clip_href) == [200, "video/mp4", clip_file.stat().st_size]
     assert page.evaluate(fetched % snapshot_href) == [200, "image/jpeg", snapshot_file.stat().st_size]
+    # the media store's use beside the backlog: at least this snapshot and this clip
+    shown = page.wait_for("(t => /media\\d+ file\\(s\\)/.test(t) && t)(document.getElementById('broker').textContent)")
+    files = int(shown.split("media", 1)[1].split(" file(s)")[0])
+    assert files >= 2 and "backlog" in shown

@@ -171,10 +171,12 @@ def test_the_doctor_says_how_much_the_event_snapshots_take(tmp_path: Path) -> No
     from agent.daemon.checkup import check_media
 
     config = AgentConfig.model_validate({"state_dir": str(tmp_path), "events": {"snapshots": True}})
-    assert check_media(config).message.startswith("0 event snapshot(s) kept, 0.0 of 256 MiB")
+    assert check_media(config).message.startswith("0 event snapshot(s) and clip(s) kept, 0.0 of 256 MiB")
     folder = tmp_path / "media"
     folder.mkdir()
     for i in range(3):
         (folder / f"{i:016x}.jpg").write_bytes(b"x" * 512 * 1024)
+    (folder / f"{9:016x}.mp4").write_bytes(b"v" * 512 * 1024)  # a clip counts too
+    (folder / f".{8:016x}.part.mp4").write_bytes(b"v" * 512 * 1024)  # one being written does not
     found = check_media(config)
-    assert found.status == "pass" and found.message.startswith("3 event snapshot(s) kept, 1.5 of 256 MiB"), found
+    assert found.status == "pass" and found.message.startswith("4 event snapshot(s) and clip(s) kept, 2.0 of 256"), found

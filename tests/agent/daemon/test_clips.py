@@ -212,3 +212,19 @@ def test_the_writer_thread_is_in_health(tmp_path: Path) -> None:
     release.set()
     recorder.stop()
     assert recorder.stats().dropped == 1, "the store refused it: counted, not raised"
+
+
+def test_a_clip_that_would_pass_buffer_mb_ends_early(tmp_path: Path) -> None:
+    """Each frame's JPEG is about 3 kB: with a 0.02 MiB buffer (20 971 bytes) a clip holds at
+    most that much, however long ``post_s`` is, and is handed on shorter."""
+    recorder = ClipRecorder([camera(pre_s=0.5, post_s=30.0, buffer_mb=0.02)], tmp_path, lambda event, path: None)
+    for frame in frames(0, 8):
+        recorder.frame("cam0", frame)
+    recorder.trigger("cam0", ident(1))
+    for frame in frames(8, 60):
+        recorder.frame("cam0", frame)
+    assert recorder.stats().queued == 1, "handed on long before 30 s of frames"
+    clip = recorder._queue.get_nowait()
+    assert clip is not None and 2 < len(clip.frames) < 52
+    assert sum(len(f.jpeg) for f in clip.frames) <= 0.02 * MIB
+    assert recorder.stats().buffered_bytes <= 0.02 * MIB
