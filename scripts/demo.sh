@@ -79,7 +79,8 @@ page="http://127.0.0.1:$page_port"
 sed -i 's/probation_s: 120 /probation_s: 5   /' "$out/agent.yaml"  # a short probation, for the demo
 # a second camera: both share one loaded model (docs/cameras.md); cam1 keeps only squares scoring
 # above 0.6, cam0 what the bundle says (docs/configuration.md#detection-thresholds-per-camera)
-sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15, conf: 0.6, classes: [square]}|' "$out/agent.yaml"
+# cam1 also keeps a short clip around each object's start (docs/analytics.md#clips)
+sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15, conf: 0.6, classes: [square], clips: {pre_s: 1, post_s: 2}}|' "$out/agent.yaml"
 .venv/bin/edge-agent config check "$out/agent.yaml"
 .venv/bin/edge-agent run --config "$out/agent.yaml" > "$out/agent.log" 2>&1 &
 echo $! > "$out/agent.pid"
@@ -111,6 +112,11 @@ sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the F
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
 echo; echo "== one object event (start, update or end of a tracked shape: docs/analytics.md)"
 mosquitto_sub -p "$port" -t edge/demo-cam/events -C 1 -W 30
+echo; echo "== a clip around an object's start on cam1, fetched over MQTT in chunks (edge-agent fleet media --clip)"
+event=$(mosquitto_sub -p "$port" -t edge/demo-cam/events -W 60 | grep -m1 '"clip"' |
+  .venv/bin/python -c 'import json, sys; print(json.loads(sys.stdin.readline())["object_id"])')
+sleep 3  # the clip is on the device's disk post_s (2 s) after the object's start
+.venv/bin/edge-agent fleet media demo-cam "$event" --clip --broker "$broker" -o "$out/clip.mp4"
 echo; echo "== a simulated fleet: 10 devices of the real code on their own mosquitto, one group push, the broker's ceiling"
 .venv/bin/python bench/fleet_sim.py --devices 10 --bundle-mb 2
 echo; echo "== the status page: health, a few metrics, and edge-agent doctor (the page's checks from a shell)"

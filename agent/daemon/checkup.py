@@ -155,7 +155,8 @@ def check_media(config: AgentConfig) -> Finding:
     return Finding(
         "media",
         "pass",
-        f"{usage.files} event snapshot(s) and clip(s) kept, {usage.bytes / MIB:.1f} of {config.events.media.max_mb:g} MiB{age}",
+        f"{usage.files} event snapshot(s) and clip(s) kept, "
+        f"{usage.bytes / MIB:.1f} of {config.events.media.max_mb:g} MiB{age}",
     )
 
 

@@ -179,4 +179,5 @@ def test_the_doctor_says_how_much_the_event_snapshots_take(tmp_path: Path) -> No
     (folder / f"{9:016x}.mp4").write_bytes(b"v" * 512 * 1024)  # a clip counts too
     (folder / f".{8:016x}.part.mp4").write_bytes(b"v" * 512 * 1024)  # one being written does not
     found = check_media(config)
-    assert found.status == "pass" and found.message.startswith("4 event snapshot(s) and clip(s) kept, 2.0 of 256"), found
+    assert found.status == "pass", found
+    assert found.message.startswith("4 event snapshot(s) and clip(s) kept, 2.0 of 256"), found
