@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from agent.mqtt.protocol import Topics
 
 
+def _clip_chunk_size(text: str) -> int:
+    value = _chunk_size(text)
+    if value > 1024 * 1024:
+        raise argparse.ArgumentTypeError(f"chunk size {value} is over a clip's 1 MiB (1m)")
+    return value
+
+
 def _chunk_size(text: str) -> int:
     units = {"k": 1024, "m": 1024 * 1024}
     try:
@@ -88,6 +95,12 @@ def add_parser(commands: Any) -> None:
         "--clip", action="store_true", help="fetch the event's clip, over MQTT in chunks checked by sha256"
     )
     media.add_argument("-o", "--out", type=Path, help="file to write (default: EVENT.jpg, with --clip EVENT.mp4)")
+    media.add_argument(
+        "--chunk-size",
+        type=_clip_chunk_size,
+        default=None,
+        help="with --clip: bytes per chunk, 1k .. 1m (default 96k); lower it for a broker with a small maximum packet",
+    )
     media.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     release = fleet_actions.add_parser("release", help="hand a device back to its group's desired document")
     release.add_argument("--target", required=True, help="device:ID")
@@ -364,7 +377,7 @@ def _fleet_media(args: argparse.Namespace, link: MqttLink, topics: Topics) -> in
         from agent.fleet.client import fetch_clip
 
         out = args.out or Path(f"{args.event}.mp4")
-        clip = fetch_clip(link, topics, args.device, args.event, args.signing_key, args.timeout)  # FleetError: above
+        clip = fetch_clip(link, topics, args.device, args.event, args.signing_key, args.timeout, args.chunk_size)
         out.write_bytes(clip)
         print(f"wrote {out} ({len(clip)} bytes) from {args.device}")
         return 0

@@ -153,12 +153,14 @@ def fetch_clip(
     event: str,
     key: Ed25519PrivateKey | None = None,
     timeout: float = 30.0,
+    chunk_size: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> bytes:
     """The clip `device` kept for object event `event`, over MQTT in chunks: the ``media``
     command with ``clip`` answers its size, chunk count and sha256, then each ``chunk`` its
     bytes; the whole is checked against the sha256. Raises `FleetError` naming what failed (no
-    answer within `timeout` seconds, the device's error, a chunk of the wrong size, a wrong hash)."""
+    answer within `timeout` seconds, the device's error, a chunk of the wrong size, a wrong hash).
+    `chunk_size` (bytes, 1 KiB .. 1 MiB) asks for chunks of that size (None: the device's 96 KiB)."""
     import hashlib
     import json
 
@@ -177,7 +179,7 @@ def fetch_clip(
             raise FleetError(f"{device}: {document['error']['code']}: {document['error']['message']}")
         return body, content_type
 
-    body, _ = ask({})
+    body, _ = ask({} if chunk_size is None else {"chunk_size": chunk_size})
     info = json.loads(body)["result"]
     size, chunk_size, chunks = int(info["size"]), int(info["chunk_size"]), int(info["chunks"])
     parts = []

@@ -95,9 +95,21 @@ def test_a_clip_around_an_objects_start_is_kept_fetched_in_chunks_and_linked_fro
 
     out = tmp_path / "fetched.mp4"
     status, text = cli(
-        capsys, "fleet", "media", "dev1", end["object_id"], "--clip", "-o", str(out), "--broker", broker.url
+        capsys,
+        "fleet",
+        "media",
+        "dev1",
+        end["object_id"],
+        "--clip",
+        "--chunk-size",
+        "16k",
+        "-o",
+        str(out),
+        "--broker",
+        broker.url,
     )
     assert status == 0, text
+    assert f"({len(kept)} bytes)" in text and len(kept) > 3 * 16 * 1024, "a clip of several chunks"
     assert out.read_bytes() == kept, "the chunks put back together are the kept file"
     status, text = cli(capsys, "fleet", "media", "dev1", "0123456789abcdef", "--clip", "--broker", broker.url)
     assert status != 0 and "NO_MEDIA" in text, text
