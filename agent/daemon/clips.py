@@ -264,9 +264,15 @@ class ClipRecorder:
         thread = self._thread
         if thread is None:
             return
-        self._queue.put(None)
-        thread.join(timeout)
         self._thread = None
+        if not thread.is_alive():  # it ended (logged): nobody would take the marker
+            return
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            log.error("clips: the writer did not take its stop within %.0f s", timeout)
+            return
+        thread.join(timeout)
 
     def _run(self) -> None:
         try:

@@ -228,3 +228,30 @@ def test_a_clip_that_would_pass_buffer_mb_ends_early(tmp_path: Path) -> None:
     assert clip is not None and 2 < len(clip.frames) < 52
     assert sum(len(f.jpeg) for f in clip.frames) <= 0.02 * MIB
     assert recorder.stats().buffered_bytes <= 0.02 * MIB
+
+
+def test_stop_returns_when_the_writer_thread_has_ended(tmp_path: Path) -> None:
+    """A writer thread that died (a bug: `keep` raising what `_write` does not catch) is in
+    health as ended, and `stop` still returns with its queue full."""
+
+    def broken(event: str, path: Path) -> str | None:
+        raise RuntimeError("a bug")
+
+    recorder = ClipRecorder([camera(pre_s=0.25, post_s=0.25)], tmp_path, broken)
+    recorder.start()
+    for i in range(40):  # clips for the writer to die on, then enough to fill its queue
+        recorder.frame("cam0", frames(i, i + 1)[0])
+        if i % 3 == 0:
+            recorder.trigger("cam0", ident(i))
+        if recorder.loop().ended is not None and recorder.stats().queued == QUEUE_CLIPS:
+            break
+    thread = recorder._thread
+    assert thread is not None
+    thread.join(30)
+    assert recorder.loop().ended == "RuntimeError: a bug"
+    while recorder.stats().queued < QUEUE_CLIPS:
+        recorder.frame("cam0", frames(50, 51)[0])
+        recorder.trigger("cam0", ident(99))
+        recorder.frame("cam0", frames(52, 53)[0])
+    recorder.stop(timeout=30)
+    assert recorder.loop().ended is None and recorder.loop().name == NAME
