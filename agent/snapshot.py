@@ -162,12 +162,15 @@ class ThresholdsInForce:
 
 @dataclass(frozen=True)
 class MediaUsage:
-    """The events' snapshots kept on disk (`agent.daemon.media`): `files`, their `bytes`, the
-    oldest one's age (seconds; None when there is none)."""
+    """The events' snapshots and clips kept on disk (`agent.daemon.media`): `files`, their
+    `bytes`, the oldest one's age (seconds; None when there is none); the clips written and
+    dropped since the start."""
 
     files: int
     bytes: int
     oldest_age_s: float | None
+    clips_written: int = 0  # clips written since the start (`agent.daemon.clips`)
+    clips_dropped: int = 0  # clips dropped: the writer behind, too many at once, or the disk refused
 
 
 @dataclass(frozen=True)

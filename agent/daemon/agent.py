@@ -83,7 +83,16 @@ from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics, json_payload
 from agent.serving.cameras import Cameras
 from agent.serving.events import EventSink, SavedTotal
-from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
+from agent.snapshot import (
+    AgentSnapshot,
+    AgentState,
+    EventCounts,
+    Health,
+    MediaUsage,
+    Serving,
+    VersionRef,
+    judge_health,
+)
 from agent.web.controls import AgentControls
 from pipelines.decoding.detections import Detections
 from pipelines.pipeline import use_one_opencv_thread
@@ -380,8 +389,14 @@ class Agent:
             thresholds=tuple(self.cameras.thresholds()) if state != "offline" else (),
             outbox=self.outbox.stats() if self.link is not None else None,
             analytics_since=self.events.since,
-            media=self.media.usage() if self.media is not None else None,
+            media=self._media_usage(),
         )
+
+    def _media_usage(self) -> MediaUsage | None:
+        if self.media is None:
+            return None
+        usage, clips = self.media.usage(), self.clips.stats() if self.clips is not None else None
+        return usage if clips is None else replace(usage, clips_written=clips.written, clips_dropped=clips.dropped)
 
     # -- publishing ----------------------------------------------------------------------------
 

@@ -70,6 +70,14 @@ class SnapshotCollector(Collector):
         if s.media is not None:
             yield GaugeMetricFamily("edge_agent_media_bytes", "Event snapshots kept on disk.", s.media.bytes)
             yield GaugeMetricFamily("edge_agent_media_files", "Event snapshots kept on disk.", s.media.files)
+            yield CounterMetricFamily(
+                "edge_agent_clips_written", "Clips around object events written.", s.media.clips_written
+            )
+            yield CounterMetricFamily(
+                "edge_agent_clips_dropped",
+                "Clips dropped (writer behind, too many at once, disk).",
+                s.media.clips_dropped,
+            )
         yield CounterMetricFamily(
             "edge_agent_events_suppressed", "Object updates held back by events.min_interval_s.", s.events.suppressed
         )

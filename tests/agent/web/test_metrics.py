@@ -80,3 +80,13 @@ def test_the_deployment_state_and_health_and_what_is_unknown() -> None:
     no_disk = dataclasses.replace(snapshot().system, disk_free_mb=None, disk_total_mb=None)  # type: ignore[type-var]
     no_disk_names = {name for name, _ in _scrape(snapshot(system=no_disk))}
     assert {"edge_agent_disk_free_bytes", "edge_agent_disk_size_bytes"} & no_disk_names == set()
+
+
+def test_the_media_store_and_the_clips_counters() -> None:
+    from agent.snapshot import MediaUsage
+
+    found = _scrape(snapshot(media=MediaUsage(5, 123_456, 60.0, clips_written=3, clips_dropped=2)))
+    assert found[("edge_agent_media_files", ())] == 5 and found[("edge_agent_media_bytes", ())] == 123_456
+    assert found[("edge_agent_clips_written_total", ())] == 3
+    assert found[("edge_agent_clips_dropped_total", ())] == 2
+    assert not any(name.startswith("edge_agent_clips") for name, _ in _scrape(snapshot(media=None)))
