@@ -45,3 +45,26 @@ def test_fleet_status_shows_junk_as_unreadable_and_the_rest_as_reported(
     assert list(devices) == ["good"], "unreadable documents are left out of --json (and named on stderr)"
     assert devices["good"]["status"] == json.loads(status_payload(snapshot(device="good", group="lobby")))
     assert devices["good"]["deployment"] == json.loads(deployment_payload(record)), "as the device published it"
+
+
+@pytest.mark.parametrize(
+    ("size", "refusal"), [("2m", "over a clip's 1 MiB"), ("512", "outside 1 KiB"), ("x", "not a size")]
+)
+def test_fleet_media_refuses_a_clip_chunk_size_out_of_range(
+    capsys: pytest.CaptureFixture[str], size: str, refusal: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(
+            [
+                "fleet",
+                "media",
+                "dev1",
+                "00ab00cd00ef0012",
+                "--clip",
+                "--chunk-size",
+                size,
+                "--broker",
+                "mqtt://127.0.0.1:1",
+            ]
+        )
+    assert exited.value.code == 2 and refusal in capsys.readouterr().err
