@@ -31,6 +31,18 @@ class LineCrossing:
 
 
 @dataclass(frozen=True)
+class ObjectClass:
+    """The second stage's answer for one tracked object (a bundle's ``classifier``): the
+    classifier's top `label` and `class_id`, its `score` (0..1), and `at`, the agent's monotonic
+    clock when the crop was classified (seconds)."""
+
+    label: str
+    class_id: int
+    score: float
+    at: float
+
+
+@dataclass(frozen=True)
 class ObjectEvent:
     """One tracked object's event (docs/analytics.md): `kind` ``start``, ``update`` or ``end``;
     `ts` when it was made (Unix seconds); the camera (`pipeline`), the object's event id
@@ -40,7 +52,8 @@ class ObjectEvent:
     `zones` it entered with their dwell seconds, in the order entered; the `lines` it crossed,
     in order; on an ``end`` with ``events.snapshots``, `snapshot_jpeg`, the JPEG crop of its
     best frame (bytes; base64 in JSON), or once the daemon kept it on disk `snapshot`, its
-    reference (``<object_id>.jpg``, fetched with the ``media`` command)."""
+    reference (``<object_id>.jpg``, fetched with the ``media`` command); `classification`, the
+    second stage's latest answer for the object (None: the bundle has no classifier, or none yet)."""
 
     kind: ObjectEventKind
     ts: float
@@ -57,6 +70,7 @@ class ObjectEvent:
     lines: tuple[LineCrossing, ...] = ()
     snapshot_jpeg: bytes | None = field(default=None, repr=False)
     snapshot: str | None = None  # the kept snapshot's reference, in place of the crop
+    classification: ObjectClass | None = None
 
     def without_crop(self) -> ObjectEvent:
         """The event without its JPEG crop (what the page lists, and what is kept for it)."""
@@ -67,7 +81,8 @@ class ObjectEvent:
         "object_id", "track_id", "label", "class_id", "confidence", "box", "frame",
         "duration_s", "zones": {name: dwell_s}, "lines": [{"line", "direction"}]}``, and
         ``snapshot_jpeg`` (base64) when the event carries a crop, ``snapshot`` (a reference)
-        when it was kept on disk instead."""
+        when it was kept on disk instead; ``classification`` (``{"label", "class_id", "score"}``)
+        when the second stage has classified the object."""
         document: dict[str, object] = {
             "type": self.kind,
             "ts": round(self.ts, 3),
@@ -87,6 +102,12 @@ class ObjectEvent:
             document["snapshot_jpeg"] = base64.b64encode(self.snapshot_jpeg).decode("ascii")
         if self.snapshot is not None:
             document["snapshot"] = self.snapshot
+        if self.classification is not None:
+            document["classification"] = {
+                "label": self.classification.label,
+                "class_id": self.classification.class_id,
+                "score": round(self.classification.score, 4),
+            }
         return document
 
 

@@ -81,6 +81,7 @@ from agent.mqtt.outbox import FILE_NAME, Kind, Outbox, SavedCount
 from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics, json_payload
 from agent.serving.cameras import Cameras
+from agent.serving.classifying import ClassifyingStage
 from agent.serving.events import EventSink, SavedTotal
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls
@@ -139,8 +140,14 @@ class Agent:
         # the outbox file also keeps the line and zone totals, so it is there with or without a broker
         self.outbox = Outbox(config.state_dir / FILE_NAME, config.outbox, self.clock)
         self._counts_lock = threading.Lock()
+        self.classifying = ClassifyingStage()  # the second stage, when a version carries a classifier
         self.events = EventSink(
-            config.events, self._labels, self._publish_event, config.pipelines, counted=self._save_counts
+            config.events,
+            self._labels,
+            self._publish_event,
+            config.pipelines,
+            counted=self._save_counts,
+            stage=self.classifying,
         )
         self._restore_counts()
         self.media: MediaStore | None = None  # the events' snapshots on disk (with events.snapshots)
@@ -154,6 +161,7 @@ class Agent:
             config.runtime_settings(),
             config.cameras,
             locate=ConfigLines.read(self.config_path).where,
+            stage=self.classifying,
         )
         sensors = Sensors.from_config(config.sensors, self.root, self.board)
         governing = None
@@ -228,6 +236,7 @@ class Agent:
         for warning in [*self.warnings, *self.store.problems]:
             log.warning("%s", warning)
         self._runtimes = tuple(available_runtimes().values())  # once per process: a SIGHUP reuses it
+        self.classifying.start()
         self.actions.serve_current()
         self._state = "online"
         self.sampler.start()
@@ -285,6 +294,7 @@ class Agent:
                 component.stop()
         self.cameras.stop()
         self.events.finish()  # the objects still tracked get their `end` while the link is up
+        self.classifying.stop()
         self._state = "offline"
         if self.link is not None:
             self._publish_status()
@@ -460,10 +470,11 @@ class Agent:
     # -- health, systemd and the page -----------------------------------------------------------
 
     def health(self) -> Health:
-        """Whether the cameras' threads, the MQTT link's loop, the sampler and the commands
-        thread turn (any thread)."""
+        """Whether the cameras' threads, the MQTT link's loop, the sampler, the classify thread
+        and the commands thread turn (any thread)."""
         broker = self.link.stats() if self.link is not None else None
-        loops = (self.sampler.loop(), *((self.commands.loop(),) if self.commands is not None else ()))
+        commands = (self.commands.loop(),) if self.commands is not None else ()
+        loops = (self.sampler.loop(), self.classifying.loop(), *commands)
         return judge_health(tuple(self.cameras.stats()), broker, loops, self.config.health.stall_s)
 
     def page_controls(self) -> AgentControls:

@@ -25,7 +25,7 @@ each camera keeps now.
 
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
 ``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
-lightest artifact (or back), `halt` stops inference cleanly and `resume` starts it again. The
+lightest artifact (or back; the second stage's classifier too), `halt` stops inference cleanly and `resume` starts it again. The
 governor's settings outlive restarts and deployments: a camera started later gets them too.
 
 Thread safety: every method may be called from any thread (one lock around the pipelines).
@@ -50,7 +50,8 @@ from agent.hardware.board import Board
 from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
 from agent.serving.camera_filter import Locate, camera_filter, dotted, in_force
 from agent.serving.engine_builder import EngineBuilder
-from agent.serving.loader import Loaded, open_detector
+from agent.serving.classifying import ClassifyingStage
+from agent.serving.loader import Loaded, open_classifier, open_detector
 from agent.snapshot import EngineStatus, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
 from pipelines.decoding.detector import CameraDetector, FrameDetector
@@ -140,8 +141,12 @@ class Cameras:
         options: CamerasSection | None = None,
         find_tools: Callable[[], CameraTools] = find_camera_tools,
         locate: Locate = dotted,
+        stage: ClassifyingStage | None = None,
     ) -> None:
+        """`stage` is the second stage: each version activated hands it the version's
+        classifier (its lightest artifact under the governor's `use_lighter`), or None."""
         self.sections, self.board, self.preference = list(sections), board, preference
+        self.stage = stage
         self._locate = locate
         self._filter_problems: dict[str, tuple[str, ...]] = {}  # per camera, for the version serving
         self._logged: set[str] = set()  # problems logged already (an activation repeats them)
@@ -206,6 +211,20 @@ class Cameras:
                     running.detector.close()
                 self._pipelines[section.name] = self._start(section, model, workers)
             self.version = version
+            self._serve_stage(version)
+
+    def _serve_stage(self, version: Path) -> None:
+        """Hand the second stage `version`'s classifier (lighter under the governor), or None
+        without one; a classifier that will not load here is logged and the stage left off (the
+        detector serves on: activation checked the classifier, so this is rare)."""
+        if self.stage is None:
+            return
+        try:
+            loaded = open_classifier(version, self.board, self.preference, self.settings, self.lighter)
+        except BundleError as exc:
+            log.error("the second stage is off: %s", exc)
+            loaded = None
+        self.stage.serve(loaded)
 
     def _load(self, version: Path) -> list[Loaded]:
         """`version` loaded once for all cameras (``share_model``, the default), or once per
