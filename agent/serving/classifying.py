@@ -239,9 +239,9 @@ class ClassifyingStage:
         try:
             while not self._stopping:
                 self.step(wait=True)
-        except BaseException as exc:  # what ended it, `loop` reports
+        except Exception as exc:  # what ended it, `loop` reports (and health with it)
+            log.exception("the classify thread ended")
             self._ended = f"{type(exc).__name__}: {exc}"
-            raise
 
     def stop(self) -> None:
         """Stop the thread and close the classifier (requests still waiting are dropped)."""
