@@ -299,7 +299,7 @@ class _Bundle:
     ) -> dict[str, str]:
         """Write head's files and every other file (from `member` on) into `dest`; each must be
         listed in the manifest with its size, within the limits, before a byte of it is read."""
-        entries: list[ArtifactEntry | FileEntry] = [*head.manifest.artifacts, *head.manifest.files]
+        entries: list[ArtifactEntry | FileEntry] = [*all_artifacts(head.manifest), *head.manifest.files]
         sizes = {e.path: e.size for e in entries}
         _write(dest / MANIFEST, [head.data], fsync)
         if head.signature is not None:

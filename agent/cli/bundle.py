@@ -310,6 +310,8 @@ def classifier_input(args: argparse.Namespace) -> ClassifierInput | None:
     for model in args.classifier:
         if not model.is_file():
             raise CliError(f"classifier model file not found: {model}")
+        if model.suffix not in (".onnx", ".tflite"):
+            raise CliError(f"classifier {model.name}: expected an .onnx or .tflite model")
     if args.classify_labels is None:
         labels = _metadata_labels(args.classifier[0])
     elif Path(args.classify_labels).is_file():
