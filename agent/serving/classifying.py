@@ -144,13 +144,21 @@ class ClassifyingStage:
 
     def offer(self, camera: str, track_id: int, label: str, image: npt.NDArray[np.uint8], box: Sequence[float]) -> bool:
         """A tracked object of `camera` seen in `image` (the frame, BGR) at xyxy `box` (frame
-        pixels) with detector `label`: its crop is queued when the stage serves a classifier for
-        that label and the object is due (`ClassifySchedule`). Returns whether it was queued."""
+        pixels) with detector `label` (the track's): its crop is queued when the stage serves a
+        classifier for that label and the object is due (`ClassifySchedule`). A track whose
+        label is not one the classifier is for has no class (one it had is dropped: its label
+        changed). Returns whether it was queued."""
         with self._cond:
             schedule = self._schedule
-            if schedule is None or (self._for and label not in self._for):
+            if schedule is None:
                 return False
             key = (camera, track_id)
+            if self._for and label not in self._for:
+                # not (or no longer: its best detection now says another label) an object the
+                # classifier is for: no class, and an answer still on its way is discarded
+                schedule.forget(key)
+                self._answers.pop(key, None)
+                return False
             if not schedule.due(key, self._clock()):
                 return False
             crop = crop_box(image, box)

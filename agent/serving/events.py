@@ -195,10 +195,14 @@ class EventSink:
         if step.crossings or step.entered:
             self._counted()
         ids = step.detections.tracker_id
-        if self.stage is not None and ids is not None:
+        if self.stage is not None and self.stage.active and ids is not None:
             for i in np.flatnonzero(ids >= 0):
-                label = self.label(int(step.detections.class_id[i]))
-                self.stage.offer(pipeline, int(ids[i]), label, frame.image, step.detections.xyxy[i].tolist())
+                # the track's label (its best detection's, what its events say) picks the
+                # classifier's ``for``; the crop is this frame's box
+                tracked = scene.record(int(ids[i]))
+                class_id = tracked.class_id if tracked is not None else int(step.detections.class_id[i])
+                box = step.detections.xyxy[i].tolist()
+                self.stage.offer(pipeline, int(ids[i]), self.label(class_id), frame.image, box)
         if not self.settings.enabled:
             for gone in step.ended:
                 self._forget(pipeline, gone.track_id)

@@ -114,6 +114,10 @@ def test_only_the_labels_it_is_for_are_classified(clock: Clock) -> None:
         assert not stage.offer("cam0", 1, "circle", IMAGE, box)
         assert stage.offer("cam0", 2, "square", IMAGE, box)
         assert stage.waiting() == [("cam0", 2)]
+        stage.step()
+        assert stage.result("cam0", 2) is not None
+        assert not stage.offer("cam0", 2, "circle", IMAGE, box), "its track's label changed"
+        assert stage.result("cam0", 2) is None and stage.held() == 0, "so its class is gone"
     finally:
         stage.stop()
 
