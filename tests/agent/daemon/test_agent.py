@@ -205,3 +205,35 @@ def test_sighup_refuses_a_config_that_config_check_finds_a_problem_in(broker: Br
 
     wait_until(lambda: len(starts()) == 2, 30, "the good config applied")
     assert starts() == ["1", "2"], "the config with the missing file never ran"
+
+
+def test_the_classify_thread_runs_with_the_agent_and_counts_in_health(tmp_path: Path, keys: dict[str, Path]) -> None:
+    """The second stage's ``classify`` thread starts with the agent (with or without a bundle),
+    and `health()` names it when it ended while the agent runs."""
+    import threading
+
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+
+    config = AgentConfig.model_validate(
+        {"device": {"id": "cls-1"}, "state_dir": str(tmp_path / "state"), "trust_keys": [str(keys["public"])]}
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        assert "classify" in {t.name for t in threading.enumerate()}
+        assert agent.health().ok
+        stage = agent.classifying
+        thread = stage._thread
+        assert thread is not None
+        with stage._cond:  # as if it had died: its loop is told to end, the agent is not stopping it
+            stage._stopping = True
+            stage._cond.notify_all()
+        thread.join()
+        stage._stopping = False
+        assert agent.health().problems == (
+            "the classify thread (the second stage) is not running: its thread is not running",
+        )
+    finally:
+        agent.stop()
+    assert "classify" not in {t.name for t in threading.enumerate()}
