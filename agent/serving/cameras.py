@@ -25,8 +25,10 @@ each camera keeps now.
 
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
 ``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
-lightest artifact (or back; the second stage's classifier too), `halt` stops inference cleanly and `resume` starts it again. The
-governor's settings outlive restarts and deployments: a camera started later gets them too.
+lightest artifact (or back; the second stage's classifier too), `halt` stops inference cleanly
+and `resume` starts it again. The governor's settings outlive restarts and deployments: a
+camera started later gets them too. Each version activated hands the second stage
+(`agent.serving.classifying`) its classifier, or None.
 
 Thread safety: every method may be called from any thread (one lock around the pipelines).
 """
@@ -49,8 +51,8 @@ from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
 from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
 from agent.serving.camera_filter import Locate, camera_filter, dotted, in_force
-from agent.serving.engine_builder import EngineBuilder
 from agent.serving.classifying import ClassifyingStage
+from agent.serving.engine_builder import EngineBuilder
 from agent.serving.loader import Loaded, open_classifier, open_detector
 from agent.snapshot import EngineStatus, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
