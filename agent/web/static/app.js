@@ -247,7 +247,7 @@ function renderEvents(events) {
     const time = new Date(e.ts * 1000).toLocaleTimeString();
     const what = e.type === "governor"
       ? `governor ${e.previous} → ${e.level}: ${e.reason}`
-      : `${e.pipeline}: ${e.label} #${e.track_id} ${e.type}${e.type === "end" ? ` after ${fmt(e.duration_s, 1, "s")}` : ""} (${fmt(e.confidence, 2)})`;
+      : `${e.pipeline}: ${e.label}${e.classification ? ` → ${e.classification.label}` : ""} #${e.track_id} ${e.type}${e.type === "end" ? ` after ${fmt(e.duration_s, 1, "s")}` : ""} (${fmt(e.confidence, 2)})`;
     return el("tr", {}, el("td", {}, time), el("td", {}, what));
   });
   $("events").tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {}, "no events yet"))]));
