@@ -221,6 +221,9 @@ class Cameras:
         detector serves on: activation checked the classifier, so this is rare)."""
         if self.stage is None:
             return
+        if not self.sections:  # no camera: nothing to classify
+            self.stage.serve(None)
+            return
         try:
             loaded = open_classifier(version, self.board, self.preference, self.settings, self.lighter)
         except BundleError as exc:
