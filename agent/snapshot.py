@@ -104,10 +104,13 @@ class RolloutPosition:
 @dataclass(frozen=True)
 class EventCounts:
     """Object events published, and updates held back by ``events.min_interval_s``, since the
-    agent started."""
+    agent started; the second stage's crops classified and dropped (its queue was full: the
+    oldest went)."""
 
     published: int
     suppressed: int
+    classified: int = 0
+    classify_dropped: int = 0
 
 
 @dataclass(frozen=True)

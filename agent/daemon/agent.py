@@ -349,6 +349,7 @@ class Agent:
         deployment = deployer.latest if deployer is not None else None
         if deployment is None and (record := self.store.last_deployment()) is not None:
             deployment = deployment_status(record)
+        stage = self.classifying.counts()
         return AgentSnapshot(
             ts=time.time(),
             state=state,
@@ -368,7 +369,7 @@ class Agent:
             cameras=tuple(self.cameras.stats()) if state != "offline" else (),
             broker=self.link.stats() if self.link is not None else None,
             system=self.sampler.system,
-            events=EventCounts(self.events.published, self.events.suppressed),
+            events=EventCounts(self.events.published, self.events.suppressed, stage.classified, stage.dropped),
             analytics=tuple(self.events.counts()),
             sensors=self.sampler.readings,
             governor=self.sampler.governor,
