@@ -408,9 +408,13 @@ class Cameras:
         if version is not None:
             self.activate(version)
 
+    def labels(self) -> list[str]:
+        """The serving version's class names, by class id (none while nothing is served)."""
+        return self.manifest.labels if self.manifest else []
+
     def label(self, class_id: int) -> str:
         """The serving version's name for `class_id` (snapshots show names, not numbers)."""
-        labels = self.manifest.labels if self.manifest else []
+        labels = self.labels()
         return labels[class_id] if 0 <= class_id < len(labels) else str(class_id)
 
     def stop(self) -> None:

@@ -6,7 +6,7 @@ import base64
 
 import cv2
 import numpy as np
-from testkit.events import BLANK, FPS, camera
+from testkit.events import BLANK, FPS, camera, run, square
 
 from agent.config.models import EventsSection
 from agent.event_values import LineCrossing, ObjectEvent
@@ -14,15 +14,6 @@ from agent.serving.events import EventSink
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
 from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
-
-
-def square(x: float, y: float, score: float = 0.9, class_id: int = 0) -> Detections:
-    return Detections.from_arrays([[x - 20, y - 20, x + 20, y + 20]], [score], [class_id])
-
-
-def run(sink: EventSink, frames: list[Detections], image: np.ndarray = BLANK) -> None:
-    for index, detections in enumerate(frames):
-        sink.handle("cam0", Frame(index, index / FPS, image), detections)
 
 
 def test_one_start_updates_at_most_every_interval_and_one_end() -> None:
