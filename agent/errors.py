@@ -57,6 +57,7 @@ class ErrorCode(str, Enum):
     NO_RUNTIME = "NO_RUNTIME"
     DECODER_MISMATCH = "DECODER_MISMATCH"
     PARITY_FAILED = "PARITY_FAILED"
+    CLASSIFIER_MISMATCH = "CLASSIFIER_MISMATCH"
     # a TensorRT engine that could not be built on the device (ONNX Runtime serves instead)
     ENGINE_BUILD_FAILED = "ENGINE_BUILD_FAILED"
     PROBATION_FAILED = "PROBATION_FAILED"

@@ -31,6 +31,18 @@ class LineCrossing:
 
 
 @dataclass(frozen=True)
+class ObjectClass:
+    """The second stage's answer for one tracked object (a bundle's ``classifier``): the
+    classifier's top `label` and `class_id`, its `score` (0..1), and `at`, the agent's monotonic
+    clock when the crop was classified (seconds)."""
+
+    label: str
+    class_id: int
+    score: float
+    at: float
+
+
+@dataclass(frozen=True)
 class ObjectEvent:
     """One tracked object's event (docs/analytics.md): `kind` ``start``, ``update`` or ``end``;
     `ts` when it was made (Unix seconds); the camera (`pipeline`), the object's event id
@@ -43,7 +55,8 @@ class ObjectEvent:
     reference (``<object_id>.jpg``, fetched with the ``media`` command); on a camera with
     ``clips``, `clip`, the reference of the short clip around its start (``<object_id>.mp4``,
     on its start and end; written once ``post_s`` has passed, fetched with ``media`` and
-    ``clip: true``)."""
+    ``clip: true``); `classification`, the second stage's latest answer for the object (None:
+    the bundle has no classifier, or none yet)."""
 
     kind: ObjectEventKind
     ts: float
@@ -61,6 +74,7 @@ class ObjectEvent:
     snapshot_jpeg: bytes | None = field(default=None, repr=False)
     snapshot: str | None = None  # the kept snapshot's reference, in place of the crop
     clip: str | None = None  # the reference of the clip around its start (agent.daemon.clips)
+    classification: ObjectClass | None = None
 
     def without_crop(self) -> ObjectEvent:
         """The event without its JPEG crop (what the page lists, and what is kept for it)."""
@@ -71,7 +85,9 @@ class ObjectEvent:
         "object_id", "track_id", "label", "class_id", "confidence", "box", "frame",
         "duration_s", "zones": {name: dwell_s}, "lines": [{"line", "direction"}]}``, and
         ``snapshot_jpeg`` (base64) when the event carries a crop, ``snapshot`` (a reference)
-        when it was kept on disk instead, ``clip`` (a reference) when a clip is kept."""
+        when it was kept on disk instead, ``clip`` (a reference) when a clip is kept;
+        ``classification`` (``{"label", "class_id", "score"}``) when the second stage has
+        classified the object."""
         document: dict[str, object] = {
             "type": self.kind,
             "ts": round(self.ts, 3),
@@ -93,6 +109,12 @@ class ObjectEvent:
             document["snapshot"] = self.snapshot
         if self.clip is not None:
             document["clip"] = self.clip
+        if self.classification is not None:
+            document["classification"] = {
+                "label": self.classification.label,
+                "class_id": self.classification.class_id,
+                "score": round(self.classification.score, 4),
+            }
         return document
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from agent.bundles.record import State
+from agent.bundles.store import VersionInfo
 from agent.errors import ErrorInfo
 from agent.governor.levels import Decision
 from agent.hardware.board import Board
@@ -25,6 +27,7 @@ from agent.mqtt.outbox import OutboxStats
 from pipelines.pipeline import PipelineStats
 from pipelines.tracking.analytics import CameraCounts
 from runtimes.base import RuntimeInfo
+from runtimes.selection import Choice
 
 AgentState = Literal["starting", "online", "stopping", "offline"]
 
@@ -61,6 +64,11 @@ class VersionRef:
     version: str
     sha256: str
 
+    @staticmethod
+    def of(info: VersionInfo | None) -> VersionRef | None:
+        """The reference to an installed version (None: nothing installed there)."""
+        return VersionRef(info.name, info.version, info.sha256) if info is not None else None
+
 
 @dataclass(frozen=True)
 class Serving:
@@ -71,6 +79,13 @@ class Serving:
     device: str
     artifact: str
     reason: str
+
+    @staticmethod
+    def of(choice: Choice | None) -> Serving | None:
+        """What the cameras are served by, from the selection's `choice` (its artifact by file name)."""
+        if choice is None:
+            return None
+        return Serving(choice.runtime, choice.device, Path(choice.artifact.path).name, choice.reason)
 
 
 @dataclass(frozen=True)
@@ -104,10 +119,13 @@ class RolloutPosition:
 @dataclass(frozen=True)
 class EventCounts:
     """Object events published, and updates held back by ``events.min_interval_s``, since the
-    agent started."""
+    agent started; the second stage's crops classified and dropped (its queue was full: the
+    oldest went)."""
 
     published: int
     suppressed: int
+    classified: int = 0
+    classify_dropped: int = 0
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,14 @@ export EDGE_AGENT_OPERATOR_KEY="$out/operator/signing.key"  # fleet push, rollba
 echo; echo "== the optimisation report: every runtime x artifact this machine can run (TensorRT rows say why not)"
 .venv/bin/edge-agent bench "$out/demo-1.0.0.bundle" --matrix --frames 50
 
+echo; echo "== a second stage: the demo classifier on each tracked square and triangle, every 2 s (docs/bundles.md)"
+.venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
+  --classifier agent/demo/demo_classify.onnx --classifier agent/demo/demo_classify_int8.tflite \
+  --classify-labels circle,square,triangle --classify-for square,triangle --classify-every 2 \
+  --name shapes --version 1.0.0 --key "$out/keys/signing.key" -o "$out/shapes-1.0.0.bundle"
+.venv/bin/edge-agent bundle inspect "$out/shapes-1.0.0.bundle"
+.venv/bin/edge-agent bench agent/demo/demo_detector.onnx --mode runtime --frames 20 --classifier agent/demo/demo_classify.onnx
+
 echo; echo "== bundle build --precisions: FP16 and INT8 variants, each proven against FP32 (docs/optimising.md)"
 .venv/bin/python -m pip install -q -e ".[build]"  # onnx, onnxslim, sympy: the operator's build tools
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --precisions fp32,fp16,int8 \

@@ -44,6 +44,7 @@ from agent.bundles.manifest import (
     Agreement,
     ArtifactEntry,
     Calibration,
+    ClassifierStage,
     DetectionThresholds,
     FileEntry,
     InputSpec,
@@ -298,7 +299,7 @@ class _Bundle:
     ) -> dict[str, str]:
         """Write head's files and every other file (from `member` on) into `dest`; each must be
         listed in the manifest with its size, within the limits, before a byte of it is read."""
-        entries: list[ArtifactEntry | FileEntry] = [*head.manifest.artifacts, *head.manifest.files]
+        entries: list[ArtifactEntry | FileEntry] = [*all_artifacts(head.manifest), *head.manifest.files]
         sizes = {e.path: e.size for e in entries}
         _write(dest / MANIFEST, [head.data], fsync)
         if head.signature is not None:
@@ -431,6 +432,12 @@ def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
     return data, parse_manifest(data)
 
 
+def all_artifacts(manifest: Manifest) -> list[ArtifactEntry]:
+    """The detector's artifacts, then the second stage's classifier's (when the bundle has one)."""
+    stage = manifest.classifier.artifacts if manifest.classifier is not None else []
+    return [*manifest.artifacts, *stage]
+
+
 def read_reference(folder: Path, manifest: Manifest) -> dict[str, npt.NDArray[Any]]:
     """The reference arrays, loaded without pickle; each artifact needs ``<path>__input``."""
     path = folder / manifest.reference.path
@@ -443,7 +450,7 @@ def read_reference(folder: Path, manifest: Manifest) -> dict[str, npt.NDArray[An
         raise BundleError(
             ErrorCode.REFERENCE_INVALID, f"{manifest.reference.path} cannot be loaded without pickle: {exc}"
         ) from exc
-    for artifact in manifest.artifacts:
+    for artifact in all_artifacts(manifest):
         if f"{artifact.path}__input" not in arrays or f"{artifact.path}__output0" not in arrays:
             raise BundleError(
                 ErrorCode.REFERENCE_INVALID, f"{manifest.reference.path} has no reference for {artifact.path}"
@@ -464,7 +471,7 @@ def verify_unpacked(
     signature = sig_path.read_bytes() if sig_path.is_file() else None
     signer = check_signature(data, signature, Trust(trusted, allow_unsigned))
     listed = {MANIFEST, SIGNATURE}
-    entries: list[ArtifactEntry | FileEntry] = [*manifest.artifacts, *manifest.files]
+    entries: list[ArtifactEntry | FileEntry] = [*all_artifacts(manifest), *manifest.files]
     for entry in entries:
         listed.add(entry.path)
         path = folder / entry.path
@@ -531,6 +538,70 @@ class ArtifactNotes:
     agreement: Agreement | None = None
 
 
+@dataclass(frozen=True)
+class ClassifierInput:
+    """What `bundle build --classifier ...` asks for: the classifier's model files (`models`,
+    ``.onnx`` / ``.tflite``, one per format or precision), its class `labels` (index = class id),
+    the detector labels it applies to (`for_labels`, empty: all) and `every_s` (seconds)."""
+
+    models: Sequence[Path]
+    labels: Sequence[str]
+    for_labels: Sequence[str] = ()
+    every_s: float = 5.0
+
+
+def _classifier_entries(
+    stage: ClassifierInput, frame: npt.NDArray[Any], reference: dict[str, npt.NDArray[Any]]
+) -> ClassifierStage:
+    """The second stage's manifest section; each model is loaded, checked to be a classifier with
+    one score per label, and its reference input (the reference frame's centre, as a crop) and
+    output added to `reference`. Raises `BundleError` ``CLASSIFIER_MISMATCH`` naming the file and
+    what is wrong, ``UNKNOWN_FORMAT``."""
+    from pipelines.decoding.classifier import Classifier
+    from pipelines.decoding.decoders import DecoderError
+    from runtimes.registry import load_runtime
+
+    if not stage.models:
+        raise BundleError(ErrorCode.NO_MODEL, "a classifier stage needs at least one model")
+    if not stage.labels or any(not label.strip() for label in stage.labels):
+        labels = list(stage.labels)
+        raise BundleError(ErrorCode.CLASSIFIER_MISMATCH, f"the classifier's labels must not be empty: {labels}")
+    height, width = frame.shape[:2]
+    crop = frame[height // 4 : 3 * height // 4, width // 4 : 3 * width // 4]
+    entries = []
+    for path in stage.models:
+        if path.suffix not in (".onnx", ".tflite"):
+            raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"classifier {path}: expected an .onnx or .tflite model")
+        runtime = load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", path)
+        with runtime:
+            try:
+                classifier = Classifier(runtime)
+            except DecoderError as exc:
+                raise BundleError(ErrorCode.CLASSIFIER_MISMATCH, f"classifier {path.name}: {exc}") from exc
+            if classifier.num_classes != len(stage.labels):
+                raise BundleError(
+                    ErrorCode.CLASSIFIER_MISMATCH,
+                    f"classifier {path.name} gives {classifier.num_classes} class scores, "
+                    f"but {len(stage.labels)} labels were given ({', '.join(stage.labels[:10])})",
+                )
+            tensor = classifier.prepare(crop)
+            reference[f"{path.name}__input"] = tensor
+            reference[f"{path.name}__output0"] = runtime.infer([tensor])[0]
+            precision = _precision(path, runtime)
+        entries.append(
+            ArtifactEntry(
+                path=path.name,
+                format="onnx" if path.suffix == ".onnx" else "tflite",
+                precision=precision,
+                sha256=sha256_file(path),
+                size=path.stat().st_size,
+            )
+        )
+    return ClassifierStage.model_validate(
+        {"artifacts": entries, "labels": list(stage.labels), "for": list(stage.for_labels), "every_s": stage.every_s}
+    )
+
+
 def _file_entry(name: str, content: bytes | Path) -> FileEntry:
     data = content.read_bytes() if isinstance(content, Path) else content
     return FileEntry(path=name, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
@@ -550,6 +621,7 @@ def build_bundle(
     notes: Mapping[str, ArtifactNotes] | None = None,
     engines: Sequence[tuple[Path, EngineKey]] = (),
     thresholds: DetectionThresholds | None = None,
+    classifier: ClassifierInput | None = None,
 ) -> Manifest:
     """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
     model (its metadata) unless given; reference outputs are computed by running each model.
@@ -558,9 +630,12 @@ def build_bundle(
     `notes` (by file name) add what `agent.optimise` measured: precision and agreement.
     `engines` are prebuilt TensorRT engines with the keys they were built for (``edge-agent
     engine build --out`` writes both); each must come from one of the ONNX `models`.
+    `classifier` adds the second stage (its models, labels, the detector labels it applies to).
 
     Raises `BundleError` ``DECODER_MISMATCH`` when the decoder does not fit a model or the
-    plausibility guard finds its detections impossible (on a blank frame or the reference input).
+    plausibility guard finds its detections impossible (on a blank frame or the reference input);
+    ``CLASSIFIER_MISMATCH`` when a classifier is not one, its scores do not match its labels, or
+    it applies to a label the detector lacks.
     """
     from pipelines.decoding.decoders import DecoderError
     from pipelines.decoding.detector import Detector
@@ -609,6 +684,15 @@ def build_bundle(
     config = first.preprocess_config
     if labels is None:
         labels = [names[i] if names and i in names else str(i) for i in range(max(names) + 1)] if names else ["0"]
+    stage = _classifier_entries(classifier, frame, reference) if classifier is not None else None
+    if stage is not None:
+        unknown = [label for label in stage.for_labels if label not in labels]
+        if unknown:
+            raise BundleError(
+                ErrorCode.CLASSIFIER_MISMATCH,
+                f"the classifier is for {', '.join(unknown)}, which the detector's labels "
+                f"({', '.join(list(labels)[:10])}) do not have",
+            )
     manifest = Manifest(
         schema_version=SCHEMA_VERSION,
         name=name or models[0].stem,
@@ -629,6 +713,7 @@ def build_bundle(
         artifacts=entries,
         reference=Reference(),
         calibration=Calibration(count=len(calibration)) if calibration else None,
+        classifier=stage,
     )
     npz = io.BytesIO()
     np.savez(npz, allow_pickle=False, **reference)
@@ -647,6 +732,7 @@ def build_bundle(
     if key is not None:
         files.append((SIGNATURE, signature_file(manifest_bytes, key)))
     files += [(p.name, p) for p in models]
+    files += [(p.name, p) for p in (classifier.models if classifier is not None else ())]
     files += data
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

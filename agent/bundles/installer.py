@@ -7,7 +7,9 @@ active is touched), or ``FAILED -> ROLLED_BACK`` (the new version would not run 
   hashes and the reference arrays.
 - INSTALLING: fsync the files, rename to ``versions/<sha>``.
 - ACTIVATING: pick a runtime for this board, load and warm up the model, check parity against
-  ``reference.npz``, then switch ``current`` (the old one becomes ``previous``).
+  ``reference.npz`` (and so for the second stage's classifier, when the bundle has one: it
+  loads, gives one score per label, passes its own parity check), then switch ``current`` (the
+  old one becomes ``previous``).
 
 Each step is recorded atomically before it starts, so `Store.recover` can finish or undo it
 after a crash. ``EDGE_AGENT_KILL_AT=<step>`` (a test hook) SIGKILLs the process at the named
@@ -35,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agent.bundles.archive import Limits, Trust, Verified, sha256_file, unpack, verify_unpacked
 from agent.bundles.engine_settings import version_settings
-from agent.bundles.manifest import Manifest
+from agent.bundles.manifest import ArtifactEntry, Manifest
 from agent.bundles.record import Deployment, State, fsync_tree
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store, version_key
@@ -99,6 +101,8 @@ class Activation:
     device: str
     reason: str
     parity: float  # fraction of output values within tolerance
+    classifier: str | None = None  # the second stage's artifact that passed its checks (None: no stage)
+    classifier_parity: float | None = None
 
 
 def reference_outputs(runtime: Runtime, name: str, reference: Mapping[str, npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
@@ -141,12 +145,20 @@ def check_parity(
     return fraction
 
 
-def runtime_choices(folder: Path, manifest: Manifest, board: Board, preference: Preference) -> list[Choice]:
-    """The runtimes that could run this version here, best first (`runtimes.selection`)."""
+def runtime_choices(
+    folder: Path,
+    manifest: Manifest,
+    board: Board,
+    preference: Preference,
+    entries: Sequence[ArtifactEntry] | None = None,
+) -> list[Choice]:
+    """The runtimes that could run this version here, best first (`runtimes.selection`): of the
+    detector's artifacts, or of `entries` (the second stage's classifier's)."""
     from runtimes.registry import available_runtimes
     from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
 
-    artifacts = [Artifact(str(folder / a.path), a.format, a.precision) for a in manifest.artifacts]
+    listed = manifest.artifacts if entries is None else entries
+    artifacts = [Artifact(str(folder / a.path), a.format, a.precision) for a in listed]
     try:
         return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)
     except SelectionError as exc:
@@ -195,8 +207,50 @@ def activate(
             except DecoderError as exc:
                 raise BundleError(ErrorCode.DECODER_MISMATCH, f"{name}: {exc}") from exc
             fraction = check_parity(runtime, name, manifest, reference, outputs)
-            return Activation(choice.runtime, name, choice.device, choice.reason, fraction)
+        stage, stage_parity = _activate_classifier(bundle, board, preference, settings)
+        return Activation(choice.runtime, name, choice.device, choice.reason, fraction, stage, stage_parity)
     raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the bundle here: " + "; ".join(failures))
+
+
+def _activate_classifier(
+    bundle: Verified, board: Board, preference: Preference, settings: RuntimeSettings
+) -> tuple[str | None, float | None]:
+    """The second stage's check at activation (when the bundle has one): its classifier loads on
+    a runtime here, gives one score per label and passes its parity check. Returns the artifact
+    and its parity (None, None without a stage). Raises `BundleError` ``CLASSIFIER_MISMATCH``,
+    ``PARITY_FAILED``, ``NO_RUNTIME``, ``RUNTIME_CRASHED``."""
+    from pipelines.decoding.classifier import Classifier
+    from pipelines.decoding.decoders import DecoderError
+    from runtimes.base import ModelLoadError, RuntimeUnavailable
+    from runtimes.isolation import RuntimeCrashed
+    from runtimes.registry import load_runtime_checked
+
+    stage = bundle.manifest.classifier
+    if stage is None:
+        return None, None
+    failures = []
+    for choice in runtime_choices(bundle.folder, bundle.manifest, board, preference, stage.artifacts):
+        path = Path(choice.artifact.path)
+        try:
+            runtime = load_runtime_checked(choice.runtime, path, settings.config_for(choice.runtime), warmup=False)
+        except RuntimeCrashed as exc:
+            raise BundleError(ErrorCode.RUNTIME_CRASHED, str(exc)) from exc
+        except (RuntimeUnavailable, ModelLoadError) as exc:
+            failures.append(f"{choice.runtime}: {exc}")
+            continue
+        with runtime:
+            try:
+                classifier = Classifier(runtime)
+            except DecoderError as exc:
+                raise BundleError(ErrorCode.CLASSIFIER_MISMATCH, f"classifier {path.name}: {exc}") from exc
+            if classifier.num_classes != len(stage.labels):
+                raise BundleError(
+                    ErrorCode.CLASSIFIER_MISMATCH,
+                    f"classifier {path.name} gives {classifier.num_classes} class scores for "
+                    f"{len(stage.labels)} labels in the manifest",
+                )
+            return path.name, check_parity(runtime, path.name, bundle.manifest, bundle.reference)
+    raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the classifier here: " + "; ".join(failures))
 
 
 def _autotune(verified: Verified, board: Board, policy: InstallPolicy, store: Store, deployment: Deployment) -> None:
@@ -345,6 +399,9 @@ def install(
         activation.reason,
         activation.parity * 100,
     )
+    if activation.classifier is not None and activation.classifier_parity is not None:
+        parity = activation.classifier_parity * 100
+        log.info("the second stage's classifier %s: parity %.1f%%", activation.classifier, parity)
     if policy.autotune:
         _autotune(verified, board, policy, store, deployment)
     store.switch(sha)

@@ -175,6 +175,41 @@ class EngineTags(_Strict):
     profile: TensorRTProfile | None = Field(default=None, description="Optimization profile it was built with.")
 
 
+class ClassifierStage(_Strict):
+    """A second stage (optional): a classification model run on each confirmed track's crop, once
+    when the track is confirmed and again every `every_s` seconds while it lives; its answer goes
+    on the track's object events (docs/bundles.md, docs/analytics.md). Older bundles have none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
+
+    artifacts: list[ArtifactEntry] = Field(
+        min_length=1, description="The classifier's model files, one per format/precision (like the detector's)."
+    )
+    labels: list[str] = Field(min_length=1, description="The classifier's class labels, index = its class id.")
+    for_labels: list[str] = Field(
+        default_factory=list,
+        alias="for",
+        description="The detector labels whose tracks are classified (empty: every label).",
+    )
+    every_s: float = Field(
+        default=5.0, gt=0, description="Seconds between two classifications of one live track (after the first)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _keyed_for(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``for`` (a Python keyword, so the field is `for_labels`) as the manifest writes it."""
+        data: dict[str, Any] = handler(self)
+        data["for"] = data.pop("for_labels", list(self.for_labels))
+        return data
+
+    @field_validator("labels")
+    @classmethod
+    def _named(cls, value: list[str]) -> list[str]:
+        if any(not label.strip() for label in value):
+            raise ValueError(f"classifier labels must not be empty, got {value}")
+        return value
+
+
 class Manifest(_Strict):
     """manifest.json of a model bundle."""
 
@@ -200,6 +235,18 @@ class Manifest(_Strict):
     engines: list[EngineTags] = Field(
         default_factory=list, description="Prebuilt TensorRT engines, used only on an exact match of their tags."
     )
+    classifier: ClassifierStage | None = Field(
+        default=None, description="A second stage: a classifier of each confirmed track's crop (optional)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_no_classifier(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``classifier`` key without a second stage: such a manifest stays readable by agents
+        older than the field (they refuse unknown keys)."""
+        data: dict[str, Any] = handler(self)
+        if self.classifier is None:
+            data.pop("classifier", None)
+        return data
 
     @field_validator("version")
     @classmethod
@@ -210,7 +257,8 @@ class Manifest(_Strict):
 
     @model_validator(mode="after")
     def _unique_paths(self) -> Manifest:
-        paths = [a.path for a in self.artifacts] + [f.path for f in self.files]
+        stage = self.classifier.artifacts if self.classifier is not None else []
+        paths = [a.path for a in [*self.artifacts, *stage]] + [f.path for f in self.files]
         if len(set(paths)) != len(paths):
             raise ValueError(f"artifact and file paths must be unique, got {paths}")
         return self
@@ -224,6 +272,17 @@ class Manifest(_Strict):
                 raise ValueError(f"engine {engine.path}: artifact {engine.artifact!r} is not an ONNX artifact")
             if engine.path not in files:
                 raise ValueError(f"engine {engine.path} must also be listed in files (its sha256 and size)")
+        return self
+
+    @model_validator(mode="after")
+    def _classifies_known_labels(self) -> Manifest:
+        if self.classifier is not None:
+            unknown = [label for label in self.classifier.for_labels if label not in self.labels]
+            if unknown:
+                raise ValueError(
+                    f"classifier.for names {', '.join(unknown)}, which the detector's labels "
+                    f"({', '.join(self.labels[:10])}) do not have"
+                )
         return self
 
     def to_bytes(self) -> bytes:

@@ -1,6 +1,7 @@
 """`edge-agent bench`: FPS, per-stage latency, dropped frames and peak memory of a model (``--workers
 auto`` measures 1 and 2 calls in flight, as the daemon's autotune does), or with ``--matrix`` the
 optimisation report of a bundle on this device: every way to run it, each row in its own process.
+``--classifier MODEL`` also measures a second stage: ms per classification of one tracked object.
 """
 
 from __future__ import annotations
@@ -59,11 +60,25 @@ def add_parser(commands: Any) -> None:
         help="the optimisation report of a bundle: every runtime x artifact / precision / provider / delegate "
         "on this device, each in its own process, with latency, FPS, peak RSS, energy and parity",
     )
+    bench.add_argument(
+        "--classifier",
+        type=Path,
+        metavar="MODEL",
+        help="also measure a second stage: this classifier (.onnx or .tflite) on crops of the synthetic scene's "
+        "shapes, one classification per tracked object (ms per classification)",
+    )
+    bench.add_argument(
+        "--crops",
+        type=positive_int,
+        default=CLASSIFIER_CROPS,
+        help=f"crops --classifier times (default {CLASSIFIER_CROPS})",
+    )
     bench.add_argument("--config", type=Path, help="device config (YAML) for the runtimes' settings (--matrix)")
     bench.add_argument("--json", action="store_true", help="print one JSON object (--matrix: a list of rows)")
 
 
 DEFAULT_MATRIX_FRAMES = 100
+CLASSIFIER_CROPS = 200
 
 
 AUTO_FRAMES = 15  # per variant, after the warm-up, for --workers auto
@@ -81,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         return bench_matrix(args)
     if not args.model.is_file():
         raise CliError(f"model file not found: {args.model}")
+    if args.classifier is not None and not args.classifier.is_file():
+        raise CliError(f"classifier model file not found: {args.classifier}")
     workers, measured = auto_workers(args.model, args.runtime) if args.workers == "auto" else (args.workers, {})
     runtime, choice = load_model(args.model, args.runtime, workers=workers)
     with runtime:
@@ -91,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     report["device"] = choice.device
     if measured:
         report["workers_auto_fps"] = measured
+    if args.classifier is not None:
+        report["classifier"] = classifier_cost(args.classifier, args.runtime, args.crops)
     if args.json:
         print(json.dumps(report))
         return 0
@@ -107,7 +126,63 @@ def run(args: argparse.Namespace) -> int:
     for stage, values in report["stages_ms"].items():
         print(f"    {stage:<12} p50 {values['p50']:7.2f} ms  p95 {values['p95']:7.2f} ms")
     print(f"  dropped {report['dropped']}   peak RSS {report['rss_mb']:.0f} MB")
+    if args.classifier is not None:
+        cost = report["classifier"]
+        ms = cost["ms_per_object"]
+        print(
+            f"  second stage {cost['model']} on {cost['runtime']}: {cost['crops']} crops, per tracked object "
+            f"p50 {ms['p50']:.2f} ms  p95 {ms['p95']:.2f} ms  mean {ms['mean']:.2f} ms"
+        )
     return 0
+
+
+def classifier_cost(model: Path, preference: Preference, count: int) -> dict[str, Any]:
+    """The second stage's cost: `model` (a classifier) on the best runtime here, timed on `count`
+    crops of the synthetic scene's shapes (each crop as the daemon cuts it from the frame with
+    the track's box, then `Classifier.classify`: preprocessing and inference), after a warm-up
+    of 5. Returns ``{"model", "runtime", "crops", "ms_per_object": {"p50", "p95", "mean"}}``."""
+    import time
+
+    import numpy as np
+    import numpy.typing as npt
+
+    from agent.serving.loader import load_model
+    from pipelines.decoding.classifier import Classifier
+    from pipelines.decoding.decoders import DecoderError
+    from pipelines.sources.synthetic import SyntheticScene
+    from pipelines.tracking.analytics import crop_box
+
+    runtime, choice = load_model(model, preference)
+    with runtime:
+        try:
+            classifier = Classifier(runtime)
+        except DecoderError as exc:
+            raise CliError(f"--classifier {model.name}: {exc}") from exc
+        crops: list[npt.NDArray[np.uint8]] = []
+        scene, index = SyntheticScene(seed=0), 0
+        while len(crops) < count + 5:
+            image, truth = scene.render(index)
+            shown = truth.detections.xyxy[truth.visible > 0.5]
+            crops += [crop_box(image, box) for box in shown]
+            index += 1
+        for crop in crops[:5]:
+            classifier.classify(crop)
+        times = []
+        for crop in crops[5 : count + 5]:
+            start = time.perf_counter()
+            classifier.classify(crop)
+            times.append((time.perf_counter() - start) * 1000)
+    ms = np.asarray(times)
+    return {
+        "model": model.name,
+        "runtime": choice.runtime,
+        "crops": len(times),
+        "ms_per_object": {
+            "p50": round(float(np.percentile(ms, 50)), 3),
+            "p95": round(float(np.percentile(ms, 95)), 3),
+            "mean": round(float(ms.mean()), 3),
+        },
+    }
 
 
 def _cell(value: Any, digits: int = 1) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, get_args
 from runtimes.base import Precision
 
 if TYPE_CHECKING:
-    from agent.bundles.archive import ArtifactNotes
+    from agent.bundles.archive import ArtifactNotes, ClassifierInput
     from agent.bundles.manifest import Manifest
 from agent.cli.args import device_config, positive_int, trust_arguments, unit_interval
 from agent.cli.failure import CliError
@@ -55,6 +55,7 @@ def add_parser(commands: Any) -> None:
     )
     build.add_argument("-o", "--out", type=Path, required=True, help="bundle file to write")
     add_threshold_arguments(build)
+    add_classifier_arguments(build)
     add_optimise_arguments(build)
     inspect = bundle_commands.add_parser("inspect", help="print a bundle's manifest summary")
     inspect.add_argument("bundle", type=Path)
@@ -92,6 +93,7 @@ def _bundle_build(args: argparse.Namespace) -> int:
     calibration = image_files(args.calibration, "calibration") if args.calibration else []
     key = load_private_key(args.key) if args.key else None
     engines = [_engine_file(path) for path in args.engine]
+    classifier = classifier_input(args)
     with tempfile.TemporaryDirectory(prefix="edge-agent-build-") as workdir:
         models, notes = prepare_models(args, calibration, Path(workdir))
         manifest = build_bundle(
@@ -107,9 +109,12 @@ def _bundle_build(args: argparse.Namespace) -> int:
             notes=notes,
             engines=engines,
             thresholds=DetectionThresholds(conf=args.conf, iou=args.iou, max_det=args.max_det),
+            classifier=classifier,
         )
     signed = "signed" if key else "unsigned"
     print(f"wrote {args.out}: {manifest.name} {manifest.version}, {len(manifest.artifacts)} artifact(s), {signed}")
+    if manifest.classifier is not None:
+        print(f"  second stage: {stage_line(manifest)}")
     return 0
 
 
@@ -162,7 +167,23 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
         print(f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes, sha256 {a.sha256[:16]}...")
     for line in agreement_table(manifest):
         print(line)
+    if manifest.classifier is not None:
+        print(f"  second stage: {stage_line(manifest)}")
+        for a in manifest.classifier.artifacts:
+            print(f"  classifier {a.path}: {a.format} {a.precision}, {a.size} bytes, sha256 {a.sha256[:16]}...")
     return 0
+
+
+def stage_line(manifest: Manifest) -> str:
+    """One line on the bundle's second stage: its classes, the labels it applies to, how often."""
+    stage = manifest.classifier
+    assert stage is not None
+    more = ", ..." if len(stage.labels) > 5 else ""
+    applies = ", ".join(stage.for_labels) if stage.for_labels else "every label"
+    return (
+        f"classifier of {len(stage.labels)} classes ({', '.join(stage.labels[:5])}{more}) "
+        f"for {applies}, every {stage.every_s:g} s"
+    )
 
 
 def _bundle_verify(args: argparse.Namespace) -> int:
@@ -224,6 +245,99 @@ def add_threshold_arguments(build: argparse.ArgumentParser) -> None:
         default=defaults.max_det,
         help=f"most detections kept per frame (default {defaults.max_det})",
     )
+
+
+def add_classifier_arguments(build: argparse.ArgumentParser) -> None:
+    """``--classifier``, ``--classify-labels``, ``--classify-for``, ``--classify-every``: the
+    bundle's second stage (docs/bundles.md)."""
+    group = build.add_argument_group(
+        "a second stage (a classifier of each confirmed track's crop; its class goes into the object events)"
+    )
+    group.add_argument(
+        "--classifier",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="a classification model (.onnx or .tflite, output (1, nc)); repeat for its variants, e.g. an int8 "
+        ".tflite the governor serves when the board runs hot",
+    )
+    group.add_argument(
+        "--classify-labels",
+        metavar="LABELS",
+        help="the classifier's labels: a,b,c or a labels file, one per line (default: the model's metadata)",
+    )
+    group.add_argument(
+        "--classify-for",
+        metavar="LABELS",
+        help="classify only tracks of these detector labels, e.g. person,car (default: every label)",
+    )
+    group.add_argument(
+        "--classify-every",
+        type=_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="classify each live track again after this many seconds (default 5; once when confirmed)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
+def _names(text: str) -> list[str]:
+    """``a,b,c`` -> the names, stripped (an empty one is kept, so that it is refused by name)."""
+    return [name.strip() for name in text.split(",")]
+
+
+def classifier_input(args: argparse.Namespace) -> ClassifierInput | None:
+    """The second stage `bundle build` was asked for (None without ``--classifier``); raises
+    `CliError` for a missing file, empty labels, or ``--classify-*`` without a classifier."""
+    from agent.bundles.archive import ClassifierInput
+    from pipelines.decoding.labels import Labels
+
+    if not args.classifier:
+        given = [f"--{n}" for n in ("classify-labels", "classify-for") if getattr(args, n.replace("-", "_"))]
+        if given:
+            raise CliError(f"{' and '.join(given)} need --classifier MODEL")
+        return None
+    for model in args.classifier:
+        if not model.is_file():
+            raise CliError(f"classifier model file not found: {model}")
+        if model.suffix not in (".onnx", ".tflite"):
+            raise CliError(f"classifier {model.name}: expected an .onnx or .tflite model")
+    if args.classify_labels is None:
+        labels = _metadata_labels(args.classifier[0])
+    elif Path(args.classify_labels).is_file():
+        parsed = Labels.from_file(Path(args.classify_labels))
+        labels = [parsed(i) for i in range(max(parsed.names) + 1)] if parsed.names else []
+        if not labels:
+            raise CliError(f"--classify-labels: the labels file {args.classify_labels} names no label")
+    else:
+        labels = _names(args.classify_labels)
+    if not labels or any(not label for label in labels):
+        raise CliError(f"--classify-labels: every label needs a name, got {args.classify_labels!r}")
+    wanted = _names(args.classify_for) if args.classify_for is not None else []
+    if any(not label for label in wanted):
+        raise CliError(f"--classify-for: every label needs a name, got {args.classify_for!r}")
+    return ClassifierInput(tuple(args.classifier), tuple(labels), tuple(wanted), args.classify_every)
+
+
+def _metadata_labels(model: Path) -> list[str]:
+    """The class names in a model's metadata, in class order; `CliError` when it has none."""
+    from runtimes.registry import load_runtime
+
+    with load_runtime("onnxruntime" if model.suffix == ".onnx" else "litert", model, warmup=False) as runtime:
+        names = runtime.metadata.names
+    if not names:
+        raise CliError(f"{model} has no class names in its metadata: give --classify-labels a,b,c or a file")
+    return [names.get(i, str(i)) for i in range(max(names) + 1)]
 
 
 def add_optimise_arguments(build: argparse.ArgumentParser) -> None:

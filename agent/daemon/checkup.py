@@ -79,6 +79,18 @@ def check_startable(config: AgentConfig) -> None:
         raise OSError(f"the state directory {config.state_dir} is not writable: {exc.strerror}") from exc
 
 
+def reloadable(path: Path) -> AgentConfig:
+    """The config at `path` if a SIGHUP may apply it: it loads, `check_startable` passes and
+    ``edge-agent config check`` finds no problem in its files (a missing video file or key).
+    Raises `ConfigError`, `BundleError` or `OSError` naming what is wrong; the running config
+    is left alone."""
+    config = load_config(path)
+    check_startable(config)
+    if problems := check_files(config):
+        raise ConfigError(f"{'; '.join(problems)} (edge-agent config check {path})")
+    return config
+
+
 def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.0) -> list[Finding]:
     """Every check, in order; `root` is where the board and the sensors are read (fake trees)."""
     fix = f"edge-agent config check {config_path} lists every problem with its line"

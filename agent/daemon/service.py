@@ -5,6 +5,9 @@
 (a path, or ``@name`` in the abstract namespace). Without that variable (not started by
 systemd) it does nothing. A send that fails is logged once and never stops the daemon.
 
+`run_until_signalled` is the main thread of ``edge-agent run``: it starts the daemon, tells
+READY, and waits for signals (SIGTERM / SIGINT stop, SIGHUP reloads) while ticking the watchdog.
+
 `Service` decides when: `tick` (from the main thread, every `tick_s`) pings the watchdog every
 half of ``$WATCHDOG_USEC`` only while the agent's `Health` is ok, so a hung camera or MQTT loop
 stops the pings and systemd restarts the service after ``WatchdogSec=``; it also keeps
@@ -16,9 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from agent.mqtt.link import MqttLink
 from agent.snapshot import Health
@@ -126,3 +132,42 @@ class Service:
             text = status() if health.ok else "hung: " + "; ".join(health.problems)
             self.notifier.send(f"STATUS={text}")
             self._next_status = now + STATUS_EVERY_S
+
+
+class Daemon(Protocol):
+    """What `run_until_signalled` drives (`agent.daemon.agent.Agent`)."""
+
+    link: MqttLink | None
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def reload(self) -> None: ...
+    def health(self) -> Health: ...
+    def service_status(self) -> str: ...
+
+
+def run_until_signalled(daemon: Daemon, service: Service | None = None) -> int:
+    """Start `daemon`, tell systemd READY, then wait on the main thread (signal handlers can only
+    be set there): SIGHUP reloads it (RELOADING, then READY again), SIGTERM or SIGINT stops it
+    (STOPPING); between signals `Service.tick` pings the watchdog while it is healthy. Returns
+    the exit status, 0."""
+    service = service or Service.from_environment()
+    stop, reload = threading.Event(), threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: reload.set())
+    daemon.start()
+    service.ready(daemon.link, daemon.service_status)
+    try:
+        while not stop.wait(service.tick_s):
+            if reload.is_set():
+                reload.clear()
+                service.reloading()
+                daemon.reload()
+                service.ready(daemon.link, daemon.service_status)
+            if service.notifier.enabled:
+                service.tick(daemon.health, daemon.service_status)
+    finally:
+        service.stopping()
+        daemon.stop()
+    return 0

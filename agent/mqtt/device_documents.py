@@ -402,6 +402,18 @@ class OutboxTelemetry(_Part):
 class EventTelemetry(_Part):
     published: int = 0
     suppressed: int = 0
+    classified: int = 0  # the second stage's crops classified
+    classify_dropped: int = 0  # and dropped, its queue full
+
+    @model_serializer(mode="wrap")
+    def _stage_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The second stage's counts only once it ran: a device without one publishes what it
+        published before them."""
+        data: dict[str, Any] = handler(self)
+        if not self.classified and not self.classify_dropped:
+            data.pop("classified", None)
+            data.pop("classify_dropped", None)
+        return data
 
 
 class LineCount(_Part):

@@ -89,6 +89,15 @@ class OutboxSender:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def started(self) -> bool:
+        """Between `start` and `stop`."""
+        return self._thread is not None
+
+    def stalled_s(self) -> float:
+        """How far the thread is past the turn it announced (seconds; 0: on time)."""
+        return max(0.0, self._monotonic() - self.loop_due)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self.loop_due = self._monotonic() + IDLE_S

@@ -25,8 +25,10 @@ each camera keeps now.
 
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
 ``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
-lightest artifact (or back), `halt` stops inference cleanly and `resume` starts it again. The
-governor's settings outlive restarts and deployments: a camera started later gets them too.
+lightest artifact (or back; the second stage's classifier too), `halt` stops inference cleanly
+and `resume` starts it again. The governor's settings outlive restarts and deployments: a
+camera started later gets them too. Each version activated hands the second stage
+(`agent.serving.classifying`) its classifier, or None.
 
 Thread safety: every method may be called from any thread (one lock around the pipelines).
 """
@@ -49,8 +51,9 @@ from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
 from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
 from agent.serving.camera_filter import Locate, camera_filter, dotted, in_force
+from agent.serving.classifying import ClassifyingStage
 from agent.serving.engine_builder import EngineBuilder
-from agent.serving.loader import Loaded, open_detector
+from agent.serving.loader import Loaded, open_classifier, open_detector
 from agent.snapshot import EngineStatus, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
 from pipelines.decoding.detector import CameraDetector, FrameDetector
@@ -140,8 +143,12 @@ class Cameras:
         options: CamerasSection | None = None,
         find_tools: Callable[[], CameraTools] = find_camera_tools,
         locate: Locate = dotted,
+        stage: ClassifyingStage | None = None,
     ) -> None:
+        """`stage` is the second stage: each version activated hands it the version's
+        classifier (its lightest artifact under the governor's `use_lighter`), or None."""
         self.sections, self.board, self.preference = list(sections), board, preference
+        self.stage = stage
         self._locate = locate
         self._filter_problems: dict[str, tuple[str, ...]] = {}  # per camera, for the version serving
         self._logged: set[str] = set()  # problems logged already (an activation repeats them)
@@ -206,6 +213,23 @@ class Cameras:
                     running.detector.close()
                 self._pipelines[section.name] = self._start(section, model, workers)
             self.version = version
+            self._serve_stage(version)
+
+    def _serve_stage(self, version: Path) -> None:
+        """Hand the second stage `version`'s classifier (lighter under the governor), or None
+        without one; a classifier that will not load here is logged and the stage left off (the
+        detector serves on: activation checked the classifier, so this is rare)."""
+        if self.stage is None:
+            return
+        if not self.sections:  # no camera: nothing to classify
+            self.stage.serve(None)
+            return
+        try:
+            loaded = open_classifier(version, self.board, self.preference, self.settings, self.lighter)
+        except BundleError as exc:
+            log.error("the second stage is off: %s", exc)
+            loaded = None
+        self.stage.serve(loaded)
 
     def _load(self, version: Path) -> list[Loaded]:
         """`version` loaded once for all cameras (``share_model``, the default), or once per
@@ -384,9 +408,13 @@ class Cameras:
         if version is not None:
             self.activate(version)
 
+    def labels(self) -> list[str]:
+        """The serving version's class names, by class id (none while nothing is served)."""
+        return self.manifest.labels if self.manifest else []
+
     def label(self, class_id: int) -> str:
         """The serving version's name for `class_id` (snapshots show names, not numbers)."""
-        labels = self.manifest.labels if self.manifest else []
+        labels = self.labels()
         return labels[class_id] if 0 <= class_id < len(labels) else str(class_id)
 
     def stop(self) -> None:

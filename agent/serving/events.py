@@ -13,6 +13,10 @@ per object event (docs/analytics.md, docs/mqtt.md):
   ``duration_s``, the zones visited with their dwell, the lines crossed, and with
   ``events.snapshots`` a JPEG crop of its best frame.
 
+With a bundle's second stage (`agent.serving.classifying`), every tracked object of a frame is
+offered to it, and each event carries the object's latest class (``classification``); a new
+answer is news for an ``update``.
+
 An object makes one ``start`` and one ``end``, never one per frame. Each event is an
 `agent.event_values.ObjectEvent` handed to `publish`; the daemon turns it into JSON. Threads: `handle` runs on
 each camera's inference thread, in frame order (the pipeline's sinks); `counts` and the
@@ -32,8 +36,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from agent.config.models import EventsSection, PipelineSection
-from agent.event_values import LineCrossing, ObjectEvent, ObjectEventKind
+from agent.event_values import LineCrossing, ObjectClass, ObjectEvent, ObjectEventKind
+from agent.serving.classifying import ClassifyingStage
 from pipelines.annotate import encode_jpeg
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
@@ -87,7 +94,7 @@ class _Announced:
 
     object_id: str
     last_sent: float
-    said: tuple[float, int, int]  # best score, zones entered, lines crossed
+    said: tuple[float, int, int, ObjectClass | None]  # best score, zones entered, lines crossed, the class
 
 
 class EventSink:
@@ -103,11 +110,15 @@ class EventSink:
         sections: Sequence[PipelineSection] = (),
         wall: Callable[[], float] = time.time,
         counted: Callable[[], None] = lambda: None,
+        stage: ClassifyingStage | None = None,
     ) -> None:
         """`counted` is called (on the camera's inference thread) after a frame changed a line
-        or zone total, so the daemon can keep them."""
+        or zone total, so the daemon can keep them. `stage`, the second stage, is offered every
+        tracked object of each frame (it decides which to classify) and its answers go on the
+        objects' events (an answer that is new is news for an ``update``)."""
         self.settings, self._labels, self._publish, self._wall = settings, labels, publish, wall
         self._counted = counted
+        self.stage = stage
         self._scenes = {s.name: scene_for(s, self.label, settings.enabled and settings.snapshots) for s in sections}
         self._announced: dict[tuple[str, int], _Announced] = {}
         self._lock = threading.Lock()
@@ -183,9 +194,19 @@ class EventSink:
         step = scene.update(frame, detections)
         if step.crossings or step.entered:
             self._counted()
-        if not self.settings.enabled:
-            return
         ids = step.detections.tracker_id
+        if self.stage is not None and self.stage.active and ids is not None:
+            for i in np.flatnonzero(ids >= 0):
+                # the track's label (its best detection's, what its events say) picks the
+                # classifier's ``for``; the crop is this frame's box
+                tracked = scene.record(int(ids[i]))
+                class_id = tracked.class_id if tracked is not None else int(step.detections.class_id[i])
+                box = step.detections.xyxy[i].tolist()
+                self.stage.offer(pipeline, int(ids[i]), self.label(class_id), frame.image, box)
+        if not self.settings.enabled:
+            for gone in step.ended:
+                self._forget(pipeline, gone.track_id)
+            return
         for track_id in sorted({int(t) for t in ids if t >= 0} if ids is not None else ()):
             record = scene.record(track_id)
             if record is not None:
@@ -194,10 +215,18 @@ class EventSink:
             announced = self._announced.pop((pipeline, record.track_id), None)
             if announced is not None:
                 self._send("end", pipeline, record, announced.object_id)
+            self._forget(pipeline, record.track_id)
+
+    def _forget(self, pipeline: str, track_id: int) -> None:
+        if self.stage is not None:
+            self.stage.forget(pipeline, track_id)
+
+    def _class_of(self, pipeline: str, track_id: int) -> ObjectClass | None:
+        return self.stage.result(pipeline, track_id) if self.stage is not None else None
 
     def _live(self, pipeline: str, frame: Frame, record: TrackRecord) -> None:
         key, now = (pipeline, record.track_id), frame.timestamp
-        news = (record.best_score, len(record.zones), len(record.lines))
+        news = (record.best_score, len(record.zones), len(record.lines), self._class_of(pipeline, record.track_id))
         announced = self._announced.get(key)
         if announced is None:
             wanted = not self.settings.labels or self.label(record.class_id) in self.settings.labels
@@ -234,6 +263,7 @@ class EventSink:
             zones=record.zones,
             lines=tuple(LineCrossing(line, direction) for line, direction in record.lines),
             snapshot_jpeg=crop,
+            classification=self._class_of(pipeline, record.track_id),
         )
         with self._lock:
             self.published += 1
@@ -248,3 +278,4 @@ class EventSink:
                 announced = self._announced.pop((pipeline, record.track_id), None)
                 if announced is not None and self.settings.enabled:
                     self._send("end", pipeline, record, announced.object_id)
+                self._forget(pipeline, record.track_id)

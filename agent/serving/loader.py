@@ -1,4 +1,5 @@
-"""Loading a model to serve: an installed version (`open_detector`, for the cameras) or a bare
+"""Loading a model to serve: an installed version (`open_detector`, for the cameras; its second
+stage's classifier, `open_classifier`) or a bare
 model file (`load_model`, for ``edge-agent detect`` and ``bench``), on the best runtime of this
 board that loads it (`runtimes.selection`), falling back to the next when one fails. What a
 backend is (its settings, how autotune's choice applies to them) comes from its registry entry
@@ -13,10 +14,11 @@ from pathlib import Path
 from agent.bundles.archive import read_manifest
 from agent.bundles.engine_settings import version_settings
 from agent.bundles.installer import runtime_choices
-from agent.bundles.manifest import Manifest
+from agent.bundles.manifest import ClassifierStage, Manifest
 from agent.bundles.tuning import Tuning
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board, probe
+from pipelines.decoding.classifier import Classifier
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
@@ -146,6 +148,62 @@ def lightest_first(choices: list[Choice]) -> list[Choice]:
         why = f"{first.reason}; the lighter {first.artifact.precision} artifact, for the governor"
         ranked[0] = Choice(first.runtime, first.artifact, first.device, why)
     return ranked
+
+
+@dataclass(frozen=True)
+class LoadedClassifier:
+    """A version's second stage loaded for serving: the classifier, its section of the manifest
+    (labels, the detector labels it applies to, `every_s`) and the runtime choice that loaded it."""
+
+    classifier: Classifier
+    stage: ClassifierStage
+    choice: Choice
+
+    def close(self) -> None:
+        self.classifier.runtime.close()
+
+
+def open_classifier(
+    folder: Path,
+    board: Board,
+    preference: Preference = "auto",
+    settings: RuntimeSettings | None = None,
+    lighter: bool = False,
+) -> LoadedClassifier | None:
+    """An installed version's second stage, loaded on the best runtime here that loads it (with
+    `lighter`, the governor's choice, its lightest artifact first, as for the detector); None when
+    the version has no classifier. Raises `BundleError` ``NO_RUNTIME`` when none loads,
+    ``CLASSIFIER_MISMATCH`` when the model is not a classifier of the manifest's labels."""
+    _, manifest = read_manifest(folder)
+    stage = manifest.classifier
+    if stage is None:
+        return None
+    settings = version_settings(settings or RuntimeSettings(), manifest)
+    choices = runtime_choices(folder, manifest, board, preference, stage.artifacts)
+    if lighter:
+        choices = lightest_first(choices)
+    failures = []
+    for choice in choices:
+        path = Path(choice.artifact.path)
+        try:
+            runtime = load_runtime_checked(choice.runtime, path, settings.config_for(choice.runtime))
+        except (RuntimeUnavailable, ModelLoadError, RuntimeCrashed) as exc:
+            failures.append(f"{choice.runtime}: {exc}")
+            continue
+        try:
+            classifier = Classifier(runtime)
+        except DecoderError as exc:
+            runtime.close()
+            raise BundleError(ErrorCode.CLASSIFIER_MISMATCH, f"classifier {path.name}: {exc}") from exc
+        if classifier.num_classes != len(stage.labels):
+            runtime.close()
+            raise BundleError(
+                ErrorCode.CLASSIFIER_MISMATCH,
+                f"classifier {path.name} gives {classifier.num_classes} scores for {len(stage.labels)} labels",
+            )
+        log.info("second stage: classifier %s on %s (%s)", path.name, choice.runtime, choice.reason)
+        return LoadedClassifier(classifier, stage, choice)
+    raise BundleError(ErrorCode.NO_RUNTIME, f"no runtime could load the classifier of {folder}: " + "; ".join(failures))
 
 
 def load_model(

@@ -81,6 +81,14 @@ class SnapshotCollector(Collector):
         yield CounterMetricFamily(
             "edge_agent_events_suppressed", "Object updates held back by events.min_interval_s.", s.events.suppressed
         )
+        yield CounterMetricFamily(
+            "edge_agent_classifications", "The second stage's crops classified.", s.events.classified
+        )
+        yield CounterMetricFamily(
+            "edge_agent_classifications_dropped",
+            "The second stage's crops dropped, its queue full (the oldest each time).",
+            s.events.classify_dropped,
+        )
         yield from self._analytics(s)
 
     def _analytics(self, s: AgentSnapshot) -> Iterator[Metric]:

@@ -83,7 +83,10 @@ class CameraCounts:
     tracks: int
 
 
-def _crop(image: npt.NDArray[np.uint8], box: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
+def crop_box(image: npt.NDArray[np.uint8], box: npt.NDArray[np.float32] | Sequence[float]) -> npt.NDArray[np.uint8]:
+    """The pixels of `image` ``(H, W, C)`` inside xyxy `box` (frame pixels; outward to whole
+    pixels, clipped to the image), as a copy: the events' snapshots and the second stage's crops.
+    Empty (a zero-sized axis) when the box lies outside the image."""
     height, width = image.shape[:2]
     x1, y1 = max(int(box[0]), 0), max(int(box[1]), 0)
     x2, y2 = min(int(np.ceil(box[2])), width), min(int(np.ceil(box[3])), height)
@@ -153,7 +156,7 @@ class SceneAnalytics:
                 best_box=(float(box[0]), float(box[1]), float(box[2]), float(box[3])),
                 best_frame=frame.index,
                 lines=() if record is None else record.lines,
-                crop=_crop(frame.image, box) if self.keep_crops else None,
+                crop=crop_box(frame.image, box) if self.keep_crops else None,
             )
             self._records[track_id] = best
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -432,3 +433,20 @@ def test_rollback_without_a_broker_switches_the_store_and_serves_the_previous_ve
             wait_until(lambda: agent.snapshot().cameras[0].runtime == "onnxruntime", 30, "the camera on 1.0.0")
             again = http(url + "/api/rollback", "POST", AUTH, b"{}")
             assert again.status == 200 and again.json()["deployment"]["version"] == "1.1.0", "back and forth"
+
+
+def test_the_event_list_shows_the_second_stages_class(served: Served, chromium: Chromium) -> None:
+    """An object event with a second stage's class lists it after the label (the page's own
+    `renderEvents`, in the browser, on the `events` topic's documents)."""
+    page = chromium.page()
+    page.headers(AUTH)
+    page.open(served.url + "/")
+    assert page.wait_for("(t => t !== 'edge-agent' && t)(document.getElementById('device').textContent)") == "page-1"
+    base = {"ts": 1764528000, "pipeline": "gate", "track_id": 7, "type": "update", "confidence": 0.91}
+    classified = {**base, "label": "person", "classification": {"label": "helmet", "class_id": 0, "score": 0.97}}
+    plain = {**base, "label": "car", "track_id": 8}
+    rows = page.evaluate(
+        f"(() => {{ renderEvents({json.dumps([plain, classified])});"
+        " return [...document.getElementById('events').tBodies[0].rows].map(r => r.cells[1].textContent); })()"
+    )
+    assert rows[0] == "gate: person → helmet #7 update (0.91)" and rows[1] == "gate: car #8 update (0.91)"

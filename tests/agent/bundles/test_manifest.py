@@ -57,3 +57,47 @@ def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
 def test_exported_schema_is_current() -> None:
     """docs/manifest.schema.json is regenerated with `python -m agent.bundles.manifest`."""
     assert (REPO / "docs" / "manifest.schema.json").read_text() == schema_json()
+
+
+STAGE = {
+    "artifacts": [{"path": "c.onnx", "format": "onnx", "precision": "fp32", "sha256": "c" * 64, "size": 5}],
+    "labels": ["helmet", "no helmet"],
+    "for": ["person"],
+    "every_s": 2.5,
+}
+
+
+def test_an_older_manifest_without_a_second_stage_stays_valid_and_writes_no_classifier_key() -> None:
+    manifest = Manifest.model_validate(GOOD)
+    assert manifest.classifier is None
+    assert "classifier" not in json.loads(manifest.to_bytes()), "agents older than the field refuse unknown keys"
+
+
+def test_a_second_stage_round_trips_with_its_for_key() -> None:
+    manifest = Manifest.model_validate({**GOOD, "classifier": STAGE})
+    stage = manifest.classifier
+    assert stage is not None and stage.for_labels == ["person"] and stage.every_s == 2.5
+    written = json.loads(manifest.to_bytes())["classifier"]
+    assert written["for"] == ["person"] and "for_labels" not in written
+    assert Manifest.model_validate(json.loads(manifest.to_bytes())) == manifest
+    defaults = Manifest.model_validate({**GOOD, "classifier": {k: STAGE[k] for k in ("artifacts", "labels")}})
+    assert (
+        defaults.classifier is not None and defaults.classifier.for_labels == [] and defaults.classifier.every_s == 5.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"for": ["dog"]}, "classifier.for names dog, which the detector's labels"),
+        ({"labels": []}, "labels"),
+        ({"labels": ["helmet", " "]}, "classifier labels must not be empty"),
+        ({"every_s": 0}, "every_s"),
+        ({"artifacts": []}, "artifacts"),
+        ({"artifacts": [{**STAGE["artifacts"][0], "path": "m.onnx"}]}, "must be unique"),  # the detector's file
+        ({"model": "c.onnx"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_second_stages_name_the_field(change: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Manifest.model_validate({**GOOD, "classifier": {**STAGE, **change}})

@@ -118,3 +118,26 @@ def test_bench_on_gst_and_ffmpeg_sources(gst: str, ffmpeg: str, tmp_path: Path, 
     assert json.loads(capsys.readouterr().out)["frames"] == 20
     assert main(["bench", model, "--source", "gst:filesrc location=/nowhere.mp4 ! decodebin"]) == 1
     assert "gst-launch-1.0 exited with code" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("classifier", ["demo_classify.onnx", "demo_classify_int8.tflite"])
+def test_bench_measures_the_second_stage_per_tracked_object(capsys, classifier: str) -> None:
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    argv = ["bench", model, "--mode", "runtime", "--frames", "5", "--workers", "1"]
+    assert main([*argv, "--classifier", str(DEMO_MODELS / classifier), "--crops", "12", "--json"]) == 0
+    cost = json.loads(capsys.readouterr().out)["classifier"]
+    assert cost["model"] == classifier and cost["crops"] == 12
+    assert cost["runtime"] == ("onnxruntime" if classifier.endswith(".onnx") else "litert")
+    ms = cost["ms_per_object"]
+    assert 0 < ms["p50"] <= ms["p95"] and ms["mean"] > 0
+    assert main([*argv, "--classifier", str(DEMO_MODELS / classifier), "--crops", "3"]) == 0
+    assert f"second stage {classifier} on " in capsys.readouterr().out
+
+
+def test_bench_refuses_a_detector_as_the_classifier(capsys) -> None:
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    argv = ["bench", model, "--mode", "runtime", "--frames", "3", "--workers", "1", "--classifier", model]
+    assert main(argv) == 1
+    assert "--classifier demo_detector.onnx: a classifier gives one output of class scores" in capsys.readouterr().err
+    assert main([*argv[:-1], "missing.onnx"]) == 1
+    assert "classifier model file not found: missing.onnx" in capsys.readouterr().err

@@ -139,7 +139,7 @@ def test_a_cameras_classes_come_before_tracking_counting_and_events_and_a_reload
     agent = Agent(load_config(path), probe(), config_path=path)
 
     def labels(camera: str) -> set[object]:
-        return {e.label for e in list(agent.recent_events) if isinstance(e, ObjectEvent) and e.pipeline == camera}
+        return {e.label for e in list(agent.outgoing.recent) if isinstance(e, ObjectEvent) and e.pipeline == camera}
 
     def zone(camera: str) -> int:
         return next(c for c in agent.events.counts() if c.camera == camera).zones[0].total
@@ -205,3 +205,55 @@ def test_sighup_refuses_a_config_that_config_check_finds_a_problem_in(broker: Br
 
     wait_until(lambda: len(starts()) == 2, 30, "the good config applied")
     assert starts() == ["1", "2"], "the config with the missing file never ran"
+
+
+def test_the_classify_thread_runs_with_the_agent_and_counts_in_health(tmp_path: Path, keys: dict[str, Path]) -> None:
+    """The second stage's ``classify`` thread starts with the agent (with or without a bundle),
+    classifies what it is offered (counted in the snapshot, telemetry and /metrics), and
+    `health()` names it when it ended while the agent runs."""
+    import threading
+
+    import numpy as np
+    from prometheus_client import generate_latest
+    from testkit.classifying import demo_classifier
+
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+    from agent.daemon.documents import telemetry_payload
+    from agent.web.metrics import metrics_registry
+
+    config = AgentConfig.model_validate(
+        {"device": {"id": "cls-1"}, "state_dir": str(tmp_path / "state"), "trust_keys": [str(keys["public"])]}
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        assert "classify" in {t.name for t in threading.enumerate()}
+        assert agent.health().ok
+        stage = agent.classifying
+        stage.serve(demo_classifier())  # as a version with a second stage would
+        image = np.full((480, 640, 3), 40, np.uint8)
+        for track_id in range(3):
+            assert stage.offer("cam0", track_id, "circle", image, [10.0, 10.0, 60.0, 60.0])
+        wait_until(lambda: stage.counts().classified + stage.counts().dropped == 3, 30, "three crops handled")
+        counts = agent.snapshot().events
+        assert (counts.classified, counts.classify_dropped) == (stage.classified, stage.dropped)
+        assert counts.classified >= 1
+        telemetry = json.loads(telemetry_payload(agent.snapshot()))["events"]
+        assert (telemetry["classified"], telemetry["classify_dropped"]) == (counts.classified, counts.classify_dropped)
+        metrics = generate_latest(metrics_registry(agent.snapshot, agent.health)).decode()
+        assert f"edge_agent_classifications_total {float(counts.classified)}" in metrics
+        assert f"edge_agent_classifications_dropped_total {float(counts.classify_dropped)}" in metrics
+        thread = stage._thread
+        assert thread is not None
+        with stage._cond:  # as if it had died: its loop is told to end, the agent is not stopping it
+            stage._stopping = True
+            stage._cond.notify_all()
+        thread.join()
+        stage._stopping = False
+        assert agent.health().problems == (
+            "the classify thread (the second stage) is not running: its thread is not running",
+        )
+    finally:
+        agent.stop()
+    assert "classify" not in {t.name for t in threading.enumerate()}

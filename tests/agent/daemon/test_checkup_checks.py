@@ -21,8 +21,9 @@ from agent.daemon.checkup import (
     check_sensors,
     check_startable,
     check_state_dir,
+    reloadable,
 )
-from agent.errors import BundleError
+from agent.errors import BundleError, ConfigError
 from agent.snapshot import DeploymentStatus, Health
 from agent.web.controls import AgentControls
 from agent.web.server import StatusServer
@@ -114,3 +115,24 @@ def test_the_running_agent_s_verdict_from_its_healthz() -> None:
         server.stop()
     gone = check_running_agent(StatusPageSection(listen=f"127.0.0.1:{port}"), timeout_s=2)
     assert gone.status == "warn" and "no agent answers" in gone.message and "journalctl" in gone.fix
+
+
+def test_a_sighup_applies_only_a_config_that_loads_starts_and_has_its_files(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "clip.avi", 3, size=(160, 120))
+    path = tmp_path / "agent.yaml"
+
+    def text(source: Path) -> str:
+        head = f"state_dir: {tmp_path / 'state'}\nallow_unsigned: true\n"
+        return head + f"pipelines:\n  - {{name: door, source: '{source}'}}\n"
+
+    path.write_text(text(video))
+    assert reloadable(path).pipelines[0].source == str(video)
+    path.write_text(text(tmp_path / "gone.avi"))
+    with pytest.raises(ConfigError, match=rf"gone\.avi.*edge-agent config check {path}"):
+        reloadable(path)
+    path.write_text("pipelines: {not: a list}\n")
+    with pytest.raises(ConfigError):
+        reloadable(path)
+    path.write_text(text(video) + f"trust_keys: [{tmp_path / 'missing.pub'}]\n")
+    with pytest.raises((ConfigError, BundleError), match=r"missing\.pub"):
+        reloadable(path)

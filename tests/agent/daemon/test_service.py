@@ -19,7 +19,7 @@ from testkit.bundles import install_versions
 from testkit.camera_stream import MjpegStream
 from testkit.net import wait_until
 
-from agent.daemon.service import Notifier, Service, watchdog_interval_s
+from agent.daemon.service import Notifier, Service, run_until_signalled, watchdog_interval_s
 from agent.snapshot import Health
 
 
@@ -179,3 +179,49 @@ def test_the_notifier_sends_datagrams_to_a_socket_path_or_an_abstract_name(tmp_p
         assert server.recv(4096) == b"READY=1\nSTATUS=up"
     Notifier(str(tmp_path / "gone")).send("WATCHDOG=1")  # logged, never raised
     assert not Notifier.from_environment({}).enabled
+
+
+class Signalled:
+    """A daemon for `run_until_signalled` that notes what it was asked, and sends the main
+    thread its next signal from a thread once it reached each step (SIGHUP after the start,
+    SIGTERM after the reload)."""
+
+    link = None
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def _then(self, call: str, signum: signal.Signals | None) -> None:
+        self.calls.append(call)
+        if signum is not None:
+            threading.Thread(target=signal.raise_signal, args=(signum,)).start()
+
+    def start(self) -> None:
+        self._then("start", signal.SIGHUP)
+
+    def reload(self) -> None:
+        self._then("reload", signal.SIGTERM)
+
+    def stop(self) -> None:
+        self._then("stop", None)
+
+    def health(self) -> Health:
+        self.calls.append("health")
+        return Health(True)
+
+    def service_status(self) -> str:
+        return "serving"
+
+
+def test_the_main_thread_reloads_on_sighup_and_stops_on_sigterm() -> None:
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    daemon, notifier = Signalled(), Recorder()
+    try:
+        assert run_until_signalled(daemon, Service(notifier, watchdog_s=None)) == 0
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert [c for c in daemon.calls if c != "health"] == ["start", "reload", "stop"]
+    sent = [lines[0] for _, lines in notifier.sent]
+    assert sent[0] == "READY=1" and sent[-1] == "STOPPING=1"
+    assert sent[sent.index("RELOADING=1") + 1] == "READY=1", "ready again after the reload"

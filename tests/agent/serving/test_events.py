@@ -6,23 +6,14 @@ import base64
 
 import cv2
 import numpy as np
-from testkit.events import BLANK, FPS, camera
+from testkit.events import BLANK, FPS, camera, run, square
 
 from agent.config.models import EventsSection
 from agent.event_values import LineCrossing, ObjectEvent
 from agent.serving.events import EventSink
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
-from pipelines.sources.synthetic import CLASS_NAMES
-
-
-def square(x: float, y: float, score: float = 0.9, class_id: int = 0) -> Detections:
-    return Detections.from_arrays([[x - 20, y - 20, x + 20, y + 20]], [score], [class_id])
-
-
-def run(sink: EventSink, frames: list[Detections], image: np.ndarray = BLANK) -> None:
-    for index, detections in enumerate(frames):
-        sink.handle("cam0", Frame(index, index / FPS, image), detections)
+from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
 
 
 def test_one_start_updates_at_most_every_interval_and_one_end() -> None:
@@ -111,3 +102,48 @@ def test_totals_of_lines_no_longer_configured_are_left_out() -> None:
     sink.restore([SavedTotal("cam0", "line", "gone", 9, 9), SavedTotal("cam9", "line", "door", 7, 7),
                   SavedTotal("cam0", "zone", "bay", 4, 0)], since=1.0)  # fmt: skip
     assert [(t.kind, t.name, t.a, t.b) for t in sink.totals()] == [("line", "door", 0, 0), ("zone", "bay", 4, 0)]
+
+
+def test_the_second_stages_class_goes_on_the_objects_events() -> None:
+    """A shape of the synthetic scene stands still; the stage (the demo classifier, real ONNX
+    Runtime) is stepped by hand between frames: the start goes out before any answer, the
+    answer is news for an update, and the end carries it; the stage forgets the track."""
+    from testkit.classifying import demo_stage
+
+    image, truth = SyntheticScene(num_shapes=5, seed=340_001).render(2)
+    shown = int(np.flatnonzero(truth.visible > 0.9)[0])
+    box, cls = truth.detections.xyxy[shown], int(truth.detections.class_id[shown])
+    found = Detections.from_arrays([box], [0.9], [cls])
+    events: list[ObjectEvent] = []
+    stage, clock = demo_stage()
+    sink = EventSink(
+        EventsSection(min_interval_s=0.0), lambda: list(CLASS_NAMES), events.append, [camera()], stage=stage
+    )
+    try:
+        sink.handle("cam0", Frame(0, 0.0, image), found)
+        sink.handle("cam0", Frame(1, 1 / FPS, image), found)  # confirmed: start, its crop queued
+        assert [e.kind for e in events] == ["start"] and events[0].classification is None
+        assert "classification" not in events[0].to_json()
+        assert stage.waiting() == [("cam0", events[0].track_id)]
+        assert stage.step()
+        clock.now += 1.0  # before every_s (5 s): not asked again
+        sink.handle("cam0", Frame(2, 2 / FPS, image), found)
+        assert stage.waiting() == []
+        update = events[-1]
+        assert update.kind == "update" and update.classification is not None
+        assert update.classification.label == CLASS_NAMES[cls]
+        document = update.to_json()["classification"]
+        assert document == {"label": CLASS_NAMES[cls], "class_id": cls, "score": round(update.classification.score, 4)}
+        sink.handle("cam0", Frame(3, 3 / FPS, image), found)
+        assert len(events) == 2, "the same answer again is no news"
+        clock.now += 4.0  # 5 s since it was asked: again
+        sink.handle("cam0", Frame(4, 4 / FPS, image), found)
+        assert len(stage.waiting()) == 1
+        run_empty = [Detections.empty()] * 8
+        for index, detections in enumerate(run_empty, start=5):
+            sink.handle("cam0", Frame(index, index / FPS, image), detections)
+        end = events[-1]
+        assert end.kind == "end" and end.classification == update.classification
+        assert stage.held() == 0, "the stage forgets the ended track"
+    finally:
+        stage.stop()

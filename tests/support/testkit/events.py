@@ -1,10 +1,14 @@
-"""The object-event tests' camera: 15 FPS, a blank frame, a pipeline section with a door line and a bay zone."""
+"""The object-event tests' camera: 15 FPS, a blank frame, a pipeline section with a door line and
+a bay zone; `square` detections and `run`, which hands frames of them to an `EventSink`."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from agent.config.models import PipelineSection
+from agent.serving.events import EventSink
+from pipelines.decoding.detections import Detections
+from pipelines.sources.frames import Frame
 
 FPS = 15.0
 
@@ -23,3 +27,14 @@ def camera(**extra: object) -> PipelineSection:
             **extra,
         }
     )
+
+
+def square(x: float, y: float, score: float = 0.9, class_id: int = 0) -> Detections:
+    """One 40-pixel square centred on (`x`, `y`)."""
+    return Detections.from_arrays([[x - 20, y - 20, x + 20, y + 20]], [score], [class_id])
+
+
+def run(sink: EventSink, frames: list[Detections], image: np.ndarray = BLANK) -> None:
+    """Each of `frames` to `sink` as camera ``cam0``'s next frame at `FPS`."""
+    for index, detections in enumerate(frames):
+        sink.handle("cam0", Frame(index, index / FPS, image), detections)

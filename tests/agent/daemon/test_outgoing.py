@@ -1,0 +1,133 @@
+"""`agent.daemon.outgoing`: what the device sends, over a real mosquitto and a real outbox file:
+events naming the device, with their snapshot kept on disk in place of the crop, a deployment
+step reported once, telemetry with the status from one snapshot, nothing sent without a broker,
+and the outbox sender's thread as `health()` sees it (injected monotonic clock)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from testkit import snapshots
+from testkit.broker import Broker, Watcher
+from testkit.net import wait_until
+from testkit.transfer import link_to
+
+from agent.bundles.record import Deployment, State
+from agent.config.models import MediaSection, OutboxSection
+from agent.daemon.media import MediaStore
+from agent.daemon.outgoing import SENDER, Outgoing
+from agent.errors import CodedError, ErrorCode
+from agent.event_values import ObjectEvent
+from agent.mqtt.outbox import Outbox
+from agent.mqtt.outbox_sender import OutboxSender
+from agent.mqtt.protocol import Topics
+from agent.snapshot import LoopState
+
+TOPICS = Topics("edge")
+EVENTS, REPORTS = TOPICS.events("d1"), TOPICS.deployments("d1")
+TELEMETRY, STATUS = TOPICS.telemetry("d1"), TOPICS.status("d1")
+CROP = b"\xff\xd8 a jpeg crop \xff\xd9"
+
+
+def _event(object_id: str = "0123456789abcdef", crop: bytes | None = CROP) -> ObjectEvent:
+    return ObjectEvent(
+        "end", 1.0, "cam0", object_id, 7, "person", 0, 0.9, (1.0, 2.0, 3.0, 4.0), 12, 0.8, snapshot_jpeg=crop
+    )
+
+
+def test_without_a_broker_events_fill_the_page_s_list_and_the_media_store_only(tmp_path: Path) -> None:
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    media = MediaStore(tmp_path / "media", MediaSection())
+    outgoing = Outgoing("d1", TOPICS, outbox, snapshots.snapshot, media=media)
+    outgoing.event(_event())
+    outgoing.telemetry()
+    outgoing.deployment_report(Deployment("dep-1", "ab" * 32))
+    (listed,) = outgoing.recent
+    assert isinstance(listed, ObjectEvent)
+    assert (listed.snapshot_jpeg, listed.snapshot) == (None, "0123456789abcdef.jpg"), "named, not carried"
+    assert outgoing.media_jpeg("0123456789abcdef") == CROP
+    assert outbox.stats().messages == 0, "nothing queued to send without a broker"
+    with pytest.raises(CodedError) as refused:
+        outgoing.media_jpeg("fedcba9876543210")
+    assert refused.value.code is ErrorCode.NO_MEDIA
+    outbox.close()
+
+
+def test_without_a_media_store_the_crop_stays_in_the_event(tmp_path: Path) -> None:
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    outgoing = Outgoing("d1", TOPICS, outbox, snapshots.snapshot)
+    outgoing.event(_event())
+    (listed,) = outgoing.recent
+    assert isinstance(listed, ObjectEvent) and listed.snapshot is None and listed.snapshot_jpeg is None
+    with pytest.raises(CodedError, match="no snapshot"):
+        outgoing.media_jpeg("0123456789abcdef")
+    outbox.close()
+
+
+def test_events_reports_and_telemetry_reach_the_broker_through_the_outbox(tmp_path: Path, broker: Broker) -> None:
+    watcher = Watcher(broker, [EVENTS, REPORTS, TELEMETRY, STATUS])
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    link = link_to(broker.url).start()
+    sender = OutboxSender(outbox, link, OutboxSection(send_rate=1000))
+    media = MediaStore(tmp_path / "media", MediaSection())
+    outgoing = Outgoing("d1", TOPICS, outbox, lambda: snapshots.snapshot(device="d1"), link, sender, media)
+    sender.start()
+    try:
+        assert link.wait_connected(10)
+        outgoing.event(_event())
+        deployment = Deployment("dep-1", "ab" * 32)
+        outgoing.deployment_report(deployment)
+        outgoing.deployment_report(deployment)  # the same step again: not reported twice
+        deployment.to(State.VERIFYING)
+        outgoing.deployment_report(deployment)
+        outgoing.telemetry()
+        wait_until(lambda: len(watcher.all_json(REPORTS)) >= 2 and watcher.all_json(TELEMETRY), 30, "the messages")
+        wait_until(lambda: outbox.stats().messages == 0, 10, "the outbox to forget what was acknowledged")
+        (event,) = watcher.all_json(EVENTS)
+        assert event["device"] == "d1" and {"msg_id", "seq"} <= set(event), "the device's, with the outbox's ids"
+        assert event["snapshot"] == "0123456789abcdef.jpg" and "snapshot_jpeg" not in event
+        assert [r["state"] for r in watcher.all_json(REPORTS)] == ["QUEUED", "VERIFYING"], "each step once"
+        assert watcher.json(STATUS)["device"] == "d1", "telemetry brings the status along"
+    finally:
+        sender.stop()
+        link.stop()
+        watcher.close()
+        outbox.close()
+
+
+class Ticks:
+    """An injected monotonic clock (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_sender_s_thread_as_health_sees_it(tmp_path: Path, broker: Broker, monkeypatch) -> None:
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    assert Outgoing("d1", TOPICS, outbox, snapshots.snapshot).loop() == LoopState(SENDER), "no broker, no sender"
+    link, ticks = link_to(broker.url), Ticks()
+    sender = OutboxSender(outbox, link, OutboxSection(), monotonic=ticks)
+    sender.loop_due, ticks.now = 100.0, 112.5
+    assert sender.stalled_s() == 12.5, "seconds past the turn it announced"
+    ticks.now = 99.0
+    assert sender.stalled_s() == 0.0, "before it: on time"
+    outgoing = Outgoing("d1", TOPICS, outbox, snapshots.snapshot, link, sender)
+    assert outgoing.loop() == LoopState(SENDER), "not started yet: nothing to say"
+    sender.start()
+    try:
+        monkeypatch.setattr(sender, "stalled_s", lambda: 12.5)  # what the thread's own turns would say
+        assert outgoing.loop() == LoopState(SENDER, stalled_s=12.5)
+    finally:
+        sender._stop.set()  # end the thread as a crash would: `stop` not called
+        sender._wake.set()
+        assert sender._thread is not None
+        sender._thread.join(10)
+    ended = outgoing.loop()
+    assert ended.ended is not None and "not running" in ended.ended, "started, and its thread is gone"
+    sender.stop()
+    assert outgoing.loop() == LoopState(SENDER), "stopped on purpose: nothing to say"
+    outbox.close()
