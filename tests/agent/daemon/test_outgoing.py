@@ -131,3 +131,46 @@ def test_the_sender_s_thread_as_health_sees_it(tmp_path: Path, broker: Broker, m
     sender.stop()
     assert outgoing.loop() == LoopState(SENDER), "stopped on purpose: nothing to say"
     outbox.close()
+
+
+def test_an_objects_start_opens_its_clip_and_its_events_name_it(tmp_path: Path) -> None:
+    """On a camera with clips, a ``start`` (right after its frame went into the ring) opens the
+    clip and names it; the ``end`` repeats the name; the clip, once written, is what the
+    ``media`` command and the page serve; the media store's use counts the clips."""
+    import dataclasses
+
+    import numpy as np
+
+    from agent.config.models import ClipSection, PipelineSection
+    from agent.daemon.clips import ClipRecorder
+    from pipelines.sources.frames import Frame
+
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    media = MediaStore(tmp_path / "media", MediaSection())
+    camera = PipelineSection(name="cam0", source="synthetic", fps=8, clips=ClipSection(pre_s=0.25, post_s=0.25))
+    clips = ClipRecorder([camera], media.folder, media.keep_clip)
+    outgoing = Outgoing("d1", TOPICS, outbox, snapshots.snapshot, media=media, clips=clips)
+    clips.start()
+    image = np.full((48, 64, 3), 90, np.uint8)
+    for i in range(3):
+        clips.frame("cam0", Frame(i, i / 8, image))
+    outgoing.event(dataclasses.replace(_event(crop=None), kind="start"))
+    other = _event("fedcba9876543210", crop=None)  # on a camera without clips, or never started: none
+    outgoing.event(other)
+    for i in range(3, 6):
+        clips.frame("cam0", Frame(i, i / 8, image))
+    outgoing.event(_event())
+    clips.stop()
+    start, unclipped, end = outgoing.recent
+    assert isinstance(start, ObjectEvent) and isinstance(end, ObjectEvent) and isinstance(unclipped, ObjectEvent)
+    assert start.clip == end.clip == "0123456789abcdef.mp4" and unclipped.clip is None
+    assert end.to_json()["clip"] == "0123456789abcdef.mp4"
+    kept = outgoing.page_media("0123456789abcdef", "clip")
+    assert kept is not None and kept[1] == "video/mp4" and outgoing.media_clip("0123456789abcdef") == kept[0]
+    assert outgoing.page_media("0123456789abcdef", "snapshot") == (CROP, "image/jpeg")
+    with pytest.raises(CodedError) as refused:
+        outgoing.media_clip("fedcba9876543210")
+    assert refused.value.code is ErrorCode.NO_MEDIA
+    usage = outgoing.media_usage()
+    assert usage is not None and usage.files == 2 and (usage.clips_written, usage.clips_dropped) == (1, 0)
+    outbox.close()
