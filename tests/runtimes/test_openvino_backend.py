@@ -131,6 +131,8 @@ def test_threads_calling_at_once_get_the_same_results() -> None:
         detector = Detector(rt)
         tensors = [detector.prepare(f)[0] for f in frames]
         expected = [rt.infer([t])[0] for t in tensors]
+        assert not np.array_equal(expected[0], expected[1]), "the frames differ"
+        np.testing.assert_array_equal(expected[0], rt.infer([tensors[0]])[0])  # a result outlives the next call
         got: dict[int, list[np.ndarray]] = {}
 
         def run(index: int) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from agent.bundles.tuning import Tuning, autotune, candidates, reference_of, wit
 from agent.config.models import PipelineSection
 from agent.hardware.board import probe
 from agent.serving.cameras import Cameras
-from pipelines.measure.matrix import measure, measure_isolated
+from pipelines.measure.matrix import Candidate, Reference, Row, measure, measure_isolated
 from runtimes import isolation
 from runtimes.isolation import ChildRunner
 from runtimes.litert_backend import LiteRTConfig
@@ -38,6 +39,7 @@ def test_candidates_cover_every_runtime_and_say_why_not(unpacked) -> None:
         ("tensorrt", "GPU", "demo_detector.onnx", "fp16", 1, False),
         ("tensorrt", "GPU", "demo_detector.onnx", "int8", 1, False),
         *[("onnxruntime", "CPUExecutionProvider", "demo_detector.onnx", "fp32", w, True) for w, _ in variants],
+        *[("openvino", "CPU", "demo_detector.onnx", "fp32", w, True) for w, _ in variants],
         ("litert", "xnnpack", "demo_detector_int8.tflite", "int8", 1, True),
         ("litert", "libedgetpu.so.1", "demo_detector_int8.tflite", "int8", 1, True),
     ]
@@ -102,4 +104,62 @@ def test_autotune_checks_each_configuration_in_a_child_first(unpacked, monkeypat
     tuning, rows = autotune(unpacked.folder, unpacked.manifest, unpacked.reference, probe(), RuntimeSettings(), 5)
     ort = [row for row in rows if row.runtime == "onnxruntime"]
     assert ort and all("RuntimeCrashed" in (row.error or "") and "SIGILL" in (row.error or "") for row in ort)
-    assert tuning is not None and tuning.runtime == "litert"
+    assert tuning is not None and tuning.runtime in ("litert", "openvino")
+
+
+def _faster(runtime: str, factor: float) -> Callable[[Candidate, Reference, int], Row]:
+    """The real measurement, with `runtime`'s throughput multiplied by `factor` (an injected
+    figure: which is faster on a shared 2-core machine is noise, the decision is what is tested)."""
+
+    def measure_row(candidate: Candidate, reference: Reference, frames: int) -> Row:
+        row = measure(candidate, reference, frames)
+        if row.runtime == runtime and row.fps is not None:
+            return replace(row, fps=row.fps * factor)
+        if row.runtime != runtime and row.fps is not None:
+            return replace(row, fps=row.fps / factor)
+        return row
+
+    return measure_row
+
+
+def test_autotune_serves_openvino_when_it_is_faster_and_another_when_not(unpacked) -> None:
+    pytest.importorskip("openvino")
+    args = (unpacked.folder, unpacked.manifest, unpacked.reference, probe(), RuntimeSettings(), 3)
+    tuning, rows = autotune(*args, measure_row=_faster("openvino", 10.0))
+    openvino = [row for row in rows if row.runtime == "openvino"]
+    assert openvino and all(row.error is None for row in openvino), openvino
+    assert all(row.parity and row.parity["within_tolerance"] == 1.0 for row in openvino), "fp32: the same outputs"
+    assert tuning is not None and (tuning.runtime, tuning.provider) == ("openvino", "CPU"), tuning
+    slower, _ = autotune(*args, measure_row=_faster("openvino", 0.1))
+    assert slower is not None and slower.runtime in ("onnxruntime", "litert"), slower
+
+
+def test_autotune_never_serves_openvino_outside_the_parity_tolerance(unpacked) -> None:
+    """Faster but wrong loses: an OpenVINO row whose outputs are off is rejected by the gate."""
+    pytest.importorskip("openvino")
+    fast = _faster("openvino", 10.0)
+
+    def off(candidate: Candidate, reference: Reference, frames: int) -> Row:
+        row = fast(candidate, reference, frames)
+        if row.runtime == "openvino" and row.parity is not None:
+            return replace(row, parity={**row.parity, "within_tolerance": 0.5})
+        return row
+
+    args = (unpacked.folder, unpacked.manifest, unpacked.reference, probe(), RuntimeSettings(), 3)
+    tuning, _ = autotune(*args, measure_row=off)
+    assert tuning is not None and tuning.runtime != "openvino"
+
+
+def test_a_tuned_openvino_choice_is_what_the_camera_serves(unpacked) -> None:
+    pytest.importorskip("openvino")
+    from agent.serving.loader import open_detector
+
+    fixed = Tuning("openvino", "CPU", "demo_detector.onnx", "fp32", 1, 2, 100.0, 9.0, "test")
+    settings = RuntimeSettings().with_state_dir(unpacked.folder.parent / "state")
+    loaded = open_detector(unpacked.folder, probe(), workers=2, settings=settings, tuning=fixed)
+    try:
+        assert (loaded.choice.runtime, loaded.choice.reason) == ("openvino", "autotune: test")
+        runtime = loaded.detector.runtime
+        assert runtime.key.threads == 1 and runtime.key.hint == "THROUGHPUT" and runtime.key.requests == 2
+    finally:
+        loaded.detector.close()
