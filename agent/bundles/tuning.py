@@ -238,6 +238,20 @@ def tuning_record(choice: Tuning | None, rows: Sequence[Row]) -> TuningRecord:
     return TuningRecord(choice, tuple(ReportRow(**asdict(row)) for row in rows))
 
 
+#: runtimes whose rows autotune measures in a child process of their own: loading the library
+#: here would keep its memory after the row (OpenVINO: +105 MB resident for the demo detector,
+#: 90 MB of it still held after closing, docs/benchmarks.md), in a process that may serve another
+_MEASURED_APART = frozenset({"openvino"})
+
+
+def measure_for_autotune(candidate: Candidate, reference: Reference, frames: int) -> Row:
+    """A row as autotune measures it: in this process, after a check process loaded it without
+    dying; or, for a runtime of `_MEASURED_APART`, wholly in a child (`measure_isolated`)."""
+    if candidate.runtime in _MEASURED_APART:
+        return measure_isolated(candidate, reference, frames)
+    return measure(candidate, reference, frames)
+
+
 def autotune(
     folder: Path,
     manifest: Manifest,
@@ -246,19 +260,20 @@ def autotune(
     settings: RuntimeSettings,
     frames: int = 30,
     max_latency_ms: float | None = None,
-    measure_row: Callable[[Candidate, Reference, int], Row] = measure,
+    measure_row: Callable[[Candidate, Reference, int], Row] = measure_for_autotune,
 ) -> tuple[Tuning | None, list[Row]]:
     """Measure what can run now (briefly, in this process, each configuration's first load checked
     in a child process first, `runtimes.isolation`) and choose; (None, rows) when nothing
     qualifies. TensorRT rows whose engine is not built yet say so and are not chosen: the
     engine, once built and past the parity check, is served anyway (agent.serving.cameras).
-    `measure_row` measures one candidate (`pipelines.measure.matrix.measure`; a test injects its
-    own figures)."""
+    `measure_row` measures one candidate (`measure_for_autotune`; a test injects its own figures)."""
     reference = reference_of(folder, manifest, arrays)
     rows = []
     for candidate in candidates(folder, manifest, board, settings, variants=True):
         try:
-            if candidate.unavailable is None:  # a library that crashes on it kills a check process, not the agent
+            # a row measured wholly in a child needs no check process first
+            apart = measure_row is measure_for_autotune and candidate.runtime in _MEASURED_APART
+            if candidate.unavailable is None and not apart:  # a crash kills a check process, not the agent
                 config = candidate.config or settings.config_for(candidate.runtime)
                 check_load(candidate.runtime, Path(candidate.path), config)
             rows.append(measure_row(candidate, reference, frames))

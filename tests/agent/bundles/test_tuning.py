@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -163,3 +165,22 @@ def test_a_tuned_openvino_choice_is_what_the_camera_serves(unpacked) -> None:
         assert runtime.key.threads == 1 and runtime.key.hint == "THROUGHPUT" and runtime.key.requests == 2
     finally:
         loaded.detector.close()
+
+
+def test_autotune_measures_openvino_in_a_child_so_this_process_never_loads_it(unpacked) -> None:
+    """Loaded here, OpenVINO would keep ~90 MB resident after its rows (docs/benchmarks.md)."""
+    pytest.importorskip("openvino")
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from agent.bundles.archive import Limits, verify_unpacked\n"
+        "from agent.bundles.tuning import autotune\n"
+        "from agent.hardware.board import probe\n"
+        "from runtimes.registry import RuntimeSettings\n"
+        "v = verify_unpacked(Path(sys.argv[1]), (), allow_unsigned=True)\n"
+        "tuning, rows = autotune(v.folder, v.manifest, v.reference, probe(), RuntimeSettings(), 3)\n"
+        "ov = [r for r in rows if r.runtime == 'openvino']\n"
+        "print(len(ov), all(r.error is None and r.fps for r in ov), 'openvino' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(unpacked.folder)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2" if (os.cpu_count() or 1) >= 2 else "1", "True", "False"], proc.stdout
