@@ -46,7 +46,10 @@ def open_source(spec: str, loop: bool = False, pipe: PipeSettings | None = None,
         from pipelines.sources.synthetic import SyntheticScene  # numpy and OpenCV load with the scene
         from pipelines.sources.tracking_scene import TrackingScene
 
-        scene = SyntheticScene(seed=seed) if spec.startswith("synthetic") else TrackingScene(seed=seed)
+        # the synthetic scene renders at the camera's width and height when given (the tracking
+        # scene's lanes are laid out for its own 640x480)
+        size = {k: int(camera[k]) for k in ("width", "height") if camera.get(k)}
+        scene = SyntheticScene(seed=seed, **size) if spec.startswith("synthetic") else TrackingScene(seed=seed)
         return SyntheticSource(scene, fps=camera.get("fps"))
     if kind == "pipe":
         from pipelines.sources.pipe_source import PipeSource
