@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -79,7 +80,10 @@ ROW_FIELDS = {"runtime", "provider", "artifact", "precision", "latency_ms", "fps
 def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", str(demo_bundle), "--matrix", "--json", "--frames", "10"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 3 + len(worker_variants(os.cpu_count() or 1)) + 1
+    variants = len(worker_variants(os.cpu_count() or 1))
+    openvino = variants if importlib.util.find_spec("openvino") else 0  # the openvino extra: CPU rows
+    assert len(rows) == 3 + variants + openvino + 1
+    assert [r["workers"] for r in rows if r["runtime"] == "openvino"] == [w for w, _ in worker_variants(2)][:openvino]
     for row in rows:
         assert set(row) >= ROW_FIELDS and row["energy_mj_per_frame"] is None
         if row["runtime"] == "tensorrt":
