@@ -54,7 +54,7 @@ agent = Agent(config, probe())
 agent.start()
 
 def page() -> None:  # what an open status page asks of each camera every second
-    for i in range(spec["cameras"]):
+    for i in range(spec["cameras"] if spec["page"] else 0):
         try:
             agent.actions.camera_jpeg(f"cam{i}", 70)
         except Exception:
@@ -107,9 +107,9 @@ def prepare(folder: Path) -> tuple[Path, str]:
     return state, model.name
 
 
-def run(state: Path, cameras: int, size: tuple[int, int], warm: float, measure: float) -> float:
+def run(state: Path, cameras: int, size: tuple[int, int], warm: float, measure: float, page: bool = True) -> float:
     spec = {"state_dir": str(state), "cameras": cameras, "fps": 2.0, "width": size[0], "height": size[1]}
-    spec |= {"warm": warm, "measure": measure}
+    spec |= {"warm": warm, "measure": measure, "page": page}
     done = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, cwd=REPO, timeout=600
     )
@@ -131,10 +131,14 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when 1080p is over --limit-mb per extra camera")
     parser.add_argument("--limit-mb", type=float, default=15.0)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 640x480 and 1920x1080, 2 cameras, short")
+    parser.add_argument("--only", nargs="+", metavar="WxH", help="these resolutions only (e.g. 1920x1080)")
+    parser.add_argument("--no-page", action="store_true", help="no status page asking for frames")
     args = parser.parse_args()
     if args.cameras < 2:
         parser.error("--cameras must be at least 2 (the figure is per extra camera)")
     sizes = (RESOLUTIONS[0], RESOLUTIONS[2]) if args.quick else RESOLUTIONS
+    if args.only:
+        sizes = tuple(s for s in RESOLUTIONS if f"{s[0]}x{s[1]}" in args.only)
     cameras = 2 if args.quick else args.cameras
     warm, measure = (6.0, 3.0) if args.quick else (args.warm, args.measure)
     with tempfile.TemporaryDirectory(prefix="camera-memory-") as tmp:
@@ -144,8 +148,8 @@ def main() -> int:
             order = list(sizes) if round_index % 2 == 0 else list(reversed(sizes))
             for size in order:
                 label = f"{size[0]}x{size[1]}"
-                one = run(state, 1, size, warm, measure)
-                many = run(state, cameras, size, warm, measure)
+                one = run(state, 1, size, warm, measure, not args.no_page)
+                many = run(state, cameras, size, warm, measure, not args.no_page)
                 samples.setdefault(f"{label} 1", []).append(one)
                 samples.setdefault(f"{label} {cameras}", []).append(many)
                 samples.setdefault(f"{label} per extra", []).append((many - one) / (cameras - 1))
@@ -164,7 +168,7 @@ def main() -> int:
     report = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "model": model, "cameras": cameras, "rounds": args.rounds, "rows": rows,
-        "limit_mb": args.limit_mb,
+        "limit_mb": args.limit_mb, "page": not args.no_page,
     }  # fmt: skip
     if args.json:
         print(json.dumps(report))
@@ -173,7 +177,9 @@ def main() -> int:
         for row in rows:
             print("  " + ", ".join(f"{k} {v}" for k, v in row.items()))
     if args.check:
-        hd = next(r for r in rows if r["resolution"] == "1920x1080")
+        hd = next((r for r in rows if r["resolution"] == "1920x1080"), None)
+        if hd is None:
+            parser.error("--check needs 1920x1080 among the resolutions")
         figure = hd["per_extra_camera_less_scene_mb"]
         if figure > args.limit_mb:
             print(f"FAIL: {figure} MB per extra camera at 1920x1080, over {args.limit_mb} MB", file=sys.stderr)

@@ -14,7 +14,7 @@ from agent.bundles.archive import read_manifest
 from agent.bundles.engine_settings import version_settings
 from agent.bundles.installer import runtime_choices
 from agent.bundles.manifest import Manifest
-from agent.bundles.tuning import Tuning
+from agent.bundles.record import Tuning
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board, probe
 from pipelines.decoding.decoders import DecoderError
