@@ -16,7 +16,6 @@ reading a record never imports the measuring code.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -41,7 +40,7 @@ from pipelines.measure.matrix import (
     measure_isolated,
     no_energy_meter,
 )
-from runtimes.base import BackendError, Precision, RuntimeInfo, dequantize
+from runtimes.base import BackendError, Precision, RuntimeInfo, dequantize, usable_cores
 from runtimes.litert_backend import LiteRTConfig
 from runtimes.openvino_backend import DEVICES as OPENVINO_DEVICES
 from runtimes.openvino_backend import OpenVINOConfig
@@ -76,7 +75,7 @@ def _ort_candidates(
         provider = PROVIDERS[key]
         if provider not in info.devices:
             continue
-        shapes = worker_variants(os.cpu_count() or 1) if variants and key == "cpu" else [(1, None)]
+        shapes = worker_variants(usable_cores()) if variants and key == "cpu" else [(1, None)]
         for workers, threads in shapes:
             tuned = config.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
             found.append(
@@ -93,7 +92,7 @@ def _openvino_candidates(
     found = []
     config = settings.of(OpenVINOConfig)
     for device in (d for d in OPENVINO_DEVICES if d in info.devices):
-        shapes = [1, 2] if variants and device == "CPU" and (os.cpu_count() or 1) >= 2 else [1]
+        shapes = [1, 2] if variants and device == "CPU" and usable_cores() >= 2 else [1]
         tuned = config.model_copy(update={"device": device})
         for workers in shapes:
             found.append(Candidate("openvino", device, artifact.path, path, artifact.precision, workers, None, tuned))

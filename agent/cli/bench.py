@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -202,11 +201,12 @@ def auto_workers(model: Path, preference: Preference) -> tuple[int, dict[str, fl
     from pipelines.decoding.detector import Detector
     from pipelines.measure.benchmark import time_inference
     from pipelines.sources.synthetic import SyntheticScene
+    from runtimes.base import usable_cores
 
     measured: dict[str, float] = {}
     frame = SyntheticScene(seed=0).render(0)[0]
     last: tuple[Runtime, Choice] | None = None
-    for workers, _ in worker_variants(os.cpu_count() or 1):
+    for workers, _ in worker_variants(usable_cores()):
         if last is not None:
             last[0].close()
         last = load_model(model, preference, workers=workers)

@@ -24,6 +24,7 @@ from agent.hardware.board import probe
 from agent.serving.cameras import Cameras
 from pipelines.measure.matrix import Candidate, Reference, Row, measure, measure_isolated
 from runtimes import isolation
+from runtimes.base import usable_cores
 from runtimes.isolation import ChildRunner
 from runtimes.litert_backend import LiteRTConfig
 from runtimes.registry import RuntimeSettings
@@ -35,7 +36,7 @@ def test_candidates_cover_every_runtime_and_say_why_not(unpacked) -> None:
     settings = RuntimeSettings(litert=LiteRTConfig(delegate=Path("/nonexistent/libedgetpu.so.1")))
     found = candidates(folder, manifest, probe(), settings, variants=True)
     table = [(c.runtime, c.provider, c.artifact, c.precision, c.workers, c.unavailable is None) for c in found]
-    variants = worker_variants(os.cpu_count() or 1)
+    variants = worker_variants(usable_cores())
     assert table == [
         ("tensorrt", "GPU", "demo_detector.onnx", "fp32", 1, False),
         ("tensorrt", "GPU", "demo_detector.onnx", "fp16", 1, False),
@@ -183,4 +184,24 @@ def test_autotune_measures_openvino_in_a_child_so_this_process_never_loads_it(un
     )
     proc = subprocess.run([sys.executable, "-c", script, str(unpacked.folder)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["2" if (os.cpu_count() or 1) >= 2 else "1", "True", "False"], proc.stdout
+    assert proc.stdout.split() == ["2" if usable_cores() >= 2 else "1", "True", "False"], proc.stdout
+
+
+def test_an_affinity_mask_of_one_cpu_is_one_core_for_workers_and_threads() -> None:
+    """Under ``taskset -c 0`` (here: the child's own affinity) on a machine of more CPUs, autotune
+    and ``--workers auto`` try one call in flight, not two calls splitting one core."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux and at least two CPUs")
+    script = (
+        "import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+        "from agent.bundles.tuning import worker_variants\n"
+        "from runtimes.base import LoadOptions, usable_cores\n"
+        "from runtimes.ort_backend import OnnxRuntimeConfig, load\n"
+        "import sys; from pathlib import Path\n"
+        "rt = load(Path(sys.argv[1]), OnnxRuntimeConfig(), LoadOptions(warmup=False, workers=2))\n"
+        "print(usable_cores(), worker_variants(usable_cores()), rt.config.intra_op_threads, os.cpu_count() > 1)\n"
+    )
+    model = str(Path(__file__).resolve().parents[3] / "agent" / "demo" / "demo_detector.onnx")
+    proc = subprocess.run([sys.executable, "-c", script, model], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "[(1,", "1)]", "1", "True"], proc.stdout
