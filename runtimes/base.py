@@ -377,6 +377,17 @@ def compact_malloc(mmap_threshold: int = 512 * 1024, arenas: int = 2) -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_ARENA_MAX, arenas))
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on: its affinity mask (``taskset``, a cgroup cpuset,
+    systemd's ``CPUAffinity=``) where the system has one, else every CPU. `os.cpu_count` counts
+    the machine's CPUs whatever the mask: under ``taskset -c 0`` on 2 cores it said 2, so
+    ``workers: auto`` measured two calls in flight and ONNX Runtime split one core in two."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (native libraries write pages), or its type."""
     text = str(exc).strip()

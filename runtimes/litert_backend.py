@@ -9,7 +9,6 @@ delegate (e.g. ``libedgetpu.so.1``) can be loaded by path.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -35,6 +34,7 @@ from runtimes.base import (
     first_line,
     guess_layout,
     return_freed_memory,
+    usable_cores,
 )
 from runtimes.metadata import read_tflite_metadata
 
@@ -123,7 +123,7 @@ class LiteRTBackend(Runtime):
                     "(check the path, the library's architecture, and that the accelerator is attached)"
                 ) from exc
             self._device = self.config.delegate.name
-        threads = self.config.num_threads or os.cpu_count() or 1
+        threads = self.config.num_threads or usable_cores()
         with model_path.open("rb") as f:
             if f.read(8)[4:8] != b"TFL3":
                 raise NotAModelError(f"LiteRT cannot load {model_path}: not a TFLite flatbuffer (no TFL3 identifier)")

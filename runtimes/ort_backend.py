@@ -32,6 +32,7 @@ from runtimes.base import (
     first_line,
     guess_layout,
     return_freed_memory,
+    usable_cores,
 )
 from runtimes.metadata import parse_metadata
 
@@ -219,7 +220,7 @@ def load(model_path: Path, config: OnnxRuntimeConfig, options: LoadOptions) -> O
     """The registry's loader: with several calls in flight (`options.workers`) and the thread
     count left to ONNX Runtime (0), each call gets an equal share of the cores."""
     if options.workers > 1 and config.intra_op_threads == 0:
-        config = config.model_copy(update={"intra_op_threads": max(1, (os.cpu_count() or 1) // options.workers)})
+        config = config.model_copy(update={"intra_op_threads": max(1, usable_cores() // options.workers)})
     return OnnxRuntimeBackend(model_path, config, options.warmup)
 
 

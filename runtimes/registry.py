@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from pydantic import ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
 from pydantic_core import CoreSchema, core_schema
 
-from runtimes import litert_backend, ort_backend, tensorrt_backend
+from runtimes import litert_backend, openvino_backend, ort_backend, tensorrt_backend
 from runtimes.base import (
     Backend,
     BackendConfig,
@@ -58,7 +58,12 @@ log = logging.getLogger(__name__)
 #: the entry point group third-party backends register in
 GROUP = "edge_agent.runtimes"
 #: the backends of this distribution, in the order of the table (and of the schema, the CLI's choices)
-IN_TREE: tuple[Backend[Any], ...] = (tensorrt_backend.BACKEND, ort_backend.BACKEND, litert_backend.BACKEND)
+IN_TREE: tuple[Backend[Any], ...] = (
+    tensorrt_backend.BACKEND,
+    ort_backend.BACKEND,
+    litert_backend.BACKEND,
+    openvino_backend.BACKEND,
+)
 
 
 @dataclass(frozen=True)

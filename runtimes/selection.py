@@ -128,6 +128,14 @@ def _runtime_order(board: BoardFacts, backends: Mapping[RuntimeName, Backend[Any
     return tuple(sorted(ranked, key=lambda name: backends[name].rank[cls]))
 
 
+def runtime_order(
+    board: BoardFacts, preference: Preference = "auto", backends: Mapping[RuntimeName, Backend[Any]] = BACKENDS
+) -> tuple[RuntimeName, ...]:
+    """The runtimes `select_runtimes` tries on `board`, in its order: the preferred one alone,
+    or for ``auto`` those ranked on the board's class, by rank."""
+    return _runtime_order(board, backends) if preference == "auto" else (preference,)
+
+
 def _precision_order(board: BoardFacts) -> tuple[Precision, ...]:
     return ("int8", "fp16", "fp32") if board.arch in _ARM_ARCHES else ("fp32", "fp16", "int8")
 

@@ -48,6 +48,8 @@ export EDGE_AGENT_OPERATOR_KEY="$out/operator/signing.key"  # fleet push, rollba
   --name demo --version 1.0.0 --conf 0.4 --key "$out/keys/signing.key" -o "$out/demo-1.0.0.bundle"
 .venv/bin/edge-agent bundle inspect "$out/demo-1.0.0.bundle"
 echo; echo "== the optimisation report: every runtime x artifact this machine can run (TensorRT rows say why not)"
+# OpenVINO is an optional extra (docs/openvino.md): installed, its rows join the matrix and autotune
+.venv/bin/python -m pip install -q -e ".[openvino]" || echo "(the openvino extra did not install: no OpenVINO rows)"
 .venv/bin/edge-agent bench "$out/demo-1.0.0.bundle" --matrix --frames 50
 
 echo; echo "== a second stage: the demo classifier on each tracked square and triangle, every 2 s (docs/bundles.md)"

@@ -45,7 +45,8 @@ if [ "$extra" = dev ] && { ! command -v gst-launch-1.0 >/dev/null || ! command -
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$extra" = dev ]; then
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  # the openvino extra too, so that its backend is tested (CI runs this)
+  .venv/bin/python -m pip install -q -e ".[dev,openvino]"
   .venv/bin/python -m pip install -q --no-deps -e tests/support  # testkit: what tests and bench/ share
 else
   .venv/bin/python -m pip install -q -e .

@@ -2,8 +2,9 @@
 
 `candidates` lists every way this device could run the bundle's artifacts (`pipelines.measure.matrix.
 Candidate`): TensorRT FP32 / FP16 / INT8 per ONNX artifact (an explicitly quantized one: INT8
-only), ONNX Runtime per installed execution provider, LiteRT per delegate; with `variants`, ONNX
-Runtime on the CPU also with several calls in flight (`worker_variants`). Those that cannot run
+only), ONNX Runtime per installed execution provider, OpenVINO per device it lists (the
+``openvino`` extra), LiteRT per delegate; with `variants`, ONNX Runtime and OpenVINO on the CPU
+also with several calls in flight (`worker_variants`; OpenVINO's THROUGHPUT hint). Those that cannot run
 here carry the reason. `reference_of` builds what rows are compared with from the bundle's
 reference.npz. `autotune` measures the candidates that can run now (in this process, briefly)
 and picks the fastest within the manifest's parity tolerance and `max_latency_ms`: a `Tuning`,
@@ -15,7 +16,6 @@ reading a record never imports the measuring code.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -40,8 +40,10 @@ from pipelines.measure.matrix import (
     measure_isolated,
     no_energy_meter,
 )
-from runtimes.base import BackendError, Precision, RuntimeInfo, dequantize
+from runtimes.base import BackendError, Precision, RuntimeInfo, dequantize, usable_cores
 from runtimes.litert_backend import LiteRTConfig
+from runtimes.openvino_backend import DEVICES as OPENVINO_DEVICES
+from runtimes.openvino_backend import OpenVINOConfig
 from runtimes.ort_backend import PROVIDERS, OnnxRuntimeConfig
 from runtimes.registry import RuntimeSettings, available_runtimes, check_load, load_runtime
 from runtimes.selection import Artifact, runtimes_for
@@ -73,12 +75,27 @@ def _ort_candidates(
         provider = PROVIDERS[key]
         if provider not in info.devices:
             continue
-        shapes = worker_variants(os.cpu_count() or 1) if variants and key == "cpu" else [(1, None)]
+        shapes = worker_variants(usable_cores()) if variants and key == "cpu" else [(1, None)]
         for workers, threads in shapes:
             tuned = config.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
             found.append(
                 Candidate("onnxruntime", provider, artifact.path, path, artifact.precision, workers, threads, tuned)
             )
+    return found
+
+
+def _openvino_candidates(
+    artifact: ArtifactEntry, path: str, info: RuntimeInfo, settings: RuntimeSettings, variants: bool
+) -> list[Candidate]:
+    """OpenVINO per device it lists (CPU, an Intel GPU or NPU): one call in flight (the LATENCY
+    hint), and with `variants` on the CPU also two (THROUGHPUT's streams, ``performance_hint: auto``)."""
+    found = []
+    config = settings.of(OpenVINOConfig)
+    for device in (d for d in OPENVINO_DEVICES if d in info.devices):
+        shapes = [1, 2] if variants and device == "CPU" and usable_cores() >= 2 else [1]
+        tuned = config.model_copy(update={"device": device})
+        for workers in shapes:
+            found.append(Candidate("openvino", device, artifact.path, path, artifact.precision, workers, None, tuned))
     return found
 
 
@@ -111,6 +128,12 @@ def candidates(
                 found.append(
                     Candidate("onnxruntime", "CPU", artifact.path, path, artifact.precision, unavailable=ort.reason)
                 )
+            openvino = available.get("openvino")
+            if openvino is not None and openvino.available:
+                found += _openvino_candidates(artifact, path, openvino, settings, variants)
+            elif openvino is not None:
+                why = openvino.reason
+                found.append(Candidate("openvino", "CPU", artifact.path, path, artifact.precision, unavailable=why))
         else:
             litert = available.get("litert")
             why = None if litert and litert.available else (litert.reason if litert else "not probed")
@@ -214,6 +237,20 @@ def tuning_record(choice: Tuning | None, rows: Sequence[Row]) -> TuningRecord:
     return TuningRecord(choice, tuple(ReportRow(**asdict(row)) for row in rows))
 
 
+#: runtimes whose rows autotune measures in a child process of their own: loading the library
+#: here would keep its memory after the row (OpenVINO: +105 MB resident for the demo detector,
+#: 90 MB of it still held after closing, docs/benchmarks.md), in a process that may serve another
+_MEASURED_APART = frozenset({"openvino"})
+
+
+def measure_for_autotune(candidate: Candidate, reference: Reference, frames: int) -> Row:
+    """A row as autotune measures it: in this process, after a check process loaded it without
+    dying; or, for a runtime of `_MEASURED_APART`, wholly in a child (`measure_isolated`)."""
+    if candidate.runtime in _MEASURED_APART:
+        return measure_isolated(candidate, reference, frames)
+    return measure(candidate, reference, frames)
+
+
 def autotune(
     folder: Path,
     manifest: Manifest,
@@ -222,19 +259,23 @@ def autotune(
     settings: RuntimeSettings,
     frames: int = 30,
     max_latency_ms: float | None = None,
+    measure_row: Callable[[Candidate, Reference, int], Row] = measure_for_autotune,
 ) -> tuple[Tuning | None, list[Row]]:
     """Measure what can run now (briefly, in this process, each configuration's first load checked
     in a child process first, `runtimes.isolation`) and choose; (None, rows) when nothing
     qualifies. TensorRT rows whose engine is not built yet say so and are not chosen: the
-    engine, once built and past the parity check, is served anyway (agent.serving.cameras)."""
+    engine, once built and past the parity check, is served anyway (agent.serving.cameras).
+    `measure_row` measures one candidate (`measure_for_autotune`; a test injects its own figures)."""
     reference = reference_of(folder, manifest, arrays)
     rows = []
     for candidate in candidates(folder, manifest, board, settings, variants=True):
         try:
-            if candidate.unavailable is None:  # a library that crashes on it kills a check process, not the agent
+            # a row measured wholly in a child needs no check process first
+            apart = measure_row is measure_for_autotune and candidate.runtime in _MEASURED_APART
+            if candidate.unavailable is None and not apart:  # a crash kills a check process, not the agent
                 config = candidate.config or settings.config_for(candidate.runtime)
                 check_load(candidate.runtime, Path(candidate.path), config)
-            rows.append(measure(candidate, reference, frames))
+            rows.append(measure_row(candidate, reference, frames))
         except Exception as exc:  # one configuration failing never fails the activation
             rows.append(Row.failed(candidate, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
     best, why = choose(rows, manifest.reference.min_fraction, max_latency_ms)

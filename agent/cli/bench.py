@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +18,8 @@ from runtimes.selection import Preference
 
 if TYPE_CHECKING:
     from pipelines.measure.matrix import Row
-    from runtimes.selection import Preference
+    from runtimes.base import Runtime
+    from runtimes.selection import Choice, Preference
 from agent.cli.args import RUNTIME_CHOICES
 from agent.cli.failure import CliError
 
@@ -91,6 +91,7 @@ def workers_arg(text: str) -> int | str:
 def run(args: argparse.Namespace) -> int:
     from agent.serving.loader import load_model
     from pipelines.measure.benchmark import run_bench
+    from runtimes.base import compact_malloc
 
     if args.matrix:
         return bench_matrix(args)
@@ -98,8 +99,13 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"model file not found: {args.model}")
     if args.classifier is not None and not args.classifier.is_file():
         raise CliError(f"classifier model file not found: {args.classifier}")
-    workers, measured = auto_workers(args.model, args.runtime) if args.workers == "auto" else (args.workers, {})
-    runtime, choice = load_model(args.model, args.runtime, workers=workers)
+    compact_malloc()  # as the daemon does at start: the figures are the daemon's
+    measured: dict[str, float] = {}
+    if args.workers == "auto":
+        workers, measured, loaded = auto_workers(args.model, args.runtime)
+    else:
+        workers, loaded = args.workers, None
+    runtime, choice = loaded or load_model(args.model, args.runtime, workers=workers)
     with runtime:
         if workers > 1 and not runtime.concurrent:
             raise CliError(f"--workers {workers}: {runtime.name} cannot run one model from several threads")
@@ -259,26 +265,35 @@ def bench_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
-def auto_workers(model: Path, preference: Preference) -> tuple[int, dict[str, float]]:
+def auto_workers(model: Path, preference: Preference) -> tuple[int, dict[str, float], tuple[Runtime, Choice] | None]:
     """``--workers auto`` of a plain bench: on a runtime that serves concurrent calls, time each
     `worker_variants` (calls in flight, threads each) briefly and take the fastest, as autotune
-    does at activation; 1 elsewhere. Returns the workers and each variant's FPS."""
+    does at activation; 1 elsewhere. Returns the workers, each variant's FPS, and the winner's
+    runtime when it is the one measured last (still loaded: the run uses it instead of loading
+    the model a third time, which raised the peak RSS; docs/benchmarks.md), else None."""
     from agent.bundles.tuning import worker_variants
     from agent.serving.loader import load_model
     from pipelines.decoding.detector import Detector
     from pipelines.measure.benchmark import time_inference
     from pipelines.sources.synthetic import SyntheticScene
+    from runtimes.base import usable_cores
 
     measured: dict[str, float] = {}
     frame = SyntheticScene(seed=0).render(0)[0]
-    for workers, _ in worker_variants(os.cpu_count() or 1):
-        runtime, _ = load_model(model, preference, workers=workers)
-        with runtime:
-            if not runtime.concurrent:
-                return 1, {}
-            tensor, _ = Detector(runtime).prepare(frame)
-            time_inference(runtime, tensor, 3, workers)  # warm-up
-            _, seconds = time_inference(runtime, tensor, AUTO_FRAMES * workers, workers)
+    last: tuple[Runtime, Choice] | None = None
+    for workers, _ in worker_variants(usable_cores()):
+        if last is not None:
+            last[0].close()
+        last = load_model(model, preference, workers=workers)
+        runtime = last[0]
+        if not runtime.concurrent:
+            return 1, {}, last
+        tensor, _ = Detector(runtime).prepare(frame)
+        time_inference(runtime, tensor, 3, workers)  # warm-up
+        _, seconds = time_inference(runtime, tensor, AUTO_FRAMES * workers, workers)
         measured[str(workers)] = round(AUTO_FRAMES * workers / seconds, 2)
     best = max(measured, key=lambda key: measured[key])
-    return int(best), measured
+    if last is not None and best != list(measured)[-1]:
+        last[0].close()
+        last = None
+    return int(best), measured, last

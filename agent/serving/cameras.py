@@ -45,7 +45,7 @@ from typing import Any
 from agent.bundles.archive import read_reference
 from agent.bundles.installer import check_parity
 from agent.bundles.manifest import Manifest
-from agent.bundles.tuning import Tuning
+from agent.bundles.record import Tuning
 from agent.config.models import CamerasSection, PipelineSection
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board

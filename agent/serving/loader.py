@@ -15,16 +15,16 @@ from agent.bundles.archive import read_manifest
 from agent.bundles.engine_settings import version_settings
 from agent.bundles.installer import runtime_choices
 from agent.bundles.manifest import ClassifierStage, Manifest
-from agent.bundles.tuning import Tuning
+from agent.bundles.record import Tuning
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board, probe
 from pipelines.decoding.classifier import Classifier
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import Detector
-from runtimes.base import ModelLoadError, Runtime, RuntimeUnavailable
+from runtimes.base import ModelLoadError, Runtime, RuntimeInfo, RuntimeUnavailable
 from runtimes.isolation import RuntimeCrashed
 from runtimes.registry import BACKENDS, RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
-from runtimes.selection import Artifact, Choice, Preference, runtimes_for, select_runtimes
+from runtimes.selection import Artifact, Choice, Preference, runtime_order, runtimes_for, select_runtimes
 from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend, TensorRTConfig, engine_cache
 
 log = logging.getLogger(__name__)
@@ -211,13 +211,22 @@ def load_model(
 ) -> tuple[Runtime, Choice]:
     """Rank runtimes for `model` on this board and load the first that works. With `workers`
     calls in flight at once, ONNX Runtime gives each call an equal share of the cores. Raises
-    `RuntimeUnavailable` naming why each runtime failed."""
+    `RuntimeUnavailable` naming why each runtime failed (`SelectionError` when none is installed).
+
+    Runtimes are probed one at a time in the policy's order, in this process, and only until one
+    loads: a one-shot command imports the library it runs and those ranked before it, never the
+    others (OpenVINO's import alone is 0.46 s and 33 MB: `detect`'s start-up goal, docs/arm64.md)."""
     artifacts = [Artifact.from_path(model)]
-    # one-shot commands import and load here: a probe child would import each library twice
-    # and cost `detect` its start-up goal (docs/arm64.md); `edge-agent probe` isolates
-    available = available_runtimes(runtimes_for(artifacts), isolated=False)
+    board = probe()
+    loadable = set(runtimes_for(artifacts))
+    available: dict[str, RuntimeInfo] = {}
     failures = []
-    for choice in select_runtimes(probe(), available, artifacts, preference):
+    for name in (n for n in runtime_order(board, preference) if n in loadable):
+        # one-shot commands import and load here: a probe child would import each library twice
+        available |= available_runtimes([name], isolated=False)
+        if not available[name].available:
+            continue
+        choice = next(c for c in select_runtimes(board, available, artifacts, preference) if c.runtime == name)
         try:
             runtime = load_runtime(choice.runtime, model, warmup=warmup, workers=workers)
         except RuntimeUnavailable as exc:
@@ -226,4 +235,6 @@ def load_model(
             continue
         log.info("runtime %s on %s: %s", choice.runtime, choice.device, choice.reason)
         return runtime, choice
+    if not failures:
+        select_runtimes(board, available, artifacts, preference)  # raises SelectionError with every reason
     raise RuntimeUnavailable("no runtime could load the model: " + "; ".join(failures))

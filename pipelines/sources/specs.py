@@ -46,7 +46,11 @@ def open_source(spec: str, loop: bool = False, pipe: PipeSettings | None = None,
         from pipelines.sources.synthetic import SyntheticScene  # numpy and OpenCV load with the scene
         from pipelines.sources.tracking_scene import TrackingScene
 
-        scene = SyntheticScene(seed=seed) if spec.startswith("synthetic") else TrackingScene(seed=seed)
+        # the synthetic scene renders at the camera's width and height when given (the tracking
+        # scene's lanes are laid out for its own 640x480)
+        width, height = int(camera.get("width") or 640), int(camera.get("height") or 480)
+        synthetic = spec.startswith("synthetic")
+        scene = SyntheticScene(width, height, seed=seed) if synthetic else TrackingScene(seed=seed)
         return SyntheticSource(scene, fps=camera.get("fps"))
     if kind == "pipe":
         from pipelines.sources.pipe_source import PipeSource

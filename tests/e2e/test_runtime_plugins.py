@@ -59,7 +59,7 @@ def test_an_installed_plugin_is_probed_and_ranked_like_the_in_tree_backends(plug
     report = json.loads(proc.stdout)
     toy = report["runtimes"]["toynpu"]
     assert toy["available"] and toy["devices"] == ["toy-npu0"], "probed in the check process, as the others"
-    assert list(report["runtimes"]) == ["tensorrt", "onnxruntime", "litert", "toynpu"]
+    assert list(report["runtimes"]) == ["tensorrt", "onnxruntime", "litert", "openvino", "toynpu"]
     onnx = report["selection"]["onnx"]
     assert onnx["runtime"] == "toynpu" and onnx["device"] == "toy-npu0"
     assert onnx["reason"] == "generic x86_64: toynpu on toy-npu0 is preferred for a .onnx artifact"
@@ -77,7 +77,8 @@ def test_an_installed_plugin_is_probed_and_ranked_like_the_in_tree_backends(plug
     assert "runtime plugin brokennpu (broken_npu:BACKEND, from edge-agent-broken-npu 0.1.0) left out" in proc.stderr
 
     without = json.loads(edge_agent("probe", "--json", *X86, site=None).stdout)
-    assert list(without["runtimes"]) == ["tensorrt", "onnxruntime", "litert"] and without["runtime_plugins"] == []
+    assert list(without["runtimes"]) == ["tensorrt", "onnxruntime", "litert", "openvino"]
+    assert without["runtime_plugins"] == []
     assert without["selection"]["onnx"]["runtime"] == "onnxruntime"
 
 
@@ -115,7 +116,8 @@ def test_the_config_takes_a_plugin_section_and_preference_only_where_it_is_insta
     assert bad.returncode == 1 and f"{config}:4: runtimes.toynpu.threads: " in bad.stdout, "the plugin's own model"
 
     schema = json.loads(python_module("agent.config", site=plugin_site).stdout)
-    assert schema["properties"]["runtime"]["enum"] == ["auto", "tensorrt", "onnxruntime", "litert", "toynpu"]
+    in_tree = ["tensorrt", "onnxruntime", "litert", "openvino"]
+    assert schema["properties"]["runtime"]["enum"] == ["auto", *in_tree, "toynpu"]
     # the section refers to the plugin's model (older pydantic writes the $ref inside an allOf)
     section = json.dumps(schema["$defs"]["RuntimeSettings"]["properties"]["toynpu"])
     assert '"#/$defs/ToyNpuConfig"' in section and "threads" in schema["$defs"]["ToyNpuConfig"]["properties"]

@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from runtimes.base import Backend, RuntimeUnavailable
 from runtimes.litert_backend import LiteRTConfig
+from runtimes.openvino_backend import OpenVINOConfig
 from runtimes.ort_backend import OnnxRuntimeConfig
 from runtimes.registry import (
     BACKENDS,
@@ -80,7 +81,7 @@ def test_plugins_join_the_table_and_the_bad_ones_are_logged_and_left_out(
     ]
     with caplog.at_level(logging.ERROR, logger="runtimes.registry"):
         registry = collect(IN_TREE, points)
-    assert list(registry.backends) == ["tensorrt", "onnxruntime", "litert", "npu"]
+    assert list(registry.backends) == ["tensorrt", "onnxruntime", "litert", "openvino", "npu"]
     assert registry.backends["onnxruntime"] is IN_TREE[1], "an in-tree backend is never replaced"
     assert registry.backends["npu"].config.__module__ == "npu_again"
     errors = {(p.name, p.target): p.error for p in registry.plugins}
@@ -163,14 +164,14 @@ def test_the_runtimes_section_has_one_section_per_backend_and_refuses_unknown_ke
         adapter.validate_python({"onnxruntime": {"providers": ["rocm"]}})
     with pytest.raises(ValidationError, match=r"litert\.threads\n  Extra inputs are not permitted"):
         adapter.validate_python({"litert": {"threads": 2}})
-    with pytest.raises(ValidationError, match=r"openvino\n  Extra inputs are not permitted"):
-        adapter.validate_python({"openvino": {}})
+    with pytest.raises(ValidationError, match=r"hailo\n  Extra inputs are not permitted"):
+        adapter.validate_python({"hailo": {}})
     with pytest.raises(ValidationError, match="Input should be 'litert'"):
         adapter.validate_python({"litert": {"type": "onnxruntime"}})
     with pytest.raises(TypeError, match=r"runtimes\.litert takes a LiteRTConfig, got OnnxRuntimeConfig"):
         RuntimeSettings(litert=OnnxRuntimeConfig())
-    with pytest.raises(TypeError, match="unknown runtime section 'openvino'"):
-        RuntimeSettings(openvino=OnnxRuntimeConfig())
+    with pytest.raises(TypeError, match="unknown runtime section 'hailo'"):
+        RuntimeSettings(hailo=OnnxRuntimeConfig())
 
 
 def test_settings_are_replaced_by_section_and_filled_in_from_the_state_dir(tmp_path: Path) -> None:
@@ -181,10 +182,13 @@ def test_settings_are_replaced_by_section_and_filled_in_from_the_state_dir(tmp_p
     filled = tuned.with_state_dir(tmp_path)
     assert filled.of(TensorRTConfig) == TensorRTConfig(precision="int8", engine_cache_dir=tmp_path / "engines")
     assert filled.of(OnnxRuntimeConfig) == tuned.of(OnnxRuntimeConfig) and filled.of(LiteRTConfig) == LiteRTConfig()
-    chosen = RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "mine"))
+    assert filled.of(OpenVINOConfig) == OpenVINOConfig(cache_dir=tmp_path / "openvino")
+    chosen = RuntimeSettings(
+        tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "mine"), openvino=OpenVINOConfig(cache_dir=tmp_path / "ov")
+    )
     assert chosen.with_state_dir(tmp_path) == chosen, "a cache the config names is kept"
-    with pytest.raises(RuntimeUnavailable, match="unknown runtime 'openvino'"):
-        settings.config_for("openvino")
+    with pytest.raises(RuntimeUnavailable, match="unknown runtime 'hailo'"):
+        settings.config_for("hailo")
 
 
 def test_registry_reports_what_is_installed() -> None:

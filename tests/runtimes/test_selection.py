@@ -266,7 +266,7 @@ def test_a_plugin_s_reasons_name_it_and_ties_keep_the_table_s_order() -> None:
 def test_formats_and_probing_follow_the_table() -> None:
     assert known_formats() == ("onnx", "tflite")
     assert known_formats(WITH_NPU) == ("onnx", "tflite", "npumodel")
-    assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime")
+    assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime", "openvino")
     assert runtimes_for([NPU_ART, TFLITE8], WITH_NPU) == ("litert", "npu")
     assert Artifact.from_path("a/m.NPUMODEL", "int8", known_formats(WITH_NPU)) == Artifact(
         "a/m.NPUMODEL", "npumodel", "int8"
@@ -285,6 +285,7 @@ def test_board_classes(board: Board, expected: str) -> None:
 def test_the_configured_preference_is_checked_against_the_table() -> None:
     adapter = TypeAdapter(Preference)
     assert adapter.validate_python("litert") == "litert" and adapter.validate_python("auto") == "auto"
-    with pytest.raises(ValidationError, match="unknown runtime 'npu': expected auto, tensorrt, onnxruntime, litert"):
+    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino"]
+    with pytest.raises(ValidationError, match=f"unknown runtime 'npu': expected {', '.join(names)}"):
         adapter.validate_python("npu")
-    assert adapter.json_schema() == {"enum": ["auto", "tensorrt", "onnxruntime", "litert"], "type": "string"}
+    assert adapter.json_schema() == {"enum": names, "type": "string"}

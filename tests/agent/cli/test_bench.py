@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from testkit.media import write_video
 
 from agent.bundles.tuning import worker_variants
 from agent.cli import main
+from runtimes.base import usable_cores
 
 
 @pytest.mark.parametrize("model", ["demo_detector.onnx", "demo_detector_int8.tflite"])
@@ -79,7 +80,10 @@ ROW_FIELDS = {"runtime", "provider", "artifact", "precision", "latency_ms", "fps
 def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", str(demo_bundle), "--matrix", "--json", "--frames", "10"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 3 + len(worker_variants(os.cpu_count() or 1)) + 1
+    variants = len(worker_variants(usable_cores()))
+    openvino = variants if importlib.util.find_spec("openvino") else 0  # the openvino extra: CPU rows
+    assert len(rows) == 3 + variants + openvino + 1
+    assert [r["workers"] for r in rows if r["runtime"] == "openvino"] == [w for w, _ in worker_variants(2)][:openvino]
     for row in rows:
         assert set(row) >= ROW_FIELDS and row["energy_mj_per_frame"] is None
         if row["runtime"] == "tensorrt":
@@ -100,7 +104,7 @@ def test_bench_workers_auto_takes_the_faster_measured_variant(capsys: pytest.Cap
     assert main(["bench", str(DEMO_MODELS / "demo_detector.onnx"), "--frames", "10", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     measured = report["workers_auto_fps"]
-    assert set(measured) == {str(w) for w, _ in worker_variants(os.cpu_count() or 1)}
+    assert set(measured) == {str(w) for w, _ in worker_variants(usable_cores())}
     assert report["workers"] == int(max(measured, key=measured.__getitem__))
     assert main(["bench", str(DEMO_MODELS / "demo_detector_int8.tflite"), "--frames", "10", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

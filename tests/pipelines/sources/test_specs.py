@@ -39,3 +39,14 @@ def test_scene_sources_by_name(spec: str, scene: type, name: str) -> None:
     source = open_source(spec)
     assert isinstance(source, SyntheticSource)
     assert type(source.scene) is scene and source.scene.seed == 3 and source.name == name
+
+
+@pytest.mark.parametrize("spec", ["synthetic:2"])
+def test_the_synthetic_scene_takes_the_cameras_width_and_height(spec: str) -> None:
+    """A synthetic camera at 1920x1080 renders 1920x1080 (memory benchmarks per resolution)."""
+    source = open_source(spec, width=1920, height=1080, fps=5)
+    frame = source.read()
+    assert frame is not None and frame.image.shape == (1080, 1920, 3)
+    source.close()
+    default = open_source(spec).read()
+    assert default is not None and default.image.shape == (480, 640, 3), "no size given: the scene's own"
