@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agent.governor.levels import BatteryLevel, ThermalLevel
+from pipelines.tracking.shapes import ObjectShape
 
 ObjectEventKind = Literal["start", "update", "end"]
 
@@ -40,7 +41,8 @@ class ObjectEvent:
     `zones` it entered with their dwell seconds, in the order entered; the `lines` it crossed,
     in order; on an ``end`` with ``events.snapshots``, `snapshot_jpeg`, the JPEG crop of its
     best frame (bytes; base64 in JSON), or once the daemon kept it on disk `snapshot`, its
-    reference (``<object_id>.jpg``, fetched with the ``media`` command)."""
+    reference (``<object_id>.jpg``, fetched with the ``media`` command); `shape` the best
+    detection's mask outline, keypoints or oriented box (task models; None for boxes)."""
 
     kind: ObjectEventKind
     ts: float
@@ -57,6 +59,7 @@ class ObjectEvent:
     lines: tuple[LineCrossing, ...] = ()
     snapshot_jpeg: bytes | None = field(default=None, repr=False)
     snapshot: str | None = None  # the kept snapshot's reference, in place of the crop
+    shape: ObjectShape | None = None
 
     def without_crop(self) -> ObjectEvent:
         """The event without its JPEG crop (what the page lists, and what is kept for it)."""
@@ -67,7 +70,9 @@ class ObjectEvent:
         "object_id", "track_id", "label", "class_id", "confidence", "box", "frame",
         "duration_s", "zones": {name: dwell_s}, "lines": [{"line", "direction"}]}``, and
         ``snapshot_jpeg`` (base64) when the event carries a crop, ``snapshot`` (a reference)
-        when it was kept on disk instead."""
+        when it was kept on disk instead; for a task model's object ``"shape": {"polygons":
+        [[[x, y], ...], ...], "keypoints": [[x, y, score], ...], "obb": {"cx", "cy", "w", "h",
+        "angle"}}`` with only the parts it has (pixels to 0.1, scores and radians to 4 places)."""
         document: dict[str, object] = {
             "type": self.kind,
             "ts": round(self.ts, 3),
@@ -87,7 +92,27 @@ class ObjectEvent:
             document["snapshot_jpeg"] = base64.b64encode(self.snapshot_jpeg).decode("ascii")
         if self.snapshot is not None:
             document["snapshot"] = self.snapshot
+        if self.shape is not None:
+            document["shape"] = _shape_json(self.shape)
         return document
+
+
+def _shape_json(shape: ObjectShape) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if shape.polygons:
+        out["polygons"] = [[[round(x, 1), round(y, 1)] for x, y in part] for part in shape.polygons]
+    if shape.keypoints:
+        out["keypoints"] = [[round(x, 1), round(y, 1), round(s, 4)] for x, y, s in shape.keypoints]
+    if shape.obb is not None:
+        cx, cy, w, h, angle = shape.obb
+        out["obb"] = {
+            "cx": round(cx, 1),
+            "cy": round(cy, 1),
+            "w": round(w, 1),
+            "h": round(h, 1),
+            "angle": round(angle, 4),
+        }
+    return out
 
 
 @dataclass(frozen=True)

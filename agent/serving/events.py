@@ -245,6 +245,7 @@ class EventSink:
             zones=record.zones,
             lines=tuple(LineCrossing(line, direction) for line, direction in record.lines),
             snapshot_jpeg=crop,
+            shape=record.shape,
         )
         with self._lock:
             self.published += 1

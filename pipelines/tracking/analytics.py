@@ -25,6 +25,7 @@ import numpy.typing as npt
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
 from pipelines.tracking.anchors import AnchorSpec, anchor_points
+from pipelines.tracking.shapes import ObjectShape, shape_of
 from pipelines.tracking.tracker import ByteTracker, TrackerSettings
 from pipelines.tracking.zones import (
     Anchor,
@@ -44,7 +45,8 @@ class TrackRecord:
     last seen (seconds), `best_score` and `best_box` (xyxy pixels) of its most confident
     detection, at frame `best_frame`, with that detection's `class_id`; `zones` it entered
     with their dwell seconds, `lines` it crossed as ``(line, direction)`` in order; `crop`
-    the best detection's pixels (BGR) when snapshots are kept."""
+    the best detection's pixels (BGR) when snapshots are kept; `shape` that detection's mask
+    outline, keypoints or oriented box (`pipelines.tracking.shapes`; None for a box detector)."""
 
     track_id: int
     class_id: int
@@ -56,6 +58,7 @@ class TrackRecord:
     zones: tuple[tuple[str, float], ...] = ()
     lines: tuple[tuple[str, str], ...] = ()
     crop: npt.NDArray[np.uint8] | None = field(default=None, repr=False, compare=False)
+    shape: ObjectShape | None = None
 
     @property
     def duration_s(self) -> float:
@@ -134,9 +137,7 @@ class SceneAnalytics:
         with self._lock:
             for i, track_id in enumerate(ids.tolist()):
                 self._observe(frame, tracked, i, track_id)
-            crossings = [
-                c for line in self.lines for c in line.update(ids, at(line.spec.anchor), labels, heights)
-            ]
+            crossings = [c for line in self.lines for c in line.update(ids, at(line.spec.anchor), labels, heights)]
             for crossing in crossings:
                 record = self._records[crossing.track_id]
                 self._records[crossing.track_id] = replace(
@@ -165,6 +166,7 @@ class SceneAnalytics:
                 best_frame=frame.index,
                 lines=() if record is None else record.lines,
                 crop=_crop(frame.image, box) if self.keep_crops else None,
+                shape=shape_of(tracked, i),
             )
             self._records[track_id] = best
         else:

@@ -43,7 +43,9 @@ class AnchorSpec:
 
     def __post_init__(self) -> None:
         if (self.kind == "keypoints") != bool(self.keypoints):
-            raise ValueError(f"anchor {self.kind!r}: keypoint indices are for 'keypoints:I,J' only, got {self.keypoints}")
+            raise ValueError(
+                f"anchor {self.kind!r}: keypoint indices are for 'keypoints:I,J' only, got {self.keypoints}"
+            )
         if any(k < 0 for k in self.keypoints):
             raise ValueError(f"anchor keypoints: indices start at 0, got {self.keypoints}")
 
@@ -58,13 +60,17 @@ def parse_anchor(text: str) -> AnchorSpec:
     a `ValueError` naming what is wrong otherwise (no I/O: config validators call it)."""
     word = text.strip()
     if word in _PLAIN:
-        return AnchorSpec(word)  # type: ignore[arg-type]  # narrowed by the membership test
+        return AnchorSpec(word)
     if word.startswith("keypoints:"):
         parts = [p.strip() for p in word.removeprefix("keypoints:").split(",")]
         if not parts or not all(p.isdigit() for p in parts):
-            raise ValueError(f"anchor {text!r}: keypoints:I,J,... takes keypoint indices 0, 1, 2, ... (e.g. keypoints:15,16)")
+            raise ValueError(
+                f"anchor {text!r}: keypoints:I,J,... takes keypoint indices 0, 1, 2, ... (e.g. keypoints:15,16)"
+            )
         return AnchorSpec("keypoints", tuple(int(p) for p in parts))
-    raise ValueError(f"anchor {text!r}: expected center, bottom_center, obb_center or keypoints:I,J,... (e.g. keypoints:15,16)")
+    raise ValueError(
+        f"anchor {text!r}: expected center, bottom_center, obb_center or keypoints:I,J,... (e.g. keypoints:15,16)"
+    )
 
 
 def _box_points(boxes: npt.NDArray[np.float64], bottom: bool) -> npt.NDArray[np.float64]:

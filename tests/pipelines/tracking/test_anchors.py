@@ -81,9 +81,7 @@ def test_a_line_counts_with_its_own_anchor() -> None:
     for index in range(40):
         y = 200.0 if index < 10 else min(200.0 + 5 * (index - 10), 290.0)
         base = Detections.from_arrays([[300, 100, 340, 300]], [0.9], [0])
-        pose = Detections(
-            base.xyxy, base.confidence, base.class_id, keypoints=np.array([[[320, y, 0.9]]], np.float32)
-        )
+        pose = Detections(base.xyxy, base.confidence, base.class_id, keypoints=np.array([[[320, y, 0.9]]], np.float32))
         analytics.update(Frame(index, index / 15, image), pose)
     counts = {c.name: (c.forward, c.backward) for c in analytics.counts().lines}
     assert counts == {"feet": (1, 0), "middle": (0, 0)}
