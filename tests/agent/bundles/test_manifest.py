@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from testkit import REPO
 
-from agent.bundles.manifest import Manifest, schema_json
+from agent.bundles.manifest import Manifest, decoder_task, schema_json
 
 GOOD = {
     "schema_version": 1,
@@ -46,6 +46,9 @@ def test_a_valid_manifest_round_trips() -> None:
             "min <= opt <= max",
         ),
         ({"thresholds": {"conf": 1.5}}, "conf"),
+        ({"task": "pose"}, "task 'pose' does not fit decoder 'yolov8', which reads detect models"),
+        ({"task": "segment", "decoder": "yolov8-obb"}, "which reads obb models"),
+        ({"task": "classify"}, "task"),
     ],
 )
 def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
@@ -57,3 +60,17 @@ def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
 def test_exported_schema_is_current() -> None:
     """docs/manifest.schema.json is regenerated with `python -m agent.bundles.manifest`."""
     assert (REPO / "docs" / "manifest.schema.json").read_text() == schema_json()
+
+
+@pytest.mark.parametrize(
+    ("task", "decoder"),
+    [("segment", "yolov8-seg"), ("pose", "end2end-pose"), ("obb", "yolov8-obb"), ("detect", "yolov8")],
+)
+def test_a_task_fits_its_decoder(task: str, decoder: str) -> None:
+    assert Manifest.model_validate({**GOOD, "task": task, "decoder": decoder}).task == task == decoder_task(decoder)
+
+
+def test_older_bundles_say_detect_over_any_decoder() -> None:
+    """Before tasks every manifest said (or defaulted to) detect, also over a task decoder."""
+    assert Manifest.model_validate({**GOOD, "decoder": "yolov8-seg"}).task == "detect"
+    assert Manifest.model_validate({**GOOD, "task": "detect", "decoder": "end2end-obb"}).task == "detect"
