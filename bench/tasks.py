@@ -152,7 +152,8 @@ def demo_outputs() -> tuple[Outputs, Outputs, Outputs, Outputs, tuple[int, int],
 
 
 def machine() -> str:
-    return f"{platform.machine()} {platform.processor() or ''} {platform.system()} Python {platform.python_version()}".strip()
+    cpu = platform.processor() or ""
+    return f"{platform.machine()} {cpu} {platform.system()} Python {platform.python_version()}".strip()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
