@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agent.governor.levels import BatteryLevel, ThermalLevel
+from pipelines.tracking.shapes import ObjectShape
 
 ObjectEventKind = Literal["start", "update", "end"]
 
@@ -56,7 +57,8 @@ class ObjectEvent:
     ``clips``, `clip`, the reference of the short clip around its start (``<object_id>.mp4``,
     on its start and end; written once ``post_s`` has passed, fetched with ``media`` and
     ``clip: true``); `classification`, the second stage's latest answer for the object (None:
-    the bundle has no classifier, or none yet)."""
+    the bundle has no classifier, or none yet); `shape` the best detection's mask outline,
+    keypoints or oriented box (task models; None for boxes)."""
 
     kind: ObjectEventKind
     ts: float
@@ -75,6 +77,7 @@ class ObjectEvent:
     snapshot: str | None = None  # the kept snapshot's reference, in place of the crop
     clip: str | None = None  # the reference of the clip around its start (agent.daemon.clips)
     classification: ObjectClass | None = None
+    shape: ObjectShape | None = None
 
     def without_crop(self) -> ObjectEvent:
         """The event without its JPEG crop (what the page lists, and what is kept for it)."""
@@ -87,7 +90,9 @@ class ObjectEvent:
         ``snapshot_jpeg`` (base64) when the event carries a crop, ``snapshot`` (a reference)
         when it was kept on disk instead, ``clip`` (a reference) when a clip is kept;
         ``classification`` (``{"label", "class_id", "score"}``) when the second stage has
-        classified the object."""
+        classified the object; for a task model's object ``"shape": {"polygons":
+        [[[x, y], ...], ...], "keypoints": [[x, y, score], ...], "obb": {"cx", "cy", "w", "h",
+        "angle"}}`` with only the parts it has (pixels to 0.1, scores and radians to 4 places)."""
         document: dict[str, object] = {
             "type": self.kind,
             "ts": round(self.ts, 3),
@@ -115,7 +120,27 @@ class ObjectEvent:
                 "class_id": self.classification.class_id,
                 "score": round(self.classification.score, 4),
             }
+        if self.shape is not None:
+            document["shape"] = _shape_json(self.shape)
         return document
+
+
+def _shape_json(shape: ObjectShape) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if shape.polygons:
+        out["polygons"] = [[[round(x, 1), round(y, 1)] for x, y in part] for part in shape.polygons]
+    if shape.keypoints:
+        out["keypoints"] = [[round(x, 1), round(y, 1), round(s, 4)] for x, y, s in shape.keypoints]
+    if shape.obb is not None:
+        cx, cy, w, h, angle = shape.obb
+        out["obb"] = {
+            "cx": round(cx, 1),
+            "cy": round(cy, 1),
+            "w": round(w, 1),
+            "h": round(h, 1),
+            "angle": round(angle, 4),
+        }
+    return out
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from agent.bundles.manifest import (
     InputSpec,
     Manifest,
     Reference,
+    decoder_task,
 )
 from agent.bundles.signing import signature_file, verify
 from agent.errors import BundleError, ErrorCode, validation_problems
@@ -697,6 +698,7 @@ def build_bundle(
         schema_version=SCHEMA_VERSION,
         name=name or models[0].stem,
         version=version,
+        task=decoder_task(first.decoder),
         description=description,
         created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         decoder=first.decoder,

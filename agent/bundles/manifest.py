@@ -210,13 +210,29 @@ class ClassifierStage(_Strict):
         return value
 
 
+BundleTask = Literal["detect", "segment", "pose", "obb"]
+
+
+def decoder_task(decoder: str) -> BundleTask:
+    """The task a decoder reads: ``*-seg`` segment, ``*-pose`` pose, ``*-obb`` obb, else detect."""
+    for suffix, task in (("-seg", "segment"), ("-pose", "pose"), ("-obb", "obb")):
+        if decoder.endswith(suffix):
+            return task  # type: ignore[return-value]  # one of BundleTask's
+    return "detect"
+
+
 class Manifest(_Strict):
     """manifest.json of a model bundle."""
 
     schema_version: Literal[1] = Field(description="Manifest format version.")
     name: str = Field(pattern=_SAFE_NAME.pattern, description="Bundle name, e.g. 'people-counter'.")
     version: str = Field(description="Semantic version of the bundle, e.g. '1.4.0'.")
-    task: Literal["detect"] = Field(default="detect", description="What the model does.")
+    task: BundleTask = Field(
+        default="detect",
+        description="What the model does: detect (boxes), segment (boxes and masks), pose (boxes and keypoints) "
+        "or obb (oriented boxes); bundle build takes it from the model (its decoder, chosen from the metadata's "
+        "task). Older bundles say detect, whatever their decoder, and stay valid.",
+    )
     description: str = Field(default="", max_length=1000, description="Free text for operators.")
     created: str = Field(description="When the bundle was built, ISO 8601 UTC.")
     decoder: DecoderName = Field(description="Output decoder.")
@@ -254,6 +270,16 @@ class Manifest(_Strict):
         if not _SEMVER.match(value):
             raise ValueError(f"version {value!r} is not a semantic version like 1.2.3")
         return value
+
+    @model_validator(mode="after")
+    def _task_fits_decoder(self) -> Manifest:
+        # "detect" is what every bundle said before tasks: it stays valid over any decoder
+        if self.task != "detect" and self.task != decoder_task(self.decoder):
+            raise ValueError(
+                f"task {self.task!r} does not fit decoder {self.decoder!r}, which reads "
+                f"{decoder_task(self.decoder)} models"
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_paths(self) -> Manifest:

@@ -25,6 +25,7 @@ from agent.errors import ConfigError
 from agent.paths import DEFAULT_STATE_DIR
 from pipelines.sources.frames import SourceError
 from pipelines.sources.specs import source_kind
+from pipelines.tracking.anchors import parse_anchor
 from runtimes.registry import RUNTIME_NAMES, RuntimeSettings
 from runtimes.selection import Preference
 
@@ -171,6 +172,20 @@ def _finite_point(point: list[float]) -> list[float]:
 Point = Annotated[list[float], AfterValidator(_finite_point)]
 
 
+def _anchor_text(value: str) -> str:
+    parse_anchor(value)  # a ValueError naming what is wrong
+    return value.strip()
+
+
+#: an anchor (pipelines.tracking.anchors): center, bottom_center, obb_center or keypoints:I,J,...
+AnchorText = Annotated[str, AfterValidator(_anchor_text)]
+_ANCHOR_HELP = (
+    "center, bottom_center, obb_center (an oriented box's own centre) or keypoints:I,J,... (the mean of those "
+    "keypoints of a pose model, e.g. keypoints:15,16 for COCO's ankles; the box's bottom centre while none "
+    "scores 0.5)"
+)
+
+
 class LineConfig(_Section):
     """A counting line (docs/analytics.md): crossings of a tracked object's anchor point."""
 
@@ -178,6 +193,9 @@ class LineConfig(_Section):
     points: list[Point] = Field(
         description="[[x1, y1], [x2, y2]] in source-frame pixels; 'in' (forward) is crossing from the left of "
         "the first point -> second point to its right, as seen on the image."
+    )
+    anchor: AnchorText | None = Field(
+        default=None, description="The point of a tracked object this line tests (unset: the camera's): " + _ANCHOR_HELP
     )
 
     @field_validator("points")
@@ -196,6 +214,9 @@ class ZoneConfig(_Section):
     name: TopicWord = Field(description="The zone's name in telemetry, events and on the page.")
     polygon: list[Point] = Field(description="[[x, y], ...] in source-frame pixels, at least 3 points.")
     labels: list[str] = Field(default_factory=list, description="Labels counted in the zone (empty: all).")
+    anchor: AnchorText | None = Field(
+        default=None, description="The point of a tracked object this zone tests (unset: the camera's): " + _ANCHOR_HELP
+    )
 
     @field_validator("polygon")
     @classmethod
@@ -261,10 +282,12 @@ class PipelineSection(_Section):
     )
     lines: list[LineConfig] = Field(default_factory=list, description="Counting lines (docs/analytics.md).")
     zones: list[ZoneConfig] = Field(default_factory=list, description="Zones: occupancy and dwell time.")
-    anchor: Literal["center", "bottom_center"] = Field(
+    anchor: AnchorText = Field(
         default="center",
-        description="The point of a tracked box that lines and zones test: its centre, or the middle of its "
-        "bottom edge (where a person or vehicle touches the ground).",
+        description="The point of a tracked object that lines and zones test (each may name its own): its box's "
+        "centre, or bottom_center, the middle of its bottom edge (where a person or vehicle touches the ground), "
+        "or for task models obb_center or keypoints:I,J,... (the mean of those keypoints, e.g. keypoints:15,16 "
+        "for COCO's ankles; the box's bottom centre while none scores 0.5).",
     )
     tracker: TrackerConfig = Field(default_factory=TrackerConfig, description="The camera's object tracker.")
     clips: ClipSection | None = Field(

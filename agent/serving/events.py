@@ -45,6 +45,7 @@ from pipelines.annotate import encode_jpeg
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
 from pipelines.tracking.analytics import CameraCounts, SceneAnalytics, TrackRecord
+from pipelines.tracking.anchors import AnchorSpec, parse_anchor
 from pipelines.tracking.tracker import TrackerSettings
 from pipelines.tracking.zones import LineSpec, ZoneSpec
 
@@ -56,13 +57,23 @@ def _point(xy: list[float]) -> tuple[float, float]:
     return float(xy[0]), float(xy[1])
 
 
+def _anchor(text: str | None) -> AnchorSpec | None:
+    return None if text is None else parse_anchor(text)
+
+
 def scene_for(section: PipelineSection, label: Callable[[int], str], keep_crops: bool = False) -> SceneAnalytics:
     """The analytics of one configured camera (its lines, zones, anchor and tracker)."""
     tracker = section.tracker
     return SceneAnalytics(
         section.name,
-        lines=[LineSpec(line.name, _point(line.points[0]), _point(line.points[1])) for line in section.lines],
-        zones=[ZoneSpec(z.name, tuple(_point(p) for p in z.polygon), frozenset(z.labels)) for z in section.zones],
+        lines=[
+            LineSpec(line.name, _point(line.points[0]), _point(line.points[1]), _anchor(line.anchor))
+            for line in section.lines
+        ],
+        zones=[
+            ZoneSpec(z.name, tuple(_point(p) for p in z.polygon), frozenset(z.labels), _anchor(z.anchor))
+            for z in section.zones
+        ],
         label=label,
         tracker=TrackerSettings(
             high_score=tracker.high_score,
@@ -70,7 +81,7 @@ def scene_for(section: PipelineSection, label: Callable[[int], str], keep_crops:
             new_track_score=tracker.new_track_score,
             lost_frames=tracker.lost_frames,
         ),
-        anchor=section.anchor,
+        anchor=parse_anchor(section.anchor),
         keep_crops=keep_crops,
     )
 
@@ -264,6 +275,7 @@ class EventSink:
             lines=tuple(LineCrossing(line, direction) for line, direction in record.lines),
             snapshot_jpeg=crop,
             classification=self._class_of(pipeline, record.track_id),
+            shape=record.shape,
         )
         with self._lock:
             self.published += 1

@@ -24,6 +24,8 @@ import numpy.typing as npt
 
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
+from pipelines.tracking.anchors import AnchorSpec, anchor_points
+from pipelines.tracking.shapes import ObjectShape, shape_of
 from pipelines.tracking.tracker import ByteTracker, TrackerSettings
 from pipelines.tracking.zones import (
     Anchor,
@@ -34,7 +36,6 @@ from pipelines.tracking.zones import (
     ZoneCount,
     ZoneCounter,
     ZoneSpec,
-    anchor_points,
 )
 
 
@@ -44,7 +45,8 @@ class TrackRecord:
     last seen (seconds), `best_score` and `best_box` (xyxy pixels) of its most confident
     detection, at frame `best_frame`, with that detection's `class_id`; `zones` it entered
     with their dwell seconds, `lines` it crossed as ``(line, direction)`` in order; `crop`
-    the best detection's pixels (BGR) when snapshots are kept."""
+    the best detection's pixels (BGR) when snapshots are kept; `shape` that detection's mask
+    outline, keypoints or oriented box (`pipelines.tracking.shapes`; None for a box detector)."""
 
     track_id: int
     class_id: int
@@ -56,6 +58,7 @@ class TrackRecord:
     zones: tuple[tuple[str, float], ...] = ()
     lines: tuple[tuple[str, str], ...] = ()
     crop: npt.NDArray[np.uint8] | None = field(default=None, repr=False, compare=False)
+    shape: ObjectShape | None = None
 
     @property
     def duration_s(self) -> float:
@@ -105,10 +108,12 @@ class SceneAnalytics:
         zones: Sequence[ZoneSpec] = (),
         label: Callable[[int], str] = str,
         tracker: TrackerSettings | None = None,
-        anchor: Anchor = "center",
+        anchor: Anchor | AnchorSpec = "center",
         keep_crops: bool = False,
     ) -> None:
-        self.camera, self.anchor, self.keep_crops, self._label = camera, anchor, keep_crops, label
+        """`anchor`: the camera's anchor, for its lines and zones that name none of their own."""
+        self.camera, self.keep_crops, self._label = camera, keep_crops, label
+        self.anchor = anchor if isinstance(anchor, AnchorSpec) else AnchorSpec(anchor)
         self.tracker = ByteTracker(tracker or TrackerSettings())
         self.lines = [LineCounter(spec) for spec in lines]
         self.zones = [ZoneCounter(spec) for spec in zones]
@@ -123,12 +128,19 @@ class SceneAnalytics:
         tracked, ids = step.detections[every >= 0], every[every >= 0]
         labels = [self._label(int(c)) for c in tracked.class_id]
         filtered = tracked.xyxy if step.filtered is None else step.filtered[every >= 0]
-        points = anchor_points(filtered, self.anchor)
+        points: dict[AnchorSpec, npt.NDArray[np.float64]] = {}
+
+        def at(spec: AnchorSpec | None) -> npt.NDArray[np.float64]:
+            spec = self.anchor if spec is None else spec
+            if spec not in points:
+                points[spec] = anchor_points(spec, filtered, tracked)
+            return points[spec]
+
         heights = filtered[:, 3] - filtered[:, 1]
         with self._lock:
             for i, track_id in enumerate(ids.tolist()):
                 self._observe(frame, tracked, i, track_id)
-            crossings = [c for line in self.lines for c in line.update(ids, points, labels, heights)]
+            crossings = [c for line in self.lines for c in line.update(ids, at(line.spec.anchor), labels, heights)]
             for crossing in crossings:
                 record = self._records[crossing.track_id]
                 self._records[crossing.track_id] = replace(
@@ -137,7 +149,7 @@ class SceneAnalytics:
             entered = tuple(
                 (zone.spec.name, track_id)
                 for zone in self.zones
-                for track_id in zone.update(frame.timestamp, ids, points, labels)
+                for track_id in zone.update(frame.timestamp, ids, at(zone.spec.anchor), labels)
             )
             started = tuple(self._with_zones(self._records[t]) for t in step.started)
             ended = tuple(self._end(t) for t in step.ended)
@@ -157,6 +169,7 @@ class SceneAnalytics:
                 best_frame=frame.index,
                 lines=() if record is None else record.lines,
                 crop=crop_box(frame.image, box) if self.keep_crops else None,
+                shape=shape_of(tracked, i),
             )
             self._records[track_id] = best
         else:

@@ -1,7 +1,9 @@
 """Counting lines and zones over tracked objects, in source-frame pixels (``x`` right, ``y`` down).
 
 A tracked object is reduced to one anchor point per frame (`anchor_points`: the box centre, or
-the middle of its bottom edge, where a person or a vehicle touches the ground).
+the middle of its bottom edge, where a person or a vehicle touches the ground; a line or zone
+may name its own anchor, `pipelines.tracking.anchors`: keypoints for pose, an oriented box's
+centre).
 
 - `LineCounter`: a directed segment P1 -> P2. An object crosses it when its anchor moves from one
   side to the other within the segment's extent. ``forward`` (``in``) is from the left of
@@ -28,6 +30,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from pipelines.tracking.anchors import AnchorSpec
+
 Anchor = Literal["center", "bottom_center"]
 Point = tuple[float, float]
 Direction = Literal["forward", "backward"]
@@ -43,11 +47,13 @@ def anchor_points(xyxy: npt.NDArray[np.float32], anchor: Anchor) -> npt.NDArray[
 
 @dataclass(frozen=True)
 class LineSpec:
-    """A counting line: `name`, endpoints `start` (P1) and `end` (P2) in pixels."""
+    """A counting line: `name`, endpoints `start` (P1) and `end` (P2) in pixels; `anchor` the
+    point of an object it tests (``None``: the camera's)."""
 
     name: str
     start: Point
     end: Point
+    anchor: AnchorSpec | None = None
 
     def __post_init__(self) -> None:
         if self.start == self.end:
@@ -57,11 +63,12 @@ class LineSpec:
 @dataclass(frozen=True)
 class ZoneSpec:
     """A zone: `name`, `polygon` (at least three points, in pixels), `labels` (empty: every
-    class) counted in it."""
+    class) counted in it; `anchor` the point of an object it tests (``None``: the camera's)."""
 
     name: str
     polygon: tuple[Point, ...]
     labels: frozenset[str] = frozenset()
+    anchor: AnchorSpec | None = None
 
     def __post_init__(self) -> None:
         if len(self.polygon) < 3:

@@ -451,3 +451,27 @@ def test_a_camera_read_that_never_returns_shows_as_stalled() -> None:
         stream.resume()
         pipeline.stop()
         stream.close()
+
+
+def test_a_hot_swap_from_a_detector_to_a_pose_model_keeps_running() -> None:
+    """Boxes, then the demo pose model swapped in mid-stream: every frame served, the frames
+    after the swap with keypoints (the triangles' 3 vertices), none before."""
+    source = LockstepSource(SyntheticSource(SyntheticScene(width=320, height=240, num_shapes=6), frames=24))
+    pipeline = Pipeline("cam", source, detector())
+    pose = detector("demo_pose.onnx")
+    seen: list[tuple[int, bool, bool]] = []  # (frame index, by the pose model, detections with keypoints)
+
+    def sink(frame: Frame, detections: Detections) -> None:
+        seen.append((frame.index, pipeline.detector is pose, detections.keypoints is not None))
+        if frame.index == 8:
+            pipeline.swap_detector(pose)
+        source.delivered.release()
+
+    pipeline.add_sink(sink)
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.stop()
+    assert (pipeline.swaps, pipeline.frames, pipeline.dropped) == (1, 24, 0)
+    assert [index for index, _, _ in seen] == list(range(24))
+    assert [index for index, by_pose, _ in seen if by_pose] == list(range(9, 24))
+    assert all(kpts == by_pose for _, by_pose, kpts in seen), "keypoints exactly from the pose model's frames"

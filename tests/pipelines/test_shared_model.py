@@ -185,3 +185,35 @@ def test_two_cameras_batched_on_one_model_keep_detections_by_their_own_threshold
     assert any(len(found["high"][i]) < len(found["low"][i]) for i in range(3)), "the thresholds made a difference"
     assert any(set(found["low"][i].class_id) - {1} for i in range(3)), "there were other classes to drop"
     reference.close()
+
+
+def test_two_cameras_on_one_shared_segmentation_model_get_their_own_masks() -> None:
+    """Two cameras submit at once to the demo segmentation model (batch 1: their frames are
+    served one after the other, never mixed): each gets both outputs, the boxes' and the
+    prototypes, equal to what the model gives its frame alone."""
+    reference = demo("demo_segment.onnx")
+    frames = tensors(reference, 2)
+    alone = [reference.infer(t) for t in frames]
+    shared = SharedModel(demo("demo_segment.onnx"), policy=BatchPolicy(max_wait_s=0.5))
+    holds = [shared.attach(f"cam{i}") for i in range(2)]
+    results: dict[int, list[np.ndarray]] = {}
+    start = threading.Barrier(2)
+
+    def camera(i: int) -> None:
+        start.wait()
+        results[i] = holds[i].infer(frames[i])
+
+    threads = [threading.Thread(target=camera, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert shared.stats().frames == 2
+    for hold in holds:
+        hold.close()
+    for i in range(2):
+        assert len(results[i]) == 2, "the boxes' output and the prototypes"
+        for got, expected in zip(results[i], alone[i], strict=True):
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(results[0][1], results[1][1]), "two frames, two sets of prototypes"
+    reference.close()

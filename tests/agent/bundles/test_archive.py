@@ -23,6 +23,7 @@ from agent.bundles.archive import (
     Limits,
     Trust,
     build_bundle,
+    read_bundle_manifest,
     read_manifest,
     read_reference,
     unpack,
@@ -427,3 +428,15 @@ def test_the_first_calibration_image_is_the_parity_input(tmp_path: Path, keys) -
     with load_runtime("onnxruntime", DEMO_MODELS / MODEL) as runtime:
         expected, _ = Detector(runtime).prepare(cv2.imread(str(calibration[0])))
     np.testing.assert_array_equal(reference, expected)
+
+
+@pytest.mark.install
+@pytest.mark.parametrize(
+    ("model", "task"), [("demo_segment.onnx", "segment"), ("demo_pose.onnx", "pose"), ("demo_obb.onnx", "obb")]
+)
+def test_bundle_build_takes_the_task_from_the_model(tmp_path: Path, model: str, task: str) -> None:
+    from testkit import DEMO_MODELS
+
+    bundle = tmp_path / "t.bundle"
+    build_bundle([DEMO_MODELS / model], bundle, name="t")
+    assert read_bundle_manifest(bundle).manifest.task == task

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from testkit import REPO
 
-from agent.bundles.manifest import Manifest, schema_json
+from agent.bundles.manifest import Manifest, decoder_task, schema_json
 
 GOOD = {
     "schema_version": 1,
@@ -46,6 +46,9 @@ def test_a_valid_manifest_round_trips() -> None:
             "min <= opt <= max",
         ),
         ({"thresholds": {"conf": 1.5}}, "conf"),
+        ({"task": "pose"}, "task 'pose' does not fit decoder 'yolov8', which reads detect models"),
+        ({"task": "segment", "decoder": "yolov8-obb"}, "which reads obb models"),
+        ({"task": "classify"}, "task"),
     ],
 )
 def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
@@ -101,3 +104,17 @@ def test_a_second_stage_round_trips_with_its_for_key() -> None:
 def test_invalid_second_stages_name_the_field(change: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Manifest.model_validate({**GOOD, "classifier": {**STAGE, **change}})
+
+
+@pytest.mark.parametrize(
+    ("task", "decoder"),
+    [("segment", "yolov8-seg"), ("pose", "end2end-pose"), ("obb", "yolov8-obb"), ("detect", "yolov8")],
+)
+def test_a_task_fits_its_decoder(task: str, decoder: str) -> None:
+    assert Manifest.model_validate({**GOOD, "task": task, "decoder": decoder}).task == task == decoder_task(decoder)
+
+
+def test_older_bundles_say_detect_over_any_decoder() -> None:
+    """Before tasks every manifest said (or defaulted to) detect, also over a task decoder."""
+    assert Manifest.model_validate({**GOOD, "decoder": "yolov8-seg"}).task == "detect"
+    assert Manifest.model_validate({**GOOD, "task": "detect", "decoder": "end2end-obb"}).task == "detect"

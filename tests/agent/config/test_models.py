@@ -110,3 +110,19 @@ def test_a_cameras_thresholds_and_classes(settings: dict[str, Any], error: str |
 def test_a_camera_without_thresholds_leaves_them_to_the_bundle() -> None:
     pipeline = config().pipelines[0]
     assert (pipeline.conf, pipeline.iou, pipeline.max_det, pipeline.classes) == (None, None, None, [])
+
+
+def test_anchors_per_camera_line_and_zone() -> None:
+    line = {"name": "door", "points": [[0, 0], [1, 1]], "anchor": "keypoints:15,16"}
+    zone = {"name": "bay", "polygon": [[0, 0], [9, 0], [9, 9]], "anchor": "obb_center"}
+    good = config(anchor="bottom_center", lines=[line], zones=[zone])
+    section = good.pipelines[0]
+    assert (section.anchor, section.lines[0].anchor, section.zones[0].anchor) == (
+        "bottom_center",
+        "keypoints:15,16",
+        "obb_center",
+    )
+    with pytest.raises(ValidationError, match="anchor 'ankles'"):
+        config(lines=[{**line, "anchor": "ankles"}])
+    with pytest.raises(ValidationError, match="anchor 'middle'"):
+        config(anchor="middle")
