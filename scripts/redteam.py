@@ -153,8 +153,9 @@ def oversized_commands(t: Target) -> Result:
     count = 10 if t.quick else 40
     payload = b'{"pipeline": "' + b"p" * (16 << 20) + b'"}'
     grown = peak_rss(t, lambda: flood(t.broker, f"edge/{DEVICE}/cmd/snapshot", [payload] * count))
-    ok = grown < 120 and t.ping()
-    return Result(ok, f"{count} x 16 MB commands: RSS peak grew {grown:.0f} MB (bound 120), ping answered")
+    unread = "refused unread" in t.agent.output()  # the RSS alone does not tell (the rate limit drops most)
+    ok = grown < 120 and t.ping() and unread
+    return Result(ok, f"{count} x 16 MB commands: RSS peak grew {grown:.0f} MB (bound 120), refused unread: {unread}")
 
 
 def gzip_bomb_bundle(t: Target) -> Result:
