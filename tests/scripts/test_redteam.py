@@ -16,6 +16,7 @@ def _attack_names() -> set[str]:
     spec = importlib.util.spec_from_file_location("redteam", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules["redteam"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return {a.__name__ for a in module.ATTACKS}
 
