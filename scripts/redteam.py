@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""Replay the red team's attacks (issue 29 and the audits before it) on a live daemon.
+
+A real mosquitto (anonymous, the worst case the ACL guards against), ``edge-agent run`` on the
+signed demo bundle with a synthetic camera, a second camera whose RTSP URL carries a planted
+password, and the status page with credentials. Each attack is replayed and its defended outcome
+checked; every attack is one named result ``{"ok": bool, "detail": str}``.
+
+Usage: python scripts/redteam.py [--json] [--quick]
+Exit status 0 when every attack was defended, 1 otherwise. ``--quick`` uses smaller floods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import psutil
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from testkit import DEMO_MODELS, REPO
+from testkit.agent_process import AgentProcess, agent_config
+from testkit.broker import Broker, Watcher
+from testkit.bundles import read_files, resign, write_tar
+from testkit.control import unchecked_rollout
+from testkit.fleet import announce, publish_raw, request, signed_request
+from testkit.net import free_port, wait_until
+from testkit.page import basic, http
+
+from agent.bundles.archive import build_bundle
+from agent.bundles.signing import generate_keypair, load_private_key
+from agent.mqtt.control import sign
+from agent.mqtt.protocol import Desired
+
+DEVICE = "dev1"
+SECRET = "planted-camera-secret"
+USER, PASSWORD = "tech", "s3cret pass"
+
+
+@dataclass(frozen=True)
+class Result:
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Target:
+    """What the attacks act on: the broker, the agent's process, its page and keys."""
+
+    broker: Broker
+    agent: AgentProcess
+    watcher: Watcher
+    page: str
+    keys: dict[str, Path]
+    folder: Path
+    quick: bool
+
+    @property
+    def rss_mb(self) -> float:
+        assert self.agent.process is not None
+        return psutil.Process(self.agent.process.pid).memory_info().rss / 2**20
+
+    def ping(self) -> bool:
+        body = json.loads(
+            request(self.broker, DEVICE, "ping", signed_request(self.keys["operator"], DEVICE, "ping"))[0]
+        )
+        return body.get("ok") is True
+
+    def healthy(self) -> bool:
+        return http(self.page + "healthz").status == 200
+
+    def status(self) -> dict[str, Any]:
+        return self.watcher.json(f"edge/{DEVICE}/status") or {}
+
+    def problem(self, words: str, timeout: float = 30) -> str:
+        status = self.watcher.wait_json(
+            f"edge/{DEVICE}/status", lambda d: words in (d.get("deployment_problem") or ""), timeout
+        )
+        return str(status["deployment_problem"])
+
+    def command(self, name: str, payload: bytes) -> dict[str, Any]:
+        return json.loads(request(self.broker, DEVICE, name, payload)[0])  # type: ignore[no-any-return]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "EDGE_AGENT_OPERATOR_KEY": str(self.keys["operator"])}
+        return subprocess.run(
+            [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+        )
+
+
+def flood(broker: Broker, topic: str, payloads: list[bytes]) -> None:
+    """Publish `payloads` on `topic` (QoS 0, anonymous) as fast as the link takes them."""
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+    client.connect("127.0.0.1", broker.port)
+    client.loop_start()
+    try:
+        infos = [client.publish(topic, p, qos=1) for p in payloads]
+        infos[-1].wait_for_publish(120)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def peak_rss(target: Target, action: Callable[[], None]) -> float:
+    """Run `action` while sampling the agent's RSS (MB); returns the growth of the peak."""
+    before, peak, done = target.rss_mb, [target.rss_mb], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], target.rss_mb)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        action()
+    finally:
+        done.set()
+        sampler.join()
+    return peak[0] - before
+
+
+def document(key: Path | None, target: str = f"device:{DEVICE}", **fields: Any) -> Desired:
+    base = {"id": f"rt-{time.monotonic_ns()}", "name": "demo", "version": "9.0.0", "sha256": "cd" * 32}
+    desired = Desired(**{**base, "size": 10, "chunk_size": 10, "chunks": 1, "target": target, **fields})
+    return sign(desired, load_private_key(key), target) if key else desired
+
+
+# ------------------------------------------------------------------------------------------ attacks
+
+
+def nested_json_command(t: Target) -> Result:
+    """Issue 29 #1: 2 KB of `[[[...]]]` on a command topic once ended the command thread."""
+    publish_raw(t.broker, [])  # nothing retained
+    flood(t.broker, f"edge/{DEVICE}/cmd/snapshot", [b"[" * 1000 + b"]" * 1000])
+    ok = t.ping() and t.healthy()
+    return Result(ok, "a signed ping is answered and /healthz is 200 after the nested document")
+
+
+def oversized_commands(t: Target) -> Result:
+    """Issue 29 #2: 16 MB commands are refused by their size before parsing."""
+    count = 10 if t.quick else 40
+    payload = b'{"pipeline": "' + b"p" * (16 << 20) + b'"}'
+    grown = peak_rss(t, lambda: flood(t.broker, f"edge/{DEVICE}/cmd/snapshot", [payload] * count))
+    unread = "refused unread" in t.agent.output()  # the RSS alone does not tell (the rate limit drops most)
+    ok = grown < 120 and t.ping() and unread
+    return Result(ok, f"{count} x 16 MB commands: RSS peak grew {grown:.0f} MB (bound 120), refused unread: {unread}")
+
+
+def gzip_bomb_bundle(t: Target) -> Result:
+    """Issue 29 #3: a gzip bomb signed by a stranger is refused before it is inflated."""
+    size = (256 if t.quick else 1024) << 20
+    files = resign({**read_files(t.folder / "demo.bundle"), "demo_detector.onnx": bytes(size)}, t.keys["other"])
+    bomb = write_tar(t.folder / "bomb.bundle", files, gz=True).read_bytes()
+    deployment, messages = announce(bomb, DEVICE, 256 * 1024, t.keys["operator"])
+    grown = peak_rss(t, lambda: publish_raw(t.broker, messages))
+    record = t.watcher.wait_json(
+        f"edge/{DEVICE}/deployment", lambda d: d["id"] == deployment and d["state"] in ("REJECTED", "FAILED"), 120
+    )
+    code = (record.get("error") or {}).get("code")
+    ok = record["state"] == "REJECTED" and code == "UNKNOWN_SIGNER" and grown < 120
+    return Result(ok, f"{len(bomb)} B bundle inflating to {size >> 20} MB: {code}, RSS peak grew {grown:.0f} MB")
+
+
+def junk_retained_documents(t: Target) -> Result:
+    """Issue 29 #4: junk retained status and deployment documents do not crash the fleet tools."""
+    junk = [
+        ("edge/ghost1/status", b'{"bundle":"x"}'),
+        ("edge/ghost2/status", b'{"error":"boom"}'),
+        ("edge/ghost3/status", b'{"progress":"half"}'),
+        ("edge/ghost4/deployment", b'{"id":"rt-rollout","error":"boom"}'),
+        ("edge/ghost5/status", b"[1, 2]"),
+    ]
+    publish_raw(t.broker, junk)
+    status = t.cli("fleet", "status", "--broker", t.broker.url)
+    rollout = t.cli("fleet", "rollout", "status", "rt-rollout", "--broker", t.broker.url)
+    publish_raw(t.broker, [(topic, b"") for topic, _ in junk])
+    outputs = status.stdout + status.stderr + rollout.stdout + rollout.stderr
+    ok = status.returncode == 0 and "Traceback" not in outputs and DEVICE in status.stdout
+    return Result(ok, f"fleet status exit {status.returncode}, rollout status exit {rollout.returncode}, no traceback")
+
+
+def ghost_reports(t: Target) -> Result:
+    """Issue 29 #5: forged FAILED reports of a device that never existed sign no halt."""
+    watch = t.cli("fleet", "rollout", "status", "rt-ghost", "--broker", t.broker.url)
+    publish_raw(
+        t.broker,
+        [
+            ("edge/ghost/status", json.dumps({"state": "online", "device": "ghost", "group": "lobby"}).encode()),
+            ("edge/ghost/deployment", json.dumps({"id": "rt-ghost", "state": "FAILED"}).encode()),
+        ],
+    )
+    halted = t.watcher.json("edge/groups/lobby/desired")
+    publish_raw(t.broker, [("edge/ghost/status", b""), ("edge/ghost/deployment", b"")])
+    ok = "Traceback" not in watch.stdout + watch.stderr and not (halted and halted.get("halted"))
+    return Result(ok, "no halt was signed for the forged reports of 'ghost'")
+
+
+def empty_retained_desired(t: Target) -> Result:
+    """Issue 29 #6: an unsigned empty retained desired does not release the device, also after SIGHUP."""
+    before = (t.status().get("bundle") or {}).get("version")
+    publish_raw(t.broker, [(f"edge/{DEVICE}/desired", b"")])
+    words = t.problem("empty message")
+    assert t.agent.process is not None
+    t.agent.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: t.agent.output().count("SIGHUP") >= 1 or "reload" in t.agent.output(), 30, "the reload")
+    after = t.watcher.wait_json(f"edge/{DEVICE}/status", lambda d: d["state"] == "online", 30)
+    ok = after["bundle"]["version"] == before and "release" in words
+    return Result(ok, f"refused ({words[:80]}); still serving {before} after SIGHUP")
+
+
+def infinity_in_signed_floats(t: Target) -> Result:
+    """Issue 29 #9: `Infinity` in an operator-signed rollout is refused; /api/status stays 200."""
+    payload = unchecked_rollout(load_private_key(t.keys["operator"]), "group:lobby", time.time(), start=float("inf"))
+    publish_raw(t.broker, [("edge/groups/lobby/desired", payload)])
+    page = http(t.page + "api/status", headers=basic(USER, PASSWORD))
+    status = t.cli("fleet", "status", "--broker", t.broker.url)
+    publish_raw(t.broker, [("edge/groups/lobby/desired", b"")])
+    raw = t.watcher.latest.get(f"edge/{DEVICE}/status", b"")
+    ok = page.status == 200 and b"Infinity" not in raw and b"Infinity" not in page.body and status.returncode == 0
+    return Result(ok, f"/api/status {page.status}, fleet status exit {status.returncode}, no Infinity published")
+
+
+def log_flood(t: Target) -> Result:
+    """Issue 29 #10: thousands of refused desired documents write a bounded number of log lines."""
+    count = 2000 if t.quick else 20_000
+    lines = len(t.agent.output().splitlines())
+    flood(t.broker, f"edge/{DEVICE}/desired", [document(None, id=f"f{i}").to_bytes() for i in range(count)])
+    t.ping()  # the flood's messages were all handled before the ping's answer
+    written = len(t.agent.output().splitlines()) - lines
+    return Result(written < 50, f"{count} refused documents wrote {written} log lines (bound 50)")
+
+
+def credentials_in_the_page_address(t: Target) -> Result:
+    """Issue 29 #11: the page works when opened as http://user:pass@host/ in headless chromium."""
+    from testkit.browser import Chromium
+
+    chromium = Chromium()
+    try:
+        page = chromium.page()
+        port = t.page.rsplit(":", 1)[1].strip("/")
+        page.open(f"http://{USER}:s3cret%20pass@127.0.0.1:{port}/")
+        shown = """(() => { const offline = document.getElementById('offline');
+            if (!offline.hidden) return 'offline: ' + offline.textContent;
+            const device = document.getElementById('device').textContent;
+            return device !== 'edge-agent' && device; })()"""
+        seen = page.wait_for(shown)
+    finally:
+        chromium.close()
+    return Result(seen == DEVICE, f"the page shows {seen!r}")
+
+
+def snapshot_quality_nan(t: Target) -> Result:
+    """Issue 29 #12: `snapshot.jpg?quality=nan` answers 400, not 500."""
+    answer = http(t.page + "api/cameras/cam0/snapshot.jpg?quality=nan", headers=basic(USER, PASSWORD))
+    return Result(answer.status == 400 and b"Traceback" not in answer.body, f"answered {answer.status}")
+
+
+def dns_rebinding_host(t: Target) -> Result:
+    """Issue 29 #12: a Host header that does not name the device is refused (DNS rebinding)."""
+    answer = http(t.page + "api/status", headers={**basic(USER, PASSWORD), "Host": "evil.example"})
+    action = http(t.page + "api/rollback", "POST", {**basic(USER, PASSWORD), "Host": "evil.example"}, b"{}")
+    return Result(answer.status == 421 and action.status == 421, f"read {answer.status}, action {action.status}")
+
+
+def unsigned_and_forged_commands(t: Target) -> Result:
+    """Earlier lists: unsigned, forged, misaddressed, wrong-command and replayed requests are refused."""
+    key, other = t.keys["operator"], t.keys["other"]
+    refused = []
+    for name, payload in [
+        ("unsigned", b"{}"),
+        ("forged", signed_request(other, DEVICE, "rollback")),
+        ("misaddressed", signed_request(key, "dev2", "rollback")),
+        ("wrong command", signed_request(key, DEVICE, "ping")),
+    ]:
+        body = t.command("rollback", payload)
+        if body.get("ok") is False and body["error"]["code"] == "UNAUTHORIZED":
+            refused.append(name)
+    ping = signed_request(key, DEVICE, "ping")
+    first, replay = t.command("ping", ping), t.command("ping", ping)
+    replayed = first.get("ok") is True and replay.get("ok") is False and "run before" in replay["error"]["message"]
+    ok = len(refused) == 4 and replayed
+    return Result(ok, f"refused: {', '.join(refused)}; replay refused: {replayed}")
+
+
+def unsigned_and_forged_desired(t: Target) -> Result:
+    """Earlier lists: unsigned, stranger-signed and misaddressed desired documents are refused."""
+    publish_raw(t.broker, [(f"edge/{DEVICE}/desired", document(None).to_bytes())])
+    unsigned = t.problem("not signed")
+    publish_raw(t.broker, [(f"edge/{DEVICE}/desired", document(t.keys["other"]).to_bytes())])
+    forged = t.problem("not an operator key")
+    publish_raw(t.broker, [(f"edge/{DEVICE}/desired", b"")])
+    version = (t.status().get("bundle") or {}).get("version")
+    return Result(version == "1.0.0", f"{unsigned[:60]!r}; {forged[:60]!r}; still {version}")
+
+
+def slow_connections(t: Target) -> Result:
+    """Earlier lists: many connections that send half a request do not stop the page."""
+    count = 50 if t.quick else 200
+    port = int(t.page.rsplit(":", 1)[1].strip("/"))
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
+            sockets.append(s)
+        answer = http(t.page + "api/status", headers=basic(USER, PASSWORD))
+    finally:
+        for s in sockets:
+            s.close()
+    return Result(answer.status == 200 and t.ping(), f"{count} half-open requests; the page answered {answer.status}")
+
+
+def camera_credentials(t: Target) -> Result:
+    """Issue 29 #14: the camera's planted password is in no output (log, MQTT, page, doctor)."""
+    page = http(t.page + "api/status", headers=basic(USER, PASSWORD)).body.decode(errors="replace")
+    doctor = t.cli("doctor", "--config", str(t.agent.config))
+    mqtt_seen = b"".join(bytes(m.payload) for m in t.watcher.messages).decode(errors="replace")
+    places = {"log": t.agent.output(), "mqtt": mqtt_seen, "page": page, "doctor": doctor.stdout + doctor.stderr}
+    leaks = [where for where, text in places.items() if SECRET in text]
+    return Result(not leaks, f"leaked in: {', '.join(leaks)}" if leaks else f"searched {', '.join(places)}")
+
+
+ATTACKS: list[Callable[[Target], Result]] = [
+    nested_json_command,
+    oversized_commands,
+    gzip_bomb_bundle,
+    junk_retained_documents,
+    ghost_reports,
+    empty_retained_desired,
+    infinity_in_signed_floats,
+    log_flood,
+    credentials_in_the_page_address,
+    snapshot_quality_nan,
+    dns_rebinding_host,
+    unsigned_and_forged_commands,
+    unsigned_and_forged_desired,
+    slow_connections,
+    camera_credentials,  # last: it searches what every attack before it made the daemon say
+]
+
+
+def run(folder: Path, quick: bool) -> dict[str, Result]:
+    keys: dict[str, Path] = {}
+    keys["private"], keys["public"] = generate_keypair(folder / "fleet")
+    keys["operator"], keys["operator_pub"] = generate_keypair(folder / "operator")
+    keys["other"], _ = generate_keypair(folder / "stranger")
+    bundle = folder / "demo.bundle"
+    build_bundle(
+        [DEMO_MODELS / "demo_detector.onnx"],
+        bundle,
+        name="demo",
+        version="1.0.0",
+        key=load_private_key(keys["private"]),
+    )
+    (folder / "page-password").write_text(PASSWORD + "\n")
+    port = free_port()
+    broker = Broker(folder / "broker").start()
+    watcher = Watcher(broker, ["edge/#"])
+    pipelines = [
+        {"name": "cam0", "source": "synthetic", "max_fps": 10},
+        {"name": "door", "source": f"rtsp://viewer:{SECRET}@127.0.0.1:{free_port()}/stream1"},
+    ]
+    page = {"listen": f"127.0.0.1:{port}", "username": USER, "password_file": str(folder / "page-password")}
+    config = agent_config(
+        folder, broker, DEVICE, keys["public"], "lobby", keys["operator_pub"], pipelines=pipelines, status_page=page
+    )
+    agent = AgentProcess(config).start()
+    target = Target(broker, agent, watcher, f"http://127.0.0.1:{port}/", keys, folder, quick)
+    results: dict[str, Result] = {}
+    try:
+        watcher.wait_json(f"edge/{DEVICE}/status", lambda d: d["state"] == "online", 60)
+        pushed = target.cli("fleet", "push", str(bundle), "--target", f"device:{DEVICE}", "--broker", broker.url)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        watcher.wait_json(f"edge/{DEVICE}/status", lambda d: (d.get("bundle") or {}).get("version") == "1.0.0", 120)
+        for attack in ATTACKS:
+            try:
+                results[attack.__name__] = attack(target)
+            except Exception as error:  # an attack that breaks the harness is a failed defence too
+                results[attack.__name__] = Result(False, f"{type(error).__name__}: {error}"[:400])
+        alive = agent.alive() and "Traceback" not in agent.output()
+        results["daemon_survived"] = Result(alive, "alive, no traceback in its log" if alive else agent.output()[-400:])
+    finally:
+        agent.stop()
+        watcher.close()
+        broker.stop()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    parser.add_argument("--quick", action="store_true", help="smaller floods and bombs (the test's size)")
+    args = parser.parse_args()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="redteam-") as tmp:
+        results = run(Path(tmp), args.quick)
+    wall = time.monotonic() - started
+    if args.json:
+        out = {name: {"ok": r.ok, "detail": r.detail} for name, r in results.items()}
+        print(json.dumps({"results": out, "wall_s": round(wall, 1), "quick": args.quick}, indent=2))
+    else:
+        for name, r in results.items():
+            print(f"{'ok  ' if r.ok else 'FAIL'} {name}: {r.detail}")
+        print(f"{sum(r.ok for r in results.values())}/{len(results)} defended in {wall:.0f} s")
+    return 0 if all(r.ok for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
