@@ -45,6 +45,7 @@ from agent.daemon.command_service import CommandService
 from agent.daemon.deployer import Deployer
 from agent.daemon.documents import deployment_status, last_will
 from agent.daemon.governing import Governing
+from agent.daemon.home_assistant import feed_for
 from agent.daemon.media import FOLDER as MEDIA_FOLDER
 from agent.daemon.media import MediaStore
 from agent.daemon.optimisation_report import Reports
@@ -60,6 +61,7 @@ from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor
 from agent.mqtt.control import ControlGate
+from agent.mqtt.home_assistant import Identity
 from agent.mqtt.link import MqttLink, Will
 from agent.mqtt.outbox import FILE_NAME, Outbox
 from agent.mqtt.outbox_sender import OutboxSender
@@ -130,13 +132,15 @@ class Agent:
                 config.mqtt,
                 config.mqtt.client_id or f"edge-agent-{self.device}",
                 will=Will(self.topics.status(self.device), last_will(self.device)),
-                on_connect=lambda: self.outgoing.status(),
+                on_connect=self._on_connect,
             )
             self.sender = OutboxSender(self.outbox, self.link, config.outbox)
         media = None  # the events' snapshots on disk (with events.snapshots)
         if config.events.snapshots:
             media = MediaStore(config.state_dir / MEDIA_FOLDER, config.events.media)
         self.outgoing = Outgoing(self.device, self.topics, self.outbox, self.snapshot, self.link, self.sender, media)
+        identity, jpeg = Identity(self.device, self.board.model, agent_version()), lambda n, q: self.actions.camera_jpeg(n, q)
+        self.home_assistant = feed_for(config, identity, self.topics, self.link, jpeg, time.monotonic)
         labels, counted = (lambda: self.cameras.labels()), (lambda: self.totals.save())  # both built below
         self.events = EventSink(config.events, labels, self.outgoing.event, config.pipelines, counted=counted)
         self.totals = KeptTotals(self.outbox, self.events)
@@ -157,7 +161,7 @@ class Agent:
                 config.governor, self.cameras, sensors.fs, self.pin_factory, self.outgoing.event, self.outgoing.status
             )
         monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(sensors.fs))
-        self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self.outgoing.telemetry)
+        self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self._sampled)
         self.deployer: Deployer | None = None
         self.commands: CommandService | None = None
         self.reports: Reports | None = None
@@ -216,6 +220,8 @@ class Agent:
                 on_report=self.outgoing.deployment_report,
             )
             self.commands.start()
+            if self.home_assistant is not None:
+                self.home_assistant.start()
             self.link.start()
             if self.sender is not None:
                 self.sender.start()
@@ -279,6 +285,16 @@ class Agent:
         self._state_lock = lock
         self._configure(config)
         self.start()
+
+    def _on_connect(self) -> None:
+        self.outgoing.status()
+        if self.home_assistant is not None:
+            self.home_assistant.announce()
+
+    def _sampled(self) -> None:
+        self.outgoing.telemetry()
+        if self.home_assistant is not None:
+            self.home_assistant.tick()
 
     def _on_deployed(self, deployment: Deployment) -> None:
         self.actions.serve_current()
