@@ -45,7 +45,7 @@ from agent.daemon.command_service import CommandService
 from agent.daemon.deployer import Deployer
 from agent.daemon.documents import deployment_status, last_will
 from agent.daemon.governing import Governing
-from agent.daemon.home_assistant import feed_for
+from agent.daemon.ha_feed import feed_for
 from agent.daemon.media import FOLDER as MEDIA_FOLDER
 from agent.daemon.media import MediaStore
 from agent.daemon.optimisation_report import Reports
@@ -139,8 +139,8 @@ class Agent:
         if config.events.snapshots:
             media = MediaStore(config.state_dir / MEDIA_FOLDER, config.events.media)
         self.outgoing = Outgoing(self.device, self.topics, self.outbox, self.snapshot, self.link, self.sender, media)
-        identity, jpeg = Identity(self.device, self.board.model, agent_version()), lambda n, q: self.actions.camera_jpeg(n, q)
-        self.home_assistant = feed_for(config, identity, self.topics, self.link, jpeg, time.monotonic)
+        identity = Identity(self.device, self.board.model, agent_version())
+        self.home_assistant = feed_for(config, identity, self.topics, self.link, self._camera_jpeg, time.monotonic)
         labels, counted = (lambda: self.cameras.labels()), (lambda: self.totals.save())  # both built below
         self.events = EventSink(config.events, labels, self.outgoing.event, config.pipelines, counted=counted)
         self.totals = KeptTotals(self.outbox, self.events)
@@ -285,6 +285,9 @@ class Agent:
         self._state_lock = lock
         self._configure(config)
         self.start()
+
+    def _camera_jpeg(self, name: str, quality: int) -> bytes:
+        return self.actions.camera_jpeg(name, quality)
 
     def _on_connect(self) -> None:
         self.outgoing.status()

@@ -173,7 +173,8 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
         "version",
         "Active version",
         state_topic=status,
-        value_template="{{ value_json.bundle.name ~ ' ' ~ value_json.bundle.version if value_json.bundle else 'none' }}",
+        value_template="{{ value_json.bundle.name ~ ' ' ~ value_json.bundle.version "
+        "if value_json.bundle else 'none' }}",
     )
     problems = "[value_json.error, value_json.deployment_problem] | select | list + (value_json.warnings or [])"
     add(
@@ -184,14 +185,16 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
         value_template=f"{{{{ 'ON' if ({problems}) else 'OFF' }}}}",
         device_class="problem",
         json_attributes_topic=status,
-        json_attributes_template=f"{{% set p = {problems} %}}{{{{ {{'problem': p[0] if p else none, 'problems': p | count}} | tojson }}}}",
+        json_attributes_template=f"{{% set p = {problems} %}}"
+        "{{ {'problem': p[0] if p else none, 'problems': p | count} | tojson }}",
     )
     add(
         "sensor",
         "last_event",
         "Last object event",
         state_topic=events,
-        value_template="{{ value_json.label ~ ' ' ~ value_json.type if value_json.label is defined else value_json.type }}",
+        value_template="{{ value_json.label ~ ' ' ~ value_json.type "
+        "if value_json.label is defined else value_json.type }}",
         json_attributes_topic=events,
         json_attributes_template="{{ {'pipeline': value_json.pipeline, 'confidence': value_json.confidence, "
         "'object_id': value_json.object_id, 'ts': value_json.ts} | tojson }}",
@@ -214,7 +217,13 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
             state_topic=telemetry,
             value_template=_pipeline(camera.name, "source_status.state"),
         )
-        add("image", f"{c}_image", f"{camera.name} frame", image_topic=image_topic(topics, device, camera.name), content_type="image/jpeg")
+        add(
+            "image",
+            f"{c}_image",
+            f"{camera.name} frame",
+            image_topic=image_topic(topics, device, camera.name),
+            content_type="image/jpeg",
+        )
         for line in camera.lines:
             for direction in ("in", "out"):
                 add(

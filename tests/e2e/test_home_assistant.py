@@ -95,7 +95,9 @@ def test_home_assistant_discovers_the_agent(
             f"sensor.{E}_temperature": from_status(lambda s: s["temperature_c"]),
             f"sensor.{E}_governor": from_status(lambda s: (s["governor"] or {}).get("level")),
             f"sensor.{E}_version": from_status(lambda s: f"{s['bundle']['name']} {s['bundle']['version']}"),
-            f"binary_sensor.{E}_problem": from_status(lambda s: "on" if s["error"] or s["deployment_problem"] or s["warnings"] else "off"),
+            f"binary_sensor.{E}_problem": from_status(
+                lambda s: "on" if s["error"] or s["deployment_problem"] or s["warnings"] else "off"
+            ),
             f"sensor.{E}_cam0_fps": from_telemetry(lambda t: cam(t)["fps"]),
             f"sensor.{E}_cam0_status": from_telemetry(lambda t: cam(t)["source_status"]["state"]),
             f"sensor.{E}_power": from_telemetry(lambda t: t["sensors"]["power_w"]),
@@ -114,7 +116,9 @@ def test_home_assistant_discovers_the_agent(
 
             wait_until(same, 60, f"{entity} showing what the agent published ({published()})")
         # the device page's identity: one device, the agent's version as its firmware
-        jpeg = wait_until(lambda: ha.get_bytes(states[f"image.{E}_cam0_image"]["attributes"]["entity_picture"]), 60, "a frame")
+        jpeg = wait_until(
+            lambda: ha.get_bytes(states[f"image.{E}_cam0_image"]["attributes"]["entity_picture"]), 60, "a frame"
+        )
         assert jpeg[:2] == b"\xff\xd8", jpeg[:8]
 
         # SIGHUP without the yard: its entities leave HA

@@ -18,21 +18,62 @@ ENTITIES = {e.object_id: e for e in discovery(IDENTITY, TOPICS, "homeassistant",
 
 STATUS, TELEMETRY, EVENTS = "edge/cam-7/status", "edge/cam-7/telemetry", "edge/cam-7/events"
 CASES: list[tuple[str, str, dict[str, Any]]] = [
-    ("temperature", "sensor", {"state_topic": STATUS, "device_class": "temperature", "unit_of_measurement": "°C", "state_class": "measurement"}),
+    (
+        "temperature",
+        "sensor",
+        {
+            "state_topic": STATUS,
+            "device_class": "temperature",
+            "unit_of_measurement": "°C",
+            "state_class": "measurement",
+        },
+    ),
     ("fps", "sensor", {"state_topic": STATUS, "unit_of_measurement": "fps", "state_class": "measurement"}),
-    ("power", "sensor", {"state_topic": TELEMETRY, "device_class": "power", "unit_of_measurement": "W", "state_class": "measurement"}),
-    ("battery", "sensor", {"state_topic": TELEMETRY, "device_class": "battery", "unit_of_measurement": "%", "state_class": "measurement"}),
-    ("governor", "sensor", {"state_topic": STATUS, "device_class": "enum", "options": ["NORMAL", "WARM", "HOT", "CRITICAL", "OK", "LOW"]}),
+    (
+        "power",
+        "sensor",
+        {"state_topic": TELEMETRY, "device_class": "power", "unit_of_measurement": "W", "state_class": "measurement"},
+    ),
+    (
+        "battery",
+        "sensor",
+        {"state_topic": TELEMETRY, "device_class": "battery", "unit_of_measurement": "%", "state_class": "measurement"},
+    ),
+    (
+        "governor",
+        "sensor",
+        {"state_topic": STATUS, "device_class": "enum", "options": ["NORMAL", "WARM", "HOT", "CRITICAL", "OK", "LOW"]},
+    ),
     ("version", "sensor", {"state_topic": STATUS}),
     ("problem", "binary_sensor", {"state_topic": STATUS, "device_class": "problem", "json_attributes_topic": STATUS}),
     ("last_event", "sensor", {"state_topic": EVENTS, "json_attributes_topic": EVENTS}),
-    ("front_door_fps", "sensor", {"state_topic": TELEMETRY, "unit_of_measurement": "fps", "state_class": "measurement"}),
+    (
+        "front_door_fps",
+        "sensor",
+        {"state_topic": TELEMETRY, "unit_of_measurement": "fps", "state_class": "measurement"},
+    ),
     ("front_door_status", "sensor", {"state_topic": TELEMETRY}),
     ("front_door_image", "image", {"image_topic": "edge/cam-7/ha/Front Door/image", "content_type": "image/jpeg"}),
-    ("line_gate_in", "sensor", {"state_topic": TELEMETRY, "unit_of_measurement": "crossings", "state_class": "total_increasing"}),
-    ("line_gate_out", "sensor", {"state_topic": TELEMETRY, "unit_of_measurement": "crossings", "state_class": "total_increasing"}),
-    ("zone_porch_now", "sensor", {"state_topic": TELEMETRY, "unit_of_measurement": "objects", "state_class": "measurement"}),
-    ("zone_porch_total", "sensor", {"state_topic": TELEMETRY, "unit_of_measurement": "entries", "state_class": "total_increasing"}),
+    (
+        "line_gate_in",
+        "sensor",
+        {"state_topic": TELEMETRY, "unit_of_measurement": "crossings", "state_class": "total_increasing"},
+    ),
+    (
+        "line_gate_out",
+        "sensor",
+        {"state_topic": TELEMETRY, "unit_of_measurement": "crossings", "state_class": "total_increasing"},
+    ),
+    (
+        "zone_porch_now",
+        "sensor",
+        {"state_topic": TELEMETRY, "unit_of_measurement": "objects", "state_class": "measurement"},
+    ),
+    (
+        "zone_porch_total",
+        "sensor",
+        {"state_topic": TELEMETRY, "unit_of_measurement": "entries", "state_class": "total_increasing"},
+    ),
 ]
 
 
@@ -83,7 +124,11 @@ def test_templates_name_the_camera_line_and_zone() -> None:
 def test_prefix_topics_and_slugs() -> None:
     other = discovery(IDENTITY, Topics("site"), "ha", ())
     assert {e.topic.split("/")[0] for e in other} == {"ha"}
-    assert {e.config["state_topic"] for e in other if "state_topic" in e.config} <= {"site/cam-7/status", "site/cam-7/telemetry", "site/cam-7/events"}
+    assert {e.config["state_topic"] for e in other if "state_topic" in e.config} <= {
+        "site/cam-7/status",
+        "site/cam-7/telemetry",
+        "site/cam-7/events",
+    }
     assert status_topic("ha") == "ha/status"
     assert image_topic(Topics("site"), "d", "c") == "site/d/ha/c/image"
     assert slug("Front Door-2") == "front_door_2"

@@ -69,7 +69,13 @@ class HomeAssistant:
         self.process = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         wait_until(self._answers, timeout, f"Home Assistant on {self.url} (log: {self.config_dir / 'ha.log'})", 0.5)
         client = self.url + "/"
-        owner = {"client_id": client, "name": "Test", "username": "test", "password": "edge-agent-test", "language": "en"}
+        owner = {
+            "client_id": client,
+            "name": "Test",
+            "username": "test",
+            "password": "edge-agent-test",
+            "language": "en",
+        }
         code = self._post("/api/onboarding/users", json.dumps(owner).encode(), "application/json")["auth_code"]
         form = urllib.parse.urlencode({"grant_type": "authorization_code", "code": code, "client_id": client})
         self.token = self._post("/auth/token", form.encode(), "application/x-www-form-urlencoded")["access_token"]
@@ -78,7 +84,9 @@ class HomeAssistant:
     def _answers(self) -> bool:
         assert self.process is not None
         if self.process.poll() is not None:
-            raise AssertionError(f"hass exited {self.process.returncode}: {(self.config_dir / 'hass.out').read_text()[-3000:]}")
+            raise AssertionError(
+                f"hass exited {self.process.returncode}: {(self.config_dir / 'hass.out').read_text()[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(self.url + "/api/onboarding", timeout=2) as answer:
                 return bool(answer.status == 200)

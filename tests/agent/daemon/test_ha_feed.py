@@ -1,4 +1,4 @@
-"""The device's discovery feed (agent/daemon/home_assistant.py) over a real mosquitto: configs
+"""The device's discovery feed (agent.daemon.ha_feed.py) over a real mosquitto: configs
 retained on connect, again on Home Assistant's birth, empty retained configs for entities that
 left the config, and frames at most every ``image_interval_s`` by an injected clock."""
 
@@ -11,7 +11,7 @@ from testkit.broker import Broker, Watcher
 from testkit.net import wait_until
 
 from agent.config.models import AgentConfig
-from agent.daemon.home_assistant import FILE_NAME, HomeAssistantFeed, feed_for
+from agent.daemon.ha_feed import FILE_NAME, HomeAssistantFeed, feed_for
 from agent.errors import CodedError, ErrorCode
 from agent.mqtt.home_assistant import Identity
 from agent.mqtt.link import MqttLink
@@ -53,7 +53,9 @@ def test_announce_remove_and_frames(tmp_path: Path, broker: Broker) -> None:
     now = [100.0]
     frames = Frames()
     try:
-        feed = HomeAssistantFeed(_config(tmp_path, [ZONE]), Identity("d1", "pi", "1.0"), Topics(), link, frames, lambda: now[0])
+        feed = HomeAssistantFeed(
+            _config(tmp_path, [ZONE]), Identity("d1", "pi", "1.0"), Topics(), link, frames, lambda: now[0]
+        )
         feed.start()
         link.start()
         assert link.wait_connected(10)
@@ -75,7 +77,9 @@ def test_announce_remove_and_frames(tmp_path: Path, broker: Broker) -> None:
         assert frames.calls == 3
 
         # the zone leaves the config (a reload builds a new feed): its config is emptied
-        again = HomeAssistantFeed(_config(tmp_path, []), Identity("d1", "pi", "1.0"), Topics(), link, frames, lambda: now[0])
+        again = HomeAssistantFeed(
+            _config(tmp_path, []), Identity("d1", "pi", "1.0"), Topics(), link, frames, lambda: now[0]
+        )
         again.start()
         again.announce()
         wait_until(lambda: _payloads(watcher, YARD)[-1] == b"", 10, "the yard's config emptied")
