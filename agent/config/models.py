@@ -736,6 +736,29 @@ class HealthSection(_Section):
     )
 
 
+class HomeAssistantSection(_Section):
+    """Home Assistant MQTT discovery (docs/integrations.md): one HA device with its entities."""
+
+    enabled: bool = Field(default=False, description="Publish Home Assistant discovery configs (needs mqtt).")
+    discovery_prefix: str = Field(
+        default="homeassistant",
+        min_length=1,
+        pattern=r"^[^#+\s]+$",
+        description="Home Assistant's discovery prefix (its MQTT integration's setting; no wildcards).",
+    )
+    image_interval_s: float = Field(
+        default=10.0,
+        ge=1.0,
+        description="Least seconds between two annotated frames published for each camera's image entity.",
+    )
+
+
+class IntegrationsSection(_Section):
+    home_assistant: HomeAssistantSection = Field(
+        default_factory=HomeAssistantSection, description="Home Assistant MQTT discovery."
+    )
+
+
 class AgentConfig(_Section):
     """Everything the agent reads from agent.yaml; every section has working defaults."""
 
@@ -786,6 +809,9 @@ class AgentConfig(_Section):
         default=None, description="The technician's status page, /api, /metrics and /healthz; absent: not served."
     )
     health: HealthSection = Field(default_factory=HealthSection, description="When a loop counts as hung.")
+    integrations: IntegrationsSection = Field(
+        default_factory=IntegrationsSection, description="Home Assistant discovery (docs/integrations.md)."
+    )
 
     @field_validator("pipelines")
     @classmethod

@@ -46,6 +46,7 @@ from agent.daemon.command_service import CommandService
 from agent.daemon.deployer import Deployer
 from agent.daemon.documents import deployment_status, last_will
 from agent.daemon.governing import Governing
+from agent.daemon.ha_feed import feed_for
 from agent.daemon.media import FOLDER as MEDIA_FOLDER
 from agent.daemon.media import MediaStore
 from agent.daemon.optimisation_report import Reports
@@ -61,6 +62,7 @@ from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor
 from agent.mqtt.control import ControlGate
+from agent.mqtt.home_assistant import Identity
 from agent.mqtt.link import MqttLink, Will
 from agent.mqtt.outbox import FILE_NAME, Outbox
 from agent.mqtt.outbox_sender import OutboxSender
@@ -134,7 +136,7 @@ class Agent:
                 config.mqtt,
                 config.mqtt.client_id or f"edge-agent-{self.device}",
                 will=Will(self.topics.status(self.device), last_will(self.device)),
-                on_connect=lambda: self.outgoing.status(),
+                on_connect=self._on_connect,
             )
             self.sender = OutboxSender(self.outbox, self.link, config.outbox)
         media = None  # the events' snapshots and clips on disk (with events.snapshots or a camera's clips)
@@ -146,6 +148,8 @@ class Agent:
         self.outgoing = Outgoing(
             self.device, self.topics, self.outbox, self.snapshot, self.link, self.sender, media, self.clips
         )
+        identity = Identity(self.device, self.board.model, agent_version())
+        self.home_assistant = feed_for(config, identity, self.topics, self.link, self._camera_jpeg, time.monotonic)
         labels, counted = (lambda: self.cameras.labels()), (lambda: self.totals.save())  # both built below
         self.classifying = ClassifyingStage()  # the second stage, when a version carries a classifier
         self.events = EventSink(
@@ -170,7 +174,7 @@ class Agent:
                 config.governor, self.cameras, sensors.fs, self.pin_factory, self.outgoing.event, self.outgoing.status
             )
         monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(sensors.fs))
-        self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self.outgoing.telemetry)
+        self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self._sampled)
         self.deployer: Deployer | None = None
         self.commands: CommandService | None = None
         self.reports: Reports | None = None
@@ -233,6 +237,8 @@ class Agent:
                 on_report=self.outgoing.deployment_report,
             )
             self.commands.start()
+            if self.home_assistant is not None:
+                self.home_assistant.start()
             self.link.start()
             if self.sender is not None:
                 self.sender.start()
@@ -300,6 +306,19 @@ class Agent:
         self._state_lock = lock
         self._configure(config)
         self.start()
+
+    def _camera_jpeg(self, name: str, quality: int) -> bytes:
+        return self.actions.camera_jpeg(name, quality)
+
+    def _on_connect(self) -> None:
+        self.outgoing.status()
+        if self.home_assistant is not None:
+            self.home_assistant.announce()
+
+    def _sampled(self) -> None:
+        self.outgoing.telemetry()
+        if self.home_assistant is not None:
+            self.home_assistant.tick()
 
     def _on_deployed(self, deployment: Deployment) -> None:
         self.actions.serve_current()

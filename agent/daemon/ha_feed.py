@@ -1,0 +1,132 @@
+"""Home Assistant discovery on the device (``integrations.home_assistant``, docs/integrations.md).
+
+`HomeAssistantFeed` publishes the retained discovery configs of `agent.mqtt.home_assistant` when
+the link connects and again whenever Home Assistant announces itself (``<prefix>/status`` =
+``online``, its birth message after a restart), and each camera's annotated frame at most every
+``image_interval_s`` on its image topic. The config topics it published are kept in
+``<state_dir>/home_assistant.json``: an entity that is no longer in the config (a camera, line
+or zone removed, then SIGHUP or a restart) gets an empty retained config, which makes Home
+Assistant remove it.
+
+Threads: `announce` runs on the link's network thread (on connect, on Home Assistant's birth);
+`tick` on the sampler's. A lock keeps one announcement at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from agent.config.models import AgentConfig
+from agent.errors import CodedError
+from agent.mqtt.home_assistant import Camera, Identity, discovery, image_topic, status_topic
+from agent.mqtt.link import Message, MqttLink
+from agent.mqtt.protocol import Topics
+
+log = logging.getLogger(__name__)
+
+#: the record of the config topics published, in the state directory
+FILE_NAME = "home_assistant.json"
+#: the annotated frames' JPEG quality
+IMAGE_QUALITY = 70
+
+
+def cameras_of(config: AgentConfig) -> tuple[Camera, ...]:
+    """Each camera of `config` with its lines' and zones' names."""
+    return tuple(
+        Camera(p.name, tuple(line.name for line in p.lines), tuple(zone.name for zone in p.zones))
+        for p in config.pipelines
+    )
+
+
+class HomeAssistantFeed:
+    """Discovery and frames for `identity` over `link`; `camera_jpeg(name, quality)` is a
+    camera's newest annotated frame (raises `CodedError` before the first); `clock` is
+    monotonic seconds (injected in tests)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        identity: Identity,
+        topics: Topics,
+        link: MqttLink,
+        camera_jpeg: Callable[[str, int], bytes],
+        clock: Callable[[], float],
+    ) -> None:
+        settings = config.integrations.home_assistant
+        self.prefix, self.interval_s = settings.discovery_prefix, settings.image_interval_s
+        self.identity, self.topics, self.link, self.camera_jpeg, self.clock = identity, topics, link, camera_jpeg, clock
+        self.cameras = cameras_of(config)
+        self.record = config.state_dir / FILE_NAME
+        self._lock = threading.Lock()
+        self._last_image: dict[str, float] = {}
+
+    def start(self) -> None:
+        """Listen for Home Assistant's birth message (call before the link starts)."""
+        self.link.subscribe(status_topic(self.prefix), self._on_ha_status)
+
+    def _on_ha_status(self, message: Message) -> None:
+        if message.payload.strip() == b"online":
+            log.info("home assistant came online: announcing %s", self.identity.device)
+            self.announce()
+
+    def announce(self) -> None:
+        """Every entity's retained config, and an empty one for each entity published before
+        that the config no longer has (Home Assistant then removes it)."""
+        with self._lock:
+            entities = discovery(self.identity, self.topics, self.prefix, self.cameras)
+            topics = [e.topic for e in entities]
+            for topic in sorted(set(self._published()) - set(topics)):
+                log.info("home assistant: removing %s", topic)
+                self.link.publish_state(topic, b"")
+            for entity in entities:
+                self.link.publish_state(entity.topic, entity.payload())
+            self._remember(topics)
+
+    def tick(self) -> None:
+        """Each camera's annotated frame, when `interval_s` has passed since its last one."""
+        now = self.clock()
+        for camera in self.cameras:
+            last = self._last_image.get(camera.name)
+            if last is not None and now - last < self.interval_s:
+                continue
+            try:
+                jpeg = self.camera_jpeg(camera.name, IMAGE_QUALITY)
+            except CodedError:
+                continue  # no frame yet (or the camera is gone): the next tick tries again
+            self._last_image[camera.name] = now
+            self.link.publish_state(image_topic(self.topics, self.identity.device, camera.name), jpeg)
+
+    def _published(self) -> list[str]:
+        try:
+            topics = json.loads(self.record.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.warning("home assistant: cannot read %s (%s): entities removed from the config stay", self.record, exc)
+            return []
+        return [t for t in topics if isinstance(t, str)] if isinstance(topics, list) else []
+
+    def _remember(self, topics: list[str]) -> None:
+        try:
+            tmp = self.record.with_suffix(".tmp")
+            tmp.write_text(json.dumps(topics))
+            tmp.replace(self.record)
+        except OSError as exc:
+            log.warning("home assistant: cannot write %s: %s", self.record, exc)
+
+
+def feed_for(
+    config: AgentConfig,
+    identity: Identity,
+    topics: Topics,
+    link: MqttLink | None,
+    camera_jpeg: Callable[[str, int], bytes],
+    clock: Callable[[], float],
+) -> HomeAssistantFeed | None:
+    """The feed when ``integrations.home_assistant.enabled`` and there is a broker, else None."""
+    if link is None or not config.integrations.home_assistant.enabled:
+        return None
+    return HomeAssistantFeed(config, identity, topics, link, camera_jpeg, clock)
