@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -251,11 +252,22 @@ def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
     assert "deployment " not in agent.output().rsplit("stopped", 1)[-1], "the restart deployed nothing"
 
 
+def _waiting(outbox: Path, kind: str, after: float) -> int:
+    """How many `kind` messages made after `after` (Unix seconds) the agent's outbox holds
+    unsent (read only, beside the running agent)."""
+    db = sqlite3.connect(f"{outbox.as_uri()}?mode=ro", uri=True)
+    try:
+        (count,) = db.execute("SELECT COUNT(*) FROM messages WHERE kind = ? AND created > ?", (kind, after)).fetchone()
+    finally:
+        db.close()
+    return int(count)
+
+
 def test_network_cut_keeps_detections_running_and_every_telemetry_summary(
     capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path]
 ) -> None:
     proxy = TcpProxy(broker.port).restore()
-    agents("dev1", mqtt={"broker": proxy.url, "keepalive_s": 5, "offline_queue": 4})
+    agent = agents("dev1", mqtt={"broker": proxy.url, "keepalive_s": 5, "offline_queue": 4})
     online(watcher, "dev1")
     finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
     serving(watcher, "dev1", "1.0.0")
@@ -263,7 +275,8 @@ def test_network_cut_keeps_detections_running_and_every_telemetry_summary(
     proxy.cut()
     cut_at = time.time()
     assert watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "offline", 15), "last will on the cut"
-    time.sleep(4)
+    outbox = Path(agent.config).parent / "state" / "outbox.sqlite"
+    wait_until(lambda: _waiting(outbox, "telemetry", after=cut_at + 1) >= 6, 60, "six telemetry summaries kept")
     proxy.restore()
     restored_at = time.time()
     online(watcher, "dev1", 30)
