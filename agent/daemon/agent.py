@@ -1,26 +1,17 @@
 """``edge-agent run``: the daemon, composed.
 
 `Agent` recovers an interrupted deployment, starts the cameras on the active version (if any),
-connects to the broker (if configured) and keeps serving detections whether or not the broker
-is reachable. It builds and wires the components, which own the threads: the sampler
-(`agent.daemon.sampler`: readings and the governor every ``telemetry.interval_s``), what the
-device sends (`agent.daemon.outgoing`: events, reports and telemetry through the outbox), the
-line and zone totals kept across restarts (`agent.daemon.totals`), and with a broker the link
-(`MqttLink`), the outbox's sender, the deployer, the commands (`agent.daemon.command_service`)
-and the optimisation reports; per camera a capture thread and the inference workers. The main
-thread only waits for signals:
-
-- SIGTERM / SIGINT: status ``stopping``, deployer stopped after its current step (a download
-  resumes next time), pipelines joined, status ``offline``, clean disconnect.
-- SIGHUP: reload the config file; a config with problems is refused (logged) and the running
-  one kept (`agent.daemon.checkup.reloadable`); a good one restarts the components with it.
-
-`start` takes the state directory's lock (``<state_dir>/agent.lock``) before it touches the
-store and `stop` lets go of it; a reload keeps it (or takes the new directory's first).
-Under systemd the main thread tells READY, STATUS=, the watchdog while `health()` is ok,
-RELOADING and STOPPING (`agent.daemon.service`). The status page (`agent.web.server`) reaches
-the agent only through `AgentControls`; `snapshot()` is the agent's state as one typed value
-(`AgentSnapshot`), readable from any thread: the status and telemetry documents are made from it.
+connects to the broker (if configured) and keeps serving whether or not it is reachable. It
+builds and wires the components, which own the threads: the sampler (readings and the
+governor), what the device sends (`agent.daemon.outgoing`), the totals across restarts
+(`agent.daemon.totals`), the clips, the second stage, and with a broker the link, the outbox's
+sender, the deployer, the commands, Home Assistant's feed and the optimisation reports; per
+camera a capture thread and the inference workers. The main thread waits for signals
+(`agent.daemon.service.run_until_signalled`): SIGTERM / SIGINT stop every component (a
+download resumes next time); SIGHUP applies a config `checkup.reloadable` passes, else keeps
+the running one. `start` takes ``<state_dir>/agent.lock`` before it touches the store, `stop`
+lets go of it, a reload keeps it. The page reaches the agent only through `AgentControls`;
+`snapshot()` is the agent's state as one typed value, readable from any thread.
 """
 
 from __future__ import annotations
@@ -41,14 +32,12 @@ from agent.config.loading import ConfigLines, security_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import reloadable
-from agent.daemon.clips import ClipRecorder
+from agent.daemon.clips import media_for, with_clips
 from agent.daemon.command_service import CommandService
 from agent.daemon.deployer import Deployer
 from agent.daemon.documents import deployment_status, last_will
 from agent.daemon.governing import Governing
 from agent.daemon.ha_feed import feed_for
-from agent.daemon.media import FOLDER as MEDIA_FOLDER
-from agent.daemon.media import MediaStore
 from agent.daemon.optimisation_report import Reports
 from agent.daemon.outgoing import Outgoing
 from agent.daemon.page import service_line, start_page
@@ -72,9 +61,7 @@ from agent.serving.classifying import ClassifyingStage
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls
-from pipelines.decoding.detections import Detections
 from pipelines.pipeline import use_one_opencv_thread
-from pipelines.sources.frames import Frame
 from runtimes.base import RuntimeInfo, compact_malloc
 from runtimes.registry import available_runtimes
 
@@ -98,8 +85,11 @@ def agent_version() -> str:
 class Agent:
     """One device's daemon, built from its config; `run` blocks until stopped."""
 
-    cameras: Cameras  # built in `_configure`, after the callbacks that reach them
+    # built in `_configure` after the callbacks that reach them
+    cameras: Cameras
     totals: KeptTotals
+    outgoing: Outgoing
+    actions: DeviceActions
 
     def __init__(
         self,
@@ -136,20 +126,14 @@ class Agent:
                 config.mqtt,
                 config.mqtt.client_id or f"edge-agent-{self.device}",
                 will=Will(self.topics.status(self.device), last_will(self.device)),
-                on_connect=self._on_connect,
+                on_connect=lambda: self.outgoing.connected(),
             )
             self.sender = OutboxSender(self.outbox, self.link, config.outbox)
-        media = None  # the events' snapshots and clips on disk (with events.snapshots or a camera's clips)
-        self.clips: ClipRecorder | None = None  # the cameras with `clips` (agent.daemon.clips)
-        if config.events.snapshots or any(p.clips is not None for p in config.pipelines):
-            media = MediaStore(config.state_dir / MEDIA_FOLDER, config.events.media)
-            if any(p.clips is not None for p in config.pipelines):
-                self.clips = ClipRecorder(config.pipelines, media.folder, media.keep_clip)
-        self.outgoing = Outgoing(
-            self.device, self.topics, self.outbox, self.snapshot, self.link, self.sender, media, self.clips
-        )
-        identity = Identity(self.device, self.board.model, agent_version())
-        self.home_assistant = feed_for(config, identity, self.topics, self.link, self._camera_jpeg, time.monotonic)
+        media, self.clips = media_for(config)  # the events' snapshots and clips on disk
+        identity, jpeg = Identity(self.device, self.board.model, agent_version()), self._camera_jpeg
+        self.home_assistant = feed_for(config, identity, self.topics, self.link, jpeg, time.monotonic)
+        parts = (self.link, self.sender, media, self.clips, self.home_assistant)
+        self.outgoing = Outgoing(self.device, self.topics, self.outbox, self.snapshot, *parts)
         labels, counted = (lambda: self.cameras.labels()), (lambda: self.totals.save())  # both built below
         self.classifying = ClassifyingStage()  # the second stage, when a version carries a classifier
         self.events = EventSink(
@@ -161,7 +145,7 @@ class Agent:
             config.pipelines,
             self.board,
             config.runtime,
-            self._sink_for,
+            lambda name: with_clips(self.clips, name, self.events.for_pipeline(name)),
             config.runtime_settings(),
             config.cameras,
             locate=ConfigLines.read(self.config_path).where,
@@ -174,7 +158,7 @@ class Agent:
                 config.governor, self.cameras, sensors.fs, self.pin_factory, self.outgoing.event, self.outgoing.status
             )
         monitor = SystemMonitor(disk_path=config.state_dir, clock=lambda: clock_synchronised(sensors.fs))
-        self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self._sampled)
+        self.sampler = Sampler(config.telemetry.interval_s, monitor, sensors, governing, self.outgoing.telemetry)
         self.deployer: Deployer | None = None
         self.commands: CommandService | None = None
         self.reports: Reports | None = None
@@ -217,10 +201,7 @@ class Agent:
         self.actions.serve_current()
         self._state = "online"
         self.sampler.start()
-        if self.clips is not None:
-            self.clips.start()
         if self.link is not None:
-            assert self.commands is not None
             self.deployer = Deployer(
                 self.config,
                 self.device,
@@ -236,22 +217,13 @@ class Agent:
                 wall_clock=self.clock,
                 on_report=self.outgoing.deployment_report,
             )
-            self.commands.start()
-            if self.home_assistant is not None:
-                self.home_assistant.start()
-            self.link.start()
-            if self.sender is not None:
-                self.sender.start()
-            self.deployer.start()
+        for component in (self.clips, self.commands, self.home_assistant, self.link, self.sender, self.deployer):
+            if component is not None:
+                component.start()
         self.web = start_page(self.config.status_page, self.page_controls)
-        log.info(
-            "edge-agent %s running as %s (%s), %d pipeline(s), broker %s",
-            agent_version(),
-            self.device,
-            self.board.model,
-            len(self.config.pipelines),
-            self.config.mqtt.broker if self.config.mqtt else "none",
-        )
+        broker = self.config.mqtt.broker if self.config.mqtt else "none"
+        facts = (agent_version(), self.device, self.board.model, len(self.config.pipelines), broker)
+        log.info("edge-agent %s running as %s (%s), %d pipeline(s), broker %s", *facts)
 
     def stop(self) -> None:
         """Stop every component, then let go of the state directory."""
@@ -310,16 +282,6 @@ class Agent:
     def _camera_jpeg(self, name: str, quality: int) -> bytes:
         return self.actions.camera_jpeg(name, quality)
 
-    def _on_connect(self) -> None:
-        self.outgoing.status()
-        if self.home_assistant is not None:
-            self.home_assistant.announce()
-
-    def _sampled(self) -> None:
-        self.outgoing.telemetry()
-        if self.home_assistant is not None:
-            self.home_assistant.tick()
-
     def _on_deployed(self, deployment: Deployment) -> None:
         self.actions.serve_current()
         self.outgoing.status()
@@ -363,18 +325,6 @@ class Agent:
             analytics_since=self.events.since,
             media=self.outgoing.media_usage(),
         )
-
-    def _sink_for(self, pipeline: str) -> Callable[[Frame, Detections], None]:
-        """What a camera's inference thread hands each frame to: the clips' ring, then the events."""
-        events, clips = self.events.for_pipeline(pipeline), self.clips
-        if clips is None:
-            return events
-
-        def sink(frame: Frame, detections: Detections) -> None:
-            clips.frame(pipeline, frame)
-            events(frame, detections)
-
-        return sink
 
     # -- health, systemd and the page -----------------------------------------------------------
 

@@ -36,13 +36,17 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from agent.config.models import ClipSection, PipelineSection
+from agent.config.models import AgentConfig, ClipSection, PipelineSection
+from agent.daemon.media import FOLDER as MEDIA_FOLDER
+from agent.daemon.media import MediaStore
 from agent.snapshot import LoopState
+from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
 
 log = logging.getLogger(__name__)
 
 NAME = "clips"
+Sink = Callable[[Frame, Detections], None]  # a camera's sink: each frame with its detections
 QUEUE_CLIPS = 4  # finished clips waiting for the writer at most
 OPEN_CLIPS = 4  # clips in the making per camera at most
 REMEMBERED = 512  # recent event ids whose clip reference the end event repeats
@@ -319,3 +323,26 @@ class ClipRecorder:
         if not thread.is_alive():
             return LoopState(NAME, ended=self._ended or "stopped")
         return LoopState(NAME, stalled_s=max(0.0, self._monotonic() - self._due))
+
+
+def media_for(config: AgentConfig) -> tuple[MediaStore | None, ClipRecorder | None]:
+    """The media store (with ``events.snapshots`` or any camera's ``clips``) and the clip
+    recorder (with any camera's ``clips``) for `config`; None where it has neither."""
+    clips_wanted = any(p.clips is not None for p in config.pipelines)
+    if not (config.events.snapshots or clips_wanted):
+        return None, None
+    media = MediaStore(config.state_dir / MEDIA_FOLDER, config.events.media)
+    return media, ClipRecorder(config.pipelines, media.folder, media.keep_clip) if clips_wanted else None
+
+
+def with_clips(clips: ClipRecorder | None, pipeline: str, sink: Sink) -> Sink:
+    """What a camera's inference thread hands each frame to: the clips' ring (when `clips`),
+    then `sink` (the events)."""
+    if clips is None:
+        return sink
+
+    def feed(frame: Frame, detections: Detections) -> None:
+        clips.frame(pipeline, frame)
+        sink(frame, detections)
+
+    return feed

@@ -23,6 +23,7 @@ from dataclasses import replace
 from agent.bundles.record import Deployment
 from agent.daemon.clips import ClipRecorder
 from agent.daemon.documents import deployment_report_payload, status_payload, telemetry_payload
+from agent.daemon.ha_feed import HomeAssistantFeed
 from agent.daemon.media import MediaStore
 from agent.errors import CodedError, ErrorCode
 from agent.event_values import Event, ObjectEvent
@@ -51,11 +52,19 @@ class Outgoing:
         sender: OutboxSender | None = None,
         media: MediaStore | None = None,
         clips: ClipRecorder | None = None,
+        home_assistant: HomeAssistantFeed | None = None,
     ) -> None:
         self.device, self.topics, self.outbox, self.snapshot = device, topics, outbox, snapshot
         self.link, self.sender, self.media, self.clips = link, sender, media, clips
+        self.home_assistant = home_assistant  # discovery and camera frames for Home Assistant
         self.recent: deque[Event] = deque(maxlen=RECENT_EVENTS)  # for the page
         self._reported: tuple[str, str, int] | None = None  # the deployment step last reported
+
+    def connected(self) -> None:
+        """At each connect (paho's thread): the status, and Home Assistant's discovery."""
+        self.status()
+        if self.home_assistant is not None:
+            self.home_assistant.announce()
 
     def status(self) -> None:
         """The retained status document, made now."""
@@ -95,11 +104,14 @@ class Outgoing:
 
     def telemetry(self) -> None:
         """After each sample: telemetry through the outbox, and the status (which keeps the
-        retained fps current for ``fleet status``), both from one snapshot."""
+        retained fps current for ``fleet status``), both from one snapshot; then Home
+        Assistant's camera frames when due."""
         if self.link is not None:
             snapshot = self.snapshot()
             self._send("telemetry", self.topics.telemetry(self.device), telemetry_payload(snapshot))
             self.link.publish_state(self.topics.status(self.device), status_payload(snapshot))
+        if self.home_assistant is not None:
+            self.home_assistant.tick()
 
     def media_jpeg(self, event_id: str) -> bytes:
         """The ``media`` command: the snapshot kept for an event. Raises `CodedError` ``NO_MEDIA``."""

@@ -255,3 +255,32 @@ def test_stop_returns_when_the_writer_thread_has_ended(tmp_path: Path) -> None:
         recorder.frame("cam0", frames(52, 53)[0])
     recorder.stop(timeout=30)
     assert recorder.loop().ended is None and recorder.loop().name == NAME
+
+
+def test_media_and_clips_only_where_the_config_asks_and_frames_reach_the_ring_first(tmp_path: Path) -> None:
+    from agent.config.models import AgentConfig
+    from agent.daemon.clips import media_for, with_clips
+
+    def config(**camera: object) -> AgentConfig:
+        return AgentConfig.model_validate(
+            {
+                "state_dir": str(tmp_path),
+                "events": {"snapshots": False},
+                "pipelines": [{"name": "cam0", "source": "synthetic", **camera}],
+            }
+        )
+
+    assert media_for(config()) == (None, None), "neither snapshots nor clips: nothing on disk"
+    media, clips = media_for(config(clips={"pre_s": 1, "post_s": 1}))
+    assert media is not None and clips is not None and media.folder == tmp_path / "media"
+    seen: list[str] = []
+
+    class Ring:
+        def frame(self, pipeline: str, frame: object) -> None:
+            seen.append(f"ring:{pipeline}")
+
+    sink = with_clips(Ring(), "cam0", lambda frame, detections: seen.append("events"))  # type: ignore[arg-type]
+    sink(None, None)  # type: ignore[arg-type]
+    assert seen == ["ring:cam0", "events"], "the ring first, then the events"
+    events = lambda frame, detections: None  # noqa: E731
+    assert with_clips(None, "cam0", events) is events, "without clips the events' sink as it is"
