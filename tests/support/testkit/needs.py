@@ -1,7 +1,8 @@
 """Skips that CI may turn into failures.
 
 A test that needs something this machine may lack (mosquitto, the COCO models, root, chromium,
-systemd-analyze, gst-launch-1.0 with y4menc, ffmpeg, Debian's prometheus with promtool) calls
+systemd-analyze, gst-launch-1.0 with y4menc, ffmpeg, Debian's prometheus with promtool, qemu and
+debootstrap for the booted VM) calls
 `missing(what, reason)`: it skips, unless `what` is listed in the ``EDGE_AGENT_REQUIRE``
 environment variable (comma-separated, or ``all``), where it fails instead. `.ci/run` lists what
 CI installs, so a CI run cannot pass with those tests silently skipped.
@@ -15,7 +16,7 @@ from typing import NoReturn
 import pytest
 
 #: every name passed to `missing`; ``EDGE_AGENT_REQUIRE=all`` requires them all
-NEEDS = ("mosquitto", "mosquitto_passwd", "models", "root", "chromium", "systemd", "gst", "ffmpeg", "prometheus")
+NEEDS = ("mosquitto", "mosquitto_passwd", "models", "root", "chromium", "systemd", "gst", "ffmpeg", "prometheus", "vm")
 
 
 def required() -> set[str]:
