@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -401,7 +402,11 @@ def exposure_of(report: str) -> float:
     lines = [ln for ln in report.splitlines() if "Overall exposure level for" in ln]
     if not lines:
         raise ValueError(f"no overall exposure level in systemd-analyze's report: {report[-300:]!r}")
-    return float(lines[-1].rsplit(":", 1)[1].split()[0])
+    # "...: 1.6 OK :-)" without a UTF-8 locale: the figure follows the unit name's colon
+    match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", lines[-1])
+    if match is None:
+        raise ValueError(f"no figure in systemd-analyze's line {lines[-1]!r}")
+    return float(match.group(1))
 
 
 def tracebacks(journal: str) -> list[str]:
