@@ -10,7 +10,8 @@
 #   1. the board: Jetson (/etc/nv_tegra_release), Raspberry Pi (device-tree model) or generic;
 #   2. the user and group edge-agent (system, no login), and the groups the unit asks for
 #      (video, gpio, i2c, render) where the board lacks them;
-#   3. a venv in /opt/edge-agent/venv (with --system-site-packages on a Jetson, so JetPack's
+#   3. python3 and python3-venv from apt-get where the system lacks them (a minimal Debian);
+#      a venv in /opt/edge-agent/venv (with --system-site-packages on a Jetson, so JetPack's
 #      TensorRT and OpenCV are visible), and the package with the board's extras in it;
 #   4. /etc/edge-agent/agent.yaml from `edge-agent config example` when there is none (an
 #      existing one is never touched);
@@ -28,11 +29,13 @@
 #   --no-start         enable the service but do not (re)start it
 #   --uninstall        stop, disable and remove the unit, the venv, /etc/edge-agent and the user;
 #                      the state directory (/var/lib/edge-agent: installed versions) stays
-# Environment: EDGE_AGENT_PIP_ARGS adds pip options (e.g. --index-url, or --no-deps in tests).
+# Environment: EDGE_AGENT_PIP_ARGS adds pip options (e.g. --index-url, or --no-deps in tests);
+# EDGE_AGENT_APT_GET names the apt-get to run (default apt-get).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 prefix="" board="" spec="" python=python3 uninstall=no start=yes
+apt_get=${EDGE_AGENT_APT_GET:-apt-get}
 broker="mqtt://localhost:1883" device_id="" status_listen="127.0.0.1:8080" source=""
 
 die() { echo "install.sh: $*" >&2; exit 1; }
@@ -106,6 +109,16 @@ if ! has_user edge-agent; then
 fi
 
 # 3. the venv and the package --------------------------------------------------------------
+# a minimal Debian (debootstrap, a fresh Raspberry Pi OS Lite image) has no python3 or no venv module
+if ! { command -v "$python" >/dev/null && "$python" -c 'import ensurepip, venv' 2>/dev/null; }; then
+  if [ -z "$prefix" ] && [ "$python" = python3 ] && command -v "$apt_get" >/dev/null; then
+    say "installing python3 and python3-venv (apt-get): this system has no Python with its venv module"
+    DEBIAN_FRONTEND=noninteractive "$apt_get" update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive "$apt_get" install -y -q --no-install-recommends python3 python3-venv >/dev/null
+  else
+    die "$python with its venv module is missing: install it first (Debian/Ubuntu: apt-get install python3 python3-venv)"
+  fi
+fi
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "$python is older than Python 3.10"
 if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$(dirname "$venv")"

@@ -100,3 +100,36 @@ def test_a_jetson_venv_sees_the_system_packages(tmp_path: Path, wheel: Path) -> 
     assert "include-system-site-packages = true" in (root / "opt/edge-agent/venv/pyvenv.cfg").read_text()
     text = (root / "etc/edge-agent/agent.yaml").read_text()
     assert 'id: "dock-3"' in text and 'listen: "127.0.0.1:9090"' in text
+
+
+@pytest.mark.parametrize("python", ["missing", "no-venv"])
+def test_a_system_without_python_or_its_venv_module_is_named(tmp_path: Path, wheel: Path, python: str) -> None:
+    """A minimal Debian has no python3 (or no python3-venv): install.sh names what to install.
+
+    Outside --prefix it installs them itself with apt-get (seen on the booted VM,
+    tests/e2e/test_booted_system.py); in a throwaway root it installs nothing on the host.
+    """
+    if python == "missing":
+        interpreter = str(tmp_path / "no-such-python3")
+    else:  # a test double: a Python whose `import ensurepip, venv` fails, as Debian's without python3-venv
+        interpreter = str(tmp_path / "python3-without-venv")
+        Path(interpreter).write_text('#!/bin/sh\ncase "$*" in *ensurepip*) exit 1;; esac\nexec python3 "$@"\n')
+        Path(interpreter).chmod(0o755)
+    result = subprocess.run(
+        [
+            str(REPO / "scripts/install.sh"),
+            "--prefix",
+            str(tmp_path / "root"),
+            "--from",
+            str(wheel),
+            "--python",
+            interpreter,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert f"install.sh: {interpreter} with its venv module is missing" in result.stderr
+    assert "apt-get install python3 python3-venv" in result.stderr
+    assert not (tmp_path / "root/opt/edge-agent/venv").exists()

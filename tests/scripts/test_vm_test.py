@@ -1,0 +1,116 @@
+"""`scripts/vm_test.py`'s parts that run without a VM: arguments, qemu's command, the readings.
+
+The whole driver against a booted VM is tests/e2e/test_booted_system.py (marker `vm`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+import tarfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from testkit import REPO
+
+SCRIPT = REPO / "scripts" / "vm_test.py"
+
+
+@pytest.fixture(scope="module")
+def vm_test() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("vm_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vm_test"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+REPORT = """  NAME                                                        DESCRIPTION   EXPOSURE
+✗ PrivateNetwork=                                             Service has access to the host's network    0.5
+✓ User=/DynamicUser=                                          Service runs under a static non-root user identity
+
+→ Overall exposure level for edge-agent.service: 1.6 OK 🙂
+"""
+
+
+def test_the_exposure_is_read_from_the_overall_line(vm_test: ModuleType) -> None:
+    assert vm_test.exposure_of(REPORT) == 1.6
+    assert vm_test.exposure_of(REPORT.replace("1.6 OK", "2.1 OK")) == 2.1
+    # as seen on the booted VM (no UTF-8 locale over SSH): the smiley is ASCII and has a colon
+    assert vm_test.exposure_of("-> Overall exposure level for edge-agent.service: 1.7 OK :-)\n") == 1.7
+    with pytest.raises(ValueError, match="no overall exposure level"):
+        vm_test.exposure_of("Unit edge-agent.service not found.\n")
+
+
+def test_tracebacks_are_found_whole_and_only_tracebacks(vm_test: ModuleType) -> None:
+    journal = (
+        "serving demo 1.0.0\n"
+        "Traceback (most recent call last):\n"
+        '  File "agent/daemon/agent.py", line 3, in run\n'
+        "    boom()\n"
+        "RuntimeError: boom\n"
+        "broker connected\n"
+        "a line naming the word traceback is not one\n"
+    )
+    found = vm_test.tracebacks(journal)
+    assert found == [
+        'Traceback (most recent call last):\n  File "agent/daemon/agent.py", line 3, in run\n    boom()\n'
+        "RuntimeError: boom"
+    ]
+    assert vm_test.tracebacks("serving demo 1.0.0\nbroker connected\n") == []
+
+
+def test_qemu_forwards_ssh_on_the_host_s_loopback_only(vm_test: ModuleType, tmp_path: Path) -> None:
+    vm = vm_test.Vm(vm_test.ARCHES["amd64"], tmp_path / "image", tmp_path, "tcg", ssh_port=40022)
+    cmd = vm.qemu_command()
+    netdev = cmd[cmd.index("-netdev") + 1]
+    assert netdev == "user,id=net0,hostfwd=tcp:127.0.0.1:40022-:22"
+    assert cmd[cmd.index("-accel") + 1] == "tcg" and cmd[cmd.index("-cpu") + 1] == "max"
+    assert cmd[cmd.index("-smp") + 1] == "2"
+    assert "console=ttyS0" in cmd[cmd.index("-append") + 1]
+
+
+def test_under_kvm_qemu_takes_the_host_s_cpu(vm_test: ModuleType, tmp_path: Path) -> None:
+    cmd = vm_test.Vm(vm_test.ARCHES["amd64"], tmp_path, tmp_path, "kvm", ssh_port=1).qemu_command()
+    assert cmd[cmd.index("-accel") + 1] == "kvm" and cmd[cmd.index("-cpu") + 1] == "host"
+    arm = vm_test.Vm(vm_test.ARCHES["arm64"], tmp_path, tmp_path, "tcg", ssh_port=1).qemu_command()
+    assert arm[0] == "qemu-system-aarch64" and arm[arm.index("-machine") + 1] == "virt"
+    assert "console=ttyAMA0" in arm[arm.index("-append") + 1]
+
+
+def test_the_checkout_copied_in_has_the_tracked_files_and_not_the_venv(vm_test: ModuleType) -> None:
+    with tarfile.open(fileobj=io.BytesIO(vm_test.checkout_tar()), mode="r:gz") as tar:
+        names = set(tar.getnames())
+    assert {
+        "scripts/install.sh",
+        "systemd/edge-agent.service",
+        "pyproject.toml",
+        "agent/demo/demo_detector.onnx",
+    } <= names
+    assert not any(n.startswith((".venv/", ".git/")) for n in names)
+
+
+def test_exec_needs_a_command_and_stop_takes_none(vm_test: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    assert vm_test.parse(["--arch", "arm64", "exec", "systemctl", "status", "edge-agent"]).command == [
+        "systemctl",
+        "status",
+        "edge-agent",
+    ]
+    with pytest.raises(SystemExit):
+        vm_test.parse(["exec"])
+    assert "exec needs a command" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        vm_test.parse(["stop", "now"])
+    assert "unexpected arguments" in capsys.readouterr().err
+    assert vm_test.parse(["--json", "--keep"]).action == "check"
+
+
+def test_exec_without_a_kept_vm_says_how_to_start_one(
+    vm_test: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDGE_AGENT_VM_CACHE", str(tmp_path))
+    with pytest.raises(SystemExit, match="no amd64 VM is running \\(start one with --keep\\)"):
+        vm_test.main(["--arch", "amd64", "exec", "true"])
