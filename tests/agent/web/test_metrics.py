@@ -90,3 +90,30 @@ def test_the_media_store_and_the_clips_counters() -> None:
     assert found[("edge_agent_clips_written_total", ())] == 3
     assert found[("edge_agent_clips_dropped_total", ())] == 2
     assert not any(name.startswith("edge_agent_clips") for name, _ in _scrape(snapshot(media=None)))
+
+
+def test_every_metric_is_documented_with_its_type() -> None:
+    """docs/status-page.md's metrics table names every family a full snapshot gives, by its
+    exposed name (a counter with ``_total``), with the type the exposition says."""
+    from pathlib import Path
+
+    table = (Path(__file__).resolve().parents[3] / "docs" / "status-page.md").read_text()
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `edge_agent") and len(cells) >= 2:
+            for name in cells[0].replace("`", "").split(","):
+                rows[name.strip()] = cells[1]
+    from agent.mqtt.outbox import Dropped, OutboxStats
+    from agent.snapshot import MediaUsage
+
+    outbox = OutboxStats(3, 4096, 2**20, 1.5, Dropped(telemetry=2, full=2), 1000.0, 9)
+    every = full_snapshot(outbox=outbox, media=MediaUsage(2, 2048, 60.0, 1, 0))
+    text = generate_latest(metrics_registry(lambda: every, lambda: Health(True))).decode()
+    for family in text_string_to_metric_families(text):
+        exposed = family.name + ("_total" if family.type == "counter" else "")
+        assert exposed in rows, f"{exposed} is not in docs/status-page.md's metrics table"
+        assert family.type in rows[exposed].replace("state set", "gauge"), (
+            exposed,
+            rows[exposed],
+        )  # a state set is exposed as gauges
