@@ -202,6 +202,13 @@ def _properties(key: CompiledKey) -> dict[str, Any]:
     return props
 
 
+def _reason(exc: BaseException) -> str:
+    """The line of an OpenVINO error that says what is wrong (its first lines name C++ files)."""
+    lines = [line.strip(" -") for line in str(exc).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Exception from", "Check "))]
+    return useful[-1] if useful else first_line(exc)
+
+
 def compile_onnx(model_path: Path, config: OpenVINOConfig, workers: int = 1) -> _Compiled:
     """Compile `model_path` for `config.device`, or import it from the cache when compiled
     before with the same key. Raises `RuntimeUnavailable` (no openvino, device not listed) or
@@ -232,7 +239,10 @@ def compile_onnx(model_path: Path, config: OpenVINOConfig, workers: int = 1) -> 
     try:
         model = core.read_model(str(model_path))
     except RuntimeError as exc:
-        raise NotAModelError(f"OpenVINO cannot read {model_path}: {first_line(exc)}") from exc
+        why = _reason(exc)
+        if "conversion" in str(exc).lower():  # a model, with an operator OpenVINO has no rule for
+            raise ModelLoadError(f"OpenVINO cannot run {model_path.name}: {why}") from exc
+        raise NotAModelError(f"OpenVINO cannot read {model_path}: {why}") from exc
     raw = _metadata_of(model)
     try:
         compiled = core.compile_model(model, config.device, _properties(key))

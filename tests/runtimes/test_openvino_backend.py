@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from testkit import DEMO_MODELS
+from testkit.bad_bundles import mystery_model
 
 from pipelines.decoding.detector import Detector
 from pipelines.measure.parity import detection_agreement
 from pipelines.sources.synthetic import SyntheticScene
-from runtimes.base import InferenceError, LoadOptions, NotAModelError, RuntimeUnavailable
+from runtimes.base import InferenceError, LoadOptions, ModelLoadError, NotAModelError, RuntimeUnavailable
 from runtimes.openvino_backend import (
     BACKEND,
     OpenVINOBackend,
@@ -118,8 +119,13 @@ def test_a_device_openvino_does_not_list_is_refused_with_the_ones_it_does() -> N
 def test_junk_and_missing_files_are_refused(tmp_path: Path) -> None:
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"\x00garbage" * 50)
-    with pytest.raises(NotAModelError, match="OpenVINO cannot read"):
+    with pytest.raises(NotAModelError, match=r"OpenVINO cannot read .*Unable to read the model"):
         _load(junk)
+    mystery = tmp_path / "mystery.onnx"
+    mystery.write_bytes(mystery_model())
+    with pytest.raises(ModelLoadError, match=r"cannot run mystery\.onnx: .*com\.example\.Mystery") as refused:
+        _load(mystery)
+    assert not isinstance(refused.value, NotAModelError), "a model with an operator it lacks is a model"
     with pytest.raises(Exception, match="model file not found"):
         _load(tmp_path / "absent.onnx")
 
