@@ -43,17 +43,6 @@ if [ "$extra" = dev ] && { ! command -v gst-launch-1.0 >/dev/null || ! command -
   || ! gst-inspect-1.0 y4menc >/dev/null 2>&1; }; then
   apt_install --no-install-recommends gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good ffmpeg
 fi
-# the Home Assistant test (tests/e2e/test_home_assistant.py): a real HA core in a side environment
-# of its own (its pinned dependencies clash with ours), with the requirements of the integrations
-# it loads pre-installed: the test runs hass --skip-pip, so HA never installs at run time
-HA_VERSION=2024.3.3  # the newest release that runs on Python 3.11
-if [ "$extra" = dev ] && ! build/ha-env/bin/python -c "import homeassistant.const as c; import sys; sys.exit(c.__version__ != '$HA_VERSION')" 2>/dev/null \
-  && "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-  rm -rf build/ha-env && mkdir -p build && "$python" -m venv build/ha-env
-  build/ha-env/bin/python -m pip install -q "homeassistant==$HA_VERSION" paho-mqtt==1.6.1 Pillow==10.2.0 janus==1.0.0 \
-    psutil-home-assistant==0.0.1 SQLAlchemy==2.0.27 fnv-hash-fast==0.5.0 \
-    home-assistant-frontend==20240307.0 securetar==2024.2.1 josepy==1.14.0
-fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$extra" = dev ]; then
   # the openvino extra too, so that its backend is tested (CI runs this)
@@ -61,4 +50,16 @@ if [ "$extra" = dev ]; then
   .venv/bin/python -m pip install -q --no-deps -e tests/support  # testkit: what tests and bench/ share
 else
   .venv/bin/python -m pip install -q -e .
+fi
+# the Home Assistant test (tests/e2e/test_home_assistant.py): a real HA core in a side environment
+# of its own (its pinned dependencies clash with ours), with the requirements of the integrations
+# it loads pre-installed: the test runs hass --skip-pip, so HA never installs at run time (uv, from
+# the dev tools: a minute where pip takes six)
+HA_VERSION=2024.3.3  # the newest release that runs on Python 3.11
+if [ "$extra" = dev ] && ! build/ha-env/bin/python -c "import homeassistant.const as c; import sys; sys.exit(c.__version__ != '$HA_VERSION')" 2>/dev/null \
+  && "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  rm -rf build/ha-env && mkdir -p build && "$python" -m venv build/ha-env
+  .venv/bin/uv pip install -q --python build/ha-env/bin/python "homeassistant==$HA_VERSION" paho-mqtt==1.6.1 Pillow==10.2.0 janus==1.0.0 \
+    psutil-home-assistant==0.0.1 SQLAlchemy==2.0.27 fnv-hash-fast==0.5.0 \
+    home-assistant-frontend==20240307.0 securetar==2024.2.1 josepy==1.14.0
 fi
