@@ -66,7 +66,7 @@ state_dir: {_quoted(str(state_dir))}
 {trust}
 {control}
 max_clock_skew_s: 300   # signed commands older (or newer) than this are refused: keep the clock synchronised
-runtime: auto           # auto | tensorrt | onnxruntime | litert
+runtime: auto           # auto | tensorrt | onnxruntime | litert | openvino
 # runtimes:             # settings per backend (docs/configuration.md)
 #   onnxruntime: {{providers: [cuda, cpu], intra_op_threads: 0}}
 #   litert: {{num_threads: 4}}
