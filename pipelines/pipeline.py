@@ -27,9 +27,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from pipelines.annotate import BoxAnnotator, encode_jpeg
@@ -101,6 +102,7 @@ class PipelineStats:
     shared_by: int = 1  # cameras served by this camera's model (1: a model of its own)
     mean_batch: float = 1.0  # frames per inference call on that model since it was loaded
     stalled_s: float = 0.0  # how long its most overdue thread is past its announced turn (0: all on time)
+    in_view: dict[str, int] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -273,7 +275,19 @@ class Pipeline:
             runtime=runtime.name,
             model=runtime.model_path.name,
             stalled_s=self._stalled_s(),
+            in_view=self._in_view(),
         )
+
+    def _in_view(self) -> dict[str, int]:
+        """The newest processed frame's detections counted by label, named as the annotator names them."""
+        latest = self._latest
+        if latest is None or self.paused:
+            return {}
+        counts: dict[str, int] = {}
+        for class_id, n in zip(*np.unique(latest[1].class_id, return_counts=True), strict=True):
+            label = self._annotator.label(int(class_id))
+            counts[label] = counts.get(label, 0) + int(n)
+        return counts
 
     def _beat(self, wait_s: float = 0.0) -> None:
         """The calling thread turned and will turn again within `wait_s` seconds (the wait it

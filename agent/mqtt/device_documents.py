@@ -259,7 +259,8 @@ class SourceBrief(_Part):
 
 
 class PipelineTelemetry(_Part):
-    """One camera: fps now and its cap, counters since start, latency per stage (ms)."""
+    """One camera: fps now and its cap, counters since start, latency per stage (ms), the
+    newest frame's objects by label (`in_view`)."""
 
     name: str
     fps: float
@@ -272,6 +273,7 @@ class PipelineTelemetry(_Part):
     source_status: SourceBrief | None = None
     shared_by: int = 1
     mean_batch: float = 1.0
+    in_view: dict[str, int] = Field(default_factory=dict)
 
 
 class SystemTelemetry(_Part):

@@ -34,11 +34,14 @@ GOVERNOR_LEVELS = tuple(dict.fromkeys([*(t.value for t in ThermalLevel), *(b.val
 
 @dataclass(frozen=True)
 class Camera:
-    """A camera as discovery needs it: its name and its lines' and zones' names."""
+    """A camera as discovery needs it: its name, its lines' and zones' names, and the labels
+    that get an "in view" sensor of their own (its ``classes`` filter; every label's count is
+    also an attribute of the camera's "objects in view" sensor)."""
 
     name: str
     lines: tuple[str, ...] = ()
     zones: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,10 @@ def status_topic(prefix: str) -> str:
     return f"{prefix}/status"
 
 
-def _pipeline(camera: str, field: str) -> str:
+def _pipeline(camera: str, expression: str) -> str:
+    """A template rendering `expression` (on ``p``, the camera's telemetry entry) for `camera`."""
     name = json.dumps(camera)
-    return f"{{% for p in value_json.pipelines if p.name == {name} %}}{{{{ p.{field} }}}}{{% endfor %}}"
+    return f"{{% for p in value_json.pipelines if p.name == {name} %}}{{{{ {expression} }}}}{{% endfor %}}"
 
 
 def _counted(kind: str, name: str, field: str) -> str:
@@ -206,7 +210,7 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
             f"{c}_fps",
             f"{camera.name} FPS",
             state_topic=telemetry,
-            value_template=_pipeline(camera.name, "fps"),
+            value_template=_pipeline(camera.name, "p.fps"),
             unit_of_measurement="fps",
             state_class="measurement",
         )
@@ -215,8 +219,29 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
             f"{c}_status",
             f"{camera.name} status",
             state_topic=telemetry,
-            value_template=_pipeline(camera.name, "source_status.state"),
+            value_template=_pipeline(camera.name, "p.source_status.state"),
         )
+        add(
+            "sensor",
+            f"{c}_objects",
+            f"{camera.name} objects in view",
+            state_topic=telemetry,
+            value_template=_pipeline(camera.name, "p.in_view.values() | sum"),
+            unit_of_measurement="objects",
+            state_class="measurement",
+            json_attributes_topic=telemetry,
+            json_attributes_template=_pipeline(camera.name, "p.in_view | tojson"),
+        )
+        for label in camera.labels:
+            add(
+                "sensor",
+                f"{c}_{slug(label)}_in_view",
+                f"{camera.name} {label} in view",
+                state_topic=telemetry,
+                value_template=_pipeline(camera.name, f"p.in_view.get({json.dumps(label)}, 0)"),
+                unit_of_measurement="objects",
+                state_class="measurement",
+            )
         add(
             "image",
             f"{c}_image",

@@ -133,8 +133,13 @@ class SnapshotCollector(Collector):
         batch = GaugeMetricFamily(
             "edge_agent_camera_mean_batch", "Frames per inference call on this camera's model.", labels=["camera"]
         )
+        in_view = GaugeMetricFamily(
+            "edge_agent_camera_objects_in_view", "Objects of a label in the newest frame.", labels=["camera", "label"]
+        )
         for camera in s.cameras:
             name = [camera.name]
+            for label, count in camera.in_view.items():
+                in_view.add_metric([camera.name, label], count)
             shared_by.add_metric(name, camera.shared_by)
             batch.add_metric(name, camera.mean_batch)
             fps.add_metric(name, camera.fps)
@@ -146,7 +151,7 @@ class SnapshotCollector(Collector):
             errors.add_metric(name, camera.errors)
             up.add_metric(name, camera.source_status.state == "running")
             stalled.add_metric(name, camera.stalled_s)
-        yield from (fps, latency, frames, dropped, errors, up, stalled, shared_by, batch)
+        yield from (fps, latency, frames, dropped, errors, up, stalled, shared_by, batch, in_view)
 
     def _board(self, s: AgentSnapshot) -> Iterator[Metric]:
         sensors, system, governor = s.sensors, s.system, s.governor

@@ -3,6 +3,7 @@ snapshots, workers, a hung camera read."""
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 import statistics
@@ -19,6 +20,7 @@ import pytest
 from testkit import DEMO_MODELS
 from testkit.media import write_video
 
+from pipelines.annotate import BoxAnnotator
 from pipelines.backoff import Backoff
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
@@ -285,6 +287,29 @@ def test_fps_cap_holds() -> None:
     assert elapsed >= 39 / 20
     # frames stamp when they finish, so inference jitter and one catch-up frame may show a little over
     assert 0 < pipeline.stats().fps <= 20 * 1.1
+
+
+def test_in_view_counts_the_newest_frames_objects_by_label() -> None:
+    names = ["circle", "square", "triangle"]
+    delivered: list[Detections] = []
+    scene = SyntheticScene(seed=HELD_OUT_SEED + 3, num_shapes=6)
+    annotator = BoxAnnotator(label=lambda class_id: names[class_id])
+    pipeline = Pipeline(
+        "cam",
+        SyntheticSource(scene, frames=4),
+        detector(),
+        annotator=annotator,
+        sinks=[lambda f, d: delivered.append(d)],
+    )
+    assert pipeline.stats().in_view == {}, "nothing is in view before the first frame"
+    pipeline.start()
+    assert pipeline.wait(30)
+    pipeline.stop()
+    newest = collections.Counter(names[int(c)] for c in delivered[-1].class_id)
+    assert len(newest) >= 2 and max(newest.values()) >= 2, f"several labels, one of them twice: {newest}"
+    assert pipeline.stats().in_view == dict(newest)
+    pipeline.pause()
+    assert pipeline.stats().in_view == {}, "a paused camera does not claim to see what it saw last"
 
 
 def test_snapshot_is_an_annotated_jpeg() -> None:

@@ -13,7 +13,7 @@ from agent.mqtt.protocol import Topics
 
 IDENTITY = Identity("cam-7", "Raspberry Pi 5", "1.2.3")
 TOPICS = Topics("edge")
-CAMERAS = (Camera("Front Door", lines=("gate",), zones=("porch",)),)
+CAMERAS = (Camera("Front Door", lines=("gate",), zones=("porch",), labels=("person",)),)
 ENTITIES = {e.object_id: e for e in discovery(IDENTITY, TOPICS, "homeassistant", CAMERAS)}
 
 STATUS, TELEMETRY, EVENTS = "edge/cam-7/status", "edge/cam-7/telemetry", "edge/cam-7/events"
@@ -53,6 +53,21 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
         {"state_topic": TELEMETRY, "unit_of_measurement": "fps", "state_class": "measurement"},
     ),
     ("front_door_status", "sensor", {"state_topic": TELEMETRY}),
+    (
+        "front_door_objects",
+        "sensor",
+        {
+            "state_topic": TELEMETRY,
+            "unit_of_measurement": "objects",
+            "state_class": "measurement",
+            "json_attributes_topic": TELEMETRY,
+        },
+    ),
+    (
+        "front_door_person_in_view",
+        "sensor",
+        {"state_topic": TELEMETRY, "unit_of_measurement": "objects", "state_class": "measurement"},
+    ),
     ("front_door_image", "image", {"image_topic": "edge/cam-7/ha/Front Door/image", "content_type": "image/jpeg"}),
     (
         "line_gate_in",

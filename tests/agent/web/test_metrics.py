@@ -35,6 +35,11 @@ def test_every_part_of_the_snapshot_in_base_units() -> None:
     assert got[("edge_agent_camera_dropped_total", cam1)] == 3
     assert got[("edge_agent_camera_model_shared_by", cam0)] == 2
     assert got[("edge_agent_camera_mean_batch", cam0)] == 1.5
+    in_view = {dict(labels)["label"]: value for (name, labels), value in got.items()
+               if name == "edge_agent_camera_objects_in_view" and dict(labels)["camera"] == "cam0"}  # fmt: skip
+    assert in_view == {"person": 2, "car": 1}
+    assert not any(name == "edge_agent_camera_objects_in_view" and ("camera", "cam1") in labels
+                   for name, labels in got), "a camera that sees nothing has no series"  # fmt: skip
     latency = (("camera", "cam0"), ("quantile", "0.95"), ("stage", "total"))
     assert got[("edge_agent_camera_latency_seconds", latency)] == 0.06, "60 ms"
     assert got[("edge_agent_camera_source_up", cam0)] == 1

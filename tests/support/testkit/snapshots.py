@@ -90,7 +90,10 @@ def full_snapshot(**changes: Any) -> AgentSnapshot:
     )  # fmt: skip
     base = snapshot(
         group="lobby",
-        cameras=(camera("cam0", max_fps=10.0, shared_by=2, mean_batch=1.5), camera("cam1", dropped=3)),
+        cameras=(
+            camera("cam0", max_fps=10.0, shared_by=2, mean_batch=1.5, in_view={"person": 2, "car": 1}),
+            camera("cam1", dropped=3),
+        ),
         broker=link(queued=2, dropped=1, reconnects=4),
         serving_error="parity 0.91 below 0.99",
         deployment_problem="UNAUTHORIZED: signed by an unknown key",
