@@ -37,7 +37,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -658,6 +658,30 @@ class Checks:
         cam = cams["cam0"] if isinstance(cams, dict) else next(c for c in cams if c["name"] == "cam0")
         return cam  # type: ignore[no-any-return]
 
+    def detect_runtimes(self) -> dict[str, Any]:
+        """`edge-agent detect` in the installed venv on a synthetic scene, with ONNX Runtime and LiteRT.
+
+        The wheels are the ones pip found for this VM's architecture (on arm64: the aarch64 wheels a
+        Pi or a Jetson gets); each runtime must find the scene's shapes, and both the same number.
+        """
+        venv = "/opt/edge-agent/venv/bin"
+        self.vm.sh(f"cd /root/edge-agent && {venv}/python scripts/make_demo_media.py /root/media --frames 2")
+        found: dict[str, Any] = {}
+        for runtime, model in (("onnxruntime", "demo_detector.onnx"), ("litert", "demo_detector_int8.tflite")):
+            out = self.vm.sh(
+                f"cd /root/edge-agent && {venv}/edge-agent detect agent/demo/{model} /root/media/scene.png "
+                f"--runtime {runtime} --json"
+            ).stdout
+            records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            labels = sorted(d["label"] for r in records for d in r.get("detections", []))
+            if not labels:
+                raise CheckError(f"{runtime}: no detections on the scene: {out[-1500:]}")
+            found[runtime] = {"model": model, "detections": len(labels), "labels": labels}
+        if found["onnxruntime"]["detections"] != found["litert"]["detections"]:
+            raise CheckError(f"the runtimes disagree on the scene: {found}")
+        machine = self.vm.sh("uname -m").stdout.strip()
+        return {"machine": machine, **found}
+
     def reload_bad(self) -> dict[str, Any]:
         """A broken agent.yaml reloaded: still active, same process, the refusal in the journal."""
         pid, since = self.main_pid(), self.now()
@@ -796,25 +820,47 @@ class Checks:
             raise CheckError("/var/lib/edge-agent is empty or gone after --uninstall")
         return {"kept": sorted(left.split())}
 
-    def run_all(self) -> None:
-        self.check("install", self.install)
-        self.check("ready", self.ready)
-        self.check("push_probation", self.push)
-        self.check("v4l2_camera", self.camera)
-        self.check("reload_broken", self.reload_bad)
-        self.check("reload_good", self.reload_good)
-        self.check("rollback", self.rollback)
-        self.check("watchdog_sigstop", self.watchdog)
-        self.check("kill9", self.kill9)
-        self.check("reboot", self.reboot)
-        self.check("security", self.security)
-        self.check("journal_clean", self.journal_clean)
-        self.check("uninstall", self.uninstall)
+    def run_all(self, only: Sequence[str] = ()) -> None:
+        """Run the checks of `CHECKS` in order: all of them, or those named in `only`."""
+        for name, method in CHECKS.items():
+            if not only or name in only:
+                self.check(name, getattr(self, method))
+
+
+#: every check by its JSON name, and the `Checks` method that runs it, in the order they run
+#: (each may rely on those before it: `install` and `ready` come first in any subset)
+CHECKS = {
+    "install": "install",
+    "ready": "ready",
+    "detect_runtimes": "detect_runtimes",
+    "push_probation": "push",
+    "v4l2_camera": "camera",
+    "reload_broken": "reload_bad",
+    "reload_good": "reload_good",
+    "rollback": "rollback",
+    "watchdog_sigstop": "watchdog",
+    "kill9": "kill9",
+    "reboot": "reboot",
+    "security": "security",
+    "journal_clean": "journal_clean",
+    "uninstall": "uninstall",
+}
 
 
 # ---------------------------------------------------------------------------------------------
 # the command line
 # ---------------------------------------------------------------------------------------------
+
+
+def check_names(text: str) -> tuple[str, ...]:
+    """``--checks``: names of `CHECKS`, comma-separated; an unknown name is refused, naming them all."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown check {', '.join(unknown) or repr(text)}: the checks are {', '.join(CHECKS)}"
+        )
+    return names
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -826,6 +872,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--arch", choices=sorted(ARCHES), default=host_arch() if host_arch() in ARCHES else "amd64")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--keep", action="store_true", help="leave the VM running (then: exec CMD..., stop)")
+    parser.add_argument(
+        "--checks",
+        type=check_names,
+        default=(),
+        metavar="NAME,...",
+        help="run only these checks, in their usual order (install and ready first); default: all of them. "
+        "arm64 by hand: install,ready,detect_runtimes,watchdog_sigstop,security,journal_clean",
+    )
     parser.add_argument("--kvm-probe-s", type=float, default=30.0, help="seconds a KVM boot has to print (default 30)")
     parser.add_argument(
         "action",
@@ -896,7 +950,7 @@ def main(argv: list[str]) -> int:
     )
     checks = Checks(vm)
     try:
-        checks.run_all()
+        checks.run_all(args.checks)
     finally:
         if args.keep:
             for t in vm.tunnels:
@@ -916,6 +970,7 @@ def main(argv: list[str]) -> int:
         "image_build_s": round(built - started, 1),
         "boot_s": round(booted - built, 1),
         "wall_s": round(time.monotonic() - started, 1),
+        "only": list(args.checks),
         "ok": all(r["ok"] for r in checks.results.values()),
         "checks": checks.results,
     }

@@ -114,3 +114,25 @@ def test_exec_without_a_kept_vm_says_how_to_start_one(
     monkeypatch.setenv("EDGE_AGENT_VM_CACHE", str(tmp_path))
     with pytest.raises(SystemExit, match="no amd64 VM is running \\(start one with --keep\\)"):
         vm_test.main(["--arch", "amd64", "exec", "true"])
+
+
+def test_checks_names_a_subset_run_in_the_usual_order(
+    vm_test: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert vm_test.parse([]).checks == ()
+    assert vm_test.parse(["--checks", "watchdog_sigstop, install"]).checks == ("watchdog_sigstop", "install")
+    with pytest.raises(SystemExit):
+        vm_test.parse(["--checks", "install,watchdog"])
+    assert "unknown check watchdog: the checks are install, ready, detect_runtimes" in capsys.readouterr().err
+
+    checks = vm_test.Checks(type("Vm", (), {"work": tmp_path})())
+    ran: list[str] = []
+    for name, method in vm_test.CHECKS.items():
+        assert callable(getattr(checks, method)), name
+        setattr(checks, method, lambda name=name: ran.append(name) or {})
+    checks.run_all(("watchdog_sigstop", "install"))
+    assert ran == ["install", "watchdog_sigstop"]
+    assert list(checks.results) == ["install", "watchdog_sigstop"]
+    ran.clear()
+    checks.run_all()
+    assert ran == list(vm_test.CHECKS)
