@@ -61,5 +61,5 @@ if [ "$extra" = dev ] && ! build/ha-env/bin/python -c "import homeassistant.cons
   rm -rf build/ha-env && mkdir -p build && "$python" -m venv build/ha-env
   .venv/bin/uv pip install -q --python build/ha-env/bin/python "homeassistant==$HA_VERSION" paho-mqtt==1.6.1 Pillow==10.2.0 janus==1.0.0 \
     psutil-home-assistant==0.0.1 SQLAlchemy==2.0.27 fnv-hash-fast==0.5.0 \
-    home-assistant-frontend==20240307.0 securetar==2024.2.1 josepy==1.14.0
+    home-assistant-frontend==20240307.0 securetar==2024.2.1 josepy==1.14.0 numpy==1.26.0
 fi

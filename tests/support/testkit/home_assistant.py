@@ -25,11 +25,12 @@ HA_ENV = REPO / "build" / "ha-env"
 HASS = HA_ENV / "bin" / "hass"
 
 
-def _config(port: int) -> str:
+def _config(port: int, frontend: bool) -> str:
     return (
         "homeassistant:\n  name: edge-agent test\n  unit_system: metric\n  time_zone: UTC\n"
         "  latitude: 0\n  longitude: 0\n  elevation: 0\n  currency: EUR\n  country: DE\n"
         f"http:\n  server_host: 127.0.0.1\n  server_port: {port}\napi:\nonboarding:\n"
+        + ("frontend:\nconfig:\n" if frontend else "")
     )
 
 
@@ -52,17 +53,25 @@ def _entries(broker_port: int) -> dict[str, Any]:
 
 
 class HomeAssistant:
-    """``hass -c CONFIG`` on a free port; `states()` reads ``/api/states`` with a token."""
+    """``hass -c CONFIG`` on a free port; `states()` reads ``/api/states`` with a token. With
+    `frontend`, HA also serves its web UI and the config panel (the screenshot's device page);
+    `tokens` is the whole token answer (access and refresh token) a browser session needs."""
 
-    def __init__(self, config_dir: Path, broker_port: int) -> None:
+    def __init__(self, config_dir: Path, broker_port: int, frontend: bool = False) -> None:
         self.config_dir, self.port = config_dir, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (config_dir / ".storage").mkdir(parents=True, exist_ok=True)
-        (config_dir / "configuration.yaml").write_text(_config(self.port))
+        (config_dir / "configuration.yaml").write_text(_config(self.port, frontend))
         (config_dir / ".storage" / "core.config_entries").write_text(json.dumps(_entries(broker_port)))
+        if frontend:  # onboarding's other steps done, so the UI opens, not its wizard (whose
+            # location step would set up integrations this env has no requirements for)
+            done = {"done": ["core_config", "analytics", "integration"]}
+            onboarding = {"version": 4, "minor_version": 1, "key": "onboarding", "data": done}
+            (config_dir / ".storage" / "onboarding").write_text(json.dumps(onboarding))
         self.log = (config_dir / "hass.out").open("wb")
         self.process: subprocess.Popen[bytes] | None = None
         self.token = ""
+        self.tokens: dict[str, Any] = {}
 
     def start(self, timeout: float = 240) -> HomeAssistant:
         cmd = [str(HASS), "-c", str(self.config_dir), "--skip-pip", "--log-file", str(self.config_dir / "ha.log")]
@@ -78,7 +87,8 @@ class HomeAssistant:
         }
         code = self._post("/api/onboarding/users", json.dumps(owner).encode(), "application/json")["auth_code"]
         form = urllib.parse.urlencode({"grant_type": "authorization_code", "code": code, "client_id": client})
-        self.token = self._post("/auth/token", form.encode(), "application/x-www-form-urlencoded")["access_token"]
+        self.tokens = self._post("/auth/token", form.encode(), "application/x-www-form-urlencoded")
+        self.token = self.tokens["access_token"]
         return self
 
     def _answers(self) -> bool:
@@ -102,6 +112,16 @@ class HomeAssistant:
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(request, timeout=10) as answer:
             return json.loads(answer.read())
+
+    def render(self, template: str) -> str:
+        """`template` rendered by HA (``/api/template``), e.g. ``{{ device_id('sensor.x') }}``."""
+        request = urllib.request.Request(
+            self.url + "/api/template",
+            json.dumps({"template": template}).encode(),
+            {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return str(answer.read().decode())
 
     def get_bytes(self, path: str) -> bytes:
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
