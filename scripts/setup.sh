@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv and install edge-agent into it (editable). `scripts/setup.sh dev` adds the
 # test and lint tools, and Debian's chromium and systemd (systemd-analyze) for the status page
-# and service tests, prometheus (with promtool) for deploy/prometheus/, gst-launch-1.0 (with
-# y4menc) and ffmpeg, whose pipe sources the tests run for real. Installs Debian's python3-venv
+# and service tests, prometheus (with promtool) and prometheus-mqtt-exporter for
+# deploy/prometheus/, gst-launch-1.0 (with y4menc) and ffmpeg, whose pipe sources the tests run
+# for real. Installs Debian's python3-venv
 # first when this Python lacks venv, and the mosquitto broker and clients that the demo and the
 # tests start on a free port.
 set -euo pipefail
@@ -36,8 +37,10 @@ fi
 if [ "$extra" = dev ]; then
   command -v chromium >/dev/null || command -v chromium-browser >/dev/null || apt_install chromium
   command -v systemd-analyze >/dev/null || apt_install systemd
-  # the Prometheus tests: promtool checks the alert rules, a real prometheus scrapes agents
+  # the Prometheus tests: promtool checks the alert rules, a real prometheus scrapes agents, and
+  # scrapes prometheus-mqtt-exporter for the devices behind NAT (deploy/prometheus/mqtt-exporter.yaml)
   command -v promtool >/dev/null || apt_install --no-install-recommends prometheus
+  command -v prometheus-mqtt-exporter >/dev/null || apt_install --no-install-recommends prometheus-mqtt-exporter
 fi
 if [ "$extra" = dev ] && { ! command -v gst-launch-1.0 >/dev/null || ! command -v ffmpeg >/dev/null \
   || ! gst-inspect-1.0 y4menc >/dev/null 2>&1; }; then
