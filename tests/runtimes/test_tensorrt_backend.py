@@ -1,5 +1,5 @@
 """`runtimes.tensorrt_backend` against the TensorRT test double: execution by name, a worker context,
-FP16 outputs; the probe answers for this machine."""
+FP16 outputs, task models' engines decoded as on ONNX Runtime; the probe answers for this machine."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ import pytest
 from testkit import DEMO_MODELS
 from testkit.trt_double import TrtDouble
 
+from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import Detector
+from pipelines.decoding.rotated import corners
+from pipelines.sources.synthetic import SyntheticScene
 from runtimes.base import InferenceError
 from runtimes.ort_backend import OnnxRuntimeBackend
 from runtimes.registry import load_runtime
@@ -145,3 +149,43 @@ def test_an_engine_with_host_code_is_never_deserialized(
     runtime = TensorRTBackend(prepared.path, FIXED, prepared.record)  # the same engine without host code loads
     assert runtime._trt_runtime.engine_host_code_allowed is False
     runtime.close()
+
+
+def _by_place(found: Detections) -> Detections:
+    """`found` by class, then left edge: FP16 may swap two detections of nearly equal scores."""
+    return found[np.lexsort((found.xyxy[:, 0].round(), found.class_id))]
+
+
+@pytest.mark.parametrize(
+    "name", ["demo_segment.onnx", "demo_segment_e2e.onnx", "demo_pose.onnx", "demo_pose_e2e.onnx", "demo_obb.onnx"]
+)
+def test_a_task_model_s_engine_decodes_as_onnxruntime_s_outputs_do(
+    trt_double: TrtDouble, tmp_path: Path, name: str
+) -> None:
+    """Segmentation's two outputs (boxes with mask coefficients, and the prototypes), pose's
+    keypoints, OBB's angle: through an engine (FP16 on the double), with the metadata the engine
+    record keeps, the Detector picks the same decoder and finds what ONNX Runtime's outputs give."""
+    model = DEMO_MODELS / name
+    settings = config(tmp_path)
+    prepare_engine(model, settings)
+    image, _ = SyntheticScene(640, 480, num_shapes=5, seed=310_001).render(3)
+    with load_runtime("tensorrt", model, settings) as engine, OnnxRuntimeBackend(model) as reference:
+        assert [o.shape for o in engine.outputs] == [o.shape for o in reference.outputs]
+        on_engine, on_reference = Detector(engine), Detector(reference)
+        assert on_engine.decoder == on_reference.decoder != "yolov8"
+        got, want = _by_place(on_engine.detect(image)), _by_place(on_reference.detect(image))
+    assert len(want) >= 1, "the demo model finds the scene's shapes (the pose model only the triangles)"
+    assert got.class_id.tolist() == want.class_id.tolist()
+    np.testing.assert_allclose(got.xyxy, want.xyxy, atol=1.0)
+    if want.masks is not None:
+        assert got.masks is not None
+        a, b = got.masks.bitmaps(), want.masks.bitmaps()
+        iou = (a & b).sum(axis=(1, 2)) / np.maximum((a | b).sum(axis=(1, 2)), 1)
+        assert iou.min() >= 0.9
+    if want.keypoints is not None:
+        assert got.keypoints is not None
+        np.testing.assert_allclose(got.keypoints[..., :2], want.keypoints[..., :2], atol=1.0)
+    if want.xywhr is not None:
+        assert got.xywhr is not None
+        np.testing.assert_allclose(corners(got.xywhr), corners(want.xywhr), atol=1.0)
+    assert any(part is not None for part in (want.masks, want.keypoints, want.xywhr)), "a task model, not boxes only"
