@@ -78,6 +78,10 @@ def cache_root() -> Path:
 
 
 def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`cmd`, checked; what it prints goes to stderr unless captured, so `--json`'s stdout is JSON
+    only (mkfs.ext4 -q still prints "Creating regular file ...")."""
+    if "stdout" not in kwargs and not kwargs.get("capture_output"):
+        kwargs["stdout"] = sys.stderr
     return subprocess.run(cmd, check=True, text=True, **kwargs)
 
 

@@ -136,3 +136,12 @@ def test_checks_names_a_subset_run_in_the_usual_order(
     ran.clear()
     checks.run_all()
     assert ran == list(vm_test.CHECKS)
+
+
+def test_commands_run_by_the_driver_print_to_stderr_so_json_stays_alone_on_stdout(
+    vm_test: ModuleType, capfd: pytest.CaptureFixture[str]
+) -> None:
+    vm_test.run(["echo", "Creating regular file base.raw"])
+    assert vm_test.run(["echo", "kept"], capture_output=True).stdout == "kept\n"
+    out, err = capfd.readouterr()
+    assert out == "" and "Creating regular file base.raw" in err
