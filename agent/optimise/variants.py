@@ -8,7 +8,8 @@
   weights; activations symmetric INT8 (zero point 0, as TensorRT wants; the default) or
   asymmetric UINT8; calibrated on tensors the caller preprocessed the way the pipeline does;
   MinMax, Entropy or Percentile. Models below opset 13 are converted to it first (per-channel
-  Q/DQ needs it).
+  Q/DQ needs it). `COMPUTE_OPS` limits it to the convolutions and matrix products, leaving the
+  head's decode in float (what task models need: docs/optimising.md).
 
 Both copy the source's metadata (``names``, ``imgsz``, ``stride``) and pass the checker. Runs
 in the calling thread on the operator's machine; needs the ``build`` extra.
@@ -94,6 +95,11 @@ class _Tensors:
         return next(self._feeds, None)
 
 
+#: the operators that carry a YOLO network's arithmetic; quantizing only these keeps the rest
+#: (the head's sigmoid, DFL softmax, concatenations and scaling to pixels) in float
+COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
+
+
 def quantize_qdq(
     source: Path,
     target: Path,
@@ -101,11 +107,13 @@ def quantize_qdq(
     tensors: Sequence[npt.NDArray[Any]],
     method: CalibrationMethod = "minmax",
     activations: Activations = "symmetric",
+    op_types: Sequence[str] = (),
 ) -> onnx.ModelProto:
     """Quantize the FP32 model at `source` into an INT8 Q/DQ model at `target`, calibrated on
     `tensors` (each fed to the input `input_name`): weights per channel, symmetric INT8;
-    activations symmetric INT8 or asymmetric UINT8. Returns the model written (metadata copied,
-    unused opsets dropped, checked). Raises ``ValueError`` without tensors."""
+    activations symmetric INT8 or asymmetric UINT8; only the `op_types` given (e.g.
+    `COMPUTE_OPS`), else every operator ONNX Runtime can quantize. Returns the model written
+    (metadata copied, unused opsets dropped, checked). Raises ``ValueError`` without tensors."""
     from onnxruntime.quantization import CalibrationMethod as OrtMethod
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -136,6 +144,7 @@ def quantize_qdq(
                 activation_type=QuantType.QInt8 if activations == "symmetric" else QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
                 calibrate_method=methods[method],
+                op_types_to_quantize=list(op_types) or None,
                 # no CalibMaxIntermediateOutputs: ONNX Runtime 1.32's MinMax calibrator drops the
                 # batches it should fold in when that limit is reached ("No data is collected")
                 extra_options={"ActivationSymmetric": activations == "symmetric", "WeightSymmetric": True},

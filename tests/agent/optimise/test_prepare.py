@@ -1,4 +1,5 @@
-"""`agent.optimise.prepare`: variants ship with their agreement; the gate refuses a blank calibration set's INT8."""
+"""`agent.optimise.prepare`: variants ship with their agreement; the gate refuses a blank calibration set's INT8;
+task models' INT8 keeps their head in float."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import re
 from pathlib import Path
 
 import cv2
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto
+from testkit import DEMO_MODELS
 from testkit.optimise import FP32, _build
 
 from agent.bundles.archive import Limits, unpack
+from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import Detector
+from pipelines.sources.synthetic import SyntheticScene
+from runtimes.registry import load_runtime
 
 
 def _manifest(capsys: pytest.CaptureFixture[str], bundle: Path) -> dict:
@@ -111,3 +118,77 @@ def test_a_real_coco_model_gets_a_checked_fp16_variant(tmp_path: Path, shared_mo
     fp16 = manifest["artifacts"][1]
     assert fp16["precision"] == "fp16" and fp16["agreement"]["detections"] >= 0.9
     assert fp16["agreement"]["baseline_detections"] >= 4  # a person, a cat, a cup...: found on the photos
+
+
+#: the head's decode: scores' sigmoid, the box distribution's softmax, scaling to pixels
+HEAD_OPS = {"Sigmoid", "Softmax", "Softplus", "Mul", "Sub", "Div"}
+
+
+def _dequantized_into(model: onnx.ModelProto) -> set[str]:
+    """The operators that read a DequantizeLinear's output: what INT8 reaches."""
+    dequantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    return {n.op_type for n in model.graph.node if n.op_type != "QuantizeLinear" and dequantized & set(n.input)}
+
+
+def _paired(a: Detections, b: Detections) -> list[tuple[int, int]]:
+    """(i, j): each detection of `a` with the one of `b` of the same class whose box is nearest."""
+    pairs = []
+    for i in range(len(a)):
+        same = np.flatnonzero(b.class_id == a.class_id[i])
+        if same.size:
+            pairs.append((i, int(same[np.abs(b.xyxy[same] - a.xyxy[i]).sum(axis=1).argmin()])))
+    return pairs
+
+
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_a_task_model_s_int8_variant_quantizes_its_network_and_keeps_its_head_in_float(
+    tmp_path: Path, scenes: Path, capsys, task: str
+) -> None:
+    """Fully quantized, the demo task models' INT8 variants found nothing (one INT8 scale over
+    pixel boxes, scores and mask coefficients or keypoints); with only the convolutions quantized
+    they ship, and their masks, keypoints and angles stay near FP32's on held-out scenes."""
+    out = tmp_path / f"{task}.bundle"
+    model = DEMO_MODELS / f"demo_{task}.onnx"
+    status, printed, _ = _build(
+        capsys, "--model", model, "--precisions", "fp32,int8", "--calibration", scenes, "-o", out
+    )
+    assert status == 0, printed
+    assert re.search(rf"demo_{task}_int8\.onnx \(int8\): kept: detection agreement (0\.9\d\d|1\.000)", printed), printed
+    folder = tmp_path / "unpacked"
+    folder.mkdir()
+    unpack(out, folder, Limits())
+    int8 = folder / f"demo_{task}_int8.onnx"
+    assert "Conv" in _dequantized_into(onnx.load(str(int8)))
+    assert not _dequantized_into(onnx.load(str(int8))) & HEAD_OPS, "the head is left in float"
+    frames = [SyntheticScene(640, 480, num_shapes=5, seed=330_000 + i).render(3)[0] for i in range(3)]
+    with load_runtime("onnxruntime", model) as fp32, load_runtime("onnxruntime", int8) as quantized:
+        pairs = [(Detector(fp32).detect(f), Detector(quantized).detect(f)) for f in frames]
+    assert sum(len(a) for a, _ in pairs) >= 3
+    gaps = [_gap(task, a, b, i, j) for a, b in pairs for i, j in _paired(a, b)]
+    # medians: INT8 calibrated on 8 frames moves some objects more (a keypoint 7 px, a mask 0.85)
+    limit = {"segment": 0.1, "pose": 5.0, "obb": 0.1}[task]  # 1 - mask IoU, keypoint px, angle rad
+    assert len(gaps) >= 3 and float(np.median(gaps)) <= limit, gaps
+
+
+def _gap(task: str, a: Detections, b: Detections, i: int, j: int) -> float:
+    """How far detection `j` of `b` is from detection `i` of `a`: 1 - their masks' IoU, their
+    keypoints' largest distance (px), or their angles' difference (rad)."""
+    if task == "segment":
+        assert a.masks is not None and b.masks is not None
+        x, y = a.masks.bitmap(i), b.masks.bitmap(j)
+        return 1.0 - float((x & y).sum() / (x | y).sum())
+    if task == "pose":
+        assert a.keypoints is not None and b.keypoints is not None
+        return float(np.abs(a.keypoints[i, :, :2] - b.keypoints[j, :, :2]).max())
+    assert a.xywhr is not None and b.xywhr is not None
+    return abs(float(a.xywhr[i, 4] - b.xywhr[j, 4]))
+
+
+def test_a_box_detector_s_int8_variant_is_quantized_whole_as_before(tmp_path: Path, scenes: Path, capsys) -> None:
+    out = tmp_path / "d.bundle"
+    status, printed, _ = _build(capsys, "--model", FP32, "--precisions", "int8", "--calibration", scenes, "-o", out)
+    assert status == 0, printed
+    folder = tmp_path / "unpacked"
+    folder.mkdir()
+    unpack(out, folder, Limits())
+    assert _dequantized_into(onnx.load(str(folder / "demo_detector_int8.onnx"))) & HEAD_OPS
