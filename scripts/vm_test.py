@@ -90,6 +90,10 @@ def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+#: qemu-user's name for each architecture (its binfmt_misc entry: /proc/sys/fs/binfmt_misc/qemu-NAME)
+QEMU_USER = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
 def image_dir(arch: Arch) -> Path:
     key = hashlib.sha256(f"{IMAGE_VERSION} {PACKAGES} {arch.kernel} {MIRROR}".encode()).hexdigest()[:12]
     return cache_root() / f"{arch.name}-{key}"
@@ -104,12 +108,17 @@ def build_image(arch: Arch) -> Path:
     for tool in ("debootstrap", "mkfs.ext4", "qemu-img"):
         if shutil.which(tool) is None:
             raise SystemExit(f"vm_test: {tool} is missing (apt-get install debootstrap qemu-utils e2fsprogs)")
+    foreign = arch.name != host_arch()
+    if foreign and not Path(f"/proc/sys/fs/binfmt_misc/qemu-{QEMU_USER[arch.name]}").exists():
+        raise SystemExit(
+            f"vm_test: building the {arch.name} image runs its binaries through qemu-user, which is not "
+            "registered with binfmt_misc here (apt-get install qemu-user-static binfmt-support)"
+        )
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     root = out / "root"
     started = time.monotonic()
     log(f"building the Debian 12 {arch.name} image in {out} (debootstrap, a few minutes)")
-    foreign = arch.name != host_arch()
     cmd = [
         "debootstrap",
         "--variant=minbase",
@@ -197,7 +206,9 @@ class Vm:
             cmd += ["-machine", "q35", "-accel", self.accel]
             cmd += ["-cpu", "host" if self.accel == "kvm" else "max"]
         else:
-            cmd += ["-machine", "virt", "-cpu", "max", "-accel", "tcg,thread=multi"]
+            # a Raspberry Pi 5's core (a Jetson Orin's A78AE is the same ARMv8.2 generation); `max`
+            # adds SVE and pointer authentication, which emulate slowly and no such board has
+            cmd += ["-machine", "virt", "-cpu", "cortex-a76", "-accel", "tcg,thread=multi"]
         cmd += [
             "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
             "-append", f"root=/dev/vda rw console={a.console} panic=-1 net.ifnames=0",

@@ -79,6 +79,7 @@ def test_under_kvm_qemu_takes_the_host_s_cpu(vm_test: ModuleType, tmp_path: Path
     arm = vm_test.Vm(vm_test.ARCHES["arm64"], tmp_path, tmp_path, "tcg", ssh_port=1).qemu_command()
     assert arm[0] == "qemu-system-aarch64" and arm[arm.index("-machine") + 1] == "virt"
     assert "console=ttyAMA0" in arm[arm.index("-append") + 1]
+    assert arm[arm.index("-cpu") + 1] == "cortex-a76", "a board's core, not `max` (SVE, pointer auth: slow)"
 
 
 def test_the_checkout_copied_in_has_the_tracked_files_and_not_the_venv(vm_test: ModuleType) -> None:
