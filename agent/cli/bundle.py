@@ -352,7 +352,8 @@ def add_optimise_arguments(build: argparse.ArgumentParser) -> None:
         type=_precisions,
         metavar="LIST",
         help="variants of the first ONNX model (FP32) to ship, e.g. fp32,fp16,int8; each is proven against "
-        "FP32 on the validation images and left out below --min-agreement (int8 needs --calibration)",
+        "FP32 on the validation images and left out below --min-agreement (int8 needs --calibration; "
+        "below it, int8 is made again with the model's head left in float)",
     )
     group.add_argument(
         "--validation", type=Path, help="folder of .jpg/.png images the variants are proven on (default: --calibration)"

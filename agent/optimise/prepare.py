@@ -26,7 +26,6 @@ from typing import Any
 import numpy.typing as npt
 
 from agent.bundles.archive import ArtifactNotes, reference_frame
-from agent.bundles.manifest import decoder_task
 from agent.errors import BundleError, ErrorCode
 from agent.optimise import Activations, CalibrationMethod
 from agent.optimise.agreement import Measured, measure
@@ -139,15 +138,6 @@ def _verdict(name: str, measured: Measured, options: Options) -> tuple[bool, str
     )
 
 
-def _int8_ops(baseline: Detector) -> tuple[str, ...]:
-    """What INT8 quantizes of the model: a box detector every operator ONNX Runtime can (what
-    has always shipped), a segmentation, pose or OBB model only `COMPUTE_OPS`. Their one output
-    holds pixel coordinates beside 0..1 scores, mask coefficients, keypoint scores or an angle:
-    under one INT8 scale the scores drown (the demo segmentation model's fully quantized variant
-    matched 0 of 102 FP32 detections; with its head in float, it ships)."""
-    return COMPUTE_OPS if decoder_task(baseline.decoder) != "detect" else ()
-
-
 def _make(
     source: Path,
     precision: Precision,
@@ -168,24 +158,35 @@ def _make(
         quantize_qdq(source, target, input_name, calibration, options.method, options.activations, op_types)
 
 
-def _prove(
-    name: str,
-    precision: Precision,
-    target: Path,
-    baseline: Detector,
-    images: Sequence[npt.NDArray[Any]],
-    options: Options,
-) -> tuple[Measured | None, str]:
-    """Run the variant at `target` against `baseline`: its measurement when it ships, and the line."""
-    try:
-        with load_runtime("onnxruntime", target) as runtime:
-            measured = measure(baseline, Detector(runtime, baseline.decoder), images)
-    except (BackendError, DecoderError, ValueError) as exc:
-        return None, f"{name}: left out: {exc}"
-    ok, verdict = _verdict(name, measured, options)
-    if not ok and precision == "int8" and measured.agreement is not None:
-        verdict += _INT8_HINT
-    return (measured, verdict) if ok else (None, verdict)
+@dataclass(frozen=True)
+class _Attempt:
+    """Making one variant of the FP32 model `source` at `target` and proving it against `baseline`
+    on the validation `images`; INT8 calibrated on the preprocessed `calibration` tensors, fed to
+    the input `input_name`."""
+
+    source: Path
+    target: Path
+    calibration: Sequence[npt.NDArray[Any]]
+    input_name: str
+    baseline: Detector
+    images: Sequence[npt.NDArray[Any]]
+    options: Options
+
+    def run(self, precision: Precision, name: str, op_types: Sequence[str] = ()) -> tuple[Measured | None, str, bool]:
+        """Make the variant (INT8: only `op_types` quantized when given) and prove it: its
+        measurement when it ships, the line that says so (`name` first), and whether the gate
+        refused it on its agreement (rather than it failing to be made, load or be measured)."""
+        try:
+            _make(self.source, precision, self.target, self.calibration, self.input_name, self.options, op_types)
+        except Exception as exc:  # the converters raise anything from KeyError to onnxruntime's Fail
+            return None, f"{name}: left out: it could not be made ({type(exc).__name__}: {exc})", False
+        try:
+            with load_runtime("onnxruntime", self.target) as runtime:
+                measured = measure(self.baseline, Detector(runtime, self.baseline.decoder), self.images)
+        except (BackendError, DecoderError, ValueError) as exc:
+            return None, f"{name}: left out: {exc}", False
+        ok, verdict = _verdict(name, measured, self.options)
+        return (measured, verdict, False) if ok else (None, verdict, measured.agreement is not None)
 
 
 def _variants(source: Path, options: Options, workdir: Path, say: Say) -> Prepared:
@@ -207,13 +208,17 @@ def _variants(source: Path, options: Options, workdir: Path, say: Say) -> Prepar
                 say(f"{source.name} (fp32): kept: the baseline, {source.stat().st_size} bytes")
                 continue
             target = workdir / _variant_name(source, precision)
-            name = f"{target.name} ({precision})"
-            try:
-                _make(source, precision, target, calibration, runtime.inputs[0].name, options, _int8_ops(baseline))
-            except Exception as exc:  # the converters raise anything from KeyError to onnxruntime's Fail
-                measured, verdict = None, f"{name}: left out: it could not be made ({type(exc).__name__}: {exc})"
-            else:
-                measured, verdict = _prove(name, precision, target, baseline, images, options)
+            attempt = _Attempt(source, target, calibration, runtime.inputs[0].name, baseline, images, options)
+            measured, verdict, refused = attempt.run(precision, f"{target.name} ({precision})")
+            if refused and precision == "int8":
+                # Quantized whole, a model whose one output holds pixel coordinates beside 0..1
+                # scores (mask coefficients, keypoints, an angle) can lose everything under one
+                # INT8 scale: the network alone, the head's decode left in float.
+                verdicts.append(verdict)
+                say(verdict)
+                measured, verdict, refused = attempt.run(precision, f"{target.name} (int8, head in float)", COMPUTE_OPS)
+                if refused:
+                    verdict += _INT8_HINT
             if measured is not None:
                 verdict += f", {_size_note(target, source)}"
                 kept.append(target)

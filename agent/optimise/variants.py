@@ -9,7 +9,8 @@
   asymmetric UINT8; calibrated on tensors the caller preprocessed the way the pipeline does;
   MinMax, Entropy or Percentile. Models below opset 13 are converted to it first (per-channel
   Q/DQ needs it). `COMPUTE_OPS` limits it to the convolutions and matrix products, leaving the
-  head's decode in float (what task models need: docs/optimising.md).
+  head's decode in float (`bundle build` tries that when the whole model fails its gate:
+  docs/optimising.md).
 
 Both copy the source's metadata (``names``, ``imgsz``, ``stride``) and pass the checker. Runs
 in the calling thread on the operator's machine; needs the ``build`` extra.

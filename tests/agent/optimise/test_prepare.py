@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto
-from testkit import DEMO_MODELS
+from testkit import DEMO_MODELS, REPO
 from testkit.optimise import FP32, _build
 
 from agent.bundles.archive import Limits, unpack
@@ -144,16 +144,18 @@ def _paired(a: Detections, b: Detections) -> list[tuple[int, int]]:
 def test_a_task_model_s_int8_variant_quantizes_its_network_and_keeps_its_head_in_float(
     tmp_path: Path, scenes: Path, capsys, task: str
 ) -> None:
-    """Fully quantized, the demo task models' INT8 variants found nothing (one INT8 scale over
-    pixel boxes, scores and mask coefficients or keypoints); with only the convolutions quantized
-    they ship, and their masks, keypoints and angles stay near FP32's on held-out scenes."""
+    """Quantized whole, the demo task models' INT8 variants find nothing (one INT8 scale over
+    pixel boxes, scores and mask coefficients or keypoints) and the build tries again with only
+    the convolutions quantized: they ship, their masks, keypoints and angles near FP32's."""
     out = tmp_path / f"{task}.bundle"
     model = DEMO_MODELS / f"demo_{task}.onnx"
     status, printed, _ = _build(
         capsys, "--model", model, "--precisions", "fp32,int8", "--calibration", scenes, "-o", out
     )
     assert status == 0, printed
-    assert re.search(rf"demo_{task}_int8\.onnx \(int8\): kept: detection agreement (0\.9\d\d|1\.000)", printed), printed
+    assert re.search(rf"demo_{task}_int8\.onnx \(int8\): left out: detection agreement 0\.000 ", printed), printed
+    kept = rf"demo_{task}_int8\.onnx \(int8, head in float\): kept: detection agreement (0\.9\d\d|1\.000)"
+    assert re.search(kept, printed), printed
     folder = tmp_path / "unpacked"
     folder.mkdir()
     unpack(out, folder, Limits())
@@ -185,10 +187,43 @@ def _gap(task: str, a: Detections, b: Detections, i: int, j: int) -> float:
 
 
 def test_a_box_detector_s_int8_variant_is_quantized_whole_as_before(tmp_path: Path, scenes: Path, capsys) -> None:
+    """The demo detector passes the gate quantized whole: no second try, the head quantized too."""
     out = tmp_path / "d.bundle"
     status, printed, _ = _build(capsys, "--model", FP32, "--precisions", "int8", "--calibration", scenes, "-o", out)
     assert status == 0, printed
+    assert "demo_detector_int8.onnx (int8): kept" in printed and "head in float" not in printed
     folder = tmp_path / "unpacked"
     folder.mkdir()
     unpack(out, folder, Limits())
     assert _dequantized_into(onnx.load(str(folder / "demo_detector_int8.onnx"))) & HEAD_OPS
+
+
+@pytest.mark.models
+def test_yolov8n_s_int8_variant_ships_with_its_head_in_float(
+    tmp_path: Path, shared_models: Path, photos, capsys
+) -> None:
+    """The real YOLOv8n (COCO weights, FP32 from bench/yolov8n_fp32.py): quantized whole it matches
+    none of FP32's detections on photos; with its head in float it passes the gate."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "yolov8n_640.onnx"
+    source = shared_models / "yolov8n_int8_640.onnx"
+    script = REPO / "bench" / "yolov8n_fp32.py"
+    subprocess.run([sys.executable, str(script), "--source", str(source), "--out", str(model)], check=True)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name, path in photos.items():
+        image = cv2.imread(str(path))
+        cv2.imwrite(str(folder / f"{name}.png"), image)
+        cv2.imwrite(str(folder / f"{name}_flipped.png"), image[:, ::-1])
+    labels = shared_models / "coco80_labels.txt"
+    out = tmp_path / "y.bundle"
+    argv = ["--model", model, "--labels", labels, "--calibration", folder, "--precisions", "fp32,int8", "-o", out]
+    status, printed, _ = _build(capsys, *argv)
+    assert status == 0, printed
+    assert re.search(r"yolov8n_640_int8\.onnx \(int8\): left out: detection agreement 0\.[0-8]", printed), printed
+    found = re.search(r"\(int8, head in float\): kept: detection agreement (\d\.\d+) \((\d+) of (\d+)", printed)
+    assert found, printed
+    assert float(found.group(1)) >= 0.9 and int(found.group(3)) >= 8  # people, a cat, a cup...
+    assert [a["precision"] for a in _manifest(capsys, out)["artifacts"]] == ["fp32", "int8"]
