@@ -1,7 +1,8 @@
 """`agent.daemon.documents`: the status, telemetry and deployment documents made from a snapshot
 and a record are, byte for byte in JSON, what the code before the typed documents published
-(tests/data/documents/, written by that code from the same values), and read back on the
-operator's side as the values they were made from."""
+(tests/data/documents/, written by that code from the same values; fields added since, such as
+telemetry's `in_view`, added there too), and read back on the operator's side as the values they
+were made from."""
 
 from __future__ import annotations
 
@@ -122,6 +123,10 @@ def test_the_read_back_values_are_typed() -> None:
     telemetry = TelemetryDocument.read((BEFORE / "telemetry.json").read_bytes(), "t")
     assert isinstance(telemetry, TelemetryDocument) and telemetry.sensors.rails["VDD_IN"].power_w == 6.06
     assert telemetry.analytics.lines["door"].in_ == 5 and telemetry.pipelines[0].latency_ms["total"].p95 == 60.0
+    older = json.loads((BEFORE / "telemetry.json").read_text())
+    for pipeline in older["pipelines"]:
+        del pipeline["in_view"]  # what a device before the objects-in-view telemetry sent
+    assert [p.in_view for p in TelemetryDocument.read(json.dumps(older).encode(), "t").pipelines] == [{}, {}]
     bare = TelemetryDocument.read((BEFORE / "telemetry-bare.json").read_bytes(), "t")
     assert isinstance(bare, TelemetryDocument) and bare.system is None, "{} until the first sample"
 
