@@ -893,7 +893,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=(),
         metavar="NAME,...",
         help="run only these checks, in their usual order (install and ready first); default: all of them. "
-        "arm64 by hand: install,ready,detect_runtimes,watchdog_sigstop,security,journal_clean",
+        "arm64 by hand: install,ready,detect_runtimes,watchdog_sigstop,kill9,security,journal_clean",
     )
     parser.add_argument("--kvm-probe-s", type=float, default=30.0, help="seconds a KVM boot has to print (default 30)")
     parser.add_argument(
