@@ -263,10 +263,13 @@ def test_pause_and_resume(workers: int) -> None:
     try:
         assert wait_for(lambda: pipeline.frames > 5)
         pipeline.pause()
-        time.sleep(0.2)  # let the frame in flight finish
         paused_at = pipeline.frames
-        time.sleep(0.5)
-        assert pipeline.frames == paused_at and pipeline.stats().paused
+        assert wait_for(lambda: not pipeline._in_flight)
+        time.sleep(0.5)  # 25 frames of the 50 FPS source, were pause not honoured
+        # only the frames in flight when pause() returned may finish: at most one per worker,
+        # however slow the machine is (no frame can be taken while paused)
+        assert pipeline.frames <= paused_at + workers and pipeline.stats().paused
+        paused_at = pipeline.frames
         pipeline.resume()
         assert wait_for(lambda: pipeline.frames > paused_at + 5)
     finally:
