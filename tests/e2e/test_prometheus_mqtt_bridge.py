@@ -114,7 +114,9 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
         def scraped() -> bool:
             _alive(exporter, folder / "exporter.log", "prometheus-mqtt-exporter")
             _alive(prometheus, folder / "prometheus.log", "prometheus")
-            try:
+            try:  # Prometheus answers 503 until it is ready: wait for that first
+                if http(found.prometheus + "/-/ready").status != 200:
+                    return False
                 return found.bridged("edge_agent_temperature_max_celsius") is not None
             except OSError:
                 return False
