@@ -3,7 +3,9 @@
 `SharedModel` holds one `Detector` (one runtime: one ONNX Runtime session, one LiteRT model)
 and serves every camera that `attach`es to it. Each camera's pipeline gets a `CameraModel`, the
 `FrameDetector` a pipeline uses: preprocessing and decoding stay in the camera's own inference
-threads; `infer` hands the tensor to the model's serving threads and waits for its outputs.
+threads; `infer` hands the tensor to the model's serving threads and waits for its outputs. A
+waiting tensor is `Detector.compact` (uint8 pixels, a quarter of a float input's bytes); the
+serving thread normalises it, a batch at once.
 Each hold keeps detections by its camera's own `DetectionFilter` (conf, iou, max_det, classes),
 applied to that camera's outputs after the shared (batched) inference.
 
@@ -91,12 +93,15 @@ def batch_axis(runtime: Runtime) -> str | None:
 
 def gather(batch: list[Request], pending: list[Request], max_batch: int) -> None:
     """Move the waiting frames that may join `batch` from `pending` into it, oldest first: at
-    most one per camera, the same tensor shape as the batch's first, `max_batch` in all."""
+    most one per camera, the same tensor shape and dtype as the batch's first (a `compact` uint8
+    tensor and a float one do not mix), `max_batch` in all."""
     cameras = {r.camera for r in batch}
+    first = batch[0].tensor
     for request in list(pending):
         if len(batch) >= max_batch:
             return
-        if request.camera not in cameras and request.tensor.shape == batch[0].tensor.shape:
+        tensor = request.tensor
+        if request.camera not in cameras and tensor.shape == first.shape and tensor.dtype == first.dtype:
             batch.append(request)
             cameras.add(request.camera)
             pending.remove(request)
@@ -259,7 +264,7 @@ class CameraModel:
         return self.shared.runtime
 
     def prepare(self, frame: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], Transform]:
-        return self.shared.detector.prepare(frame)
+        return self.shared.detector.compact(frame)
 
     def infer(self, tensor: npt.NDArray[Any]) -> list[npt.NDArray[Any]]:
         return self.shared.infer(self.camera, tensor)

@@ -109,7 +109,7 @@ def _float_tensor(resized: npt.NDArray[Any], transform: Transform, config: Prepr
     nchw = config.layout == "NCHW"
     tensor = np.empty((1, 3, dst_h, dst_w) if nchw else (1, dst_h, dst_w, 3), config.dtype)
     spatial = tensor[0] if nchw else tensor[0].transpose(2, 0, 1)  # (3, H, W) view either way
-    pad = (config.pad_value - config.mean) / config.std
+    pad = np.float32(config.pad_value) * gain + offset  # float32 steps, as `normalise` takes them
     spatial[:, :top] = pad
     spatial[:, top + h :] = pad
     spatial[:, top : top + h, :left] = pad
@@ -122,25 +122,35 @@ def _float_tensor(resized: npt.NDArray[Any], transform: Transform, config: Prepr
     return tensor
 
 
+def _checked(image: npt.NDArray[Any]) -> None:
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(f"expected a (H, W, 3) uint8 image, got {image.shape} {image.dtype}")
+
+
+def _canvas(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[np.uint8], Transform]:
+    """The resized, padded uint8 pixels in the tensor's layout and colour order, ``(1, 3, h, w)``
+    or ``(1, h, w, 3)``, contiguous; not normalised."""
+    resized, transform = _resize(image, config)
+    top, bottom, left, right = _borders(transform, resized.shape[0], resized.shape[1])
+    pad = (config.pad_value,) * 3
+    canvas = cv2.copyMakeBorder(resized, top, bottom, left, right, cv2.BORDER_CONSTANT, value=pad)
+    pixels = canvas[..., ::-1] if config.color == "RGB" else canvas  # views, no copy
+    if config.layout == "NCHW":
+        pixels = pixels.transpose(2, 0, 1)
+    return np.ascontiguousarray(pixels[None]), transform
+
+
 def preprocess(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[Any], Transform]:
     """Resize, reorder, normalise and (de)quantize one BGR ``(H, W, 3) uint8`` frame.
 
     Returns the ``(1, 3, h, w)`` or ``(1, h, w, 3)`` tensor of `config.dtype` and the
     `Transform` that maps its boxes back to the frame.
     """
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(f"expected a (H, W, 3) uint8 image, got {image.shape} {image.dtype}")
-    resized, transform = _resize(image, config)
+    _checked(image)
     if np.issubdtype(config.dtype, np.floating):
+        resized, transform = _resize(image, config)
         return _float_tensor(resized, transform, config), transform
-    top, bottom, left, right = _borders(transform, resized.shape[0], resized.shape[1])
-    pad = (config.pad_value,) * 3
-    canvas = cv2.copyMakeBorder(resized, top, bottom, left, right, cv2.BORDER_CONSTANT, value=pad)
-    # Reorder the uint8 pixels first (views, no copy), then convert in one pass into the output.
-    pixels = canvas[..., ::-1] if config.color == "RGB" else canvas
-    if config.layout == "NCHW":
-        pixels = pixels.transpose(2, 0, 1)
-    pixels = pixels[None]
+    pixels, transform = _canvas(image, config)
     if config.quantization is not None:
         q = config.quantization
         info = np.iinfo(config.dtype)
@@ -151,3 +161,26 @@ def preprocess(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.N
         return np.ascontiguousarray(np.clip(values, info.min, info.max), dtype=config.dtype), transform
     # an integer input without quantization parameters takes raw pixels
     return np.ascontiguousarray(pixels, dtype=config.dtype), transform
+
+
+def compact(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[Any], Transform]:
+    """`preprocess`, but a float input is left as its uint8 pixels (a quarter of the bytes) for
+    `normalise` to finish when the model runs: what a frame holds while it waits for a model
+    another camera is using. Other inputs come back exactly as `preprocess` makes them."""
+    _checked(image)
+    if not np.issubdtype(config.dtype, np.floating):
+        return preprocess(image, config)
+    return _canvas(image, config)
+
+
+def normalise(tensor: npt.NDArray[Any], config: PreprocessConfig) -> npt.NDArray[Any]:
+    """A `compact` tensor (or a batch of them) as the model's float input, ``(pixel - mean) / std``
+    in `config.dtype`, equal to what `preprocess` gives; any other tensor is returned as it is."""
+    if tensor.dtype != np.uint8 or not np.issubdtype(config.dtype, np.floating):
+        return tensor
+    gain, offset = np.float32(1.0 / config.std), np.float32(-config.mean / config.std)
+    out = np.empty(tensor.shape, config.dtype)
+    np.multiply(tensor, gain, out=out, casting="unsafe")
+    if offset:
+        out += offset
+    return out

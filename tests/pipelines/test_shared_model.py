@@ -26,8 +26,8 @@ def tensors(detector: Detector, count: int) -> list[np.ndarray]:
     return [detector.prepare(SyntheticScene(seed=seed).render(0)[0])[0] for seed in range(count)]
 
 
-def request(camera: str, shape: tuple[int, ...] = (1, 3, 8, 8)) -> Request:
-    return Request(camera, np.zeros(shape, np.float32))
+def request(camera: str, shape: tuple[int, ...] = (1, 3, 8, 8), dtype: type = np.float32) -> Request:
+    return Request(camera, np.zeros(shape, dtype))
 
 
 @pytest.mark.parametrize(
@@ -37,11 +37,16 @@ def request(camera: str, shape: tuple[int, ...] = (1, 3, 8, 8)) -> Request:
         (["b", "a", "c"], 8, ["a", "b", "c"], ["a"]),  # never two frames of one camera
         (["b", "c", "d"], 3, ["a", "b", "c"], ["d"]),  # at most max_batch
         (["b", "c*", "d"], 8, ["a", "b", "d"], ["c*"]),  # c* has another shape (a dynamic-size model)
+        (["b~", "c"], 8, ["a", "c"], ["b~"]),  # b~ is uint8 pixels: normalised, a batch at once, or not at all
         ([], 8, ["a"], []),
     ],
 )
 def test_gather_one_frame_per_camera(pending: list[str], max_batch: int, joined: list[str], left: list[str]) -> None:
-    waiting = [request(c.rstrip("*"), (1, 3, 8, 16) if c.endswith("*") else (1, 3, 8, 8)) for c in pending]
+    def waiting_request(name: str) -> Request:
+        shape = (1, 3, 8, 16) if name.endswith("*") else (1, 3, 8, 8)
+        return request(name.rstrip("*~"), shape, np.uint8 if name.endswith("~") else np.float32)
+
+    waiting = [waiting_request(c) for c in pending]
     names = {id(r): p for r, p in zip(waiting, pending, strict=True)}
     batch = [request("a")]
     gather(batch, waiting, max_batch)
@@ -58,10 +63,12 @@ def test_cameras_batched_together_get_their_own_outputs() -> None:
     """Four cameras submit at once: one batch (or few), and each camera's outputs equal what the
     model gives its frame alone."""
     reference = demo()
-    frames = tensors(reference, 4)
-    alone = [reference.infer(t) for t in frames]
+    alone = [reference.infer(t) for t in tensors(reference, 4)]
     shared = SharedModel(demo(), policy=BatchPolicy(max_wait_s=2.0))
     holds = [shared.attach(f"cam{i}") for i in range(4)]
+    # what a camera's frame holds while it waits: uint8 pixels, normalised by the serving thread
+    frames = [hold.prepare(SyntheticScene(seed=i).render(0)[0])[0] for i, hold in enumerate(holds)]
+    assert {t.dtype for t in frames} == {np.dtype(np.uint8)}
     results: dict[int, list[np.ndarray]] = {}
     start = threading.Barrier(4)
 

@@ -110,6 +110,7 @@ def test_a_camera_detector_keeps_by_its_own_filter(constant_model) -> None:
     detector = Detector(load_runtime("onnxruntime", three_classes(constant_model)), "yolov8")
     camera = CameraDetector(detector, DetectionFilter(conf=0.55, classes=frozenset({0, 1})))
     tensor, transform = camera.prepare(GREY)
+    assert tensor.dtype == np.uint8, "a camera's frame waits as uint8 pixels; infer normalises them"
     assert camera.postprocess(camera.infer(tensor), transform).class_id.tolist() == [1]
     assert camera.runtime is detector.runtime and camera.detection_filter.conf == 0.55
     camera.close()

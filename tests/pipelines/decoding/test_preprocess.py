@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.decoding.preprocess import PreprocessConfig, preprocess
+from pipelines.decoding.preprocess import PreprocessConfig, compact, normalise, preprocess
 from runtimes.base import Quantization
 
 
@@ -155,3 +155,31 @@ def test_quantized_inputs_match_the_plain_computation(resize, color, layout, dty
     assert tensor.dtype == dtype and tensor.shape == expected.shape
     assert np.abs(tensor.astype(np.int32) - expected).max() <= 1  # float32 against float64 rounding
     assert (tensor.astype(np.int32) == expected).mean() > 0.95  # the rest are ties at .5
+
+
+@pytest.mark.parametrize(
+    ("config", "waits_as"),
+    [
+        (PreprocessConfig((320, 480)), np.uint8),
+        (PreprocessConfig((320, 480), color="BGR", layout="NHWC", mean=127.5, std=127.5), np.uint8),
+        (PreprocessConfig((320, 480), resize="letterbox-topleft", rect_stride=32), np.uint8),
+        (PreprocessConfig((320, 480), resize="stretch", dtype=np.dtype(np.float16)), np.uint8),
+        (PreprocessConfig((320, 480), dtype=np.dtype(np.int8), quantization=Quantization(0.02, -3)), np.int8),
+        (PreprocessConfig((320, 480), dtype=np.dtype(np.uint8)), np.uint8),  # raw pixels: already compact
+    ],
+)
+@pytest.mark.parametrize("shape", ["wide", "tall"])
+def test_a_compact_tensor_normalised_is_the_prepared_one(config: PreprocessConfig, waits_as: type, shape: str) -> None:
+    """What a frame holds while it waits for a shared model: a float input's uint8 pixels (a
+    quarter or half of the bytes), which `normalise` turns into exactly `preprocess`'s tensor;
+    integer inputs are `preprocess`'s own tensor, which `normalise` leaves as it is."""
+    image = np.random.default_rng(7).integers(0, 256, (*SHAPES[shape], 3), dtype=np.uint8)
+    expected, transform = preprocess(image, config)
+    waiting, waiting_transform = compact(image, config)
+    assert waiting.dtype == waits_as and waiting.shape == expected.shape and waiting_transform == transform
+    assert waiting.nbytes == expected.nbytes // np.dtype(config.dtype).itemsize
+    ready = normalise(waiting, config)
+    assert ready.dtype == expected.dtype
+    np.testing.assert_array_equal(ready, expected)
+    batch = normalise(np.concatenate([waiting, waiting[..., ::-1]]), config)  # a batch at once
+    np.testing.assert_array_equal(batch[:1], expected)
