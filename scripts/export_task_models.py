@@ -180,9 +180,12 @@ def export_onnx(module: torch.nn.Module, size: int, path: Path, meta: dict[str, 
 
 
 def _append_metadata(path: Path, meta: dict[str, Any]) -> None:
-    """Ultralytics' convention: a zip with metadata.json appended to the .tflite file."""
-    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("metadata.json", json.dumps({**meta, "names": {str(k): v for k, v in meta["names"].items()}}))
+    """Ultralytics' convention: a zip with metadata.json appended to the .tflite file (dated
+    1980-01-01, so an export made again is the same file byte for byte)."""
+    entry = zipfile.ZipInfo("metadata.json", date_time=(1980, 1, 1, 0, 0, 0))
+    entry.compress_type = zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(entry, json.dumps({**meta, "names": {str(k): v for k, v in meta["names"].items()}}))
 
 
 class ChannelLast(torch.nn.Module):
