@@ -17,7 +17,7 @@ paired by class and box; the checks (issue 25):
 - the same number of detections.
 
     python3 -m venv /work/ul-env
-    /work/ul-env/bin/pip install torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.190 onnx onnxruntime ai-edge-litert
+    /work/ul-env/bin/pip install torch==2.15.0 torchvision==0.29.2 ultralytics==8.4.190 onnx onnxruntime ai-edge-litert
     YOLO_OFFLINE=1 .venv/bin/python scripts/check_ultralytics_tasks.py --ultralytics-python /work/ul-env/bin/python
 
 Prints one line per model file and image and a table per file; exit status 1 when a check fails.
@@ -44,9 +44,22 @@ FILES = {
         "demo_segment_e2e.onnx",
         "demo_segment_fp32.tflite",
         "demo_segment_e2e_fp32.tflite",
+        "demo_segment_int8.tflite",
     ],
-    "pose": ["demo_pose.onnx", "demo_pose_e2e.onnx", "demo_pose_fp32.tflite", "demo_pose_e2e_fp32.tflite"],
-    "obb": ["demo_obb.onnx", "demo_obb_e2e.onnx", "demo_obb_fp32.tflite", "demo_obb_e2e_fp32.tflite"],
+    "pose": [
+        "demo_pose.onnx",
+        "demo_pose_e2e.onnx",
+        "demo_pose_fp32.tflite",
+        "demo_pose_e2e_fp32.tflite",
+        "demo_pose_int8.tflite",
+    ],
+    "obb": [
+        "demo_obb.onnx",
+        "demo_obb_e2e.onnx",
+        "demo_obb_fp32.tflite",
+        "demo_obb_e2e_fp32.tflite",
+        "demo_obb_int8.tflite",
+    ],
     "classify": ["demo_classify.onnx", "demo_classify_fp32.tflite", "demo_classify_int8.tflite"],
 }
 CONF, IOU = 0.25, 0.7

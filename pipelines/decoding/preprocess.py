@@ -116,9 +116,14 @@ def _float_tensor(resized: npt.NDArray[Any], transform: Transform, config: Prepr
     spatial[:, top : top + h, left + w :] = pad
     for channel, plane in enumerate(planes):
         interior = spatial[channel, top : top + h, left : left + w]
-        np.multiply(plane, gain, out=interior, casting="unsafe")
         if offset:
+            np.multiply(plane, gain, out=interior, casting="unsafe")
             interior += offset
+        else:
+            # a true division, as Ultralytics' predictor (``div_(255)``): multiplying by 1/255
+            # differs by one unit in the last place on half the pixels, which an INT8 model's
+            # rounding to its grid turns into boxes a pixel apart and NMS decisions the other way
+            np.divide(plane, np.float32(config.std), out=interior, casting="unsafe")
     return tensor
 
 

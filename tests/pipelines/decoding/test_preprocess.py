@@ -132,6 +132,18 @@ def test_float_inputs_match_the_plain_computation(resize, color, layout, mean, s
     np.testing.assert_allclose(tensor, expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_pixels_divided_as_ultralytics_divides_them(layout: str) -> None:
+    """Bit for bit ``pixel / 255`` in float32, as Ultralytics' ``div_(255)``: times 1/255 is one
+    unit in the last place off on about half the values, which an INT8 model turns into boxes a
+    pixel apart from Ultralytics' (scripts/check_ultralytics_tasks.py)."""
+    image = np.broadcast_to(np.arange(256, dtype=np.uint8).reshape(16, 16, 1), (16, 16, 3)).copy()
+    tensor, _ = preprocess(image, PreprocessConfig(size=(16, 16), layout=layout))  # type: ignore[arg-type]
+    planes = tensor[0] if layout == "NCHW" else tensor[0].transpose(2, 0, 1)
+    expected = np.divide(image[..., 0], np.float32(255), dtype=np.float32)
+    assert all(np.array_equal(plane, expected) for plane in planes)
+
+
 @pytest.mark.parametrize("resize", ["letterbox", "letterbox-topleft"])
 @pytest.mark.parametrize(("color", "layout"), [("RGB", "NCHW"), ("BGR", "NHWC")])
 @pytest.mark.parametrize(
