@@ -96,34 +96,38 @@ def _borders(transform: Transform, h: int, w: int) -> tuple[int, int, int, int]:
     return top, dst_h - h - top, left, dst_w - w - left
 
 
+def _normalise_into(out: npt.NDArray[Any], pixels: npt.NDArray[Any], config: PreprocessConfig) -> None:
+    """``out = (pixels - mean) / std`` in float32 steps; without a mean, a true division, as
+    Ultralytics' predictor (``div_(255)``): multiplying by 1/255 differs by one unit in the last
+    place on half the pixels, which an INT8 model's rounding to its grid turns into boxes a pixel
+    apart and NMS decisions the other way. `preprocess` and `normalise` both come here."""
+    if config.mean:
+        np.multiply(pixels, np.float32(1.0 / config.std), out=out, casting="unsafe")
+        out += np.float32(-config.mean / config.std)
+    else:
+        np.divide(pixels, np.float32(config.std), out=out, casting="unsafe")
+
+
 def _float_tensor(resized: npt.NDArray[Any], transform: Transform, config: PreprocessConfig) -> npt.NDArray[Any]:
     """Write the resized uint8 pixels, normalised, straight into the tensor's interior and fill
     only the borders: no padded uint8 canvas, and each channel converted from a contiguous plane."""
     h, w = resized.shape[:2]
     dst_h, dst_w = transform.input_hw
     top, left = int(transform.pad_y), int(transform.pad_x)
-    gain, offset = np.float32(1.0 / config.std), np.float32(-config.mean / config.std)
     planes = cv2.split(resized)  # B, G, R
     if config.color == "RGB":
         planes = planes[::-1]
     nchw = config.layout == "NCHW"
     tensor = np.empty((1, 3, dst_h, dst_w) if nchw else (1, dst_h, dst_w, 3), config.dtype)
     spatial = tensor[0] if nchw else tensor[0].transpose(2, 0, 1)  # (3, H, W) view either way
-    pad = np.float32(config.pad_value) * gain + offset  # float32 steps, as `normalise` takes them
+    pad = np.empty((), config.dtype)
+    _normalise_into(pad, np.uint8(config.pad_value), config)
     spatial[:, :top] = pad
     spatial[:, top + h :] = pad
     spatial[:, top : top + h, :left] = pad
     spatial[:, top : top + h, left + w :] = pad
     for channel, plane in enumerate(planes):
-        interior = spatial[channel, top : top + h, left : left + w]
-        if offset:
-            np.multiply(plane, gain, out=interior, casting="unsafe")
-            interior += offset
-        else:
-            # a true division, as Ultralytics' predictor (``div_(255)``): multiplying by 1/255
-            # differs by one unit in the last place on half the pixels, which an INT8 model's
-            # rounding to its grid turns into boxes a pixel apart and NMS decisions the other way
-            np.divide(plane, np.float32(config.std), out=interior, casting="unsafe")
+        _normalise_into(spatial[channel, top : top + h, left : left + w], plane, config)
     return tensor
 
 
@@ -183,9 +187,6 @@ def normalise(tensor: npt.NDArray[Any], config: PreprocessConfig) -> npt.NDArray
     in `config.dtype`, equal to what `preprocess` gives; any other tensor is returned as it is."""
     if tensor.dtype != np.uint8 or not np.issubdtype(config.dtype, np.floating):
         return tensor
-    gain, offset = np.float32(1.0 / config.std), np.float32(-config.mean / config.std)
     out = np.empty(tensor.shape, config.dtype)
-    np.multiply(tensor, gain, out=out, casting="unsafe")
-    if offset:
-        out += offset
+    _normalise_into(out, tensor, config)
     return out
