@@ -136,9 +136,9 @@ def _checked(image: npt.NDArray[Any]) -> None:
         raise ValueError(f"expected a (H, W, 3) uint8 image, got {image.shape} {image.dtype}")
 
 
-def _canvas(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[np.uint8], Transform]:
+def _canvas(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[Any], Transform]:
     """The resized, padded uint8 pixels in the tensor's layout and colour order, ``(1, 3, h, w)``
-    or ``(1, h, w, 3)``, contiguous; not normalised."""
+    or ``(1, h, w, 3)``, as a view of the padded canvas (not contiguous); not normalised."""
     resized, transform = _resize(image, config)
     top, bottom, left, right = _borders(transform, resized.shape[0], resized.shape[1])
     pad = (config.pad_value,) * 3
@@ -146,7 +146,7 @@ def _canvas(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDAr
     pixels = canvas[..., ::-1] if config.color == "RGB" else canvas  # views, no copy
     if config.layout == "NCHW":
         pixels = pixels.transpose(2, 0, 1)
-    return np.ascontiguousarray(pixels[None]), transform
+    return pixels[None], transform
 
 
 def preprocess(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDArray[Any], Transform]:
@@ -176,10 +176,11 @@ def compact(image: npt.NDArray[Any], config: PreprocessConfig) -> tuple[npt.NDAr
     """`preprocess`, but a float input is left as its uint8 pixels (a quarter of the bytes) for
     `normalise` to finish when the model runs: what a frame holds while it waits for a model
     another camera is using. Other inputs come back exactly as `preprocess` makes them."""
-    _checked(image)
     if not np.issubdtype(config.dtype, np.floating):
         return preprocess(image, config)
-    return _canvas(image, config)
+    _checked(image)
+    pixels, transform = _canvas(image, config)
+    return np.ascontiguousarray(pixels), transform
 
 
 def normalise(tensor: npt.NDArray[Any], config: PreprocessConfig) -> npt.NDArray[Any]:
