@@ -265,7 +265,9 @@ def test_pause_and_resume(workers: int) -> None:
         pipeline.pause()
         paused_at = pipeline.frames
         assert wait_for(lambda: not pipeline._in_flight)
-        time.sleep(0.5)  # 25 frames of the 50 FPS source, were pause not honoured
+        # the capture thread goes on: 25 frames read and replaced while paused, none inferred
+        dropped_at = pipeline.dropped
+        assert wait_for(lambda: pipeline.dropped >= dropped_at + 25)
         # only the frames in flight when pause() returned may finish: at most one per worker,
         # however slow the machine is (no frame can be taken while paused)
         assert pipeline.frames <= paused_at + workers and pipeline.stats().paused
