@@ -17,6 +17,7 @@ from testkit import DEMO_MODELS
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
+from pipelines.decoding.nms import box_iou
 from pipelines.decoding.rotated import corners
 from pipelines.decoding.task_decoders import decode_yolov8_seg, prototype_planes
 from pipelines.sources.frames import GroundTruth
@@ -205,11 +206,7 @@ def _pairs(a: Detections, b: Detections) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     free = np.ones(len(b), bool)
     for i in np.argsort(-a.confidence):
-        box = a.xyxy[i]
-        w = np.clip(np.minimum(box[2], b.xyxy[:, 2]) - np.maximum(box[0], b.xyxy[:, 0]), 0, None)
-        h = np.clip(np.minimum(box[3], b.xyxy[:, 3]) - np.maximum(box[1], b.xyxy[:, 1]), 0, None)
-        area = (box[2] - box[0]) * (box[3] - box[1]) + (b.xyxy[:, 2] - b.xyxy[:, 0]) * (b.xyxy[:, 3] - b.xyxy[:, 1])
-        iou = np.where(free & (b.class_id == a.class_id[i]), w * h / (area - w * h), 0)
+        iou = np.where(free & (b.class_id == a.class_id[i]), box_iou(a.xyxy[i], b.xyxy), 0)
         if len(b) and iou.max() > 0.5:
             j = int(iou.argmax())
             free[j] = False
