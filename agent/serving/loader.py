@@ -10,12 +10,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agent.bundles.archive import read_manifest
-from agent.bundles.engine_settings import version_settings
-from agent.bundles.installer import runtime_choices
-from agent.bundles.manifest import ClassifierStage, Manifest
-from agent.bundles.record import Tuning
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board, probe
 from pipelines.decoding.classifier import Classifier
@@ -26,6 +22,10 @@ from runtimes.isolation import RuntimeCrashed
 from runtimes.registry import BACKENDS, RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
 from runtimes.selection import Artifact, Choice, Preference, runtime_order, runtimes_for, select_runtimes
 from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend, TensorRTConfig, engine_cache
+
+if TYPE_CHECKING:
+    from agent.bundles.manifest import ClassifierStage, Manifest
+    from agent.bundles.record import Tuning
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,10 @@ def open_detector(
     (the version keeps serving on the next one), and so is a TensorRT engine whose detections
     fail the plausibility guard (recorded as failed, `pending.failure`). Raises `BundleError`
     (``NO_RUNTIME``) when none loads, `DecoderError` when the decoder does not fit."""
+    from agent.bundles.archive import read_manifest  # bundles' code (signatures, archives): versions only,
+    from agent.bundles.engine_settings import version_settings  # not `load_model`'s (detect's start-up)
+    from agent.bundles.installer import runtime_choices
+
     _, manifest = read_manifest(folder)
     settings = version_settings(settings or RuntimeSettings(), manifest)
     failures = []
@@ -174,6 +178,10 @@ def open_classifier(
     `lighter`, the governor's choice, its lightest artifact first, as for the detector); None when
     the version has no classifier. Raises `BundleError` ``NO_RUNTIME`` when none loads,
     ``CLASSIFIER_MISMATCH`` when the model is not a classifier of the manifest's labels."""
+    from agent.bundles.archive import read_manifest  # bundles' code (signatures, archives): versions only,
+    from agent.bundles.engine_settings import version_settings  # not `load_model`'s (detect's start-up)
+    from agent.bundles.installer import runtime_choices
+
     _, manifest = read_manifest(folder)
     stage = manifest.classifier
     if stage is None:

@@ -179,12 +179,9 @@ def cli_commands() -> dict[str, str]:
     """agent/cli/main.py's ``COMMANDS`` table read from its source: command -> module."""
     for node in _tree(REPO / "agent" / "cli" / "main.py").body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "COMMANDS":
-            assert isinstance(node.value, ast.Dict)
-            return {
-                ast.literal_eval(key): f"agent.cli.{value.id}"
-                for key, value in zip(node.value.keys, node.value.values, strict=True)
-                if key is not None and isinstance(value, ast.Name)
-            }
+            table = ast.literal_eval(node.value)
+            assert isinstance(table, dict)
+            return table
     raise AssertionError("agent/cli/main.py defines no COMMANDS table")
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
-from testkit import REPO
+from testkit import DEMO_MODELS, REPO
 
 from agent.cli import main
+from agent.cli.main import COMMANDS, named_command
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -67,3 +71,47 @@ def test_scripts_run_from_the_repository(tmp_path: Path) -> None:
     """`python -m agent.cli` (what the tests and the service use) prints its help."""
     run = subprocess.run([sys.executable, "-m", "agent.cli", "--help"], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0 and "fleet" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["detect", "m.onnx", "i.png"], "detect"),
+        (["-v", "-v", "bench", "m.onnx"], "bench"),
+        (["-vv", "fleet", "status"], "fleet"),
+        (["fleet", "--help"], "fleet"),  # help after the command is the command's help
+        (["--help", "detect"], None),
+        (["-h"], None),
+        (["-v"], None),
+        ([], None),
+        (["nosuch", "detect"], None),  # the whole parser names the choices
+    ],
+)
+def test_named_command(argv: list[str], named: str | None) -> None:
+    assert named_command(argv) == named
+
+
+def test_only_the_named_command_is_imported(tmp_path: Path) -> None:
+    """A detection imports no other command's module and, for a bare model file, none of the
+    bundles' code (signatures, archives): what ``detect``'s start-up is measured on."""
+    image = tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((64, 96, 3), np.uint8))
+    code = (
+        "import json, sys\nfrom agent.cli import main\n"
+        f"status = main(['detect', {str(DEMO_MODELS / 'demo_detector.onnx')!r}, {str(image)!r}, '--json'])\n"
+        "watched = ('agent.cli.', 'agent.bundles', 'cryptography')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(watched))))\n"
+        "sys.exit(status)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    imported = json.loads(run.stdout.splitlines()[-1])
+    assert imported == ["agent.cli.args", "agent.cli.detect", "agent.cli.failure", "agent.cli.main"]
+
+
+def test_help_lists_every_command(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    listed = capsys.readouterr().out
+    assert all(f"    {name} " in listed for name in COMMANDS)
