@@ -1,10 +1,12 @@
-"""OpenVINO backend (`runtime: openvino`): ONNX artifacts compiled by OpenVINO for the CPU, or
-for an Intel GPU or NPU when ``Core.available_devices`` lists one (the ``openvino`` extra).
+"""OpenVINO backend (`runtime: openvino`): ONNX artifacts, and OpenVINO's own IR (format
+``openvino``: ``model.xml`` with its weights ``model.bin`` beside it, what `bundle build
+--openvino-int8` makes with NNCF), compiled by OpenVINO for the CPU, or for an Intel GPU or NPU
+when ``Core.available_devices`` lists one (the ``openvino`` extra).
 
 OpenVINO reads the bundle's ONNX as it is and compiles it for one device, with a performance
 hint (LATENCY for one call in flight, THROUGHPUT for several: ``performance_hint: auto``) and the
 configured threads (``INFERENCE_NUM_THREADS``). Compiling takes a while, so the compiled model is
-cached on disk, keyed like TensorRT's engines (`CompiledKey`: the ONNX's sha256, the OpenVINO
+cached on disk, keyed like TensorRT's engines (`CompiledKey`: the model files' sha256, the OpenVINO
 version, the device and its full name, the hint, the threads, the requests and the inference
 precision)::
 
@@ -99,7 +101,7 @@ class CompiledKey:
     ``LATENCY`` or ``THROUGHPUT``, `threads` 0 for OpenVINO's default, `requests` the calls in
     flight it was compiled for."""
 
-    onnx_sha256: str
+    model_sha256: str  # of the ONNX file, or of an IR's .xml then its .bin
     openvino_version: str
     device: str
     device_name: str
@@ -154,11 +156,18 @@ def hint_for(config: OpenVINOConfig, workers: int) -> str:
     return config.performance_hint.upper()
 
 
-def _sha256(path: Path) -> str:
+def model_files(model_path: Path) -> tuple[Path, ...]:
+    """The files OpenVINO reads for `model_path`: the ONNX file, or an IR's ``.xml`` and the
+    ``.bin`` of the same name beside it."""
+    return (model_path, model_path.with_suffix(".bin")) if model_path.suffix.lower() == ".xml" else (model_path,)
+
+
+def _sha256(paths: Sequence[Path]) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    for path in paths:
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()
 
 
@@ -209,13 +218,17 @@ def _reason(exc: BaseException) -> str:
     return useful[-1] if useful else first_line(exc)
 
 
-def compile_onnx(model_path: Path, config: OpenVINOConfig, workers: int = 1) -> _Compiled:
-    """Compile `model_path` for `config.device`, or import it from the cache when compiled
-    before with the same key. Raises `RuntimeUnavailable` (no openvino, device not listed) or
-    `ModelLoadError` / `NotAModelError` (OpenVINO refuses the file)."""
+def compile_model(model_path: Path, config: OpenVINOConfig, workers: int = 1) -> _Compiled:
+    """Compile `model_path` (ONNX, or an IR's ``.xml``) for `config.device`, or import it from
+    the cache when compiled before with the same key. Raises `RuntimeUnavailable` (no openvino,
+    device not listed) or `ModelLoadError` / `NotAModelError` (OpenVINO refuses the file, an IR
+    without its weights)."""
     ov = _import_openvino()
     if not model_path.is_file():
         raise ModelLoadError(f"model file not found: {model_path}")
+    files = model_files(model_path)
+    if not files[-1].is_file():
+        raise ModelLoadError(f"OpenVINO IR {model_path.name} needs its weights {files[-1].name} beside it")
     core = ov.Core()
     devices = [str(d) for d in core.available_devices]
     if config.device not in devices:
@@ -224,7 +237,7 @@ def compile_onnx(model_path: Path, config: OpenVINOConfig, workers: int = 1) -> 
             "set runtimes.openvino.device to one of those"
         )
     key = CompiledKey(
-        onnx_sha256=_sha256(model_path),
+        model_sha256=_sha256(files),
         openvino_version=str(ov.__version__),
         device=config.device,
         device_name=str(core.get_property(config.device, "FULL_DEVICE_NAME")),
@@ -358,7 +371,7 @@ class OpenVINOBackend(Runtime):
 def load(model_path: Path, config: OpenVINOConfig, options: LoadOptions) -> OpenVINOBackend:
     """The registry's loader: compiled (or imported from the cache) for `options.workers` calls
     in flight (with ``performance_hint: auto``, THROUGHPUT's streams for more than one)."""
-    shared = compile_onnx(model_path, config, options.workers)
+    shared = compile_model(model_path, config, options.workers)
     log.info(
         "openvino %s %s on %s (%s, %s threads)",
         "imported cached" if shared.from_cache else "compiled",
@@ -388,7 +401,7 @@ BACKEND = Backend(
     name=KEY,
     config=OpenVINOConfig,
     summary="OpenVINO: device (CPU, GPU, NPU), performance hint, threads, compiled-model cache.",
-    formats=("onnx",),
+    formats=("onnx", "openvino"),
     # after ONNX Runtime on CPU boards: ``runtime: auto`` keeps what it served; autotune
     # measures OpenVINO against it and serves whichever is faster
     rank={"arm": 25, "x86": 15},

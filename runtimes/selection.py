@@ -75,9 +75,15 @@ class BoardFacts(Protocol):
     def nvidia_gpu(self) -> bool: ...
 
 
+#: file suffixes whose format is not the suffix itself: OpenVINO's IR is ``model.xml`` (its
+#: weights ``model.bin`` beside it), format ``openvino``
+SUFFIX_FORMATS: Mapping[str, ArtifactFormat] = {".xml": "openvino"}
+
+
 @dataclass(frozen=True)
 class Artifact:
-    """One model file a runtime could load; `format` is its suffix without the dot."""
+    """One model file a runtime could load; `format` is its suffix without the dot (``.xml``:
+    ``openvino``, `SUFFIX_FORMATS`)."""
 
     path: str
     format: ArtifactFormat
@@ -91,10 +97,11 @@ class Artifact:
         registered backend loads, `known_formats`)."""
         known = tuple(known_formats() if formats is None else formats)
         suffix = PurePath(path).suffix.lower()
-        if suffix[1:] not in known:
-            expected = " or ".join(f".{f}" for f in known)
+        named = SUFFIX_FORMATS.get(suffix, suffix[1:])
+        if named not in known:
+            expected = " or ".join(next((s for s, f in SUFFIX_FORMATS.items() if f == k), f".{k}") for k in known)
             raise SelectionError(f"{path}: unknown model format {suffix or '(no suffix)'!r}; expected {expected}")
-        return cls(str(path), suffix[1:], precision)
+        return cls(str(path), named, precision)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`runtimes.openvino_backend`: specs and metadata, the compiled-model cache and its key, hints and
-threads, devices, bad files, concurrent calls, and parity with ONNX Runtime (the demo detector on
-synthetic scenes; the real COCO models on photos)."""
+threads, devices, bad files, concurrent calls, OpenVINO's own IR (``.xml`` + ``.bin``), and parity
+with ONNX Runtime (the demo detector on synthetic scenes; the real COCO models on photos)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from runtimes.openvino_backend import (
     availability,
     hint_for,
     load,
+    model_files,
     tune,
     with_state_dir,
 )
@@ -96,6 +97,51 @@ def test_a_broken_cached_blob_is_discarded_and_compiled_again(tmp_path: Path) ->
         assert not third.from_cache
 
 
+def _demo_ir(folder: Path) -> Path:
+    """The demo detector saved as OpenVINO IR (FP32 weights): ``demo.xml`` and ``demo.bin``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = ov.Core().read_model(str(DEMO_MODELS / "demo_detector.onnx"))
+    ov.save_model(model, str(folder / "demo.xml"), compress_to_fp16=False)
+    return folder / "demo.xml"
+
+
+def test_an_ir_loads_with_its_weights_and_answers_like_its_onnx(tmp_path: Path) -> None:
+    xml = _demo_ir(tmp_path)
+    assert model_files(xml) == (xml, tmp_path / "demo.bin")
+    assert model_files(DEMO_MODELS / "demo_detector.onnx") == (DEMO_MODELS / "demo_detector.onnx",)
+    tensor, _ = Detector(OnnxRuntimeBackend(DEMO_MODELS / "demo_detector.onnx")).prepare(
+        SyntheticScene(seed=2).render(3)[0]
+    )
+    with _load(DEMO_MODELS / "demo_detector.onnx") as from_onnx, load_runtime("openvino", xml) as from_ir:
+        assert from_ir.metadata.names == {0: "circle", 1: "square", 2: "triangle"}, "the ONNX metadata travels"
+        assert from_ir.metadata.imgsz == (320, 320)
+        np.testing.assert_allclose(from_ir.infer([tensor])[0], from_onnx.infer([tensor])[0], atol=1e-4)
+
+
+def test_an_ir_without_its_weights_is_refused_naming_them(tmp_path: Path) -> None:
+    xml = _demo_ir(tmp_path)
+    (tmp_path / "demo.bin").unlink()
+    with pytest.raises(ModelLoadError, match=r"OpenVINO IR demo\.xml needs its weights demo\.bin beside it"):
+        _load(xml)
+
+
+def test_an_irs_cache_key_covers_its_weights(tmp_path: Path, constant_model) -> None:
+    """The same .xml with other weights is another compiled model, not the first one from the cache."""
+    first_out, second_out = np.full((1, 2, 6), 1.0, np.float32), np.full((1, 2, 6), 2.0, np.float32)
+    xml, cache = tmp_path / "ir" / "m.xml", tmp_path / "cache"
+    ov.save_model(ov.Core().read_model(str(constant_model(first_out))), str(xml), compress_to_fp16=False)
+    config, tensor = OpenVINOConfig(cache_dir=cache), np.ones((1, 3, 64, 64), np.float32)
+    with _load(xml, config) as first:
+        key = first.key
+        np.testing.assert_array_equal(first.infer([tensor])[0], first_out)
+    weights = xml.with_suffix(".bin")
+    assert weights.read_bytes().count(first_out.tobytes()) == 1
+    weights.write_bytes(weights.read_bytes().replace(first_out.tobytes(), second_out.tobytes()))
+    with _load(xml, config) as second:
+        assert not second.from_cache and second.key.model_sha256 != key.model_sha256
+        np.testing.assert_array_equal(second.infer([tensor])[0], second_out)
+
+
 def test_hints_and_threads_reach_the_compiled_model() -> None:
     model = DEMO_MODELS / "demo_detector.onnx"
     assert hint_for(OpenVINOConfig(), 1) == "LATENCY" and hint_for(OpenVINOConfig(), 2) == "THROUGHPUT"
@@ -155,7 +201,7 @@ def test_threads_calling_at_once_get_the_same_results() -> None:
 
 
 def test_the_entry_probe_tune_and_state_dir() -> None:
-    assert BACKENDS["openvino"] is BACKEND and BACKEND.formats == ("onnx",)
+    assert BACKENDS["openvino"] is BACKEND and BACKEND.formats == ("onnx", "openvino")
     assert "nvidia" not in BACKEND.rank and BACKEND.rank["arm"] > BACKENDS["onnxruntime"].rank["arm"]
     info = availability()
     assert info.available and "CPU" in info.devices and info.version and info.version[0].isdigit()

@@ -172,14 +172,18 @@ def test_reason_names_the_board_and_fallbacks() -> None:
     assert "Raspberry Pi aarch64" in top.reason and "int8 artifact preferred" in top.reason
 
 
-@pytest.mark.parametrize(("path", "fmt"), [("a/b.onnx", "onnx"), ("x.TFLITE", "tflite")])
+@pytest.mark.parametrize(
+    ("path", "fmt"), [("a/b.onnx", "onnx"), ("x.TFLITE", "tflite"), ("ir/model.xml", "openvino"), ("M.XML", "openvino")]
+)
 def test_artifact_format_from_suffix(path: str, fmt: str) -> None:
     assert Artifact.from_path(path).format == fmt
 
 
 def test_artifact_unknown_suffix() -> None:
-    with pytest.raises(SelectionError, match=r"unknown model format '\.pt'"):
+    with pytest.raises(SelectionError, match=r"unknown model format '\.pt'; expected \.onnx or \.tflite or \.xml"):
         Artifact.from_path("yolov8n.pt")
+    with pytest.raises(SelectionError, match=r"unknown model format '\.xml'; expected \.onnx"):
+        Artifact.from_path("model.xml", formats=("onnx",))  # an IR where no backend loads one
 
 
 class NpuConfig(BackendConfig):
@@ -264,14 +268,14 @@ def test_a_plugin_s_reasons_name_it_and_ties_keep_the_table_s_order() -> None:
 
 
 def test_formats_and_probing_follow_the_table() -> None:
-    assert known_formats() == ("onnx", "tflite")
-    assert known_formats(WITH_NPU) == ("onnx", "tflite", "npumodel")
+    assert known_formats() == ("onnx", "tflite", "openvino")
+    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "npumodel")
     assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime", "openvino")
     assert runtimes_for([NPU_ART, TFLITE8], WITH_NPU) == ("litert", "npu")
     assert Artifact.from_path("a/m.NPUMODEL", "int8", known_formats(WITH_NPU)) == Artifact(
         "a/m.NPUMODEL", "npumodel", "int8"
     )
-    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite$"):
+    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml$"):
         Artifact.from_path("m.npumodel")
 
 
