@@ -48,8 +48,8 @@ if [ "$extra" = dev ] && { ! command -v gst-launch-1.0 >/dev/null || ! command -
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$extra" = dev ]; then
-  # the openvino extra too, so that its backend is tested (CI runs this)
-  .venv/bin/python -m pip install -q -e ".[dev,openvino]"
+  # the openvino and nncf extras too, so that its backend and the OpenVINO INT8 variant are tested (CI runs this)
+  .venv/bin/python -m pip install -q -e ".[dev,openvino,nncf]"
   .venv/bin/python -m pip install -q --no-deps -e tests/support  # testkit: what tests and bench/ share
 else
   .venv/bin/python -m pip install -q -e .

@@ -49,6 +49,7 @@ from agent.bundles.manifest import (
     FileEntry,
     InputSpec,
     Manifest,
+    ModelFormat,
     Reference,
     decoder_task,
 )
@@ -58,6 +59,13 @@ from runtimes.base import Precision
 from runtimes.engine_cache import EngineKey
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
+#: a detector's model files by suffix: the manifest's format, and the runtime `build_bundle` runs them on
+FORMATS: Mapping[str, ModelFormat] = {".onnx": "onnx", ".tflite": "tflite", ".xml": "openvino"}
+#: the CPU runtime that computes a format's reference outputs (at build) and reference detections
+REFERENCE_RUNTIMES: Mapping[ModelFormat, str] = {"onnx": "onnxruntime", "tflite": "litert", "openvino": "openvino"}
+#: what a bundle's top level may hold besides its manifest, signature, labels and reference:
+#: models, OpenVINO IRs' weights, prebuilt TensorRT engines (data to their runtimes, never code)
+MODEL_FILE_SUFFIXES = (*FORMATS, ".bin", ".engine")
 _CHUNK = 1 << 20
 
 
@@ -216,7 +224,7 @@ def _allowed(path: PurePosixPath) -> bool:
         return path.suffix.lower() in (".jpg", ".jpeg", ".png")
     if len(path.parts) != 1:
         return False
-    return path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz") or path.suffix in (".onnx", ".tflite", ".engine")
+    return path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz") or path.suffix in MODEL_FILE_SUFFIXES
 
 
 def _next_file(tar: tarfile.TarFile, seen: Mapping[str, str], limits: Limits) -> tuple[tarfile.TarInfo, str] | None:
@@ -506,9 +514,10 @@ def verify_unpacked(
 
 def _precision(path: Path, runtime: Any) -> Precision:
     """int8 when the model holds quantized tensors or ops, else fp16/fp32 by its input type."""
-    if path.suffix == ".onnx":
+    if path.suffix in (".onnx", ".xml"):
         data = path.read_bytes()
-        if any(op in data for op in (b"QuantizeLinear", b"ConvInteger", b"MatMulInteger", b"QLinearConv")):
+        quantized = (b"QuantizeLinear", b"ConvInteger", b"MatMulInteger", b"QLinearConv", b'type="FakeQuantize"')
+        if any(op in data for op in quantized):
             return "int8"
     elif getattr(runtime, "quantized", False):
         return "int8"
@@ -592,7 +601,7 @@ def _classifier_entries(
         entries.append(
             ArtifactEntry(
                 path=path.name,
-                format="onnx" if path.suffix == ".onnx" else "tflite",
+                format=FORMATS[path.suffix],
                 precision=precision,
                 sha256=sha256_file(path),
                 size=path.stat().st_size,
@@ -649,10 +658,15 @@ def build_bundle(
     reference: dict[str, npt.NDArray[Any]] = {}
     frame = reference_frame(calibration)
     first: Detector | None = None
+    weights: list[Path] = []  # OpenVINO IRs' .bin files
     for path in models:
-        if path.suffix not in (".onnx", ".tflite"):
-            raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"{path}: expected an .onnx or .tflite model")
-        runtime = load_runtime("onnxruntime" if path.suffix == ".onnx" else "litert", path)
+        if path.suffix not in FORMATS:
+            raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"{path}: expected an .onnx, .tflite or OpenVINO .xml model")
+        if path.suffix == ".xml":
+            weights.append(path.with_suffix(".bin"))
+            if not weights[-1].is_file():
+                raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"{path}: its weights {weights[-1].name} are not beside it")
+        runtime = load_runtime(REFERENCE_RUNTIMES[FORMATS[path.suffix]], path)
         with runtime:
             try:
                 detector = Detector(
@@ -674,7 +688,7 @@ def build_bundle(
         entries.append(
             ArtifactEntry(
                 path=path.name,
-                format="onnx" if path.suffix == ".onnx" else "tflite",
+                format=FORMATS[path.suffix],
                 precision=precision,
                 sha256=sha256_file(path),
                 size=path.stat().st_size,
@@ -694,6 +708,15 @@ def build_bundle(
                 f"the classifier is for {', '.join(unknown)}, which the detector's labels "
                 f"({', '.join(list(labels)[:10])}) do not have",
             )
+    npz = io.BytesIO()
+    np.savez(npz, allow_pickle=False, **reference)
+    data: list[tuple[str, bytes | Path]] = [
+        (LABELS, ("\n".join(labels) + "\n").encode()),
+        ("reference.npz", npz.getvalue()),
+        *((f"calibration/{i:04d}{p.suffix.lower()}", p) for i, p in enumerate(calibration)),
+        *((p.name, p) for p, _ in engines),
+        *((p.name, p) for p in weights),
+    ]
     manifest = Manifest(
         schema_version=SCHEMA_VERSION,
         name=name or models[0].stem,
@@ -713,21 +736,11 @@ def build_bundle(
         labels=list(labels),
         thresholds=limits,
         artifacts=entries,
+        files=[_file_entry(n, c) for n, c in data],
         reference=Reference(),
         calibration=Calibration(count=len(calibration)) if calibration else None,
+        engines=[engine_tags(path, engine_key, entries) for path, engine_key in engines],
         classifier=stage,
-    )
-    npz = io.BytesIO()
-    np.savez(npz, allow_pickle=False, **reference)
-    data: list[tuple[str, bytes | Path]] = [
-        (LABELS, ("\n".join(manifest.labels) + "\n").encode()),
-        ("reference.npz", npz.getvalue()),
-        *((f"calibration/{i:04d}{p.suffix.lower()}", p) for i, p in enumerate(calibration)),
-        *((p.name, p) for p, _ in engines),
-    ]
-    tags = [engine_tags(path, engine_key, entries) for path, engine_key in engines]
-    manifest = Manifest.model_validate(
-        {**manifest.model_dump(), "files": [_file_entry(n, c) for n, c in data], "engines": tags}
     )
     manifest_bytes = manifest.to_bytes()
     files: list[tuple[str, bytes | Path]] = [(MANIFEST, manifest_bytes)]

@@ -30,6 +30,10 @@ _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+#: a model file's format: ONNX, LiteRT's flatbuffer, or OpenVINO's IR (``.xml`` + ``.bin``)
+ModelFormat = Literal["onnx", "tflite", "openvino"]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -86,7 +90,10 @@ class ArtifactEntry(_Strict):
     """One model file in the bundle."""
 
     path: str = Field(description="File name inside the bundle (no folders).")
-    format: Literal["onnx", "tflite"] = Field(description="Model format.")
+    format: ModelFormat = Field(
+        description="Model format: onnx, tflite, or openvino (OpenVINO's IR: the path names the .xml, whose "
+        "weights, the .bin of the same name, are listed in files; agents older than the format refuse it).",
+    )
     precision: Precision = Field(description="Numeric precision of the weights.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")
     size: int = Field(ge=1, description="File size in bytes.")
@@ -110,6 +117,18 @@ class ArtifactEntry(_Strict):
         if not _SAFE_NAME.match(value) or value in (".", ".."):
             raise ValueError(f"artifact path {value!r} must be a plain file name (letters, digits, . _ -)")
         return value
+
+    @model_validator(mode="after")
+    def _suffix_fits_format(self) -> ArtifactEntry:
+        suffix = {"onnx": ".onnx", "tflite": ".tflite", "openvino": ".xml"}[self.format]
+        if not self.path.lower().endswith(suffix):
+            raise ValueError(f"artifact {self.path!r} of format {self.format} must be a {suffix} file")
+        return self
+
+    @property
+    def weights(self) -> str | None:
+        """An OpenVINO IR's weights file (``model.bin`` beside ``model.xml``); None for other formats."""
+        return self.path[: -len(".xml")] + ".bin" if self.format == "openvino" else None
 
 
 class FileEntry(_Strict):
@@ -298,6 +317,18 @@ class Manifest(_Strict):
                 raise ValueError(f"engine {engine.path}: artifact {engine.artifact!r} is not an ONNX artifact")
             if engine.path not in files:
                 raise ValueError(f"engine {engine.path} must also be listed in files (its sha256 and size)")
+        return self
+
+    @model_validator(mode="after")
+    def _weights_listed(self) -> Manifest:
+        stage = self.classifier.artifacts if self.classifier is not None else []
+        files = {f.path for f in self.files}
+        for artifact in [*self.artifacts, *stage]:
+            if artifact.weights is not None and artifact.weights not in files:
+                raise ValueError(
+                    f"OpenVINO IR {artifact.path}: its weights {artifact.weights} must also be listed in files "
+                    "(their sha256 and size)"
+                )
         return self
 
     @model_validator(mode="after")

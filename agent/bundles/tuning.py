@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from agent.bundles.archive import reference_frame
+from agent.bundles.archive import REFERENCE_RUNTIMES, reference_frame
 from agent.bundles.engine_settings import bundle_calibration, calibration_images, prebuilt_engines, tensorrt_config
 from agent.bundles.manifest import ArtifactEntry, Manifest
 from agent.bundles.record import ReportRow, TuningRecord
@@ -99,6 +99,18 @@ def _openvino_candidates(
     return found
 
 
+def _openvino_rows(
+    artifact: ArtifactEntry, path: str, available: Mapping[str, RuntimeInfo], settings: RuntimeSettings, variants: bool
+) -> list[Candidate]:
+    """OpenVINO's rows of an ONNX or IR artifact, or one row saying why it is unavailable."""
+    openvino = available.get("openvino")
+    if openvino is None:
+        return []
+    if not openvino.available:
+        return [Candidate("openvino", "CPU", artifact.path, path, artifact.precision, unavailable=openvino.reason)]
+    return _openvino_candidates(artifact, path, openvino, settings, variants)
+
+
 def candidates(
     folder: Path, manifest: Manifest, board: Board, settings: RuntimeSettings, variants: bool = False
 ) -> list[Candidate]:
@@ -128,12 +140,9 @@ def candidates(
                 found.append(
                     Candidate("onnxruntime", "CPU", artifact.path, path, artifact.precision, unavailable=ort.reason)
                 )
-            openvino = available.get("openvino")
-            if openvino is not None and openvino.available:
-                found += _openvino_candidates(artifact, path, openvino, settings, variants)
-            elif openvino is not None:
-                why = openvino.reason
-                found.append(Candidate("openvino", "CPU", artifact.path, path, artifact.precision, unavailable=why))
+            found += _openvino_rows(artifact, path, available, settings, variants)
+        elif artifact.format == "openvino":
+            found += _openvino_rows(artifact, path, available, settings, variants)
         else:
             litert = available.get("litert")
             why = None if litert and litert.available else (litert.reason if litert else "not probed")
@@ -166,9 +175,7 @@ def reference_of(folder: Path, manifest: Manifest, arrays: Mapping[str, npt.NDAr
     thresholds = manifest.thresholds
     detections = None
     try:
-        runtime = load_runtime(
-            "onnxruntime" if chosen.format == "onnx" else "litert", folder / chosen.path, warmup=False
-        )
+        runtime = load_runtime(REFERENCE_RUNTIMES[chosen.format], folder / chosen.path, warmup=False)
         with runtime:
             detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
             _, transform = detector.prepare(frame)

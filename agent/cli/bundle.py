@@ -163,8 +163,10 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
     print(f"  labels: {len(manifest.labels)} ({', '.join(manifest.labels[:5])}{more})")
     t = manifest.thresholds
     print(f"  thresholds: conf {t.conf}, iou {t.iou}, max_det {t.max_det}")
+    sizes = {f.path: f.size for f in manifest.files}
     for a in manifest.artifacts:
-        print(f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes, sha256 {a.sha256[:16]}...")
+        weights = f" (+ weights {a.weights}, {sizes[a.weights]} bytes)" if a.weights in sizes else ""
+        print(f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes{weights}, sha256 {a.sha256[:16]}...")
     for line in agreement_table(manifest):
         print(line)
     if manifest.classifier is not None:
@@ -356,6 +358,13 @@ def add_optimise_arguments(build: argparse.ArgumentParser) -> None:
         "below it, int8 is made again with the model's head left in float)",
     )
     group.add_argument(
+        "--openvino-int8",
+        action="store_true",
+        help="also the INT8 variant the OpenVINO way: NNCF's quantization into an OpenVINO IR (.xml + .bin), "
+        "proven on OpenVINO like the others; the device's autotune serves it where it is the fastest "
+        "(needs --precisions, --calibration and pip install 'edge-agent[nncf]'; docs/openvino.md)",
+    )
+    group.add_argument(
         "--validation", type=Path, help="folder of .jpg/.png images the variants are proven on (default: --calibration)"
     )
     group.add_argument(
@@ -421,6 +430,7 @@ def prepare_models(
         min_agreement=args.min_agreement,
         simplify=not args.no_simplify,
         decoder=args.decoder,
+        openvino_int8=args.openvino_int8,
     )
     prepared = prepare(models, options, workdir, print)
     return list(prepared.models), dict(prepared.notes)

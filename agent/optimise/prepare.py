@@ -5,9 +5,10 @@
 1. every ONNX model: checked (`hygiene.check_model`), described (opset, IR, dynamic axes,
    operators TensorRT or LiteRT cannot take) and simplified when that keeps its outputs identical;
 2. with `Options.precisions`, the first ONNX model (it must be FP32) becomes its variants: FP16
-   and INT8 Q/DQ (`variants`), each run against the FP32 model on the validation images
-   (`agreement.measure`); a variant below `Options.min_agreement` is left out, with a line saying
-   by how much it missed;
+   and INT8 Q/DQ (`variants`), and with `Options.openvino_int8` an INT8 OpenVINO IR made by
+   NNCF (`nncf_int8`), each run against the FP32 model on the validation images
+   (`agreement.measure`; the IR on OpenVINO, the others on ONNX Runtime); a variant below
+   `Options.min_agreement` is left out, with a line saying by how much it missed;
 3. returns the files for `agent.bundles.archive.build_bundle` with `ArtifactNotes` (precision,
    agreement) for the manifest.
 
@@ -34,6 +35,7 @@ from agent.optimise.variants import COMPUTE_OPS, quantize_qdq, to_fp16
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import Detector
 from runtimes.base import BackendError, Precision
+from runtimes.openvino_backend import model_files
 from runtimes.registry import load_runtime
 
 Say = Callable[[str], None]
@@ -50,7 +52,8 @@ class Options:
     `precisions`: the variants to ship of the first ONNX model (empty: ship the models as given,
     after the hygiene). `calibration`: images for INT8; `validation`: images the variants are
     proven on (default: the calibration images). `min_agreement`: 0..1, the detection agreement
-    a variant needs to ship.
+    a variant needs to ship. `openvino_int8`: also the INT8 variant the OpenVINO way (NNCF, an
+    OpenVINO IR), beside the `precisions`.
     """
 
     precisions: tuple[Precision, ...] = ()
@@ -61,6 +64,7 @@ class Options:
     min_agreement: float = 0.9
     simplify: bool = True
     decoder: str = "auto"
+    openvino_int8: bool = False
 
     @property
     def proof_images(self) -> tuple[Path, ...]:
@@ -77,7 +81,27 @@ class Prepared:
 
 def check_options(models: Sequence[Path], options: Options) -> None:
     """Refuse what cannot work before any model is loaded: a variant without images to prove it
-    on, INT8 without calibration images, precisions without an ONNX model."""
+    on, INT8 without calibration images, precisions without an ONNX model, the OpenVINO INT8
+    variant without `precisions` or without NNCF and OpenVINO installed."""
+    if options.openvino_int8:
+        from agent.optimise.nncf_int8 import missing_tools
+
+        if not options.precisions:
+            raise BundleError(
+                ErrorCode.NOT_FP32_MODEL,
+                "--openvino-int8 is a variant of the FP32 model: give --precisions too (fp32 ships the FP32 model "
+                "beside it, e.g. --precisions fp32,int8)",
+            )
+        if not options.calibration:
+            raise BundleError(
+                ErrorCode.CALIBRATION_REQUIRED,
+                "--openvino-int8 needs calibration images: --calibration DIR with .jpg/.png frames like the camera's",
+            )
+        if missing := missing_tools():
+            raise BundleError(
+                ErrorCode.BUILD_TOOLS_MISSING,
+                f"--openvino-int8 needs {' and '.join(missing)}: pip install 'edge-agent[nncf]'",
+            )
     if not options.precisions:
         return
     if not any(path.suffix == ".onnx" for path in models):
@@ -112,7 +136,7 @@ def _variant_name(source: Path, precision: Precision) -> str:
 
 
 def _size_note(path: Path, baseline: Path) -> str:
-    size, base = path.stat().st_size, baseline.stat().st_size
+    size, base = sum(p.stat().st_size for p in model_files(path)), baseline.stat().st_size
     return f"{size} bytes, {base / size:.1f}x smaller than FP32"
 
 
@@ -173,15 +197,29 @@ class _Attempt:
     options: Options
 
     def run(self, precision: Precision, name: str, op_types: Sequence[str] = ()) -> tuple[Measured | None, str, bool]:
-        """Make the variant (INT8: only `op_types` quantized when given) and prove it: its
-        measurement when it ships, the line that says so (`name` first), and whether the gate
-        refused it on its agreement (rather than it failing to be made, load or be measured)."""
-        try:
+        """Make the variant (INT8: only `op_types` quantized when given) and prove it on ONNX
+        Runtime: its measurement when it ships, the line that says so (`name` first), and whether
+        the gate refused it on its agreement (rather than it failing to be made, load or be measured)."""
+
+        def make() -> None:
             _make(self.source, precision, self.target, self.calibration, self.input_name, self.options, op_types)
+
+        return self._prove(name, make, "onnxruntime")
+
+    def run_openvino(self, name: str) -> tuple[Measured | None, str, bool]:
+        """`run` for the INT8 variant the OpenVINO way: NNCF writes an IR at `target` (a ``.xml``),
+        proven on OpenVINO."""
+        from agent.optimise.nncf_int8 import quantize_openvino
+
+        return self._prove(name, lambda: quantize_openvino(self.source, self.target, self.calibration), "openvino")
+
+    def _prove(self, name: str, make: Callable[[], object], runtime_name: str) -> tuple[Measured | None, str, bool]:
+        try:
+            make()
         except Exception as exc:  # the converters raise anything from KeyError to onnxruntime's Fail
             return None, f"{name}: left out: it could not be made ({type(exc).__name__}: {exc})", False
         try:
-            with load_runtime("onnxruntime", self.target) as runtime:
+            with load_runtime(runtime_name, self.target) as runtime:
                 measured = measure(self.baseline, Detector(runtime, self.baseline.decoder), self.images)
         except (BackendError, DecoderError, ValueError) as exc:
             return None, f"{name}: left out: {exc}", False
@@ -195,6 +233,16 @@ def _variants(source: Path, options: Options, workdir: Path, say: Say) -> Prepar
     notes: dict[str, ArtifactNotes] = {}
     verdicts: list[str] = []
     images = _read_images(options.proof_images, ErrorCode.VALIDATION_REQUIRED, "validation")
+
+    def settle(target: Path, precision: Precision, measured: Measured | None, verdict: str) -> None:
+        """Keep a variant that passed (its size said), and say the verdict either way."""
+        if measured is not None:
+            verdict += f", {_size_note(target, source)}"
+            kept.append(target)
+            notes[target.name] = ArtifactNotes(precision, measured.to_manifest(source.name, options.min_agreement))
+        verdicts.append(verdict)
+        say(verdict)
+
     with load_runtime("onnxruntime", source) as runtime:
         baseline = Detector(runtime, options.decoder)
         calibration = [
@@ -219,12 +267,12 @@ def _variants(source: Path, options: Options, workdir: Path, say: Say) -> Prepar
                 measured, verdict, refused = attempt.run(precision, f"{target.name} (int8, head in float)", COMPUTE_OPS)
                 if refused:
                     verdict += _INT8_HINT
-            if measured is not None:
-                verdict += f", {_size_note(target, source)}"
-                kept.append(target)
-                notes[target.name] = ArtifactNotes(precision, measured.to_manifest(source.name, options.min_agreement))
-            verdicts.append(verdict)
-            say(verdict)
+            settle(target, precision, measured, verdict)
+        if options.openvino_int8:
+            target = workdir / f"{source.stem.removesuffix('_fp32')}_int8_openvino.xml"
+            attempt = _Attempt(source, target, calibration, runtime.inputs[0].name, baseline, images, options)
+            measured, verdict, _ = attempt.run_openvino(f"{target.name} (int8, NNCF, OpenVINO IR)")
+            settle(target, "int8", measured, verdict)
     if not kept:
         raise BundleError(ErrorCode.NO_ARTIFACT_KEPT, "no variant kept its accuracy: " + "; ".join(verdicts))
     return Prepared(tuple(kept), notes)

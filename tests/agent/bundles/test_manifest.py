@@ -22,6 +22,9 @@ GOOD = {
     "artifacts": [{"path": "m.onnx", "format": "onnx", "precision": "fp32", "sha256": "a" * 64, "size": 10}],
 }
 
+#: an OpenVINO IR artifact: the .xml, its weights .bin listed in files
+IR = {"path": "m.xml", "format": "openvino", "precision": "int8", "sha256": "c" * 64, "size": 10}
+
 
 def test_a_valid_manifest_round_trips() -> None:
     manifest = Manifest.model_validate(GOOD)
@@ -49,11 +52,22 @@ def test_a_valid_manifest_round_trips() -> None:
         ({"task": "pose"}, "task 'pose' does not fit decoder 'yolov8', which reads detect models"),
         ({"task": "segment", "decoder": "yolov8-obb"}, "which reads obb models"),
         ({"task": "classify"}, "task"),
+        ({"artifacts": [{**GOOD["artifacts"][0], "format": "tflite"}]}, "'m.onnx' of format tflite must be a .tflite"),
+        ({"artifacts": [{**GOOD["artifacts"][0], "format": "openvino"}]}, "of format openvino must be a .xml file"),
+        ({"artifacts": [IR]}, r"OpenVINO IR m\.xml: its weights m\.bin must also be listed in files"),
+        ({"artifacts": [IR], "files": [{"path": "n.bin", "sha256": "b" * 64, "size": 1}]}, r"its weights m\.bin"),
     ],
 )
 def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Manifest.model_validate({**GOOD, **change})
+
+
+def test_an_openvino_ir_with_its_weights_listed_is_valid() -> None:
+    weights = {"path": "m.bin", "sha256": "d" * 64, "size": 20}
+    manifest = Manifest.model_validate({**GOOD, "artifacts": [GOOD["artifacts"][0], IR], "files": [weights]})
+    assert [a.weights for a in manifest.artifacts] == [None, "m.bin"]
+    assert Manifest.model_validate(json.loads(manifest.to_bytes())) == manifest
 
 
 @pytest.mark.schema_docs

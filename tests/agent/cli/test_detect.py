@@ -414,3 +414,19 @@ def test_detect_imports_only_the_runtime_it_runs_and_those_ranked_before(tmp_pat
     assert record["runtime"] == "onnxruntime" and loaded == ["0", "onnxruntime"]
     record, loaded = run("--runtime", "openvino")
     assert record["runtime"] == "openvino" and "openvino" in loaded and "onnxruntime" not in loaded
+
+
+def test_detect_runs_an_openvino_ir(tmp_path: Path, capsys) -> None:
+    """An OpenVINO IR (``.xml`` with its ``.bin``) is a model `detect` takes: OpenVINO runs it."""
+    ov = pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    from pipelines.sources.synthetic import SyntheticScene
+
+    xml = tmp_path / "demo.xml"
+    ov.save_model(ov.Core().read_model(str(DEMO_MODELS / "demo_detector.onnx")), str(xml), compress_to_fp16=False)
+    image = tmp_path / "scene.png"
+    cv2.imwrite(str(image), SyntheticScene(seed=2, num_shapes=5).render(0)[0])
+    (ir,) = run_json(capsys, str(xml), str(image))
+    (from_onnx,) = run_json(capsys, str(DEMO_MODELS / "demo_detector.onnx"), str(image))
+    assert ir["runtime"] == "openvino" and from_onnx["runtime"] == "onnxruntime"
+    assert len(ir["detections"]) >= 3
+    assert [d["label"] for d in ir["detections"]] == [d["label"] for d in from_onnx["detections"]]

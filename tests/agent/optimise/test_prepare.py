@@ -227,3 +227,61 @@ def test_yolov8n_s_int8_variant_ships_with_its_head_in_float(
     assert found, printed
     assert float(found.group(1)) >= 0.9 and int(found.group(3)) >= 8  # people, a cat, a cup...
     assert [a["precision"] for a in _manifest(capsys, out)["artifacts"]] == ["fp32", "int8"]
+
+
+def test_the_openvino_int8_variant_ships_as_an_ir_proven_on_openvino(tmp_path: Path, scenes: Path, capsys) -> None:
+    """`--openvino-int8`: NNCF's IR beside the FP32 model, its agreement measured on OpenVINO, its
+    weights hashed in files; a device verifies it, measures it on OpenVINO alone and serves it
+    when autotune chooses it."""
+    pytest.importorskip("nncf", reason="the nncf extra is not installed")
+    from agent.bundles.archive import verify_unpacked
+    from agent.bundles.tuning import Tuning, candidates
+    from agent.cli import main
+    from agent.errors import BundleError
+    from agent.hardware.board import probe
+    from agent.serving.loader import open_detector
+    from runtimes.registry import RuntimeSettings
+
+    out = tmp_path / "ov.bundle"
+    argv = ["--model", FP32, "--precisions", "fp32", "--openvino-int8", "--calibration", scenes, "-o", out]
+    status, printed, _ = _build(capsys, *argv)
+    assert status == 0, printed
+    assert re.search(r"int8_openvino\.xml \(int8, NNCF, OpenVINO IR\): kept: detection agreement", printed), printed
+    manifest = _manifest(capsys, out)
+    ir = manifest["artifacts"][1]
+    assert [(a["path"], a["format"], a["precision"]) for a in manifest["artifacts"]] == [
+        ("demo_detector.onnx", "onnx", "fp32"),
+        ("demo_detector_int8_openvino.xml", "openvino", "int8"),
+    ]
+    assert ir["agreement"]["baseline"] == "demo_detector.onnx" and ir["agreement"]["detections"] >= 0.9
+    assert ir["agreement"]["max_abs_error"] > 0  # quantized, measured
+    assert main(["bundle", "inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"artifact demo_detector_int8_openvino\.xml: openvino int8, \d+ bytes \(\+ weights "
+                     r"demo_detector_int8_openvino\.bin, \d+ bytes\)", shown), shown  # fmt: skip
+    folder = _unpacked(out, tmp_path / "unpacked")
+    xml = (folder / "demo_detector_int8_openvino.xml").read_text()
+    assert 'type="FakeQuantize"' in xml and 'type="Sigmoid"' in xml  # the network in INT8, the head's scores float
+    weights = next(f for f in manifest["files"] if f["path"] == "demo_detector_int8_openvino.bin")
+    assert weights["sha256"] == hashlib.sha256((folder / weights["path"]).read_bytes()).hexdigest()
+    verified = verify_unpacked(folder, [], allow_unsigned=True)
+    rows = candidates(verified.folder, verified.manifest, probe(), RuntimeSettings())
+    assert {row.runtime for row in rows if row.artifact == ir["path"]} == {"openvino"}  # autotune measures it there
+    chosen = Tuning("openvino", "CPU", ir["path"], "int8", 1, 1, 100.0, 9.0, "fastest")
+    loaded = open_detector(verified.folder, probe(), tuning=chosen)  # what autotune's choice serves
+    assert (loaded.choice.runtime, Path(loaded.choice.artifact.path).name) == ("openvino", ir["path"])
+    frame = SyntheticScene(seed=11, num_shapes=5).render(4)[0]
+    assert len(loaded.detector.detect(frame)) >= 3
+    loaded.detector.runtime.close()
+    # weights changed after signing or in transit: the device refuses the bundle, naming the file
+    (folder / weights["path"]).write_bytes(b"\0" * weights["size"])
+    with pytest.raises(BundleError, match=r"demo_detector_int8_openvino\.bin sha256 [0-9a-f]+\.\.\. differs"):
+        verify_unpacked(folder, [], allow_unsigned=True)
+
+
+def test_the_openvino_int8_variant_needs_its_options(tmp_path: Path, scenes: Path, capsys) -> None:
+    out = str(tmp_path / "x.bundle")
+    status, _, err = _build(capsys, "--model", FP32, "--openvino-int8", "--calibration", scenes, "-o", out)
+    assert status == 1 and "--openvino-int8 is a variant of the FP32 model: give --precisions too" in err
+    status, _, err = _build(capsys, "--model", FP32, "--precisions", "fp32", "--openvino-int8", "-o", out)
+    assert status == 1 and "--openvino-int8 needs calibration images" in err

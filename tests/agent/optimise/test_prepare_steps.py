@@ -25,6 +25,8 @@ IMAGES = (Path("a.png"),)
         ((TFLITE,), Options(precisions=("fp16",), calibration=IMAGES), ErrorCode.NOT_FP32_MODEL),
         ((ONNX,), Options(precisions=("int8",), validation=IMAGES), ErrorCode.CALIBRATION_REQUIRED),
         ((ONNX,), Options(precisions=("fp16",)), ErrorCode.VALIDATION_REQUIRED),
+        ((ONNX,), Options(openvino_int8=True, calibration=IMAGES), ErrorCode.NOT_FP32_MODEL),
+        ((ONNX,), Options(precisions=("fp32",), openvino_int8=True), ErrorCode.CALIBRATION_REQUIRED),
     ],
 )
 def test_options_that_cannot_work_are_refused_first(
@@ -39,6 +41,15 @@ def test_options_that_can_work_pass() -> None:
     check_options((TFLITE,), Options())
     check_options((ONNX,), Options(precisions=("fp32",)))  # the baseline needs no images
     check_options((ONNX,), Options(precisions=("int8", "fp16"), calibration=IMAGES))  # proven on the calibration set
+
+
+def test_the_openvino_int8_variant_without_its_tools_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.optimise import nncf_int8
+
+    monkeypatch.setattr(nncf_int8, "missing_tools", lambda: ["nncf"])
+    with pytest.raises(BundleError, match=r"--openvino-int8 needs nncf: pip install 'edge-agent\[nncf\]'") as refused:
+        check_options((ONNX,), Options(precisions=("fp32",), calibration=IMAGES, openvino_int8=True))
+    assert refused.value.code == ErrorCode.BUILD_TOOLS_MISSING
     assert Options(calibration=IMAGES).proof_images == IMAGES
     assert Options(calibration=IMAGES, validation=(Path("v.png"),)).proof_images == (Path("v.png"),)
 
