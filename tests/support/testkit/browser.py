@@ -38,6 +38,16 @@ FLAGS = [
 ]
 
 
+class NavigatedAway(AssertionError):
+    """A command's page was replaced by a navigation before it answered (e.g. a form the page
+    submitted itself): the command can be sent again to the new page."""
+
+
+def _navigated(error: dict[str, Any]) -> bool:
+    message = str(error.get("message", ""))
+    return any(s in message for s in ("navigated or closed", "context was destroyed", "Cannot find context"))
+
+
 class Page:
     """One browser tab: `send` a DevTools command and get its result; events are kept."""
 
@@ -54,9 +64,24 @@ class Page:
             message = json.loads(self._socket.recv(timeout=max(0.1, deadline - time.monotonic())))
             if message.get("id") == self._id:
                 if "error" in message:
-                    raise AssertionError(f"{method}: {message['error']}")
+                    error = NavigatedAway if _navigated(message["error"]) else AssertionError
+                    raise error(f"{method}: {message['error']}")
                 return message.get("result", {})  # type: ignore[no-any-return]
             self.events.append(message)
+
+    def wait_event(self, method: str, timeout: float = 30.0) -> dict[str, Any]:
+        """The first event named `method` since `events` was last cleared, read from the socket
+        as it arrives (no command is sent meanwhile, so a navigation cannot cut one short)."""
+        deadline = time.monotonic() + timeout
+        while (event := next((e for e in self.events if e.get("method") == method), None)) is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no {method} within {timeout:.0f} s")
+            try:
+                self.events.append(json.loads(self._socket.recv(timeout=remaining)))
+            except TimeoutError:
+                continue
+        return event
 
     def headers(self, headers: dict[str, str]) -> None:
         """Send `headers` with every request of this tab (e.g. HTTP Basic credentials)."""
@@ -68,11 +93,7 @@ class Page:
         self.events.clear()
         self.send("Page.enable")
         self.send("Page.navigate", url=url)
-        deadline = time.monotonic() + timeout
-        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{url} did not load within {timeout:.0f} s")
-            self.send("Runtime.evaluate", expression="1")  # collects the events that arrived meanwhile
+        self.wait_event("Page.loadEventFired", timeout)
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression (awaited when it is a promise)."""
@@ -85,7 +106,10 @@ class Page:
         """Evaluate `expression` until it is truthy; returns its value."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except NavigatedAway:  # the page was replaced while evaluating: ask the new one
+                continue
             if value:
                 return value
             time.sleep(0.1)
