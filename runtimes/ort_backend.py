@@ -84,7 +84,12 @@ class OnnxRuntimeConfig(BackendConfig):
     graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
         default="all", description="ONNX Runtime graph optimization level."
     )
-    intra_op_threads: int = Field(default=0, ge=0, description="Threads inside one op; 0 = ORT's default.")
+    intra_op_threads: int = Field(
+        default=0,
+        ge=0,
+        description="Threads inside one op; 0 = ORT's default, or the usable cores / workers under an "
+        "affinity mask (taskset, CPUAffinity=) or with several workers.",
+    )
     inter_op_threads: int = Field(default=0, ge=0, description="Threads across ops; 0 = ORT's default.")
     memory_pattern: bool = Field(
         default=False,
@@ -217,9 +222,13 @@ class OnnxRuntimeBackend(Runtime):
 
 
 def load(model_path: Path, config: OnnxRuntimeConfig, options: LoadOptions) -> OnnxRuntimeBackend:
-    """The registry's loader: with several calls in flight (`options.workers`) and the thread
-    count left to ONNX Runtime (0), each call gets an equal share of the cores."""
-    if options.workers > 1 and config.intra_op_threads == 0:
+    """The registry's loader. With the thread count left to ONNX Runtime (0), each call in flight
+    (`options.workers`) gets an equal share of the cores this process may use. The share is set
+    whenever the process runs under an affinity mask too: left at 0, ONNX Runtime 1.32 starts one
+    thread per CPU of the machine and pins each to its own CPU, escaping ``taskset -c 0`` and
+    systemd's ``CPUAffinity=`` (measured: 107 ms of CPU in 54 ms of wall on "one" core)."""
+    confined = usable_cores() < (os.cpu_count() or 1)
+    if config.intra_op_threads == 0 and (options.workers > 1 or confined):
         config = config.model_copy(update={"intra_op_threads": max(1, usable_cores() // options.workers)})
     return OnnxRuntimeBackend(model_path, config, options.warmup)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +82,30 @@ def test_provider_list_keeps_preference_order_and_ends_on_cpu(tmp_path: Path) ->
         ("CPUExecutionProvider", {}),
     ]
     assert provider_list(OnnxRuntimeConfig(), ["CPUExecutionProvider"]) == [("CPUExecutionProvider", {})]
+
+
+def test_ort_threads_stay_inside_the_affinity_mask() -> None:
+    """Under ``taskset -c 0`` (here: the child's own affinity) ONNX Runtime's default pool pinned
+    a thread to every CPU of the machine; the registry's loader keeps every thread on the mask."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux and at least two CPUs")
+    script = (
+        "import os, sys; from pathlib import Path\n"
+        "cpu = sorted(os.sched_getaffinity(0))[0]; os.sched_setaffinity(0, {cpu})\n"
+        "import numpy as np\n"
+        "from runtimes.registry import load_runtime\n"
+        "rt = load_runtime('onnxruntime', Path(sys.argv[1]))\n"
+        "spec = rt.inputs[0]\n"
+        "rt.infer([np.zeros([d or 1 for d in spec.shape], spec.dtype)])\n"
+        "masks = set()\n"
+        "for task in Path('/proc/self/task').iterdir():\n"
+        "    for line in (task / 'status').read_text().splitlines():\n"
+        "        if line.startswith('Cpus_allowed_list:'):\n"
+        "            masks.add(line.split()[1])\n"
+        "print(cpu, ' '.join(sorted(masks)))\n"
+    )
+    model = str(Path(__file__).resolve().parents[2] / "agent" / "demo" / "demo_detector.onnx")
+    proc = subprocess.run([sys.executable, "-c", script, model], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    cpu, *masks = proc.stdout.split()
+    assert masks == [cpu], proc.stdout
