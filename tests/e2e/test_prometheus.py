@@ -23,7 +23,7 @@ from testkit import FAKES, REPO
 from testkit.broker import Broker
 from testkit.bundles import install_versions
 from testkit.needs import missing
-from testkit.net import free_port
+from testkit.net import free_ports
 from testkit.net import wait_until as _wait_until
 from testkit.page import basic, http
 
@@ -103,7 +103,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, bundles: dict[str, Path], ke
         missing("prometheus", "prometheus is not installed (Debian: apt-get install prometheus)")
     folder = tmp_path_factory.mktemp("prometheus")
     broker = Broker(folder / "broker").start()
-    ports = {name: free_port() for name in ("laptop-1", "orin-1", *SIMULATED)}
+    names = ("laptop-1", "orin-1", *SIMULATED)
+    *page_ports, prometheus_port = free_ports(len(names) + 1)
+    ports = dict(zip(names, page_ports, strict=True))
     mqtt = {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0}
     laptop_tree = FAKES / "laptop-battery"
     install_versions(folder / "laptop-1", keys, bundles, probe(laptop_tree))
@@ -149,7 +151,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, bundles: dict[str, Path], ke
     simulated = SimulatedFleet(folder / "sim", SIMULATED, settings, page_ports=ports).start()
     targets = {device: f"127.0.0.1:{port}" for device, port in ports.items()}
     config = _prometheus_config(folder, targets)
-    prometheus_port = free_port()
     process = subprocess.Popen(
         [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
          f"--web.listen-address=127.0.0.1:{prometheus_port}", "--storage.tsdb.retention.time=1h"],

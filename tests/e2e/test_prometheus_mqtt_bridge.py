@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testkit import FAKES, REPO
 from testkit.broker import Broker
 from testkit.needs import missing
-from testkit.net import free_port, wait_until
+from testkit.net import free_ports, wait_until
 from testkit.page import http
 
 from agent.config.models import AgentConfig
@@ -76,7 +76,7 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
     exporter_config = yaml.safe_load((DEPLOY / "mqtt-exporter.yaml").read_text())
     exporter_config["mqtt"]["server"] = f"tcp://127.0.0.1:{broker.port}"
     (folder / "exporter.yaml").write_text(yaml.safe_dump(exporter_config))
-    exporter_port = free_port()
+    exporter_port, page_port, prometheus_port = free_ports(3)
     job = yaml.safe_load((DEPLOY / "mqtt-exporter.scrape.yml").read_text())[0]
     job["static_configs"] = [{"targets": [f"127.0.0.1:{exporter_port}"]}]
     prometheus_config = {
@@ -85,7 +85,6 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
         "scrape_configs": [job],
     }
     (folder / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-    page_port, prometheus_port = free_port(), free_port()
     tree = FAKES / "jetson-orin-nano"
     config = {
         "device": {"id": DEVICE},
