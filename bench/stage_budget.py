@@ -30,6 +30,7 @@ board's cores, the wall ms what it adds to a frame's latency.
 
     .venv/bin/python bench/yolov8n_fp32.py     # build/bench/yolov8n_640.onnx
     .venv/bin/python bench/stage_budget.py [--model M] [--cores 0 0,1] [--frames 90] [--rounds 2] [--json]
+    .venv/bin/python bench/stage_budget.py --set spinning=false     # ONNX Runtime's threads sleep when idle
 """
 
 from __future__ import annotations
@@ -79,7 +80,13 @@ section = PipelineSection.model_validate({
     "lines": [{"name": "door", "points": [[width // 2, 0], [width // 2, height]]}],
     "zones": [{"name": "left", "polygon": [[0, 0], [width // 2, 0], [width // 2, height], [0, height]]}],
 })
-runtime, choice = load_model(Path(spec["model"]), spec["runtime"])
+if spec["settings"]:  # the runtime's agent.yaml section, as --set gave it
+    from runtimes.registry import backend, load_runtime
+    config = backend(spec["runtime"]).config.model_validate(spec["settings"])
+    runtime, served = load_runtime(spec["runtime"], Path(spec["model"]), config), spec["runtime"]
+else:
+    runtime, choice = load_model(Path(spec["model"]), spec["runtime"])
+    served = choice.runtime
 detector = Detector(runtime)
 names = runtime.metadata.names or {}
 labels = [names.get(i, str(i)) for i in range(max(names, default=-1) + 1)]
@@ -157,7 +164,8 @@ masks = sorted({  # the CPUs each thread may run on: the runtime's threads must 
     for line in (task / "status").read_text().splitlines() if line.startswith("Cpus_allowed_list:")
 })
 print(json.dumps({
-    "cores": spec["cores"], "size": spec["size"], "runtime": choice.runtime, "thread_cpu_lists": masks,
+    "cores": spec["cores"], "size": spec["size"], "runtime": served, "thread_cpu_lists": masks,
+    "config": runtime.config.model_dump(mode="json") if hasattr(runtime, "config") else None,
     "stages": medians, "objects_per_frame": round(objects / spec["frames"], 2), "events": kinds,
     "line_crossings": sum(l.forward + l.backward for c in sink.counts() for l in c.lines),
 }))
@@ -214,6 +222,28 @@ def text_row(row: dict[str, Any]) -> str:
     )
 
 
+def parse_settings(pairs: list[str], runtime: str) -> dict[str, Any]:
+    """`--set` pairs as the runtime's settings (values read as YAML: false, 2, "a"), checked by
+    its config model here so that a bad key or value is named before any scenario runs."""
+    import yaml
+    from pydantic import ValidationError
+
+    from runtimes.registry import RuntimeUnavailable, backend
+
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE, e.g. spinning=false")
+        settings[key] = yaml.safe_load(value)
+    if settings:
+        try:
+            backend(runtime).config.model_validate(settings)  # type: ignore[arg-type]
+        except (RuntimeUnavailable, ValidationError) as exc:
+            raise SystemExit(f"--set: runtimes.{runtime} refuses {settings}: {exc}") from None
+    return settings
+
+
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
@@ -233,8 +263,13 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=90, help="frames per scenario: the clip's length")
     parser.add_argument("--warmup", type=int, default=5, help="first frames left out of the medians")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a setting of the runtime's agent.yaml section (runtimes.<runtime>), e.g. spinning=false",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    settings = parse_settings(args.set, args.runtime)
     if not args.model.is_file():
         raise SystemExit(f"model not found: {args.model} (bench/yolov8n_fp32.py makes it)")
     if args.frames <= args.warmup:
@@ -253,7 +288,8 @@ def main() -> None:
         for group, size in scenarios[shift:] + scenarios[:shift]:
             spec = {
                 "cores": group, "size": size, "clip": str(clips[size]), "model": str(args.model),  # type: ignore[index]
-                "runtime": args.runtime, "frames": args.frames, "warmup": args.warmup, "stages": STAGES,
+                "runtime": args.runtime, "settings": settings, "frames": args.frames, "warmup": args.warmup,
+                "stages": STAGES,
             }  # fmt: skip
             row = {"round": r + 1, **run_child(spec)}
             rows.append(row)
