@@ -2,7 +2,7 @@
 """Core budgets stage by stage: what each step of one camera's frame costs on one core and on two,
 at 1280x720 and 1920x1080, side by side in one run (docs/benchmarks.md, "Core budgets").
 
-The clip is scikit-image's photos (a person, a cat, a cup, a horse, ...) sliding across a grey
+The clip is scikit-image's photos (a person, a cat, a cup, a motorcycle) sliding across a grey
 frame, written once per resolution as MJPG, so that YOLOv8n finds objects that move: the
 tracker, the counting line and the zone have work and object events start and end. Each
 scenario runs in a child process pinned to its cores (``os.sched_setaffinity``, what
@@ -24,9 +24,10 @@ page_frame   what `Pipeline.snapshot` does for the page: boxes drawn, JPEG encod
 clip_ring    `ClipRecorder.frame`: the frame JPEG-encoded into the camera's ring (opt-in ``clips``)
 ============ =====================================================================================
 
-Each stage's wall time and the process's CPU time (every thread, the runtime's too) in ms per
-frame, medians over the frames after a warm-up; the CPU ms is what the stage takes out of the
-board's cores, the wall ms what it adds to a frame's latency.
+Each stage's wall time and CPU time in ms per frame (the stage's thread; inference's: every
+thread's, the runtime's own too), medians over the frames after a warm-up; `between_calls` is
+the CPU the process used outside every stage (ONNX Runtime's threads spin-waiting). The CPU ms
+is what a stage takes out of the board's cores, the wall ms what it adds to a frame's latency.
 
     .venv/bin/python bench/yolov8n_fp32.py     # build/bench/yolov8n_640.onnx
     .venv/bin/python bench/stage_budget.py [--model M] [--cores 0 0,1] [--frames 90] [--rounds 2] [--json]
@@ -150,7 +151,8 @@ for i in range(spec["frames"]):
     # what the process's other threads took outside inference (ONNX Runtime's spin-waiting)
     frame_cpu_ms = (time.process_time() - frame_cpu) * 1000
     samples["between_calls"][0].append(0.0)
-    samples["between_calls"][1].append(frame_cpu_ms - sum(c[-1] for w, c in list(samples.values())[:-1]))
+    in_stages = sum(cpu_ms[-1] for stage, (_, cpu_ms) in samples.items() if stage != "between_calls")
+    samples["between_calls"][1].append(frame_cpu_ms - in_stages)
 
 warm = spec["warmup"]
 medians = {  # events come on a few frames only: their mean says what they cost over a minute
