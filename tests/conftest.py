@@ -32,6 +32,23 @@ def pytest_configure(config: pytest.Config) -> None:
     required()  # a misspelt EDGE_AGENT_REQUIRE stops the run before any test
 
 
+#: fixtures that start a process that serves (a broker, an agent, a browser, an HTTP server)
+DAEMON_FIXTURES = frozenset({"broker", "small_broker", "watcher", "agents", "chromium", "range_server"})
+#: folders under tests/ whose every test starts processes, runs a script or a whole install
+DAEMON_FOLDERS = frozenset({"e2e", "bench", "scripts", "systemd", "deploy"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `daemons` every test that starts processes (by its folder or its fixtures) or is an
+    `install`: `scripts/test.sh --quick` leaves them out (docs/testing.md, "Tiers")."""
+    tests = Path(__file__).parent
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0]
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if folder in DAEMON_FOLDERS or fixtures & DAEMON_FIXTURES or item.get_closest_marker("install"):
+            item.add_marker(pytest.mark.daemons)
+
+
 @pytest.fixture(scope="session")
 def gst() -> str:
     """gst-launch-1.0 with the y4menc element (gstreamer1.0-tools and -plugins-good): its path."""

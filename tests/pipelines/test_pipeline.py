@@ -193,6 +193,7 @@ print(json.dumps(rss))
 """
 
 
+@pytest.mark.slow
 def test_swapped_out_sessions_give_their_memory_back(tmp_path: Path, heavy_model: Path) -> None:
     """20 deployments in a row must not grow the daemon: each old session is closed and its
     memory returned (without that, RSS grew by a quarter over 20 swaps of a YOLOv8n)."""

@@ -104,6 +104,7 @@ def test_a_child_that_cannot_start_is_reported_as_such(tmp_path: Path) -> None:
         ChildRunner(python=["false"]).probe(["litert"])
 
 
+@pytest.mark.slow
 def test_a_library_that_hangs_on_import_is_given_up_on(tmp_path: Path) -> None:
     """A probe process that never answers is killed after its timeout (15 s here, generous so a
     slow start is not mistaken for the hang)."""

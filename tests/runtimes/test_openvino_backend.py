@@ -235,6 +235,7 @@ def test_same_detections_as_onnx_runtime_on_the_demo_detector() -> None:
     assert all(agreement == 1.0 and diff < 1e-4 for _, agreement, diff in rows), rows
 
 
+@pytest.mark.slow
 @pytest.mark.models
 @pytest.mark.parametrize(("model", "max_diff"), [("yolox_nano_416.onnx", 1e-4), ("yolov8n_int8_640.onnx", 0.03)])
 def test_same_detections_as_onnx_runtime_on_the_coco_models(shared_models: Path, photos, model, max_diff) -> None:

@@ -67,6 +67,7 @@ def test_tensorrt_rows_are_built_then_measured(trt_double: TrtDouble, unpacked, 
     assert fp16.provider == "Orin (test double) (sm 8.7)"
 
 
+@pytest.mark.slow
 def test_autotune_at_activation_is_recorded_and_served(
     tmp_path: Path, keys: dict[str, Path], demo_bundle: Path
 ) -> None:

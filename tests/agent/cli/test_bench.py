@@ -77,6 +77,7 @@ def test_bench_ends_with_the_error_when_the_file_breaks(tmp_path: Path, capsys) 
 ROW_FIELDS = {"runtime", "provider", "artifact", "precision", "latency_ms", "fps", "rss_mb", "energy_mj_per_frame"}
 
 
+@pytest.mark.slow
 def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", str(demo_bundle), "--matrix", "--json", "--frames", "10"]) == 0
     rows = json.loads(capsys.readouterr().out)

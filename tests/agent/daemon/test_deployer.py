@@ -24,6 +24,7 @@ from agent.mqtt.protocol import Topics
 FLOOD = 20_000
 
 
+@pytest.mark.slow
 def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
     tmp_path: Path, keys: dict[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:

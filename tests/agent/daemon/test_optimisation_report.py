@@ -11,6 +11,7 @@ from testkit.broker import Broker, Watcher
 from agent.cli import main
 
 
+@pytest.mark.slow
 def test_the_daemon_publishes_its_report_and_the_tuning(
     tmp_path: Path, keys: dict[str, Path], demo_bundle: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

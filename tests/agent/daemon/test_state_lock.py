@@ -40,6 +40,7 @@ def run_once(config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_a_second_daemon_on_the_same_state_directory_exits_naming_the_lock_and_its_holder(tmp_path: Path) -> None:
     state = tmp_path / "state"
     first = AgentProcess(write_config(tmp_path / "one", state)).start()

@@ -49,6 +49,7 @@ def _photos_and_mirrors(photos: dict[str, Path], folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_variants_ship_with_their_agreement(tmp_path: Path, scenes: Path, capsys) -> None:
     from agent.cli import main
 
@@ -206,6 +207,7 @@ def test_a_box_detector_s_int8_variant_is_quantized_whole_as_before(tmp_path: Pa
     assert _dequantized_into(onnx.load(str(folder / "demo_detector_int8.onnx"))) & HEAD_OPS
 
 
+@pytest.mark.slow
 @pytest.mark.models
 def test_yolov8n_s_int8_variant_ships_with_its_head_in_float(
     tmp_path: Path, shared_models: Path, photos, capsys

@@ -269,6 +269,7 @@ class Seen:
             return {int(c) for d in self.found[name] for c in d.class_id}
 
 
+@pytest.mark.slow
 def test_cameras_sharing_one_model_keep_their_own_thresholds_through_the_lighter_artifact_and_a_swap(
     tmp_path: Path, keys: dict[str, Path]
 ) -> None:

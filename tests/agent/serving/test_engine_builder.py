@@ -188,6 +188,7 @@ def test_an_engine_with_wrong_outputs_is_not_served(
         cameras.stop()
 
 
+@pytest.mark.slow
 def test_cameras_sharing_one_model_swap_together_to_one_engine_and_back_on_a_failed_check(
     trt_double: TrtDouble, tmp_path: Path, keys: dict[str, Path], jetson: Board
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from agent.web.logs import AUDIT, RecentLogs
 
 
@@ -35,6 +37,7 @@ def test_recent_logs_keep_the_newest_lines_as_they_were_logged() -> None:
     assert lines[1]["level"] == "ERROR" and lines[1]["logger"] == "test.recent"
 
 
+@pytest.mark.slow
 def test_audit_lines_outlive_a_flood_of_other_lines() -> None:
     """A page action's audit line (``extra=AUDIT``) has a ring of its own: 20,000 other lines,
     which anyone on the broker could once cause, do not push it out."""

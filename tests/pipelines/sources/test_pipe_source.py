@@ -25,6 +25,7 @@ from pipelines.sources.specs import open_source
 from runtimes.registry import load_runtime
 
 
+@pytest.mark.slow
 def test_a_live_h264_stream_through_ffmpeg_and_its_end(ffmpeg: str) -> None:
     """A real H.264 stream over TCP (ffmpeg encoding a test pattern and serving it): decoded
     frames while it runs; when the server dies, the live source fails with ffmpeg's reason."""

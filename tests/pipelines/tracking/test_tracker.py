@@ -76,6 +76,7 @@ def test_without_the_lost_track_buffer_the_hidden_object_gets_a_new_id(detector:
     assert len({i for i in ids if i > 0}) == 2, ids
 
 
+@pytest.mark.slow
 def test_identity_and_clear_mot_metrics_on_a_held_out_clip() -> None:
     """IDF1 and MOTA >= 0.9 (py-motmetrics) on a held-out clip of shapes entering, crossing,
     passing behind each other and leaving; the numbers for more clips: docs/benchmarks.md."""

@@ -4,6 +4,8 @@ can cut its connections, an HTTP server with Range requests (and ways to misbeha
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import socket
 import threading
 import time
@@ -11,19 +13,45 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+#: Ports the tests hand out lie below the kernel's ephemeral range (32768-60999 by default), so a
+#: client socket's source port never takes one between its choice and its server's bind; each
+#: pytest-xdist worker has a block of its own, so parallel workers never choose the same one.
+PORT_BASE, PORT_BLOCK, PORT_BLOCKS = 12000, 2000, 10
+_next_port: list[int] = []  # this process's cursor in its block (a list: set on first use)
+
+
+def _worker_index() -> int:
+    """pytest-xdist's worker number (`gw3` -> 3), 0 outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw") or 0) % PORT_BLOCKS
+
 
 def free_port() -> int:
     return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports on 127.0.0.1. Each socket stays bound until all are chosen: ports
-    picked one after another can repeat, since the kernel may hand a just-closed port out again."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
+    """`count` distinct free ports on 127.0.0.1, from this worker's block of `PORT_BLOCK` ports.
+
+    Ports are handed out in turn from a random start (a child process of the same worker starts
+    elsewhere in the block), and one is taken only if a plain bind (without SO_REUSEADDR) succeeds
+    on it now, so a port still in use or in TIME_WAIT is passed over."""
+    first = PORT_BASE + _worker_index() * PORT_BLOCK
+    if not _next_port:
+        _next_port.append(random.randrange(PORT_BLOCK))
+    chosen: list[int] = []
+    for _ in range(PORT_BLOCK):
+        port = first + _next_port[0] % PORT_BLOCK
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise AssertionError(f"no {count} free ports left in {first}-{first + PORT_BLOCK - 1}")
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
