@@ -57,6 +57,7 @@ from agent.bundles.signing import signature_file, verify
 from agent.errors import BundleError, ErrorCode, validation_problems
 from runtimes.base import Precision
 from runtimes.engine_cache import EngineKey
+from runtimes.files import sha256_file
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 #: a detector's model files by suffix: the manifest's format, and the runtime `build_bundle` runs them on
@@ -194,14 +195,6 @@ class _Inflated(io.RawIOBase):
                 "(bundle_limits.max_compression_ratio): a compression bomb?",
             )
         return count
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _member_path(name: str) -> PurePosixPath:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agent.bundles.archive import Limits, Trust, Verified, sha256_file, unpack, verify_unpacked
+from agent.bundles.archive import Limits, Trust, Verified, unpack, verify_unpacked
 from agent.bundles.engine_settings import version_settings
 from agent.bundles.manifest import ArtifactEntry, Manifest
 from agent.bundles.record import Deployment, State, fsync_tree
@@ -45,6 +45,7 @@ from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
 from pipelines.measure.parity import parity_fraction
 from runtimes.base import Runtime
+from runtimes.files import sha256_file
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Preference
 
