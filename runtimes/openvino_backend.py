@@ -50,13 +50,12 @@ from runtimes.base import (
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
-    atomic_write,
     check_inputs,
     first_line,
     guess_layout,
     return_freed_memory,
 )
-from runtimes.files import sha256_file
+from runtimes.files import atomic_write, sha256_file
 from runtimes.metadata import parse_metadata
 
 log = logging.getLogger(__name__)
