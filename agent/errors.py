@@ -120,6 +120,18 @@ class CodedError(Exception):
         self.message = message
 
 
+def error_envelope(code: ErrorCode, message: str, command: str | None = None) -> dict[str, object]:
+    """The body of every refusal the device answers with: ``{"ok": false, "error": {"code",
+    "message"}}``, with ``"command"`` (the command answered) between the two in an MQTT command's
+    answer. The one place it is built, so the command answers and the status page's errors
+    keep one shape; each caller serialises it as its wire always did."""
+    body: dict[str, object] = {"ok": False}
+    if command is not None:
+        body["command"] = command
+    body["error"] = {"code": str(code), "message": message}  # an ErrorCode reads as its name
+    return body
+
+
 class BundleError(CodedError):
     """A bundle was refused or could not be installed or activated.
 

@@ -333,26 +333,6 @@ def return_freed_memory() -> None:
     trim(0)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers see the old or the new content, never a mix
-    (temp file, fsync, rename, fsync of the folder). Shared by the engine cache and the store."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 _M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # glibc's mallopt parameters (malloc.h)
 
 

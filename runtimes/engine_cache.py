@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtimes.base import Precision, atomic_write
+from runtimes.base import Precision
+from runtimes.files import atomic_write
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -20,7 +20,6 @@ a child that cannot start at all (`IsolationUnavailable`) is the caller's to han
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimes.base import BackendError, RuntimeInfo, RuntimeName
+from runtimes.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -252,12 +252,8 @@ class ChildRunner:
             known = self._digests.get(version)
         if known is not None:
             return known
-        digest = hashlib.sha256()
         try:
-            with model.open("rb") as file:
-                for block in iter(lambda: file.read(1 << 20), b""):
-                    digest.update(block)
-            found = digest.hexdigest()
+            found = sha256_file(model)
         except OSError:
             found = "\0".join(version)
         with self._lock:

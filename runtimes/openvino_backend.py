@@ -50,12 +50,12 @@ from runtimes.base import (
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
-    atomic_write,
     check_inputs,
     first_line,
     guess_layout,
     return_freed_memory,
 )
+from runtimes.files import atomic_write, sha256_file
 from runtimes.metadata import parse_metadata
 
 log = logging.getLogger(__name__)
@@ -162,15 +162,6 @@ def model_files(model_path: Path) -> tuple[Path, ...]:
     return (model_path, model_path.with_suffix(".bin")) if model_path.suffix.lower() == ".xml" else (model_path,)
 
 
-def _sha256(paths: Sequence[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
 def _spec(port: Any) -> TensorSpec:
     shape = tuple(int(d.get_length()) if d.is_static else None for d in port.get_partial_shape())
     try:
@@ -237,7 +228,7 @@ def compile_model(model_path: Path, config: OpenVINOConfig, workers: int = 1) ->
             "set runtimes.openvino.device to one of those"
         )
     key = CompiledKey(
-        model_sha256=_sha256(files),
+        model_sha256=sha256_file(*files),
         openvino_version=str(ov.__version__),
         device=config.device,
         device_name=str(core.get_property(config.device, "FULL_DEVICE_NAME")),

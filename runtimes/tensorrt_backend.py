@@ -17,7 +17,6 @@ thread its own context, stream and buffers on the same engine (one engine in GPU
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
 import math
 import threading
@@ -47,6 +46,7 @@ from runtimes.base import (
 )
 from runtimes.cuda_memory import DeviceBuffer, DeviceMemory, GpuInfo, open_device_memory
 from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord
+from runtimes.files import sha256_file
 from runtimes.metadata import parse_metadata
 from runtimes.tensorrt_build import Profile, make_logger, require_tensorrt, shape_of
 
@@ -126,14 +126,6 @@ def availability() -> RuntimeInfo:
     return RuntimeInfo(name=KEY, available=True, version=version, devices=(f"{info.name} (sm {major}.{minor})",))
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def engine_precision(onnx_path: Path, requested: Precision) -> Precision:
     """The precision an engine of `onnx_path` is built in: int8 for an explicitly quantized (Q/DQ)
     model, else `requested`."""
@@ -146,7 +138,7 @@ def engine_key(
     """The cache key of the engine `config` asks for from `onnx_path` on `gpu`."""
     profile = config.profile.to_profile() if config.profile is not None else None
     return EngineKey(
-        onnx_sha256=sha256 or sha256_of(onnx_path),
+        onnx_sha256=sha256 or sha256_file(onnx_path),
         tensorrt_version=tensorrt_version,
         gpu_name=gpu.name,
         compute_capability=gpu.compute_capability,

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from runtimes.base import ModelLoadError, Precision
+from runtimes.files import atomic_write
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -346,9 +347,7 @@ def _timing_cache(config: trt.IBuilderConfig, path: Path | None) -> None:
 def _save_timing_cache(config: trt.IBuilderConfig, path: Path) -> None:
     data = bytes(config.get_timing_cache().serialize())
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    atomic_write(path, data)
 
 
 def build_engine(

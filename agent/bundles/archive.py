@@ -57,6 +57,7 @@ from agent.bundles.signing import signature_file, verify
 from agent.errors import BundleError, ErrorCode, validation_problems
 from runtimes.base import Precision
 from runtimes.engine_cache import EngineKey
+from runtimes.files import atomic_writer, sha256_file
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 #: a detector's model files by suffix: the manifest's format, and the runtime `build_bundle` runs them on
@@ -194,14 +195,6 @@ class _Inflated(io.RawIOBase):
                 "(bundle_limits.max_compression_ratio): a compression bomb?",
             )
         return count
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _member_path(name: str) -> PurePosixPath:
@@ -750,12 +743,10 @@ def build_bundle(
     files += [(p.name, p) for p in (classifier.models if classifier is not None else ())]
     files += data
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+    with atomic_writer(out) as file, tarfile.open(fileobj=file, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for arcname, content in files:
             payload = content.read_bytes() if isinstance(content, Path) else content
             info = tarfile.TarInfo(arcname)
             info.size, info.mode, info.mtime = len(payload), 0o644, int(datetime.now(timezone.utc).timestamp())
             tar.addfile(info, io.BytesIO(payload))
-    os.replace(tmp, out)
     return manifest

@@ -35,16 +35,17 @@ from typing import TYPE_CHECKING, Any
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agent.bundles.archive import Limits, Trust, Verified, sha256_file, unpack, verify_unpacked
+from agent.bundles.archive import Limits, Trust, Verified, unpack, verify_unpacked
 from agent.bundles.engine_settings import version_settings
 from agent.bundles.manifest import ArtifactEntry, Manifest
-from agent.bundles.record import Deployment, State, fsync_tree
+from agent.bundles.record import Deployment, State
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store, version_key
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
 from pipelines.measure.parity import parity_fraction
 from runtimes.base import Runtime
+from runtimes.files import move_into_place, sha256_file
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Preference
 
@@ -375,8 +376,7 @@ def install(
         if final.is_dir():
             shutil.rmtree(staging)  # this exact bundle is installed already (e.g. the previous version)
         else:
-            fsync_tree(staging)
-            os.replace(staging, final)
+            move_into_place(staging, final)  # its files fsynced, then renamed
         verified = dataclasses.replace(verified, folder=final)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)

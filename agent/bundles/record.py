@@ -1,33 +1,25 @@
-"""The deployment record (`Deployment`, `State`, autotune's `Tuning` and `TuningRecord` in it)
-and the durable writes the store is built on.
+"""The deployment record (`Deployment`, `State`, autotune's `Tuning` and `TuningRecord` in it).
 
 The record is made into JSON for ``deployment.json`` by `Deployment.to_json` and read back by
 `Deployment.from_json` (records written by older versions load too: missing fields take their
 defaults, unknown ones are ignored); its error is an `ErrorInfo`, its tuning typed values.
 
-Every file the agent keeps is replaced through `atomic_write` (temp file, fsync, rename, fsync of
-the folder; it lives in `runtimes.base`, which the engine cache shares, and is re-exported here),
-so a reader, or the agent after a power cut, sees the old or the new content, never a mix.
+The store writes it with `runtimes.files.atomic_write` (temp file, fsync, rename, fsync of the
+folder), so a reader, or the agent after a power cut, sees the old or the new record, never a mix.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from pathlib import Path
 
 from pydantic import TypeAdapter
 
 from agent.errors import BundleError, ErrorInfo
 from agent.errors import ErrorCode as ErrorCode  # pydantic < 2.6 resolves ErrorInfo's annotations here
 from runtimes.base import RuntimeName
-
-# re-exported: one implementation, shared with the engine cache (runtimes cannot import agent)
-from runtimes.base import atomic_write as atomic_write
-from runtimes.base import fsync_dir as fsync_dir
 
 
 class State(str, Enum):
@@ -54,18 +46,6 @@ class State(str, Enum):
 FINAL_STATES = frozenset({State.SUCCEEDED, State.REJECTED, State.FAILED, State.ROLLED_BACK})
 #: a deployment in one of these touched no version: the daemon resumes it after a restart
 RESUMABLE_STATES = frozenset({State.QUEUED, State.DOWNLOADING})
-
-
-def fsync_tree(folder: Path) -> None:
-    """fsync every file and folder under `folder` (after an unpack, before the rename)."""
-    for root, _, files in os.walk(folder):
-        for name in files:
-            fd = os.open(Path(root) / name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(root))
 
 
 @dataclass(frozen=True)

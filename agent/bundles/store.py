@@ -14,7 +14,7 @@ Layout under the state directory (default ``/var/lib/edge-agent``)::
     control.json              command ids already run (agent.mqtt.control)
     tuning/<sha256>.json      what autotune chose for that version (agent.bundles.tuning)
 
-Pointers are symlinks replaced with ``rename`` and files are written with `atomic_write`, so a
+Pointers are symlinks swapped with `atomic_symlink` and files written with `atomic_write`, so a
 crash at any point leaves either the old or the new state, never a mix. `recover` finishes or
 undoes what a crash interrupted, and only ever deletes what it can prove is partial or was
 installed by the interrupted deployment itself.
@@ -33,9 +33,10 @@ from typing import Literal
 import semver
 from pydantic import TypeAdapter, ValidationError
 
-from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State, Tuning, atomic_write, fsync_dir
+from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State, Tuning
 from agent.errors import BundleError, ErrorCode, validation_problems
 from runtimes.base import RuntimeName as RuntimeName  # pydantic < 2.6 resolves Tuning's annotations here
+from runtimes.files import atomic_symlink, atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +126,9 @@ class Store:
         link = self.root / name
         if sha is None:
             link.unlink(missing_ok=True)
+            fsync_dir(self.root)
         else:
-            tmp = self.root / f".{name}.tmp"
-            tmp.unlink(missing_ok=True)
-            os.symlink(Path("versions") / sha, tmp)
-            os.replace(tmp, link)
-        fsync_dir(self.root)
+            atomic_symlink(link, Path("versions") / sha)
 
     def switch(self, sha: str) -> None:
         """Make `sha` current; the old current becomes previous."""

@@ -37,7 +37,6 @@ from typing import Any
 import psutil
 
 from agent.bundles.installer import InstallPolicy
-from agent.bundles.record import atomic_write
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
 from agent.config.loading import check_files, load_config, security_warnings
@@ -59,6 +58,7 @@ from agent.snapshot import MediaUsage
 from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_outbox, judge_power
 from pipelines.sources.frames import SourceError, redact_credentials
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
+from runtimes.files import atomic_write
 
 
 def check_startable(config: AgentConfig) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.errors import CodedError, ErrorCode, validation_problems
+from agent.errors import CodedError, ErrorCode, error_envelope, validation_problems
 from agent.mqtt.commands import COMMAND_TABLE, Blob, Command, CommandActions, Jpeg, shorten
 from agent.mqtt.control import ControlGate, ControlRefused
 from agent.mqtt.link import Message, MqttLink
@@ -72,8 +72,7 @@ class Response:
 
 
 def error(name: str, code: ErrorCode, message: str) -> Response:
-    body = {"ok": False, "command": shorten(name), "error": {"code": code, "message": message}}
-    return Response(json.dumps(body).encode())
+    return Response(json.dumps(error_envelope(code, message, command=shorten(name))).encode())
 
 
 def too_large(size: int) -> str:

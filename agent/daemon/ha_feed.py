@@ -24,6 +24,7 @@ from agent.errors import CodedError
 from agent.mqtt.home_assistant import Camera, Identity, discovery, image_topic, status_topic
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import Topics
+from runtimes.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +112,7 @@ class HomeAssistantFeed:
 
     def _remember(self, topics: list[str]) -> None:
         try:
-            tmp = self.record.with_suffix(".tmp")
-            tmp.write_text(json.dumps(topics))
-            tmp.replace(self.record)
+            atomic_write(self.record, json.dumps(topics).encode())
         except OSError as exc:
             log.warning("home assistant: cannot write %s: %s", self.record, exc)
 

@@ -5,12 +5,13 @@ Clips (`agent.daemon.clips`) are kept beside them, ``<object_id>.mp4`` (or ``.av
 the same retention: snapshots and clips together stay within ``events.media.max_mb``.
 
 A snapshot is ``<state_dir>/media/<object_id>.jpg`` (the event id: 16 hex digits), written to
-a temporary name and renamed, so a reader never sees half a file and a kill leaves at most a
-``.tmp`` (removed at the next start). After each write the store drops the oldest files (by
-modification time) while it holds more than ``events.media.max_mb``, and any older than
-``events.media.max_age_h``. A write the disk refuses is logged and the event goes without its
-reference; detection never stops for it. A clip is written by the ``clips`` thread to a hidden
-partial file (``.<id>.part.mp4``, removed at the next start too) and `keep_clip` renames it.
+a temporary name and renamed (`runtimes.files.atomic_write`), so a reader never sees half a file
+and a kill leaves at most a ``.tmp`` (removed at the next start). After each write the store
+drops the oldest files (by modification time) while it holds more than ``events.media.max_mb``,
+and any older than ``events.media.max_age_h``. A write the disk refuses is logged and the event
+goes without its reference; detection never stops for it. A clip is written by the ``clips``
+thread to a hidden partial file (``.<id>.part.mp4``, removed at the next start too) and
+`keep_clip` moves it into place (`runtimes.files.move_into_place`).
 
 Threads: `put` runs on the cameras' inference threads (an event's ``end``), `keep_clip` on the
 ``clips`` thread, `get` and `clip` on the commands thread and the page's, `usage` from any
@@ -19,7 +20,6 @@ thread; one lock orders them.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from agent.config.models import MediaSection
 from agent.snapshot import MediaUsage
+from runtimes.files import atomic_write, move_into_place
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +86,9 @@ class MediaStore:
             raise ValueError(f"{event_id!r} is not an event id")
         name = f"{event_id}.jpg"
         with self._lock:
-            temporary = self.folder / f"{name}.tmp"
             try:
-                temporary.write_bytes(jpeg)
-                now = self._clock()
-                os.utime(temporary, (now, now))
-                temporary.replace(self.folder / name)
+                atomic_write(self.folder / name, jpeg, mtime=self._clock())
             except OSError as exc:
-                with contextlib.suppress(OSError):
-                    temporary.unlink(missing_ok=True)
                 if self.problem is None:
                     log.error("media: cannot write %s (%s): events go without their snapshot", name, exc)
                 self.problem = f"the media folder {self.folder} refuses writes: {exc}"
@@ -122,7 +117,7 @@ class MediaStore:
             try:
                 now = self._clock()
                 os.utime(written, (now, now))
-                written.replace(self.folder / name)
+                move_into_place(written, self.folder / name)
             except OSError as exc:
                 log.error("media: cannot keep the clip %s (%s)", name, exc)
                 self.problem = f"the media folder {self.folder} refuses writes: {exc}"

@@ -32,11 +32,11 @@ from typing import Literal, TypeVar
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agent.bundles.record import atomic_write
 from agent.bundles.signing import key_id, load_public_key
 from agent.config.models import AgentConfig
 from agent.errors import CodedError, ErrorCode
 from agent.mqtt.protocol import CommandRequest, ControlSignature, Signed
+from runtimes.files import atomic_write
 
 SignedT = TypeVar("SignedT", bound=Signed)
 Kind = Literal["device", "group"]

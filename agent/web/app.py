@@ -49,7 +49,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from agent.errors import CodedError, ErrorCode
+from agent.errors import CodedError, ErrorCode, error_envelope
 from agent.snapshot import AgentSnapshot
 from agent.throttle import ThrottledLog, TokenBucket
 from agent.web.auth import AccessMiddleware, Guard
@@ -77,8 +77,7 @@ STATUS_OF = {
 
 
 def _error(exc: CodedError) -> JSONResponse:
-    body = {"ok": False, "error": {"code": exc.code.value, "message": exc.message}}
-    return JSONResponse(body, STATUS_OF.get(exc.code, 500), NO_STORE)
+    return JSONResponse(error_envelope(exc.code, exc.message), STATUS_OF.get(exc.code, 500), NO_STORE)
 
 
 class BadQuery(ValueError):
@@ -101,8 +100,7 @@ def _number(request: Request, name: str, default: float, low: float, high: float
 
 
 def _bad_query(exc: BadQuery) -> JSONResponse:
-    body = {"ok": False, "error": {"code": ErrorCode.BAD_PAYLOAD.value, "message": str(exc)}}
-    return JSONResponse(body, 400, NO_STORE)
+    return JSONResponse(error_envelope(ErrorCode.BAD_PAYLOAD, str(exc)), 400, NO_STORE)
 
 
 @dataclass(frozen=True)
@@ -221,8 +219,7 @@ class StatusApp:
             found = await self._in("read", self.controls.media, event_id, kind)
         if found is None:
             message = "no snapshot or clip of that event is kept here (gone by retention, or never made)"
-            body = {"ok": False, "error": {"code": ErrorCode.NO_MEDIA.value, "message": message}}
-            return JSONResponse(body, 404, NO_STORE)
+            return JSONResponse(error_envelope(ErrorCode.NO_MEDIA, message), 404, NO_STORE)
         data, content_type = found
         return Response(data, media_type=content_type, headers=NO_STORE)
 
@@ -256,8 +253,7 @@ class StatusApp:
         pace = PACES[action]
         self._throttled.warning(action, "status page: %s from %s refused: asked too often", action, _client(request))
         message = f"too many {action}s: {pace.burst} at once, then one per {pace.every_s:g} s; try again in {wait} s"
-        body = {"ok": False, "error": {"code": ErrorCode.BUSY.value, "message": message}}
-        return JSONResponse(body, 429, {**NO_STORE, "Retry-After": str(wait)})
+        return JSONResponse(error_envelope(ErrorCode.BUSY, message), 429, {**NO_STORE, "Retry-After": str(wait)})
 
     async def rollback(self, request: Request) -> Response:
         refused = self._too_soon("rollback", request)

@@ -34,7 +34,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agent.errors import ErrorCode
+from agent.errors import ErrorCode, error_envelope
 
 OPEN_PATHS = ("/healthz",)
 READ_METHODS = ("GET", "HEAD")
@@ -54,7 +54,7 @@ class Refusal:
     message: str
 
     def response(self) -> Response:
-        body = json.dumps({"ok": False, "error": {"code": self.code.value, "message": self.message}})
+        body = json.dumps(error_envelope(self.code, self.message))
         headers = {"WWW-Authenticate": 'Basic realm="edge-agent", charset="UTF-8"'} if self.status == 401 else {}
         return Response(body, self.status, headers, media_type="application/json")
 

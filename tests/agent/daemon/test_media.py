@@ -9,6 +9,7 @@ import pytest
 
 from agent.config.models import MediaSection
 from agent.daemon.media import MIB, MediaStore
+from runtimes.files import temporary_path
 
 
 class Clock:
@@ -65,10 +66,11 @@ def test_snapshots_past_max_age_go(tmp_path: Path) -> None:
 def test_a_partial_write_is_cleared_at_start_and_a_refused_one_reported(tmp_path: Path) -> None:
     folder = tmp_path / "media"
     folder.mkdir()
-    (folder / f"{ident(7)}.jpg.tmp").write_bytes(b"half")
+    temporary_path(folder / f"{ident(7)}.jpg").write_bytes(b"half")
+    (folder / f"{ident(6)}.jpg.tmp").write_bytes(b"half")  # what versions before runtimes.files left
     store = MediaStore(folder, MediaSection())
     assert not list(folder.glob("*.tmp"))
-    (folder / f"{ident(8)}.jpg.tmp").mkdir()  # where the write goes: a folder, so the disk refuses it
+    temporary_path(folder / f"{ident(8)}.jpg").mkdir()  # where the write goes: a folder, so the disk refuses it
     assert store.put(ident(8), b"jpeg") is None
     assert store.problem is not None and "refuses writes" in store.problem
     assert store.put(ident(9), b"jpeg") == f"{ident(9)}.jpg"
