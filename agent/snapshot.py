@@ -26,6 +26,7 @@ from agent.mqtt.link import LinkStats
 from agent.mqtt.outbox import OutboxStats
 from pipelines.pipeline import PipelineStats
 from pipelines.tracking.analytics import CameraCounts
+from pipelines.worker import LoopState
 from runtimes.base import RuntimeInfo
 from runtimes.selection import Choice
 
@@ -293,17 +294,6 @@ class Health:
     problems: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class LoopState:
-    """One of the daemon's own loops as its owner found it: `name` in words, `stalled_s` how
-    far it is past the turn it announced (seconds; 0: on time), `ended` why its thread ended
-    while it should run (None: it runs, or was never started)."""
-
-    name: str
-    stalled_s: float = 0.0
-    ended: str | None = None
-
-
 def judge_health(
     cameras: tuple[PipelineStats, ...], broker: LinkStats | None, loops: tuple[LoopState, ...], stall_s: float
 ) -> Health:
@@ -319,6 +309,10 @@ def judge_health(
     for loop in loops:
         if loop.ended is not None:
             problems.append(f"{loop.name} is not running: {loop.ended}")
+        elif loop.unstopped is not None:
+            problems.append(f"{loop.name} was asked to stop {loop.unstopped:.0f} s ago and is still running")
         elif loop.stalled_s > stall_s:
             problems.append(f"{loop.name} has not turned for {loop.stalled_s:.0f} s")
+        elif loop.failing is not None:
+            problems.append(f"{loop.name} fails its turns ({loop.failures} so far) and keeps trying: {loop.failing}")
     return Health(not problems, tuple(problems))

@@ -40,6 +40,7 @@ from pipelines.decoding.detector import FrameDetector
 from pipelines.decoding.preprocess import Transform
 from pipelines.latency import FpsMeter, LatencyWindow, Percentiles
 from pipelines.sources.frames import Frame, FrameSource, SourceError, SourceState, SourceStatus
+from pipelines.worker import DONE, Worker
 
 log = logging.getLogger(__name__)
 
@@ -178,16 +179,23 @@ class Pipeline:
         self._delivered = 0  # sequence number of the next result the sinks get
         self._working = 0  # inference threads still running
         self._latest: tuple[Frame, Detections] | None = None
-        self._threads: list[threading.Thread] = []
+        self._threads: list[Worker] = []  # capture, then the inference threads: each a whole loop
         self._due: dict[str, float] = {}  # running thread's name -> clock time it promised to turn by
 
     # -- control ---------------------------------------------------------------------------
 
     def start(self) -> Pipeline:
         self._working, self._next_due = self.workers, self._clock()
-        self._threads = [threading.Thread(target=self._capture_loop, name=f"capture-{self.name}", daemon=True)]
-        self._threads += [
-            threading.Thread(target=self._inference_loop, name=f"infer-{self.name}-{i}", daemon=True)
+        capture = Worker(
+            f"capture-{self.name}", self._capture_turn, described=f"camera {self.name}'s capture", budget_s=None
+        )
+        self._threads = [capture] + [
+            Worker(
+                f"infer-{self.name}-{i}",
+                self._inference_turn,
+                described=f"camera {self.name}'s inference",
+                budget_s=None,
+            )
             for i in range(self.workers)
         ]
         self._due = {thread.name: self._clock() for thread in self._threads}
@@ -202,7 +210,7 @@ class Pipeline:
         with self._newest_ready:
             self._newest_ready.notify_all()
         for thread in self._threads:
-            thread.join(timeout)
+            thread.stop(timeout)
         self.source.close()
         if self.source_status.state != "ended":
             self.source_status.set("stopped")
@@ -304,11 +312,13 @@ class Pipeline:
 
     # -- threads ---------------------------------------------------------------------------
 
-    def _capture_loop(self) -> None:
+    def _capture_turn(self) -> float | None:
+        """The capture worker's one turn: the whole loop, until the source ends or `stop`."""
         try:
             self._capture_turns()
         finally:
             self._leave()
+        return DONE
 
     def _capture_turns(self) -> None:
         opened = False
@@ -380,6 +390,11 @@ class Pipeline:
             except queue.Empty:
                 continue
         return None
+
+    def _inference_turn(self) -> float | None:
+        """An inference worker's one turn: the whole loop, until the source ends or `stop`."""
+        self._inference_loop()
+        return DONE
 
     def _inference_loop(self) -> None:
         while True:

@@ -27,6 +27,7 @@ Thread safety: `infer`, `attach` and `stats` from any thread; one condition guar
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ from pipelines.decoding.detection_filter import DetectionFilter
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
 from pipelines.decoding.preprocess import Transform
+from pipelines.worker import DONE, Worker
 from runtimes.base import InferenceError, Runtime
 
 log = logging.getLogger(__name__)
@@ -141,7 +143,12 @@ class SharedModel:
             raise
         name = self.runtime.model_path.stem
         self._threads = [
-            threading.Thread(target=self._serve, args=(runtime,), name=f"serve-{name}-{i}", daemon=True)
+            Worker(
+                f"serve-{name}-{i}",
+                functools.partial(self._serve, runtime),
+                described=f"{name}'s server",
+                budget_s=None,
+            )
             for i, runtime in enumerate(self._runtimes)
         ]
         for thread in self._threads:
@@ -179,8 +186,7 @@ class SharedModel:
             request.error = InferenceError(f"{self.runtime.model_path.name} was closed")
             request.done.set()
         for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(10.0)
+            thread.stop(10.0, finish=True)  # from its own thread (a last user released there): no wait
         for runtime in {id(r): r for r in reversed(self._runtimes)}.values():
             runtime.close()  # the per-thread runtimes first, the model's own last
         log.info("closed the shared model %s", self.runtime.model_path.name)
@@ -229,25 +235,26 @@ class SharedModel:
                     return batch
                 self._cond.wait(remaining)
 
-    def _serve(self, runtime: Runtime) -> None:
-        while True:
-            batch = self._take()
-            if not batch:
-                return
-            try:
-                tensor = batch[0].tensor if len(batch) == 1 else np.concatenate([r.tensor for r in batch])
-                outputs = self.detector.infer(tensor, runtime)
-                for i, request in enumerate(batch):
-                    request.outputs = outputs if len(batch) == 1 else [o[i : i + 1] for o in outputs]
-            except Exception as exc:  # every camera of the batch gets the failure as its own
-                for request in batch:
-                    request.error = exc
-            finally:
-                with self._cond:
-                    self._batches += 1
-                    self._frames += len(batch)
-                for request in batch:
-                    request.done.set()
+    def _serve(self, runtime: Runtime) -> float | None:
+        """A serving worker's turn: the next batch on `runtime` (`DONE` once closed)."""
+        batch = self._take()
+        if not batch:
+            return DONE
+        try:
+            tensor = batch[0].tensor if len(batch) == 1 else np.concatenate([r.tensor for r in batch])
+            outputs = self.detector.infer(tensor, runtime)
+            for i, request in enumerate(batch):
+                request.outputs = outputs if len(batch) == 1 else [o[i : i + 1] for o in outputs]
+        except Exception as exc:  # every camera of the batch gets the failure as its own
+            for request in batch:
+                request.error = exc
+        finally:
+            with self._cond:
+                self._batches += 1
+                self._frames += len(batch)
+            for request in batch:
+                request.done.set()
+        return 0.0
 
 
 class CameraModel:

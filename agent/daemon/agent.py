@@ -330,9 +330,11 @@ class Agent:
 
     def health(self) -> Health:
         """Whether the cameras' threads, the MQTT link's loop, the sampler's, the classify, the
-        commands' and the outbox sender's threads turn (any thread)."""
+        commands', the outbox sender's, the clips' and the deployer's threads turn, and none
+        fails its turns or would not stop (any thread)."""
         broker = self.link.stats() if self.link is not None else None
-        others = (c.loop() for c in (self.classifying, self.commands, self.outgoing, self.clips) if c is not None)
+        owners = (self.classifying, self.commands, self.outgoing, self.clips, self.deployer)
+        others = (c.loop() for c in owners if c is not None)
         loops = (self.sampler.loop(), *others)
         return judge_health(tuple(self.cameras.stats()), broker, loops, self.config.health.stall_s)
 

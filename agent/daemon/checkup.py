@@ -26,7 +26,6 @@ import os
 import sqlite3
 import ssl
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -58,6 +57,7 @@ from agent.snapshot import MediaUsage
 from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_outbox, judge_power
 from pipelines.sources.frames import SourceError, redact_credentials
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
+from pipelines.worker import Worker
 from runtimes.files import atomic_write
 
 
@@ -241,9 +241,8 @@ def check_camera(section: PipelineSection, timeout_s: float, pipe: PipeSettings 
         finally:
             source.close()
 
-    thread = threading.Thread(target=read, name=f"doctor-{section.name}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
+    reader = Worker.once(f"doctor-{section.name}", read, described=f"camera {section.name}'s first frame")
+    reader.start().join(timeout_s)  # a camera that never answers is left behind: the check says so
     fix = "check its cable, power or address (pipelines[].source); a running agent may hold it: stop it first"
     shown = redact_credentials(section.source)
     if "error" in result:

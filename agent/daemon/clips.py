@@ -39,9 +39,9 @@ import numpy as np
 from agent.config.models import AgentConfig, ClipSection, PipelineSection
 from agent.daemon.media import FOLDER as MEDIA_FOLDER
 from agent.daemon.media import MediaStore
-from agent.snapshot import LoopState
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
+from pipelines.worker import DONE, LoopState, Worker
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +174,7 @@ class ClipRecorder:
         self._planned: OrderedDict[str, str] = OrderedDict()
         self._queue: queue.Queue[Clip | None] = queue.Queue(maxsize=QUEUE_CLIPS)
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._due = monotonic()
-        self._ended: str | None = None
+        self._worker = Worker(NAME, self._turn, described=NAME, budget_s=WRITE_BUDGET_S, monotonic=monotonic)
         self.written = 0
         self.dropped = 0
 
@@ -257,58 +255,53 @@ class ClipRecorder:
     # -- the writer thread ---------------------------------------------------------------------
 
     def start(self) -> None:
-        if not self.enabled or self._thread is not None:
+        if not self.enabled or self._worker.alive:
             return
-        self._due = self._monotonic() + WRITE_BUDGET_S
-        self._thread = threading.Thread(target=self._run, name=NAME, daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Write what is queued (clips `finish` handed on included), then end the thread."""
-        thread = self._thread
-        if thread is None:
-            return
-        self._thread = None
-        if not thread.is_alive():  # it ended (logged): nobody would take the marker
+        if not self._worker.alive:  # never started, or ended (logged): nobody would take the marker
+            self._worker.stop(0)
             return
         try:
             self._queue.put(None, timeout=timeout)
         except queue.Full:
             log.error("clips: the writer did not take its stop within %.0f s", timeout)
+            self._worker.stop(0)
             return
-        thread.join(timeout)
+        self._worker.stop(timeout, finish=True)
 
-    def _run(self) -> None:
+    def _turn(self) -> float | None:
+        """Write the next clip handed on (waiting for one at most half the budget); `DONE` at
+        the stop marker."""
         try:
-            while True:
-                self._due = self._monotonic() + WRITE_BUDGET_S
-                try:
-                    clip = self._queue.get(timeout=WRITE_BUDGET_S / 2)
-                except queue.Empty:
-                    continue
-                if clip is None:
-                    return
-                self._due = self._monotonic() + WRITE_BUDGET_S
-                self._write(clip)
-        except Exception as exc:
-            self._ended = f"{type(exc).__name__}: {exc}"
-            log.exception("clips: the writer thread ended")
+            clip = self._queue.get(timeout=WRITE_BUDGET_S / 2)
+        except queue.Empty:
+            return 0.0
+        if clip is None:
+            return DONE
+        self._worker.beat(WRITE_BUDGET_S)
+        self._write(clip)
+        return 0.0
 
     def _write(self, clip: Clip) -> None:
-        path = None
+        """Encode `clip` and hand it to `keep`; a clip that fails (even by a bug, which then
+        fails the turn) is counted dropped and leaves no file behind."""
+        path = name = None
         try:
             path = write_clip(clip, self.folder) if clip.frames else None
             name = self._keep(clip.event_id, path) if path is not None else None
         except (OSError, cv2.error) as exc:
             log.error("clips: cannot write the clip of event %s: %s", clip.event_id, exc)
-            name = None
-        if path is not None and name is None:
-            path.unlink(missing_ok=True)
-        with self._lock:
-            if name is None:
-                self.dropped += 1
-            else:
-                self.written += 1
+        finally:
+            if path is not None and name is None:
+                path.unlink(missing_ok=True)
+            with self._lock:
+                if name is None:
+                    self.dropped += 1
+                else:
+                    self.written += 1
 
     def stats(self) -> ClipStats:
         with self._lock:
@@ -316,13 +309,9 @@ class ClipRecorder:
             return ClipStats(self.written, self.dropped, buffered, self._queue.qsize())
 
     def loop(self) -> LoopState:
-        """How far the ``clips`` thread is past its turn, or why it ended (any thread)."""
-        thread = self._thread
-        if thread is None:
-            return LoopState(NAME)
-        if not thread.is_alive():
-            return LoopState(NAME, ended=self._ended or "stopped")
-        return LoopState(NAME, stalled_s=max(0.0, self._monotonic() - self._due))
+        """How far the ``clips`` thread is past its turn, whether its turns fail, or why it ended
+        (any thread)."""
+        return self._worker.state()
 
 
 def media_for(config: AgentConfig) -> tuple[MediaStore | None, ClipRecorder | None]:

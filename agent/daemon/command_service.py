@@ -42,8 +42,8 @@ from agent.mqtt.commands import COMMAND_TABLE, Blob, Command, CommandActions, Jp
 from agent.mqtt.control import ControlGate, ControlRefused
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, ProtocolError, Topics
-from agent.snapshot import LoopState
 from agent.throttle import ThrottledLog, TokenBucket
+from pipelines.worker import LoopState
 
 log = logging.getLogger(__name__)
 

@@ -50,8 +50,12 @@ from agent.snapshot import DeploymentStatus, RolloutPosition
 from agent.throttle import ThrottledLog
 from pipelines.backoff import Backoff
 from pipelines.pipeline import PipelineStats
+from pipelines.worker import LoopState, Worker
 
 log = logging.getLogger(__name__)
+
+#: the deployer in `Health`'s words
+NAME = "the deployer (signed deployments)"
 
 
 class Deployer:
@@ -92,11 +96,13 @@ class Deployer:
         self._rollbacks: list[Future[Deployment]] = []
         self._progress: DownloadProgress | None = None  # of the download in this deployment
         self.latest: DeploymentStatus | None = None  # the record last published
-        self._stop = threading.Event()
+        self._worker = Worker(
+            "deployer", self._turn, described=NAME, budget_s=None, monotonic=clock, backoff=Backoff(5.0, 300.0)
+        )
+        self._stop = self._worker.stopping
         self._cancel = threading.Event()
         self._timed_out = threading.Event()
         self._halted = threading.Event()  # the rollout in progress was halted with on_halt rollback
-        self._thread: threading.Thread | None = None
         self.problem: str | None = None  # the last control document refused, or a download waiting
         self.rollout: RolloutPosition | None = None  # this device in its group's staged rollout
 
@@ -107,8 +113,7 @@ class Deployer:
         if self.config.device.group:
             filters.append(self.topics.group_desired(self.config.device.group))
         self.link.subscribe_many(filters, self._on_desired)  # device first: its retained copy arrives first
-        self._thread = threading.Thread(target=self._work, name="deployer", daemon=True)
-        self._thread.start()
+        self._worker.start()
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -118,8 +123,12 @@ class Deployer:
         self._cancel.set()
         with self._lock:
             self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._worker.stop(timeout)
+
+    def loop(self) -> LoopState:
+        """The ``deployer`` thread for `health()` (any thread): whether its turns fail, or why
+        it ended. A deployment takes as long as its download and probation: no heartbeat."""
+        return self._worker.state()
 
     @property
     def busy(self) -> bool:
@@ -218,31 +227,28 @@ class Deployer:
             except OSError as exc:  # kept in memory; the deployment that follows reports the disk
                 log.warning("deployment: cannot write %s: %s", self.store.root / "followed.json", exc.strerror)
 
-    def _work(self) -> None:
-        backoff = Backoff(initial=5.0, maximum=300.0)
-        while not self._stop.is_set():
-            job = self._next()
-            name = job[0].id if job else "-"
-            try:
-                self._record_release()
-                self._serve_rollbacks()
-                if job is not None and job[2].action == Action.UNDO:
-                    self._undo(job[0], job[1])
-                elif job is not None:
-                    self._deploy(job[0], job[1])
-                backoff.reset()
-            except Cancelled:
-                log.info("deployment %s paused; it resumes from the chunks on disk", name)
-            except OSError as exc:  # the state directory cannot be written (a full disk)
-                self.problem = f"{ErrorCode.RECORD_UNWRITABLE}: cannot write to {self.store.root}: {exc.strerror}"
-                log.error("deployment: %s; retrying in a while", self.problem)
-                self._stop.wait(backoff.next_delay())
-            except Exception:
-                log.exception("deployment %s: unexpected failure", name)
-                self._stop.wait(backoff.next_delay())  # do not spin on a bug; the record says where it stopped
-            finally:
-                with self._lock:
-                    self._working_on = None
+    def _turn(self) -> float:
+        """Serve a release and the rollbacks asked for, then the next job; a turn that fails (a
+        full disk: the problem says so) is retried by the worker after its backoff (5 s doubling
+        to 5 min: no spinning on a bug; the record says where it stopped)."""
+        job = self._next()
+        name = job[0].id if job else "-"
+        try:
+            self._record_release()
+            self._serve_rollbacks()
+            if job is not None and job[2].action == Action.UNDO:
+                self._undo(job[0], job[1])
+            elif job is not None:
+                self._deploy(job[0], job[1])
+        except Cancelled:
+            log.info("deployment %s paused; it resumes from the chunks on disk", name)
+        except OSError as exc:  # the state directory cannot be written (a full disk)
+            self.problem = f"{ErrorCode.RECORD_UNWRITABLE}: cannot write to {self.store.root}: {exc.strerror}"
+            raise
+        finally:
+            with self._lock:
+                self._working_on = None
+        return 0.0
 
     def _record_release(self) -> None:
         released = self.documents.take_release()

@@ -10,6 +10,7 @@ the rows' numbers share the CPU with). It is the JSON edge of that topic (docs/m
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -26,6 +27,7 @@ from agent.errors import BundleError
 from agent.hardware.board import Board
 from agent.mqtt.protocol import json_payload
 from pipelines.measure.matrix import EnergyMeter, no_energy_meter
+from pipelines.worker import Worker
 from runtimes.registry import RuntimeSettings
 
 log = logging.getLogger(__name__)
@@ -76,19 +78,18 @@ class Reports:
         self.store, self.device, self.board, self.settings, self.frames = store, device, board, settings, frames
         self._publish = publish
         self._stopped = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._threads: list[Worker] = []
 
     def on_succeeded(self, deployment: Deployment) -> None:
         """A new version passed its probation (or had none): its report is measured now (not on
         probation, where it would take the cameras' CPU), in a ``report`` thread."""
-        thread = threading.Thread(target=self._report, args=(deployment.sha256,), name="report", daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        report = functools.partial(self._report, deployment.sha256)
+        self._threads.append(Worker.once("report", report, described="the optimisation report", logger=log).start())
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopped.set()
         for thread in self._threads:
-            thread.join(timeout)
+            thread.stop(timeout, finish=True)
         self._threads.clear()
 
     def _report(self, sha: str) -> None:

@@ -29,14 +29,15 @@ from agent.errors import CodedError, ErrorCode
 from agent.event_values import Event, ObjectEvent
 from agent.mqtt.link import MqttLink
 from agent.mqtt.outbox import Kind, Outbox
+from agent.mqtt.outbox_sender import NAME as SENDER
 from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics, json_payload
-from agent.snapshot import AgentSnapshot, LoopState, MediaUsage
+from agent.snapshot import AgentSnapshot, MediaUsage
+from pipelines.worker import LoopState
 
 #: how many events the page lists (oldest first, without their crops)
 RECENT_EVENTS = 100
 #: the outbox sender's thread, as `health()` names it
-SENDER = "the outbox sender"
 
 
 class Outgoing:
@@ -145,13 +146,9 @@ class Outgoing:
 
     def loop(self) -> LoopState:
         """The outbox sender's thread for `health()` (any thread): how far it is past its turn,
-        or that it ended while started. Without a broker there is no sender, and nothing to say."""
-        sender = self.sender
-        if sender is None or not sender.started:
-            return LoopState(SENDER)
-        if not sender.alive:
-            return LoopState(SENDER, ended="its thread is not running: the backlog waits on disk")
-        return LoopState(SENDER, stalled_s=sender.stalled_s())
+        whether its turns fail, or that it ended (the backlog waits on disk). Without a broker
+        there is no sender, and nothing to say."""
+        return LoopState(SENDER) if self.sender is None else self.sender.loop()
 
     def _send(self, kind: Kind, topic: str, payload: bytes) -> None:
         """Into the outbox, which sends it once the link is up and forgets it at its PUBACK; a

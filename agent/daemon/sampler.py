@@ -6,15 +6,16 @@ out on the cameras and the fan), then calls `after` (the daemon publishes teleme
 status there, when it has a broker). `start` takes one sample at once, so the first snapshot
 already has readings.
 
-Threads: the ticks run on the ``sampler`` thread; `system`, `readings` and `governor` are one
-reference each, read from any thread. `loop()` says when the thread promised to turn again and
-whether it ended, for `Agent.health()`.
+Threads: the ticks run on the ``sampler`` thread (a `pipelines.worker.Worker`: a tick that fails,
+say because the process ran out of file descriptors and `/proc/meminfo` cannot be opened, is
+logged and counted and the next one comes after a backoff; the thread goes on); `system`,
+`readings` and `governor` are one reference each, read from any thread. `loop()` says when the
+thread promised to turn again, whether its ticks fail and whether it ended, for `Agent.health()`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -22,7 +23,9 @@ from agent.daemon.governing import Governing
 from agent.hardware.readings import SensorReadings
 from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor, SystemReadings
-from agent.snapshot import GovernorState, LoopState
+from agent.snapshot import GovernorState
+from pipelines.backoff import Backoff
+from pipelines.worker import LoopState, Worker
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +36,8 @@ NAME = "the sampler (sensors, governor, telemetry)"
 class Sampler:
     """Samples `monitor` and `sensors` and steps `governing` (None: the governor is off) every
     `interval_s` seconds, then calls `after`. `monotonic` is the clock its turns are announced
-    on (seconds)."""
+    on (seconds); `backoff` paces the ticks after a failed one (the worker's default: 1 s
+    doubling to 60 s)."""
 
     def __init__(
         self,
@@ -43,15 +47,15 @@ class Sampler:
         governing: Governing | None,
         after: Callable[[], None],
         monotonic: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
     ) -> None:
         self.interval_s, self.monitor, self.sensors, self.governing = interval_s, monitor, sensors, governing
         self._after, self._monotonic = after, monotonic
         self.system: SystemReadings | None = None  # the latest system sample
         self.readings: SensorReadings | None = None  # the latest sensor reading
-        self._due = monotonic()  # when the thread promised to turn again
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._ended: str | None = None
+        self._worker = Worker(
+            "sampler", self._tick, described=NAME, budget_s=interval_s, monotonic=monotonic, backoff=backoff
+        )
 
     @property
     def governor(self) -> GovernorState | None:
@@ -66,39 +70,27 @@ class Sampler:
             self.governing.step(self.readings)
 
     def start(self) -> None:
-        """One sample now, then the ``sampler`` thread."""
-        self._stop.clear()
-        self._ended = None
-        self.sample()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
-        self._thread.start()
+        """One sample now (one that fails is logged: the thread tries again), then the
+        ``sampler`` thread, its first tick `interval_s` from now."""
+        try:
+            self.sample()
+        except Exception:
+            log.exception("sampler: the first sample failed; the sampler thread tries again")
+        self._worker.start(delay_s=self.interval_s)
 
     def stop(self, timeout: float = 10.0) -> None:
         """End the thread (after its tick in progress), then close the sensors and the fan."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self._worker.stop(timeout)
         self.sensors.close()
         if self.governing is not None:
             self.governing.close()
 
     def loop(self) -> LoopState:
-        """How far the thread is past its announced turn, or why it ended (any thread)."""
-        if self._thread is None:
-            return LoopState(NAME)
-        if not self._thread.is_alive() and not self._stop.is_set():
-            return LoopState(NAME, ended=self._ended or "its thread is not running")
-        return LoopState(NAME, stalled_s=max(0.0, self._monotonic() - self._due))
+        """How far the thread is past its announced turn, whether its ticks fail, or why it
+        ended (any thread)."""
+        return self._worker.state()
 
-    def _run(self) -> None:
-        try:
-            while True:
-                self._due = self._monotonic() + self.interval_s
-                if self._stop.wait(self.interval_s):
-                    return
-                self.sample()
-                self._after()
-        except BaseException as exc:
-            self._ended = f"{type(exc).__name__}: {exc}"
-            raise
+    def _tick(self) -> float:
+        self.sample()
+        self._after()
+        return self.interval_s

@@ -51,6 +51,7 @@ from agent.errors import ConfigError
 from agent.mqtt.limits import BrokerLimits, publish_packet_size
 from agent.throttle import ThrottledLog
 from pipelines.backoff import Backoff
+from pipelines.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +212,8 @@ class MqttLink:
         self._connected = threading.Event()
         self._attempted = threading.Event()  # the first connection attempt got an answer (or failed)
         self._lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("mqtt-link", self._connection, described="the MQTT link's supervisor", budget_s=None)
+        self._stop = self._worker.stopping
         self._refused = False  # the broker answered this connection attempt with a failure code
         self._connected_at = 0.0  # when the current connection was accepted (monotonic seconds)
         self._short_lived = 0  # connections in a row lost soon after they were made
@@ -243,8 +244,7 @@ class MqttLink:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> MqttLink:
-        self._thread = threading.Thread(target=self._supervise, name="mqtt-link", daemon=True)
-        self._thread.start()
+        self._worker.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -260,8 +260,7 @@ class MqttLink:
             self._client.disconnect()
             self._lost.wait(timeout)  # paho wrote the DISCONNECT and closed the socket
         self._lost.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._worker.stop(timeout)
         self._client.loop_stop()
 
     @property
@@ -286,9 +285,7 @@ class MqttLink:
                 queued=queued,
                 dropped=self.dropped,
                 last_error=self.last_error,
-                stalled_s=round(max(0.0, time.monotonic() - self._due), 3)
-                if self._thread is not None and not self._stop.is_set()
-                else 0.0,
+                stalled_s=round(max(0.0, time.monotonic() - self._due), 3) if self._worker.started else 0.0,
             )
 
     def _beat(self, wait_s: float = 0.0) -> None:
@@ -302,41 +299,42 @@ class MqttLink:
         thread = self._client._thread
         return thread is None or not thread.is_alive()
 
-    def _supervise(self) -> None:
+    def _connection(self) -> float:
+        """The ``mqtt-link`` worker's turn: one connection, from the attempt until it is lost;
+        returns the backoff's wait before the next attempt (seconds)."""
         settings = self.settings
-        first = True
-        while not self._stop.is_set():
-            self._beat()
-            if not first:
-                delay = self._backoff.next_delay()
-                log.info("mqtt: reconnecting to %s in %.1f s", settings.broker, delay)
-                self._beat(delay)
-                if self._stop.wait(delay):
-                    break
-                self._beat()
-            first = False
-            self._lost.clear()
-            self._refused = False
-            try:
-                self._client.connect(settings.host, settings.port, settings.keepalive_s, clean_start=True)
-            except (OSError, ssl.SSLError) as exc:
-                self.last_error = f"cannot connect to {settings.broker}: {exc}"
-                log.warning("mqtt: %s", self.last_error)
-                self._attempted.set()
-                continue
-            sock = self._client.socket()
-            if isinstance(sock, socket.socket):
-                # small packets (acks, subscribes) go out at once, not after Nagle's delay
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._client.loop_start()
-            while not self._lost.wait(1.0):
-                self._beat(1.0)
-                if self._network_thread_died():
-                    self.last_error = "paho's network thread ended; reconnecting"
-                    log.error("mqtt: %s", self.last_error)
-                    self._lost.set()
-            self._client.loop_stop()
-            self._connected.clear()
+        self._beat()
+        self._lost.clear()
+        self._refused = False
+        try:
+            self._client.connect(settings.host, settings.port, settings.keepalive_s, clean_start=True)
+        except (OSError, ssl.SSLError) as exc:
+            self.last_error = f"cannot connect to {settings.broker}: {exc}"
+            log.warning("mqtt: %s", self.last_error)
+            self._attempted.set()
+            return self._retry()
+        sock = self._client.socket()
+        if isinstance(sock, socket.socket):
+            # small packets (acks, subscribes) go out at once, not after Nagle's delay
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._client.loop_start()
+        while not self._lost.wait(1.0):
+            self._beat(1.0)
+            if self._network_thread_died():
+                self.last_error = "paho's network thread ended; reconnecting"
+                log.error("mqtt: %s", self.last_error)
+                self._lost.set()
+        self._client.loop_stop()
+        self._connected.clear()
+        return self._retry()
+
+    def _retry(self) -> float:
+        if self._stop.is_set():
+            return 0.0
+        delay = self._backoff.next_delay()
+        log.info("mqtt: reconnecting to %s in %.1f s", self.settings.broker, delay)
+        self._beat(delay)
+        return delay
 
     # -- paho callbacks (network thread) -----------------------------------------------------
 

@@ -12,20 +12,21 @@ restart the file still holds them.
 A message whose packet the broker's Maximum Packet Size refuses is dropped (counted as
 ``too_big``), never retried forever.
 
-Threads: the ``outbox`` thread sends and forgets; `wake` may be called from any thread (a new
-message). `loop_due` is when the thread promised to turn again (monotonic seconds), for health.
+Threads: the ``outbox`` thread (a `pipelines.worker.Worker`: a turn that fails is logged and
+retried after a backoff) sends and forgets; `wake` may be called from any thread (a new message);
+`loop()` tells health how far the thread is past its promised turn, or why it ended.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from agent.config.models import OutboxSection
 from agent.mqtt.link import Delivery, MqttLink
 from agent.mqtt.outbox import Outbox, Pending
+from pipelines.worker import LoopState, Worker
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 ACK_POLL_S = 0.02
 #: the longest wait between two turns (seconds): the thread's heartbeat
 IDLE_S = 1.0
+#: the sender in `Health`'s words
+NAME = "the outbox sender"
 
 
 class OutboxSender:
@@ -46,9 +49,7 @@ class OutboxSender:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.outbox, self.link, self.settings, self._monotonic = outbox, link, settings, monotonic
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("outbox", self._step, described=NAME, budget_s=IDLE_S, monotonic=monotonic)
         self._in_flight: dict[int, tuple[Pending, Delivery]] = {}  # seq -> message, its delivery; oldest first
         self._cursor = 0  # the highest seq handed to the link on this connection
         self._connection: int | None = None  # the link's reconnect count when this connection began
@@ -56,25 +57,18 @@ class OutboxSender:
         self._refilled = monotonic()
         self.sent = 0  # messages handed to the link (a resend counts again)
         self.turns = 0  # turns taken
-        self.loop_due = monotonic()
 
     def wake(self) -> None:
         """A message was appended (any thread)."""
-        self._wake.set()
+        self._worker.wake()
 
     def start(self) -> OutboxSender:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
-        self._thread.start()
+        self._worker.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """End the thread; what was acknowledged by then is forgotten, the rest stays on disk."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self._worker.stop(timeout)
         self._forget_acked()
 
     def drain(self, timeout: float) -> bool:
@@ -86,36 +80,23 @@ class OutboxSender:
         return not self.outbox.stats().messages
 
     @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    @property
     def started(self) -> bool:
         """Between `start` and `stop`."""
-        return self._thread is not None
+        return self._worker.started
 
-    def stalled_s(self) -> float:
-        """How far the thread is past the turn it announced (seconds; 0: on time)."""
-        return max(0.0, self._monotonic() - self.loop_due)
+    def loop(self) -> LoopState:
+        """The ``outbox`` thread for health (any thread): past its turn, failing, or ended."""
+        return self._worker.state()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.loop_due = self._monotonic() + IDLE_S
-            try:
-                wait = self.turn()
-            except Exception:  # the outbox or the link failed once: say so, keep going
-                log.exception("outbox: sending failed; trying again")
-                wait = IDLE_S
-            if wait > 0:
-                self._wait(wait)
-
-    def _wait(self, seconds: float) -> None:
+    def _step(self) -> float:
+        """A turn, then at most `ACK_POLL_S` waiting for the oldest message's PUBACK (it returns
+        at the PUBACK); returns the wait before the next turn (seconds)."""
+        wait = self.turn()
         oldest = next(iter(self._in_flight.values()), None)
-        if oldest is not None:
-            oldest[1].wait(min(seconds, ACK_POLL_S))  # returns at its PUBACK
-        else:
-            self._wake.wait(seconds)
-            self._wake.clear()
+        if wait > 0 and oldest is not None:
+            oldest[1].wait(min(wait, ACK_POLL_S))
+            return 0.0
+        return wait
 
     def turn(self) -> float:
         """One turn: forget what was acknowledged, send what the rate and the window allow;

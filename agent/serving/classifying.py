@@ -19,6 +19,7 @@ ended is discarded.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -31,8 +32,8 @@ import numpy.typing as npt
 
 from agent.event_values import ObjectClass
 from agent.serving.loader import LoadedClassifier
-from agent.snapshot import LoopState
 from pipelines.tracking.analytics import crop_box
+from pipelines.worker import LoopState, Worker
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +113,9 @@ class ClassifyingStage:
         self._loaded: LoadedClassifier | None = None
         self._for: frozenset[str] = frozenset()
         self._model_lock = threading.Lock()  # held while the classifier runs; `serve` waits on it
-        self._thread: threading.Thread | None = None
+        self._worker = Worker(THREAD, self._turn, described=NAME, budget_s=None, monotonic=clock)
         self._stopping = False
         self._busy_since: float | None = None
-        self._ended: str | None = None
         self.requested = self.classified = self.dropped = self.failed = 0
         self.busy_s = 0.0
 
@@ -237,37 +237,29 @@ class ClassifyingStage:
 
     def start(self) -> None:
         """Start the ``classify`` thread (once)."""
-        if self._thread is not None:
+        if self._worker.alive:
             return
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=THREAD, daemon=True)
-        self._thread.start()
+        self._worker.start()
 
-    def _run(self) -> None:
-        try:
-            while not self._stopping:
-                self.step(wait=True)
-        except Exception as exc:  # what ended it, `loop` reports (and health with it)
-            log.exception("the classify thread ended")
-            self._ended = f"{type(exc).__name__}: {exc}"
+    def _turn(self) -> float:
+        self.step(wait=True)
+        return 0.0
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         """Stop the thread and close the classifier (requests still waiting are dropped)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._worker.stop(timeout)
         self.serve(None)
 
     def loop(self) -> LoopState:
         """For `health()`: how long the classification in progress has taken past none (an idle
-        thread waits for work, on time), or why the thread ended (any thread)."""
-        thread = self._thread
-        if thread is None:
-            return LoopState(NAME)
-        if not thread.is_alive() and not self._stopping:
-            return LoopState(NAME, ended=self._ended or "its thread is not running")
+        thread waits for work, on time), whether its turns fail, or why the thread ended (any
+        thread)."""
+        state = self._worker.state()
         since = self._busy_since
-        return LoopState(NAME, stalled_s=0.0 if since is None else max(0.0, self._clock() - since))
+        if since is None or not self._worker.alive:
+            return state
+        return dataclasses.replace(state, stalled_s=max(0.0, self._clock() - since))

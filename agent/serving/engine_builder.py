@@ -12,6 +12,7 @@ builder's lock held.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from agent.bundles.engine_settings import bundle_calibration, prebuilt_engines, 
 from agent.bundles.manifest import Manifest
 from agent.errors import ErrorCode
 from agent.snapshot import BuildState, EngineStatus
+from pipelines.worker import Worker
 from runtimes.base import BackendError
 from runtimes.tensorrt_backend import TensorRTConfig
 from runtimes.tensorrt_build import BuildCancelled, BuildProgress
@@ -49,7 +51,7 @@ class EngineBuilder:
         self._on_done, self._clock = on_done, clock
         self._lock = threading.Lock()
         self._job: _Job | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: Worker | None = None
         self._status: EngineStatus | None = None
 
     def status(self) -> EngineStatus | None:
@@ -85,11 +87,9 @@ class EngineBuilder:
                 progress=0.0,
                 started=self._clock(),
             )
-            thread = threading.Thread(
-                target=self._build, args=(job, manifest, sha256, tensorrt_config(config, manifest)), name="engine-build"
-            )
+            build = functools.partial(self._build, job, manifest, sha256, tensorrt_config(config, manifest))
+            thread = Worker.once("engine-build", build, described="the TensorRT engine build", logger=log)
             self._thread = thread
-        thread.daemon = True
         thread.start()
 
     def _progress(self, job: _Job, progress: BuildProgress) -> None:
@@ -139,5 +139,5 @@ class EngineBuilder:
             if self._job is not None:
                 self._job.cancel.set()
             thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        if thread is not None:
+            thread.stop(timeout, finish=True)  # from its own thread (its `on_done`): no wait

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable
 
@@ -27,6 +26,7 @@ from agent.web.auth import Guard, page_names
 from agent.web.controls import AgentControls
 from agent.web.history import History
 from agent.web.logs import RecentLogs
+from pipelines.worker import DONE, Worker
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,10 @@ class StatusServer:
         )
         self._server = QuietServer(self._config)
         self._socket: socket.socket | None = None
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._workers = (
+            Worker("web", self._serve, described="the status page's server", budget_s=None, monotonic=clock),
+            Worker("web-history", self._sample, described="the status page's charts", budget_s=None, monotonic=clock),
+        )
 
     @property
     def url(self) -> str:
@@ -116,31 +118,26 @@ class StatusServer:
             raise ConfigError(f"status_page.tls: cannot load the certificate or key: {exc}") from exc
         self._socket = listen_socket(self.settings.host, self.settings.port)
         logging.getLogger().addHandler(self.logs)
-        self._stop.clear()
-        self._threads = [
-            threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, name="web", daemon=True),
-            threading.Thread(target=self._sample, name="web-history", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        for worker in self._workers:
+            worker.start()
         log.info("status page on %s%s", self.url, "" if self.settings.has_credentials else " (read only)")
         return self
 
-    def _sample(self) -> None:
-        while True:
-            try:
-                self.history.record(self._snapshot())
-            except Exception:  # the charts miss a point; the page and the agent go on
-                log.exception("status page: recording the history failed")
-            if self._stop.wait(self.settings.sample_s):
-                return
+    def _serve(self) -> float | None:
+        """uvicorn's server until `stop` (a failure: the worker starts it again after a wait)."""
+        if self._socket is not None:
+            self._server.run(sockets=[self._socket])
+        return DONE
+
+    def _sample(self) -> float:
+        """A point of the charts (one that fails is missed; the page and the agent go on)."""
+        self.history.record(self._snapshot())
+        return self.settings.sample_s
 
     def stop(self) -> None:
-        self._stop.set()
         self._server.should_exit = True
-        for thread in self._threads:
-            thread.join(5.0)
-        self._threads.clear()
+        for worker in self._workers:
+            worker.stop(5.0)
         logging.getLogger().removeHandler(self.logs)
         if self._socket is not None:
             self._socket.close()

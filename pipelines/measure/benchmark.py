@@ -12,8 +12,8 @@ inference threads; in runtime mode, as many bare loops in threads).
 
 from __future__ import annotations
 
+import functools
 import resource
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -29,6 +29,7 @@ from pipelines.sources.capture import FileSource
 from pipelines.sources.frames import Frame, FrameSource, LimitedSource, SourceError
 from pipelines.sources.scene_source import SyntheticSource
 from pipelines.sources.specs import open_source, source_kind
+from pipelines.worker import Worker
 from runtimes.base import Runtime
 
 DEFAULT_FRAMES = 300
@@ -94,7 +95,10 @@ def time_inference(
             tick()
 
     shares = [count // workers + (i < count % workers) for i in range(workers)]
-    threads = [threading.Thread(target=loop, args=(runs,)) for runs in shares]
+    threads = [
+        Worker.once(f"bench-{i}", functools.partial(loop, runs), described="a benchmark loop")
+        for i, runs in enumerate(shares)
+    ]
     start = time.perf_counter()
     for thread in threads:
         thread.start()

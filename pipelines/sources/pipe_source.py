@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import shutil
@@ -33,6 +34,7 @@ from typing import IO, TypeVar
 from pipelines.sources.frames import Frame, SourceError, redact_credentials
 from pipelines.sources.pipe_commands import PROGRAMS, PipeCommand
 from pipelines.sources.rawvideo import FRAME_MAGIC, FrameReader, RawVideo, RawVideoError, parse_y4m_header, to_bgr
+from pipelines.worker import DONE, Worker
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -68,7 +70,7 @@ class PipeSource:
         self._video: RawVideo | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._first_error: str | None = None
-        self._drain: threading.Thread | None = None
+        self._drain: Worker | None = None
         self._read_lock = threading.Lock()  # held by a read; close waits for it before closing the pipe
         self._index = 0
         self._program_name = command.argv[0]  # the program that runs (rpicam-vid or libcamera-vid)
@@ -105,10 +107,12 @@ class PipeSource:
         with contextlib.suppress(OSError, AttributeError):  # a larger pipe: fewer wake-ups per frame
             fcntl.fcntl(process.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         self._process = process
-        self._drain = threading.Thread(
-            target=self._drain_stderr, args=(process.stderr,), name=f"{self.command.tool}-stderr", daemon=True
-        )
-        self._drain.start()
+        self._drain = Worker(
+            f"{self.command.tool}-stderr",
+            functools.partial(self._drain_stderr, process.stderr),
+            described=f"{self.name}'s stderr reader",
+            budget_s=None,
+        ).start()
         self._program_name = os.path.basename(argv[0])
         self._reader = FrameReader(process.stdout.fileno(), self.stall_timeout_s, self._clock)
         self._video = self.command.video
@@ -120,14 +124,21 @@ class PipeSource:
                 self.close()
                 raise
 
-    def _drain_stderr(self, stream: IO[bytes]) -> None:
-        for raw in iter(stream.readline, b""):
-            line = redact_credentials(raw.decode("utf-8", "replace").strip())  # ffmpeg names its input
-            if line:
-                if self._first_error is None and line.startswith("ERROR: from element"):
-                    self._first_error = line  # GStreamer's root cause; its repetitions follow
-                self._tail.append(line)
-                log.debug("%s: %s", self.command.tool, line)
+    def _drain_stderr(self, stream: IO[bytes]) -> float | None:
+        """The stderr worker's turn: one line of the tool's stderr into the tail (`DONE` at EOF)."""
+        try:
+            raw = stream.readline()
+        except (ValueError, OSError):  # `close` closed the pipe under it
+            return DONE
+        if not raw:
+            return DONE
+        line = redact_credentials(raw.decode("utf-8", "replace").strip())  # ffmpeg names its input
+        if line:
+            if self._first_error is None and line.startswith("ERROR: from element"):
+                self._first_error = line  # GStreamer's root cause; its repetitions follow
+            self._tail.append(line)
+            log.debug("%s: %s", self.command.tool, line)
+        return 0.0
 
     def close(self) -> None:
         """End the process group and release the pipes (idempotent, any thread)."""
@@ -155,7 +166,7 @@ class PipeSource:
             if locked:
                 self._read_lock.release()
         if self._drain is not None:
-            self._drain.join(1.0)
+            self._drain.stop(1.0, finish=True)
 
     def _ended(self, got: int | None) -> None:
         """The stream ended, `got` bytes into a frame (None: at a frame boundary). Returns for a

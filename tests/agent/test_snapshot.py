@@ -7,8 +7,9 @@ import pytest
 from testkit.snapshots import camera, link, snapshot
 
 from agent.mqtt.link import LinkStats
-from agent.snapshot import LoopState, ThresholdsInForce, judge_health
+from agent.snapshot import ThresholdsInForce, judge_health
 from pipelines.pipeline import PipelineStats
+from pipelines.worker import LoopState
 
 SAMPLER = "the sampler (sensors, governor, telemetry)"
 COMMANDS = "the commands thread (MQTT commands)"

@@ -244,15 +244,19 @@ def test_the_classify_thread_runs_with_the_agent_and_counts_in_health(tmp_path: 
         metrics = generate_latest(metrics_registry(agent.snapshot, agent.health)).decode()
         assert f"edge_agent_classifications_total {float(counts.classified)}" in metrics
         assert f"edge_agent_classifications_dropped_total {float(counts.classify_dropped)}" in metrics
-        thread = stage._thread
-        assert thread is not None
-        with stage._cond:  # as if it had died: its loop is told to end, the agent is not stopping it
+        worker = stage._worker
+
+        def leave(wait: bool = False) -> bool:
+            raise SystemExit("planted")
+
+        stage.step = leave  # type: ignore[method-assign]
+        with stage._cond:  # its waiting step returns; the next one ends the thread, not the agent's stop
             stage._stopping = True
             stage._cond.notify_all()
-        thread.join()
+        assert worker.join(10)
         stage._stopping = False
         assert agent.health().problems == (
-            "the classify thread (the second stage) is not running: its thread is not running",
+            "the classify thread (the second stage) is not running: SystemExit: planted",
         )
     finally:
         agent.stop()

@@ -12,6 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from testkit.net import wait_until
 
 from agent.config.models import ClipSection, MediaSection, PipelineSection
 from agent.daemon.clips import (
@@ -25,6 +26,7 @@ from agent.daemon.clips import (
     clip_fps,
 )
 from agent.daemon.media import MIB, MediaStore
+from agent.snapshot import judge_health
 from pipelines.sources.frames import Frame
 
 FPS = 8.0  # frame times i / 8 are exact in binary, so the bounds are met exactly
@@ -230,31 +232,38 @@ def test_a_clip_that_would_pass_buffer_mb_ends_early(tmp_path: Path) -> None:
     assert recorder.stats().buffered_bytes <= 0.02 * MIB
 
 
-def test_stop_returns_when_the_writer_thread_has_ended(tmp_path: Path) -> None:
-    """A writer thread that died (a bug: `keep` raising what `_write` does not catch) is in
-    health as ended, and `stop` still returns with its queue full."""
+def test_a_clip_that_fails_by_a_bug_costs_that_clip_not_the_writer(tmp_path: Path) -> None:
+    """`keep` raising what `_write` does not expect (a bug) fails that turn: the clip is counted
+    dropped and leaves no file, health says the writer fails its turns, the next clips are
+    written, and `stop` returns with the queue drained."""
+    kept: list[str] = []
+    broken = threading.Event()
+    broken.set()
 
-    def broken(event: str, path: Path) -> str | None:
-        raise RuntimeError("a bug")
+    def keep(event: str, path: Path) -> str | None:
+        if broken.is_set():
+            raise RuntimeError("a bug")
+        kept.append(event)
+        return path.name
 
-    recorder = ClipRecorder([camera(pre_s=0.25, post_s=0.25)], tmp_path, broken)
+    recorder = ClipRecorder([camera(pre_s=0.25, post_s=0.25)], tmp_path, keep)
+    recorder._worker._backoff.next_delay = lambda: 0.0  # type: ignore[method-assign]
     recorder.start()
-    for i in range(40):  # clips for the writer to die on, then enough to fill its queue
-        recorder.frame("cam0", frames(i, i + 1)[0])
-        if i % 3 == 0:
-            recorder.trigger("cam0", ident(i))
-        if recorder.loop().ended is not None and recorder.stats().queued == QUEUE_CLIPS:
-            break
-    thread = recorder._thread
-    assert thread is not None
-    thread.join(30)
-    assert recorder.loop().ended == "RuntimeError: a bug"
-    while recorder.stats().queued < QUEUE_CLIPS:
-        recorder.frame("cam0", frames(50, 51)[0])
-        recorder.trigger("cam0", ident(99))
-        recorder.frame("cam0", frames(52, 53)[0])
+    recorder.frame("cam0", frames(0, 1)[0])
+    recorder.trigger("cam0", ident(0))
+    recorder.finish()  # the clip goes to the writer now
+    wait_until(lambda: recorder.stats().dropped == 1, 30, "the writer to fail on the clip")
+    state = recorder.loop()
+    assert state.ended is None and state.failures == 1 and state.failing == "RuntimeError: a bug", state
+    assert list(tmp_path.glob("*.mp4")) == [], "the failed clip left no partial file"
+    broken.clear()
+    recorder.frame("cam0", frames(1, 2)[0])
+    recorder.trigger("cam0", ident(1))
+    recorder.finish()
+    wait_until(lambda: kept == [ident(1)], 30, "the writer to write the next clip")
+    wait_until(lambda: recorder.loop().failing is None, 10, "the good turn to clear the failure")
     recorder.stop(timeout=30)
-    assert recorder.loop().ended is None and recorder.loop().name == NAME
+    assert judge_health((), None, (recorder.loop(),), 60.0).ok, "stopped on purpose: nothing to say"
 
 
 def test_media_and_clips_only_where_the_config_asks_and_frames_reach_the_ring_first(tmp_path: Path) -> None:

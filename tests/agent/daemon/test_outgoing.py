@@ -5,6 +5,7 @@ and the outbox sender's thread as `health()` sees it (injected monotonic clock).
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from agent.event_values import ObjectEvent
 from agent.mqtt.outbox import Outbox
 from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics
-from agent.snapshot import LoopState
+from pipelines.worker import LoopState
 
 TOPICS = Topics("edge")
 EVENTS, REPORTS = TOPICS.events("d1"), TOPICS.deployments("d1")
@@ -107,29 +108,33 @@ class Ticks:
 
 
 def test_the_sender_s_thread_as_health_sees_it(tmp_path: Path, broker: Broker, monkeypatch) -> None:
+    """Health hears of the sender's own worker: nothing before a start or after a stop, how far
+    it is past the turn it announced (the injected clock), and turns that fail."""
     outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
     assert Outgoing("d1", TOPICS, outbox, snapshots.snapshot).loop() == LoopState(SENDER), "no broker, no sender"
     link, ticks = link_to(broker.url), Ticks()
     sender = OutboxSender(outbox, link, OutboxSection(), monotonic=ticks)
-    sender.loop_due, ticks.now = 100.0, 112.5
-    assert sender.stalled_s() == 12.5, "seconds past the turn it announced"
-    ticks.now = 99.0
-    assert sender.stalled_s() == 0.0, "before it: on time"
     outgoing = Outgoing("d1", TOPICS, outbox, snapshots.snapshot, link, sender)
     assert outgoing.loop() == LoopState(SENDER), "not started yet: nothing to say"
+    failing = threading.Event()
+
+    def turn() -> float:
+        if failing.is_set():
+            raise OSError(28, "No space left on device")
+        return 3600.0  # then it waits an hour: only the clock moves
+
+    monkeypatch.setattr(sender, "turn", turn)
     sender.start()
     try:
-        monkeypatch.setattr(sender, "stalled_s", lambda: 12.5)  # what the thread's own turns would say
-        assert outgoing.loop() == LoopState(SENDER, stalled_s=12.5)
+        ticks.now = 100.0 + 3600.0 + 12.5
+        wait_until(lambda: outgoing.loop().stalled_s == 12.5, 10, "the sender to wait for its next turn")
+        failing.set()
+        sender.wake()
+        wait_until(lambda: outgoing.loop().failing is not None, 10, "a failed turn")
+        assert outgoing.loop().failing == "OSError: [Errno 28] No space left on device"
     finally:
-        sender._stop.set()  # end the thread as a crash would: `stop` not called
-        sender._wake.set()
-        assert sender._thread is not None
-        sender._thread.join(10)
-    ended = outgoing.loop()
-    assert ended.ended is not None and "not running" in ended.ended, "started, and its thread is gone"
-    sender.stop()
-    assert outgoing.loop() == LoopState(SENDER), "stopped on purpose: nothing to say"
+        sender.stop()
+    assert outgoing.loop().ended is None and outgoing.loop().stalled_s == 0.0, "stopped on purpose"
     outbox.close()
 
 

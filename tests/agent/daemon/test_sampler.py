@@ -3,7 +3,9 @@ with them, and the thread's turns and its end as `Health` sees them (an injected
 
 from __future__ import annotations
 
+import errno
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor
 from agent.serving.cameras import Cameras
 from agent.snapshot import judge_health
+from pipelines.backoff import Backoff
 
 
 @pytest.fixture
@@ -29,10 +32,15 @@ def tree(tmp_path: Path) -> Path:
 
 
 def sampler_of(
-    tree: Path, after: object, clock: Clock, interval_s: float = 0.05, governing: Governing | None = None
+    tree: Path,
+    after: object,
+    clock: Clock,
+    interval_s: float = 0.05,
+    governing: Governing | None = None,
+    backoff: Backoff | None = None,
 ) -> Sampler:
     sensors = Sensors.from_config(SensorsSection(vcgencmd=False), tree, probe(tree))
-    return Sampler(interval_s, SystemMonitor(), sensors, governing, after, monotonic=clock)  # type: ignore[arg-type]
+    return Sampler(interval_s, SystemMonitor(), sensors, governing, after, monotonic=clock, backoff=backoff)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -79,15 +87,38 @@ def test_a_sampler_past_its_turn_is_hung(tree: Path, stopped: list[Sampler]) -> 
     )
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread's end is the point
-def test_a_sampler_whose_thread_ended_is_a_problem_at_once(tree: Path, stopped: list[Sampler]) -> None:
-    def after() -> None:
-        raise RuntimeError("telemetry could not be made")
+def test_a_failing_tick_costs_that_tick_not_the_sampler(
+    tree: Path, stopped: list[Sampler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick that raises (the process out of file descriptors: /proc/meminfo cannot be opened)
+    is counted and health says the sampler fails its ticks; the ticks go on after a backoff, and
+    the first good one clears the problem. (The red team's idle connections ended the sampler's
+    thread for good, and the governor and telemetry with it.)"""
+    exhausted = threading.Event()
+    exhausted.set()
+    real = SystemMonitor.sample
+    ticks: list[int] = []
 
-    sampler = sampler_of(tree, after, Clock())
+    def sample(monitor: SystemMonitor) -> object:
+        if exhausted.is_set():
+            raise OSError(errno.EMFILE, "Too many open files", "/proc/meminfo")
+        return real(monitor)
+
+    sampler = sampler_of(tree, lambda: ticks.append(1), Clock(), backoff=Backoff(initial=0.01, maximum=0.02))
     stopped.append(sampler)
-    sampler.start()
-    wait_until(lambda: sampler.loop().ended is not None, 10, "the sampler to end")
-    assert judge_health((), None, (sampler.loop(),), 60.0).problems == (
-        "the sampler (sensors, governor, telemetry) is not running: RuntimeError: telemetry could not be made",
+    monkeypatch.setattr(SystemMonitor, "sample", sample)
+    sampler.start()  # its first sample fails too: logged, the thread starts all the same
+    wait_until(lambda: sampler.loop().failures >= 3, 10, "the sampler to fail a few ticks")
+    assert sampler.loop().ended is None
+    assert (
+        judge_health((), None, (sampler.loop(),), 60.0)
+        .problems[0]
+        .startswith("the sampler (sensors, governor, telemetry) fails its turns (")
     )
+    assert (
+        "[Errno 24] Too many open files: '/proc/meminfo'" in judge_health((), None, (sampler.loop(),), 60.0).problems[0]
+    )
+    assert ticks == [], "a failed tick publishes nothing"
+    exhausted.clear()
+    wait_until(lambda: ticks and sampler.loop().failing is None, 10, "a good tick")
+    assert sampler.system is not None and judge_health((), None, (sampler.loop(),), 60.0).ok

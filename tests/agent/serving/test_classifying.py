@@ -4,6 +4,8 @@ and LiteRT on crops of the synthetic scene's shapes."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -157,17 +159,30 @@ def test_a_new_version_drops_the_old_answers_and_closes_the_old_classifier(stage
         old.classifier.classify(IMAGE[:64, :64])
 
 
-def test_the_classify_thread_is_named_and_reports_why_it_ended(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_classify_thread_is_named_and_survives_a_failed_turn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step that raises costs that step: the thread goes on (after a backoff), counts the
+    failure and says what failed; health hears of it; the next good step clears it."""
     stage = ClassifyingStage(clock=clock)
     assert stage.loop().ended is None and stage.loop().stalled_s == 0.0, "not started: nothing to judge"
+    steps: list[bool] = []
+    recovered = threading.Event()
 
-    def broken(wait: bool = False) -> bool:
-        raise RuntimeError("planted")
+    def flaky(wait: bool = False) -> bool:
+        steps.append(wait)
+        if len(steps) == 1:
+            raise RuntimeError("planted")
+        if len(steps) >= 3:  # the second step returned well
+            recovered.set()
+        time.sleep(0.01)  # an idle step waits for work
+        return False
 
-    monkeypatch.setattr(stage, "step", broken)
+    monkeypatch.setattr(stage, "step", flaky)
+    monkeypatch.setattr(stage._worker._backoff, "next_delay", lambda: 0.0)
     stage.start()
-    thread = stage._thread
+    thread = stage._worker._thread
     assert thread is not None and thread.name == "classify"
-    thread.join()
-    assert stage.loop().ended == "RuntimeError: planted"
+    assert recovered.wait(10), "the thread took more steps after the failed one"
+    state = stage.loop()
+    assert state.ended is None and state.failures == 1 and state.failing is None, state
     stage.stop()
+    assert not thread.is_alive()
