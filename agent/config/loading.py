@@ -3,13 +3,20 @@
 `load_config` raises `ConfigError` listing every problem; `check_config` returns them (for
 ``edge-agent config check``), adding what the validators cannot see because it needs I/O:
 files and environment variables the config names but this machine lacks.
+
+Bounded before it is parsed (a SIGHUP must never end the daemon, docs/configuration.md): at most
+`MAX_CONFIG_BYTES` + 1 bytes are read, so a file past the bound (one linked to /dev/zero) is
+refused without being read to its end; then a scan of the YAML events (a loop, not recursion:
+libyaml's when PyYAML has it) refuses collections nested deeper than `MAX_CONFIG_DEPTH` and more
+than `MAX_CONFIG_NODES` keys, values and list items, an alias counted as the nodes it repeats
+(a billion laughs), before anything is composed or validated.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +26,83 @@ from pydantic import ValidationError
 from agent.config.models import AgentConfig
 from agent.errors import ConfigError
 from pipelines.sources.specs import source_kind
+
+#: the largest config file read (1 MiB); a real one is a few KiB
+MAX_CONFIG_BYTES = 1 << 20
+#: collections nested in one another, the top-level mapping counted; a real config has at most 8
+#: (pipelines, a camera, its zones, a zone, its polygon, a point)
+MAX_CONFIG_DEPTH = 32
+#: keys, values and list items, each alias counted as what it repeats; a real config has hundreds
+MAX_CONFIG_NODES = 20_000
+
+
+def _read(path: Path) -> str:
+    """The text of the config at `path`, read up to the bound; `ConfigError` when it is larger,
+    `OSError` when it cannot be read, `UnicodeDecodeError` when it is not UTF-8."""
+    with path.open("rb") as file:
+        data = file.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than the {MAX_CONFIG_BYTES} bytes (1 MiB) a config may be; not read further")
+    return data.decode("utf-8")
+
+
+def _shape_problem(text: str) -> tuple[int, str] | None:
+    """The line and words of the first bound `text` passes (nesting, nodes), None within them.
+    Scans YAML events without building anything, with libyaml when PyYAML has it and PyYAML's
+    own parser when libyaml refuses the text (it gives up past 1000 levels of flow nesting on its
+    own, looking ahead); a syntax error ends the scan, and the loader reports it."""
+    scanners = dict.fromkeys((getattr(yaml, "CSafeLoader", yaml.SafeLoader), yaml.SafeLoader))
+    for scanner in scanners:
+        try:
+            return _scan(yaml.parse(text, Loader=scanner))
+        except yaml.YAMLError:
+            continue
+    return None
+
+
+def _line(event: yaml.Event) -> int:
+    return event.start_mark.line + 1 if event.start_mark is not None else 1
+
+
+def _scan(events: Iterable[yaml.Event]) -> tuple[int, str] | None:
+    open_collections: list[tuple[str | None, int]] = []  # each open one's anchor and the node count it began at
+    repeats: dict[str, int] = {}  # the nodes each anchor's node holds, itself included
+    nodes = 0
+    for event in events:
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(open_collections) >= MAX_CONFIG_DEPTH:
+                words = (
+                    f"nested deeper than {MAX_CONFIG_DEPTH} levels, deeper than any setting goes; not parsed further"
+                )
+                return _line(event), words
+            open_collections.append((event.anchor, nodes))
+            nodes += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, began = open_collections.pop()
+            if anchor is not None:
+                repeats[anchor] = nodes - began
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes += 1
+            if event.anchor is not None:
+                repeats[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent) and event.anchor is not None:
+            nodes += repeats.get(event.anchor, 1)  # an anchor still open (an alias inside itself) counts once
+        if nodes > MAX_CONFIG_NODES:
+            return _line(event), (
+                f"more than {MAX_CONFIG_NODES} keys, values and list items (an alias counts as what it repeats), "
+                "more than any config needs; not parsed further"
+            )
+    return None
+
+
+def _bounded_text(path: Path) -> str:
+    """The config's text once it is within every bound; `ConfigError` naming the bound passed."""
+    text = _read(path)
+    problem = _shape_problem(text)
+    if problem is not None:
+        line, words = problem
+        raise ConfigError(f"{path}:{line}: {words}")
+    return text
 
 
 def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
@@ -63,8 +147,8 @@ class ConfigLines:
         if path is None:
             return cls()
         try:
-            return cls(path, _yaml_lines(path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError):
+            return cls(path, _yaml_lines(_bounded_text(path)))
+        except (ConfigError, OSError, UnicodeDecodeError):
             return cls(path)
 
     def where(self, loc: Sequence[str]) -> str:
@@ -80,7 +164,9 @@ class ConfigLines:
 
 def _parse(path: Path) -> tuple[AgentConfig | None, list[str]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _bounded_text(path)
+    except ConfigError as exc:
+        return None, [str(exc)]
     except OSError as exc:
         return None, [f"{path}: cannot read: {exc.strerror}"]
     except UnicodeDecodeError as exc:

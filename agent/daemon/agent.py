@@ -260,6 +260,9 @@ class Agent:
         log.info("stopped")
 
     def reload(self) -> None:
+        """Apply the config file again when `checkup.reloadable` passes it. A refusal is logged as
+        ``SIGHUP: keeping the running config: ...`` and changes nothing, whatever checking the new
+        config raised (a bounded loader's `ConfigError`, or a RecursionError, MemoryError or bug)."""
         if self.config_path is None:
             log.warning("SIGHUP: no config file to reload")
             return
@@ -270,6 +273,10 @@ class Agent:
                 lock = StateDirLock(config.state_dir).acquire()  # a new state directory: taken first
         except (ConfigError, BundleError, OSError) as exc:
             log.error("SIGHUP: keeping the running config: %s", exc)
+            return
+        except Exception as exc:  # RecursionError, MemoryError, a bug: nothing in a file may end the daemon
+            what = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            log.error("SIGHUP: keeping the running config: %s", what, exc_info=True)
             return
         log.info("SIGHUP: reloading %s", self.config_path)
         self._stop_components()

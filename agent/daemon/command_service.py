@@ -1,13 +1,18 @@
 """The device's command service: `agent.mqtt.commands.COMMAND_TABLE` served over MQTT 5
 request/response on ``<root>/<device>/cmd/<name>`` (docs/mqtt.md#commands).
 
-Admission (`offer`, on paho's network thread; nothing there parses a payload): a retained
-request is never run; one that asks to be answered outside the reply space is not run; each
-command has its own rate limit (`RateLimits`, one bucket for every name the table lacks), so a
-flood of one neither fills the queue nor starves the others; a payload larger than
-`MAX_CONTROL_BYTES` (16 KiB) is not kept: it is answered ``BAD_PAYLOAD`` unread; the queue
-holds `QUEUE_SIZE` requests, the rest are dropped. Refusals are logged at most once per 10 s
-with a count (`ThrottledLog`).
+Admission (`offer`, on paho's network thread): a retained request is never run; one that asks
+to be answered outside the reply space is not run; then the request is charged to a rate limit
+(`RateLimits`), and which one depends on who sent it (`vouched_for`): a request the gate vouches
+for (signed by an operator key, for this device, fresh, not run before; or any, where unsigned
+control is allowed) to its command's own, so a flood of one command neither fills the queue nor
+starves the others; one it does not (unsigned, badly signed, not JSON, larger than
+`MAX_CONTROL_BYTES`) to one bucket shared by every name, so junk on a command's topic never
+uses up what the operator's signed requests of that name need; a name the table lacks to one
+more. Telling them apart costs a scan for ``"signature"`` and, where there is one, a parse of at
+most 16 KiB and one Ed25519 verify (about 100 µs). A payload larger than 16 KiB is not kept: it
+is answered ``BAD_PAYLOAD`` unread; the queue holds `QUEUE_SIZE` requests, the rest are dropped.
+Refusals are logged at most once per 10 s with a count (`ThrottledLog`).
 
 The ``commands`` thread takes the requests in order and answers each on its response topic
 with its correlation data. `run_command` checks and runs one: the envelope through the
@@ -38,7 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent.errors import CodedError, ErrorCode, error_envelope, validation_problems
-from agent.mqtt.commands import COMMAND_TABLE, Blob, Command, CommandActions, Jpeg, shorten
+from agent.mqtt.commands import COMMAND_TABLE, Blob, Command, CommandActions, Jpeg, Rate, shorten
 from agent.mqtt.control import ControlGate, ControlRefused
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, ProtocolError, Topics
@@ -144,22 +149,51 @@ def run_command(
     return Response(json.dumps({"ok": True, "command": name, "result": result}, default=str).encode())
 
 
+def vouched_for(payload: bytes, name: str, gate: ControlGate) -> bool:
+    """Whether `gate` vouches for who sent a request on ``cmd/<name>`` (`ControlGate.vouches_for`),
+    asked at admission, before the command's rate limit is charged; never raises. A payload that
+    does not mention ``"signature"`` is unsigned: vouched for where unsigned control is allowed.
+    One that does is parsed (callers pass at most `MAX_CONTROL_BYTES`) and checked: one Ed25519
+    verify. Where unsigned control is allowed, only a signature that fails is not vouched for."""
+    if b'"signature"' not in payload:
+        return gate.allow_unsigned
+    try:
+        request: CommandRequest = CommandRequest.parse(payload, f"the {name} request")
+    except Exception:  # not an envelope (bare arguments that mention "signature"), or junk
+        return gate.allow_unsigned
+    try:
+        return gate.vouches_for(request, name)
+    except Exception:  # whatever the document makes a check raise: not vouched for, and answered in turn
+        return False
+
+
 class RateLimits:
-    """One bucket per command of `table` (at its row's `Rate`) and one shared by every other
-    name, so a flood of one command neither fills the queue nor starves the others (`allow`
-    from paho's network thread)."""
+    """One bucket per command of `table` (at its row's `Rate`) for the requests the gate vouches
+    for, one (`UNVERIFIED`) shared by every command for those it does not, and one shared by every
+    name the table lacks: a flood of one command neither fills the queue nor starves the others,
+    and junk never uses up what the operator's own requests need (`allow` from paho's network
+    thread)."""
 
     DEFAULT = (5.0, 10)
+    #: every request nobody with an operator key sent (unsigned, badly signed, too large), all names together
+    UNVERIFIED = Rate(5.0, 10)
 
     def __init__(self, table: Iterable[Command[Any]], clock: Callable[[], float] = time.monotonic) -> None:
         self._buckets = {c.name: TokenBucket(c.rate.per_s, c.rate.burst, clock=clock) for c in table}
         self._other = TokenBucket(*self.DEFAULT, clock=clock)
+        self._unverified = TokenBucket(self.UNVERIFIED.per_s, self.UNVERIFIED.burst, clock=clock)
         self._lock = threading.Lock()
         self.dropped = 0
 
-    def allow(self, name: str) -> bool:
+    def allow(self, name: str, vouched: bool = True) -> bool:
+        """Take a token for a request on ``cmd/<name>`` that the gate vouched for, or did not."""
         with self._lock:
-            allowed = self._buckets.get(name, self._other).take()
+            bucket = self._buckets.get(name)
+            if bucket is None:
+                bucket = self._other
+            elif not vouched:
+                bucket = self._unverified
+            allowed = bucket.take()
             self.dropped += not allowed
             return allowed
 
@@ -244,11 +278,21 @@ class CommandService:
                 self.topics.replies,
             )
             return
-        if not self.limits.allow(name):
-            self._throttled.warning("rate", "commands: %s requests over the rate limit dropped", shorten(name))
+        fits = len(message.payload) <= MAX_CONTROL_BYTES
+        vouched = fits and name in self.commands and vouched_for(message.payload, name, self.gate)
+        if not self.limits.allow(name, vouched):
+            if vouched or name not in self.commands:
+                self._throttled.warning("rate", "commands: %s requests over the rate limit dropped", shorten(name))
+            else:
+                self._throttled.warning(
+                    "unverified",
+                    "commands: requests no operator key vouches for (unsigned, badly signed, too large) "
+                    "over their rate limit dropped (%s among them)",
+                    shorten(name),
+                )
             return
         request = _Request(message)
-        if len(message.payload) > MAX_CONTROL_BYTES:
+        if not fits:
             self._throttled.warning("size", "commands: a %d-byte %s request refused unread", len(message.payload), name)
             refusal = error(name, ErrorCode.BAD_PAYLOAD, too_large(len(message.payload)))
             request = _Request(dataclasses.replace(message, payload=b""), refusal)

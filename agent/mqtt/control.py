@@ -15,7 +15,8 @@ operator key over their `canonical_bytes`. `sign` makes it (the operator's side)
 
 A refusal raises `ControlRefused` with a message a person can act on; nothing is changed.
 Thread safety: `ControlGate` and `SeenIds` take their own lock; the gate is called from the
-network thread (desired documents) and the commands thread.
+network thread (desired documents, and `vouches_for` when a command is admitted) and the
+commands thread.
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ class SeenIds:
         except (OSError, ValueError, AttributeError, TypeError):
             self._ids = {}
 
+    def __contains__(self, request_id: object) -> bool:
+        """Whether `request_id` was run (any thread)."""
+        with self._lock:
+            return request_id in self._ids
+
     def add(self, request_id: str, issued_at: float, now: float) -> bool:
         """Record `request_id`; False when it was seen before (a replay)."""
         with self._lock:
@@ -154,12 +160,33 @@ class ControlGate:
         return document
 
     def accept_command(self, request: CommandRequest, name: str) -> CommandRequest:
-        """A command request arrived on ``cmd/<name>``."""
+        """A command request arrived on ``cmd/<name>``: checked, and a signed one's id recorded
+        (the commands thread, which runs it)."""
+        self._check_command(request, name)
+        if request.signature is None:
+            return request
+        assert request.issued_at is not None  # _check refused a signed request without one
+        if not self.seen.add(request.id, request.issued_at, self._clock()):
+            raise ControlRefused(f"request {request.id} was run before (a replay)")
+        return request
+
+    def vouches_for(self, request: CommandRequest, name: str) -> bool:
+        """Whether `request` on ``cmd/<name>`` passes every check of `accept_command`, its id not
+        recorded (whoever runs it records it; one queued twice is refused there as a replay):
+        what admission asks before it charges the command's own rate limit. One signature
+        verify, no write."""
+        try:
+            self._check_command(request, name)
+        except ControlRefused:
+            return False
+        return request.signature is None or request.id not in self.seen
+
+    def _check_command(self, request: CommandRequest, name: str) -> None:
         if request.command != name:
             raise ControlRefused(f"it is a {request.command!r} request sent to the {name!r} command")
         self._check(request, f"device:{self.device}")
         if request.signature is None:
-            return request
+            return
         now = self._clock()
         assert request.issued_at is not None  # _check refused a signed request without one
         if request.issued_at < now - self.skew:
@@ -167,6 +194,3 @@ class ControlGate:
                 f"it was issued {now - request.issued_at:.0f} s ago, more than max_clock_skew_s "
                 f"({self.skew:.0f}): a replay, or an unsynchronised clock"
             )
-        if not self.seen.add(request.id, request.issued_at, now):
-            raise ControlRefused(f"request {request.id} was run before (a replay)")
-        return request

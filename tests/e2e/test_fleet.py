@@ -331,6 +331,44 @@ def test_sighup_reloads_a_good_config_and_keeps_the_running_one_on_a_bad_one(
     assert agent.alive()
 
 
+def test_sighup_keeps_the_running_config_on_one_nested_too_deep_or_endless(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path], operator_key: Path
+) -> None:
+    """Issue 37: a SIGHUP with YAML nested 20,000 deep raised RecursionError past the reload and
+    ended the daemon; one with the config linked to /dev/zero grew it to 2.8 GB before a
+    MemoryError. Both are refused with the bound named, and the agent answers a signed ping on
+    its running config; a good config still applies after them."""
+    agent = agents("dev1")
+    online(watcher, "dev1")
+    finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
+    serving(watcher, "dev1", "1.0.0")
+    good = agent.config.read_text()
+    assert agent.process is not None
+    agent.config.write_text("pipelines: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    agent.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "SIGHUP: keeping the running config" in agent.output() or not agent.alive(), 30, "the refusal")
+    assert agent.alive(), agent.output()[-2000:]
+    assert f"{agent.config}:1: nested deeper than" in agent.output()
+
+    agent.config.unlink()
+    agent.config.symlink_to("/dev/zero")
+    agent.process.send_signal(signal.SIGHUP)
+    refusal = f"SIGHUP: keeping the running config: {agent.config}: larger than the"
+    wait_until(lambda: refusal in agent.output() or not agent.alive(), 30, "the refusal of /dev/zero")
+    assert agent.alive(), agent.output()[-2000:]
+
+    pong = json.loads(request(broker, "dev1", "ping", signed_request(operator_key, "dev1", "ping"))[0])
+    assert pong["ok"] is True and pong["result"]["state"] == "online", pong
+    assert watcher.json("edge/dev1/status")["pipelines"] == ["cam0"], "the running config"
+    agent.config.unlink()
+    config = yaml.safe_load(good)
+    config["pipelines"].append({"name": "cam1", "source": "synthetic:7"})
+    agent.config.write_text(yaml.safe_dump(config))
+    agent.process.send_signal(signal.SIGHUP)
+    watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)
+    assert agent.alive() and "Traceback" not in agent.output()
+
+
 def test_the_example_config_runs_as_is_and_push_waits_for_the_result(
     tmp_path: Path, capsys, broker: Broker, watcher: Watcher, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:

@@ -22,7 +22,8 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from testkit import DEMO_MODELS
 from testkit.agent_process import AgentProcess
 from testkit.broker import Broker, Watcher
-from testkit.fleet import cli, finished, online, publish_raw, push, request, serving, signed_request
+from testkit.control import junk
+from testkit.fleet import Requester, cli, finished, online, publish_raw, push, request, serving, signed_request
 from testkit.needs import missing
 from testkit.net import wait_until
 
@@ -372,6 +373,32 @@ def test_a_command_flood_keeps_memory_flat_logs_bounded_and_ping_answered(
     grown = (process.memory_info().rss - before) / 2**20
     assert grown < 25, f"RSS grew {grown:.0f} MB"
     lines = [line for line in agent.output().splitlines() if "rate limit" in line or "queue is full" in line]
+    assert 1 <= len(lines) <= 4, lines
+
+
+def test_a_junk_flood_on_a_command_topic_leaves_the_operators_signed_commands_answered(
+    broker: Broker, agents, keys: dict[str, Path], operator_key: Path
+) -> None:
+    """Issue 37, item 4: 20 anonymous messages a second on ``<device>/cmd/rollback`` and 0 of 5
+    signed rollbacks were answered: the name's rate limit was charged before the signature was
+    checked. Here each signed rollback comes right behind 100 unsigned or badly signed ones on
+    the same topic (thousands a second, the rollback's burst is 10): each is answered, and the
+    junk's refusals and log lines stay bounded."""
+    agent = agents("dev1")
+    requester = Requester(broker, "dev1")
+    try:
+        wait_until(lambda: requester.answered(requester.send("ping", b""), 1.0), 60, "the agent answering")
+        operator = load_private_key(operator_key)
+        for n in range(5):
+            flooded = requester.send_many("rollback", junk(keys, operator, "rollback", "dev1", time.time()) * 13)
+            (signed,) = requester.send_many("rollback", [signed_request(operator_key, "dev1", "rollback")])
+            answer = json.loads(requester.answer(signed)[0])
+            assert (answer["ok"], answer["error"]["code"]) == (False, "NO_PREVIOUS"), f"rollback {n}: {answer}"
+            assert len(requester.answers(flooded)) < len(flooded) / 2, "most of the junk is dropped unanswered"
+    finally:
+        requester.close()
+    assert agent.alive() and "Traceback" not in agent.output()
+    lines = [line for line in agent.output().splitlines() if "commands:" in line and "dropped" in line]
     assert 1 <= len(lines) <= 4, lines
 
 

@@ -1,5 +1,6 @@
 """`agent.config.loading`: every problem of an agent.yaml with its line, missing files and variables,
-secrets from a value, a file or the environment, a recursive alias."""
+secrets from a value, a file or the environment, a recursive alias; the bounds on a file's size,
+nesting and nodes checked before it is parsed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pytest
 import yaml
 
 from agent.cli import main
-from agent.config.loading import check_config, load_config
+from agent.config.loading import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_NODES,
+    ConfigLines,
+    check_config,
+    load_config,
+)
 from agent.config.models import Secret
 from agent.errors import ConfigError
 
@@ -151,3 +159,93 @@ def test_a_number_that_is_not_finite_is_a_problem_with_its_line(tmp_path: Path, 
     path.write_text(text)
     problems = check_config(path)
     assert len(problems) == 1 and problems[0].startswith(f"{path}:") and problem in problems[0], problems
+
+
+def test_a_config_larger_than_the_bound_is_refused_after_reading_one_byte_more(tmp_path: Path, capsys) -> None:
+    """A config linked to /dev/zero grew a SIGHUP's daemon to 2.8 GB and ended it (issue 37): at
+    most `MAX_CONFIG_BYTES` + 1 bytes are read, and a file past the bound is one problem naming it."""
+    endless = tmp_path / "agent.yaml"
+    endless.symlink_to("/dev/zero")
+    refusal = f"{endless}: larger than the {MAX_CONFIG_BYTES} bytes (1 MiB) a config may be; not read further"
+    assert check_config(endless) == [refusal]
+    with pytest.raises(ConfigError) as raised:
+        load_config(endless)
+    assert str(raised.value) == refusal
+    assert ConfigLines.read(endless).lines == {}
+    assert main(["config", "check", str(endless)]) == 1
+    assert capsys.readouterr().out == refusal + "\n"
+
+    config = "device: {id: cam-01}\n"
+    at_the_bound = tmp_path / "padded.yaml"
+    at_the_bound.write_text(config + "#" * (MAX_CONFIG_BYTES - len(config) - 1) + "\n")
+    assert load_config(at_the_bound).device.id == "cam-01"
+    at_the_bound.write_text(config + "#" * (MAX_CONFIG_BYTES - len(config)) + "\n")
+    assert check_config(at_the_bound) == [refusal.replace(str(endless), str(at_the_bound))]
+
+
+def nested(levels: int, style: str) -> str:
+    """A config whose key ``a`` holds `levels` collections, each inside the one before."""
+    if style == "flow lists":
+        return "a: " + "[" * levels + "]" * levels + "\n"
+    if style == "flow mappings":
+        return "a: " + "{b: " * levels + "1" + "}" * levels + "\n"
+    if style == "block mappings":
+        return "a:\n" + "".join(f"{'  ' * i}b:\n" for i in range(1, levels)) + f"{'  ' * levels}b: 1\n"
+    return "a:\n  " + "- " * levels + "1\n"  # block lists on one line
+
+
+STYLES = ["flow lists", "flow mappings", "block mappings", "block lists"]
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_nesting_deeper_than_the_bound_is_refused_before_parsing(tmp_path: Path, style: str) -> None:
+    """YAML nested 20,000 deep raised RecursionError out of the loader, past a SIGHUP's handler
+    (issue 37): the nesting is counted as the file is scanned, and the first collection past
+    `MAX_CONFIG_DEPTH` levels is one problem with its line."""
+    path = tmp_path / "agent.yaml"
+    path.write_text(nested(20_000 if style.startswith("flow") else MAX_CONFIG_DEPTH + 5, style))
+    (problem,) = check_config(path)
+    assert re.fullmatch(rf"{re.escape(str(path))}:\d+: nested deeper than {MAX_CONFIG_DEPTH} levels, .*", problem)
+    with pytest.raises(ConfigError, match=f"nested deeper than {MAX_CONFIG_DEPTH} levels"):
+        load_config(path)
+    assert ConfigLines.read(path).lines == {}, "the line finder refuses it too"
+
+    path.write_text(nested(MAX_CONFIG_DEPTH - 1, style))  # with the top-level mapping: at the bound
+    assert check_config(path) == [f"{path}:1: a: Extra inputs are not permitted"]
+
+
+def test_more_nodes_than_the_bound_are_refused_before_parsing(tmp_path: Path, capsys) -> None:
+    """`config check` took 45 s and 626 MB on a file of 300,000 keys (issue 37): such a file is
+    larger than the size bound, and a smaller one with more than `MAX_CONFIG_NODES` keys, values
+    and list items is refused once the scan counted them, before anything is built."""
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("".join(f"k{i}: {i}\n" for i in range(300_000)))
+    assert check_config(keys) == [
+        f"{keys}: larger than the {MAX_CONFIG_BYTES} bytes (1 MiB) a config may be; not read further"
+    ]
+    items = tmp_path / "items.yaml"
+    items.write_text("a: [" + "0," * MAX_CONFIG_NODES + "0]\n")
+    assert items.stat().st_size < MAX_CONFIG_BYTES
+    (problem,) = check_config(items)
+    assert problem == (
+        f"{items}:1: more than {MAX_CONFIG_NODES} keys, values and list items (an alias counts as what it "
+        "repeats), more than any config needs; not parsed further"
+    )
+    assert main(["config", "check", str(items)]) == 1
+    assert capsys.readouterr().out == problem + "\n"
+
+
+def test_aliases_count_as_what_they_repeat(tmp_path: Path) -> None:
+    """A billion laughs: nine levels of ten aliases each are a billion list items once expanded.
+    PyYAML shares an alias's value instead of copying it and the validators stop at the schema's
+    depth, so nothing walked the expansion yet (each key was one Extra inputs problem); the scan
+    counts each alias as the nodes it repeats, so that nothing ever can. An anchor used a few
+    times is fine."""
+    laughs = "l0: &l0 [lol]\n" + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 10))
+    path = tmp_path / "agent.yaml"
+    path.write_text(laughs)
+    (problem,) = check_config(path)
+    assert problem.startswith(f"{path}:") and f"more than {MAX_CONFIG_NODES} keys, values and list items" in problem
+    shared = "zone: &zone [[0, 0], [10, 0], [10, 10]]\n"
+    path.write_text(shared + "".join(f"z{i}: *zone\n" for i in range(20)))
+    assert len(check_config(path)) == 21, "one Extra inputs problem per key: the aliases are counted, not refused"

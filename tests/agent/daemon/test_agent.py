@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 from pathlib import Path
 
+import pytest
 import yaml
 from testkit.broker import Broker, Watcher
 from testkit.bundles import install_versions
@@ -205,6 +207,43 @@ def test_sighup_refuses_a_config_that_config_check_finds_a_problem_in(broker: Br
 
     wait_until(lambda: len(starts()) == 2, 30, "the good config applied")
     assert starts() == ["1", "2"], "the config with the missing file never ran"
+
+
+@pytest.mark.parametrize(
+    ("raised", "logged"),
+    [
+        (RecursionError("maximum recursion depth exceeded"), "RecursionError: maximum recursion depth exceeded"),
+        (MemoryError(), "MemoryError"),
+        (KeyError("a bug"), "KeyError: 'a bug'"),
+    ],
+)
+def test_a_reload_keeps_the_running_config_whatever_checking_the_new_one_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, raised: Exception, logged: str
+) -> None:
+    """Only `ConfigError`, `BundleError` and `OSError` were caught: the RecursionError of a YAML
+    file nested 20,000 deep and the MemoryError of one linked to /dev/zero ended the daemon
+    (issue 37). Anything checking the new config raises is logged as a refusal, and the agent
+    serves on with the config it had."""
+    from agent.config.loading import load_config
+    from agent.daemon import agent as daemon
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump({"device": {"id": "kept"}, "state_dir": str(tmp_path / "state")}))
+    agent = daemon.Agent(load_config(path), probe(), config_path=path)
+    running = agent.config
+
+    def fails(config_path: Path) -> None:
+        raise raised
+
+    monkeypatch.setattr(daemon, "reloadable", fails)
+    agent.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger=daemon.__name__):
+            agent.reload()
+        assert [r.getMessage() for r in caplog.records] == [f"SIGHUP: keeping the running config: {logged}"]
+        assert agent.config is running and agent.snapshot().state == "online"
+    finally:
+        agent.stop()
 
 
 def test_the_classify_thread_runs_with_the_agent_and_counts_in_health(tmp_path: Path, keys: dict[str, Path]) -> None:

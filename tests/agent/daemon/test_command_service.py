@@ -4,24 +4,23 @@ thread alive, and the thread's turns and its end as `Health` sees them."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from testkit.broker import Broker
-from testkit.control import Clock, gate, request
+from testkit.control import Clock, gate, junk, request
+from testkit.fleet import Requester
 from testkit.net import wait_until
 
 from agent.bundles.record import Deployment
 from agent.config.models import MqttSection
-from agent.daemon.command_service import CommandError, CommandService, RateLimits, run_command
+from agent.daemon.command_service import CommandError, CommandService, RateLimits, run_command, vouched_for
 from agent.errors import CodedError, ErrorCode
 from agent.mqtt.commands import COMMAND_TABLE, Command, CommandActions, NoArgs, PipelineArgs
 from agent.mqtt.link import MqttLink
@@ -82,6 +81,35 @@ def test_rate_limits_keep_one_flooded_command_from_starving_the_others() -> None
     assert limits.dropped == 4996 + 8 + 90
 
 
+def test_requests_not_vouched_for_have_one_bucket_of_their_own() -> None:
+    """What does not pass the gate's check of who sent it is charged to one bucket shared by
+    every name, never to the name's own, which the operator's signed requests keep."""
+    clock = Clock(0.0)
+    limits = RateLimits(COMMAND_TABLE, clock=clock)
+    junk = RateLimits.UNVERIFIED
+    assert sum(limits.allow(name, vouched=False) for name in ["rollback", "ping"] * 2500) == junk.burst
+    assert sum(limits.allow("rollback") for _ in range(100)) == 10, "rollback's own burst is all there"
+    clock.now = 1.0
+    assert sum(limits.allow("ping", vouched=False) for _ in range(100)) == int(junk.per_s)
+    assert limits.dropped == 5000 - junk.burst + 90 + 100 - int(junk.per_s)
+
+
+def test_admission_vouches_only_for_what_an_operator_key_signed_for_this_device_now(
+    tmp_path: Path, keys: dict[str, Path], operator
+) -> None:
+    """`vouched_for` tells the operator's requests from junk before a rate limit is charged; where
+    unsigned control is allowed only a signature that fails is junk."""
+    strict, lab = gate(tmp_path, keys, Clock()), gate(tmp_path, keys, Clock(), allow_unsigned=True)
+    signed = request(operator, id="fresh").to_bytes()
+    assert vouched_for(signed, "rollback", strict) and vouched_for(signed, "rollback", lab)
+    assert not vouched_for(signed, "ping", strict), "a rollback's signature sent to ping"
+    flood = junk(keys, operator, "rollback")[:-1]  # the caller never passes a payload over 16 KiB
+    assert [vouched_for(payload, "rollback", strict) for payload in flood] == [False] * len(flood)
+    assert [vouched_for(payload, "rollback", lab) for payload in flood] == [True, True, True, False, False, False, True]
+    assert vouched_for(b'{"pipeline": "signature"}', "restart-pipeline", lab), "bare arguments that mention it"
+    assert not vouched_for(b'{"signature": ' + b"[" * 5000, "rollback", strict)
+
+
 def test_commands_check_payloads_and_shape_answers() -> None:
     calls: list[str] = []
 
@@ -139,88 +167,41 @@ def test_commands_check_payloads_and_shape_answers() -> None:
 # -- over a real mosquitto --------------------------------------------------------------------
 
 
-class Requester:
-    """An operator's MQTT 5 client: publishes a request with a response topic under
-    ``edge/replies/`` and correlation data, and returns the answer (payload, content type)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.reply_topic = "edge/replies/test-7"
-        self._answers: dict[bytes, tuple[bytes, str]] = {}
-        self._arrived = threading.Condition()
-        subscribed = threading.Event()
-        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
-        self.client.on_message = self._on_message
-        self.client.on_subscribe = lambda *_: subscribed.set()
-        self.client.connect("127.0.0.1", broker.port)
-        self.client.loop_start()
-        self.client.subscribe(self.reply_topic, qos=1)
-        assert subscribed.wait(10), "the requester could not subscribe"
-        self._sent = 0
-
-    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
-        with self._arrived:
-            self._answers[bytes(message.properties.CorrelationData)] = (
-                bytes(message.payload),
-                message.properties.ContentType,
-            )
-            self._arrived.notify_all()
-
-    def send(self, name: str, payload: bytes) -> bytes:
-        """Publish a request on ``edge/cam-1/cmd/<name>``; its correlation data."""
-        self._sent += 1
-        correlation = f"request-{self._sent}".encode()
-        properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-        properties.ResponseTopic = self.reply_topic
-        properties.CorrelationData = correlation
-        self.client.publish(f"edge/cam-1/cmd/{name}", payload, qos=1, properties=properties).wait_for_publish(10)
-        return correlation
-
-    def answer(self, correlation: bytes, timeout: float = 20) -> tuple[bytes, str]:
-        with self._arrived:
-            assert self._arrived.wait_for(lambda: correlation in self._answers, timeout), "no answer"
-            return self._answers[correlation]
-
-    def answered(self, correlation: bytes, timeout: float) -> bool:
-        with self._arrived:
-            return self._arrived.wait_for(lambda: correlation in self._answers, timeout)
-
-    def ask(self, name: str, payload: bytes) -> dict[str, Any]:
-        body, kind = self.answer(self.send(name, payload))
-        assert kind == "application/json"
-        return json.loads(body)  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
-
-
 @pytest.fixture
 def operator_client(broker: Broker) -> Iterator[Requester]:
-    requester = Requester(broker)
+    requester = Requester(broker, "cam-1")
     yield requester
     requester.close()
 
 
 @pytest.fixture
 def served(
-    tmp_path: Path, broker: Broker, keys: dict[str, Path], operator_client: Requester
+    tmp_path: Path, broker: Broker, keys: dict[str, Path], operator: Ed25519PrivateKey, operator_client: Requester
 ) -> Iterator[Callable[..., CommandService]]:
-    """``served(actions, monotonic=...)``: a `CommandService` for device cam-1 on its own link to
-    the test's broker, unsigned bare arguments allowed, answering (its subscription is in place)
-    when it is returned; stopped at the end."""
+    """``served(actions, monotonic=..., allow_unsigned=True)``: a `CommandService` for device
+    cam-1 on its own link to the test's broker, unsigned bare arguments allowed unless
+    `allow_unsigned` is False, answering (its subscription is in place) when it is returned;
+    stopped at the end."""
     started: list[tuple[MqttLink, CommandService]] = []
 
-    def serve(device: CommandActions, monotonic: Callable[[], float] | None = None) -> CommandService:
+    def serve(
+        device: CommandActions, monotonic: Callable[[], float] | None = None, allow_unsigned: bool = True
+    ) -> CommandService:
         link = MqttLink(MqttSection(broker=broker.url), "edge-agent-cam-1")
-        check = gate(tmp_path, keys, Clock(), allow_unsigned=True)
+        check = gate(tmp_path, keys, Clock(), allow_unsigned=allow_unsigned)
         extra = {"monotonic": monotonic} if monotonic is not None else {}
         service = CommandService(link, Topics(), "cam-1", check, device, **extra)
         service.start()
         link.start()
         assert link.wait_connected(10)
         started.append((link, service))
+        pings = (request(operator, "ping", id=f"warm-up-{n}").to_bytes() for n in itertools.count())
+
+        def ping() -> bytes:
+            return b"" if allow_unsigned else next(pings)
+
         # a ping sent before the broker acknowledged the subscription is lost: ask until one is answered
-        wait_until(lambda: operator_client.answered(operator_client.send("ping", b""), 1.0), 20, "a first answer")
+        wait_until(lambda: operator_client.answered(operator_client.send("ping", ping()), 1.0), 20, "a first answer")
         return service
 
     yield serve
@@ -320,3 +301,35 @@ def test_a_commands_thread_that_ended_shows_in_health_at_once(
     assert health.problems == (
         "the commands thread (MQTT commands) is not running: SystemExit: a bug that escapes the answer",
     )
+
+
+def test_a_junk_flood_on_a_command_leaves_its_signed_requests_their_rate(
+    served: Callable[..., CommandService], operator_client: Requester, keys: dict[str, Path], operator
+) -> None:
+    """Issue 37, item 4: 20 anonymous messages a second on ``cmd/rollback`` and none of 5 signed
+    rollbacks was answered, the rate limit of the name being charged before the signature was
+    checked. The clock stands still, so no bucket refills: 80 junk rollbacks, then 5 signed ones,
+    in that order on one connection. Every signed one is answered; of the junk only the burst of
+    the unverified bucket is, with the usual refusal, and the rest is dropped unanswered."""
+    rolled: list[str] = []
+
+    def rollback() -> Deployment:
+        rolled.append("rollback")
+        return no_rollback()
+
+    service = served(actions(rollback=rollback), monotonic=Clock(100.0), allow_unsigned=False)
+    flood = junk(keys, operator, "rollback") * 10
+    flooded = operator_client.send_many("rollback", flood)
+    signed = [request(operator, "rollback", id=f"operator-{n}").to_bytes() for n in range(5)]
+    for correlation in operator_client.send_many("rollback", signed):
+        answer = json.loads(operator_client.answer(correlation)[0])
+        assert answer == {
+            "ok": False,
+            "command": "rollback",
+            "error": {"code": "NO_PREVIOUS", "message": "no previous version"},
+        }, answer
+    assert rolled == ["rollback"] * 5, "only the signed ones reached the device"
+    burst = RateLimits.UNVERIFIED.burst
+    refused = [json.loads(body)["error"]["code"] for body, _ in operator_client.answers(flooded)]
+    assert len(refused) == burst and set(refused) <= {"UNAUTHORIZED", "BAD_PAYLOAD"}, refused
+    assert service.limits.dropped == len(flood) - burst

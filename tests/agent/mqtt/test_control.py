@@ -47,14 +47,19 @@ def test_the_gate_refuses_commands_the_operator_did_not_sign_for_this_device_now
         "future": lambda: request(operator, at=NOW + 301),
         "wrong command": lambda: request(operator, name="ping"),
     }[case]()
+    check = gate(tmp_path, keys, Clock())
+    assert not check.vouches_for(made, "rollback"), "admission charges it to the junk's rate limit"
     with pytest.raises(ControlRefused, match=words) as refused:
-        gate(tmp_path, keys, Clock()).accept_command(made, "rollback")
+        check.accept_command(made, "rollback")
     assert refused.value.code == "UNAUTHORIZED"
 
 
 def test_a_command_runs_once_even_across_restarts(tmp_path: Path, keys, operator) -> None:
     signed = request(operator, id="once")
-    assert gate(tmp_path, keys, Clock()).accept_command(signed, "rollback") == signed
+    check = gate(tmp_path, keys, Clock())
+    assert check.vouches_for(signed, "rollback") and check.vouches_for(signed, "rollback"), "asking records nothing"
+    assert check.accept_command(signed, "rollback") == signed
+    assert not check.vouches_for(signed, "rollback"), "a replay is not vouched for"
     with pytest.raises(ControlRefused, match="run before"):
         gate(tmp_path, keys, Clock(NOW + 5)).accept_command(signed, "rollback")  # a new process, same state dir
     fresh = request(operator, id="twice", at=NOW + 700)
@@ -65,6 +70,7 @@ def test_a_command_runs_once_even_across_restarts(tmp_path: Path, keys, operator
 
 def test_unsigned_control_only_where_the_config_allows_it(tmp_path: Path, keys, stranger) -> None:
     lab = gate(tmp_path, keys, Clock(), allow_unsigned=True)
+    assert lab.vouches_for(request(None), "rollback") and not lab.vouches_for(request(stranger), "rollback")
     assert lab.accept_command(request(None), "rollback").signature is None
     with pytest.raises(ControlRefused, match="not an operator key"):
         lab.accept_command(request(stranger), "rollback")  # a signature is still checked against the keys it has

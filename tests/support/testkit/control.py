@@ -1,5 +1,5 @@
 """Signed control as the tests make it: a fixed clock, a desired document, the device's gate, the
-operator's key, signed requests."""
+operator's key, signed requests, and requests nobody with an operator key sent."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.bundles.signing import load_public_key
+from agent.bundles.signing import load_private_key, load_public_key
 from agent.mqtt.control import ControlGate, SeenIds, sign
-from agent.mqtt.protocol import CommandRequest, Desired, Topics
+from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, Desired, Topics
 from agent.mqtt.rollout_schedule import FailureLimit, Rollout
 
 NOW = 1_800_000_000.0
@@ -50,6 +50,28 @@ def request(key: Ed25519PrivateKey | None, name: str = "rollback", target: str =
     document = CommandRequest(id=str(fields.pop("id", "r1")), command=name, args=dict(fields.pop("args", {})))  # type: ignore[call-overload]
     at = float(fields.pop("at", NOW))  # type: ignore[arg-type]
     return sign(document, key, target, now=at) if key is not None else document.model_copy(update={"target": target})
+
+
+def junk(
+    keys: dict[str, Path], operator: Ed25519PrivateKey, name: str, device: str = "cam-1", at: float = NOW
+) -> list[bytes]:
+    """Requests on ``cmd/<name>`` of `device` that nobody with an operator key sent: unsigned ones,
+    ones signed by a stranger, by the operator but changed after, or for another device (each
+    issued `at`), and ones that are not JSON or too large to read."""
+    stranger = load_private_key(keys["other"])
+    target = f"device:{device}"
+    changed = json.loads(request(operator, name, target, id="changed", at=at).to_bytes())
+    changed["args"] = {"pipeline": "cam0"}
+    return [
+        b"",
+        b"{}",
+        json.dumps({"id": "unsigned", "command": name, "args": {}}).encode(),
+        request(stranger, name, target, id="stranger", at=at).to_bytes(),
+        json.dumps(changed).encode(),
+        request(operator, name, "device:someone-else", id="elsewhere", at=at).to_bytes(),
+        b"\xff" * 100,
+        b"{}".ljust(MAX_CONTROL_BYTES + 1),
+    ]
 
 
 TOPICS = Topics("fleet/a")

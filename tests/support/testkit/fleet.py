@@ -1,8 +1,9 @@
 """The operator's side as the tests drive it: the fleet CLI in-process, raw MQTT publishes, waiting
-for a device's status and deployment, signed command requests."""
+for a device's status and deployment, signed command requests, a `Requester` of many commands."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from agent.cli import main
 from agent.mqtt.protocol import ChunkIndex, Desired, Topics
@@ -141,3 +144,78 @@ def request(
     answer = answers[0]
     assert answer.properties.CorrelationData == b"request-42"
     return bytes(answer.payload), answer.properties.ContentType
+
+
+class Requester:
+    """An operator's MQTT 5 client for `device`: publishes requests with a response topic under
+    ``edge/replies/`` and correlation data, and returns the answers (payload, content type).
+    Requests from one requester reach the device in the order they were sent (one connection,
+    QoS 1)."""
+
+    def __init__(self, broker: Broker, device: str) -> None:
+        self.device = device
+        self.reply_topic = "edge/replies/test-7"
+        self._answers: dict[bytes, tuple[bytes, str]] = {}
+        self._arrived = threading.Condition()
+        subscribed = threading.Event()
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = lambda *_: subscribed.set()
+        self.client.connect("127.0.0.1", broker.port)
+        self.client.loop_start()
+        self.client.subscribe(self.reply_topic, qos=1)
+        assert subscribed.wait(10), "the requester could not subscribe"
+        self._sent = 0
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        with self._arrived:
+            self._answers[bytes(message.properties.CorrelationData)] = (
+                bytes(message.payload),
+                message.properties.ContentType,
+            )
+            self._arrived.notify_all()
+
+    def send(self, name: str, payload: bytes) -> bytes:
+        """Publish a request on ``edge/<device>/cmd/<name>``; its correlation data."""
+        return self.send_many(name, [payload])[0]
+
+    def send_many(self, name: str, payloads: list[bytes]) -> list[bytes]:
+        """Publish a request on ``edge/<device>/cmd/<name>`` for each of `payloads`, back to back,
+        in order (once the broker has the last); their correlation data."""
+        correlations, sent = [], []
+        for payload in payloads:
+            self._sent += 1
+            correlation = f"request-{self._sent}".encode()
+            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            properties.ResponseTopic = self.reply_topic
+            properties.CorrelationData = correlation
+            topic = f"edge/{self.device}/cmd/{name}"
+            sent.append(self.client.publish(topic, payload, qos=1, properties=properties))
+            correlations.append(correlation)
+        for info in sent:
+            info.wait_for_publish(30)
+        return correlations
+
+    def answer(self, correlation: bytes, timeout: float = 20) -> tuple[bytes, str]:
+        with self._arrived:
+            answered = self._arrived.wait_for(lambda: correlation in self._answers, timeout)
+            assert answered, f"no answer to {correlation.decode()} within {timeout:.0f} s"
+            return self._answers[correlation]
+
+    def answers(self, correlations: list[bytes]) -> list[tuple[bytes, str]]:
+        """The answers that arrived so far to `correlations`."""
+        with self._arrived:
+            return [self._answers[c] for c in correlations if c in self._answers]
+
+    def answered(self, correlation: bytes, timeout: float) -> bool:
+        with self._arrived:
+            return self._arrived.wait_for(lambda: correlation in self._answers, timeout)
+
+    def ask(self, name: str, payload: bytes) -> dict[str, Any]:
+        body, kind = self.answer(self.send(name, payload))
+        assert kind == "application/json"
+        return json.loads(body)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
