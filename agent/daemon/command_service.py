@@ -48,7 +48,7 @@ from agent.mqtt.control import ControlGate, ControlRefused
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, ProtocolError, Topics
 from agent.throttle import ThrottledLog, TokenBucket
-from pipelines.worker import LoopState
+from pipelines.worker import DONE, LoopState, Worker
 
 log = logging.getLogger(__name__)
 
@@ -225,38 +225,27 @@ class CommandService:
         self.commands = {command.name: command for command in table}
         self.limits = RateLimits(self.commands.values(), monotonic)
         self._throttled = ThrottledLog(log, clock=monotonic)
-        self._monotonic = monotonic
         self._queue: queue.Queue[_Request | None] = queue.Queue(maxsize=QUEUE_SIZE)
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._due = monotonic()  # when the thread promised to turn again
-        self._ended: str | None = None  # why the thread ended
+        self._worker = Worker("commands", self._turn, described=NAME, budget_s=IDLE_TURN_S, monotonic=monotonic)
 
     def start(self) -> None:
         """Subscribe to this device's commands and start the ``commands`` thread."""
         self._stopping.clear()
-        self._ended = None
         self.link.subscribe(self.topics.command(self.device, "+"), self.offer)
-        self._thread = threading.Thread(target=self._run, name="commands", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Answer what is queued, then end the thread; later requests are ignored."""
         self._stopping.set()
         with contextlib.suppress(queue.Full):  # when full, the thread sees `_stopping` once it is empty
             self._queue.put_nowait(None)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._worker.stop(timeout, finish=True)
 
     def loop(self) -> LoopState:
-        """How far the ``commands`` thread is past its announced turn, or why it is not running
-        (any thread)."""
-        thread = self._thread
-        if thread is None:
-            return LoopState(NAME)
-        if not thread.is_alive():
-            return LoopState(NAME, ended=self._ended or "stopped")
-        return LoopState(NAME, stalled_s=max(0.0, self._monotonic() - self._due))
+        """How far the ``commands`` thread is past its announced turn, whether its turns fail, or
+        why it ended (any thread)."""
+        return self._worker.state()
 
     # -- admission (paho's network thread) -----------------------------------------------------
 
@@ -303,29 +292,23 @@ class CommandService:
 
     # -- the commands thread -------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _turn(self) -> float | None:
+        """Answer the next request, waiting for one at most `IDLE_TURN_S`; `DONE` at the stop
+        marker, or once stopping with nothing left."""
         try:
-            while True:
-                self._due = self._monotonic() + IDLE_TURN_S
-                try:
-                    request = self._queue.get(timeout=IDLE_TURN_S)
-                except queue.Empty:
-                    if self._stopping.is_set():
-                        return
-                    continue
-                if request is None:
-                    return
-                self._answer(request)
-        except BaseException as exc:
-            self._ended = f"{type(exc).__name__}: {exc}"
-            log.critical("commands: the commands thread ended: %s", self._ended)
-            raise
+            request = self._queue.get(timeout=IDLE_TURN_S)
+        except queue.Empty:
+            return DONE if self._stopping.is_set() else 0.0
+        if request is None:
+            return DONE
+        self._answer(request)
+        return 0.0
 
     def _answer(self, request: _Request) -> None:
         message = request.message
         name = message.topic.rsplit("/", 1)[1]
         command = self.commands.get(name)
-        self._due = self._monotonic() + (command.budget_s if command is not None else 0.0)
+        self._worker.beat(command.budget_s if command is not None else 0.0)
         try:
             response = request.refusal or run_command(self.commands, self.actions, name, message.payload, self.gate)
             if response.ok:

@@ -50,7 +50,7 @@ from agent.snapshot import DeploymentStatus, RolloutPosition
 from agent.throttle import ThrottledLog
 from pipelines.backoff import Backoff
 from pipelines.pipeline import PipelineStats
-from pipelines.worker import LoopState, Worker
+from pipelines.worker import DONE, LoopState, Worker
 
 log = logging.getLogger(__name__)
 
@@ -369,9 +369,8 @@ class Deployer:
         cancelled by a rollback); `Cancelled` when it pauses (stop, or a newer document)."""
         timeout = self.config.deployments.download_timeout_s
         remaining = timeout - (time.time() - (deployment.started or time.time()))
-        deadline = threading.Timer(max(0.0, remaining), self._time_out)
-        deadline.daemon = True
-        deadline.start()
+        deadline = Worker("download-deadline", self._time_out, described="the download's deadline", budget_s=None)
+        deadline.start(delay_s=max(0.0, remaining))
         download = BundleDownload(
             self.config,
             self.link,
@@ -406,7 +405,7 @@ class Deployer:
             else:
                 raise  # the agent stops: the download resumes at the next start
         finally:
-            deadline.cancel()
+            deadline.stop(1.0)  # cancelled while it waits; a timeout already taken ended it
         return None
 
     def _successor(self, desired: Desired) -> str | None:
@@ -431,10 +430,11 @@ class Deployer:
             self._step(last, State.REJECTED, BundleError(ErrorCode.SUPERSEDED, message))
             log.info("deployment %s: %s", last.id, message)
 
-    def _time_out(self) -> None:
-        """The download deadline passed (a timer thread): stop the download."""
+    def _time_out(self) -> float | None:
+        """The download deadline passed (its worker's one turn, after its delay): stop the download."""
         self._timed_out.set()
         self._cancel.set()
+        return DONE
 
     def _set_problem(self, problem: str | None) -> None:
         self.problem = problem

@@ -93,8 +93,14 @@ def test_the_agent_answers_after_bad_commands_and_counts_its_commands_thread_in_
         assert pong["ok"] is True and pong["result"]["state"] == "online"
         assert agent.health().ok
         assert agent.commands is not None
-        agent.commands.stop()  # as if it had died: the agent still runs, its commands do not
-        assert agent.health().problems == ("the commands thread (MQTT commands) is not running: stopped",)
+        commands = agent.commands
+
+        def leave() -> float:
+            raise SystemExit("planted")
+
+        commands._worker._turn = leave  # its next turn ends the thread: the agent still runs, its commands do not
+        assert commands._worker.join(10)
+        assert agent.health().problems == ("the commands thread (MQTT commands) is not running: SystemExit: planted",)
     finally:
         agent.stop()
 
