@@ -76,7 +76,10 @@ def collect(
     """Subscribe to `filters` and gather messages until `quiet` seconds pass without one after the
     broker acknowledged the subscription (at most `wait` seconds in all); empty payloads (cleared
     retained topics) are left out, and the payloads of topics `keep` refuses are not kept (a
-    one-byte placeholder: the topic is there)."""
+    one-byte placeholder: the topic is there). No time to wait (``--listen 0``) collects nothing,
+    whatever the broker would have been quick enough to send."""
+    if wait <= 0:
+        return {}
     retained = Retained(keep=keep)
     start = time.monotonic()
     link.subscribe_many(filters, retained.add).wait(wait)  # the retained messages follow the SUBACK
