@@ -248,13 +248,19 @@ def operator_key(keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path
 
 @pytest.fixture
 def agents(tmp_path: Path, broker: Broker, keys: dict[str, Path]) -> Iterator[Callable[..., AgentProcess]]:
-    """``agents(device, group=None, broker_url=None, **config)`` starts an agent process that
-    obeys the operator's key."""
+    """``agents(device, group=None, env=None, max_files=None, **config)`` starts an agent process
+    that obeys the operator's key (`max_files`: its ``ulimit -n``)."""
     started: list[AgentProcess] = []
 
-    def start(device: str, group: str | None = None, env: dict[str, str] | None = None, **config: Any) -> AgentProcess:
+    def start(
+        device: str,
+        group: str | None = None,
+        env: dict[str, str] | None = None,
+        max_files: int | None = None,
+        **config: Any,
+    ) -> AgentProcess:
         path = agent_config(tmp_path, broker, device, keys["public"], group, keys["operator_pub"], **config)
-        agent = AgentProcess(path, env).start()
+        agent = AgentProcess(path, env, max_files=max_files).start()
         started.append(agent)
         return agent
 

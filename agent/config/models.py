@@ -669,6 +669,19 @@ class StatusPageSection(_Section):
     tls: StatusTlsSection | None = Field(default=None, description="Serve HTTPS with this certificate and key.")
     history_s: float = Field(default=600.0, ge=60, le=86400, description="Seconds of history the charts show.")
     sample_s: float = Field(default=2.0, ge=0.5, le=60, description="Seconds between two points of the charts.")
+    max_connections: int = Field(
+        default=64,
+        ge=4,
+        le=1024,
+        description="Connections the page holds at once: one more closes the longest-idle one (or itself when "
+        "every one has a request in flight), so idle clients cannot take the daemon's file descriptors.",
+    )
+    idle_timeout_s: int = Field(
+        default=10,
+        ge=1,
+        le=300,
+        description="Seconds a connection may stay silent (before its first request, between two) before it is closed.",
+    )
     hosts: list[str] = Field(
         default_factory=list,
         max_length=32,

@@ -8,7 +8,7 @@ import logging
 import pytest
 from testkit.control import Clock
 
-from agent.throttle import ThrottledLog, TokenBucket
+from agent.throttle import ThrottledLog, ThrottleFilter, TokenBucket
 
 
 def test_a_bucket_gives_its_burst_then_its_rate_and_says_how_long_to_wait() -> None:
@@ -40,4 +40,30 @@ def test_throttled_log_bounds_the_lines_per_key(caplog: pytest.LogCaptureFixture
         ("WARNING", "dropped"),
         ("ERROR", "refused x"),
         ("WARNING", "dropped (1000 more like it not logged)"),
+    ]
+
+
+def test_a_throttle_filter_lets_each_message_through_once_a_window_with_its_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """asyncio's accept errors: 264,162 tracebacks in 42 s when the descriptors ran out."""
+    clock = Clock(0.0)
+    logger = logging.getLogger("test.throttle.filter")
+    flood = ThrottleFilter(every_s=60.0, clock=clock)
+    logger.addFilter(flood)
+    try:
+        with caplog.at_level(logging.ERROR, logger="test.throttle.filter"):
+            for _ in range(500):
+                logger.error("socket.accept() out of system resource")
+            logger.error("another %s", "template")
+            clock.now = 59.9
+            logger.error("socket.accept() out of system resource")
+            clock.now = 60.0
+            logger.error("socket.accept() out of system resource")
+    finally:
+        logger.removeFilter(flood)
+    assert [r.getMessage() for r in caplog.records] == [
+        "socket.accept() out of system resource",
+        "another template",
+        "socket.accept() out of system resource (500 more like it not logged)",
     ]

@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from testkit.broker import Broker, Watcher
 from testkit.control import junk
 from testkit.fleet import Requester, cli, finished, online, publish_raw, push, request, serving, signed_request
 from testkit.needs import missing
-from testkit.net import wait_until
+from testkit.net import free_port, wait_until
 
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import load_private_key
@@ -573,3 +577,51 @@ def test_a_client_taking_the_device_s_client_id_is_named_in_the_log(broker: Brok
         thief.disconnect()
     assert "use_username_as_clientid" in agent.output()
     online(watcher, "dev1")
+
+
+def test_idle_connections_to_the_page_take_neither_the_descriptors_nor_the_sampler(
+    broker: Broker, watcher: Watcher, agents
+) -> None:
+    """Red team, issue 37: ~1,100 idle TCP connections to the page took every file descriptor of
+    the daemon (systemd's soft limit of 1024): /proc/meminfo could not be opened, the sampler's
+    thread died and the governor and telemetry with it, and asyncio logged 264,162 tracebacks.
+    Here the daemon runs under ``ulimit -n 256`` and 600 connections that never send a byte are
+    opened to its page: the page holds at most its `max_connections` (the oldest idle one makes
+    room for a new one), a new client still gets /healthz, telemetry goes on, and the log stays
+    small."""
+    port = free_port()
+    page = {"listen": f"127.0.0.1:{port}", "max_connections": 16, "idle_timeout_s": 120}
+    agent = agents("fd-1", status_page=page, max_files=256)
+    online(watcher, "fd-1")
+    url = f"http://127.0.0.1:{port}/healthz"
+    wait_until(lambda: _get(url) == 200, 30, "the page to answer")
+    held: list[socket.socket] = []
+    try:
+        for _ in range(600):
+            with contextlib.suppress(OSError):  # a connect the kernel's backlog no longer takes
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        assert agent.process is not None
+        open_files = len(os.listdir(f"/proc/{agent.process.pid}/fd"))
+        assert open_files < 256 - 64, f"the daemon holds {open_files} descriptors of its 256"
+        assert _get(url) == 200, "a new client still reaches the page"
+        seen = len(watcher.all_json("edge/fd-1/telemetry"))
+        wait_until(lambda: len(watcher.all_json("edge/fd-1/telemetry")) >= seen + 3, 30, "more telemetry")
+        assert _get(url) == 200, "the sampler turns: health is good"
+    finally:
+        for connection in held:
+            connection.close()
+    output = agent.output()
+    assert "Too many open files" not in output, output[-3000:]
+    assert output.count("Traceback") == 0, output[-3000:]
+    assert len(output.splitlines()) < 400, "a bounded log"
+
+
+def _get(url: str) -> int | None:
+    """The status code of a GET of `url` on a new connection, None when there is no answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None

@@ -79,3 +79,15 @@ def test_the_unit_is_notify_with_a_watchdog_a_user_and_the_devices_it_needs() ->
     assert {"char-video4linux", "char-gpiochip", "char-i2c", "/dev/nvmap", "char-drm"} <= allowed
     assert "ProcSubset" not in s, "psutil reads /proc/stat"
     assert s["ExecStart"][0].split()[1:] == ["run", "--config", "/etc/edge-agent/agent.yaml"]
+
+
+def test_the_open_files_limit_leaves_a_reserve_beyond_the_page_s_bound() -> None:
+    """The red team took all 1024 descriptors (systemd's soft default) with idle connections to
+    the page; the page now holds at most ``status_page.max_connections``, and the unit raises the
+    limit well past the most that bound allows."""
+    from agent.config.models import StatusPageSection
+
+    [limit] = unit_settings()["LimitNOFILE"]
+    most = StatusPageSection.model_fields["max_connections"].metadata
+    bound = max(m.le for m in most if hasattr(m, "le"))
+    assert int(limit) >= 4 * bound, f"LimitNOFILE={limit} leaves too little beyond the page's {bound} connections"

@@ -4,6 +4,7 @@ run`` in its own process."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -55,11 +56,14 @@ def agent_config(
 class AgentProcess:
     """``edge-agent run`` in its own process, logging to a file next to its config."""
 
-    def __init__(self, config: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
-        """`args` go after ``run --config FILE`` (``("--root", tree)``)."""
+    def __init__(
+        self, config: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = (), max_files: int | None = None
+    ) -> None:
+        """`args` go after ``run --config FILE`` (``("--root", tree)``); `max_files` lowers the
+        process's limit of open files (``ulimit -n``, soft and hard)."""
         self.config, self.log = config, config.with_suffix(".log")
         self.env = {**os.environ, **(env or {})}
-        self.args = args
+        self.args, self.max_files = args, max_files
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProcess:
@@ -70,8 +74,13 @@ class AgentProcess:
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                preexec_fn=None if self.max_files is None else self._limit_files,
             )
         return self
+
+    def _limit_files(self) -> None:
+        assert self.max_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.max_files, self.max_files))
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
