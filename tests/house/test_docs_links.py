@@ -19,10 +19,11 @@ from urllib.parse import unquote
 from testkit import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-#: a Markdown link or image: its text and its target (an optional title after it)
-LINK = re.compile(r"(!?\[[^\]]*\])\(\s*<?([^()\s<>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
+#: a Markdown link or image: its text (which may go on over a line break, not a blank line) and
+#: its target (an optional title after it)
+LINK = re.compile(r"(!?\[(?:[^\]\n]|\n(?!\n))*\])\(\s*<?([^()\s<>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 #: a reference-style link's definition: ``[name]: target``
-DEFINITION = re.compile(r"^\s{0,3}(\[[^\]]+\]):\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")
+DEFINITION = re.compile(r"^ {0,3}(\[[^\]\n]+\]):[ \t]*<?(\S+?)>?(?:[ \t]+\"[^\"\n]*\")?[ \t]*$", re.MULTILINE)
 #: a target with a scheme (``https:``, ``mailto:``): not a file of the repository
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 #: a path outside a link that leaves the checkout: ``../`` (not the ellipsis ``.../``), ``/work/``
@@ -80,16 +81,16 @@ def target_problem(page: Path, target: str, repo: Path = REPO) -> str | None:
 def problems(page: Path, text: str, repo: Path = REPO) -> list[str]:
     """Every link of `text` (the contents of `page`) that leads out of `repo` or to nothing, and
     every path outside its links that leaves the checkout, as ``LINE: what``."""
-    found = []
-    for number, line in enumerate(text.splitlines(), 1):
-        targets = [m.group(2) for m in LINK.finditer(line)]
-        definition = DEFINITION.match(line)
-        if definition:
-            targets.append(definition.group(2))
-        found += [f"{number}: {target}: {why}" for target in targets if (why := target_problem(page, target, repo))]
-        prose = LINK.sub(lambda m: m.group(1), DEFINITION.sub("", line))
-        found += [f"{number}: names {m.group(0)!r}: outside the repository" for m in OUTSIDE.finditer(prose)]
-    return found
+    found: list[tuple[int, str]] = []
+    for link in [*LINK.finditer(text), *DEFINITION.finditer(text)]:
+        if why := target_problem(page, link.group(2), repo):
+            found.append((text.count("\n", 0, link.start(2)) + 1, f"{link.group(2)}: {why}"))
+    # the text without the links' targets (each line kept where it was), read from the root
+    prose = DEFINITION.sub(lambda m: m.group(1), text)
+    prose = LINK.sub(lambda m: m.group(1) + "\n" * m.group(0)[len(m.group(1)) :].count("\n"), prose)
+    for path in OUTSIDE.finditer(prose):
+        found.append((prose.count("\n", 0, path.start()) + 1, f"names {path.group(0)!r}: outside the repository"))
+    return [f"{line}: {what}" for line, what in sorted(found)]
 
 
 def test_readme_and_docs_lead_nowhere_outside_the_repository() -> None:
@@ -120,6 +121,7 @@ def test_the_checks_find_each_way_out(tmp_path: Path) -> None:
         "[old](page.md#known-limits-for-now)": ["1: page.md#known-limits-for-now: no such heading in page.md"],
         "[code](#not-a-heading)": ["1: #not-a-heading: no such heading in page.md"],
         "[ref]: ../missing.md": ["1: ../missing.md: no such file"],
+        "two lines\nof [a link\nwhose text goes on](gone.md#x)": ["3: gone.md#x: no such file"],
         "line one\n[x](../README.md) and `--model ../shared/models/m.onnx`": ["2: names '../': outside the repository"],
     }
     assert {text: problems(page, text, tmp_path) for text in planted} == planted
