@@ -1,5 +1,6 @@
-"""README.md and docs/ stand alone: nothing in them leads out of the repository, and every link
-to a file of it finds the file (and, for a page, the heading it names).
+"""README.md, CONTRIBUTING.md and docs/ stand alone: nothing in them leads out of the
+repository, and every link to a file of it finds the file (and, for a page, the heading it
+names).
 
 A link (``[text](target)``) is read relative to the page it is on, as GitHub reads it: it must
 stay inside the checkout and name a file or folder there, and an ``#anchor`` on a Markdown page
@@ -18,7 +19,7 @@ from urllib.parse import unquote
 
 from testkit import REPO
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
 #: a Markdown link or image: its text (which may go on over a line break, not a blank line) and
 #: its target (an optional title after it)
 LINK = re.compile(r"(!?\[(?:[^\]\n]|\n(?!\n))*\])\(\s*<?([^()\s<>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -94,7 +95,7 @@ def problems(page: Path, text: str, repo: Path = REPO) -> list[str]:
 
 
 def test_readme_and_docs_lead_nowhere_outside_the_repository() -> None:
-    assert len(DOCS) > 10, "README.md and the pages of docs/"
+    assert len(DOCS) > 10, "README.md, CONTRIBUTING.md and the pages of docs/"
     found = {doc.relative_to(REPO).as_posix(): problems(doc, doc.read_text()) for doc in DOCS}
     assert {doc: lines for doc, lines in found.items() if lines} == {}
 
