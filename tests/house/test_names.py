@@ -117,33 +117,106 @@ def _exists(dotted: str) -> bool:
     return False
 
 
-def test_architecture_page_matches_the_modules() -> None:
-    """docs/architecture.md's room table names every module of each room, and only modules that
-    exist; its dotted names (`agent.daemon.agent.Agent`) exist too."""
-    text = (REPO / "docs" / "architecture.md").read_text()
-    named: dict[Path, set[str]] = {}
-    for row in text.splitlines():
-        first = re.match(r"\| `([\w/.]+)` \|", row)
-        if first is None:
-            continue
-        place = REPO / first.group(1)
-        if first.group(1).endswith("/"):
-            named.setdefault(place, set()).update(re.findall(r"`(\w+\.py)`", row))
+#: the longest line docs/architecture.md's room listing may have, so that it can be scanned
+ROOM_LINE = 160
+#: a room's heading names its folder first; each module is one line under it
+_ROOM = re.compile(r"### `([\w/]+/)`")
+_MODULE = re.compile(r"- `(\w+\.py)` — \S")
+
+
+def _room_listing(text: str) -> list[str]:
+    """The lines of the page's "Rooms and modules" section."""
+    return text.split("\n## Rooms and modules\n", 1)[1].split("\n## ", 1)[0].splitlines()
+
+
+def listing_problems(lines: list[str], rooms: dict[str, set[str]]) -> list[str]:
+    """What is wrong with a room listing against `rooms` (each folder, as ``agent/daemon/``, -> the
+    modules in it). A room is a heading that names its folder first (``### `agent/daemon/` —
+    ...``), followed by one line per module (``- `agent.py` — what it is``). Wrong: a room
+    missing, or listed that is not one; a module missing, listed twice, or listed that is not
+    there; a heading or a list line of another form; a line longer than `ROOM_LINE`."""
+    listed: dict[str, list[str]] = {}
+    room = None
+    problems = [f"longer than {ROOM_LINE}: {line[:60]}..." for line in lines if len(line) > ROOM_LINE]
+    for line in lines:
+        if line.startswith("#"):
+            heading = _ROOM.match(line)
+            room = heading.group(1) if heading else None
+            if room is None or room in listed:
+                problems.append(f"not a room's heading, or one listed twice: {line}")
+            else:
+                listed[room] = []
+        elif line.startswith("- "):
+            module = _MODULE.match(line)
+            if module is None or room is None:
+                problems.append(f"not a module's line under a room: {line}")
+            else:
+                listed[room].append(module.group(1))
+    for name in sorted(rooms.keys() | listed.keys()):
+        if name not in listed:
+            problems.append(f"{name}: a room the page does not list")
+        elif name not in rooms:
+            problems.append(f"{name}: listed, but not a room of the package")
         else:
-            named.setdefault(place.parent, set()).add(place.name)
-    rooms = [
+            said, have = listed[name], rooms[name]
+            problems += [f"{name}{module}: in the folder, not on the page" for module in sorted(have - set(said))]
+            problems += [f"{name}{module}: on the page, not in the folder" for module in sorted(set(said) - have)]
+            problems += [f"{name}{module}: listed twice" for module in sorted({m for m in said if said.count(m) > 1})]
+    return problems
+
+
+def test_architecture_page_lists_the_modules_of_each_room() -> None:
+    """docs/architecture.md lists every module of each room, once, and only modules that exist,
+    each in a line short enough to scan; its dotted names (`agent.daemon.agent.Agent`) exist."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    folders = [REPO / "agent"] + [
         package.parent
         for top in ("agent", "pipelines", "runtimes")
         for package in (REPO / top).rglob("__init__.py")
         if package.parent != REPO / "agent"
     ]
-    for room in rooms:
-        modules = {p.name for p in room.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
-        assert named.get(room, set()) == modules, f"{room.relative_to(REPO)}: the page and the code differ"
-    top = {p.name for p in (REPO / "agent").glob("*.py") if p.name != "__init__.py"}
-    assert named[REPO / "agent"] == top
+    modules = {folder: {p.name for p in folder.glob("*.py")} - {"__init__.py", "__main__.py"} for folder in folders}
+    rooms = {f"{folder.relative_to(REPO)}/": names for folder, names in modules.items()}
+    assert listing_problems(_room_listing(text), rooms) == []
     dotted = set(re.findall(r"`((?:agent|pipelines|runtimes)(?:\.\w+){2,})`", text))
     assert dotted and [d for d in dotted if not _exists(d)] == []
+
+
+def test_the_listing_check_finds_each_problem() -> None:
+    """`listing_problems` on planted listings whose faults are known, so that a check that can no
+    longer fail fails here."""
+    rooms = {"agent/x/": {"a.py", "b.py"}, "pipelines/": {"c.py"}}
+    good = [
+        "intro",
+        "### `agent/x/` — a room",
+        "",
+        "- `a.py` — one",
+        "- `b.py` — two",
+        "### `pipelines/` — top",
+        "- `c.py` — three",
+    ]
+    assert listing_problems(good, rooms) == []
+    stale = [*good, "- `gone.py` — a module since removed"]
+    assert listing_problems(stale, rooms) == ["pipelines/gone.py: on the page, not in the folder"]
+    missing = [line for line in good if "b.py" not in line]
+    assert listing_problems(missing, rooms) == ["agent/x/b.py: in the folder, not on the page"]
+    twice = [*good, "- `c.py` — again"]
+    assert listing_problems(twice, rooms) == ["pipelines/c.py: listed twice"]
+    no_room = [line for line in good if "pipelines/" not in line]
+    assert listing_problems(no_room, rooms) == [
+        "agent/x/c.py: on the page, not in the folder",
+        "pipelines/: a room the page does not list",
+    ]
+    wrong_form = [*good[:-1], "- `c.py`: three"]
+    assert listing_problems(wrong_form, rooms)[0] == "not a module's line under a room: - `c.py`: three"
+    long = [*good[:-1], "- `c.py` — " + "x" * ROOM_LINE]
+    assert listing_problems(long, rooms) == [f"longer than {ROOM_LINE}: {long[-1][:60]}..."]
+    gone_room = [*good, "### `agent/gone/` — a room since removed"]
+    assert listing_problems(gone_room, rooms) == ["agent/gone/: listed, but not a room of the package"]
+    double = [*good, "### `agent/x/` — again"]
+    assert listing_problems(double, rooms) == ["not a room's heading, or one listed twice: ### `agent/x/` — again"]
+    before = ["- `a.py` — before any room", *good]
+    assert listing_problems(before, rooms) == ["not a module's line under a room: - `a.py` — before any room"]
 
 
 def _room_of(module: str) -> str | None:
