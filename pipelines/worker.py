@@ -210,8 +210,9 @@ class Worker:
         try:
             wait = self._turn()
         except Exception as exc:
+            delay = self._backoff.next_delay()
             self._failed(exc)
-            return self._backoff.next_delay()
+            return delay
         if self._failing is not None:
             self._log.info("%s works again after %d failed turns", self.described, self._failures)
         self._failing = None
@@ -219,12 +220,14 @@ class Worker:
         return wait
 
     def _failed(self, exc: Exception) -> None:
-        self._failures += 1
-        self._failing = f"{type(exc).__name__}: {exc}"
+        """Log `exc` (its traceback at most once per `LOG_EVERY_S`), then count it: whoever sees
+        the count sees the line logged, and the clock read for it."""
         now = self._monotonic()
         if self._logged_at is not None and now - self._logged_at < LOG_EVERY_S:
             self._held += 1
-            return
-        more = f" ({self._held} more failed turns not logged)" if self._held else ""
-        self._log.error("%s: a turn failed, trying again%s", self.described, more, exc_info=exc)
-        self._logged_at, self._held = now, 0
+        else:
+            more = f" ({self._held} more failed turns not logged)" if self._held else ""
+            self._log.error("%s: a turn failed, trying again%s", self.described, more, exc_info=exc)
+            self._logged_at, self._held = now, 0
+        self._failing = f"{type(exc).__name__}: {exc}"
+        self._failures += 1

@@ -252,7 +252,8 @@ def test_a_clip_that_fails_by_a_bug_costs_that_clip_not_the_writer(tmp_path: Pat
     recorder.frame("cam0", frames(0, 1)[0])
     recorder.trigger("cam0", ident(0))
     recorder.finish()  # the clip goes to the writer now
-    wait_until(lambda: recorder.stats().dropped == 1, 30, "the writer to fail on the clip")
+    wait_until(lambda: recorder.loop().failures == 1, 30, "the writer to fail on the clip")
+    assert recorder.stats().dropped == 1, "the clip is counted dropped"
     state = recorder.loop()
     assert state.ended is None and state.failures == 1 and state.failing == "RuntimeError: a bug", state
     assert list(tmp_path.glob("*.mp4")) == [], "the failed clip left no partial file"
