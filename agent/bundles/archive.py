@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,9 @@ from agent.errors import BundleError, ErrorCode, validation_problems
 from runtimes.base import Precision
 from runtimes.engine_cache import EngineKey
 from runtimes.files import atomic_writer, sha256_file
+
+if TYPE_CHECKING:
+    from pipelines.decoding.detection_filter import ThresholdChoice
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 #: a detector's model files by suffix: the manifest's format, and the runtime `build_bundle` runs them on
@@ -623,13 +626,14 @@ def build_bundle(
     description: str = "",
     notes: Mapping[str, ArtifactNotes] | None = None,
     engines: Sequence[tuple[Path, EngineKey]] = (),
-    thresholds: DetectionThresholds | None = None,
+    thresholds: DetectionThresholds | ThresholdChoice | None = None,
     classifier: ClassifierInput | None = None,
 ) -> Manifest:
     """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
     model (its metadata) unless given; reference outputs are computed by running each model.
-    `thresholds` (default: the manifest's defaults) go into the manifest, the devices' defaults
-    for every camera, and the plausibility guard judges the models with them as a device will.
+    `thresholds` go into the manifest, the devices' defaults for every camera, and the plausibility
+    guard judges the models with them as a device will; a value not given is the first model's
+    exporter's own (Ultralytics: conf 0.25, iou 0.7), else the project's (`DEFAULTS`).
     `notes` (by file name) add what `agent.optimise` measured: precision and agreement.
     `engines` are prebuilt TensorRT engines with the keys they were built for (``edge-agent
     engine build --out`` writes both); each must come from one of the ONNX `models`.
@@ -641,12 +645,15 @@ def build_bundle(
     it applies to a label the detector lacks.
     """
     from pipelines.decoding.decoders import DecoderError
+    from pipelines.decoding.detection_filter import ThresholdChoice
     from pipelines.decoding.detector import Detector
     from runtimes.registry import load_runtime
 
     if not models:
         raise BundleError(ErrorCode.NO_MODEL, "a bundle needs at least one model")
-    limits = thresholds or DetectionThresholds()
+    if isinstance(thresholds, DetectionThresholds):
+        thresholds = ThresholdChoice(thresholds.conf, thresholds.iou, thresholds.max_det)
+    choice = thresholds or ThresholdChoice()
     entries: list[ArtifactEntry] = []
     reference: dict[str, npt.NDArray[Any]] = {}
     frame = reference_frame(calibration)
@@ -662,8 +669,9 @@ def build_bundle(
         runtime = load_runtime(REFERENCE_RUNTIMES[FORMATS[path.suffix]], path)
         with runtime:
             try:
+                chosen = choice if first is None else first.detection_filter  # every model as the first
                 detector = Detector(
-                    runtime, decoder if first is None else first.decoder, limits.conf, limits.iou, limits.max_det
+                    runtime, decoder if first is None else first.decoder, chosen.conf, chosen.iou, chosen.max_det
                 )
                 tensor, _ = detector.prepare(frame)
                 outputs = runtime.infer([tensor])
@@ -689,7 +697,7 @@ def build_bundle(
             )
         )
     assert first is not None
-    config = first.preprocess_config
+    config, kept = first.preprocess_config, first.detection_filter
     if labels is None:
         labels = [names[i] if names and i in names else str(i) for i in range(max(names) + 1)] if names else ["0"]
     stage = _classifier_entries(classifier, frame, reference) if classifier is not None else None
@@ -727,7 +735,7 @@ def build_bundle(
             std=config.std,
         ),
         labels=list(labels),
-        thresholds=limits,
+        thresholds=DetectionThresholds(conf=kept.conf, iou=kept.iou, max_det=kept.max_det),
         artifacts=entries,
         files=[_file_entry(n, c) for n, c in data],
         reference=Reference(),

@@ -79,8 +79,8 @@ def _bundle_build(args: argparse.Namespace) -> int:
     import tempfile
 
     from agent.bundles.archive import build_bundle
-    from agent.bundles.manifest import DetectionThresholds
     from agent.bundles.signing import load_private_key
+    from pipelines.decoding.detection_filter import ThresholdChoice
     from pipelines.decoding.labels import Labels
 
     for model in args.model:
@@ -108,7 +108,7 @@ def _bundle_build(args: argparse.Namespace) -> int:
             description=args.description,
             notes=notes,
             engines=engines,
-            thresholds=DetectionThresholds(conf=args.conf, iou=args.iou, max_det=args.max_det),
+            thresholds=ThresholdChoice(conf=args.conf, iou=args.iou, max_det=args.max_det),
             classifier=classifier,
         )
     signed = "signed" if key else "unsigned"
@@ -224,6 +224,7 @@ def add_threshold_arguments(build: argparse.ArgumentParser) -> None:
     """``--conf``, ``--iou``, ``--max-det``: the manifest's thresholds, every camera's defaults
     (agent.yaml's ``pipelines[]`` may set its own: docs/configuration.md)."""
     from pipelines.decoding.detection_filter import DEFAULTS as defaults
+    from pipelines.decoding.detection_filter import exporter_default
 
     group = build.add_argument_group(
         "detection thresholds (signed into the manifest: the devices' defaults, which each camera's "
@@ -232,19 +233,17 @@ def add_threshold_arguments(build: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--conf",
         type=unit_interval,
-        default=defaults.conf,
-        help=f"keep detections scoring above this, 0..1 (default {defaults.conf})",
+        help=f"keep detections scoring above this, 0..1 (default: {exporter_default('conf')})",
     )
     group.add_argument(
         "--iou",
         type=unit_interval,
-        default=defaults.iou,
-        help=f"NMS: drop a box overlapping a better one of its class more than this, 0..1 (default {defaults.iou})",
+        help=f"NMS: drop a box overlapping a better one of its class more than this, 0..1 "
+        f"(default: {exporter_default('iou')})",
     )
     group.add_argument(
         "--max-det",
         type=positive_int,
-        default=defaults.max_det,
         help=f"most detections kept per frame (default {defaults.max_det})",
     )
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.cli.args import line_points, positive_int, unit_interval
 from pipelines.decoding.decoders import DECODER_CHOICES
-from pipelines.decoding.detection_filter import DEFAULTS
+from pipelines.decoding.detection_filter import DEFAULTS, exporter_default
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -55,19 +55,17 @@ def add_parser(commands: Any) -> None:
     thresholds.add_argument(
         "--conf",
         type=unit_interval,
-        default=DEFAULTS.conf,
-        help=f"keep detections scoring above this, 0..1 (default {DEFAULTS.conf})",
+        help=f"keep detections scoring above this, 0..1 (default: {exporter_default('conf')})",
     )
     thresholds.add_argument(
         "--iou",
         type=unit_interval,
-        default=DEFAULTS.iou,
-        help=f"NMS: drop a box overlapping a better one of its class more than this, 0..1 (default {DEFAULTS.iou})",
+        help=f"NMS: drop a box overlapping a better one of its class more than this, 0..1 "
+        f"(default: {exporter_default('iou')})",
     )
     thresholds.add_argument(
         "--max-det",
         type=positive_int,
-        default=DEFAULTS.max_det,
         help=f"most detections kept per image (default {DEFAULTS.max_det})",
     )
     detect.add_argument("--save-dir", type=Path, help="also write each image with its boxes drawn, as JPEG, here")

@@ -306,7 +306,7 @@ class PipelineSection(_Section):
         ge=0,
         le=1,
         description="NMS overlap threshold on this camera (0..1): a box overlapping a better one of its class "
-        "more than this is dropped; unset: the bundle's (bundle build --iou, default 0.45).",
+        "more than this is dropped; unset: the bundle's (bundle build --iou, default: the exporter's, else 0.45).",
     )
     max_det: int | None = Field(
         default=None,

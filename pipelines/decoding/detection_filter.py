@@ -20,6 +20,7 @@ A frozen value: safe to share between threads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,41 @@ class DetectionFilter:
         return detections[np.isin(detections.class_id, wanted)]
 
 
-#: the defaults of a model's thresholds: a bundle's manifest without ``bundle build --conf --iou
-#: --max-det``, ``edge-agent detect``'s
+#: the defaults of a model's thresholds where its exporter's own are not known
 DEFAULTS = DetectionFilter()
+
+#: the thresholds an exporter's own tools use, by the ``author`` its models' metadata names:
+#: Ultralytics' predict and val keep scores above 0.25 and suppress at IoU 0.7 (its
+#: ``cfg/default.yaml``), so a user comparing with ``yolo predict`` sees the same detections
+EXPORTER_DEFAULTS: Mapping[str, DetectionFilter] = {"Ultralytics": DetectionFilter(conf=0.25, iou=0.7)}
+
+
+def defaults_for(author: str | None) -> DetectionFilter:
+    """The thresholds a model whose metadata names `author` as its exporter defaults to: the
+    exporter's own where `EXPORTER_DEFAULTS` knows them, else `DEFAULTS`."""
+    return EXPORTER_DEFAULTS.get(author or "", DEFAULTS)
+
+
+def exporter_default(field: str) -> str:
+    """`field`'s defaults in words, for a command's help: ``the model's exporter's (Ultralytics
+    0.7), else 0.45``."""
+    known = ", ".join(f"{author} {getattr(f, field)}" for author, f in EXPORTER_DEFAULTS.items())
+    return f"the model's exporter's ({known}), else {getattr(DEFAULTS, field)}"
+
+
+@dataclass(frozen=True)
+class ThresholdChoice:
+    """Thresholds asked for (``--conf``, ``--iou``, ``--max-det``); None leaves a value to the
+    model's defaults (`defaults_for` its exporter)."""
+
+    conf: float | None = None
+    iou: float | None = None
+    max_det: int | None = None
+
+    def over(self, defaults: DetectionFilter) -> DetectionFilter:
+        """`defaults` with the values asked for in their place (`ValueError` naming a bad one)."""
+        return DetectionFilter(
+            defaults.conf if self.conf is None else self.conf,
+            defaults.iou if self.iou is None else self.iou,
+            defaults.max_det if self.max_det is None else self.max_det,
+        )

@@ -33,7 +33,7 @@ from pipelines.decoding.decoder_choice import (
     decoder_for,
 )
 from pipelines.decoding.decoders import CONVENTIONS, Decode, DecoderError, DecoderName
-from pipelines.decoding.detection_filter import DEFAULTS, DetectionFilter
+from pipelines.decoding.detection_filter import DetectionFilter, ThresholdChoice, defaults_for
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.masks import SourceMapping
 from pipelines.decoding.nms import nms_indices
@@ -142,7 +142,8 @@ class Detector:
     `decoder_reason`); a decoder named here must fit, else `DecoderError`. `conf` is the score
     threshold (0..1: kept above it), `iou` the NMS overlap threshold, `max_det` the most
     detections kept per frame: the model's own `detection_filter` (a bundle's manifest
-    thresholds), which the plausibility guard judges the decoders with. A camera may keep
+    thresholds), which the plausibility guard judges the decoders with. One left None is the
+    model's exporter's own (Ultralytics: conf 0.25, iou 0.7), else `DEFAULTS`'s. A camera may keep
     detections by another filter (`postprocess`'s `detection_filter`, `CameraDetector`).
     """
 
@@ -150,12 +151,13 @@ class Detector:
         self,
         runtime: Runtime,
         decoder: DecoderName | str = "auto",
-        conf: float = DEFAULTS.conf,
-        iou: float = DEFAULTS.iou,
-        max_det: int = DEFAULTS.max_det,
+        conf: float | None = None,
+        iou: float | None = None,
+        max_det: int | None = None,
     ) -> None:
         self.runtime = runtime
-        self.detection_filter = DetectionFilter(conf, iou, max_det)  # raises ValueError naming a bad value
+        defaults = defaults_for(runtime.metadata.raw.get("author"))
+        self.detection_filter = ThresholdChoice(conf, iou, max_det).over(defaults)  # ValueError naming a bad value
         spec = _image_input(runtime)
         self.input_hw = _input_size(spec, runtime)
         layout = spec.layout or "NCHW"

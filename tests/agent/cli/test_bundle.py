@@ -71,6 +71,27 @@ def test_build_signs_the_thresholds_into_the_manifest_and_a_device_serves_with_t
     assert "  thresholds: conf 0.25, iou 0.45, max_det 300\n" in capsys.readouterr().out
 
 
+@pytest.mark.models
+def test_an_ultralytics_export_is_bundled_with_ultralytics_thresholds_unless_asked(
+    tmp_path: Path, shared_models: Path, capsys
+) -> None:
+    """Issue 37: a model whose metadata names Ultralytics as its author gets Ultralytics' own
+    defaults (conf 0.25, iou 0.7) signed into the manifest, so a device answers as `yolo
+    predict` does; a value asked for is signed instead, the others still the exporter's."""
+    from agent.cli import main
+
+    model = shared_models / "yolov8n_int8_640.onnx"
+    for extra, line in [
+        ((), "  thresholds: conf 0.25, iou 0.7, max_det 300\n"),
+        (("--iou", "0.5", "--max-det", "20"), "  thresholds: conf 0.25, iou 0.5, max_det 20\n"),
+    ]:
+        out = tmp_path / f"coco{len(extra)}.bundle"
+        status, _, err = _build(capsys, "--model", model, *extra, "-o", out)
+        assert status == 0, err
+        assert main(["bundle", "inspect", str(out)]) == 0
+        assert line in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("option", "value", "words"),
     [

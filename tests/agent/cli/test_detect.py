@@ -375,18 +375,39 @@ def test_variants_match_the_original(shared_models, photos, tmp_path, capsys, va
 
 def test_detects_help_gives_a_bundles_default_thresholds_and_where_a_device_takes_its_own(capsys) -> None:
     """The defaults detect runs with are those a bundle built without --conf --iou --max-det
-    carries, and its help says where the values a camera serves with come from."""
+    carries (its exporter's, else the project's), and its help says where the values a camera
+    serves with come from."""
     from agent.bundles.manifest import DetectionThresholds
 
     with pytest.raises(SystemExit):
         main(["detect", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     bundle = DetectionThresholds()
-    assert f"keep detections scoring above this, 0..1 (default {bundle.conf})" in text
-    assert f"more than this, 0..1 (default {bundle.iou})" in text
+    exporter = "default: the model's exporter's (Ultralytics"
+    assert f"keep detections scoring above this, 0..1 ({exporter} 0.25), else {bundle.conf})" in text
+    assert f"more than this, 0..1 ({exporter} 0.7), else {bundle.iou})" in text
     assert f"most detections kept per image (default {bundle.max_det})" in text
     assert "agent.yaml's pipelines[].conf, iou, max_det and classes where set, else by its bundle's" in text
     assert "the status page and /api/status the values in force on each camera" in text
+
+
+@pytest.mark.models
+def test_an_ultralytics_export_defaults_to_ultralytics_thresholds_and_asked_for_ones_win(shared_models: Path) -> None:
+    """Issue 37: with edge-agent's NMS default (0.45) two images of twelve differed from `yolo
+    predict`'s (0.7). A model whose metadata names Ultralytics as its author takes Ultralytics'
+    defaults; the project's demo model (author edge-agent) keeps the project's; a value asked
+    for wins over either."""
+    from pipelines.decoding.detection_filter import DetectionFilter
+    from pipelines.decoding.detector import Detector
+    from runtimes.registry import load_runtime
+
+    with load_runtime("onnxruntime", shared_models / "yolov8n_int8_640.onnx") as runtime:
+        assert runtime.metadata.raw["author"] == "Ultralytics"
+        assert Detector(runtime).detection_filter == DetectionFilter(conf=0.25, iou=0.7, max_det=300)
+        assert Detector(runtime, iou=0.5, max_det=9).detection_filter == DetectionFilter(0.25, 0.5, 9)
+    with load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx") as runtime:
+        assert Detector(runtime).detection_filter == DetectionFilter(conf=0.25, iou=0.45, max_det=300)
+        assert Detector(runtime, conf=0.6).detection_filter == DetectionFilter(0.6, 0.45, 300)
 
 
 def test_detect_imports_only_the_runtime_it_runs_and_those_ranked_before(tmp_path: Path) -> None:
