@@ -4,8 +4,10 @@ broker acknowledges it (docs/mqtt.md#delivery).
 One SQLite file (``<state_dir>/outbox.sqlite``, stdlib `sqlite3`, WAL mode) holds each message
 as one row: its sequence number (`seq`, the device's, increasing, never reused while the file
 lives), a stable id (`msg_id`, random), its kind (`deployment`, `event`, `telemetry`), topic,
-the time it was made (Unix seconds) and its payload: a JSON object whose first two fields are
-``"msg_id"`` and ``"seq"``, so a consumer can drop the duplicates QoS 1 allows and see gaps.
+the time it was made (Unix seconds) and its payload: a JSON object whose first three fields are
+``"msg_id"``, ``"seq"`` and ``"topic_seq"`` (the topic's own sequence, kept per topic in the
+same file), so a consumer can drop the duplicates QoS 1 allows and see gaps, also one that reads
+a single topic.
 The sender (`agent.mqtt.outbox_sender`) reads the rows oldest first and deletes each once its
 PUBACK came (`acked`).
 
@@ -71,6 +73,10 @@ CREATE TABLE IF NOT EXISTS messages (
     payload BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_kind ON messages (kind, seq);
+CREATE TABLE IF NOT EXISTS topic_seqs (
+    topic TEXT PRIMARY KEY,
+    last INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS dropped (
     kind TEXT NOT NULL,
     reason TEXT NOT NULL,
@@ -157,12 +163,12 @@ def _row_bytes(topic: str, payload: bytes) -> int:
     return len(payload) + len(topic.encode()) + ROW_OVERHEAD
 
 
-def with_ids(payload: bytes, msg_id: str, seq: int) -> bytes:
-    """A compact JSON object `payload` with ``"msg_id"`` and ``"seq"`` put first."""
+def with_ids(payload: bytes, msg_id: str, seq: int, topic_seq: int) -> bytes:
+    """A compact JSON object `payload` with ``"msg_id"``, ``"seq"`` and ``"topic_seq"`` put first."""
     body = payload.strip()
     if not body.startswith(b"{") or not body.endswith(b"}"):
         raise ValueError("an outbox payload is a JSON object")
-    head = b'{"msg_id":"%s","seq":%d' % (msg_id.encode(), seq)
+    head = b'{"msg_id":"%s","seq":%d,"topic_seq":%d' % (msg_id.encode(), seq, topic_seq)
     rest = body[1:].lstrip()
     return head + (b"}" if rest == b"}" else b"," + rest)
 
@@ -306,8 +312,8 @@ class Outbox:
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                seq = self._next_seq()
-                body = with_ids(payload, msg_id, seq)
+                seq, topic_seq = self._next_seq(), self._next_topic_seq(topic)
+                body = with_ids(payload, msg_id, seq, topic_seq)
                 self._db.execute(
                     "INSERT INTO messages (seq, msg_id, kind, topic, created, payload) VALUES (?, ?, ?, ?, ?, ?)",
                     (seq, msg_id, kind, topic, now, body),
@@ -339,6 +345,14 @@ class Outbox:
     def _next_seq(self) -> int:
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
         return (int(row[0]) if row else 0) + 1
+
+    def _next_topic_seq(self, topic: str) -> int:
+        """The next number of `topic`'s own sequence, counted in the append's transaction."""
+        self._db.execute(
+            "INSERT INTO topic_seqs (topic, last) VALUES (?, 1) ON CONFLICT (topic) DO UPDATE SET last = last + 1",
+            (topic,),
+        )
+        return int(self._db.execute("SELECT last FROM topic_seqs WHERE topic = ?", (topic,)).fetchone()[0])
 
     def _rollback(self) -> None:
         with contextlib.suppress(sqlite3.Error):

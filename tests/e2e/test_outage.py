@@ -155,6 +155,9 @@ def test_every_event_arrives_after_an_outage_with_a_sigkill_in_it(
     assert set(range(1, wanted + 1)) <= set(first), "no gap: every message the outbox numbered arrived"
     events = [m for seq, (topic, m) in first.items() if topic.endswith("/events") and seq <= at_kill["last_seq"]]
     assert len(events) > 5 + before, "more events than the old in-memory queue (offline_queue: 5) held"
+    for leaf in ("events", "telemetry", "deployments"):  # a consumer of one topic sees no gap (issue 37)
+        numbers = [m["topic_seq"] for _, (topic, m) in sorted(first.items()) if topic.endswith(f"/{leaf}")]
+        assert numbers == list(range(1, len(numbers) + 1)), f"{leaf}: its own sequence, through the kill"
     reports = [m for topic, m in first.values() if topic.endswith("/deployments")]
     assert [r["state"] for r in reports][-1] == "SUCCEEDED" and all(r["device"] == DEVICE for r in reports)
 

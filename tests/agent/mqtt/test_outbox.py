@@ -36,11 +36,11 @@ def on_disk(path: Path) -> int:
 
 
 def test_with_ids_puts_the_id_and_sequence_first() -> None:
-    assert json.loads(with_ids(b'{"a":1}', "abc", 7)) == {"msg_id": "abc", "seq": 7, "a": 1}
-    assert list(json.loads(with_ids(b'{"a":1}', "abc", 7))) == ["msg_id", "seq", "a"]
-    assert json.loads(with_ids(b"{}", "abc", 7)) == {"msg_id": "abc", "seq": 7}
+    assert json.loads(with_ids(b'{"a":1}', "abc", 7, 3)) == {"msg_id": "abc", "seq": 7, "topic_seq": 3, "a": 1}
+    assert list(json.loads(with_ids(b'{"a":1}', "abc", 7, 3))) == ["msg_id", "seq", "topic_seq", "a"]
+    assert json.loads(with_ids(b"{}", "abc", 7, 3)) == {"msg_id": "abc", "seq": 7, "topic_seq": 3}
     with pytest.raises(ValueError):
-        with_ids(b"[1]", "abc", 7)
+        with_ids(b"[1]", "abc", 7, 3)
 
 
 def test_messages_keep_their_order_ids_and_sequence_numbers_across_a_reopen(tmp_path: Path) -> None:
@@ -61,6 +61,30 @@ def test_messages_keep_their_order_ids_and_sequence_numbers_across_a_reopen(tmp_
     assert json.loads(later.payload)["seq"] == 6
     assert [m.seq for m in again.pending(4, 100)] == [5, 6], "pending(after) starts past `after`"
     assert again.stats().messages == 3 and again.stats().last_seq == 6
+
+
+def test_each_topic_counts_its_own_sequence_across_drops_and_a_reopen(tmp_path: Path) -> None:
+    """Issue 37: `seq` runs over the three topics, so a consumer of `events` alone saw a gap for
+    every telemetry summary between two events. `topic_seq` counts each topic's own messages:
+    contiguous on a topic whatever the others do, kept across a reopen, and a gap in it is a
+    message of that topic the outbox dropped."""
+    path = tmp_path / "outbox.sqlite"
+    outbox = Outbox(path, OutboxSection())
+    made = []
+    for i in range(3):
+        made.append(outbox.append("event", "edge/d/events", document("event", i)))
+        made.append(outbox.append("telemetry", "edge/d/telemetry", document("telemetry", i)))
+    assert all(m is not None for m in made)
+    sent = [json.loads(m.payload) for m in made if m]
+    assert [(d["seq"], d["topic_seq"]) for d in sent if d["type"] == "event"] == [(1, 1), (3, 2), (5, 3)]
+    assert [(d["seq"], d["topic_seq"]) for d in sent if d["type"] == "telemetry"] == [(2, 1), (4, 2), (6, 3)]
+    outbox.acked([m for m in made if m])
+    outbox.close()
+    again = Outbox(path, OutboxSection())
+    later = again.append("event", "edge/d/events", document("event", 3))
+    other = again.append("event", "edge/e/events", document("event", 0))
+    assert later is not None and json.loads(later.payload)["topic_seq"] == 4, "kept across a reopen, after deletes"
+    assert other is not None and json.loads(other.payload)["topic_seq"] == 1, "another topic, another sequence"
 
 
 def test_what_was_appended_survives_a_sigkill(tmp_path: Path) -> None:
