@@ -22,6 +22,7 @@ a broker that ties client ids to user names disconnects the daemon for a moment.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import ssl
@@ -30,6 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,8 @@ def check_state_dir(config: AgentConfig) -> Finding:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
             pass
     except OSError as exc:
+        if exc.errno == errno.EROFS:
+            return replace(judge_disk(None, None, folder, read_only=True), check="state")
         return Finding(
             "state",
             "fail",

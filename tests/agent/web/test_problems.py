@@ -9,6 +9,7 @@ import pytest
 from testkit.snapshots import camera, link, snapshot
 
 from agent.hardware.readings import Battery, SensorReadings, Throttled
+from agent.hardware.system import SystemReadings
 from agent.mqtt.outbox import MIB, Dropped, OutboxStats
 from agent.snapshot import EngineStatus, Health
 from agent.web.problems import (
@@ -35,6 +36,15 @@ def battery(percent: float, status: str = "Discharging") -> Battery:
 )  # fmt: skip
 def test_disk(free_mb: float | None, total_mb: float, status: str) -> None:
     assert judge_disk(free_mb, total_mb, "/var/lib/edge-agent").status == status
+
+
+def test_a_read_only_disk_fails_however_much_is_free_and_the_page_says_so() -> None:
+    finding = judge_disk(50_000, 100_000, "/var/lib/edge-agent", read_only=True)
+    assert finding.status == "fail" and "read-only" in finding.message and "fsck" in finding.fix
+    assert judge_disk(50_000, 100_000, "/var/lib/edge-agent", read_only=False).status == "pass"
+    readings = SystemReadings(1.0, 1.0, 1.0, 1.0, 1.0, 50_000.0, 100_000.0, True, disk_read_only=True)
+    found = page_problems(snapshot(system=readings), Health(True), {})
+    assert [(f.check, f.status) for f in found] == [("disk", "fail")]
 
 
 def test_clock() -> None:

@@ -57,19 +57,25 @@ class AgentProcess:
     """``edge-agent run`` in its own process, logging to a file next to its config."""
 
     def __init__(
-        self, config: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = (), max_files: int | None = None
+        self,
+        config: Path,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        max_files: int | None = None,
+        wrap: tuple[str, ...] = (),
     ) -> None:
         """`args` go after ``run --config FILE`` (``("--root", tree)``); `max_files` lowers the
-        process's limit of open files (``ulimit -n``, soft and hard)."""
+        process's limit of open files (``ulimit -n``, soft and hard); `wrap` is a command the
+        agent's command line is appended to (``unshare -m sh -c '...; exec "$@"' sh``)."""
         self.config, self.log = config, config.with_suffix(".log")
         self.env = {**os.environ, **(env or {})}
-        self.args, self.max_files = args, max_files
+        self.args, self.max_files, self.wrap = args, max_files, wrap
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProcess:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "agent.cli", "-v", "run", "--config", str(self.config), *self.args],
+                [*self.wrap, sys.executable, "-m", "agent.cli", "-v", "run", "--config", str(self.config), *self.args],
                 cwd=REPO,
                 env=self.env,
                 stdout=log,
