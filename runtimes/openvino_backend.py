@@ -42,6 +42,7 @@ from pydantic import Field
 from runtimes.base import (
     Backend,
     BackendConfig,
+    BundleModel,
     InferenceError,
     LoadOptions,
     ModelLoadError,
@@ -50,10 +51,12 @@ from runtimes.base import (
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
+    TuneCandidate,
     check_inputs,
     first_line,
     guess_layout,
     return_freed_memory,
+    usable_cores,
 )
 from runtimes.files import atomic_write, sha256_file
 from runtimes.metadata import parse_metadata
@@ -381,6 +384,20 @@ def tune(config: OpenVINOConfig, device: str, threads: int | None) -> OpenVINOCo
     return config.model_copy(update={"device": chosen, "threads": threads or 0})
 
 
+def candidates(config: OpenVINOConfig, model: BundleModel, info: RuntimeInfo, variants: bool) -> list[TuneCandidate]:
+    """Per device OpenVINO lists (CPU, an Intel GPU or NPU): one call in flight (the LATENCY
+    hint), and with `variants` on the CPU also two (THROUGHPUT's streams, ``performance_hint:
+    auto``); one row saying why when OpenVINO cannot run here."""
+    if not info.available:
+        return [TuneCandidate("CPU", model.precision, config, unavailable=info.reason or "unavailable")]
+    found = []
+    for device in (d for d in DEVICES if d in info.devices):
+        shapes = [1, 2] if variants and device == "CPU" and usable_cores() >= 2 else [1]
+        tuned = config.model_copy(update={"device": device})
+        found += [TuneCandidate(device, model.precision, tuned, workers=workers) for workers in shapes]
+    return found
+
+
 def with_state_dir(config: OpenVINOConfig, state_dir: Path) -> OpenVINOConfig:
     """The compiled-model cache under the state directory, unless agent.yaml names one."""
     if config.cache_dir is not None:
@@ -402,4 +419,8 @@ BACKEND = Backend(
     device_label=device_label,
     tune=tune,
     with_state_dir=with_state_dir,
+    candidates=candidates,
+    # loaded in the agent's process, OpenVINO keeps +105 MB resident for the demo detector, 90 MB
+    # of it after closing (docs/benchmarks.md), in a process that may serve another runtime
+    measured_apart=True,
 )
