@@ -8,9 +8,10 @@ A `Backend` is one backend's registry entry (`runtimes.registry.BACKENDS`): its 
 settings model (a `BackendConfig`, one section of agent.yaml's ``runtimes:``), the artifact
 formats it loads, where the selection policy ranks it on each class of board, how it names its
 device, its native library's modules, how to probe and load it; what autotune tries of it on an
-artifact (`TuneCandidate`s) and how a bundle's hints and autotune's choice change its settings.
-Everything else (config sections, ``--runtime`` choices, selection, the check processes, the
-loader, autotune) is derived from it, for the in-tree backends and for third-party ones registered
+artifact (`TuneCandidate`s) and how a bundle's hints and autotune's choice change its settings;
+the caches it keeps on disk (`Cache`), pruned with the bundle store's versions. Everything else
+(config sections, ``--runtime`` choices, selection, the check processes, the loader, autotune,
+cache pruning) is derived from it, for the in-tree backends and for third-party ones registered
 through the ``edge_agent.runtimes`` entry point group alike. This module imports no backend library.
 """
 
@@ -328,6 +329,50 @@ def worker_variants(cores: int) -> list[tuple[int, int]]:
     return variants
 
 
+@dataclass(frozen=True)
+class CacheEntry:
+    """One entry of a backend's cache: the files that make it (removed together) and the sha256
+    of the model it was made for (`model`; the leading hex digits of it where the file's name
+    keeps only those, 16 at least), or None where the cache cannot tell (an engine whose record
+    a crash lost)."""
+
+    model: str | None
+    files: tuple[Path, ...]
+
+
+def manifest_hash(path: Path, sha256: str) -> str:
+    """How most caches know a model: by the sha256 the bundle's manifest gives its file."""
+    return sha256
+
+
+#: what a backend's cache keeps at most unless its settings say otherwise, in MiB
+CACHE_MAX_MB = 1024
+
+
+@dataclass(frozen=True)
+class Cache(Generic[ConfigT]):
+    """A folder of files a backend makes from models and keeps on disk (TensorRT's engines,
+    OpenVINO's compiled models), pruned with the bundle store's versions (`runtimes.caches`):
+    entries made for a model no installed version uses are removed, then the oldest until the
+    rest is within `max_mb`, never an entry the current or previous version uses.
+
+    - `name`: what it holds, for the log (``"engines"``).
+    - `folder`: where it is, from the backend's settings (after `Backend.with_state_dir`); None
+      where nothing is cached.
+    - `entries`: the entries in the folder (files it does not list are never touched: timing
+      caches shared by every model, a write in progress).
+    - `max_mb`: the most MiB it keeps, from the settings (default `CACHE_MAX_MB`).
+    - `model_hash`: the sha256 its entries name a model file by, from the file and the manifest's
+      sha256 of it (the default, `manifest_hash`); OpenVINO's IR hashes the ``.xml`` then the ``.bin``.
+    """
+
+    name: str
+    folder: Callable[[ConfigT], Path | None]
+    entries: Callable[[Path], Sequence[CacheEntry]]
+    max_mb: Callable[[ConfigT], int] = lambda config: CACHE_MAX_MB
+    model_hash: Callable[[Path, str], str] = manifest_hash
+
+
 _BACKEND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _FORMAT_NAME = re.compile(r"^[a-z0-9]{1,16}$")
 
@@ -369,6 +414,7 @@ class Backend(Generic[ConfigT]):
       cache); raises `BackendError` when it cannot. None where loading is enough.
     - `measured_apart`: autotune measures its rows wholly in a child process, never in the
       agent's (loading its library there keeps memory after the row: OpenVINO).
+    - `caches`: the caches it keeps on disk (`Cache`), pruned with the store's versions.
 
     The module holding it must import its native library only inside these callables, never at
     import: the agent imports every registered module, and only check processes import libraries.
@@ -389,6 +435,7 @@ class Backend(Generic[ConfigT]):
     candidates: Callable[[ConfigT, BundleModel, RuntimeInfo, bool], list[TuneCandidate]] | None = None
     prepare: Callable[[ConfigT, BundleModel, Callable[[Progress], None]], None] | None = None
     measured_apart: bool = False
+    caches: tuple[Cache[ConfigT], ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse an entry that the rest of the agent could not derive from: `ValueError` names the field."""
@@ -407,7 +454,10 @@ class Backend(Generic[ConfigT]):
             raise ValueError(f"{self.name}: rank {dict(self.rank)!r}: expected {', '.join(BOARD_CLASSES)} -> int")
         if not self.libraries or not all(isinstance(m, str) and m for m in self.libraries):
             raise ValueError(f"{self.name}: libraries: expected the library's top-level module names")
+        if not all(isinstance(cache, Cache) for cache in self.caches):
+            raise ValueError(f"{self.name}: caches: expected a tuple of runtimes.base.Cache")
         object.__setattr__(self, "rank", MappingProxyType(dict(self.rank)))
+        object.__setattr__(self, "caches", tuple(self.caches))
 
 
 def return_freed_memory() -> None:

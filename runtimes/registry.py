@@ -3,13 +3,13 @@ ones registered through the ``edge_agent.runtimes`` entry point group.
 
 `BACKENDS` maps each name to its entry, a `runtimes.base.Backend`: the backend's settings model,
 artifact formats, rank per class of board, device label, library modules, availability probe
-and loader, and what autotune tries of it. What names backends is derived from it:
+and loader, what autotune tries of it and its caches. What names backends is derived from it:
 `RUNTIME_NAMES`; `RuntimeSettings`, the ``runtimes:`` section of agent.yaml (one section per
 backend); `runtimes.selection` (the ``runtime:`` preference and the CLI's ``--runtime`` choices,
 formats, ranks, device labels); the check processes (`runtimes.isolation`, which names a
 crashing library by its modules); the loaders (`load_runtime` here, `agent.serving.loader`
 above); autotune's candidates (`tune_candidates`, `prepare`; `agent.bundles.tuning` names no
-backend).
+backend); the pruning of every backend's caches (`prune_caches`, from the bundle store's gc).
 A new in-tree backend is one module, ``runtimes/<name>_backend.py`` with its ``BACKEND``,
 and one item of `IN_TREE`.
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -58,6 +58,7 @@ from runtimes.base import (
     TuneCandidate,
     first_line,
 )
+from runtimes.caches import InUse, prune
 from runtimes.isolation import check_load_isolated, probe_isolated
 
 log = logging.getLogger(__name__)
@@ -295,6 +296,24 @@ def prepare(
             raise
         why = f"{type(exc).__name__}: {first_line(exc)}"
         raise ModelLoadError(f"{name} failed to prepare {model.path.name}: {why}") from exc
+
+
+def prune_caches(settings: RuntimeSettings, models: Sequence[InUse]) -> list[Path]:
+    """Prune every registered backend's caches (`Backend.caches`, where `settings` put them) to
+    the entries the installed versions' `models` use, each within its size bound
+    (`runtimes.caches.prune`). Returns the files removed. Never raises: a cache that cannot be
+    read, or a plugin's cache whose listing fails, is logged and left as it is."""
+    removed: list[Path] = []
+    for entry in BACKENDS.values():
+        config = settings.config_for(entry.name)
+        for cache in entry.caches:
+            try:
+                folder = cache.folder(config)
+                if folder is not None:
+                    removed += prune(cache, folder, models, cache.max_mb(config))
+            except Exception as exc:  # OSError, or a plugin's bug: the store's gc goes on
+                log.warning("cannot prune %s's %s cache: %s: %s", entry.name, cache.name, type(exc).__name__, exc)
+    return removed
 
 
 def probe_here(name: RuntimeName) -> RuntimeInfo:

@@ -33,6 +33,7 @@ from runtimes.base import (
     BackendError,
     BundleHints,
     BundleModel,
+    Cache,
     InferenceError,
     LoadOptions,
     ModelLoadError,
@@ -48,7 +49,7 @@ from runtimes.base import (
     return_freed_memory,
 )
 from runtimes.cuda_memory import DeviceBuffer, DeviceMemory, open_device_memory
-from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord
+from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord, cache_entries
 from runtimes.metadata import parse_metadata
 from runtimes.tensorrt_build import make_logger, require_tensorrt, shape_of
 from runtimes.tensorrt_engines import prepare_engine
@@ -412,4 +413,12 @@ BACKEND = Backend(
     for_bundle=for_bundle,
     candidates=candidates,
     prepare=prepare,
+    caches=(
+        Cache(
+            "engines",
+            folder=lambda config: config.engine_cache_dir,
+            entries=cache_entries,
+            max_mb=lambda config: config.engine_cache_max_mb,
+        ),
+    ),
 )

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from runtimes.base import BackendConfig, Precision, RuntimeUnavailable
+from runtimes.base import CACHE_MAX_MB, BackendConfig, Precision, RuntimeUnavailable
 from runtimes.cuda_memory import GpuInfo
 from runtimes.engine_cache import EngineCache, EngineKey
 from runtimes.files import sha256_file
@@ -56,6 +56,13 @@ class TensorRTConfig(BackendConfig):
         default=None, description="Where built engines are cached; default: <state_dir>/engines."
     )
     workspace_mb: int = Field(default=1024, ge=16, description="Builder workspace memory-pool limit in MiB.")
+    engine_cache_max_mb: int = Field(
+        default=CACHE_MAX_MB,
+        ge=0,
+        description="The most MiB of engines the cache keeps: when the bundle store removes versions, "
+        "engines of models no installed version uses are removed, then the oldest beyond this, never "
+        "those of the current and previous versions.",
+    )
     timing_cache: bool = Field(default=True, description="Keep TensorRT's timing cache beside the engines.")
     profile: ProfileSettings | None = Field(
         default=None,

@@ -1,6 +1,6 @@
 """`runtimes.tensorrt_settings` and TensorRT's registry entry: what autotune tries of an ONNX artifact
 (an engine per precision, INT8 only where it can be built), the manifest's profile over the
-device's, the settings' engine cache."""
+device's, the settings' engine cache and its bound."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def test_the_manifest_s_profile_wins_over_the_device_s() -> None:
     assert settings.for_bundle(BundleHints()).of(TensorRTConfig).profile == device
 
 
-def test_the_engine_cache_is_where_the_state_dir_puts_it(tmp_path: Path) -> None:
+def test_the_engine_cache_is_where_the_state_dir_puts_it_within_its_bound(tmp_path: Path) -> None:
     with pytest.raises(RuntimeUnavailable, match="engine_cache_dir is not set"):
         engine_cache(TensorRTConfig())
     config = RuntimeSettings().with_state_dir(tmp_path).of(TensorRTConfig)
-    assert engine_cache(config).folder == tmp_path / "engines"
+    assert engine_cache(config).folder == tmp_path / "engines" and config.engine_cache_max_mb == 1024
