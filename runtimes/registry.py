@@ -10,8 +10,9 @@ formats, ranks, device labels); the check processes (`runtimes.isolation`, which
 crashing library by its modules); the loaders (`load_runtime` here, `agent.serving.loader`
 above); autotune's candidates (`tune_candidates`, `prepare`; `agent.bundles.tuning` names no
 backend); the pruning of every backend's caches (`prune_caches`, from the bundle store's gc).
-A new in-tree backend is one module, ``runtimes/<name>_backend.py`` with its ``BACKEND``,
-and one item of `IN_TREE`.
+This is the only module outside a backend's own that names a backend's settings model
+(``tests/house/test_backends.py``). A new in-tree backend is one module,
+``runtimes/<name>_backend.py`` with its ``BACKEND``, and one item of `IN_TREE`.
 
 Plugins: each entry point of the group names a `Backend` object (``hailo =
 "edge_agent_hailo:BACKEND"`` in a package's ``[project.entry-points."edge_agent.runtimes"]``),

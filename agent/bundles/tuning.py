@@ -15,7 +15,7 @@ fastest within the manifest's parity tolerance and `max_latency_ms`: a `Tuning`,
 deployment record (`tuning_record`) and by the store, that the cameras serve
 (agent.serving.loader). `Tuning` itself lives in agent/bundles/record.py (re-exported here), so
 reading a record never imports the measuring code. No backend is named here: what differs
-between backends is in their registry entries.
+between backends is in their registry entries (``tests/house/test_backends.py``).
 """
 
 from __future__ import annotations
