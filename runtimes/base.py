@@ -7,10 +7,12 @@ model's raw outputs. Backends never decode detections: that is `pipelines`' job.
 A `Backend` is one backend's registry entry (`runtimes.registry.BACKENDS`): its name, its
 settings model (a `BackendConfig`, one section of agent.yaml's ``runtimes:``), the artifact
 formats it loads, where the selection policy ranks it on each class of board, how it names its
-device, its native library's modules, how to probe and load it. Everything else (config
-sections, ``--runtime`` choices, selection, the check processes, the loader) is derived from
-it, for the in-tree backends and for third-party ones registered through the
-``edge_agent.runtimes`` entry point group alike. This module imports no backend library.
+device, its native library's modules, how to probe and load it; what autotune tries of it on an
+artifact (`TuneCandidate`s) and how a bundle's hints and autotune's choice change its settings;
+the caches it keeps on disk (`Cache`), pruned with the bundle store's versions. Everything else
+(config sections, ``--runtime`` choices, selection, the check processes, the loader, autotune,
+cache pruning) is derived from it, for the in-tree backends and for third-party ones registered
+through the ``edge_agent.runtimes`` entry point group alike. This module imports no backend library.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import abc
 import ctypes
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -252,6 +254,125 @@ def first_device(info: RuntimeInfo) -> str:
     return info.devices[0] if info.devices else "CPU"
 
 
+#: a tensor shape, e.g. (1, 3, 640, 640)
+Shape = tuple[int, ...]
+#: representative inputs of a model, each shaped like its input (e.g. (1, 3, 640, 640) float32),
+#: read one at a time (a bundle's calibration images, preprocessed): TensorRT's INT8 calibration
+Calibration = Callable[[], Iterable[npt.NDArray[Any]]]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a long step (an engine build) is: the phase the library reports (e.g. "Building
+    engine"), and `fraction` of the top-level phase's steps done, 0..1."""
+
+    phase: str
+    fraction: float
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    """A build of an artifact for one kind of device that a bundle ships (a TensorRT engine):
+    the key it was built for, in its backend's own terms (TensorRT: `runtimes.engine_cache.
+    EngineKey`), and its file. A backend uses it only where that key equals its own exactly."""
+
+    key: Hashable
+    path: Path
+
+
+@dataclass(frozen=True)
+class BundleHints:
+    """What a bundle's manifest says about its model that a backend's settings take
+    (`Backend.for_bundle`): `profile`, the (smallest, tuned-for, largest) input shape a model
+    with a dynamic input is served at (the manifest's ``tensorrt_profile``), or None."""
+
+    profile: tuple[Shape, Shape, Shape] | None = None
+
+
+@dataclass(frozen=True)
+class BundleModel:
+    """One model artifact of a bundle, as autotune hands it to a backend (`Backend.candidates`,
+    `Backend.prepare`): its file, format and precision, its sha256 (the manifest's), the bundle's
+    calibration inputs (None when it ships none), and the device builds it ships (`Prebuilt`)."""
+
+    path: Path
+    format: ArtifactFormat
+    precision: Precision
+    sha256: str
+    calibration: Calibration | None = None
+    prebuilt: tuple[Prebuilt, ...] = ()
+
+
+@dataclass(frozen=True)
+class TuneCandidate:
+    """One way a backend could run an artifact here, for autotune and the optimisation report to
+    measure: `device` where it runs (the ONNX Runtime execution provider, the LiteRT delegate, the
+    GPU), the `precision` it computes in, `workers` calls in flight and `threads` per call (None:
+    the backend's default), `config` the settings that make it so; `unavailable` says why it cannot
+    run here (its row then carries only that)."""
+
+    device: str
+    precision: Precision
+    config: BackendConfig
+    workers: int = 1
+    threads: int | None = None
+    unavailable: str | None = None
+
+
+def worker_variants(cores: int) -> list[tuple[int, int]]:
+    """(calls in flight, threads per call) worth trying on `cores` cores: one call using every
+    core, and two calls of half the cores each (often faster: one call keeps only part of the
+    cores busy, docs/benchmarks.md)."""
+    variants = [(1, cores)]
+    if cores >= 2:
+        variants.append((2, cores // 2))
+    return variants
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One entry of a backend's cache: the files that make it (removed together) and the sha256
+    of the model it was made for (`model`; the leading hex digits of it where the file's name
+    keeps only those, 16 at least), or None where the cache cannot tell (an engine whose record
+    a crash lost)."""
+
+    model: str | None
+    files: tuple[Path, ...]
+
+
+def manifest_hash(path: Path, sha256: str) -> str:
+    """How most caches know a model: by the sha256 the bundle's manifest gives its file."""
+    return sha256
+
+
+#: what a backend's cache keeps at most unless its settings say otherwise, in MiB
+CACHE_MAX_MB = 1024
+
+
+@dataclass(frozen=True)
+class Cache(Generic[ConfigT]):
+    """A folder of files a backend makes from models and keeps on disk (TensorRT's engines,
+    OpenVINO's compiled models), pruned with the bundle store's versions (`runtimes.caches`):
+    entries made for a model no installed version uses are removed, then the oldest until the
+    rest is within `max_mb`, never an entry the current or previous version uses.
+
+    - `name`: what it holds, for the log (``"engines"``).
+    - `folder`: where it is, from the backend's settings (after `Backend.with_state_dir`); None
+      where nothing is cached.
+    - `entries`: the entries in the folder (files it does not list are never touched: timing
+      caches shared by every model, a write in progress).
+    - `max_mb`: the most MiB it keeps, from the settings (default `CACHE_MAX_MB`).
+    - `model_hash`: the sha256 its entries name a model file by, from the file and the manifest's
+      sha256 of it (the default, `manifest_hash`); OpenVINO's IR hashes the ``.xml`` then the ``.bin``.
+    """
+
+    name: str
+    folder: Callable[[ConfigT], Path | None]
+    entries: Callable[[Path], Sequence[CacheEntry]]
+    max_mb: Callable[[ConfigT], int] = lambda config: CACHE_MAX_MB
+    model_hash: Callable[[Path, str], str] = manifest_hash
+
+
 _BACKEND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _FORMAT_NAME = re.compile(r"^[a-z0-9]{1,16}$")
 
@@ -281,6 +402,19 @@ class Backend(Generic[ConfigT]):
       threads per call, None for the backend's default); None where autotune never chooses it.
     - `with_state_dir`: the settings with what they leave to the agent's state directory filled
       in (TensorRT's engine cache); None where they leave nothing.
+    - `for_bundle`: the settings with what a bundle's manifest says about its model
+      (`BundleHints`: TensorRT takes its input profile); None where the settings take nothing.
+    - `candidates`: what autotune and the optimisation report measure of an artifact of one of
+      its formats, from the settings (those of the version), the artifact, what the probe found
+      and whether to try several calls in flight: a list of `TuneCandidate`, each saying why
+      not when it cannot run here. None: one candidate, the settings as they are, on the device
+      `device_label` names (or why the backend is unavailable).
+    - `prepare`: make a candidate's model ready to load before it is measured, reporting
+      `Progress` (TensorRT builds its engine, or takes the bundle's prebuilt one, into its
+      cache); raises `BackendError` when it cannot. None where loading is enough.
+    - `measured_apart`: autotune measures its rows wholly in a child process, never in the
+      agent's (loading its library there keeps memory after the row: OpenVINO).
+    - `caches`: the caches it keeps on disk (`Cache`), pruned with the store's versions.
 
     The module holding it must import its native library only inside these callables, never at
     import: the agent imports every registered module, and only check processes import libraries.
@@ -297,6 +431,11 @@ class Backend(Generic[ConfigT]):
     device_label: Callable[[RuntimeInfo], str] = first_device
     tune: Callable[[ConfigT, str, int | None], ConfigT] | None = None
     with_state_dir: Callable[[ConfigT, Path], ConfigT] | None = None
+    for_bundle: Callable[[ConfigT, BundleHints], ConfigT] | None = None
+    candidates: Callable[[ConfigT, BundleModel, RuntimeInfo, bool], list[TuneCandidate]] | None = None
+    prepare: Callable[[ConfigT, BundleModel, Callable[[Progress], None]], None] | None = None
+    measured_apart: bool = False
+    caches: tuple[Cache[ConfigT], ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse an entry that the rest of the agent could not derive from: `ValueError` names the field."""
@@ -315,7 +454,10 @@ class Backend(Generic[ConfigT]):
             raise ValueError(f"{self.name}: rank {dict(self.rank)!r}: expected {', '.join(BOARD_CLASSES)} -> int")
         if not self.libraries or not all(isinstance(m, str) and m for m in self.libraries):
             raise ValueError(f"{self.name}: libraries: expected the library's top-level module names")
+        if not all(isinstance(cache, Cache) for cache in self.caches):
+            raise ValueError(f"{self.name}: caches: expected a tuple of runtimes.base.Cache")
         object.__setattr__(self, "rank", MappingProxyType(dict(self.rank)))
+        object.__setattr__(self, "caches", tuple(self.caches))
 
 
 def return_freed_memory() -> None:

@@ -6,13 +6,17 @@ name and compute capability, precision, profile); its `digest` names the files::
 
     <cache>/<digest>.engine        the serialized engine
     <cache>/<digest>.json          its `EngineRecord`: the key, the model's metadata, build facts
-    <cache>/<digest>.failed        why the last build for this key failed (not retried by the daemon)
+    <cache>/<digest>.failed        why the last build for this key failed (not retried by the
+                                   daemon), with the key (JSON; an older agent's: the text alone)
     <cache>/timing-<gpu>-<trt>.cache   TensorRT's timing cache, shared by builds on this GPU
     <cache>/calibration-<sha>.cache    INT8 calibration cache of one ONNX model
 
 A record is written after its engine (both temp + rename), so a crash leaves no record that
 names a half-written engine; an entry whose engine fails to deserialize is `discard`ed and built
-again. Thread safety: one writer per key (the daemon's engine builder); readers may run at any time.
+again. `cache_entries` lists the entries by the model each was made for, so that the bundle
+store's gc prunes those of models no installed version has (`runtimes.caches`); timing caches,
+shared by every model of a GPU and TensorRT version, are never pruned. Thread safety: one writer
+per key (the daemon's engine builder); readers may run at any time.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtimes.base import Precision
+from runtimes.base import CacheEntry, Precision
 from runtimes.files import atomic_write
 
 
@@ -172,12 +176,58 @@ class EngineCache:
     def failure(self, key: EngineKey) -> str | None:
         """Why the last build for `key` failed, or None."""
         try:
-            return self._failure_path(key).read_text(encoding="utf-8").strip() or "unknown error"
+            text = self._failure_path(key).read_text(encoding="utf-8").strip()
         except OSError:
             return None
+        try:
+            document = json.loads(text)
+        except ValueError:  # an older agent's record: the text alone
+            return text or "unknown error"
+        if not isinstance(document, dict) or document.get("error") is None:
+            return text or "unknown error"
+        return str(document["error"]).strip() or "unknown error"
 
     def record_failure(self, key: EngineKey, message: str) -> None:
-        _atomic_write(self._failure_path(key), message.encode())
+        """Record why the build for `key` failed, with the key (what the cache is pruned by)."""
+        document = {"key": key.to_json(), "error": message}
+        _atomic_write(self._failure_path(key), json.dumps(document, indent=2).encode())
+
+
+def _model_of(path: Path) -> str | None:
+    """The ONNX sha256 of the key in a record or failure file, or None (unreadable, an older
+    agent's failure text)."""
+    try:
+        document = json.loads(path.read_bytes())
+        return str(document["key"]["onnx_sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+#: an entry's file: its key's digest (32 hex digits), then what it is
+_ENTRY = re.compile(r"^([0-9a-f]{32})\.(?:engine|json|failed)$")
+#: a calibration cache's name: the first 16 hex digits of its ONNX model's sha256
+_CALIBRATION = re.compile(r"^calibration-([0-9a-f]{16})-trt.*\.cache$")
+
+
+def cache_entries(folder: Path) -> list[CacheEntry]:
+    """The entries of the engine cache in `folder` by the model each was made for (what
+    `runtimes.caches.prune` removes): an engine with its record and failure, by the record's key;
+    a failure alone, by its key; an engine whose record is missing, by none; a calibration cache,
+    by its model's sha256's first 16 hex digits. Timing caches are not entries."""
+    entries = []
+    names = (p.name for p in folder.iterdir())
+    digests = sorted({m.group(1) for name in names if (m := _ENTRY.match(name))})
+    for digest in digests:
+        files = tuple(folder / f"{digest}{suffix}" for suffix in (".engine", ".json", ".failed"))
+        record, failure = files[1], files[2]
+        model = _model_of(record) if record.is_file() else None
+        if model is None and failure.is_file():
+            model = _model_of(failure)
+        entries.append(CacheEntry(model, tuple(f for f in files if f.exists())))
+    for path in sorted(folder.glob("calibration-*.cache")):
+        match = _CALIBRATION.match(path.name)
+        entries.append(CacheEntry(match.group(1) if match else None, (path,)))
+    return entries
 
     def clear_failure(self, key: EngineKey) -> None:
         self._failure_path(key).unlink(missing_ok=True)

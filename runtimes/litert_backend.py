@@ -21,6 +21,7 @@ from pydantic import Field
 from runtimes.base import (
     Backend,
     BackendConfig,
+    BundleModel,
     InferenceError,
     LoadOptions,
     ModelLoadError,
@@ -30,6 +31,7 @@ from runtimes.base import (
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
+    TuneCandidate,
     check_inputs,
     first_line,
     guess_layout,
@@ -201,6 +203,16 @@ def tune(config: LiteRTConfig, delegate: str, threads: int | None) -> LiteRTConf
     return config.model_copy(update={"num_threads": threads}) if threads else config
 
 
+def candidates(config: LiteRTConfig, model: BundleModel, info: RuntimeInfo, variants: bool) -> list[TuneCandidate]:
+    """XNNPACK (no external delegate), and the configured external delegate when there is one;
+    each saying why when LiteRT cannot run here."""
+    why = None if info.available else info.reason or "unavailable"
+    found = [TuneCandidate("xnnpack", model.precision, config.model_copy(update={"delegate": None}), unavailable=why)]
+    if config.delegate is not None:
+        found.append(TuneCandidate(config.delegate.name, model.precision, config, unavailable=why))
+    return found
+
+
 BACKEND = Backend(
     name=KEY,
     config=LiteRTConfig,
@@ -211,4 +223,5 @@ BACKEND = Backend(
     availability=availability,
     load=load,
     tune=tune,
+    candidates=candidates,
 )

@@ -15,7 +15,9 @@ precision)::
 
 A blob that OpenVINO cannot import (a truncated file, another build) is discarded and the model
 compiled again. Without ``cache_dir`` (the agent fills in ``<state_dir>/openvino``) nothing is
-cached.
+cached. The cache is pruned with the bundle store's versions (`cache_entries`, `runtimes.caches`):
+compiled models of a model no installed version has are removed, then the oldest beyond
+``cache_max_mb``, never those of the current and previous versions.
 
 Threads: a `CompiledModel` may be shared by threads, an infer request may not; each thread
 calling `infer` gets a request of its own on the one compiled model (`concurrent` is True: one
@@ -40,8 +42,12 @@ import numpy.typing as npt
 from pydantic import Field
 
 from runtimes.base import (
+    CACHE_MAX_MB,
     Backend,
     BackendConfig,
+    BundleModel,
+    Cache,
+    CacheEntry,
     InferenceError,
     LoadOptions,
     ModelLoadError,
@@ -50,10 +56,12 @@ from runtimes.base import (
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
+    TuneCandidate,
     check_inputs,
     first_line,
     guess_layout,
     return_freed_memory,
+    usable_cores,
 )
 from runtimes.files import atomic_write, sha256_file
 from runtimes.metadata import parse_metadata
@@ -92,6 +100,13 @@ class OpenVINOConfig(BackendConfig):
     cache_dir: Path | None = Field(
         default=None,
         description="Directory where compiled models are cached; unset in agent.yaml = <state_dir>/openvino.",
+    )
+    cache_max_mb: int = Field(
+        default=CACHE_MAX_MB,
+        ge=0,
+        description="The most MiB of compiled models the cache keeps: when the bundle store removes versions, "
+        "those of models no installed version uses are removed, then the oldest beyond this, never those of "
+        "the current and previous versions.",
     )
 
 
@@ -381,6 +396,41 @@ def tune(config: OpenVINOConfig, device: str, threads: int | None) -> OpenVINOCo
     return config.model_copy(update={"device": chosen, "threads": threads or 0})
 
 
+def candidates(config: OpenVINOConfig, model: BundleModel, info: RuntimeInfo, variants: bool) -> list[TuneCandidate]:
+    """Per device OpenVINO lists (CPU, an Intel GPU or NPU): one call in flight (the LATENCY
+    hint), and with `variants` on the CPU also two (THROUGHPUT's streams, ``performance_hint:
+    auto``); one row saying why when OpenVINO cannot run here."""
+    if not info.available:
+        return [TuneCandidate("CPU", model.precision, config, unavailable=info.reason or "unavailable")]
+    found = []
+    for device in (d for d in DEVICES if d in info.devices):
+        shapes = [1, 2] if variants and device == "CPU" and usable_cores() >= 2 else [1]
+        tuned = config.model_copy(update={"device": device})
+        found += [TuneCandidate(device, model.precision, tuned, workers=workers) for workers in shapes]
+    return found
+
+
+def cache_entries(folder: Path) -> list[CacheEntry]:
+    """The compiled models in the cache `folder`, each (blob and record) by its key's model sha256;
+    a blob whose record is missing or unreadable by none."""
+    entries = []
+    for blob in sorted(folder.glob("*.blob")):
+        record = blob.with_suffix(".json")
+        try:
+            model: str | None = str(json.loads(record.read_bytes())["key"]["model_sha256"])
+        except (OSError, ValueError, KeyError, TypeError):
+            model = None
+        entries.append(CacheEntry(model, (blob, record) if record.exists() else (blob,)))
+    return entries
+
+
+def model_hash(path: Path, sha256: str) -> str:
+    """The sha256 a compiled model's key names a model file by (`CompiledKey.model_sha256`): the
+    manifest's of an ONNX file; an IR's ``.xml`` then its ``.bin``, hashed as one stream."""
+    files = model_files(path)
+    return sha256 if len(files) == 1 else sha256_file(*files)
+
+
 def with_state_dir(config: OpenVINOConfig, state_dir: Path) -> OpenVINOConfig:
     """The compiled-model cache under the state directory, unless agent.yaml names one."""
     if config.cache_dir is not None:
@@ -402,4 +452,17 @@ BACKEND = Backend(
     device_label=device_label,
     tune=tune,
     with_state_dir=with_state_dir,
+    candidates=candidates,
+    # loaded in the agent's process, OpenVINO keeps +105 MB resident for the demo detector, 90 MB
+    # of it after closing (docs/benchmarks.md), in a process that may serve another runtime
+    measured_apart=True,
+    caches=(
+        Cache(
+            "compiled models",
+            folder=lambda config: config.cache_dir,
+            entries=cache_entries,
+            max_mb=lambda config: config.cache_max_mb,
+            model_hash=model_hash,
+        ),
+    ),
 )

@@ -20,6 +20,7 @@ from pydantic import Field
 from runtimes.base import (
     Backend,
     BackendConfig,
+    BundleModel,
     InferenceError,
     LoadOptions,
     ModelLoadError,
@@ -28,11 +29,13 @@ from runtimes.base import (
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
+    TuneCandidate,
     check_inputs,
     first_line,
     guess_layout,
     return_freed_memory,
     usable_cores,
+    worker_variants,
 )
 from runtimes.metadata import parse_metadata
 
@@ -242,6 +245,26 @@ def tune(config: OnnxRuntimeConfig, provider: str, threads: int | None) -> OnnxR
     return config.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
 
 
+def candidates(config: OnnxRuntimeConfig, model: BundleModel, info: RuntimeInfo, variants: bool) -> list[TuneCandidate]:
+    """Per configured execution provider that this onnxruntime offers (and the CPU's), one call
+    in flight; with `variants`, on the CPU each of `worker_variants` (calls in flight, threads
+    each). One row saying why when ONNX Runtime cannot run here."""
+    if not info.available:
+        return [TuneCandidate("CPU", model.precision, config, unavailable=info.reason or "unavailable")]
+    found = []
+    for key in dict.fromkeys([*config.providers, "cpu"]):
+        provider = PROVIDERS[key]
+        if provider not in info.devices:
+            continue
+        shapes: list[tuple[int, int | None]] = [(1, None)]
+        if variants and key == "cpu":
+            shapes = [(workers, threads) for workers, threads in worker_variants(usable_cores())]
+        for workers, threads in shapes:
+            tuned = config.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
+            found.append(TuneCandidate(provider, model.precision, tuned, workers, threads))
+    return found
+
+
 BACKEND = Backend(
     name=KEY,
     config=OnnxRuntimeConfig,
@@ -253,4 +276,5 @@ BACKEND = Backend(
     load=load,
     device_label=device_label,
     tune=tune,
+    candidates=candidates,
 )

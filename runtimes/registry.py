@@ -3,12 +3,16 @@ ones registered through the ``edge_agent.runtimes`` entry point group.
 
 `BACKENDS` maps each name to its entry, a `runtimes.base.Backend`: the backend's settings model,
 artifact formats, rank per class of board, device label, library modules, availability probe
-and loader. What names backends is derived from it: `RUNTIME_NAMES`; `RuntimeSettings`, the
-``runtimes:`` section of agent.yaml (one section per backend); `runtimes.selection` (the
-``runtime:`` preference and the CLI's ``--runtime`` choices, formats, ranks, device labels);
-the check processes (`runtimes.isolation`, which names a crashing library by its modules); the
-loaders (`load_runtime` here, `agent.serving.loader` above). A new in-tree backend is one
-module, ``runtimes/<name>_backend.py`` with its ``BACKEND``, and one item of `IN_TREE`.
+and loader, what autotune tries of it and its caches. What names backends is derived from it:
+`RUNTIME_NAMES`; `RuntimeSettings`, the ``runtimes:`` section of agent.yaml (one section per
+backend); `runtimes.selection` (the ``runtime:`` preference and the CLI's ``--runtime`` choices,
+formats, ranks, device labels); the check processes (`runtimes.isolation`, which names a
+crashing library by its modules); the loaders (`load_runtime` here, `agent.serving.loader`
+above); autotune's candidates (`tune_candidates`, `prepare`; `agent.bundles.tuning` names no
+backend); the pruning of every backend's caches (`prune_caches`, from the bundle store's gc).
+This is the only module outside a backend's own that names a backend's settings model
+(``tests/house/test_backends.py``). A new in-tree backend is one module,
+``runtimes/<name>_backend.py`` with its ``BACKEND``, and one item of `IN_TREE`.
 
 Plugins: each entry point of the group names a `Backend` object (``hailo =
 "edge_agent_hailo:BACKEND"`` in a package's ``[project.entry-points."edge_agent.runtimes"]``),
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -43,14 +47,19 @@ from runtimes.base import (
     Backend,
     BackendConfig,
     BackendError,
+    BundleHints,
+    BundleModel,
     LoadOptions,
     ModelLoadError,
+    Progress,
     Runtime,
     RuntimeInfo,
     RuntimeName,
     RuntimeUnavailable,
+    TuneCandidate,
     first_line,
 )
+from runtimes.caches import InUse, prune
 from runtimes.isolation import check_load_isolated, probe_isolated
 
 log = logging.getLogger(__name__)
@@ -200,6 +209,15 @@ class RuntimeSettings:
                 settings = settings.replace(entry.with_state_dir(settings.config_for(entry.name), state_dir))
         return settings
 
+    def for_bundle(self, hints: BundleHints) -> RuntimeSettings:
+        """These settings with what a bundle's manifest says about its model, by each backend
+        that takes something of it (`Backend.for_bundle`: TensorRT's input profile)."""
+        settings = self
+        for entry in BACKENDS.values():
+            if entry.for_bundle is not None:
+                settings = settings.replace(entry.for_bundle(settings.config_for(entry.name), hints))
+        return settings
+
     def sections(self) -> dict[RuntimeName, BackendConfig]:
         """Each backend's settings by name."""
         return {config.type: config for config in self.configs}
@@ -236,6 +254,67 @@ _SECTIONS = create_model(
     __doc__="The ``runtimes:`` section of agent.yaml: one section per backend, each optional.",
     **_SECTION_FIELDS,
 )
+
+
+def tune_candidates(
+    name: RuntimeName, config: BackendConfig, model: BundleModel, info: RuntimeInfo, variants: bool = False
+) -> list[TuneCandidate]:
+    """What autotune measures of `model` on the backend `name` with these settings (`Backend.
+    candidates`; with `variants`, several calls in flight too), given what its probe found. A
+    backend that declares none gets one: its settings as they are, on the device it names, or
+    why it cannot run here; one whose list fails (a plugin's bug), one row saying why. (A
+    declared list may be empty: nothing of the backend can run this artifact here, no row.)"""
+    entry = backend(name)
+    if entry.candidates is None:
+        why = None if info.available else info.reason or "unavailable"
+        return [TuneCandidate(entry.device_label(info), model.precision, config, unavailable=why)]
+    try:
+        found = entry.candidates(config, model, info, variants)
+    except Exception as exc:  # a third-party backend's bug costs its rows, never the others'
+        if name in _BUILTIN:
+            raise
+        why = f"its candidates failed: {type(exc).__name__}: {first_line(exc)}"
+        return [TuneCandidate(entry.device_label(info), model.precision, config, unavailable=why)]
+    return found
+
+
+def prepare(
+    name: RuntimeName,
+    config: BackendConfig,
+    model: BundleModel,
+    on_progress: Callable[[Progress], None] = lambda progress: None,
+) -> None:
+    """Make `model` ready for the backend `name` to load with these settings before it is
+    measured (`Backend.prepare`: TensorRT's engine, built or found); nothing for a backend that
+    needs nothing. Raises `BackendError` when it cannot (a third-party backend's other errors too)."""
+    entry = backend(name)
+    if entry.prepare is None:
+        return
+    try:
+        entry.prepare(config, model, on_progress)
+    except Exception as exc:
+        if isinstance(exc, BackendError) or name in _BUILTIN:
+            raise
+        why = f"{type(exc).__name__}: {first_line(exc)}"
+        raise ModelLoadError(f"{name} failed to prepare {model.path.name}: {why}") from exc
+
+
+def prune_caches(settings: RuntimeSettings, models: Sequence[InUse]) -> list[Path]:
+    """Prune every registered backend's caches (`Backend.caches`, where `settings` put them) to
+    the entries the installed versions' `models` use, each within its size bound
+    (`runtimes.caches.prune`). Returns the files removed. Never raises: a cache that cannot be
+    read, or a plugin's cache whose listing fails, is logged and left as it is."""
+    removed: list[Path] = []
+    for entry in BACKENDS.values():
+        config = settings.config_for(entry.name)
+        for cache in entry.caches:
+            try:
+                folder = cache.folder(config)
+                if folder is not None:
+                    removed += prune(cache, folder, models, cache.max_mb(config))
+            except Exception as exc:  # OSError, or a plugin's bug: the store's gc goes on
+                log.warning("cannot prune %s's %s cache: %s: %s", entry.name, cache.name, type(exc).__name__, exc)
+    return removed
 
 
 def probe_here(name: RuntimeName) -> RuntimeInfo:

@@ -20,80 +20,48 @@ import copy
 import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runtimes.base import (
     Backend,
-    BackendConfig,
+    BackendError,
+    BundleHints,
+    BundleModel,
+    Cache,
     InferenceError,
     LoadOptions,
     ModelLoadError,
     Precision,
+    Progress,
     Runtime,
     RuntimeInfo,
     RuntimeUnavailable,
     TensorSpec,
+    TuneCandidate,
     check_inputs,
     guess_layout,
     return_freed_memory,
 )
-from runtimes.cuda_memory import DeviceBuffer, DeviceMemory, GpuInfo, open_device_memory
-from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord
-from runtimes.files import sha256_file
+from runtimes.cuda_memory import DeviceBuffer, DeviceMemory, open_device_memory
+from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord, cache_entries
 from runtimes.metadata import parse_metadata
-from runtimes.tensorrt_build import Profile, make_logger, require_tensorrt, shape_of
+from runtimes.tensorrt_build import make_logger, require_tensorrt, shape_of
+from runtimes.tensorrt_engines import prepare_engine
+from runtimes.tensorrt_settings import ProfileSettings as ProfileSettings
+from runtimes.tensorrt_settings import TensorRTConfig as TensorRTConfig
+from runtimes.tensorrt_settings import engine_cache as engine_cache
+from runtimes.tensorrt_settings import engine_key as engine_key
+from runtimes.tensorrt_settings import engine_precision as engine_precision
 
 log = logging.getLogger(__name__)
 
 KEY = "tensorrt"
-#: the ONNX operator that makes a model explicitly quantized, Q/DQ (its engine is INT8); ONNX
-#: Runtime's dynamic quantization (DynamicQuantizeLinear + ConvInteger) has none, and no importer
-_QDQ_OP = b"DequantizeLinear"
-
-
-class ProfileSettings(BaseModel):
-    """An optimization profile for a dynamic input: smallest, tuned-for and largest shape."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    min: tuple[int, ...] = Field(description="Smallest input shape, e.g. [1, 3, 320, 320].")
-    opt: tuple[int, ...] = Field(description="Shape the engine is tuned for, e.g. [1, 3, 640, 640].")
-    max: tuple[int, ...] = Field(description="Largest input shape.")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ProfileSettings:
-        self.to_profile()  # raises ValueError with the shapes
-        return self
-
-    def to_profile(self) -> Profile:
-        return Profile(self.min, self.opt, self.max)
-
-
-class TensorRTConfig(BackendConfig):
-    """Settings of the TensorRT backend."""
-
-    type: Literal["tensorrt"] = "tensorrt"
-    precision: Precision = Field(
-        default="fp16",
-        description="Engine precision: fp16 where the GPU has fast FP16 (else fp32); int8 needs a Q/DQ model "
-        "or the bundle's calibration images. A Q/DQ model always builds int8.",
-    )
-    engine_cache_dir: Path | None = Field(
-        default=None, description="Where built engines are cached; default: <state_dir>/engines."
-    )
-    workspace_mb: int = Field(default=1024, ge=16, description="Builder workspace memory-pool limit in MiB.")
-    timing_cache: bool = Field(default=True, description="Keep TensorRT's timing cache beside the engines.")
-    profile: ProfileSettings | None = Field(
-        default=None,
-        description="Optimization profile for a dynamic input when the bundle's manifest has no tensorrt_profile.",
-    )
 
 
 class EngineNotReady(RuntimeUnavailable):
@@ -126,27 +94,6 @@ def availability() -> RuntimeInfo:
     return RuntimeInfo(name=KEY, available=True, version=version, devices=(f"{info.name} (sm {major}.{minor})",))
 
 
-def engine_precision(onnx_path: Path, requested: Precision) -> Precision:
-    """The precision an engine of `onnx_path` is built in: int8 for an explicitly quantized (Q/DQ)
-    model, else `requested`."""
-    return "int8" if _QDQ_OP in onnx_path.read_bytes() else requested
-
-
-def engine_key(
-    onnx_path: Path, config: TensorRTConfig, gpu: GpuInfo, tensorrt_version: str, sha256: str | None = None
-) -> EngineKey:
-    """The cache key of the engine `config` asks for from `onnx_path` on `gpu`."""
-    profile = config.profile.to_profile() if config.profile is not None else None
-    return EngineKey(
-        onnx_sha256=sha256 or sha256_file(onnx_path),
-        tensorrt_version=tensorrt_version,
-        gpu_name=gpu.name,
-        compute_capability=gpu.compute_capability,
-        precision=engine_precision(onnx_path, config.precision),
-        profile=None if profile is None else (profile.min, profile.opt, profile.max),
-    )
-
-
 def numpy_dtype(dtype: Any) -> np.dtype[Any]:
     """The numpy dtype of a TensorRT `DataType` (`EngineLoadError` for one numpy lacks, e.g. FP8)."""
     import tensorrt as trt
@@ -163,13 +110,6 @@ def numpy_dtype(dtype: Any) -> np.dtype[Any]:
     if dtype not in types:
         raise EngineLoadError(f"engine tensor type {dtype} has no numpy equivalent")
     return np.dtype(types[dtype])
-
-
-def engine_cache(config: TensorRTConfig) -> EngineCache:
-    """The cache `config` names; its folder must be set (the agent sets <state_dir>/engines)."""
-    if config.engine_cache_dir is None:
-        raise RuntimeUnavailable("runtimes.tensorrt.engine_cache_dir is not set (the agent sets <state_dir>/engines)")
-    return EngineCache(config.engine_cache_dir)
 
 
 @dataclass(frozen=True)
@@ -193,6 +133,8 @@ class TensorRTBackend(Runtime):
     _owner = True  # False for a worker: its close frees its context, not the engine or the memory
 
     name = KEY
+    #: the cache the engine came from (`open_engine` sets it), where `reject` records its failure
+    cache: EngineCache | None = None
 
     def __init__(
         self,
@@ -315,6 +257,15 @@ class TensorRTBackend(Runtime):
             # the pinned buffers are reused by the next call: hand out copies (float32 for FP16)
             return [r.astype(np.float32) if r.dtype == np.float16 else r.copy() for r in results]
 
+    def reject(self, message: str) -> EngineNotReady:
+        """Never serve this engine again (it failed a check it must pass: the bundle's parity, the
+        decoder's plausibility guard): its failure recorded in its cache, so it is not rebuilt
+        either until the key changes, and the engine discarded. Returns what the next load raises."""
+        if self.cache is not None:
+            self.cache.record_failure(self.record.key, message)
+            self.cache.discard(self.record.key)
+        return EngineNotReady(message, self.record.key, message)
+
     def for_worker(self) -> TensorRTBackend:
         """Another execution context on this engine, with its own stream and buffers, for one
         more thread (TensorRT runs one call at a time per context); not warmed up. Close the
@@ -378,7 +329,9 @@ def open_engine(
         memory.close()
         raise EngineNotReady(f"no TensorRT engine for {model_path.name} ({key.describe()}): {why}", key, failure)
     try:
-        return TensorRTBackend(cache.engine_path(key), model_path, record, memory, warmup)
+        runtime = TensorRTBackend(cache.engine_path(key), model_path, record, memory, warmup)
+        runtime.cache = cache
+        return runtime
     except EngineLoadError as exc:
         cache.discard(key)
         memory.close()
@@ -402,6 +355,50 @@ def device_label(info: RuntimeInfo) -> str:
     return "GPU (FP16)"
 
 
+def for_bundle(config: TensorRTConfig, hints: BundleHints) -> TensorRTConfig:
+    """The manifest's optimization profile, when it has one (it wins over the device's
+    `runtimes.tensorrt.profile`: the bundle knows its model)."""
+    if hints.profile is None:
+        return config
+    smallest, opt, largest = hints.profile
+    return config.model_copy(update={"profile": ProfileSettings(min=smallest, opt=opt, max=largest)})
+
+
+_PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
+
+
+def candidates(config: TensorRTConfig, model: BundleModel, info: RuntimeInfo, variants: bool) -> list[TuneCandidate]:
+    """An engine per precision, FP32, FP16 and INT8 (an explicitly quantized model's: INT8 only),
+    on the GPU the probe found; INT8 of a float model needs the bundle's calibration images. One
+    call in flight (an execution context serves one call at a time)."""
+    qdq = engine_precision(model.path, "fp32") == "int8"
+    gpu = info.devices[0] if info.devices else "GPU"
+    found = []
+    for precision in ("int8",) if qdq else _PRECISIONS:
+        why = None if info.available else info.reason or "unavailable"
+        if why is None and precision == "int8" and not qdq and model.calibration is None:
+            why = "int8 needs a Q/DQ model or calibration images in the bundle"
+        found.append(TuneCandidate(gpu, precision, config.model_copy(update={"precision": precision}), unavailable=why))
+    return found
+
+
+def prepare(config: TensorRTConfig, model: BundleModel, on_progress: Callable[[Progress], None]) -> None:
+    """Build the candidate's engine, or find it cached, or take the bundle's prebuilt one
+    (`prepare_engine`), so that it can be measured; `ModelLoadError` ("engine build failed: ...")
+    when it cannot."""
+    try:
+        prepare_engine(
+            model.path,
+            config,
+            sha256=model.sha256,
+            calibration=model.calibration,
+            prebuilt=model.prebuilt,
+            on_progress=on_progress,
+        )
+    except BackendError as exc:
+        raise ModelLoadError(f"engine build failed: {exc}") from exc
+
+
 BACKEND = Backend(
     name=KEY,
     config=TensorRTConfig,
@@ -413,4 +410,15 @@ BACKEND = Backend(
     load=load,
     device_label=device_label,
     with_state_dir=with_state_dir,
+    for_bundle=for_bundle,
+    candidates=candidates,
+    prepare=prepare,
+    caches=(
+        Cache(
+            "engines",
+            folder=lambda config: config.engine_cache_dir,
+            entries=cache_entries,
+            max_mb=lambda config: config.engine_cache_max_mb,
+        ),
+    ),
 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from runtimes.base import ModelLoadError, Precision
+from runtimes.base import Calibration, ModelLoadError, Precision, Progress
 from runtimes.files import atomic_write
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: calibration input batches, each shaped like the model's input (e.g. (1, 3, 640, 640) float32)
-CalibrationBatches = Callable[[], Iterable[npt.NDArray[Any]]]
+CalibrationBatches = Calibration
 
 
 class EngineBuildError(ModelLoadError):
@@ -96,13 +96,9 @@ class BuildOptions:
     calibration_cache: Path | None = None
 
 
-@dataclass(frozen=True)
-class BuildProgress:
-    """Where a build is: the phase TensorRT reports (e.g. "Building engine"), and `fraction` of
-    the top-level phase's steps done, 0..1."""
-
-    phase: str
-    fraction: float
+#: where a build is: the phase TensorRT reports (e.g. "Building engine"), and `fraction` of the
+#: top-level phase's steps done, 0..1 (`runtimes.base.Progress`, what `Backend.prepare` reports)
+BuildProgress = Progress
 
 
 @dataclass(frozen=True)

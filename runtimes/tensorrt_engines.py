@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtimes.base import Prebuilt as Prebuilt  # re-exported: what a bundle ships
 from runtimes.base import RuntimeUnavailable
 from runtimes.cuda_memory import DeviceMemory, open_device_memory
 from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord
-from runtimes.tensorrt_backend import TensorRTConfig, engine_cache, engine_key
 from runtimes.tensorrt_build import (
     BuildCancelled,
     BuildOptions,
@@ -34,16 +34,9 @@ from runtimes.tensorrt_build import (
     build_engine,
     require_tensorrt,
 )
+from runtimes.tensorrt_settings import TensorRTConfig, engine_cache, engine_key
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Prebuilt:
-    """An engine shipped in a bundle, with the key it was built for."""
-
-    key: EngineKey
-    path: Path
 
 
 @dataclass(frozen=True)
@@ -84,11 +77,12 @@ def plan_version(plan: bytes) -> tuple[int, int, int] | None:
     return (version[0], version[1], version[2]) if len(version) == 3 else None
 
 
-def _prebuilt_plan(candidate: Prebuilt) -> bytes | None:
-    """The bytes of a prebuilt engine whose tags match this device, or None (with a warning) when
-    its header names another TensorRT than its tags: such an engine is never deserialized."""
+def _prebuilt_plan(candidate: Prebuilt, key: EngineKey) -> bytes | None:
+    """The bytes of a prebuilt engine whose tags match this device (`key`), or None (with a
+    warning) when its header names another TensorRT than its tags: such an engine is never
+    deserialized."""
     plan = candidate.path.read_bytes()
-    wanted = tuple(int(part) for part in candidate.key.tensorrt_version.split(".")[:3])
+    wanted = tuple(int(part) for part in key.tensorrt_version.split(".")[:3])
     found = plan_version(plan)
     if found != wanted:
         built = ".".join(map(str, found)) if found else "an unreadable version"
@@ -97,7 +91,7 @@ def _prebuilt_plan(candidate: Prebuilt) -> bytes | None:
             "building the engine here instead",
             candidate.path.name,
             built,
-            candidate.key.tensorrt_version,
+            key.tensorrt_version,
         )
         return None
     return plan
@@ -129,7 +123,7 @@ def prepare_engine(
         if not force and (record := cache.lookup(key)) is not None:
             return Prepared(key, record, cache.engine_path(key), "cache")
         for candidate in prebuilt:
-            if candidate.key == key and (plan := _prebuilt_plan(candidate)) is not None:
+            if candidate.key == key and (plan := _prebuilt_plan(candidate, key)) is not None:
                 record = EngineRecord(key, read_onnx_metadata(onnx_path), key.precision, origin="prebuilt")
                 path = cache.store(record, plan)
                 log.info("tensorrt: using the bundle's prebuilt engine %s (%s)", candidate.path.name, key.describe())

@@ -1,9 +1,11 @@
-"""What a bundle means for TensorRT: the engine settings its manifest implies (its optimization
-profile), the prebuilt engines it carries (used only on an exact match of their tags), and its
-calibration images as INT8 calibration batches.
+"""What a bundle means for the backends: the hints its manifest gives their settings (its
+optimization profile: `version_settings`, through each backend's `Backend.for_bundle`), and per
+artifact what autotune hands a backend (`bundle_model`: the prebuilt engines it carries, used
+only on an exact match of their tags, and its calibration images as calibration batches).
 
-Pure functions of a verified version folder and its manifest; the builds themselves run in
-`runtimes.tensorrt_engines` (from the CLI's ``engine build`` or the daemon's background builder).
+Pure functions of a verified version folder and its manifest; no backend is named here, nor its
+settings: the builds themselves run in `runtimes.tensorrt_engines` (from the CLI's ``engine
+build``, the daemon's background builder, or a backend's `prepare` before a row is measured).
 """
 
 from __future__ import annotations
@@ -18,28 +20,38 @@ import numpy.typing as npt
 from agent.bundles.manifest import ArtifactEntry, EngineTags, InputSpec, Manifest, TensorRTProfile
 from agent.errors import BundleError, ErrorCode
 from pipelines.decoding.preprocess import PreprocessConfig, preprocess
+from runtimes.base import BundleHints, BundleModel, Calibration, Prebuilt
 from runtimes.engine_cache import EngineKey
 from runtimes.registry import RuntimeSettings
-from runtimes.tensorrt_backend import ProfileSettings, TensorRTConfig
-from runtimes.tensorrt_build import CalibrationBatches
-from runtimes.tensorrt_engines import Prebuilt
 
 #: image suffixes of calibration files (the same the bundle accepts)
 _IMAGES = (".jpg", ".jpeg", ".png")
 
 
-def tensorrt_config(config: TensorRTConfig, manifest: Manifest) -> TensorRTConfig:
-    """`config` with the manifest's optimization profile, when it has one (it wins over the
-    device's `runtimes.tensorrt.profile`: the bundle knows its model)."""
+def bundle_hints(manifest: Manifest) -> BundleHints:
+    """What the manifest says about its model for the backends' settings: its optimization profile."""
     profile = manifest.tensorrt_profile
-    if profile is None:
-        return config
-    return config.model_copy(update={"profile": ProfileSettings(min=profile.min, opt=profile.opt, max=profile.max)})
+    return BundleHints(None if profile is None else (profile.min, profile.opt, profile.max))
 
 
 def version_settings(settings: RuntimeSettings, manifest: Manifest) -> RuntimeSettings:
-    """The runtime settings for serving one version: TensorRT's with the manifest's profile."""
-    return settings.replace(tensorrt_config(settings.of(TensorRTConfig), manifest))
+    """The runtime settings for serving one version: each backend's with what the manifest says
+    (`Backend.for_bundle`: TensorRT's with the manifest's profile, which wins over the device's
+    `runtimes.tensorrt.profile`: the bundle knows its model)."""
+    return settings.for_bundle(bundle_hints(manifest))
+
+
+def bundle_model(folder: Path, manifest: Manifest, artifact: ArtifactEntry) -> BundleModel:
+    """`artifact` of the version in `folder` as autotune hands it to a backend: its file, format,
+    precision and sha256, the bundle's calibration batches and its prebuilt engines."""
+    return BundleModel(
+        folder / artifact.path,
+        artifact.format,
+        artifact.precision,
+        artifact.sha256,
+        bundle_calibration(folder, manifest),
+        tuple(prebuilt_engines(folder, manifest)),
+    )
 
 
 def prebuilt_engines(folder: Path, manifest: Manifest) -> list[Prebuilt]:
@@ -95,7 +107,7 @@ def calibration_images(folder: Path, manifest: Manifest) -> list[Path]:
     return sorted(p for p in images.iterdir() if p.suffix.lower() in _IMAGES) if images.is_dir() else []
 
 
-def calibration_batches(images: Sequence[Path], spec: InputSpec) -> CalibrationBatches | None:
+def calibration_batches(images: Sequence[Path], spec: InputSpec) -> Calibration | None:
     """INT8 calibration batches: each image preprocessed as `spec` says (size, colour order,
     resize, normalisation) into a (1, 3, H, W) float32 tensor, read one at a time when TensorRT
     asks; None without images."""
@@ -116,6 +128,6 @@ def calibration_batches(images: Sequence[Path], spec: InputSpec) -> CalibrationB
     return batches
 
 
-def bundle_calibration(folder: Path, manifest: Manifest) -> CalibrationBatches | None:
+def bundle_calibration(folder: Path, manifest: Manifest) -> Calibration | None:
     """The bundle's calibration images as calibration batches (None when it ships none)."""
     return calibration_batches(calibration_images(folder, manifest), manifest.input)

@@ -14,6 +14,12 @@ Layout under the state directory (default ``/var/lib/edge-agent``)::
     control.json              command ids already run (agent.mqtt.control)
     tuning/<sha256>.json      what autotune chose for that version (agent.bundles.tuning)
 
+Removing versions (`gc`, `remove_version`) also prunes every backend's caches (TensorRT's
+engines, OpenVINO's compiled models, any a plugin declares: `runtimes.registry.prune_caches`,
+where the store's `runtimes` settings put them): entries made for models no installed version
+has are removed, and each cache is kept within its size bound, never touching what the current
+and previous versions use.
+
 Pointers are symlinks swapped with `atomic_symlink` and files written with `atomic_write`, so a
 crash at any point leaves either the old or the new state, never a mix. `recover` finishes or
 undoes what a crash interrupted, and only ever deletes what it can prove is partial or was
@@ -36,7 +42,9 @@ from pydantic import TypeAdapter, ValidationError
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State, Tuning
 from agent.errors import BundleError, ErrorCode, validation_problems
 from runtimes.base import RuntimeName as RuntimeName  # pydantic < 2.6 resolves Tuning's annotations here
+from runtimes.caches import InUse
 from runtimes.files import atomic_symlink, atomic_write, fsync_dir
+from runtimes.registry import RuntimeSettings, prune_caches
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +82,17 @@ class Store:
     """Installed versions, the current/previous pointers and the deployment record.
 
     `problems` lists what `recover` found wrong and could not simply undo (a broken pointer, an
-    unreadable record), in words for the status page.
+    unreadable record), in words for the status page. `runtimes` says where the backends keep
+    their caches, pruned with the versions (default: each backend's under `root`, the state
+    directory, as ``AgentConfig.runtime_settings`` puts them without a ``runtimes:`` section).
     """
 
-    def __init__(self, root: Path, keep: int = 3) -> None:
+    def __init__(self, root: Path, keep: int = 3, runtimes: RuntimeSettings | None = None) -> None:
         if keep < 2:
             raise ValueError(f"keep must be at least 2 (current and previous), got {keep}")
         self.root, self.keep = root, keep
         self.versions = root / "versions"
+        self.runtimes = runtimes if runtimes is not None else RuntimeSettings().with_state_dir(root)
         self.problems: list[str] = []
 
     def ensure(self) -> Store:
@@ -283,12 +294,42 @@ class Store:
     # -- housekeeping --------------------------------------------------------------------
 
     def remove_version(self, sha: str) -> None:
+        """Remove version `sha` (never the current or previous one), then prune the caches."""
         if sha not in (self.current_sha(), self.previous_sha()):
             shutil.rmtree(self.versions / sha, ignore_errors=True)
             self._tuning_path(sha).unlink(missing_ok=True)
+            self.prune_caches()
+
+    def models_in_use(self) -> list[InUse]:
+        """The model files of every installed version (detector and classifier artifacts), those of
+        the current and previous versions `protected`, from each version's manifest.json. Raises
+        `OSError` or `ValueError` when a version's cannot be read: what it uses is then unknown."""
+        protected = {self.current_sha(), self.previous_sha()}
+        found = []
+        for folder in sorted(p for p in self.versions.iterdir() if p.is_dir() and not p.name.endswith(".tmp")):
+            try:
+                manifest = json.loads((folder / "manifest.json").read_bytes())
+                stage = manifest.get("classifier") or {}
+                artifacts = [*manifest.get("artifacts", []), *stage.get("artifacts", [])]
+                found += [InUse(folder / a["path"], str(a["sha256"]), folder.name in protected) for a in artifacts]
+            except (AttributeError, KeyError, TypeError) as exc:
+                raise ValueError(f"version {folder.name[:12]}'s manifest.json lists no models: {exc!r}") from exc
+        return found
+
+    def prune_caches(self) -> list[Path]:
+        """Prune every backend's caches to what the installed versions use, each within its bound
+        (`runtimes.registry.prune_caches`); returns the files removed. Never raises; when what a
+        version uses cannot be read, nothing is pruned (the next gc tries again)."""
+        try:
+            models = self.models_in_use() if self.versions.is_dir() else []
+        except (OSError, ValueError) as exc:
+            log.warning("caches not pruned: cannot tell what the installed versions use (%s)", exc)
+            return []
+        return prune_caches(self.runtimes, models)
 
     def gc(self) -> list[str]:
-        """Keep `keep` versions: current and previous always, then the newest others."""
+        """Keep `keep` versions: current and previous always, then the newest others; then prune
+        the backends' caches to what those use."""
         protected = {sha for sha in (self.current_sha(), self.previous_sha()) if sha}
         others = sorted(
             (
@@ -304,6 +345,7 @@ class Store:
             shutil.rmtree(folder, ignore_errors=True)
             self._tuning_path(folder.name).unlink(missing_ok=True)
             removed.append(folder.name)
+        self.prune_caches()
         return removed
 
     def _repair_pointers(self) -> None:

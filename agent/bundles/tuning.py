@@ -1,16 +1,21 @@
 """The optimisation matrix of a bundle on this device, and autotune at activation.
 
 `candidates` lists every way this device could run the bundle's artifacts (`pipelines.measure.matrix.
-Candidate`): TensorRT FP32 / FP16 / INT8 per ONNX artifact (an explicitly quantized one: INT8
-only), ONNX Runtime per installed execution provider, OpenVINO per device it lists (the
-``openvino`` extra), LiteRT per delegate; with `variants`, ONNX Runtime and OpenVINO on the CPU
-also with several calls in flight (`worker_variants`; OpenVINO's THROUGHPUT hint). Those that cannot run
-here carry the reason. `reference_of` builds what rows are compared with from the bundle's
-reference.npz. `autotune` measures the candidates that can run now (in this process, briefly)
-and picks the fastest within the manifest's parity tolerance and `max_latency_ms`: a `Tuning`,
-kept in the deployment record (`tuning_record`) and by the store, that the cameras serve
+Candidate`), as each backend of the registry that loads the artifact's format says
+(`runtimes.registry.tune_candidates`, `Backend.candidates`): with the in-tree backends, TensorRT
+FP32 / FP16 / INT8 per ONNX artifact (an explicitly quantized one: INT8 only), ONNX Runtime per
+installed execution provider, OpenVINO per device it lists (the ``openvino`` extra), LiteRT per
+delegate; with `variants`, ONNX Runtime and OpenVINO on the CPU also with several calls in
+flight (`worker_variants`; OpenVINO's THROUGHPUT hint); a plugin's as it declares them, or its
+settings as they are. Those that cannot run here carry the reason. `with_prepared` makes each
+ready to measure (`Backend.prepare`: TensorRT's engines). `reference_of` builds what rows are
+compared with from the bundle's reference.npz. `autotune` measures the candidates that can run
+now (in this process, briefly; a backend `measured_apart` wholly in a child) and picks the
+fastest within the manifest's parity tolerance and `max_latency_ms`: a `Tuning`, kept in the
+deployment record (`tuning_record`) and by the store, that the cameras serve
 (agent.serving.loader). `Tuning` itself lives in agent/bundles/record.py (re-exported here), so
-reading a record never imports the measuring code.
+reading a record never imports the measuring code. No backend is named here: what differs
+between backends is in their registry entries (``tests/house/test_backends.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 import numpy.typing as npt
 
 from agent.bundles.archive import REFERENCE_RUNTIMES, reference_frame
-from agent.bundles.engine_settings import bundle_calibration, calibration_images, prebuilt_engines, tensorrt_config
+from agent.bundles.engine_settings import bundle_model, calibration_images, version_settings
 from agent.bundles.manifest import ArtifactEntry, Manifest
 from agent.bundles.record import ReportRow, TuningRecord
 from agent.bundles.record import Tuning as Tuning  # re-exported: autotune's result
@@ -40,119 +45,46 @@ from pipelines.measure.matrix import (
     measure_isolated,
     no_energy_meter,
 )
-from runtimes.base import BackendError, Precision, RuntimeInfo, dequantize, usable_cores
-from runtimes.litert_backend import LiteRTConfig
-from runtimes.openvino_backend import DEVICES as OPENVINO_DEVICES
-from runtimes.openvino_backend import OpenVINOConfig
-from runtimes.ort_backend import PROVIDERS, OnnxRuntimeConfig
-from runtimes.registry import RuntimeSettings, available_runtimes, check_load, load_runtime
+from runtimes.base import BackendError, Progress, TuneCandidate, dequantize
+from runtimes.base import worker_variants as worker_variants  # re-exported: bench's --workers auto
+from runtimes.registry import (
+    BACKENDS,
+    RuntimeSettings,
+    available_runtimes,
+    check_load,
+    load_runtime,
+    prepare,
+    tune_candidates,
+)
 from runtimes.selection import Artifact, runtimes_for
-from runtimes.tensorrt_backend import TensorRTConfig, engine_precision
-from runtimes.tensorrt_build import BuildProgress
-from runtimes.tensorrt_engines import prepare_engine
 
 log = logging.getLogger(__name__)
 
-_PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 
-
-def worker_variants(cores: int) -> list[tuple[int, int]]:
-    """(calls in flight, threads per call) worth trying on `cores` cores: one call using every
-    core, and two calls of half the cores each (often faster: one call keeps only part of the
-    cores busy, docs/benchmarks.md)."""
-    variants = [(1, cores)]
-    if cores >= 2:
-        variants.append((2, cores // 2))
-    return variants
-
-
-def _ort_candidates(
-    artifact: ArtifactEntry, path: str, info: RuntimeInfo, settings: RuntimeSettings, variants: bool
-) -> list[Candidate]:
-    found = []
-    config = settings.of(OnnxRuntimeConfig)
-    for key in dict.fromkeys([*config.providers, "cpu"]):
-        provider = PROVIDERS[key]
-        if provider not in info.devices:
-            continue
-        shapes = worker_variants(usable_cores()) if variants and key == "cpu" else [(1, None)]
-        for workers, threads in shapes:
-            tuned = config.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
-            found.append(
-                Candidate("onnxruntime", provider, artifact.path, path, artifact.precision, workers, threads, tuned)
-            )
-    return found
-
-
-def _openvino_candidates(
-    artifact: ArtifactEntry, path: str, info: RuntimeInfo, settings: RuntimeSettings, variants: bool
-) -> list[Candidate]:
-    """OpenVINO per device it lists (CPU, an Intel GPU or NPU): one call in flight (the LATENCY
-    hint), and with `variants` on the CPU also two (THROUGHPUT's streams, ``performance_hint: auto``)."""
-    found = []
-    config = settings.of(OpenVINOConfig)
-    for device in (d for d in OPENVINO_DEVICES if d in info.devices):
-        shapes = [1, 2] if variants and device == "CPU" and usable_cores() >= 2 else [1]
-        tuned = config.model_copy(update={"device": device})
-        for workers in shapes:
-            found.append(Candidate("openvino", device, artifact.path, path, artifact.precision, workers, None, tuned))
-    return found
-
-
-def _openvino_rows(
-    artifact: ArtifactEntry, path: str, available: Mapping[str, RuntimeInfo], settings: RuntimeSettings, variants: bool
-) -> list[Candidate]:
-    """OpenVINO's rows of an ONNX or IR artifact, or one row saying why it is unavailable."""
-    openvino = available.get("openvino")
-    if openvino is None:
-        return []
-    if not openvino.available:
-        return [Candidate("openvino", "CPU", artifact.path, path, artifact.precision, unavailable=openvino.reason)]
-    return _openvino_candidates(artifact, path, openvino, settings, variants)
+def _candidate(runtime: str, artifact: ArtifactEntry, path: Path, tried: TuneCandidate) -> Candidate:
+    c = tried
+    return Candidate(
+        runtime, c.device, artifact.path, str(path), c.precision, c.workers, c.threads, c.config, c.unavailable
+    )
 
 
 def candidates(
     folder: Path, manifest: Manifest, board: Board, settings: RuntimeSettings, variants: bool = False
 ) -> list[Candidate]:
     """Every runtime x artifact x precision / provider / delegate for this bundle here (see the
-    module docstring); `board` is where it runs (the report names it)."""
+    module docstring), artifact by artifact, backends in the registry's order; `board` is where
+    it runs (the report names it)."""
+    settings = version_settings(settings, manifest)
     artifacts = [Artifact(str(folder / a.path), a.format, a.precision) for a in manifest.artifacts]
     available = available_runtimes(runtimes_for(artifacts))
-    trt = available.get("tensorrt")
-    has_calibration = bool(calibration_images(folder, manifest))
     found: list[Candidate] = []
     for artifact in manifest.artifacts:
-        path = str(folder / artifact.path)
-        if artifact.format == "onnx":
-            qdq = engine_precision(Path(path), "fp32") == "int8"
-            for precision in ("int8",) if qdq else _PRECISIONS:
-                trt_config = tensorrt_config(settings.of(TensorRTConfig), manifest)
-                config = trt_config.model_copy(update={"precision": precision})
-                why = None if trt and trt.available else (trt.reason if trt else "not probed")
-                if why is None and precision == "int8" and not qdq and not has_calibration:
-                    why = "int8 needs a Q/DQ model or calibration images in the bundle"
-                gpu = trt.devices[0] if trt and trt.devices else "GPU"
-                found.append(Candidate("tensorrt", gpu, artifact.path, path, precision, 1, None, config, why))
-            ort = available.get("onnxruntime")
-            if ort is not None and ort.available:
-                found += _ort_candidates(artifact, path, ort, settings, variants)
-            elif ort is not None:
-                found.append(
-                    Candidate("onnxruntime", "CPU", artifact.path, path, artifact.precision, unavailable=ort.reason)
-                )
-            found += _openvino_rows(artifact, path, available, settings, variants)
-        elif artifact.format == "openvino":
-            found += _openvino_rows(artifact, path, available, settings, variants)
-        else:
-            litert = available.get("litert")
-            why = None if litert and litert.available else (litert.reason if litert else "not probed")
-            litert_config = settings.of(LiteRTConfig)
-            xnnpack = litert_config.model_copy(update={"delegate": None})
-            delegates: list[tuple[str, LiteRTConfig]] = [("xnnpack", xnnpack)]
-            if litert_config.delegate is not None:
-                delegates.append((litert_config.delegate.name, litert_config))
-            for name, delegate in delegates:
-                found.append(Candidate("litert", name, artifact.path, path, artifact.precision, 1, None, delegate, why))
+        model = bundle_model(folder, manifest, artifact)
+        for name, info in available.items():
+            if artifact.format not in BACKENDS[name].formats:
+                continue
+            for tried in tune_candidates(name, settings.config_for(name), model, info, variants):
+                found.append(_candidate(name, artifact, model.path, tried))
     log.debug("matrix for %s on %s: %d candidates", manifest.name, board.model, len(found))
     return found
 
@@ -190,35 +122,30 @@ def reference_of(folder: Path, manifest: Manifest, arrays: Mapping[str, npt.NDAr
     )  # fmt: skip
 
 
-def with_engines(
+def with_prepared(
     found: list[Candidate],
     folder: Path,
     manifest: Manifest,
-    on_progress: Callable[[str, BuildProgress], None] = lambda name, progress: None,
+    on_progress: Callable[[str, Progress], None] = lambda name, progress: None,
 ) -> list[Candidate]:
-    """Build (or find cached) the engine of every TensorRT candidate that can run here, so it can
-    be measured; a build that fails makes that row say why."""
+    """Make every candidate that can run here ready to be measured, as its backend needs
+    (`runtimes.registry.prepare`: TensorRT builds its engine, or finds it cached); one whose
+    preparation fails says why in its row instead. `on_progress` hears ("<artifact> <precision>",
+    progress) of each."""
     ready = []
     for candidate in found:
-        if candidate.runtime == "tensorrt" and candidate.unavailable is None and candidate.config is not None:
-            assert isinstance(candidate.config, TensorRTConfig)
-            sha256 = next(a.sha256 for a in manifest.artifacts if a.path == candidate.artifact)
+        entry = BACKENDS.get(candidate.runtime)
+        if entry is not None and entry.prepare is not None and candidate.unavailable is None and candidate.config:
+            artifact = next(a for a in manifest.artifacts if a.path == candidate.artifact)
             label = f"{candidate.artifact} {candidate.precision}"
 
-            def progress(step: BuildProgress, label: str = label) -> None:
+            def progress(step: Progress, label: str = label) -> None:
                 on_progress(label, step)
 
             try:
-                prepare_engine(
-                    Path(candidate.path),
-                    candidate.config,
-                    sha256=sha256,
-                    calibration=bundle_calibration(folder, manifest),
-                    prebuilt=prebuilt_engines(folder, manifest),
-                    on_progress=progress,
-                )
+                prepare(candidate.runtime, candidate.config, bundle_model(folder, manifest, artifact), progress)
             except BackendError as exc:
-                candidate = replace(candidate, unavailable=f"engine build failed: {exc}")
+                candidate = replace(candidate, unavailable=str(exc))
         ready.append(candidate)
     return ready
 
@@ -244,16 +171,17 @@ def tuning_record(choice: Tuning | None, rows: Sequence[Row]) -> TuningRecord:
     return TuningRecord(choice, tuple(ReportRow(**asdict(row)) for row in rows))
 
 
-#: runtimes whose rows autotune measures in a child process of their own: loading the library
-#: here would keep its memory after the row (OpenVINO: +105 MB resident for the demo detector,
-#: 90 MB of it still held after closing, docs/benchmarks.md), in a process that may serve another
-_MEASURED_APART = frozenset({"openvino"})
+def _apart(runtime: str) -> bool:
+    """Whether autotune measures `runtime`'s rows wholly in a child process (`Backend.measured_apart`:
+    loading its library here would keep its memory after the row, in a process that may serve another)."""
+    entry = BACKENDS.get(runtime)
+    return entry is not None and entry.measured_apart
 
 
 def measure_for_autotune(candidate: Candidate, reference: Reference, frames: int) -> Row:
     """A row as autotune measures it: in this process, after a check process loaded it without
-    dying; or, for a runtime of `_MEASURED_APART`, wholly in a child (`measure_isolated`)."""
-    if candidate.runtime in _MEASURED_APART:
+    dying; or, for a backend `measured_apart`, wholly in a child (`measure_isolated`)."""
+    if _apart(candidate.runtime):
         return measure_isolated(candidate, reference, frames)
     return measure(candidate, reference, frames)
 
@@ -270,15 +198,16 @@ def autotune(
 ) -> tuple[Tuning | None, list[Row]]:
     """Measure what can run now (briefly, in this process, each configuration's first load checked
     in a child process first, `runtimes.isolation`) and choose; (None, rows) when nothing
-    qualifies. TensorRT rows whose engine is not built yet say so and are not chosen: the
-    engine, once built and past the parity check, is served anyway (agent.serving.cameras).
+    qualifies. Candidates are not prepared here (`with_prepared`): TensorRT rows whose engine
+    is not built yet say so and are not chosen; the engine, once built and past the parity
+    check, is served anyway (agent.serving.cameras).
     `measure_row` measures one candidate (`measure_for_autotune`; a test injects its own figures)."""
     reference = reference_of(folder, manifest, arrays)
     rows = []
     for candidate in candidates(folder, manifest, board, settings, variants=True):
         try:
             # a row measured wholly in a child needs no check process first
-            apart = measure_row is measure_for_autotune and candidate.runtime in _MEASURED_APART
+            apart = measure_row is measure_for_autotune and _apart(candidate.runtime)
             if candidate.unavailable is None and not apart:  # a crash kills a check process, not the agent
                 config = candidate.config or settings.config_for(candidate.runtime)
                 check_load(candidate.runtime, Path(candidate.path), config)

@@ -218,7 +218,7 @@ def bench_matrix(args: argparse.Namespace) -> int:
     """Run the matrix of the bundle `args.model`; a table, or with ``--json`` a list of rows."""
     from agent.bundles.archive import Limits, unpack, verify_unpacked
     from agent.bundles.engine_settings import version_settings
-    from agent.bundles.tuning import candidates, reference_of, run_matrix, with_engines
+    from agent.bundles.tuning import candidates, reference_of, run_matrix, with_prepared
     from agent.config.loading import load_config
     from agent.config.models import AgentConfig
     from agent.hardware.board import probe
@@ -245,7 +245,7 @@ def bench_matrix(args: argparse.Namespace) -> int:
         manifest = verified.manifest
         settings = version_settings(config.runtime_settings(), manifest)
         found = candidates(folder, manifest, board, settings, variants=True)
-        found = with_engines(found, folder, manifest, lambda name, p: say(f"building {name}: {p.fraction:.0%}"))
+        found = with_prepared(found, folder, manifest, lambda name, p: say(f"building {name}: {p.fraction:.0%}"))
         reference = reference_of(folder, manifest, verified.reference)
         rows = run_matrix(found, reference, frames, on_row=lambda row: say(f"measured {row.runtime} {row.artifact}"))
     if args.json:

@@ -102,7 +102,7 @@ def _class_problems(path: Path) -> list[str]:
     config = load_config(path)
     if not any(p.classes for p in config.pipelines):
         return []
-    store = Store(config.state_dir, config.keep_versions)
+    store = Store(config.state_dir, config.keep_versions, config.runtime_settings())
     try:
         sha = store.current_sha()
         if sha is None:

@@ -127,11 +127,12 @@ def _progress(enabled: bool) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.bundles.engine_settings import prebuilt_engines, tensorrt_config
+    from agent.bundles.engine_settings import prebuilt_engines, version_settings
     from runtimes.tensorrt_backend import ProfileSettings, TensorRTConfig
     from runtimes.tensorrt_engines import prepare_engine
 
-    config = device_config(args).runtime_settings().of(TensorRTConfig)
+    settings = device_config(args).runtime_settings()
+    config = settings.of(TensorRTConfig)
     updates: dict[str, Any] = {}
     if args.precision:
         updates["precision"] = args.precision
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         updates["workspace_mb"] = args.workspace_mb
     with _onnx_of(args.source) as (onnx, manifest, folder):
         if manifest is not None:
-            config = tensorrt_config(config, manifest)
+            config = version_settings(settings, manifest).of(TensorRTConfig)
         if args.profile:
             updates["profile"] = ProfileSettings(min=args.profile.min, opt=args.profile.opt, max=args.profile.max)
         config = config.model_copy(update=updates)

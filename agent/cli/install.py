@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     config = device_config(args)
     if not args.bundle.is_file():
         raise CliError(f"bundle not found: {args.bundle}")
-    store = Store(config.state_dir, keep=config.keep_versions)
+    store = Store(config.state_dir, keep=config.keep_versions, runtimes=config.runtime_settings())
     deployment = install(
         args.bundle,
         store,

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = device_config(args)
     try:
-        deployment = rollback(Store(config.state_dir, keep=config.keep_versions))
+        deployment = rollback(Store(config.state_dir, keep=config.keep_versions, runtimes=config.runtime_settings()))
     except LookupError as exc:
         raise CliError(str(exc)) from exc
     print(f"rolled back to {deployment.name} {deployment.version} ({deployment.sha256[:12]})")

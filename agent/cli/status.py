@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from agent.bundles.store import Store
 
     config = device_config(args)
-    store = Store(config.state_dir, keep=config.keep_versions)
+    store = Store(config.state_dir, keep=config.keep_versions, runtimes=config.runtime_settings())
     store.recover()
 
     def version(sha: str | None) -> dict[str, str] | None:

@@ -113,7 +113,7 @@ class Agent:
         self.config = config
         self.device = config.device_id()
         self.topics = Topics(config.mqtt.topic_root if config.mqtt else "edge")
-        self.store = Store(config.state_dir, config.keep_versions)
+        self.store = Store(config.state_dir, config.keep_versions, config.runtime_settings())
         self.policy = InstallPolicy.from_config(config)
         self.gate = ControlGate.from_config(config, self.clock)
         self.warnings = security_warnings(config)

@@ -74,7 +74,7 @@ def check_startable(config: AgentConfig) -> None:
         MqttLink(config.mqtt, "edge-agent-config-check")  # loads the TLS files, reads the password
     if config.status_page is not None:
         config.status_page.password()
-    Store(config.state_dir, config.keep_versions).ensure()
+    Store(config.state_dir, config.keep_versions, config.runtime_settings()).ensure()
     try:
         atomic_write(config.state_dir / ".writable", b"")
     except OSError as exc:
@@ -261,7 +261,7 @@ def check_camera(section: PipelineSection, timeout_s: float, pipe: PipeSettings 
 
 def check_runtime(config: AgentConfig, root: Path) -> Finding:
     """Load the active version as the cameras would, then close it."""
-    store = Store(config.state_dir, config.keep_versions)
+    store = Store(config.state_dir, config.keep_versions, config.runtime_settings())
     sha = store.current_sha()
     info = store.info(sha)
     if sha is None or info is None:

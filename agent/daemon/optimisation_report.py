@@ -22,7 +22,7 @@ from agent.bundles.archive import verify_unpacked
 from agent.bundles.engine_settings import version_settings
 from agent.bundles.record import Deployment
 from agent.bundles.store import Store
-from agent.bundles.tuning import candidates, reference_of, run_matrix, with_engines
+from agent.bundles.tuning import candidates, reference_of, run_matrix, with_prepared
 from agent.errors import BundleError
 from agent.hardware.board import Board
 from agent.mqtt.protocol import json_payload
@@ -48,7 +48,7 @@ def report_document(
     verified = verify_unpacked(store.versions / sha, (), allow_unsigned=True)  # hashes only: installed already
     manifest, folder = verified.manifest, verified.folder
     settings = version_settings(settings, manifest)
-    found = with_engines(candidates(folder, manifest, board, settings, variants=True), folder, manifest)
+    found = with_prepared(candidates(folder, manifest, board, settings, variants=True), folder, manifest)
     rows = run_matrix(found, reference_of(folder, manifest, verified.reference), frames, energy)
     return {
         "device": device,

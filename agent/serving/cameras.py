@@ -65,7 +65,7 @@ from pipelines.sources.specs import open_source
 from runtimes.base import Runtime
 from runtimes.registry import RuntimeSettings
 from runtimes.selection import Choice, Preference
-from runtimes.tensorrt_backend import TensorRTBackend, TensorRTConfig, engine_cache
+from runtimes.tensorrt_backend import TensorRTBackend
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ class Cameras:
         artifact = loaded.pending_artifact
         assert artifact is not None
         sha256 = next(a.sha256 for a in loaded.manifest.artifacts if a.path == artifact.name)
-        self.builder.request(version, loaded.manifest, artifact, sha256, self.settings.of(TensorRTConfig))
+        self.builder.request(version, loaded.manifest, artifact, sha256, self.settings)
 
     def _checked_engine(self, version: Path, loaded: list[Loaded]) -> list[Loaded]:
         """The freshly built engine passes the bundle's parity check, or it is recorded as failed
@@ -293,9 +293,7 @@ class Cameras:
             message = f"the new TensorRT engine fails the bundle's parity check: {exc.message}"
             log.error("%s; ONNX Runtime serves instead", message)
             if isinstance(runtime, TensorRTBackend):
-                cache = engine_cache(self.settings.of(TensorRTConfig))
-                cache.record_failure(runtime.record.key, message)
-                cache.discard(runtime.record.key)
+                runtime.reject(message)
             self.builder.fail(ErrorCode.PARITY_FAILED, message)
             for model in loaded:
                 model.detector.close()

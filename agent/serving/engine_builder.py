@@ -20,12 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from agent.bundles.engine_settings import bundle_calibration, prebuilt_engines, tensorrt_config
+from agent.bundles.engine_settings import bundle_calibration, prebuilt_engines, version_settings
 from agent.bundles.manifest import Manifest
 from agent.errors import ErrorCode
 from agent.snapshot import BuildState, EngineStatus
 from pipelines.worker import Worker
 from runtimes.base import BackendError
+from runtimes.registry import RuntimeSettings
 from runtimes.tensorrt_backend import TensorRTConfig
 from runtimes.tensorrt_build import BuildCancelled, BuildProgress
 from runtimes.tensorrt_engines import prepare_engine
@@ -68,9 +69,13 @@ class EngineBuilder:
         with self._lock:
             return self._job is not None and self._job.version == version and self._status is not None
 
-    def request(self, version: Path, manifest: Manifest, artifact: Path, sha256: str, config: TensorRTConfig) -> None:
-        """Build the engine of `artifact` (an ONNX file of the installed `version`) unless that
+    def request(
+        self, version: Path, manifest: Manifest, artifact: Path, sha256: str, settings: RuntimeSettings
+    ) -> None:
+        """Build the engine of `artifact` (an ONNX file of the installed `version`) with the
+        TensorRT settings of `settings` for this version (its manifest's profile) unless that
         build is already running; cancels a build for another version."""
+        config = version_settings(settings, manifest).of(TensorRTConfig)
         with self._lock:
             if self._job is not None and self._job.version == version and self._job.artifact == artifact:
                 return
@@ -87,7 +92,7 @@ class EngineBuilder:
                 progress=0.0,
                 started=self._clock(),
             )
-            build = functools.partial(self._build, job, manifest, sha256, tensorrt_config(config, manifest))
+            build = functools.partial(self._build, job, manifest, sha256, config)
             thread = Worker.once("engine-build", build, described="the TensorRT engine build", logger=log)
             self._thread = thread
         thread.start()

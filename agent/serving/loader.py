@@ -21,7 +21,7 @@ from runtimes.base import ModelLoadError, Runtime, RuntimeInfo, RuntimeUnavailab
 from runtimes.isolation import RuntimeCrashed
 from runtimes.registry import BACKENDS, RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
 from runtimes.selection import Artifact, Choice, Preference, runtime_order, runtimes_for, select_runtimes
-from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend, TensorRTConfig, engine_cache
+from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend
 
 if TYPE_CHECKING:
     from agent.bundles.manifest import ClassifierStage, Manifest
@@ -120,7 +120,7 @@ def open_detector(
             runtime.close()
             if not isinstance(runtime, TensorRTBackend):
                 raise
-            pending = _implausible_engine(runtime, settings, exc), Path(choice.artifact.path)
+            pending = _implausible_engine(runtime, exc), Path(choice.artifact.path)
             failures.append(f"{choice.runtime}: {pending[0]}")
             continue
         log.info("serving %s %s on %s (%s)", manifest.name, manifest.version, choice.runtime, choice.reason)
@@ -130,15 +130,12 @@ def open_detector(
     raise BundleError(ErrorCode.NO_RUNTIME, f"no runtime could load {folder}: " + "; ".join(failures))
 
 
-def _implausible_engine(runtime: TensorRTBackend, settings: RuntimeSettings, exc: DecoderError) -> EngineNotReady:
+def _implausible_engine(runtime: TensorRTBackend, exc: DecoderError) -> EngineNotReady:
     """A TensorRT engine whose detections the plausibility guard refuses (built wrong, e.g. an
     FP16 overflow) is never served: recorded as failed (so it is not rebuilt either) and discarded."""
     message = f"the TensorRT engine fails the plausibility guard: {exc}"
     log.error("%s; the next runtime serves instead", message)
-    cache = engine_cache(settings.of(TensorRTConfig))
-    cache.record_failure(runtime.record.key, message)
-    cache.discard(runtime.record.key)
-    return EngineNotReady(message, runtime.record.key, message)
+    return runtime.reject(message)
 
 
 _LIGHTNESS = {"int8": 0, "fp16": 1, "fp32": 2}

@@ -1,7 +1,8 @@
 """Third-party runtime backends through the ``edge_agent.runtimes`` entry point group, for real:
 the plugin packages under tests/plugins/ are installed with pip into a folder of their own, and
 ``edge-agent`` runs in a subprocess with that folder on ``PYTHONPATH`` (the dev environment
-never sees them). ``toy_npu`` is a working backend; ``broken_npu``'s import fails."""
+never sees them). ``toy_npu`` is a working backend, probed, selected, configured and autotuned
+like the in-tree ones; ``broken_npu``'s import fails."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import cv2
 import pytest
 from testkit import DEMO_MODELS, FAKES, REPO
 
+from agent.bundles.archive import Verified
 from pipelines.sources.synthetic import SyntheticScene
 
 PLUGINS = REPO / "tests" / "plugins"
@@ -51,6 +53,74 @@ def python_module(
 def edge_agent(*args: str, site: Path | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``edge-agent ARGS`` (`python_module`)."""
     return python_module("agent.cli", *args, site=site, env=env)
+
+
+def python_script(script: str, *args: str, site: Path) -> subprocess.CompletedProcess[str]:
+    """``python -c SCRIPT ARGS`` in a fresh interpreter, with the plugins of `site` importable."""
+    environment = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, env=environment, timeout=300
+    )
+
+
+#: autotune of the demo bundle with the plugin installed, the plugin's rows made the fastest (an
+#: injected figure: which is faster on a shared machine is noise), then the version served as tuned
+AUTOTUNE = """
+import json, sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from agent.bundles.archive import verify_unpacked
+from agent.bundles.tuning import autotune, candidates, with_prepared
+from agent.hardware.board import probe
+from agent.serving.loader import open_detector
+from pipelines.measure.matrix import measure
+from runtimes.registry import RuntimeSettings
+
+bundle = verify_unpacked(Path(sys.argv[1]), (), allow_unsigned=True)
+settings = RuntimeSettings().with_state_dir(Path(sys.argv[2]))
+found = candidates(bundle.folder, bundle.manifest, probe(), settings, True)
+toy = [c for c in with_prepared(found, bundle.folder, bundle.manifest) if c.runtime == "toynpu"]
+
+def plugin_fastest(candidate, reference, frames):
+    row = measure(candidate, reference, frames)
+    return row if row.fps is None else replace(row, fps=row.fps * (100 if row.runtime == "toynpu" else 0.01))
+
+tuning, rows = autotune(
+    bundle.folder, bundle.manifest, bundle.reference, probe(), settings, 3, measure_row=plugin_fastest
+)
+loaded = open_detector(bundle.folder, probe(), settings=settings, tuning=tuning)
+served = [loaded.choice.runtime, loaded.choice.reason, loaded.detector.runtime.device]
+loaded.detector.close()
+print(json.dumps({
+    "candidates": [[c.provider, c.artifact, c.precision, c.workers, c.threads, c.unavailable, c.config.model_dump()]
+                   for c in toy],
+    "rows": [row.to_json() for row in rows if row.runtime == "toynpu"],
+    "runtimes": sorted({row.runtime for row in rows}),
+    "tuning": asdict(tuning) if tuning else None,
+    "served": served,
+}))
+"""
+
+
+def test_autotune_measures_a_plugin_like_the_in_tree_backends_and_serves_its_choice(
+    plugin_site: Path, unpacked: Verified, tmp_path: Path
+) -> None:
+    """The toy declares no candidates: autotune measures its one default (its settings as they
+    are, on the device it names), checked against the bundle's reference like every row, and the
+    camera serves it when it is the choice (through the plugin's `tune`)."""
+    proc = python_script(AUTOTUNE, str(unpacked.folder), str(tmp_path / "state"), site=plugin_site)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["candidates"] == [
+        ["toy-npu0", "demo_detector.onnx", "fp32", 1, None, None, {"type": "toynpu", "threads": 1}]
+    ]
+    assert {"onnxruntime", "litert", "toynpu"} <= set(report["runtimes"]), "measured beside the in-tree ones"
+    (row,) = report["rows"]
+    assert row["error"] is None and row["fps"] > 0 and row["latency_ms"]["p50"] > 0
+    assert row["parity"]["within_tolerance"] == 1.0 and row["parity"]["detection_agreement"] == 1.0
+    assert report["tuning"]["runtime"] == "toynpu" and report["tuning"]["provider"] == "toy-npu0"
+    runtime, reason, device = report["served"]
+    assert (runtime, device) == ("toynpu", "toy-npu0") and reason.startswith("autotune: "), reason
 
 
 def test_an_installed_plugin_is_probed_and_ranked_like_the_in_tree_backends(plugin_site: Path) -> None:

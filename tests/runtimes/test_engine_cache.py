@@ -1,4 +1,4 @@
-"""`runtimes.engine_cache`: keys, lookups, corrupt entries, a new TensorRT version."""
+"""`runtimes.engine_cache`: keys, lookups, corrupt entries, a new TensorRT version, failures with their key."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from testkit import DEMO_MODELS
 from testkit.trt_double import TrtDouble
 
-from runtimes.engine_cache import EngineKey
+from runtimes.base import CacheEntry
+from runtimes.engine_cache import EngineCache, EngineKey, cache_entries
 from runtimes.tensorrt_backend import EngineNotReady, TensorRTConfig, open_engine
 from runtimes.tensorrt_engines import prepare_engine
 
@@ -76,3 +77,15 @@ def test_a_new_tensorrt_version_gets_its_own_engine(trt_double: TrtDouble, tmp_p
         assert prepare_engine(FIXED, settings).how == "built"
     finally:
         trt_double.internals.VERSION = trt_double.trt.__version__ = "10.13.0.35"
+
+
+def test_a_failure_is_recorded_with_its_key_and_an_older_agent_s_still_reads(tmp_path: Path) -> None:
+    """The key in the failure is what the store's gc prunes it by (`cache_entries`)."""
+    cache = EngineCache(tmp_path)
+    key = EngineKey("ab" * 32, "10.13.0.35", "Orin", (8, 7), "int8")
+    cache.record_failure(key, "int8 needs calibration images")
+    assert cache.failure(key) == "int8 needs calibration images"
+    assert cache_entries(tmp_path) == [CacheEntry("ab" * 32, (tmp_path / f"{key.digest}.failed",))]
+    (tmp_path / f"{key.digest}.failed").write_text("TensorRT cannot parse the model\n")  # an older agent's
+    assert cache.failure(key) == "TensorRT cannot parse the model"
+    assert cache_entries(tmp_path) == [CacheEntry(None, (tmp_path / f"{key.digest}.failed",))]

@@ -1,11 +1,14 @@
 """`agent.bundles.store`: versions and pointers, gc, recovery after a crash at each state (on fake
-versions), the pointer switch that never leaves the device without `current`."""
+versions), the pointer switch that never leaves the device without `current`; the backends'
+caches (TensorRT's engines, OpenVINO's compiled models) pruned with the versions."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,13 @@ from testkit.store import A, B, C, fake_version, two_versions
 from agent.bundles.record import Deployment, State
 from agent.bundles.store import Store, version_key
 from agent.errors import ErrorCode, ErrorInfo
+from runtimes.base import Precision
+from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord
+from runtimes.files import sha256_file
+from runtimes.openvino_backend import CompiledKey, OpenVINOConfig
+from runtimes.openvino_backend import _store as store_compiled
+from runtimes.registry import RuntimeSettings
+from runtimes.tensorrt_backend import TensorRTConfig
 
 
 def test_gc_keeps_newest_and_never_current_or_previous(tmp_path: Path) -> None:
@@ -255,3 +265,123 @@ def test_undo_without_previous_before_keeps_the_newest_other_version_as_previous
     assert (store.current_sha(), store.previous_sha()) == (B, A)
     assert any("previous_before" in r.getMessage() and A[:12] in r.getMessage() for r in caplog.records)
     assert store.rollback() == A, "rollback finds its target"
+
+
+# -- the backends' caches, pruned with the versions ---------------------------------------------
+
+KIB = 1024
+
+
+def _aged(mtime: float, *paths: Path) -> None:
+    for path in paths:
+        os.utime(path, (mtime, mtime))
+
+
+def _engine(cache: EngineCache, model: str, precision: Precision, kib: int, mtime: float) -> EngineKey:
+    key = EngineKey(model, "10.13.0.35", "Orin", (8, 7), precision)
+    cache.store(EngineRecord(key), b"\0" * kib * KIB)
+    _aged(mtime, cache.engine_path(key), cache.folder / f"{key.digest}.json")
+    return key
+
+
+def _left(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+def _four_versions(store: Store, models: list[str]) -> None:
+    """Versions A, B, C, D (oldest first) of one model each, D current and C previous: with
+    ``keep=3`` gc removes A."""
+    for sha, model, mtime in zip((A, B, C, "d" * 64), models, (1000, 2000, 3000, 4000), strict=True):
+        fake_version(store, sha, mtime, {"model.onnx": model} if model else {})
+    store.switch(C)
+    store.switch("d" * 64)
+
+
+def test_gc_prunes_tensorrt_s_engines_to_what_installed_versions_use_within_the_bound(tmp_path: Path) -> None:
+    folder = tmp_path / "engines"
+    settings = RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=folder, engine_cache_max_mb=1))
+    store = Store(tmp_path / "state", keep=3, runtimes=settings).ensure()
+    m1, m2, m3, m4, loose = ("1" * 64, "2" * 64, "3" * 64, "4" * 64, "9" * 64)
+    _four_versions(store, [m1, m2, m3, m4])
+    cache = EngineCache(folder)
+    removed_version = _engine(cache, m1, "fp16", 100, mtime=5)  # A's: A goes, so does its engine
+    cache.record_failure(replace(removed_version, precision="int8"), "no calibration images")
+    cache.calibration_cache(removed_version).write_bytes(b"calibration")
+    _engine(cache, loose, "fp16", 100, mtime=90)  # `engine build` of a model no version has
+    current = _engine(cache, m4, "fp16", 300, mtime=10)  # the oldest of all, but D's: always kept
+    previous = _engine(cache, m3, "fp16", 300, mtime=20)
+    orphan = folder / ("f" * 32 + ".engine")  # its record lost in a crash: goes by age
+    orphan.write_bytes(b"\0" * 300 * KIB)
+    _aged(30, orphan)
+    older = _engine(cache, m2, "fp32", 300, mtime=40)  # B's oldest: beyond the 1 MiB, it goes
+    newer = _engine(cache, m2, "fp16", 300, mtime=60)
+    cache.calibration_cache(current).write_bytes(b"calibration")
+    timing = cache.timing_cache(current)
+    timing.write_bytes(b"\0" * 600 * KIB)  # shared by every model here: never pruned
+
+    assert store.gc() == [A]
+
+    kept = {key: cache.lookup(key) is not None for key in (current, previous, older, newer)}
+    assert kept == {current: True, previous: True, older: False, newer: True}
+    expected = {f"{k.digest}{suffix}" for k in (current, previous, newer) for suffix in (".engine", ".json")}
+    assert _left(folder) == expected | {cache.calibration_cache(current).name, timing.name}
+    engines = sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".engine", ".json"))
+    assert engines <= 1024 * KIB
+    store.remove_version(B)  # a version removed otherwise (its activation failed) takes its engines too
+    assert cache.lookup(newer) is None and cache.lookup(current) is not None and cache.lookup(previous) is not None
+
+
+def _compiled(folder: Path, model: str, hint: str, kib: int, mtime: float) -> CompiledKey:
+    key = CompiledKey(model, "2025.3.0", "CPU", "Intel(R) Core(TM) i5", hint, 0, 1 if hint == "LATENCY" else 2)
+
+    class Compiled:  # what `OpenVINOBackend` caches: its export
+        def export_model(self) -> io.BytesIO:
+            return io.BytesIO(b"\0" * kib * KIB)
+
+    store_compiled(Compiled(), key, {"names": "{0: 'a'}"}, folder)
+    _aged(mtime, folder / f"{key.digest}.blob", folder / f"{key.digest}.json")
+    return key
+
+
+def test_gc_prunes_openvino_s_compiled_models_to_what_installed_versions_use_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    """An IR's compiled models are keyed by the hash of its .xml then its .bin, which no manifest
+    gives: the cache says how it names a model (`Cache.model_hash`), else B's would go."""
+    folder = tmp_path / "openvino"
+    settings = RuntimeSettings(openvino=OpenVINOConfig(cache_dir=folder, cache_max_mb=1))
+    store = Store(tmp_path / "state", keep=3, runtimes=settings).ensure()
+    m1, m3, m4 = "1" * 64, "3" * 64, "4" * 64
+    _four_versions(store, [m1, "", m3, m4])
+    ir = store.versions / B
+    (ir / "model.xml").write_text("<net/>")
+    (ir / "model.bin").write_bytes(b"weights")
+    artifact = {"path": "model.xml", "format": "openvino", "sha256": sha256_file(ir / "model.xml")}
+    (ir / "manifest.json").write_text(json.dumps({"artifacts": [artifact]}))
+    os.utime(ir, (2000, 2000))
+    ir_model = sha256_file(ir / "model.xml", ir / "model.bin")
+    gone = _compiled(folder, m1, "LATENCY", 100, mtime=50)
+    current = _compiled(folder, m4, "LATENCY", 300, mtime=10)
+    previous = _compiled(folder, m3, "LATENCY", 300, mtime=20)
+    older = _compiled(folder, ir_model, "THROUGHPUT", 300, mtime=30)
+    newer = _compiled(folder, ir_model, "LATENCY", 300, mtime=60)
+
+    assert store.gc() == [A]
+
+    expected = {f"{k.digest}{suffix}" for k in (current, previous, newer) for suffix in (".blob", ".json")}
+    assert _left(folder) == expected, f"gone: {gone.digest}, older: {older.digest}"
+    assert sum(p.stat().st_size for p in folder.iterdir()) <= 1024 * KIB
+
+
+def test_caches_are_left_alone_when_what_a_version_uses_cannot_be_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "engines"
+    settings = RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=folder))
+    store = Store(tmp_path / "state", keep=3, runtimes=settings).ensure()
+    _four_versions(store, ["1" * 64, "2" * 64, "3" * 64, "4" * 64])
+    (store.versions / B / "manifest.json").write_text('{"artifacts": [{"path": "m.onnx"}]}')  # no sha256
+    key = _engine(EngineCache(folder), "8" * 64, "fp16", 1, mtime=1)
+    assert store.gc() == [A]
+    assert EngineCache(folder).lookup(key) is not None
+    assert "caches not pruned: cannot tell what the installed versions use" in caplog.text

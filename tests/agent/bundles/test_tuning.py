@@ -18,7 +18,7 @@ from testkit.trt_double import TrtDouble
 
 from agent.bundles.installer import InstallPolicy, install
 from agent.bundles.store import Store
-from agent.bundles.tuning import Tuning, autotune, candidates, reference_of, with_engines, worker_variants
+from agent.bundles.tuning import Tuning, autotune, candidates, reference_of, with_prepared, worker_variants
 from agent.config.models import PipelineSection
 from agent.hardware.board import probe
 from agent.serving.cameras import Cameras
@@ -56,7 +56,7 @@ def test_candidates_cover_every_runtime_and_say_why_not(unpacked) -> None:
 def test_tensorrt_rows_are_built_then_measured(trt_double: TrtDouble, unpacked, tmp_path: Path) -> None:
     folder, manifest = unpacked.folder, unpacked.manifest
     settings = RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "engines"))
-    found = with_engines(candidates(folder, manifest, probe(), settings), folder, manifest)
+    found = with_prepared(candidates(folder, manifest, probe(), settings), folder, manifest)
     trt = [c for c in found if c.runtime == "tensorrt"]
     assert [c.unavailable is None for c in trt] == [True, True, False]
     assert trt[2].unavailable == "int8 needs a Q/DQ model or calibration images in the bundle"

@@ -17,6 +17,7 @@ from agent.bundles.archive import Verified
 from agent.errors import ErrorCode
 from agent.serving.engine_builder import EngineBuilder
 from agent.snapshot import EngineStatus
+from runtimes.registry import RuntimeSettings
 from runtimes.tensorrt_backend import TensorRTConfig
 
 
@@ -57,14 +58,14 @@ def test_a_build_reports_its_progress_and_ends_ready(
 ) -> None:
     engines, done = builder
     trt_double.internals.build_gate = gate = threading.Event()
-    config = TensorRTConfig(engine_cache_dir=tmp_path / "engines", precision="fp16")
+    settings = RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "engines", precision="fp16"))
     assert engines.status() is None
-    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, config)
+    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, settings)
     building = engines.status()
     assert building is not None and (building.state, building.progress, building.started) == ("building", 0.0, 100.0)
     assert (building.bundle, building.artifact, building.precision) == ("demo 1.0.0", _onnx(unpacked).name, "fp16")
     assert engines.building(unpacked.folder) and not engines.building(tmp_path / "other")
-    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, config)
+    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, settings)
     assert engines.status() is building, "the same build is not started again"
     engines.note("ONNX Runtime serves meanwhile")
     gate.set()
@@ -87,9 +88,9 @@ def test_a_newer_version_cancels_the_build_in_progress(
     engines, done = builder
     newer = Path(shutil.copytree(unpacked.folder, tmp_path / "newer"))
     trt_double.internals.build_gate = gate = threading.Event()
-    config = TensorRTConfig(engine_cache_dir=tmp_path / "engines")
-    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, config)
-    engines.request(newer, unpacked.manifest, newer / _onnx(unpacked).name, "b" * 64, config)
+    settings = RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "engines"))
+    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, settings)
+    engines.request(newer, unpacked.manifest, newer / _onnx(unpacked).name, "b" * 64, settings)
     assert engines.building(newer) and not engines.building(unpacked.folder)
     gate.set()
     status = done.wait(newer)
@@ -106,7 +107,11 @@ def test_a_build_stopped_is_cancelled_and_calls_nobody(
     engines, done = builder
     trt_double.internals.build_gate = gate = threading.Event()
     engines.request(
-        unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, TensorRTConfig(engine_cache_dir=tmp_path)
+        unpacked.folder,
+        unpacked.manifest,
+        _onnx(unpacked),
+        "a" * 64,
+        RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=tmp_path)),
     )
     engines.stop(timeout=0)  # the build waits at the gate: stop asks it to cancel, then the gate opens
     gate.set()
@@ -122,11 +127,11 @@ def test_an_engine_from_the_cache_is_ready_at_once(
     """A second version with the same ONNX file finds its engine cached: no TensorRT progress is
     reported, and the status still ends at 1.0."""
     engines, done = builder
-    config = TensorRTConfig(engine_cache_dir=tmp_path / "engines")
-    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, config)
+    settings = RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "engines"))
+    engines.request(unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, settings)
     done.wait(unpacked.folder)
     newer = Path(shutil.copytree(unpacked.folder, tmp_path / "newer"))
-    engines.request(newer, unpacked.manifest, newer / _onnx(unpacked).name, "a" * 64, config)
+    engines.request(newer, unpacked.manifest, newer / _onnx(unpacked).name, "a" * 64, settings)
     status = done.wait(newer)
     assert status.message is not None and status.message.startswith("engine cache")
     assert (status.state, status.progress) == ("ready", 1.0) and len(trt_double.internals.builds) == 1
@@ -138,7 +143,11 @@ def test_a_failed_build_names_its_code_and_still_calls_back(
     engines, done = builder
     trt_double.internals.UNSUPPORTED_OPS.add("Conv")
     engines.request(
-        unpacked.folder, unpacked.manifest, _onnx(unpacked), "a" * 64, TensorRTConfig(engine_cache_dir=tmp_path)
+        unpacked.folder,
+        unpacked.manifest,
+        _onnx(unpacked),
+        "a" * 64,
+        RuntimeSettings(tensorrt=TensorRTConfig(engine_cache_dir=tmp_path)),
     )
     status = done.wait(unpacked.folder)
     assert (status.state, status.error_code) == ("failed", ErrorCode.ENGINE_BUILD_FAILED.value)

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from agent.bundles.store import Store
 
 
-def fake_version(store: Store, sha: str, mtime: float) -> None:
-    """A version folder `sha` holding only a manifest, last changed at `mtime` (Unix seconds)."""
+def fake_version(store: Store, sha: str, mtime: float, models: Mapping[str, str] | None = None) -> None:
+    """A version folder `sha` holding only a manifest, last changed at `mtime` (Unix seconds);
+    `models` lists its artifacts (path -> sha256) when the test needs them (caches pruned by gc)."""
     folder = store.versions / sha
     folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({"name": "x", "version": sha}))
+    manifest: dict[str, object] = {"name": "x", "version": sha}
+    if models is not None:
+        manifest["artifacts"] = [{"path": path, "sha256": digest} for path, digest in models.items()]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     os.utime(folder, (mtime, mtime))
 
 

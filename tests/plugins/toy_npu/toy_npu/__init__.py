@@ -110,6 +110,12 @@ def load(model_path: Path, config: ToyNpuConfig, options: LoadOptions) -> ToyNpu
     return ToyNpuRuntime(model_path, config, options.warmup)
 
 
+def tune(config: ToyNpuConfig, device: str, threads: int | None) -> ToyNpuConfig:
+    """Autotune's choice served: the toy declares no candidates of its own, so autotune measured
+    its settings as they are (threads None) on its one device; the settings stay as they are."""
+    return config.model_copy(update={"threads": threads}) if threads else config
+
+
 BACKEND = Backend(
     name=NAME,
     config=ToyNpuConfig,
@@ -120,4 +126,5 @@ BACKEND = Backend(
     availability=availability,
     load=load,
     device_label=lambda info: DEVICE,
+    tune=tune,  # autotune measures it like the others (its one default candidate) and may choose it
 )

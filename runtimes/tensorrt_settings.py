@@ -1,0 +1,98 @@
+"""TensorRT's settings (the ``runtimes.tensorrt`` section of agent.yaml) and what they key: the
+cache key of the engine they ask for from an ONNX model on a GPU, and the engine cache they name.
+
+Apart from `runtimes.tensorrt_backend` (serving engines, the registry entry) so that
+`runtimes.tensorrt_engines` (building them) and the backend both import it, and the backend's
+entry can build through `tensorrt_engines` (`Backend.prepare`) without an import cycle.
+`runtimes.tensorrt_backend` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from runtimes.base import CACHE_MAX_MB, BackendConfig, Precision, RuntimeUnavailable
+from runtimes.cuda_memory import GpuInfo
+from runtimes.engine_cache import EngineCache, EngineKey
+from runtimes.files import sha256_file
+from runtimes.tensorrt_build import Profile
+
+#: the ONNX operator that makes a model explicitly quantized, Q/DQ (its engine is INT8); ONNX
+#: Runtime's dynamic quantization (DynamicQuantizeLinear + ConvInteger) has none, and no importer
+_QDQ_OP = b"DequantizeLinear"
+
+
+class ProfileSettings(BaseModel):
+    """An optimization profile for a dynamic input: smallest, tuned-for and largest shape."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    min: tuple[int, ...] = Field(description="Smallest input shape, e.g. [1, 3, 320, 320].")
+    opt: tuple[int, ...] = Field(description="Shape the engine is tuned for, e.g. [1, 3, 640, 640].")
+    max: tuple[int, ...] = Field(description="Largest input shape.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ProfileSettings:
+        self.to_profile()  # raises ValueError with the shapes
+        return self
+
+    def to_profile(self) -> Profile:
+        return Profile(self.min, self.opt, self.max)
+
+
+class TensorRTConfig(BackendConfig):
+    """Settings of the TensorRT backend."""
+
+    type: Literal["tensorrt"] = "tensorrt"
+    precision: Precision = Field(
+        default="fp16",
+        description="Engine precision: fp16 where the GPU has fast FP16 (else fp32); int8 needs a Q/DQ model "
+        "or the bundle's calibration images. A Q/DQ model always builds int8.",
+    )
+    engine_cache_dir: Path | None = Field(
+        default=None, description="Where built engines are cached; default: <state_dir>/engines."
+    )
+    workspace_mb: int = Field(default=1024, ge=16, description="Builder workspace memory-pool limit in MiB.")
+    engine_cache_max_mb: int = Field(
+        default=CACHE_MAX_MB,
+        ge=0,
+        description="The most MiB of engines the cache keeps: when the bundle store removes versions, "
+        "engines of models no installed version uses are removed, then the oldest beyond this, never "
+        "those of the current and previous versions.",
+    )
+    timing_cache: bool = Field(default=True, description="Keep TensorRT's timing cache beside the engines.")
+    profile: ProfileSettings | None = Field(
+        default=None,
+        description="Optimization profile for a dynamic input when the bundle's manifest has no tensorrt_profile.",
+    )
+
+
+def engine_precision(onnx_path: Path, requested: Precision) -> Precision:
+    """The precision an engine of `onnx_path` is built in: int8 for an explicitly quantized (Q/DQ)
+    model, else `requested`."""
+    return "int8" if _QDQ_OP in onnx_path.read_bytes() else requested
+
+
+def engine_key(
+    onnx_path: Path, config: TensorRTConfig, gpu: GpuInfo, tensorrt_version: str, sha256: str | None = None
+) -> EngineKey:
+    """The cache key of the engine `config` asks for from `onnx_path` on `gpu`."""
+    profile = config.profile.to_profile() if config.profile is not None else None
+    return EngineKey(
+        onnx_sha256=sha256 or sha256_file(onnx_path),
+        tensorrt_version=tensorrt_version,
+        gpu_name=gpu.name,
+        compute_capability=gpu.compute_capability,
+        precision=engine_precision(onnx_path, config.precision),
+        profile=None if profile is None else (profile.min, profile.opt, profile.max),
+    )
+
+
+def engine_cache(config: TensorRTConfig) -> EngineCache:
+    """The cache `config` names; its folder must be set (the agent sets <state_dir>/engines)."""
+    if config.engine_cache_dir is None:
+        raise RuntimeUnavailable("runtimes.tensorrt.engine_cache_dir is not set (the agent sets <state_dir>/engines)")
+    return EngineCache(config.engine_cache_dir)
