@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Replay the red team's attacks (issue 29 and the audits before it) on a live daemon.
+"""Replay the red team's attacks (issues 29 and 37 and the audits before them) on a live daemon.
 
 A real mosquitto (anonymous, the worst case the ACL guards against), ``edge-agent run`` on the
 signed demo bundle with a synthetic camera, a second camera whose RTSP URL carries a planted
-password, and the status page with credentials. Each attack is replayed and its defended outcome
-checked; every attack is one named result ``{"ok": bool, "detail": str}``.
+password, the status page with credentials and Home Assistant discovery. Each attack is replayed
+and its defended outcome checked; every attack is one named result ``{"ok": bool, "detail": str}``.
 
 Usage: python scripts/redteam.py [--json] [--quick]
 Exit status 0 when every attack was defended, 1 otherwise. ``--quick`` uses smaller floods.
@@ -244,6 +244,35 @@ def log_flood(t: Target) -> Result:
     return Result(written < 50, f"{count} refused documents wrote {written} log lines (bound 50)")
 
 
+def home_assistant_birth_flood(t: Target) -> Result:
+    """Issue 37 #2: each `online` on homeassistant/status re-published every discovery config at
+    once: 2,000 delayed a signed ping 13 s, more made paho's message ids collide and the outbox
+    delete events as too_big. Now one announcement at once, the rest one at the interval's end."""
+    count = 2000 if t.quick else 8000
+    configs = Watcher(t.broker, ["homeassistant/#"])
+    try:
+        configs.sync("homeassistant/redteam-sync")  # the retained configs, as Home Assistant would get them
+
+        def published() -> list[str]:
+            return [m.topic for m in list(configs.messages) if m.topic.endswith("/config") and m.payload]
+
+        before, entities = len(published()), len(set(published()))
+        flood(t.broker, "homeassistant/status", [b"online"] * count)
+        started = time.monotonic()
+        pinged = t.ping()  # behind the whole flood
+        waited = time.monotonic() - started
+        configs.sync("homeassistant/redteam-sync")
+        sent = len(published()) - before
+    finally:
+        configs.close()
+    since = time.time()
+    telemetry = t.watcher.wait_json(f"edge/{DEVICE}/telemetry", lambda d: d["ts"] > since, 30)
+    dropped = sum(((telemetry.get("outbox") or {}).get("dropped") or {}).values())
+    ok = pinged and waited < 5 and entities > 0 and sent <= 2 * entities and dropped == 0
+    detail = f"{count} births: {sent} configs published ({entities} entities, bound {2 * entities}), "
+    return Result(ok, detail + f"a signed ping answered in {waited:.1f} s (bound 5), outbox dropped {dropped}")
+
+
 def credentials_in_the_page_address(t: Target) -> Result:
     """Issue 29 #11: the page works when opened as http://user:pass@host/ in headless chromium."""
     from testkit.browser import Chromium
@@ -343,6 +372,7 @@ ATTACKS: list[Callable[[Target], Result]] = [
     empty_retained_desired,
     infinity_in_signed_floats,
     log_flood,
+    home_assistant_birth_flood,
     credentials_in_the_page_address,
     snapshot_quality_nan,
     dns_rebinding_host,
@@ -376,7 +406,15 @@ def run(folder: Path, quick: bool) -> dict[str, Result]:
     ]
     page = {"listen": f"127.0.0.1:{port}", "username": USER, "password_file": str(folder / "page-password")}
     config = agent_config(
-        folder, broker, DEVICE, keys["public"], "lobby", keys["operator_pub"], pipelines=pipelines, status_page=page
+        folder,
+        broker,
+        DEVICE,
+        keys["public"],
+        "lobby",
+        keys["operator_pub"],
+        pipelines=pipelines,
+        status_page=page,
+        integrations={"home_assistant": {"enabled": True}},
     )
     agent = AgentProcess(config).start()
     target = Target(broker, agent, watcher, f"http://127.0.0.1:{port}/", keys, folder, quick)

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.config.models import MqttSection
 from agent.mqtt.control import sign
-from agent.mqtt.link import Delivery, Message, MqttLink
+from agent.mqtt.link import Delivery, Message, MqttLink, NotSent
 from agent.mqtt.protocol import CommandRequest, Topics
 
 
@@ -24,7 +24,8 @@ class FleetError(Exception):
 
 def connect(settings: MqttSection, timeout: float = 10.0) -> MqttLink:
     """A connected link for one operator command; fails at the first refused attempt."""
-    link = MqttLink(settings, f"edge-agent-fleet-{uuid.uuid4().hex[:8]}", max_inflight=64).start()
+    # no bound on paho's queue: a push hands it every chunk at once and waits for each PUBACK
+    link = MqttLink(settings, f"edge-agent-fleet-{uuid.uuid4().hex[:8]}", max_inflight=64, max_queued=0).start()
     deadline = time.monotonic() + timeout
     while not link.wait_connected(0.1):
         if link.last_error is not None or time.monotonic() > deadline:
@@ -47,11 +48,18 @@ def wait_acked(deliveries: list[Delivery], link: MqttLink, timeout: float) -> No
 
 
 def publish_retained(link: MqttLink, topic: str, payload: bytes, retain: bool = True) -> Delivery:
-    """Publish at QoS 1 (retained by default); `FleetError` when the link is down."""
+    """Publish at QoS 1 (retained by default); `FleetError` when it cannot be sent."""
     delivery = link.publish(topic, payload, qos=1, retain=retain)
-    if delivery is None:
-        raise FleetError("the broker connection was lost during the push; run it again")
+    if isinstance(delivery, NotSent):
+        raise FleetError(_not_sent(delivery, topic, "the push"))
     return delivery
+
+
+def _not_sent(not_sent: NotSent, topic: str, during: str) -> str:
+    """Why a publish on `topic` failed, in the operator's words."""
+    if not_sent.reason == "offline":
+        return f"the broker connection was lost during {during}; run it again"
+    return f"{topic} was not sent: {not_sent.detail}" + ("" if not_sent.final else "; run it again")
 
 
 @dataclass
@@ -132,8 +140,8 @@ def command(
                 response_topic=reply_topic,
                 correlation_data=device.encode(),
             )
-            if request is None:
-                raise FleetError("the broker connection was lost; run it again")
+            if isinstance(request, NotSent):
+                raise FleetError(_not_sent(request, topics.command(device, name), "the command"))
         deadline = time.monotonic() + timeout
         with arrived:
             while any(v is None for v in answers.values()) and time.monotonic() < deadline:

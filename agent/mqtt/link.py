@@ -12,15 +12,25 @@ Messages:
   connect. The daemon's events and telemetry go through the durable outbox instead
   (`agent.mqtt.outbox`, sent with `publish` at QoS 1); this queue takes them only when the
   outbox cannot write its file.
-- `publish`: sent now or not at all (returns a `Delivery`, or None when offline): command
-  requests and responses, chunks.
+- `publish`: sent now or not at all: command requests and responses, chunks, the outbox's
+  messages. It returns a `Delivery`, or `NotSent` saying why the message was not sent:
+  ``too_big`` (the broker's own refusal, below: sending it again can never work), ``offline``,
+  ``queue_full`` (paho holds `max_queued` messages awaiting their PUBACK, or the next message id
+  is still in use) or ``failed`` (paho refused it otherwise). Only ``too_big`` is final.
 
 The broker's CONNACK (MQTT 5) says what it accepts: `limits` holds it as a `BrokerLimits`
 (its Maximum Packet Size above all), and a message whose packet would exceed that size is not
-sent (the broker would close the connection): `publish` returns None and says why in the log.
+sent (the broker would close the connection): `publish` returns `NotSent` ``too_big`` and says
+why in the log.
+
+Bounded: paho holds at most `max_queued` QoS 1 messages awaiting their PUBACK (`MAX_QUEUED`,
+far below the 65,535 message ids, whose reuse would make paho refuse every publish), at most
+`max_inflight` of them sent. What paho does not take waits in the link, one per topic for a
+state (the newest) and `offline_queue` per topic for `publish_queued`, and goes out in order
+as paho takes it again (the supervisor tries every second while connected).
 
 This is the only module that imports paho: handlers get the link's own `Message`, publishing
-returns its own `Delivery`, so no paho object leaves it.
+returns its own `Delivery` or `NotSent`, so no paho object leaves it.
 
 Liveness: the supervisor turns at least once a second while connected (and announces its
 backoff waits), so `LinkStats.stalled_s` grows only when it hangs; while connected it also
@@ -38,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
@@ -88,6 +98,10 @@ SESSION_TAKEN_OVER = 142
 #: a connection lost sooner than this after it was made, three times in a row, is being taken away
 #: (mosquitto closes a taken-over session without saying why)
 SHORT_LIVED_S = 5.0
+#: the QoS 1 messages paho holds awaiting their PUBACK, at most (its own default is no bound): a
+#: device's traffic is a few states, a window of outbox messages and command answers; far below
+#: the 65,535 message ids paho has
+MAX_QUEUED = 500
 
 
 class Delivery:
@@ -108,6 +122,36 @@ class Delivery:
             except (RuntimeError, ValueError):  # the message was dropped (connection lost)
                 return False
         return self._info.is_published()
+
+
+NotSentReason = Literal["offline", "too_big", "queue_full", "failed"]
+
+
+@dataclass(frozen=True)
+class NotSent:
+    """What `MqttLink.publish` answers when the message was not sent: `reason` (see the module
+    text) and why in words, `detail`. False in a condition, as a failed publish once was None."""
+
+    reason: NotSentReason
+    detail: str = ""
+
+    @property
+    def final(self) -> bool:
+        """The broker refuses this message whenever it is sent (over its Maximum Packet Size):
+        the one failure after which a message may be given up."""
+        return self.reason == "too_big"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _not_sent(rc: MQTTErrorCode) -> NotSent:
+    """paho's refusal `rc` of a publish as a `NotSent`."""
+    if rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
+        return NotSent("queue_full", "paho's queue is full, or its next message id is still in use")
+    if rc in (MQTTErrorCode.MQTT_ERR_NO_CONN, MQTTErrorCode.MQTT_ERR_CONN_LOST):
+        return NotSent("offline", mqtt.error_string(rc))
+    return NotSent("failed", mqtt.error_string(rc))
 
 
 class Subscribed:
@@ -186,6 +230,7 @@ class MqttLink:
         on_connect: Callable[[], None] = lambda: None,
         backoff: Backoff | None = None,
         max_inflight: int = 20,
+        max_queued: int = MAX_QUEUED,
     ) -> None:
         self.settings, self.client_id = settings, client_id
         self._on_connect_hook = on_connect
@@ -197,6 +242,7 @@ class MqttLink:
             reconnect_on_failure=False,  # the supervisor below reconnects, with jitter
         )
         self._client.max_inflight_messages_set(max_inflight)
+        self._client.max_queued_messages_set(max_queued)  # 0: no bound (the operator's one-shot tools)
         self._configure(will)
         self._client.on_connect = self._handle_connect
         self._client.on_disconnect = self._handle_disconnect
@@ -208,6 +254,7 @@ class MqttLink:
         self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
         self._states: dict[str, bytes] = {}
         self._state_infos: dict[str, Delivery] = {}  # the latest publish of each state
+        self._unsent: dict[str, None] = {}  # the states paho has not taken on this connection, in order
         self._queues: dict[str, deque[tuple[bytes, int]]] = {}  # topic -> (payload, qos), oldest first
         self._connected = threading.Event()
         self._attempted = threading.Event()  # the first connection attempt got an answer (or failed)
@@ -324,6 +371,8 @@ class MqttLink:
                 self.last_error = "paho's network thread ended; reconnecting"
                 log.error("mqtt: %s", self.last_error)
                 self._lost.set()
+            with self._lock:
+                self._flush()  # what paho had no room for
         self._client.loop_stop()
         self._connected.clear()
         return self._retry()
@@ -357,12 +406,8 @@ class MqttLink:
             self._connected.set()
             if self._handlers:
                 client.subscribe([(f, qos) for f, (_, qos, _) in self._handlers.items()])
-            for topic, payload in self._states.items():
-                self._state_infos[topic] = Delivery(client.publish(topic, payload, qos=1, retain=True))
-            for topic, queue in self._queues.items():
-                while queue:
-                    payload, qos = queue.popleft()
-                    client.publish(topic, payload, qos=qos)
+            self._unsent = dict.fromkeys(self._states)
+            self._flush()
         self._attempted.set()
         try:
             self._on_connect_hook()
@@ -446,18 +491,26 @@ class MqttLink:
         response_topic: str | None = None,
         correlation_data: bytes | None = None,
         content_type: str | None = None,
-    ) -> Delivery | None:
-        """Send now; None when offline (nothing is kept). `response_topic`, `correlation_data`
-        and `content_type` are the MQTT 5 request/response properties."""
+    ) -> Delivery | NotSent:
+        """Send now, or say why not (`NotSent`; nothing is kept: only ``too_big`` is final, the
+        caller may try the others again). `response_topic`, `correlation_data` and
+        `content_type` are the MQTT 5 request/response properties."""
         if not self._connected.is_set():
-            return None
+            return NotSent("offline")
         properties = None
         if response_topic is not None or correlation_data is not None or content_type is not None:
             properties = _properties(response_topic, correlation_data, content_type)
         if not self._fits(topic, payload, qos, properties):
-            return None
+            return NotSent("too_big", f"over the broker's maximum packet size ({self._maximum_packet_size()} bytes)")
         info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
-        return Delivery(info) if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS else None
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            not_sent = _not_sent(info.rc)
+            self._throttled.warning(not_sent.reason, "mqtt: not sent to %s: %s", topic, not_sent.detail)
+            return not_sent
+        return Delivery(info)
+
+    def _maximum_packet_size(self) -> int | None:
+        return self.limits.maximum_packet_size if self.limits is not None else None
 
     def _fits(self, topic: str, payload: bytes, qos: int, properties: Properties | None) -> bool:
         """Whether the packet is within the broker's Maximum Packet Size (logged when not)."""
@@ -488,27 +541,47 @@ class MqttLink:
             correlation_data=request.correlation_data,
             content_type=content_type,
         )
-        return delivery is not None
+        return isinstance(delivery, Delivery)
 
     def publish_state(self, topic: str, payload: bytes) -> None:
-        """A retained document: the newest per topic is (re)sent whenever the link is up."""
+        """A retained document: the newest per topic is (re)sent whenever the link is up (when
+        paho has no room now, as soon as it has: a newer value replaces one still waiting)."""
         with self._lock:
             self._states[topic] = payload
-            if self._connected.is_set():
-                self._state_infos[topic] = Delivery(self._client.publish(topic, payload, qos=1, retain=True))
+            self._unsent.pop(topic, None)
+            self._unsent[topic] = None  # last in the order: sent after the states waiting before it
+            self._flush()
 
     def publish_queued(self, topic: str, payload: bytes, qos: int = 0) -> None:
-        """Sent now, or kept in memory until the next connect (`offline_queue` messages per
-        topic, the oldest dropped): what the outbox could not write."""
+        """Sent now, or kept in memory until paho takes it (`offline_queue` messages per topic,
+        the oldest dropped; each topic in order): what the outbox could not write."""
         with self._lock:
-            if self._connected.is_set():
-                info = self._client.publish(topic, payload, qos=qos)
-                if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS:
-                    return
-            if self.settings.offline_queue == 0:
-                self.dropped += 1
+            if self.settings.offline_queue == 0:  # no queue: sent now or not at all
+                rc = self._client.publish(topic, payload, qos=qos).rc if self._connected.is_set() else None
+                sent = rc == MQTTErrorCode.MQTT_ERR_SUCCESS
+                self.dropped += 0 if sent else 1
                 return
             queue = self._queues.setdefault(topic, deque(maxlen=self.settings.offline_queue))
             if len(queue) == queue.maxlen:
                 self.dropped += 1
             queue.append((payload, qos))
+            self._flush()
+
+    def _flush(self) -> None:
+        """Hand paho what waits in the link while connected and paho takes it: the states not yet
+        sent on this connection, then the queued messages, each topic oldest first. Called with
+        `_lock` held (paho's network thread at a connect, the supervisor, the publishers)."""
+        if not self._connected.is_set():
+            return
+        for topic in list(self._unsent):
+            info = self._client.publish(topic, self._states[topic], qos=1, retain=True)
+            if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                return  # paho is full (or the connection just ended): the next flush tries again
+            self._state_infos[topic] = Delivery(info)
+            del self._unsent[topic]
+        for topic, queue in self._queues.items():
+            while queue:
+                payload, qos = queue[0]
+                if self._client.publish(topic, payload, qos=qos).rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                    return
+                queue.popleft()

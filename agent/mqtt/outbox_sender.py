@@ -10,7 +10,10 @@ oldest (the broker may have had some: duplicates carry the same ``msg_id`` and `
 restart the file still holds them.
 
 A message whose packet the broker's Maximum Packet Size refuses is dropped (counted as
-``too_big``), never retried forever.
+``too_big``), never retried forever. That is the only failed publish that deletes a message: when
+the link could not send it for any other reason (`NotSent`: offline, paho's queue full, its
+message ids all in use, ...) it stays, and the sender tries it again after `BUSY_S` (or at the
+next PUBACK), in order: nothing after it is sent before it.
 
 Threads: the ``outbox`` thread (a `pipelines.worker.Worker`: a turn that fails is logged and
 retried after a backoff) sends and forgets; `wake` may be called from any thread (a new message);
@@ -24,8 +27,9 @@ import time
 from collections.abc import Callable
 
 from agent.config.models import OutboxSection
-from agent.mqtt.link import Delivery, MqttLink
+from agent.mqtt.link import Delivery, MqttLink, NotSent
 from agent.mqtt.outbox import Outbox, Pending
+from agent.throttle import ThrottledLog
 from pipelines.worker import LoopState, Worker
 
 log = logging.getLogger(__name__)
@@ -34,6 +38,9 @@ log = logging.getLogger(__name__)
 ACK_POLL_S = 0.02
 #: the longest wait between two turns (seconds): the thread's heartbeat
 IDLE_S = 1.0
+#: how long the thread waits when the link could not take a message, nothing of its own in flight
+#: (seconds)
+BUSY_S = 0.25
 #: the sender in `Health`'s words
 NAME = "the outbox sender"
 
@@ -55,6 +62,7 @@ class OutboxSender:
         self._connection: int | None = None  # the link's reconnect count when this connection began
         self._tokens = float(settings.in_flight)
         self._refilled = monotonic()
+        self._throttled = ThrottledLog(log, clock=monotonic)
         self.sent = 0  # messages handed to the link (a resend counts again)
         self.turns = 0  # turns taken
 
@@ -119,9 +127,14 @@ class OutboxSender:
         batch = self.outbox.pending(self._cursor, room)
         for message in batch:
             delivery = self.link.publish(message.topic, message.payload, qos=1)
-            if delivery is None:
+            if isinstance(delivery, NotSent) and not delivery.final:
                 if not self.link.connected:
                     return 0.0
+                self._throttled.warning(
+                    "busy", "outbox: message %d waits: the link did not send it (%s)", message.seq, delivery.detail
+                )
+                return ACK_POLL_S if self._in_flight else BUSY_S  # kept: tried again from it, in order
+            if isinstance(delivery, NotSent):
                 log.warning("outbox: dropped message %d on %s: the broker would refuse it", message.seq, message.topic)
                 self.outbox.discard(message, "too_big")
             else:

@@ -1,5 +1,6 @@
 """`agent.mqtt.link` against a real mosquitto: the broker's maximum packet size, the offline queues, TLS
-with a client certificate and a password, a reconnect after paho's network thread dies."""
+with a client certificate and a password, a reconnect after paho's network thread dies, paho's
+bounded queue and what waits in the link while it is full."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from testkit.transfer import link_to
 
 from agent.config.models import MqttSection
 from agent.mqtt.limits import largest_payload
-from agent.mqtt.link import Message, MqttLink
+from agent.mqtt.link import Delivery, Message, MqttLink, NotSent
 
 pytestmark = pytest.mark.usefixtures("operator_key")
 
@@ -30,8 +31,10 @@ def test_the_link_reads_the_brokers_maximum_packet_size_and_never_sends_a_larger
         topic = "edge/bundles/" + "0" * 64 + "/0"
         room = largest_payload(SMALL_PACKET, topic)
         delivery = link.publish(topic, b"x" * room, qos=1)
-        assert delivery is not None and delivery.wait(10), "a packet of exactly the maximum size goes through"
-        assert link.publish(topic, b"x" * (room + 1), qos=1) is None, "one byte more is not sent"
+        assert isinstance(delivery, Delivery) and delivery.wait(10), "a packet of exactly the maximum size goes through"
+        refused = link.publish(topic, b"x" * (room + 1), qos=1)
+        assert isinstance(refused, NotSent) and refused.final, "one byte more is not sent, ever"
+        assert refused.reason == "too_big" and str(SMALL_PACKET) in refused.detail
         assert link.connected and link.reconnects == 0
     finally:
         link.stop()
@@ -89,7 +92,7 @@ def test_a_subscription_is_in_force_once_its_suback_came(broker: Broker) -> None
     try:
         assert publisher.wait_connected(10) and link.wait_connected(10)
         delivery = publisher.publish("t/retained", b"kept", qos=1, retain=True)
-        assert delivery is not None and delivery.wait(10)
+        assert isinstance(delivery, Delivery) and delivery.wait(10)
         proxy.limit(0, then="hold")
         subscribed = link.subscribe("t/#", lambda m: got.append(m.payload))
         assert subscribed.wait(0.2) is False, "no SUBACK can have come: the proxy holds it"
@@ -99,6 +102,43 @@ def test_a_subscription_is_in_force_once_its_suback_came(broker: Broker) -> None
     finally:
         link.stop()
         publisher.stop()
+
+
+def test_what_paho_has_no_room_for_waits_in_the_link_and_goes_out_in_order(broker: Broker) -> None:
+    """paho holds at most `max_queued` messages awaiting their PUBACK (issue 37, item 2: without a
+    bound a flood queued more than its 65,535 message ids and every publish failed). Past it
+    `publish` says ``queue_full``, which is not final; the states and queued messages wait in the
+    link (the newest state per topic, the queued ones in order) until the PUBACKs come."""
+    watcher = Watcher(broker, ["edge/q/#"])
+    proxy = TcpProxy(broker.port).restore()
+    link = MqttLink(MqttSection(broker=proxy.url, reconnect_min_s=0.1, reconnect_max_s=0.3), "link-full", max_queued=2)
+    try:
+        link.start()
+        assert link.wait_connected(10)
+        proxy.limit(0, "hold")  # no PUBACK reaches the link from now on
+        assert isinstance(link.publish("edge/q/first", b"1", qos=1), Delivery)
+        link.publish_state("edge/q/state", b"s1")  # the second and last slot
+        refused = link.publish("edge/q/second", b"2", qos=1)
+        assert isinstance(refused, NotSent) and refused.reason == "queue_full" and not refused.final
+        for i in range(3):
+            link.publish_queued("edge/q/queued", str(i).encode(), qos=1)
+        link.publish_state("edge/q/state", b"s2")
+        link.publish_state("edge/q/state", b"s3")
+        assert link.stats().queued == 3 and link.connected
+        proxy.unlimit()
+
+        def arrived() -> bool:
+            queued = [m.payload for m in list(watcher.messages) if m.topic == "edge/q/queued"]
+            return watcher.latest.get("edge/q/state") == b"s3" and queued == [b"0", b"1", b"2"]
+
+        wait_until(arrived, 10, "the state's newest value and the queued messages in order")
+        states = [m.payload for m in list(watcher.messages) if m.topic == "edge/q/state"]
+        assert states == [b"s1", b"s3"], "a newer value replaced the one that waited"
+        assert link.stats().queued == 0 and "edge/q/second" not in watcher.latest
+    finally:
+        link.stop()
+        watcher.close()
+        proxy.cut()
 
 
 def test_offline_queue_keeps_the_newest_messages_per_topic_and_counts_the_dropped(broker: Broker) -> None:

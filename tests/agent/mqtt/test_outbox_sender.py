@@ -1,6 +1,7 @@
 """`agent.mqtt.outbox_sender` over a real mosquitto: oldest first, deleted only once acknowledged,
 everything after a cut (a TCP relay cut under the link while the test's watcher stays connected),
-the rate bound by an injected clock, a message the broker would refuse dropped and counted."""
+the rate bound by an injected clock, a message the broker would refuse dropped and counted, a
+message paho would not take (its queue full) kept and sent once it has room."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from testkit.broker import Broker, Watcher
 from testkit.net import TcpProxy, wait_until
 from testkit.transfer import link_to
 
-from agent.config.models import OutboxSection
+from agent.config.models import MqttSection, OutboxSection
+from agent.mqtt.link import MqttLink
 from agent.mqtt.outbox import Outbox
 from agent.mqtt.outbox_sender import OutboxSender
 
@@ -166,4 +168,42 @@ def test_a_message_handed_to_the_link_stays_until_its_puback(tmp_path: Path, bro
     finally:
         sender.stop()
         link.stop()
+        proxy.cut()
+
+
+def test_a_message_paho_does_not_take_stays_in_the_outbox_and_goes_out_once_it_can(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """Issue 37, item 2: a publish that failed for any reason but the broker's size limit (here
+    paho's queue full: every slot waits for a PUBACK the relay holds back) once read as "the
+    broker would refuse it" and deleted the message as too_big. It stays, and goes out in order
+    once the PUBACKs come and the link has room again."""
+    watcher = Watcher(broker, [TOPIC])
+    proxy = TcpProxy(broker.port).restore()
+    settings = MqttSection(broker=proxy.url, reconnect_min_s=0.1, reconnect_max_s=0.3)
+    link = MqttLink(settings, "test-link", max_queued=4)
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    sender = OutboxSender(outbox, link, OutboxSection(send_rate=1000))
+    try:
+        link.start()
+        assert link.wait_connected(10)
+        proxy.limit(0, "hold")  # no PUBACK reaches the link from now on
+        for i in range(4):
+            link.publish_state(f"edge/d/filler/{i}", b"x")  # paho's queue holds these four, unacknowledged
+        for i in range(3):
+            outbox.append("event", TOPIC, b'{"i":%d}' % i)
+        for _ in range(3):
+            sender.turn()
+        stats = outbox.stats()
+        assert (stats.dropped.too_big, stats.messages) == (0, 3), "a full queue is no reason to delete a message"
+        assert link.connected
+        proxy.unlimit()
+        sender.start()
+        wait_until(lambda: [d["i"] for d in watcher.all_json(TOPIC)] == [0, 1, 2], 20, "the three messages")
+        wait_until(lambda: outbox.stats().messages == 0, 10, "the outbox to forget them")
+        assert outbox.stats().dropped.too_big == 0
+    finally:
+        sender.stop()
+        link.stop()
+        watcher.close()
         proxy.cut()
