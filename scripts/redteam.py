@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -353,6 +354,74 @@ def slow_connections(t: Target) -> Result:
     return Result(answer.status == 200 and t.ping(), f"{count} half-open requests; the page answered {answer.status}")
 
 
+def idle_page_connections(t: Target) -> Result:
+    """Issue 37 #1: 1,100 idle connections to the page took every descriptor of the daemon; its
+    sampler died. The page now holds a bounded number: the daemon's descriptors stay near where
+    they were, a new client is answered and the sampler turns (health good)."""
+    count = 300 if t.quick else 1100
+    port = int(t.page.rsplit(":", 1)[1].strip("/"))
+    assert t.agent.process is not None
+    process = psutil.Process(t.agent.process.pid)
+    before = process.num_fds()
+    sockets = []
+    try:
+        for _ in range(count):
+            try:
+                sockets.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break
+        held = process.num_fds() - before
+        answer = http(t.page + "healthz")
+    finally:
+        for s in sockets:
+            s.close()
+    ok = held < 100 and answer.status == 200 and t.ping()
+    return Result(
+        ok, f"{len(sockets)} idle connections: the daemon holds {held} more descriptors, healthz {answer.status}"
+    )
+
+
+def junk_on_a_signed_command(t: Target) -> Result:
+    """Issue 37 #4: anonymous junk on `cmd/rollback` took the command's whole rate: 0 of 5 signed
+    rollbacks were answered. Junk has a budget of its own: signed requests are answered."""
+    answered = 0
+    for _ in range(3):
+        flood(t.broker, f"edge/{DEVICE}/cmd/ping", [b"{}"] * (50 if t.quick else 200))
+        answered += t.ping()
+    return Result(answered == 3, f"{answered} of 3 signed pings answered right after junk floods")
+
+
+def sighup_with_a_bad_config(t: Target) -> Result:
+    """Issue 37 #3: a config nested 20,000 deep (RecursionError) or linked to /dev/zero (2.8 GB,
+    MemoryError) ended the daemon at SIGHUP. Each is refused; the running config is kept."""
+    config = t.agent.config
+    good = config.read_bytes()
+    refused = []
+    assert t.agent.process is not None
+    try:
+        for name, write in [
+            ("nested", lambda: config.write_text("a: " + "[" * 20_000 + "]" * 20_000 + "\n")),
+            ("endless", lambda: (config.unlink(), config.symlink_to("/dev/zero"))),
+        ]:
+            write()
+            refusals = t.agent.output().count("SIGHUP: keeping the running config")
+            t.agent.process.send_signal(signal.SIGHUP)
+            wait_until(partial(_refused_since, t.agent, refusals), 30, f"the {name} config refused")
+            refused.append(name)
+            config.unlink()
+            config.write_bytes(good)
+    finally:
+        if config.is_symlink():
+            config.unlink()
+        config.write_bytes(good)
+    ok = refused == ["nested", "endless"] and t.agent.alive() and t.ping()
+    return Result(ok, f"refused and kept running: {', '.join(refused)}")
+
+
+def _refused_since(agent: AgentProcess, before: int) -> bool:
+    return agent.output().count("SIGHUP: keeping the running config") > before
+
+
 def camera_credentials(t: Target) -> Result:
     """Issue 29 #14: the camera's planted password is in no output (log, MQTT, page, doctor)."""
     page = http(t.page + "api/status", headers=basic(USER, PASSWORD)).body.decode(errors="replace")
@@ -379,6 +448,9 @@ ATTACKS: list[Callable[[Target], Result]] = [
     unsigned_and_forged_commands,
     unsigned_and_forged_desired,
     slow_connections,
+    idle_page_connections,
+    junk_on_a_signed_command,
+    sighup_with_a_bad_config,
     camera_credentials,  # last: it searches what every attack before it made the daemon say
 ]
 
