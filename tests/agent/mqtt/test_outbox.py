@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.config.models import OutboxSection
-from agent.mqtt.outbox import MIB, Outbox, SavedCount, with_ids
+from agent.mqtt.outbox import MIB, Outbox, SavedCount, peek, with_ids
 
 
 class Clock:
@@ -61,6 +61,20 @@ def test_messages_keep_their_order_ids_and_sequence_numbers_across_a_reopen(tmp_
     assert json.loads(later.payload)["seq"] == 6
     assert [m.seq for m in again.pending(4, 100)] == [5, 6], "pending(after) starts past `after`"
     assert again.stats().messages == 3 and again.stats().last_seq == 6
+
+
+def test_peek_reads_an_outbox_named_by_a_relative_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`edge-agent doctor` beside the demo's agent, whose agent.yaml names a relative state_dir
+    (``demo-out/fleet-state``): the read-only look raised "relative path can't be expressed as a
+    file URI" and ended the doctor in a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "state").mkdir()
+    outbox = Outbox(Path("state/outbox.sqlite"), OutboxSection())
+    outbox.append("event", "edge/d/events", document("event", 0))
+    outbox.close()
+    stats = peek(Path("state/outbox.sqlite"), OutboxSection(), 1_700_000_000.0)
+    assert stats is not None and stats.messages == 1 and stats.last_seq == 1
+    assert peek(Path("state/none.sqlite"), OutboxSection(), 1_700_000_000.0) is None
 
 
 def test_what_was_appended_survives_a_sigkill(tmp_path: Path) -> None:
