@@ -101,3 +101,4 @@ def test_the_demo_runs_to_its_last_lines_from_the_plain_setup_then_stop_ends_its
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert stop.stdout.splitlines() == ["stopped agent", "stopped mosquitto"]
     wait_until(lambda: not any(alive(pid) for pid in pids.values()), 30, "the agent and the broker to end")
+    shutil.rmtree(checkout)  # a GB with its venv, and pytest keeps three runs' tmp_path; a failed run keeps it
