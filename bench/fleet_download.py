@@ -26,10 +26,10 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-from testkit.broker import Broker
 
 from agent.config.models import MqttSection
 from agent.daemon.transfer import PartialBundle, fetch_over_mqtt
+from agent.fleet.local_broker import LocalBroker
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import ChunkIndex, Topics
 
@@ -117,7 +117,7 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, help="where the downloads go (default: the system's temp folder)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-download-") as tmp:
-        broker = Broker(Path(tmp) / "broker", persistence=False).start()
+        broker = LocalBroker(Path(tmp) / "broker", persistence=False).start()
         port = broker.port
         data = os.urandom(args.mb * 2**20)
         index = ChunkIndex.of(data)

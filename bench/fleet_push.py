@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-from testkit.broker import Broker
 
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import generate_keypair, load_private_key
 from agent.config.models import MqttSection
 from agent.fleet.client import connect
+from agent.fleet.local_broker import LocalBroker
 from agent.fleet.push import push
 from agent.mqtt.protocol import Topics
 
@@ -120,7 +120,7 @@ def main() -> int:
         private, public = generate_keypair(folder / "keys")
         print("building bundles ...", flush=True)
         bundles = make_bundles(folder, args.size_mb, private)
-        broker = Broker(folder / "broker", persistence=False, nodelay=not args.broker_nagle).start()
+        broker = LocalBroker(folder / "broker", persistence=False, nodelay=not args.broker_nagle).start()
         port = broker.port
         config = folder / "agent.yaml"
         config.write_text(

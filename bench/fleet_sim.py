@@ -1,14 +1,15 @@
 """A simulated fleet: N device agents of the real code, one group push, and the broker's fan-out
 ceiling measured in the same run.
 
-    .venv/bin/python bench/fleet_sim.py --devices 20 [--bundle-mb 2] [--processes P] [--broker URL]
+    .venv/bin/python bench/fleet_sim.py --devices 20 [--bundle-mb 2] [--processes P] [--broker URL | --port PORT]
                                           [--state-dir /dev/shm] [--chunk-size BYTES] [--timeout 600] [--json]
 
 Each device is the daemon's `Agent` without cameras (agent/daemon/simulation.py): its own client
 id, state directory, link, deployer, transfer and store, and an activation that loads the model
 and checks its parity as a device would; `--processes` processes (default: one per 25 devices,
 at most four per CPU: a model being loaded holds its process's interpreter lock, which stalls the
-network threads of the devices beside it) hold them. The script starts its own mosquitto on a free port unless
+network threads of the devices beside it) hold them. The script starts its own mosquitto (on `--port`, or a
+free port; `agent.fleet.local_broker`, so the plain install of `scripts/setup.sh` runs it, as the demo does) unless
 `--broker` names one, builds a signed bundle of about `--bundle-mb` MB (the demo model plus
 incompressible calibration images), waits until every device is online, pushes it to the group
 with an operator's signed desired document, and waits until every device ends the deployment.
@@ -51,12 +52,12 @@ import numpy as np
 import paho.mqtt.client as mqtt
 import psutil
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-from testkit.broker import Broker
 
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import generate_keypair, load_private_key
 from agent.config.models import MqttSection
 from agent.fleet.client import connect
+from agent.fleet.local_broker import LocalBroker
 from agent.fleet.push import push
 from agent.mqtt.protocol import Topics
 
@@ -68,9 +69,9 @@ MODEL = REPO / "agent" / "demo" / "demo_detector_int8_qdq.onnx"
 
 
 @contextlib.contextmanager
-def own_broker(folder: Path) -> Iterator[tuple[str, psutil.Process]]:
-    """mosquitto on a free port (no persistence), as set up for a fleet: TCP_NODELAY."""
-    broker = Broker(folder, persistence=False).start()
+def own_broker(folder: Path, port: int = 0) -> Iterator[tuple[str, psutil.Process]]:
+    """mosquitto on `port` (0: a free one), no persistence, as set up for a fleet: TCP_NODELAY."""
+    broker = LocalBroker(folder, port, persistence=False).start()
     assert broker.process is not None
     try:
         yield broker.url, psutil.Process(broker.process.pid)
@@ -392,6 +393,9 @@ def main() -> int:
         "--processes", type=int, help="processes holding them (default: one per 25 devices, at most four per CPU)"
     )
     parser.add_argument("--broker", help="mqtt://HOST:PORT of a broker to use (default: start mosquitto here)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="the port of the mosquitto it starts (default 0: a free one)"
+    )
     parser.add_argument("--bundle-mb", type=float, default=2.0, help="size of the pushed bundle in MB (default 2)")
     parser.add_argument("--chunk-size", type=int, help="bytes per chunk (default: fleet push's)")
     parser.add_argument("--timeout", type=float, default=600.0, help="longest wait for the devices, seconds")
@@ -415,7 +419,7 @@ def main() -> int:
         if args.broker:
             result = simulate(args, folder, args.broker, None)
         else:
-            url, broker = stack.enter_context(own_broker(folder))
+            url, broker = stack.enter_context(own_broker(folder, args.port))
             result = simulate(args, folder, url, broker)
     if args.json:
         print(json.dumps(result))

@@ -5,6 +5,9 @@
 # a local mosquitto, the agent on two synthetic cameras sharing one model with thresholds of
 # their own (autotune at activation), the bundle pushed over MQTT.
 # The broker and the agent keep running for you to look at; `scripts/demo.sh stop` ends them.
+# The ports are free ones picked at the start; EDGE_AGENT_DEMO_BROKER_PORT (the broker),
+# EDGE_AGENT_DEMO_PAGE_PORT (the status page) and EDGE_AGENT_DEMO_SIM_PORT (the simulated fleet's
+# own broker) set them instead (tests/scripts/test_demo.py gives its worker's free ports).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=demo-out
@@ -75,7 +78,8 @@ echo "-- a segmentation model's INT8: quantized whole it finds nothing, so it is
   --name demo-segment --version 1.0.0 --key "$out/keys/signing.key" -o "$out/demo-segment-1.0.0.bundle"
 
 echo; echo "== the fleet: mosquitto, the agent on a synthetic camera, the bundle pushed over MQTT"
-port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { .venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=${EDGE_AGENT_DEMO_BROKER_PORT:-$(free_port)}
 broker="mqtt://127.0.0.1:$port"
 mosquitto=$(command -v mosquitto || echo /usr/sbin/mosquitto)
 cat > "$out/mosquitto.conf" <<CONF
@@ -88,7 +92,7 @@ CONF
 "$mosquitto" -c "$out/mosquitto.conf" > "$out/mosquitto.log" 2>&1 &
 echo $! > "$out/mosquitto.pid"
 rm -rf "$out/fleet-state"
-page_port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+page_port=${EDGE_AGENT_DEMO_PAGE_PORT:-$(free_port)}
 page="http://127.0.0.1:$page_port"
 .venv/bin/edge-agent config example --device-id demo-cam --group demo --broker "$broker" \
   --state-dir "$out/fleet-state" --source synthetic --trust-key "$out/keys/signing.pub" \
@@ -113,11 +117,9 @@ for c in json.load(sys.stdin)['cameras']:
           f\" (set in agent.yaml: {', '.join(t.get('configured', [])) or 'none'})\")
 "
 echo; echo "== an unsigned command, as any client of the broker could send it: refused"
-mosquitto_pub -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -D publish response-topic edge/replies/demo \
-  -D publish correlation-data demo-cam -V mqttv5 &
-publisher=$!
-mosquitto_sub -p "$port" -t edge/replies/demo -C 1 -W 10 -V mqttv5
-wait "$publisher"  # only it: a bare `wait` would wait for the broker and the agent too, for ever
+# mosquitto_rr subscribes to the response topic before it publishes: the answer cannot come first
+mosquitto_rr -p "$port" -t edge/demo-cam/cmd/rollback -m '{}' -e edge/replies/demo \
+  -D publish correlation-data demo-cam -W 10
 echo; echo "== a staged rollout: 1.0.1 to the group in two waves 20 s apart, halted (and rolled back) on a failure"
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector.onnx --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.1 --conf 0.4 --key "$out/keys/signing.key" -o "$out/demo-1.0.1.bundle"
@@ -135,7 +137,7 @@ event=$(mosquitto_sub -p "$port" -t edge/demo-cam/events -W 60 | grep -m1 '"clip
 sleep 3  # the clip is on the device's disk post_s (2 s) after the object's start
 .venv/bin/edge-agent fleet media demo-cam "$event" --clip --broker "$broker" -o "$out/clip.mp4"
 echo; echo "== a simulated fleet: 10 devices of the real code on their own mosquitto, one group push, the broker's ceiling"
-.venv/bin/python bench/fleet_sim.py --devices 10 --bundle-mb 2
+.venv/bin/python bench/fleet_sim.py --devices 10 --bundle-mb 2 --port "${EDGE_AGENT_DEMO_SIM_PORT:-0}"
 echo; echo "== the status page: health, a few metrics, and edge-agent doctor (the page's checks from a shell)"
 curl -s "$page/healthz"; echo
 curl -s "$page/metrics" | grep -E '^edge_agent_(camera_fps|broker_connected|deployment_state\{.*SUCCEEDED)'

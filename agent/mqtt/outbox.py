@@ -214,7 +214,7 @@ def peek(path: Path, settings: OutboxSection, now: float) -> OutboxStats | None:
     cannot read."""
     if not path.exists():
         return None
-    db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)  # a URI names an absolute path
     try:
         return _stats(db, path, settings, now, None, 0)
     finally:

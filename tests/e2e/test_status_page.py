@@ -108,6 +108,7 @@ def test_the_page_in_chromium_shows_the_device_live_frames_and_charts(served: Se
     page.wait_for("window.edgeAgent.history.ts.length >= 3")
     counts = page.wait_for(f"(() => {{ const n = {painted}; return n.length >= 4 && n.every(x => x > 500) && n; }})()")
     assert len(counts) >= 4  # temperature, power, one per camera
+    assert page.evaluate("[...document.querySelectorAll('.chart-note')].map(n => n.hidden)") == [True, True]
     assert page.evaluate("document.getElementById('board').textContent").count("°C") == 1
     # a second load shows another FPS value: the numbers are live, not cached
     later = first
@@ -450,3 +451,63 @@ def test_the_event_list_shows_the_second_stages_class(served: Served, chromium: 
         " return [...document.getElementById('events').tBodies[0].rows].map(r => r.cells[1].textContent); })()"
     )
     assert rows[0] == "gate: person → helmet #7 update (0.91)" and rows[1] == "gate: car #8 update (0.91)"
+
+
+NOTES = "[...document.querySelectorAll('.chart-note')].map(n => n.hidden ? null : n.textContent)"
+
+
+def test_on_a_board_without_sensors_the_temperature_and_power_charts_say_there_is_nothing_to_draw_and_why(
+    tmp_path: Path, chromium: Chromium
+) -> None:
+    bare = FAKES / "x86-generic"  # no thermal zone, no rail, no battery: a VM's /sys
+    port = free_port()
+    config = {
+        "device": {"id": "bare-1"},
+        "state_dir": str(tmp_path / "state"),
+        "allow_unsigned": True,
+        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "telemetry": {"interval_s": 0.5},
+        "status_page": {"listen": f"127.0.0.1:{port}", "sample_s": 0.5},
+    }
+    with running(config, probe(bare), bare):
+        page = chromium.page()
+        page.open(f"http://127.0.0.1:{port}/")
+        shown = page.wait_for(f"(n => n.every(t => t && !t.includes('yet')) && n)({NOTES})")
+        assert shown == [
+            "Nothing to draw: no temperature sensor on this board (no thermal zone in /sys/class/thermal, "
+            "no GPU temperature; a VM has none).",
+            "Nothing to draw: no power sensor on this board (no input power rail, no PMIC, no battery or UPS).",
+        ]
+        # the charts have points, every one unknown: the notes stand over empty frames, not over a page still loading
+        assert page.wait_for("window.edgeAgent.history.ts.length >= 2")
+        assert set(page.evaluate("window.edgeAgent.history.temp_c.concat(window.edgeAgent.history.power_w)")) == {None}
+        # the notes are inside the charts' frames, in sight
+        inside = """['chart-temp', 'chart-power'].map(id => {
+            const frame = document.getElementById(id).getBoundingClientRect();
+            const note = document.getElementById(id).querySelector('.chart-note').getBoundingClientRect();
+            return frame.width > 0 && note.width > 0 && note.top >= frame.top && note.bottom <= frame.bottom; })"""
+        assert page.evaluate(inside) == [True, True]
+
+        def why(kind: str, sensors: dict[str, Any] | None, *columns: list[float | None]) -> Any:
+            arguments = ", ".join(json.dumps(a) for a in (kind, sensors, columns))
+            return page.evaluate(f"window.edgeAgent.nothingToDraw({arguments})")
+
+        # what other boards' readings say: zones that cannot be read, rails without the input one, a silent battery
+        none = {"temp_c": None, "thermal_zones": {}, "power_w": None, "rails": {}, "battery": None}
+        unread = {**none, "thermal_zones": {"cpu-thermal": None, "vcgencmd": None}}
+        assert why("temp", unread, [None]) == (
+            "Nothing to draw: the thermal zones (cpu-thermal, vcgencmd) give no reading; "
+            "can the agent's user read them?"
+        )
+        agx = {**none, "rails": {"VDD_GPU_SOC": {}, "VDD_CPU_CV": {}}}
+        assert why("power", agx, [None], [None]) == (
+            "Nothing to draw: no input power rail on this board; "
+            "its rails (VDD_GPU_SOC, VDD_CPU_CV) measure parts of it only."
+        )
+        silent = {**none, "battery": {"percent": None, "status": "Unknown"}}
+        assert why("power", silent, [None], [None]).startswith("Nothing to draw: the battery reports no charge")
+        assert why("temp", None, []) == "Nothing to draw yet: the sensors have not been read."
+        # something to draw, or about to be: no note
+        assert why("temp", none, [None, 41.5]) is None
+        assert why("temp", {**none, "temp_c": 41.5}, []) is None
+        assert why("power", {**none, "battery": {"percent": 80, "status": "Full"}}, [None], [None]) is None

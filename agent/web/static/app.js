@@ -230,11 +230,39 @@ function appendHistory(h) {
   }
 }
 
+// Why a board chart ("temp" or "power") has nothing to draw, in words, from the newest sensor
+// readings (/api/status's `sensors`, docs/telemetry.md); null while a point of its `columns` is
+// known, or the readings know a value (its point is on its way).
+function nothingToDraw(kind, sensors, columns) {
+  if (columns.some((column) => column.some((value) => value != null))) return null;
+  if (!sensors) return "Nothing to draw yet: the sensors have not been read.";
+  if (kind === "temp") {
+    if (sensors.temp_c != null) return null;
+    const zones = Object.keys(sensors.thermal_zones || {});
+    return zones.length
+      ? `Nothing to draw: the thermal zones (${zones.join(", ")}) give no reading; can the agent's user read them?`
+      : "Nothing to draw: no temperature sensor on this board (no thermal zone in /sys/class/thermal, no GPU temperature; a VM has none).";
+  }
+  if (sensors.power_w != null || sensors.battery?.percent != null) return null;
+  if (sensors.battery) return "Nothing to draw: the battery reports no charge, and nothing measures the board's input power.";
+  const rails = Object.keys(sensors.rails || {});
+  return rails.length
+    ? `Nothing to draw: no input power rail on this board; its rails (${rails.join(", ")}) measure parts of it only.`
+    : "Nothing to draw: no power sensor on this board (no input power rail, no PMIC, no battery or UPS).";
+}
+
 function drawCharts() {
   const temp = chart("temp", $("chart-temp"), [{ label: "°C", color: "#d9534f" }]);
   temp.setData([history.ts, history.temp_c]);
   const power = chart("power", $("chart-power"), [{ label: "W", color: "#f0ad4e" }, { label: "battery %", color: "#5cb85c" }]);
   power.setData([history.ts, history.power_w, history.battery_percent]);
+  const sensors = lastStatus ? lastStatus.sensors : null;
+  for (const [kind, columns] of [["temp", [history.temp_c]], ["power", [history.power_w, history.battery_percent]]]) {
+    const note = $(`chart-${kind}`).querySelector(".chart-note");
+    const why = nothingToDraw(kind, sensors, columns);
+    note.hidden = why === null;
+    note.textContent = why || "";
+  }
   for (const [name, entry] of Object.entries(cameraCards)) {
     const columns = history.cameras[name];
     if (!columns) continue;
@@ -312,4 +340,4 @@ refresh();
 refreshSlow();
 setInterval(refresh, REFRESH_MS);
 setInterval(refreshSlow, SLOW_REFRESH_MS);
-window.edgeAgent = { charts, history, get status() { return lastStatus; } };
+window.edgeAgent = { charts, history, nothingToDraw, get status() { return lastStatus; } };

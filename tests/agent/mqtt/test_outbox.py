@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.config.models import OutboxSection
-from agent.mqtt.outbox import MIB, Outbox, SavedCount, with_ids
+from agent.mqtt.outbox import MIB, Outbox, SavedCount, peek, with_ids
 
 
 class Clock:
@@ -85,6 +85,20 @@ def test_each_topic_counts_its_own_sequence_across_drops_and_a_reopen(tmp_path: 
     other = again.append("event", "edge/e/events", document("event", 0))
     assert later is not None and json.loads(later.payload)["topic_seq"] == 4, "kept across a reopen, after deletes"
     assert other is not None and json.loads(other.payload)["topic_seq"] == 1, "another topic, another sequence"
+
+
+def test_peek_reads_an_outbox_named_by_a_relative_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`edge-agent doctor` beside the demo's agent, whose agent.yaml names a relative state_dir
+    (``demo-out/fleet-state``): the read-only look raised "relative path can't be expressed as a
+    file URI" and ended the doctor in a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "state").mkdir()
+    outbox = Outbox(Path("state/outbox.sqlite"), OutboxSection())
+    outbox.append("event", "edge/d/events", document("event", 0))
+    outbox.close()
+    stats = peek(Path("state/outbox.sqlite"), OutboxSection(), 1_700_000_000.0)
+    assert stats is not None and stats.messages == 1 and stats.last_seq == 1
+    assert peek(Path("state/none.sqlite"), OutboxSection(), 1_700_000_000.0) is None
 
 
 def test_what_was_appended_survives_a_sigkill(tmp_path: Path) -> None:

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
-import socket
-import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,20 +12,19 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
+from agent.fleet.local_broker import MOSQUITTO, LocalBroker
 from testkit.needs import missing
 from testkit.net import free_port, wait_until
 
 #: the largest packet the `small_broker` fixture's mosquitto takes (64 KiB)
 SMALL_PACKET = 65536
 
-MOSQUITTO = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
 
-
-class Broker:
-    """mosquitto on a free port of 127.0.0.1, its config and log in `folder`: `listener` holds the
-    listener's options (anonymous by default), `extra` more lines for its config; with
-    `persistence` (the tests' default) retained messages survive a restart (autosaved every
-    second), without it (the benchmarks') nothing is written; `nodelay` sets TCP_NODELAY."""
+class Broker(LocalBroker):
+    """`LocalBroker` (agent/fleet/local_broker.py, which the demo's simulated fleet starts from the
+    plain install too) on a port of this worker's block (`free_port`), with `persistence` on by
+    default (the benchmarks turn it off); without mosquitto the test skips, or fails where
+    ``EDGE_AGENT_REQUIRE`` names it."""
 
     def __init__(
         self,
@@ -41,48 +36,11 @@ class Broker:
     ) -> None:
         if MOSQUITTO is None:
             missing("mosquitto", "mosquitto is not installed (apt-get install mosquitto)")
-        self.folder, self.port = folder, free_port()
-        folder.mkdir(parents=True, exist_ok=True)
-        self.conf = folder / "mosquitto.conf"
-        user = pwd.getpwuid(os.geteuid()).pw_name
-        if persistence:
-            stored = f"persistence true\npersistence_location {folder}/\nautosave_interval 1\n"
-        else:
-            stored = "persistence false\n"
-        self.conf.write_text(
-            f"user {user}\nper_listener_settings true\nlistener {self.port} 127.0.0.1\n{listener}{stored}"
-            f"set_tcp_nodelay {'true' if nodelay else 'false'}\n"
-            f"log_dest file {folder}/mosquitto.log\nlog_type error\nlog_type warning\n{extra}"
-        )
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(folder, free_port(), extra, listener, persistence, nodelay)
 
-    @property
-    def url(self) -> str:
-        return f"mqtt://127.0.0.1:{self.port}"
-
-    def start(self) -> Broker:
-        self.process = subprocess.Popen([MOSQUITTO, "-c", str(self.conf)], stderr=subprocess.PIPE)
-
-        def accepting() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise AssertionError(f"mosquitto exited: {self.process.stderr.read().decode()}")  # type: ignore[union-attr]
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", self.port)) == 0
-
-        wait_until(accepting, 10, "mosquitto to listen")
+    def start(self, timeout_s: float = 10.0) -> Broker:
+        super().start(timeout_s)
         return self
-
-    def kill(self) -> None:
-        """SIGKILL: what it persisted at its last autosave (every second) survives."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
 
 
 class Watcher:
