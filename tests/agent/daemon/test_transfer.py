@@ -10,13 +10,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from testkit.broker import Broker
 from testkit.net import RangeServer, TcpProxy, wait_until
 from testkit.transfer import DATA, link_to
 
+from agent.daemon import transfer
 from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError
 from agent.mqtt.link import MqttLink
@@ -227,10 +228,29 @@ def test_bulk_download_switches_to_missing_chunks_only_after_a_network_cut(tmp_p
     assert (partial.written, partial.duplicates) == (13, 0), "finished chunks were not sent again"
 
 
-def test_a_stray_retained_chunk_just_past_the_index_is_ignored(tmp_path: Path, broker: Broker) -> None:
+class _CountedFetch(transfer._MqttFetch):
+    """The real `_MqttFetch`, remembered when made so a test can read its counters (a spy)."""
+
+    made: ClassVar[list[transfer._MqttFetch]] = []
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        _CountedFetch.made.append(self)
+
+
+def test_a_stray_retained_chunk_just_past_the_index_is_ignored(
+    tmp_path: Path, broker: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A retained chunk at index len(chunks) (left by an older push of a longer bundle) reaches
     the bulk subscription before the real ones: it is counted as a stray, never written, and
-    the download completes."""
+    the download completes.
+
+    Catches the planted `i <= len(chunks)` in `_MqttFetch.store`: the stray then goes down the
+    corrupt path (a corrupt attempt spent on chunk 13, "asking again later") and the download
+    still completes, so only the counters tell."""
+    monkeypatch.setattr(_CountedFetch, "made", [])
+    monkeypatch.setattr(transfer, "_MqttFetch", _CountedFetch)
+    caplog.set_level(logging.WARNING, logger=transfer.log.name)
     topics, index = Topics(), ChunkIndex.of(DATA, 8192)  # 13 chunks: 0..12
     stray = (topics.chunk(index.sha256, len(index.chunks)), DATA[:8192])
     publish_retained(
@@ -267,6 +287,9 @@ def test_a_stray_retained_chunk_just_past_the_index_is_ignored(tmp_path: Path, b
     finally:
         link.stop()
     assert partial.finish().read_bytes() == DATA and partial.written == 13
+    [fetch] = _CountedFetch.made
+    assert (fetch.strays, fetch.corrupt) == (1, {}), "the stray spent a corrupt attempt instead of counting as a stray"
+    assert not [r for r in caplog.records if "asking again later" in r.getMessage()]
 
 
 class ForgetfulLink:
