@@ -2,7 +2,8 @@
 through the real ONNX Runtime and LiteRT: answers close to the synthetic scene's truth, the same
 answers from every form of a model (grid and end-to-end, ONNX pixels and TFLite 0..1
 coordinates, prototypes channel-first and channel-last), outputs matched by shape not order; the
-INT8 TFLite exports (head in float) close to the truth and to their FP32 siblings."""
+INT8 TFLite exports (head in float) close to the truth and to their FP32 siblings; and on hand-made
+outputs, a row exactly at the threshold and a model input that is not square."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
 from pipelines.decoding.nms import box_iou
 from pipelines.decoding.rotated import corners
-from pipelines.decoding.task_decoders import decode_yolov8_seg, prototype_planes
+from pipelines.decoding.task_decoders import (
+    decode_end2end_obb,
+    decode_end2end_pose,
+    decode_end2end_seg,
+    decode_yolov8_pose,
+    decode_yolov8_seg,
+    prototype_planes,
+)
 from pipelines.sources.frames import GroundTruth
 from pipelines.sources.synthetic import SyntheticScene
 from runtimes.registry import load_runtime
@@ -283,3 +291,50 @@ def test_prototypes_in_either_channel_order() -> None:
     np.testing.assert_array_equal(prototype_planes(nchw.transpose(0, 2, 3, 1), (320, 240)), nchw[0])
     with pytest.raises(DecoderError, match=r"fit neither \(1, nm, h, w\) nor \(1, h, w, nm\) for a 100x100 input"):
         prototype_planes(nchw, (100, 100))
+
+
+#: a model input wider than high (H, W): an axis swapped anywhere shows
+WIDE_HW = (256, 320)
+
+
+def _end2end_outputs(decoder: str, scores: list[float]) -> list[np.ndarray]:
+    """Hand-made end-to-end outputs of one row per score (input pixels), with the task's extra
+    values: 2 mask coefficients and their prototypes, 1 keypoint of x, y, score, or an angle."""
+    rows = np.zeros((1, 10, {"seg": 8, "pose": 9, "obb": 7}[decoder]), np.float32)
+    for i, score in enumerate(scores):
+        if decoder == "obb":
+            rows[0, i, :7] = [100 + 20 * i, 100, 40, 20, score, i, 0.3]
+        else:
+            rows[0, i, :6] = [20 + 40 * i, 30, 50 + 40 * i, 70, score, i]
+            rows[0, i, 6:] = [0.5, -0.5, 0.9] if decoder == "pose" else [0.5, -0.5]
+    if decoder == "seg":
+        return [rows, np.zeros((1, 2, WIDE_HW[0] // 4, WIDE_HW[1] // 4), np.float32)]
+    return [rows]
+
+
+@pytest.mark.parametrize("decoder", ["seg", "pose", "obb"])
+def test_an_end_to_end_row_exactly_at_the_confidence_threshold_is_left_out(decoder: str) -> None:
+    """'Above conf', as the grid and query decoders do it. Catches the planted `>=` in
+    `_end2end_common` (a row scoring exactly `conf` kept)."""
+    decode = {"seg": decode_end2end_seg, "pose": decode_end2end_pose, "obb": decode_end2end_obb}[decoder]
+    kwargs: dict[str, Any] = {"kpt_shape": (1, 3)} if decoder == "pose" else {}
+    found = decode(_end2end_outputs(decoder, [0.5, 0.75, 0.25]), WIDE_HW, 0.5, **kwargs)
+    assert found.class_id.tolist() == [1] and found.confidence.tolist() == [0.75]
+
+
+def test_normalised_keypoints_scale_x_by_the_width_and_y_by_the_height() -> None:
+    """A pose model whose input is not square (256 high, 320 wide), its coordinates 0..1 (TFLite):
+    x is scaled by the width and y by the height, in the grid and end-to-end forms alike. Catches
+    the planted swap in `_scale_keypoints` (x by the height, y by the width), which every square
+    input (the shipped models' 320x320) hides."""
+    grid = np.zeros((1, 4 + 1 + 3, 16), np.float32)  # (1, 4+nc+K*d, N): one class, one keypoint x, y, score
+    grid[0, :, 3] = [0.5, 0.5, 0.25, 0.5, 0.9, 0.25, 0.75, 0.8]
+    rows = np.zeros((1, 10, 6 + 3), np.float32)  # x1 y1 x2 y2 score class, then the keypoint
+    rows[0, 0] = [0.375, 0.25, 0.625, 0.75, 0.9, 0, 0.25, 0.75, 0.8]
+    for found in (
+        decode_yolov8_pose([grid], WIDE_HW, 0.5, kpt_shape=(1, 3)),
+        decode_end2end_pose([rows], WIDE_HW, 0.5, kpt_shape=(1, 3)),
+    ):
+        assert found.keypoints is not None
+        np.testing.assert_allclose(found.xyxy, [[120, 64, 200, 192]])
+        np.testing.assert_allclose(found.keypoints, [[[80, 192, 0.8]]])
