@@ -164,6 +164,22 @@ def test_commands_check_payloads_and_shape_answers() -> None:
     assert f"{MAX_CONTROL_BYTES + 2} bytes, more than the {MAX_CONTROL_BYTES}" in oversize
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [b"\xff" * (MAX_CONTROL_BYTES + 1), b"[" * (MAX_CONTROL_BYTES + 1), b"not json".ljust(MAX_CONTROL_BYTES + 1)],
+    ids=["not utf-8", "nested", "not json"],
+)
+def test_an_oversize_payload_is_refused_by_its_size_before_it_is_parsed(payload: bytes) -> None:
+    """Junk over 16 KiB is refused as too large, not as junk: its size is checked before the
+    parser reads it. Catches the size check planted after `json.loads` in `read_arguments`,
+    which the padded JSON of the other tests hides (it parses, then is refused alike)."""
+    answer = json.loads(run_command(table(*COMMAND_TABLE), actions(), "ping", payload).payload)
+    assert (answer["ok"], answer["error"]["code"]) == (False, "BAD_PAYLOAD")
+    assert answer["error"]["message"] == (
+        f"the request is {len(payload)} bytes, more than the {MAX_CONTROL_BYTES} a command may be; it was not read"
+    )
+
+
 # -- over a real mosquitto --------------------------------------------------------------------
 
 
