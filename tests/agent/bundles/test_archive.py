@@ -10,6 +10,7 @@ import re
 import tarfile
 import tracemalloc
 from pathlib import Path
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -143,11 +144,16 @@ def test_unpack_limits_are_inclusive_and_it_hashes_the_bundle_as_it_reads(tmp_pa
         assert refused.value.code == code
 
 
-def test_a_compression_bomb_stops_at_the_ratio_with_what_it_wrote_bounded(tmp_path: Path, keys, bundles) -> None:
+@pytest.mark.parametrize("compression", ["gz", "bz2", "xz"])
+def test_a_compression_bomb_stops_at_the_ratio_with_what_it_wrote_bounded(
+    tmp_path: Path, keys, bundles, compression: Literal["gz", "bz2", "xz"]
+) -> None:
     """Signed and listed (so neither the signature nor the sizes stop it): inflating stops at
-    ``max_compression_ratio`` times the compressed bytes read, however large the file says it is."""
+    ``max_compression_ratio`` times the compressed bytes read, however large the file says it is,
+    whichever compression the bundle has. The bz2 and xz cases catch the ratio bound planted for
+    gzip only."""
     files = resign({**read_files(bundles["v1"]), MODEL: bytes(BOMB)}, keys["private"])
-    bad = write_tar(tmp_path / "bomb.bundle", files, gz=True)
+    bad = write_tar(tmp_path / "bomb.bundle", files, compression=compression)
     folder = tmp_path / "unpacked"
     folder.mkdir()
     limits = Limits(max_compression_ratio=20)

@@ -8,6 +8,7 @@ import json
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from agent.bundles.installer import InstallPolicy, install
 from agent.bundles.signing import load_private_key, load_public_key, signature_file
@@ -23,9 +24,15 @@ def read_files(bundle: Path) -> Files:
 
 
 def write_tar(
-    path: Path, files: Files, extra: Callable[[tarfile.TarFile], None] | None = None, gz: bool = False
+    path: Path,
+    files: Files,
+    extra: Callable[[tarfile.TarFile], None] | None = None,
+    gz: bool = False,
+    compression: Literal["", "gz", "bz2", "xz"] = "",
 ) -> Path:
-    with tarfile.open(path, "w:gz" if gz else "w") as tar:
+    """A tar of `files` (then what `extra` adds) at `path`; gzip-compressed with `gz`, or as
+    `compression` names."""
+    with tarfile.open(path, "w:" + (compression or ("gz" if gz else ""))) as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
