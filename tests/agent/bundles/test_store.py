@@ -42,6 +42,22 @@ def test_gc_keeps_newest_and_never_current_or_previous(tmp_path: Path) -> None:
     assert store.gc() == ["e" * 64]  # the newest other version stays
 
 
+def test_switching_to_the_current_version_keeps_the_previous_one(tmp_path: Path) -> None:
+    """A switch to what is already current (an install of the version running) changes nothing:
+    the rollback target stays. Catches a planted `switch` that always moves current to previous
+    (then previous == current and the way back is lost)."""
+    store = Store(tmp_path).ensure()
+    fake_version(store, A, 1000)
+    fake_version(store, B, 2000)
+    store.switch(A)
+    store.switch(A)
+    assert (store.current_sha(), store.previous_sha()) == (A, None), "the first version has nothing to go back to"
+    store.switch(B)
+    store.switch(B)
+    assert (store.current_sha(), store.previous_sha()) == (B, A)
+    assert store.rollback() == A and (store.current_sha(), store.previous_sha()) == (A, B)
+
+
 def test_recover_drops_dangling_pointers_and_partial_unpacks(tmp_path: Path) -> None:
     store = Store(tmp_path).ensure()
     fake_version(store, "a" * 64, 1000)
