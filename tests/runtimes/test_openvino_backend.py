@@ -97,6 +97,29 @@ def test_a_broken_cached_blob_is_discarded_and_compiled_again(tmp_path: Path) ->
         assert not third.from_cache
 
 
+def test_a_cached_model_of_another_key_is_not_used(tmp_path: Path, constant_model) -> None:
+    """A blob and record under this key's digest whose record names another model's key (files
+    renamed or restored by hand, two keys sharing a digest) are discarded and the model compiled
+    again: the record's key must be this key. Catches a planted `_import_cached` that does not compare
+    the record's key (it would run the other model's blob)."""
+    first_out, second_out = np.full((1, 2, 6), 1.0, np.float32), np.full((1, 2, 6), 2.0, np.float32)
+    first, second = constant_model(first_out, name="first"), constant_model(second_out, name="second")
+    cache, tensor = tmp_path / "cache", np.ones((1, 3, 64, 64), np.float32)
+    config = OpenVINOConfig(cache_dir=cache)
+    with _load(first, config) as rt:
+        key = rt.key
+    with _load(second, config) as rt:
+        other = rt.key
+    for suffix in (".blob", ".json"):  # the second model's entry under the first's name
+        (cache / f"{key.digest}{suffix}").write_bytes((cache / f"{other.digest}{suffix}").read_bytes())
+    with _load(first, config) as again:
+        assert not again.from_cache and again.key == key
+        np.testing.assert_array_equal(again.infer([tensor])[0], first_out)
+    with _load(first, config) as cached:  # compiled again and cached under its own key
+        assert cached.from_cache
+        np.testing.assert_array_equal(cached.infer([tensor])[0], first_out)
+
+
 def _demo_ir(folder: Path) -> Path:
     """The demo detector saved as OpenVINO IR (FP32 weights): ``demo.xml`` and ``demo.bin``."""
     folder.mkdir(parents=True, exist_ok=True)
