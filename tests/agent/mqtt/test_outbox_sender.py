@@ -1,7 +1,8 @@
 """`agent.mqtt.outbox_sender` over a real mosquitto: oldest first, deleted only once acknowledged,
 everything after a cut (a TCP relay cut under the link while the test's watcher stays connected),
-the rate bound by an injected clock, a message the broker would refuse dropped and counted, a
-message paho would not take (its queue full) kept and sent once it has room."""
+the messages in flight at a cut sent again, the rate bound by an injected clock, a message the
+broker would refuse dropped and counted, a message paho would not take (its queue full) kept and
+sent once it has room."""
 
 from __future__ import annotations
 
@@ -99,7 +100,9 @@ def test_after_a_cut_every_message_arrives_in_order_with_duplicates_only_under_t
 
 def test_the_rate_and_the_window_bound_what_is_handed_to_the_link(tmp_path: Path, broker: Broker) -> None:
     """`turn()` driven by hand with an injected clock: at most `in_flight` tokens at once, then
-    `send_rate` per second of the clock."""
+    `send_rate` per second of the clock; a long idle fills the bucket to `in_flight` tokens, no
+    more. The last step catches a planted `_refill` without its `min(in_flight, ...)`: 10 s idle
+    then held 500 tokens, and the backlog went out as fast as the PUBACKs came."""
     outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
     for i in range(100):
         outbox.append("telemetry", "edge/d/telemetry", b'{"i":%d}' % i)
@@ -121,8 +124,45 @@ def test_the_rate_and_the_window_bound_what_is_handed_to_the_link(tmp_path: Path
         ticks.now += 10.0  # the bucket holds in_flight tokens at most
         sender.turn()
         assert sender.sent == 25
+        wait_until(lambda: (sender.turn(), outbox.stats().messages <= 75)[1], 10, "those ten acknowledged")
+        assert sender.sent == 25, "the idle 10 s left in_flight tokens, all spent: none until the clock moves"
     finally:
         link.stop()
+
+
+def test_messages_in_flight_at_a_cut_are_sent_again_and_forgotten_once_acknowledged(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """The relay cuts the connection at the first PUBACK, before a byte of it reaches the link:
+    whatever the sender handed over by then is in flight, none acknowledged. The link connects
+    again with a new session (clean start), and the sender sends again from the oldest message
+    not acknowledged, so those are acknowledged on the new connection and forgotten. Catches a
+    planted reconnect that keeps the cursor: they are then never sent again by the sender
+    (paho's own resend is acknowledged, but to a delivery the sender no longer holds) and stay
+    in the outbox for good. (The cut test above catches it only when a cut finds a message in
+    flight: by chance.)"""
+    watcher = Watcher(broker, [TOPIC])
+    proxy = TcpProxy(broker.port).restore()
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    link = link_to(proxy.url).start()
+    sender = OutboxSender(outbox, link, OutboxSection(send_rate=1000, in_flight=10))
+    try:
+        assert link.wait_connected(10)
+        for i in range(30):
+            outbox.append("event", TOPIC, b'{"i":%d}' % i)
+        reconnects = link.reconnects
+        proxy.limit(0, "cut")  # the first byte toward the link, the first PUBACK, cuts instead
+        sender.start()
+        wait_until(lambda: proxy.cuts == 1 and link.reconnects > reconnects, 10, "the cut at the first PUBACK")
+        assert sender.sent >= 1 and outbox.stats().messages == 30, "messages in flight, none acknowledged"
+        proxy.restore()
+        wait_until(lambda: set(seqs(watcher)) >= set(range(1, 31)), 30, "every message")
+        wait_until(lambda: outbox.stats().messages == 0, 10, "the messages in flight at the cut acknowledged")
+    finally:
+        sender.stop()
+        link.stop()
+        watcher.close()
+        proxy.cut()
 
 
 @pytest.mark.usefixtures("operator_key")
