@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from testkit.needs import missing
-from testkit.net import free_port
+from testkit.net import free_port, wait_until
 
 from agent.fleet import local_broker
 from agent.fleet.local_broker import LocalBroker, LocalBrokerError
@@ -93,7 +92,8 @@ def test_with_persistence_what_was_retained_survives_a_kill_and_a_start_on_the_s
     broker = LocalBroker(tmp_path / "broker", free_port(), persistence=True).start()
     try:
         publish_retained(broker.port, "edge/a/deployment", b"SUCCEEDED")
-        time.sleep(1.5)  # one autosave (every second)
+        saved = tmp_path / "broker" / "mosquitto.db"  # autosaved every second: wait for the save itself
+        wait_until(lambda: saved.is_file() and b"SUCCEEDED" in saved.read_bytes(), 10, "the retained message saved")
         broker.kill()
         broker.start()
         assert retained(broker.port, "edge/a/deployment") == b"SUCCEEDED"
