@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -82,9 +82,13 @@ class _Part(BaseModel):
 class DeviceDocument(_Part):
     """What the three documents share: one JSON form, one reader."""
 
+    #: fields left out of the JSON while they are None (absent, not ``null``)
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset()
+
     def to_bytes(self) -> bytes:
         """The document as compact JSON (the device's only encoder of it)."""
-        return self.model_dump_json(by_alias=True).encode()
+        omit = {name for name in self.omitted_when_none if getattr(self, name) is None}
+        return self.model_dump_json(by_alias=True, exclude=omit or None).encode()
 
     @classmethod
     def read(cls: type[_D], payload: bytes | bytearray, topic: str) -> _D | Unreadable:
@@ -238,7 +242,9 @@ class DeploymentDocument(DeviceDocument):
     probation_s: float = 0.0
     history: tuple[HistoryEntry, ...] = ()
     tuning: TuningRecord | None = None
-    progress: DownloadProgress | None = Field(default=None, exclude_if=lambda progress: progress is None)
+    progress: DownloadProgress | None = None
+
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"progress"})
 
 
 # -- telemetry ------------------------------------------------------------------------------------
