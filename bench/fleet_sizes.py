@@ -74,7 +74,7 @@ def main() -> int:
     args = parser.parse_args()
     results = []
     for count in (int(n) for n in args.devices.split(",")):
-        command = [sys.executable, str(REPO / "scripts" / "fleet_sim.py"), "--devices", str(count), "--json"]
+        command = [sys.executable, str(REPO / "bench" / "fleet_sim.py"), "--devices", str(count), "--json"]
         command += ["--bundle-mb", str(args.bundle_mb), "--timeout", "900"]
         if args.state_dir:
             command += ["--state-dir", args.state_dir]
