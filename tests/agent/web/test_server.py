@@ -1,6 +1,7 @@
 """`agent.web.server`: the page's bounds against clients that connect and say nothing, over real
 sockets: a silent connection is closed after ``idle_timeout_s``, one connection past
-``max_connections`` closes the longest-idle one, and a new client is still answered."""
+``max_connections`` closes the longest-idle one, and a new client is still answered; a request
+whose announced body never comes holds no slot either (the page answers before reading one)."""
 
 from __future__ import annotations
 
@@ -81,6 +82,46 @@ def test_one_connection_past_the_bound_closes_the_longest_idle_one() -> None:
         assert page.protocol.evicted == 1
         assert http(page.url + "healthz").status == 200, "a new client is answered (another idle one makes room)"
         assert page.protocol.evicted == 2
+    finally:
+        for connection in held:
+            connection.close()
+        page.stop()
+
+
+def stalled_request(server: StatusServer) -> socket.socket:
+    """A connection that sent a request's headers, promised a body and sent none of it, with the
+    page's answer (the read-only page refuses an action at once) read off it."""
+    connection = connect(server)
+    head = "POST /api/rollback HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 64\r\n\r\n"
+    connection.sendall(head.encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+        answer += connection.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+    return connection
+
+
+def test_a_request_whose_body_never_comes_is_closed_after_the_idle_timeout(server: StatusServer) -> None:
+    stalled = stalled_request(server)
+    try:
+        wait_until(lambda: closed_by_the_server(stalled), 15, "the page to close the stalled request")
+    finally:
+        stalled.close()
+    assert http(server.url + "healthz").status == 200
+
+
+def test_stalled_requests_in_every_slot_make_room_for_a_new_client() -> None:
+    section = StatusPageSection(listen=f"127.0.0.1:{free_port()}", max_connections=4, idle_timeout_s=300)
+    page = StatusServer(section, _controls()).start()
+    held: list[socket.socket] = []
+    try:
+        for count in range(1, 5):
+            held.append(stalled_request(page))
+            wait_until(lambda n=count: page.protocol.accepted >= n, 10, f"connection {count} accepted")
+        assert http(page.url + "healthz").status == 200, "a stalled request is not a busy one"
+        assert page.protocol.evicted == 1
+        wait_until(lambda: closed_by_the_server(held[0]), 10, "the longest-stalled request closed to make room")
+        assert not any(closed_by_the_server(c) for c in held[1:]), "only the longest-stalled one"
     finally:
         for connection in held:
             connection.close()
