@@ -8,54 +8,21 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-from testkit import FAKES, REPO
+from testkit import FAKES
+from testkit.plugins import BROKEN, DISTRIBUTION, edge_agent_with, write_plugins
 
 from runtimes.registry import GROUP, IN_TREE, collect, plugin_timeout_s
 
 X86 = ["--root", str(FAKES / "x86-generic"), "--arch", "x86_64"]
-#: each broken plugin's module: it leaves a marker file named after it (so a test sees whether
-#: it was imported, and by which process), then fails its own way
-BROKEN = {
-    "exitnpu": "raise SystemExit(3)",
-    "segvnpu": "import ctypes\nctypes.string_at(0)",
-    "hangnpu": "import time\ntime.sleep(3600)",
-}
-MARK = "import os, pathlib\npathlib.Path(os.environ['PLUGIN_MARKS'], '{name}-' + str(os.getpid())).touch()\n"
-
-
-def write_plugins(site: Path, modules: dict[str, str]) -> None:
-    """Install plugin modules into `site` as pip would: each a package named ``<name>_plugin``
-    whose entry point ``<name>`` names its ``BACKEND``, one distribution declaring them all."""
-    dist = site / "edge_agent_redteam_plugins-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: edge-agent-redteam-plugins\nVersion: 0.1\n")
-    points = [f"[{GROUP}]"]
-    for name, body in modules.items():
-        package = site / f"{name}_plugin"
-        package.mkdir()
-        (package / "__init__.py").write_text(MARK.format(name=name) + body + "\n")
-        points.append(f"{name} = {name}_plugin:BACKEND")
-    (dist / "entry_points.txt").write_text("\n".join(points) + "\n")
 
 
 def edge_agent(site: Path, marks: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``edge-agent ARGS`` in a fresh interpreter with the plugins of `site` installed and this
-    tree's code first on the path; plugins' imports may take 3 s in the check process."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join((str(site), str(REPO), str(REPO / "tests" / "support"))),
-        "PLUGIN_MARKS": str(marks),
-        "EDGE_AGENT_PLUGIN_TIMEOUT_S": "3",
-    }
-    command = [sys.executable, "-m", "agent.cli", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    return edge_agent_with(site, *args, env={"PLUGIN_MARKS": str(marks)})
 
 
 @pytest.fixture
@@ -73,6 +40,8 @@ def test_help_and_a_command_that_needs_no_backend_import_no_plugin(broken_site: 
     assert helped.returncode == 0 and "probe" in helped.stdout, helped.stderr
     runtime_help = edge_agent(site, marks, "detect", "--help")
     assert runtime_help.returncode == 0 and "--runtime" in runtime_help.stdout, runtime_help.stderr
+    keys = edge_agent(site, marks, "keygen", "--out", str(site.parent / "keys"))
+    assert keys.returncode == 0 and (site.parent / "keys" / "signing.pub").is_file(), keys.stderr
     assert sorted(p.name for p in marks.iterdir()) == [], "no plugin imported, not even in a check process"
 
 
@@ -86,7 +55,7 @@ def test_probe_names_each_plugin_left_out_with_its_reason_and_lives(broken_site:
     assert "SystemExit: 3" in plugins["exitnpu"]["error"]
     assert "killed its check process (SIGSEGV)" in plugins["segvnpu"]["error"]
     assert "did not finish within 3 s" in plugins["hangnpu"]["error"]
-    assert all(p["distribution"] == "edge-agent-redteam-plugins 0.1" for p in plugins.values())
+    assert all(p["distribution"] == DISTRIBUTION for p in plugins.values())
     imports = sorted(mark.name.split("-")[0] for mark in marks.iterdir())
     assert imports == sorted(BROKEN), "each imported once, in a check process, never again by probe itself"
 
