@@ -1,4 +1,5 @@
-"""Native runtime libraries probed, and models first loaded, in a child process.
+"""Native runtime libraries probed, runtime plugins first imported, and models first loaded, in a
+child process.
 
 A native library can kill the process that imports it: a wheel built for another CPU (SIGILL on
 an older core), a JetPack / wheel mismatch, a bug hit under emulation (SIGSEGV). So the agent
@@ -7,7 +8,10 @@ process: a short-lived child (``python -m runtimes.isolation_child``) does it an
 one JSON record per step on its stdout. A child that dies before answering for a backend (by a
 signal, or by exiting) marks that backend unavailable (`ChildRunner.probe`) or that artifact as
 one that crashes its runtime (`RuntimeCrashed` from `ChildRunner.check_load`), naming how it
-died and the library's version; the caller carries on with the other backends.
+died and the library's version; the caller carries on with the other backends. Runtime plugins
+(third-party code run at import) are imported there first (`ChildRunner.vet_plugins`, within a
+time limit): one that raises, dies or hangs is refused with the reason, and the registry never
+imports it in the agent's process.
 
 Threads: every method may be called from any thread. Results are memoised per `ChildRunner`
 under its lock (what imports here cannot change while the process runs): `PROCESS_RUNNER`, the
