@@ -228,6 +228,7 @@ class AgentSnapshot:
     outbox: OutboxStats | None = None  # the messages waiting for the broker (None: no broker)
     analytics_since: float | None = None  # when the line and zone totals started counting (Unix s)
     media: MediaUsage | None = None  # the events' snapshots kept (None: events.snapshots is off)
+    runtime_plugins: tuple[str, ...] = ()  # each runtime plugin left out, and why (runtimes.registry)
 
     def analytics_json(self) -> dict[str, Any]:
         """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}, "since"}`` over

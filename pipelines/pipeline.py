@@ -13,6 +13,13 @@ safe to call from any thread; a detector swapped out is retired (by default clos
 runtime, or its camera's hold on a shared model) once no frame in flight uses it. A failing
 source is reopened with jittered backoff; nothing here raises into the caller's thread.
 
+Unusable output: a frame whose inference output is all NaN (a floating output with no finite
+value) or cannot be decoded (the wrong shape for the decoder, a runtime or plugin that returns
+garbage) counts as failed and as a bad output (`PipelineStats.bad_outputs`, the last reason in
+`bad_output`), which the page shows as a problem and probation fails a version for. A failing
+frame is logged once with its traceback, then as a count at most once per `FAILURE_LOG_EVERY_S`
+(a model that fails every frame writes two lines a minute, not one traceback a frame).
+
 Liveness: every thread beats a heartbeat at each turn of its loop, announcing how long the wait
 it is about to start may last (a backoff, the FPS cap, a pause); `PipelineStats.stalled_s` is how
 far the most overdue thread is past its announced turn, so a read or an inference that never
@@ -45,6 +52,8 @@ from pipelines.worker import DONE, Worker
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Frame, Detections], None]
+#: after the first, a frame's failure of one kind is logged as a count at most this often (seconds)
+FAILURE_LOG_EVERY_S = 60.0
 
 
 def use_one_opencv_thread() -> None:
@@ -77,6 +86,41 @@ class _Result:
     frame: Frame
     detections: Detections | None  # None: inference failed on this frame
     latency_ms: dict[str, float]
+    bad_output: str | None = None  # why the model's output was unusable (None: it was, or it failed before)
+
+
+class _FailureLog:
+    """One pipeline's failed frames in its log: the first of each kind with its traceback, then
+    how many more at most once per `every_s` seconds of `clock`. Thread-safe."""
+
+    def __init__(self, name: str, clock: Callable[[], float], every_s: float = FAILURE_LOG_EVERY_S) -> None:
+        self.name, self._clock, self.every_s = name, clock, every_s
+        self._lock = threading.Lock()
+        self._logged: dict[str, float] = {}  # kind -> when a line of it was last logged
+        self._held: dict[str, int] = {}  # kind -> failures not logged since
+
+    def failed(self, kind: str, frame: int, why: str, error: BaseException | None = None) -> None:
+        now = self._clock()
+        with self._lock:
+            first, last = kind not in self._logged, self._logged.get(kind, now)
+            if not first and now - last < self.every_s:
+                self._held[kind] = self._held.get(kind, 0) + 1
+                return
+            self._logged[kind], held = now, self._held.pop(kind, 0) + (0 if first else 1)
+        if first:
+            log.error("pipeline %s: %s on frame %d: %s", self.name, kind, frame, why, exc_info=error)
+        else:
+            log.error("pipeline %s: %s on %d more frames (last: frame %d: %s)", self.name, kind, held, frame, why)
+
+
+def unusable_output(outputs: Sequence[npt.NDArray[Any]]) -> str | None:
+    """Why a model's raw `outputs` cannot be detections: a floating output all NaN or infinite
+    (a broken runtime, plugin or export); None when none is."""
+    for index, output in enumerate(outputs):
+        array = np.asarray(output)
+        if array.size and np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).any():
+            return f"output {index} {tuple(array.shape)} is all NaN or infinite"
+    return None
 
 
 @dataclass(frozen=True)
@@ -104,6 +148,8 @@ class PipelineStats:
     mean_batch: float = 1.0  # frames per inference call on that model since it was loaded
     stalled_s: float = 0.0  # how long its most overdue thread is past its announced turn (0: all on time)
     in_view: dict[str, int] = field(default_factory=dict)
+    bad_outputs: int = 0  # of the `errors`, frames whose output was all NaN or could not be decoded
+    bad_output: str | None = None  # why the last of them was unusable
 
 
 class Pipeline:
@@ -161,6 +207,9 @@ class Pipeline:
         self.frames = 0
         self.dropped = 0
         self.errors = 0
+        self.bad_outputs = 0
+        self.bad_output: str | None = None
+        self._failures = _FailureLog(name, clock)
         self.swaps = 0
         self._stop = threading.Event()
         self._running = threading.Event()
@@ -274,6 +323,8 @@ class Pipeline:
             frames=self.frames,
             dropped=self.dropped,
             errors=self.errors,
+            bad_outputs=self.bad_outputs,
+            bad_output=self.bad_output,
             swaps=self.swaps,
             paused=self.paused,
             max_fps=self.max_fps,
@@ -476,10 +527,18 @@ class Pipeline:
             prepared = self._clock()
             outputs = detector.infer(tensor)
             inferred = self._clock()
-            detections = detector.postprocess(outputs, transform)
-        except Exception:
-            log.exception("pipeline %s: inference failed on frame %d", self.name, item.frame.index)
+        except Exception as exc:
+            self._failures.failed("inference failed", item.frame.index, f"{type(exc).__name__}: {exc}"[:300], exc)
             return _Result(item.frame, None, {})
+        bad, error = unusable_output(outputs), None
+        if bad is None:
+            try:
+                detections = detector.postprocess(outputs, transform)
+            except Exception as exc:  # the wrong shape for the decoder, or garbage: the output's fault
+                bad, error = f"its output cannot be decoded: {type(exc).__name__}: {exc}"[:300], exc
+        if bad is not None:
+            self._failures.failed("unusable model output", item.frame.index, bad, error)
+            return _Result(item.frame, None, {}, bad)
         done = self._clock()
         latency_ms = {
             "capture_age": (start - item.frame.timestamp) * 1000,
@@ -502,6 +561,9 @@ class Pipeline:
     def _deliver_result(self, result: _Result) -> None:
         if result.detections is None:
             self.errors += 1
+            if result.bad_output is not None:
+                self.bad_outputs += 1
+                self.bad_output = result.bad_output
             return
         self.latency.record(**result.latency_ms)
         self.frames += 1

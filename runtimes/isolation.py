@@ -1,4 +1,5 @@
-"""Native runtime libraries probed, and models first loaded, in a child process.
+"""Native runtime libraries probed, runtime plugins first imported, and models first loaded, in a
+child process.
 
 A native library can kill the process that imports it: a wheel built for another CPU (SIGILL on
 an older core), a JetPack / wheel mismatch, a bug hit under emulation (SIGSEGV). So the agent
@@ -7,7 +8,10 @@ process: a short-lived child (``python -m runtimes.isolation_child``) does it an
 one JSON record per step on its stdout. A child that dies before answering for a backend (by a
 signal, or by exiting) marks that backend unavailable (`ChildRunner.probe`) or that artifact as
 one that crashes its runtime (`RuntimeCrashed` from `ChildRunner.check_load`), naming how it
-died and the library's version; the caller carries on with the other backends.
+died and the library's version; the caller carries on with the other backends. Runtime plugins
+(third-party code run at import) are imported there first (`ChildRunner.vet_plugins`, within a
+time limit): one that raises, dies or hangs is refused with the reason, and the registry never
+imports it in the agent's process.
 
 Threads: every method may be called from any thread. Results are memoised per `ChildRunner`
 under its lock (what imports here cannot change while the process runs): `PROCESS_RUNNER`, the
@@ -217,6 +221,43 @@ class ChildRunner:
             )
         return RuntimeInfo(name=name, available=False, version=_version_only(library), reason=reason, crashed=how)
 
+    # -- plugins -------------------------------------------------------------------------------
+
+    def vet_plugins(self, points: Sequence[tuple[str, str]], timeout_s: float) -> dict[tuple[str, str], str]:
+        """Import each entry point (name, ``module:attribute``) in child processes (one for all;
+        after one that dies or hangs, a new one for the rest), each child within `timeout_s`.
+        Returns why each that must not be imported in this process was refused: its import
+        raised (anything, `SystemExit` too), killed the child or did not return. Not memoised
+        (the registry loads plugins once). Raises `IsolationUnavailable`."""
+        refused: dict[tuple[str, str], str] = {}
+        pending = list(dict.fromkeys(points))
+        while pending:
+            result = self.run(["plugins", *(f"{name}={target}" for name, target in pending)], timeout_s)
+            self._started(result)
+            answered = set()
+            for record in result.records:
+                if "imported" in record:
+                    answered.add(tuple(record["imported"]))
+                elif "refused" in record:
+                    point = tuple(record["refused"])
+                    answered.add(point)
+                    refused[point] = str(record.get("why", "its import failed"))[:500]
+            started = [tuple(record["importing"]) for record in result.records if "importing" in record]
+            culprit = next((point for point in started if point not in answered), None)
+            if culprit is None:  # ended between plugins: blame the next one
+                culprit = next((point for point in pending if point not in answered), None)
+            if culprit is not None:
+                name, target = culprit[0], culprit[1]
+                if result.returncode is None:
+                    why = f"importing {target} did not finish within {timeout_s:g} s (check process killed)"
+                else:
+                    why = f"importing {target} killed its check process ({result.ended})"
+                log.error("runtime plugin %s: %s. The check process's stderr:\n%s", name, why, result.stderr_tail)
+                refused[(name, target)] = why
+                answered.add(culprit)
+            pending = [point for point in pending if point not in answered]
+        return refused
+
     # -- first loads ---------------------------------------------------------------------------
 
     def check_load(
@@ -310,6 +351,16 @@ def probe_isolated(
     except IsolationUnavailable as exc:
         log.warning("probing runtimes in this process (a crashing library would stop it): %s", exc)
         return {name: in_process(name) for name in wanted}
+
+
+def vet_plugins_isolated(points: Sequence[tuple[str, str]], timeout_s: float) -> dict[tuple[str, str], str]:
+    """`PROCESS_RUNNER.vet_plugins`; when no child can run at all, none is refused (the registry
+    then imports them here, catching what they raise; a crash would stop this process: logged)."""
+    try:
+        return PROCESS_RUNNER.vet_plugins(points, timeout_s)
+    except IsolationUnavailable as exc:
+        log.warning("importing runtime plugins in this process (one that crashes would stop it): %s", exc)
+        return {}
 
 
 def check_load_isolated(

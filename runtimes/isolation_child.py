@@ -4,7 +4,10 @@ where a crash cannot take the agent with it.
 ``python -m runtimes.isolation_child probe NAME...`` answers, for each backend in turn,
 ``{"probing": NAME}`` then ``{"info": RuntimeInfo}``; ``... load NAME MODEL SETTINGS_JSON``
 answers ``{"loading": NAME}`` then ``{"loaded": [input shapes]}`` or ``{"error": type, "message"}``
-(a load error the backend reports; the parent's own load reports it again). Every answer is one
+(a load error the backend reports; the parent's own load reports it again); ``... plugins
+NAME=MODULE:ATTRIBUTE...`` imports each runtime plugin's entry point in turn, answering
+``{"importing": [NAME, TARGET]}`` then ``{"imported": [...]}`` or ``{"refused": [...], "why"}``
+(whatever it raised, a `BaseException` too). Every answer is one
 line on stdout starting with `RECORD_PREFIX`; the first is ``{"ready": true}``, once this
 module's own imports worked. Anything else written to stdout (native libraries print) goes to
 stderr. One thread; no core dumps (a library crashing at every start must not fill the disk).
@@ -16,12 +19,13 @@ import json
 import os
 import sys
 from dataclasses import asdict
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from runtimes.base import BackendError, RuntimeName
+from runtimes.base import BackendError, RuntimeName, first_line
 from runtimes.isolation import RECORD_PREFIX
-from runtimes.registry import BACKENDS, RUNTIME_NAMES, load_runtime, probe_here
+from runtimes.registry import BACKENDS, GROUP, load_plugins, load_runtime, probe_here, runtime_names
 
 
 def _answer(out: TextIO, record: dict[str, Any]) -> None:
@@ -31,10 +35,26 @@ def _answer(out: TextIO, record: dict[str, Any]) -> None:
 
 def _runtime(name: str) -> RuntimeName:
     """A backend of the table (in-tree or a plugin, found as the agent found them: this child
-    runs the same Python with the same environment)."""
+    runs the same Python with the same environment; a plugin imported here, the parent having
+    vetted it)."""
+    if name not in BACKENDS:
+        load_plugins(isolated=False, names=[name])
     if name in BACKENDS:
         return name
-    raise SystemExit(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")
+    raise SystemExit(f"unknown runtime {name!r}; known: {', '.join(runtime_names())}")
+
+
+def _import_plugins(out: TextIO, points: list[str]) -> None:
+    for point in points:
+        name, _, target = point.partition("=")
+        _answer(out, {"importing": [name, target]})
+        try:
+            metadata.EntryPoint(name, target, GROUP).load()
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: a plugin may raise anything
+            why = f"importing {target} failed: {type(exc).__name__}: {first_line(exc)}"
+            _answer(out, {"refused": [name, target], "why": why})
+            continue
+        _answer(out, {"imported": [name, target]})
 
 
 def main(argv: list[str]) -> int:
@@ -53,6 +73,9 @@ def main(argv: list[str]) -> int:
             _answer(out, {"probing": name})
             _answer(out, {"info": asdict(probe_here(name))})
         return 0
+    if len(argv) >= 1 and argv[0] == "plugins":
+        _import_plugins(out, argv[1:])
+        return 0
     if len(argv) == 4 and argv[0] == "load":
         name, model, settings = _runtime(argv[1]), Path(argv[2]), argv[3]
         _answer(out, {"loading": name})
@@ -63,7 +86,8 @@ def main(argv: list[str]) -> int:
         except (BackendError, ValueError) as exc:  # ValueError: settings pydantic refused
             _answer(out, {"error": type(exc).__name__, "message": str(exc)})
         return 0
-    print("usage: python -m runtimes.isolation_child probe NAME... | load NAME MODEL SETTINGS_JSON", file=sys.stderr)
+    usage = "probe NAME... | load NAME MODEL SETTINGS_JSON | plugins NAME=TARGET..."
+    print(f"usage: python -m runtimes.isolation_child {usage}", file=sys.stderr)
     return 2
 
 

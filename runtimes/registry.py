@@ -16,11 +16,25 @@ This is the only module outside a backend's own that names a backend's settings 
 
 Plugins: each entry point of the group names a `Backend` object (``hailo =
 "edge_agent_hailo:BACKEND"`` in a package's ``[project.entry-points."edge_agent.runtimes"]``),
-the entry point's name equal to the backend's. They are loaded once, when this module is first
-imported (reading the installed distributions' metadata, then importing each plugin's module);
-one whose import fails, whose object is not a valid `Backend`, or whose name is taken is logged
-and left out (`PLUGINS` says why; ``edge-agent probe`` shows it): a plugin never stops the
-agent. The table never changes after that, so config validation reads it and does no I/O.
+the entry point's name equal to the backend's. Importing this module imports no plugin: a
+plugin's import is third-party code that may raise `SystemExit`, kill the process (SIGSEGV,
+``abort``) or never return, so plugins are loaded only when a backend is needed, by
+`load_plugins` (called by `backend` for a name not in-tree, `available_runtimes`, `plugins`,
+the CLI's ``--runtime`` check and `agent.config.loading` before it validates a file). It first
+imports every plugin in a child process (`runtimes.isolation.vet_plugins_isolated`, within
+`plugin_timeout_s`): one that dies there, hangs or raises anything (a `BaseException` too) is
+left out with the reason, never imported here; the others are imported here (a `BaseException`
+caught again). One whose object is not a valid `Backend`, or whose name is taken, is left out
+too. Each left out is logged and listed by `plugins` (``edge-agent probe``, the page's
+problems): a plugin never stops the agent, nor a command that needs no backend (``--help``,
+``--version``, ``keygen`` import none).
+
+`BACKENDS` is a read-only view of the table: the in-tree backends from import, the plugins
+added once by the first `load_plugins`, never changed after. Config validation reads it and does
+no I/O: the ``runtimes:`` section and ``runtime:`` take a plugin's name and settings once
+plugins are loaded, which the config loader does before validating (before that, a plugin's
+section is an unknown key). The JSON Schema (`RuntimeSettings` as the config class was built)
+describes the in-tree backends.
 
 A backend whose library is missing is reported unavailable with the reason; asking to load it
 raises `RuntimeUnavailable`. Libraries are probed, and a model's first load checked, in a child
@@ -32,6 +46,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -39,7 +55,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from pydantic import ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
 from pydantic_core import CoreSchema, core_schema
 
 from runtimes import litert_backend, openvino_backend, ort_backend, tensorrt_backend
@@ -60,12 +76,17 @@ from runtimes.base import (
     first_line,
 )
 from runtimes.caches import InUse, prune
-from runtimes.isolation import check_load_isolated, probe_isolated
+from runtimes.isolation import check_load_isolated, probe_isolated, vet_plugins_isolated
 
 log = logging.getLogger(__name__)
 
 #: the entry point group third-party backends register in
 GROUP = "edge_agent.runtimes"
+#: the environment variable that sets how long importing the plugins may take in the child
+#: process, in seconds (bounded to `PLUGIN_TIMEOUT_BOUNDS_S`; default `PLUGIN_TIMEOUT_S`)
+PLUGIN_TIMEOUT_ENV = "EDGE_AGENT_PLUGIN_TIMEOUT_S"
+PLUGIN_TIMEOUT_S = 60.0
+PLUGIN_TIMEOUT_BOUNDS_S = (1.0, 600.0)
 #: the backends of this distribution, in the order of the table (and of the schema, the CLI's choices)
 IN_TREE: tuple[Backend[Any], ...] = (
     tensorrt_backend.BACKEND,
@@ -95,14 +116,21 @@ class Registry:
     plugins: tuple[Plugin, ...]
 
 
-def collect(in_tree: Iterable[Backend[Any]], entry_points: Iterable[metadata.EntryPoint]) -> Registry:
+def collect(
+    in_tree: Iterable[Backend[Any]],
+    entry_points: Iterable[metadata.EntryPoint],
+    refused: Mapping[tuple[str, str], str] | None = None,
+) -> Registry:
     """The table: `in_tree` in order, then each entry point's backend in the order of their
-    names; one that cannot be registered is logged and left out (its `Plugin.error` says why)."""
+    names; one that cannot be registered is logged and left out (its `Plugin.error` says why).
+    An entry point in `refused` (by name and target: what its import did in a check process) is
+    left out with that reason without being imported here."""
+    refused = refused or {}
     backends: dict[RuntimeName, Backend[Any]] = {entry.name: entry for entry in in_tree}
     builtin = frozenset(backends)
     plugins = []
     for point in sorted(entry_points, key=lambda p: (p.name, p.value)):
-        error = _register(point, backends, builtin)
+        error = refused.get((point.name, point.value)) or _register(point, backends, builtin)
         plugin = Plugin(point.name, point.value, _distribution(point), error)
         if error is None:
             log.debug("runtime plugin %s registered from %s (%s)", plugin.name, plugin.target, plugin.distribution)
@@ -124,7 +152,7 @@ def _register(
     """Add the backend `point` names to `backends`; why not, when it cannot be."""
     try:
         entry = point.load()
-    except Exception as exc:  # a plugin's import may fail any way: a missing native library, a bug
+    except BaseException as exc:  # a plugin's import may fail any way: a missing library, SystemExit
         return f"importing {point.value} failed: {type(exc).__name__}: {first_line(exc)}"
     if not isinstance(entry, Backend):
         return f"{point.value} is a {type(entry).__name__}, not a runtimes.base.Backend"
@@ -142,20 +170,74 @@ def _distribution(point: metadata.EntryPoint) -> str | None:
     return None if dist is None else f"{dist.name} {dist.version}"
 
 
-_REGISTRY = collect(IN_TREE, metadata.entry_points(group=GROUP))
-#: every backend known here, by name, in-tree first (read-only)
-BACKENDS: Mapping[RuntimeName, Backend[Any]] = _REGISTRY.backends
-#: the entry points of `GROUP` found at import, registered or left out
-PLUGINS: tuple[Plugin, ...] = _REGISTRY.plugins
-RUNTIME_NAMES: tuple[RuntimeName, ...] = tuple(BACKENDS)
+_TABLE: dict[RuntimeName, Backend[Any]] = {entry.name: entry for entry in IN_TREE}
+#: every backend known here, by name, in-tree first: a read-only view that plugins join once,
+#: at the first `load_plugins`
+BACKENDS: Mapping[RuntimeName, Backend[Any]] = MappingProxyType(_TABLE)
+#: the in-tree backends' names (`runtime_names` adds the plugins loaded)
+RUNTIME_NAMES: tuple[RuntimeName, ...] = tuple(_TABLE)
 _BUILTIN = frozenset(entry.name for entry in IN_TREE)
+_LOADING = threading.Lock()
+_PLUGINS: tuple[Plugin, ...] | None = None  # None: not loaded yet
+
+
+def plugin_timeout_s(environ: Mapping[str, str] = os.environ) -> float:
+    """How long the plugins' imports may take in the check process: `PLUGIN_TIMEOUT_ENV` when it
+    is a number (clamped to `PLUGIN_TIMEOUT_BOUNDS_S`), else `PLUGIN_TIMEOUT_S`."""
+    low, high = PLUGIN_TIMEOUT_BOUNDS_S
+    text = environ.get(PLUGIN_TIMEOUT_ENV, "")
+    try:
+        value = float(text) if len(text) <= 32 else float("nan")  # bounded before parsing
+    except ValueError:
+        return PLUGIN_TIMEOUT_S
+    return min(max(value, low), high) if value == value else PLUGIN_TIMEOUT_S  # NaN: the default
+
+
+def load_plugins(isolated: bool = True, names: Iterable[str] | None = None) -> tuple[Plugin, ...]:
+    """Load the plugins once per process and add the good ones to `BACKENDS`; the plugins found,
+    registered or left out. With `isolated` (the agent, the CLI), each is imported in a check
+    process first (`runtimes.isolation.vet_plugins_isolated`) and only those whose import
+    returned there are imported here; a check process imports its own in place (`isolated`
+    false), only those of `names` (default: all)."""
+    global _PLUGINS
+    with _LOADING:
+        if _PLUGINS is None:
+            wanted = None if names is None else frozenset(names)
+            points = [p for p in metadata.entry_points(group=GROUP) if wanted is None or p.name in wanted]
+            refused: Mapping[tuple[str, str], str] = {}
+            if isolated and points:
+                refused = vet_plugins_isolated([(p.name, p.value) for p in points], plugin_timeout_s())
+            registry = collect(IN_TREE, points, refused)
+            for name, entry in registry.backends.items():
+                _TABLE.setdefault(name, entry)
+            _PLUGINS = registry.plugins
+        return _PLUGINS
+
+
+def plugins() -> tuple[Plugin, ...]:
+    """The entry points of `GROUP`, registered or left out (`load_plugins`)."""
+    return load_plugins()
+
+
+def plugin_problems() -> list[str]:
+    """One line per plugin left out (for the page's problems); none before plugins are loaded."""
+    found = _PLUGINS or ()
+    return [f"runtime plugin {p.name} ({p.target}) left out: {p.error}" for p in found if p.error is not None]
+
+
+def runtime_names() -> tuple[RuntimeName, ...]:
+    """Every backend's name known now: the in-tree ones, then the plugins loaded."""
+    return tuple(_TABLE)
 
 
 def backend(name: RuntimeName) -> Backend[Any]:
     """The entry of `name`; `RuntimeUnavailable` when no backend of that name is registered."""
     entry = BACKENDS.get(name)
     if entry is None:
-        raise RuntimeUnavailable(f"unknown runtime {name!r}; known: {', '.join(RUNTIME_NAMES)}")
+        load_plugins()
+        entry = BACKENDS.get(name)
+    if entry is None:
+        raise RuntimeUnavailable(f"unknown runtime {name!r}; known: {', '.join(runtime_names())}")
     return entry
 
 
@@ -177,7 +259,7 @@ class RuntimeSettings:
     def __init__(self, **sections: BackendConfig) -> None:
         for name, config in sections.items():
             if name not in BACKENDS:
-                raise TypeError(f"unknown runtime section {name!r}; known: {', '.join(RUNTIME_NAMES)}")
+                raise TypeError(f"unknown runtime section {name!r}; known: {', '.join(runtime_names())}")
             kind = BACKENDS[name].config
             if not isinstance(config, kind):
                 raise TypeError(f"runtimes.{name} takes a {kind.__name__}, got {type(config).__name__}")
@@ -185,9 +267,10 @@ class RuntimeSettings:
         object.__setattr__(self, "configs", configs)
 
     def config_for(self, name: RuntimeName) -> BackendConfig:
-        """The settings of the backend `name` (`RuntimeUnavailable` for an unknown one)."""
-        backend(name)
-        return next(config for config in self.configs if config.type == name)
+        """The settings of the backend `name` (`RuntimeUnavailable` for an unknown one); a
+        plugin's defaults when these settings were made before it was loaded."""
+        entry = backend(name)
+        return next((config for config in self.configs if config.type == name), None) or entry.config()
 
     def of(self, kind: type[ConfigT]) -> ConfigT:
         """The settings of the backend whose model is `kind` (``settings.of(TensorRTConfig)``)."""
@@ -233,7 +316,8 @@ class RuntimeSettings:
         def validate(value: Any, sections: ValidatorFunctionWrapHandler) -> RuntimeSettings:
             if isinstance(value, RuntimeSettings):
                 return value
-            model = sections(value)
+            # plugins loaded since the schema was built: validate with a model of the whole table
+            model = sections(value) if len(BACKENDS) == len(IN_TREE) else _sections_model().model_validate(value)
             return cls(**{name: getattr(model, name) for name in BACKENDS})
 
         return core_schema.no_info_wrap_validator_function(
@@ -243,17 +327,23 @@ class RuntimeSettings:
         )
 
 
-_SECTION_FIELDS: dict[str, Any] = {
-    name: (entry.config, Field(default_factory=entry.config, description=entry.summary))
-    for name, entry in BACKENDS.items()
-}
-#: the ``runtimes:`` section as pydantic validates it: one field per backend, unknown ones refused
-_SECTIONS = create_model(
-    "RuntimeSettings",
-    __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
-    __doc__="The ``runtimes:`` section of agent.yaml: one section per backend, each optional.",
-    **_SECTION_FIELDS,
-)
+def _sections_model() -> type[BaseModel]:
+    """The ``runtimes:`` section as pydantic validates it: one field per backend of the table
+    now, unknown ones refused."""
+    fields: dict[str, Any] = {
+        name: (entry.config, Field(default_factory=entry.config, description=entry.summary))
+        for name, entry in BACKENDS.items()
+    }
+    return create_model(
+        "RuntimeSettings",
+        __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
+        __doc__="The ``runtimes:`` section of agent.yaml: one section per backend, each optional.",
+        **fields,
+    )
+
+
+#: the section of the in-tree backends (what the JSON Schema describes)
+_SECTIONS = _sections_model()
 
 
 def tune_candidates(
@@ -330,13 +420,16 @@ def probe_here(name: RuntimeName) -> RuntimeInfo:
 
 
 def available_runtimes(
-    names: Iterable[RuntimeName] = RUNTIME_NAMES, isolated: bool = True
+    names: Iterable[RuntimeName] | None = None, isolated: bool = True
 ) -> dict[RuntimeName, RuntimeInfo]:
     """Probe the named backends' libraries, each imported in a child process once per process
     (`runtimes.isolation`: a library that crashes there is unavailable, with `crashed` set);
     unavailable ones carry the reason. `isolated=False` imports them here instead, for a
-    one-shot command that loads the model in this process right after anyway."""
-    wanted = [backend(name).name for name in names]
+    one-shot command that loads the model in this process right after anyway. Default: every
+    backend, the plugins loaded first (`load_plugins`)."""
+    if names is None:
+        load_plugins()
+    wanted = [backend(name).name for name in (runtime_names() if names is None else names)]
     if isolated:
         libraries = {name: BACKENDS[name].libraries for name in wanted}
         infos = probe_isolated(wanted, probe_here, libraries)

@@ -16,7 +16,7 @@ only that runtime, and says why when it cannot be used.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Annotated, Any, Protocol
@@ -24,28 +24,48 @@ from typing import Annotated, Any, Protocol
 from pydantic import AfterValidator, WithJsonSchema
 
 from runtimes.base import ArtifactFormat, Backend, BackendError, BoardClass, Precision, RuntimeInfo, RuntimeName
-from runtimes.registry import BACKENDS, RUNTIME_NAMES
+from runtimes.registry import BACKENDS, RUNTIME_NAMES, load_plugins
 
-#: what ``runtime:`` and ``--runtime`` take: "auto" (this policy decides), or a backend by name
+#: what ``runtime:`` and ``--runtime`` take: "auto" (this policy decides), or an in-tree backend
+#: by name; a plugin's name too once plugins are loaded (`RuntimeChoices`, `_known_preference`)
 PREFERENCES: tuple[str, ...] = ("auto", *RUNTIME_NAMES)
 
 
+class RuntimeChoices:
+    """The ``--runtime`` choices of a command line: "auto" and every backend. Listing them
+    (``--help``) names those known without importing a plugin; checking a name that is not
+    in-tree loads the plugins first (`runtimes.registry.load_plugins`), when the command runs."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("auto", *BACKENDS))
+
+    def __contains__(self, value: object) -> bool:
+        if value == "auto" or value in BACKENDS:
+            return True
+        load_plugins()
+        return value in BACKENDS
+
+
 def _known_preference(value: str) -> str:
-    if value not in PREFERENCES:
-        raise ValueError(f"unknown runtime {value!r}: expected {', '.join(PREFERENCES)}")
+    if value != "auto" and value not in BACKENDS:  # the table as loaded: validation does no I/O
+        raise ValueError(f"unknown runtime {value!r}: expected {', '.join(('auto', *BACKENDS))}")
     return value
 
 
-#: a configured runtime, one of `PREFERENCES` (checked against the registry filled at import)
+#: a configured runtime, "auto" or a backend of the table (its plugins loaded before validation)
 Preference = Annotated[
     str, AfterValidator(_known_preference), WithJsonSchema({"enum": list(PREFERENCES), "type": "string"})
 ]
 
 
 def runtimes_for(
-    artifacts: Sequence[Artifact], backends: Mapping[RuntimeName, Backend[Any]] = BACKENDS
+    artifacts: Sequence[Artifact], backends: Mapping[RuntimeName, Backend[Any]] | None = None
 ) -> tuple[RuntimeName, ...]:
-    """The runtimes that can load at least one of `artifacts` (the only ones worth probing)."""
+    """The runtimes that can load at least one of `artifacts` (the only ones worth probing);
+    default: every backend, the plugins loaded first (a backend is needed)."""
+    if backends is None:
+        load_plugins()
+        backends = BACKENDS
     formats = {a.format for a in artifacts}
     return tuple(name for name, entry in backends.items() if formats & set(entry.formats))
 
@@ -94,10 +114,13 @@ class Artifact:
         cls, path: str | PurePath, precision: Precision = "fp32", formats: Iterable[ArtifactFormat] | None = None
     ) -> Artifact:
         """An artifact whose format follows the file suffix: one of `formats` (default: those a
-        registered backend loads, `known_formats`)."""
+        registered backend loads, `known_formats`, a plugin's too: loaded for a format not in-tree)."""
         known = tuple(known_formats() if formats is None else formats)
         suffix = PurePath(path).suffix.lower()
         named = SUFFIX_FORMATS.get(suffix, suffix[1:])
+        if named not in known and formats is None:
+            load_plugins()
+            known = known_formats()
         if named not in known:
             expected = " or ".join(next((s for s, f in SUFFIX_FORMATS.items() if f == k), f".{k}") for k in known)
             raise SelectionError(f"{path}: unknown model format {suffix or '(no suffix)'!r}; expected {expected}")

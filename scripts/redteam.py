@@ -39,6 +39,7 @@ from testkit.control import unchecked_rollout
 from testkit.fleet import announce, publish_raw, request, signed_request
 from testkit.net import free_port, wait_until
 from testkit.page import basic, http
+from testkit.plugins import BROKEN, edge_agent_with, write_plugins
 
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import generate_keypair, load_private_key
@@ -418,6 +419,24 @@ def sighup_with_a_bad_config(t: Target) -> Result:
     return Result(ok, f"refused and kept running: {', '.join(refused)}")
 
 
+def hostile_runtime_plugins(t: Target) -> Result:
+    """Issue 37 #5: a runtime plugin's import ran in every edge-agent process: one raising
+    SystemExit made every command exit 3 silently, one segfaulting killed every command (rc 139),
+    one that hangs blocked start-up. ``--help`` and ``keygen`` import none; ``probe`` lives and
+    names each left out with its reason."""
+    site = write_plugins(t.folder / "hostile-plugins", BROKEN)
+    helped = edge_agent_with(site, "--help")
+    keygen = edge_agent_with(site, "keygen", "--out", str(t.folder / "hostile-plugins-keys"))
+    probe = edge_agent_with(site, "probe", "--json")
+    try:
+        left_out = {p["name"]: p["error"] for p in json.loads(probe.stdout)["runtime_plugins"] if p["error"]}
+    except (ValueError, KeyError, TypeError):
+        left_out = {}
+    ok = helped.returncode == keygen.returncode == probe.returncode == 0 and sorted(left_out) == sorted(BROKEN)
+    detail = f"--help rc {helped.returncode}, keygen rc {keygen.returncode}, probe rc {probe.returncode}; left out: "
+    return Result(ok, detail + "; ".join(f"{name}: {why}" for name, why in sorted(left_out.items()))[:600])
+
+
 def _refused_since(agent: AgentProcess, before: int) -> bool:
     return agent.output().count("SIGHUP: keeping the running config") > before
 
@@ -451,6 +470,7 @@ ATTACKS: list[Callable[[Target], Result]] = [
     idle_page_connections,
     junk_on_a_signed_command,
     sighup_with_a_bad_config,
+    hostile_runtime_plugins,
     camera_credentials,  # last: it searches what every attack before it made the daemon say
 ]
 

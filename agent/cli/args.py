@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.paths import DEFAULT_STATE_DIR
-from runtimes.selection import PREFERENCES
+from runtimes.selection import RuntimeChoices
 
 if TYPE_CHECKING:
     from agent.config.models import AgentConfig
 
 #: ``--runtime``: auto, or a backend of the registry (in-tree or a plugin)
-RUNTIME_CHOICES: tuple[str, ...] = PREFERENCES
+#: (plugins loaded only when a name not in-tree is checked, so ``--help`` imports none)
+RUNTIME_CHOICES = RuntimeChoices()
 
 
 def unit_interval(text: str) -> float:

@@ -30,7 +30,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _probe_report(board: Board, runtimes: Mapping[RuntimeName, RuntimeInfo]) -> dict[str, Any]:
-    from runtimes.registry import PLUGINS
+    from runtimes.registry import plugins
     from runtimes.selection import Artifact, SelectionError, known_formats, select_runtimes
 
     choices: dict[str, Any] = {}
@@ -44,7 +44,7 @@ def _probe_report(board: Board, runtimes: Mapping[RuntimeName, RuntimeInfo]) -> 
         "board": asdict(board),
         "runtimes": {name: asdict(info) for name, info in runtimes.items()},
         "selection": choices,
-        "runtime_plugins": [asdict(plugin) for plugin in PLUGINS],
+        "runtime_plugins": [asdict(plugin) for plugin in plugins()],
     }
 
 

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from agent.config.models import AgentConfig
 from agent.errors import ConfigError
 from pipelines.sources.specs import source_kind
+from runtimes.registry import load_plugins
 
 #: the largest config file read (1 MiB); a real one is a few KiB
 MAX_CONFIG_BYTES = 1 << 20
@@ -177,6 +178,7 @@ def _parse(path: Path) -> tuple[AgentConfig | None, list[str]]:
         return None, [f"{path}: not valid YAML: {exc}"]
     if raw is not None and not isinstance(raw, dict):
         return None, [f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}"]
+    load_plugins()  # a plugin's section and name validate once it is loaded (validators do no I/O)
     try:
         return AgentConfig.model_validate(raw or {}), []
     except RecursionError:

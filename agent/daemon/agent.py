@@ -63,7 +63,7 @@ from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Servi
 from agent.web.controls import AgentControls
 from pipelines.pipeline import use_one_opencv_thread
 from runtimes.base import RuntimeInfo, compact_malloc
-from runtimes.registry import available_runtimes
+from runtimes.registry import available_runtimes, plugin_problems
 
 if TYPE_CHECKING:
     from agent.web.server import StatusServer
@@ -317,6 +317,7 @@ class Agent:
             deployment=deployment,
             deployment_problem=deployer.problem if deployer is not None else None,
             warnings=(*self.warnings, *self.store.problems),
+            runtime_plugins=tuple(plugin_problems()),
             cameras=tuple(self.cameras.stats()) if state != "offline" else (),
             broker=self.link.stats() if self.link is not None else None,
             system=self.sampler.system,

@@ -5,7 +5,9 @@
 version failed:
 
 - a camera whose frames keep failing: at least `FAILING_FRAMES` frames failed since the previous
-  observation and none succeeded;
+  observation and none succeeded (named as unusable output when the model's output was all NaN
+  or could not be decoded: `PipelineStats.bad_outputs`);
+- at the end, a camera with more frames of unusable output than frames inferred on the new version;
 - at the end, a camera whose source ran but that inferred no frame on the new version;
   counted across a restart of its pipeline (a deployment that moves it between runtimes
   restarts it, and its counters begin again at 0: counters lower than at the previous
@@ -36,6 +38,8 @@ class _Camera:
     baseline_fps: float
     frames_seen: int = 0  # counters at the previous observation (at first: just before the swap)
     errors_seen: int = 0
+    bad_seen: int = 0
+    bad: int = 0  # frames of unusable output on the new version, across restarts of the pipeline
     inferred: int = 0  # frames inferred on the new version, across restarts of the pipeline
     fps_samples: list[float] = field(default_factory=list)
     ran: bool = False  # its source was running at some point
@@ -51,7 +55,7 @@ class ProbationJudge:
     def __init__(self, before: Sequence[PipelineStats], start: float, duration_s: float, min_fps_ratio: float) -> None:
         self.start, self.duration_s, self.min_fps_ratio = start, duration_s, min_fps_ratio
         self._cameras: dict[str, _Camera] = {
-            s.name: _Camera(0.0 if s.paused else s.fps, s.frames, s.errors) for s in before
+            s.name: _Camera(0.0 if s.paused else s.fps, s.frames, s.errors, s.bad_outputs) for s in before
         }
 
     def observe(self, stats: Sequence[PipelineStats], now: float) -> str | None:
@@ -60,11 +64,18 @@ class ProbationJudge:
         for s in stats:
             camera = self._cameras.setdefault(s.name, _Camera(0.0))  # a camera started by the new version
             failed, succeeded = s.errors - camera.errors_seen, s.frames - camera.frames_seen
-            if failed < 0 or succeeded < 0:  # the pipeline restarted: its counters began again at 0
-                failed, succeeded = s.errors, s.frames
-            camera.frames_seen, camera.errors_seen = s.frames, s.errors
+            bad = s.bad_outputs - camera.bad_seen
+            if failed < 0 or succeeded < 0 or bad < 0:  # the pipeline restarted: its counters began again at 0
+                failed, succeeded, bad = s.errors, s.frames, s.bad_outputs
+            camera.frames_seen, camera.errors_seen, camera.bad_seen = s.frames, s.errors, s.bad_outputs
             camera.inferred += succeeded
+            camera.bad += bad
             camera.ran = camera.ran or s.source_status.state == "running"
+            if bad >= FAILING_FRAMES and succeeded <= 0:
+                return (
+                    f"camera {s.name}: the model's output was unusable on {bad} frames of the new version and "
+                    f"none succeeded ({s.bad_output})"
+                )
             if failed >= FAILING_FRAMES and succeeded <= 0:
                 return f"camera {s.name}: {failed} frames failed on the new version and none succeeded"
             if elapsed >= self.duration_s / 2 and not s.paused and s.source_status.state == "running":
@@ -80,6 +91,11 @@ class ProbationJudge:
                 continue  # the camera stopped (a restart, a config reload): nothing to judge
             if camera.ran and camera.inferred <= 0:
                 return f"camera {name} inferred no frame on the new version in {self.duration_s:.0f} s"
+            if camera.bad > camera.inferred:
+                return (
+                    f"camera {name}: the model's output was unusable on {camera.bad} frames of the new version, "
+                    f"more than the {camera.inferred} it inferred ({now.bad_output})"
+                )
             baseline = camera.baseline_fps if now.max_fps is None else min(camera.baseline_fps, now.max_fps)
             if baseline > 0 and camera.fps_samples:
                 fps = sum(camera.fps_samples) / len(camera.fps_samples)

@@ -157,8 +157,9 @@ def judge_outbox(outbox: OutboxStats | None) -> Finding:
 
 
 def judge_camera(camera: PipelineStats, reference_fps: float | None) -> Finding:
-    """A camera: lost, ended, or slower than it was on this version (`reference_fps`); a hung
-    one is the agent's health to say (`page_problems`)."""
+    """A camera: lost, ended, its model's output unusable (all NaN, or not decodable: a failure
+    when no more frames were inferred than that), or slower than it was on this version
+    (`reference_fps`); a hung one is the agent's health to say (`page_problems`)."""
     check, source = f"camera {camera.name}", camera.source_status
     if source.state == "reconnecting":
         return Finding(
@@ -169,6 +170,14 @@ def judge_camera(camera: PipelineStats, reference_fps: float | None) -> Finding:
         )
     if source.state == "ended":
         return Finding(check, "warn", f"camera {camera.name}: its video file ended", "set loop: true to replay it")
+    if camera.bad_outputs:
+        return Finding(
+            check,
+            "fail" if camera.bad_outputs >= camera.frames else "warn",
+            f"camera {camera.name}: the model's output was unusable on {camera.bad_outputs} frame(s) "
+            f"({camera.frames} inferred): {camera.bad_output}",
+            "roll back below, or use another runtime (runtime: in agent.yaml); a runtime plugin's output is its own",
+        )
     if reference_fps and not camera.paused and source.state == "running":
         expected = min(reference_fps, camera.max_fps) if camera.max_fps else reference_fps
         if camera.fps < FPS_RATIO * expected:
@@ -267,6 +276,8 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
         )
         found.append(judge_clock(system.clock_synchronised))
     found += [Finding("config", "warn", warning, "see docs/security.md") for warning in snapshot.warnings]
+    fix = "update or remove that plugin's package; edge-agent probe lists the plugins (docs/architecture.md)"
+    found += [Finding("runtime plugin", "warn", problem, fix) for problem in snapshot.runtime_plugins]
     fix = "name the serving version's labels in pipelines[].classes (docs/configuration.md)"
     found += [Finding("config", "warn", problem, fix) for camera in snapshot.thresholds for problem in camera.problems]
     problems = [f for f in found if f.status != "pass"]

@@ -25,7 +25,7 @@ from pipelines.backoff import Backoff
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
 from pipelines.measure.evaluate import HELD_OUT_SEED, MatchCounts
-from pipelines.pipeline import Pipeline
+from pipelines.pipeline import Pipeline, _FailureLog, unusable_output
 from pipelines.sources.capture import FileSource
 from pipelines.sources.frames import Frame
 from pipelines.sources.scene_source import SyntheticSource
@@ -163,7 +163,7 @@ from pathlib import Path
 import psutil
 from pipelines.decoding.detector import Detector
 from pipelines.decoding.detections import Detections
-from pipelines.pipeline import Pipeline
+from pipelines.pipeline import Pipeline, _FailureLog, unusable_output
 from pipelines.sources.frames import Frame
 from pipelines.sources.scene_source import SyntheticSource
 from runtimes.registry import load_runtime
@@ -369,6 +369,68 @@ class FailsOnce:
         if failing:
             raise RuntimeError("simulated inference fault")
         return self._runtime.infer(arrays)
+
+
+class Garbage:
+    """Wraps a real runtime whose every output comes back spoilt, as a broken plugin's would:
+    all NaN, or cut to the wrong shape."""
+
+    def __init__(self, runtime, spoil) -> None:
+        self._runtime, self._spoil = runtime, spoil
+
+    def __getattr__(self, name: str):
+        return getattr(self._runtime, name)
+
+    def infer(self, arrays):
+        return [self._spoil(output) for output in self._runtime.infer(arrays)]
+
+
+@pytest.mark.parametrize(
+    ("spoil", "why"),
+    [
+        (lambda out: np.full_like(out, np.nan), "is all NaN or infinite"),
+        (lambda out: out[..., :3], "its output cannot be decoded: DecoderError"),
+    ],
+    ids=["all-nan", "wrong-shape"],
+)
+def test_unusable_output_on_every_frame_is_counted_and_logged_once(spoil, why, caplog) -> None:
+    served = detector()
+    served.runtime = Garbage(served.runtime, spoil)
+    pipeline = Pipeline("cam", SyntheticSource(SyntheticScene(width=320, height=240), frames=20), served)
+    with caplog.at_level("ERROR", logger="pipelines.pipeline"):
+        assert run_clip(pipeline) == []
+    stats = pipeline.stats()
+    assert (stats.frames, stats.errors, stats.bad_outputs) == (0, 20, 20)
+    assert stats.bad_output is not None and why in stats.bad_output
+    lines = [r.getMessage() for r in caplog.records if r.name == "pipelines.pipeline"]
+    assert len(lines) == 1 and "unusable model output on frame 0" in lines[0], "once, then a count"
+
+
+def test_a_failure_is_logged_once_then_as_a_count_per_window(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    failures = _FailureLog("cam", clock=lambda: now[0], every_s=60.0)
+    with caplog.at_level("ERROR", logger="pipelines.pipeline"):
+        for frame in range(5):
+            failures.failed("unusable model output", frame, "all NaN")
+        now[0] = 59.9
+        failures.failed("unusable model output", 5, "all NaN")
+        now[0] = 60.0
+        failures.failed("unusable model output", 6, "all NaN")
+        failures.failed("inference failed", 7, "RuntimeError: boom")
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline cam: unusable model output on frame 0: all NaN",
+        "pipeline cam: unusable model output on 6 more frames (last: frame 6: all NaN)",
+        "pipeline cam: inference failed on frame 7: RuntimeError: boom",
+    ]
+
+
+def test_output_all_nan_or_infinite_is_unusable_and_a_finite_one_is_not() -> None:
+    nan = np.full((1, 4, 6), np.nan, np.float32)
+    assert unusable_output([np.zeros((1, 2), np.float32), nan]) == "output 1 (1, 4, 6) is all NaN or infinite"
+    assert unusable_output([np.full((2,), np.inf, np.float16)]) is not None
+    partly = nan.copy()
+    partly[0, 0, 0] = 0.5
+    assert unusable_output([partly, np.zeros((0,), np.float32), np.zeros((3,), np.int64)]) is None
 
 
 def run_clip(pipeline: Pipeline) -> list[tuple[int, list]]:

@@ -18,6 +18,7 @@ def stats(
     state: str = "running",
     paused: bool = False,
     max_fps: float | None = None,
+    bad: int = 0,
 ):
     return PipelineStats(
         name=name,
@@ -34,6 +35,8 @@ def stats(
         source_status=SourceState(state, None, 0),  # type: ignore[arg-type]
         runtime="onnxruntime",
         model="m.onnx",
+        bad_outputs=bad,
+        bad_output="output 0 (1, 84, 8400) is all NaN or infinite" if bad else None,
     )
 
 
@@ -82,6 +85,22 @@ PROBATION_CASES = {
         [stats("a", 600, errors=5)],
         [(2, [stats("a", 0, errors=3)])],
         "3 frames failed",
+    ),
+    # a runtime (a plugin) whose output is all NaN or the wrong shape on every frame
+    "unusable output on every frame": (
+        [stats("a", 100)],
+        [(2, [stats("a", 100, errors=3, bad=3)])],
+        "output was unusable on 3 frames of the new version and none succeeded (output 0 (1, 84, 8400) is all NaN",
+    ),
+    "unusable output on most frames": (
+        [stats("a", 100, errors=1, bad=1)],
+        [(5, [stats("a", 105, errors=7, bad=7)]), (10, [stats("a", 110, errors=13, bad=13)])],
+        "output was unusable on 12 frames of the new version, more than the 10 it inferred",
+    ),
+    "unusable output on a few frames": (
+        [stats("a", 100)],
+        [(5, [stats("a", 150, errors=2, bad=2)]), (10, [stats("a", 200, errors=4, bad=4)])],
+        PASSED,
     ),
     "a camera the new version started": ([], [(5, [stats("b", 40)]), (10, [stats("b", 90)])], PASSED),
     "a lost camera is not the model's fault": (

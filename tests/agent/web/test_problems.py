@@ -85,6 +85,10 @@ def test_battery(charge: float, state: str, level: str | None, status: str) -> N
         ({"fps": 4.0}, None, "pass", ""),  # no reference measured yet
         ({"source_status": SourceState("reconnecting", "cannot open camera /dev/video0", 2)}, 10.0, "fail", "lost"),
         ({"source_status": SourceState("ended", None, 0)}, None, "warn", "ended"),
+        # a model (a runtime plugin) whose output is all NaN or the wrong shape
+        ({"frames": 0, "bad_outputs": 40, "bad_output": "output 0 is all NaN"}, 10.0, "fail", "unusable on 40"),
+        ({"frames": 40, "bad_outputs": 40, "bad_output": "output 0 is all NaN"}, 10.0, "fail", "output 0 is all NaN"),
+        ({"frames": 41, "bad_outputs": 40, "bad_output": "output 0 is all NaN"}, 10.0, "warn", "(41 inferred)"),
     ],
 )
 def test_camera(changes: dict[str, Any], reference: float | None, status: str, words: str) -> None:
@@ -116,6 +120,15 @@ def test_engine(status: EngineStatus | None, state: str, words: str) -> None:
     if state == "warn":
         assert "ONNX Runtime serves instead" in finding.fix and "engine build --force" in finding.fix
         assert [f.check for f in page_problems(snapshot(engine=status), Health(True), {})] == ["engine"]
+
+
+def test_a_runtime_plugin_left_out_and_a_model_of_unusable_output_are_on_the_page() -> None:
+    left_out = "runtime plugin segvnpu (segvnpu_plugin:BACKEND) left out: importing it killed its check process"
+    nan = camera(frames=0, errors=30, bad_outputs=30, bad_output="output 0 (1, 84, 8400) is all NaN or infinite")
+    found = page_problems(snapshot(cameras=(nan,), runtime_plugins=(left_out,)), Health(True), {})
+    assert [(f.check, f.status) for f in found] == [("camera cam0", "fail"), ("runtime plugin", "warn")]
+    assert "unusable on 30 frame(s) (0 inferred): output 0 (1, 84, 8400) is all NaN" in found[0].message
+    assert found[1].message == left_out and "edge-agent probe" in found[1].fix
 
 
 def test_page_problems_put_failures_first_and_name_what_to_do() -> None:
