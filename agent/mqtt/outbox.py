@@ -263,12 +263,15 @@ class Outbox:
         self._identity: tuple[int, int] | None = None  # the file opened (None: in memory)
         self.recreated = 0  # times the file was deleted under the agent and made again
         self._db = self._open()
+        self._content = self._content_now()  # the rows' bytes, kept as rows come and go
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _content_now(self) -> int:
         (content,) = self._db.execute(
             f"SELECT COALESCE(SUM(LENGTH(payload) + LENGTH(topic) + {ROW_OVERHEAD}), 0) FROM messages"
         ).fetchone()
-        self._content = int(content)  # the rows' bytes, kept as rows come and go
-
-    # -- opening -------------------------------------------------------------------------------
+        return int(content)
 
     def _open(self) -> sqlite3.Connection:
         """The file; one SQLite cannot read is moved aside for a new one; without a usable file
@@ -514,6 +517,7 @@ class Outbox:
             self._db.execute("DELETE FROM sqlite_sequence WHERE name = 'messages'")
             self._db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', ?)", (last,))
             self._db.execute("COMMIT")
+            self._content = self._content_now()
         except sqlite3.Error as exc:
             self._rollback()
             log.error("outbox: cannot write the held messages into the new %s: %s", self.path, exc)
