@@ -1,5 +1,6 @@
 """`agent.daemon.media`: snapshots kept as files, retention by size and age (an injected clock),
-event ids only (never a path), a write the disk refuses reported, not raised."""
+event ids only (never a path), a write the disk refuses reported, not raised, and the free
+space floor (an injected free-space reader over the real files, deleted for real)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """`agent.mqtt.outbox`: messages kept in a real SQLite file across a SIGKILL, ids and sequence
 numbers, the bounds by bytes and age under a simulated six-hour outage (an injected clock), the
-priorities when full, a corrupt file moved aside, a refused write counted, totals saved."""
+priorities when full, a corrupt file moved aside, a refused write counted (not when the caller
+keeps it in memory), a file deleted or replaced under it made again with its backlog, the file
+shrinking back under max_mb after thinning, totals saved."""
 
 from __future__ import annotations
 
