@@ -718,31 +718,35 @@ def build_bundle(
         *((p.name, p) for p, _ in engines),
         *((p.name, p) for p in weights),
     ]
-    manifest = Manifest(
-        schema_version=SCHEMA_VERSION,
-        name=name or models[0].stem,
-        version=version,
-        task=decoder_task(first.decoder),
-        description=description,
-        created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
-        decoder=first.decoder,
-        input=InputSpec(
-            size=first.input_hw,
-            color=config.color,
-            resize=config.resize,
-            pad_value=config.pad_value,
-            mean=config.mean,
-            std=config.std,
-        ),
-        labels=list(labels),
-        thresholds=DetectionThresholds(conf=kept.conf, iou=kept.iou, max_det=kept.max_det),
-        artifacts=entries,
-        files=[_file_entry(n, c) for n, c in data],
-        reference=Reference(),
-        calibration=Calibration(count=len(calibration)) if calibration else None,
-        engines=[engine_tags(path, engine_key, entries) for path, engine_key in engines],
-        classifier=stage,
-    )
+    try:
+        manifest = Manifest(
+            schema_version=SCHEMA_VERSION,
+            name=name or models[0].stem,
+            version=version,
+            task=decoder_task(first.decoder),
+            description=description,
+            created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+            decoder=first.decoder,
+            input=InputSpec(
+                size=first.input_hw,
+                color=config.color,
+                resize=config.resize,
+                pad_value=config.pad_value,
+                mean=config.mean,
+                std=config.std,
+            ),
+            labels=list(labels),
+            thresholds=DetectionThresholds(conf=kept.conf, iou=kept.iou, max_det=kept.max_det),
+            artifacts=entries,
+            files=[_file_entry(n, c) for n, c in data],
+            reference=Reference(),
+            calibration=Calibration(count=len(calibration)) if calibration else None,
+            engines=[engine_tags(path, engine_key, entries) for path, engine_key in engines],
+            classifier=stage,
+        )
+    except ValidationError as exc:  # a label over MAX_LABEL_CHARS, from --labels or the model's metadata
+        problems = "; ".join(validation_problems(exc)[:5])
+        raise BundleError(ErrorCode.MANIFEST_INVALID, f"the manifest would be invalid: {problems}") from exc
     manifest_bytes = manifest.to_bytes()
     files: list[tuple[str, bytes | Path]] = [(MANIFEST, manifest_bytes)]
     if key is not None:

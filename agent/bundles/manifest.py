@@ -28,6 +28,20 @@ from runtimes.base import Precision
 SCHEMA_VERSION: Literal[1] = 1
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: the longest class label (characters): a label goes into every event, the page's events and a
+#: Prometheus label value, so a longer one refuses the manifest (docs/bundles.md)
+MAX_LABEL_CHARS = 128
+
+
+def _bounded_labels(value: list[str], what: str) -> list[str]:
+    """`value` when every label is at most `MAX_LABEL_CHARS` characters; else the first longer
+    one named by its index and length."""
+    for i, label in enumerate(value):
+        if len(label) > MAX_LABEL_CHARS:
+            raise ValueError(
+                f"{what}[{i}] is {len(label)} characters long, more than {MAX_LABEL_CHARS} (starts {label[:20]!r})"
+            )
+    return value
 
 
 #: a model file's format: ONNX, LiteRT's flatbuffer, or OpenVINO's IR (``.xml`` + ``.bin``)
@@ -204,7 +218,10 @@ class ClassifierStage(_Strict):
     artifacts: list[ArtifactEntry] = Field(
         min_length=1, description="The classifier's model files, one per format/precision (like the detector's)."
     )
-    labels: list[str] = Field(min_length=1, description="The classifier's class labels, index = its class id.")
+    labels: list[str] = Field(
+        min_length=1,
+        description=f"The classifier's class labels, index = its class id; each at most {MAX_LABEL_CHARS} characters.",
+    )
     for_labels: list[str] = Field(
         default_factory=list,
         alias="for",
@@ -226,7 +243,7 @@ class ClassifierStage(_Strict):
     def _named(cls, value: list[str]) -> list[str]:
         if any(not label.strip() for label in value):
             raise ValueError(f"classifier labels must not be empty, got {value}")
-        return value
+        return _bounded_labels(value, "classifier.labels")
 
 
 BundleTask = Literal["detect", "segment", "pose", "obb"]
@@ -256,7 +273,9 @@ class Manifest(_Strict):
     created: str = Field(description="When the bundle was built, ISO 8601 UTC.")
     decoder: DecoderName = Field(description="Output decoder.")
     input: InputSpec = Field(description="Input preprocessing.")
-    labels: list[str] = Field(min_length=1, description="Class labels, index = class id.")
+    labels: list[str] = Field(
+        min_length=1, description=f"Class labels, index = class id; each at most {MAX_LABEL_CHARS} characters."
+    )
     thresholds: DetectionThresholds = Field(
         default_factory=DetectionThresholds, description="Post-processing thresholds."
     )
@@ -282,6 +301,11 @@ class Manifest(_Strict):
         if self.classifier is None:
             data.pop("classifier", None)
         return data
+
+    @field_validator("labels")
+    @classmethod
+    def _short_labels(cls, value: list[str]) -> list[str]:
+        return _bounded_labels(value, "labels")
 
     @field_validator("version")
     @classmethod

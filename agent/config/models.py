@@ -420,6 +420,14 @@ class MediaSection(_Section):
 
     max_mb: float = Field(default=256.0, gt=0, description="Most MiB of snapshots kept; the oldest go first.")
     max_age_h: float = Field(default=168.0, gt=0, description="Snapshots older than this many hours are deleted.")
+    min_free_mb: float = Field(
+        default=256.0,
+        ge=0,
+        le=1_048_576,
+        description="Least MiB left free on the state directory's disk: under it the oldest snapshots and clips "
+        "are deleted, and a new one is not kept when nothing is left to delete (the outbox and deployments need "
+        "the room); 0: no floor.",
+    )
 
 
 class EventsSection(_Section):

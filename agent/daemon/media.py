@@ -9,7 +9,13 @@ a temporary name and renamed (`runtimes.files.atomic_write`), so a reader never 
 and a kill leaves at most a ``.tmp`` (removed at the next start). After each write the store
 drops the oldest files (by modification time) while it holds more than ``events.media.max_mb``,
 and any older than ``events.media.max_age_h``. A write the disk refuses is logged and the event
-goes without its reference; detection never stops for it. A clip is written by the ``clips``
+goes without its reference; detection never stops for it.
+
+Free disk first: the state directory's disk also holds the outbox and the bundles a deployment
+needs room for, so while its free space is under ``events.media.min_free_mb`` the oldest files
+are deleted until it is not, and a new snapshot or clip that would take it under the floor with
+nothing left to delete is not kept (the event goes without it; `problem` says why; the free space
+is read by `free_bytes`, injected in tests). A clip is written by the ``clips``
 thread to a hidden partial file (``.<id>.part.mp4``, removed at the next start too) and
 `keep_clip` moves it into place (`runtimes.files.move_into_place`).
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -64,11 +71,23 @@ def usage_of(folder: Path, now: float) -> MediaUsage:
     return MediaUsage(len(files), sum(size for _, _, size in files), None if oldest is None else round(now - oldest, 3))
 
 
-class MediaStore:
-    """Snapshots under `folder` within `settings`; `clock` gives Unix seconds (the files' ages)."""
+def disk_free(folder: Path) -> int:
+    """The bytes free on the disk holding `folder` (an unprivileged process's share)."""
+    return shutil.disk_usage(folder).free
 
-    def __init__(self, folder: Path, settings: MediaSection, clock: Callable[[], float] = time.time) -> None:
-        self.folder, self.settings, self._clock = folder, settings, clock
+
+class MediaStore:
+    """Snapshots under `folder` within `settings`; `clock` gives Unix seconds (the files' ages),
+    `free_bytes` the free space of the disk holding the folder."""
+
+    def __init__(
+        self,
+        folder: Path,
+        settings: MediaSection,
+        clock: Callable[[], float] = time.time,
+        free_bytes: Callable[[Path], int] = disk_free,
+    ) -> None:
+        self.folder, self.settings, self._clock, self._free_bytes = folder, settings, clock, free_bytes
         self._lock = threading.Lock()
         self.problem: str | None = None
         try:
@@ -86,6 +105,8 @@ class MediaStore:
             raise ValueError(f"{event_id!r} is not an event id")
         name = f"{event_id}.jpg"
         with self._lock:
+            if not self._room_locked(name, len(jpeg)):
+                return None
             try:
                 atomic_write(self.folder / name, jpeg, mtime=self._clock())
             except OSError as exc:
@@ -114,6 +135,8 @@ class MediaStore:
             raise ValueError(f"{event_id!r}, {written.name!r} is not an event's clip")
         name = f"{event_id}{written.suffix}"
         with self._lock:
+            if not self._room_locked(name, 0):  # the clip is on this disk already: only the floor
+                return None
             try:
                 now = self._clock()
                 os.utime(written, (now, now))
@@ -141,13 +164,46 @@ class MediaStore:
         with self._lock:
             return usage_of(self.folder, self._clock())
 
-    def _prune_locked(self) -> None:
+    def _room_locked(self, name: str, incoming: int) -> bool:
+        """Whether `incoming` more bytes leave the disk at or above ``min_free_mb`` once the
+        oldest files are deleted (they are); else the problem said, and logged once."""
+        if self._prune_locked(incoming):
+            return True
+        floor = self.settings.min_free_mb
+        if self.problem is None or "min_free_mb" not in self.problem:
+            log.error(
+                "media: %s not kept: the disk has less than %.0f MiB free (events.media.min_free_mb)", name, floor
+            )
+        self.problem = (
+            f"the disk of the media folder {self.folder} has less than {floor:.0f} MiB free "
+            "(events.media.min_free_mb): new snapshots and clips are not kept"
+        )
+        return False
+
+    def _short_locked(self, incoming: int) -> int:
+        """The bytes the disk lacks to keep ``min_free_mb`` free after `incoming` more (0: none)."""
+        floor = int(self.settings.min_free_mb * MIB)
+        if floor <= 0:
+            return 0
+        try:
+            free = self._free_bytes(self.folder)
+        except OSError:
+            return 0  # unknown: the write itself says whether the disk takes it
+        return max(0, floor - (free - incoming))
+
+    def _prune_locked(self, incoming: int = 0) -> bool:
+        """Delete the oldest files while the store holds more than max_mb, any older than
+        max_age_h, and while the disk lacks room for `incoming` bytes above ``min_free_mb``;
+        False when it still lacks it with nothing left to delete."""
         files = _files(self.folder)
         total = sum(size for _, _, size in files)
         cutoff = self._clock() - self.settings.max_age_h * 3600
         limit = self.settings.max_mb * MIB
+        short = self._short_locked(incoming)
         for path, mtime, size in files:
-            if mtime >= cutoff and total <= limit:
+            if mtime >= cutoff and total <= limit and short <= 0:
                 break
             path.unlink(missing_ok=True)
             total -= size
+            short -= size
+        return short <= 0

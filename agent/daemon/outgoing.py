@@ -154,7 +154,7 @@ class Outgoing:
         """Into the outbox, which sends it once the link is up and forgets it at its PUBACK; a
         write the disk refuses goes to the link's in-memory queue instead (never raises)."""
         assert self.link is not None
-        if self.outbox.append(kind, topic, payload) is not None:
+        if self.outbox.append(kind, topic, payload, kept_in_memory=True) is not None:
             if self.sender is not None:
                 self.sender.wake()
             return

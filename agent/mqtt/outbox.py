@@ -16,9 +16,23 @@ together) and rows older than ``outbox.max_age_h`` are dropped. When full, telem
 are thinned first (every other one of the oldest half goes, so the backlog keeps a coarser
 picture of the whole outage), then the oldest object events, then the oldest deployment
 reports. Every dropped message is counted by kind and why (``full``, ``expired``,
-``unwritten``: the disk refused the write), in the file, so the counts survive restarts. A
-write the disk refuses (full, read-only) never raises into detection: `append` returns None and
-counts it.
+``unwritten``: the disk refused the write and nothing else kept it), in the file, so the counts
+survive restarts. A write the disk refuses (full, read-only) never raises into detection:
+`append` returns None and counts it, unless the caller keeps the message in memory instead
+(`kept_in_memory`: the daemon hands it to the link's queue, which counts its own losses), so a
+message delivered from memory is never counted as dropped.
+
+Space comes back: the file is made with ``auto_vacuum`` ``incremental`` (a file made before is
+switched once, with a ``VACUUM``, when it is opened), and once the pages freed by thinning,
+expiry or acknowledgements exceed `RECLAIM_SHARE` of max_mb they are given back to the disk
+(``incremental_vacuum`` and a checkpoint that truncates the WAL), so the file shrinks back
+under max_mb after a message bigger than the rest or a burst.
+
+A file deleted (or replaced) while the agent runs is noticed at the next append, `pending` or
+`stats` (the path no longer names the file opened): the messages, counts and sequence numbers
+the open connection still reads are written into a new file at the path (a file found there in
+its place is moved aside to ``outbox.sqlite.replaced-<unix time>``), logged at ERROR once and
+said in `problem`.
 
 Durability: WAL with ``synchronous`` ``normal`` (the default) survives ``kill -9`` (a committed
 row is in the WAL, which the OS holds) and a power cut keeps the file consistent but may lose
@@ -37,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -62,6 +77,10 @@ ROW_OVERHEAD = 80
 HARD_BATCHES = 16
 #: the least time between two "full" warnings in the log (seconds)
 WARN_EVERY_S = 60.0
+#: the free pages' share of max_mb above which they are given back to the disk
+RECLAIM_SHARE = 8
+#: the tables a recreated file is given again from the file deleted under the agent, in order
+_TABLES = ("messages", "topic_seqs", "dropped", "counts", "meta")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -208,6 +227,15 @@ def _stats(
     )
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file at `path` (device, inode); None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def peek(path: Path, settings: OutboxSection, now: float) -> OutboxStats | None:
     """The outbox at `path` read without writing (``edge-agent doctor`` beside the running
     agent); None when there is none yet. Raises `sqlite3.DatabaseError` for a file SQLite
@@ -230,14 +258,20 @@ class Outbox:
         self._lock = threading.Lock()
         self._problem: str | None = None
         self._warned_at: float | None = None  # when the outbox last said it is full
-        self._unwritten = 0  # refused writes not yet counted in the file (it may be what refused)
+        self._unwritten: dict[Kind, int] = {}  # refused writes not yet counted in the file (it may be what refused)
+        self._refusing = False  # the disk refused the last write (logged once until one works)
+        self._identity: tuple[int, int] | None = None  # the file opened (None: in memory)
+        self.recreated = 0  # times the file was deleted under the agent and made again
         self._db = self._open()
+        self._content = self._content_now()  # the rows' bytes, kept as rows come and go
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _content_now(self) -> int:
         (content,) = self._db.execute(
             f"SELECT COALESCE(SUM(LENGTH(payload) + LENGTH(topic) + {ROW_OVERHEAD}), 0) FROM messages"
         ).fetchone()
-        self._content = int(content)  # the rows' bytes, kept as rows come and go
-
-    # -- opening -------------------------------------------------------------------------------
+        return int(content)
 
     def _open(self) -> sqlite3.Connection:
         """The file; one SQLite cannot read is moved aside for a new one; without a usable file
@@ -276,6 +310,7 @@ class Outbox:
     def _connect(self, where: Path | str) -> sqlite3.Connection:
         db = sqlite3.connect(where, check_same_thread=False, isolation_level=None)
         try:
+            self._incremental_vacuum(db)
             db.execute("PRAGMA journal_mode=WAL").fetchone()
             db.execute(f"PRAGMA synchronous={self.settings.synchronous.upper()}")
             page = int(db.execute("PRAGMA page_size").fetchone()[0])
@@ -291,7 +326,21 @@ class Outbox:
             db.close()
             raise
         self._page = page
+        self._identity = _identity(Path(where)) if where != ":memory:" else None
         return db
+
+    def _incremental_vacuum(self, db: sqlite3.Connection) -> None:
+        """Make `db` give freed pages back on request: set at once on a new file; a file made
+        before is switched by a ``VACUUM`` (left as it was when the disk refuses one)."""
+        if int(db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2:
+            return
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        if db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None:
+            return  # a new file: in force from the first table on
+        try:
+            db.execute("VACUUM")
+        except sqlite3.OperationalError as exc:  # no room for the copy VACUUM makes: next time
+            log.warning("outbox: cannot switch %s to reclaim freed space yet: %s", self.path, exc)
 
     @property
     def problem(self) -> str | None:
@@ -304,12 +353,14 @@ class Outbox:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def append(self, kind: Kind, topic: str, payload: bytes) -> Pending | None:
+    def append(self, kind: Kind, topic: str, payload: bytes, kept_in_memory: bool = False) -> Pending | None:
         """Keep a message (a compact JSON object) until the broker acknowledges it; None when the
-        disk refused it (counted as ``unwritten``, logged at the first of a run)."""
+        disk refused it (logged at the first of a run; counted as ``unwritten`` unless the caller
+        keeps it in memory instead, `kept_in_memory`)."""
         now = self._clock()
         msg_id = uuid.uuid4().hex
         with self._lock:
+            self._replaced_locked()
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 seq, topic_seq = self._next_seq(), self._next_topic_seq(topic)
@@ -321,22 +372,26 @@ class Outbox:
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
-                self._unwritten += 1
-                if self._unwritten == 1:
+                if not kept_in_memory:
+                    self._unwritten[kind] = self._unwritten.get(kind, 0) + 1
+                if not self._refusing:
                     log.error("outbox: cannot write %s (%s): messages go out only while connected", self.path, exc)
+                self._refusing = True
                 self._problem = self._problem or f"the outbox cannot write {self.path}: {exc}"
                 return None
             self._content += _row_bytes(topic, body)
-            if self._unwritten:
-                self._recovered_locked(kind)
+            if self._refusing or self._unwritten:
+                self._recovered_locked()
             self._bound_locked(now)
             return Pending(seq, msg_id, kind, topic, now, body)
 
-    def _recovered_locked(self, kind: Kind) -> None:
+    def _recovered_locked(self) -> None:
         """A write works again: the refused ones go into the file's counts."""
+        self._refusing = False
         try:
-            self._count_locked(kind, "unwritten", self._unwritten)
-            self._unwritten = 0
+            for kind, n in sorted(self._unwritten.items()):
+                self._count_locked(kind, "unwritten", n)
+                del self._unwritten[kind]
         except sqlite3.Error:
             return
         if self._problem is not None and "cannot write" in self._problem:
@@ -361,6 +416,7 @@ class Outbox:
     def pending(self, after: int, limit: int) -> list[Pending]:
         """Up to `limit` waiting messages with a sequence number above `after`, oldest first."""
         with self._lock:
+            self._replaced_locked()
             rows = self._db.execute(
                 "SELECT seq, msg_id, kind, topic, created, payload FROM messages WHERE seq > ? ORDER BY seq LIMIT ?",
                 (after, limit),
@@ -413,9 +469,65 @@ class Outbox:
             for _ in range(HARD_BATCHES):  # pages part full after thinning: drop more until they free
                 if self._used_bytes() <= budget or not self._evict_locked():
                     break
+            self._reclaim_locked()
         except sqlite3.Error as exc:
             self._rollback()
             log.warning("outbox: cannot keep %s within its bounds: %s", self.path, exc)
+
+    def _reclaim_locked(self) -> None:
+        """Give the free pages back to the disk once they exceed their share of max_mb (the
+        checkpoint moves the shorter file from the WAL into place and empties the WAL)."""
+        free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+        if free * self._page <= self.max_bytes // RECLAIM_SHARE:
+            return
+        self._db.executescript("PRAGMA incremental_vacuum;")  # stepped to the end: one page a step
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+
+    def _replaced_locked(self) -> None:
+        """When the path no longer names the file opened (deleted or replaced under the agent),
+        write what the open connection still reads into a new file there (see the module text)."""
+        if self._identity is None or _identity(self.path) == self._identity:
+            return
+        found = self.path.exists()
+        old = self._db
+        try:
+            held = {table: old.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES}
+            (last,) = old.execute("SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence").fetchone()
+        except sqlite3.Error as exc:
+            held, last = {}, 0
+            log.error("outbox: cannot read the outbox deleted under the agent: %s", exc)
+        self.recreated += 1
+        aside = self.path.with_name(f"{self.path.name}.replaced-{int(self._clock())}")
+        for suffix in ("", "-wal", "-shm"):  # a file put in its place is kept; the old one's journals go
+            part = self.path.with_name(self.path.name + suffix)
+            with contextlib.suppress(OSError):
+                if found:
+                    part.replace(aside.with_name(aside.name + suffix))
+                else:
+                    part.unlink(missing_ok=True)
+        with contextlib.suppress(sqlite3.Error):  # after: closing may checkpoint into, and unlink, journals by name
+            old.close()
+        self._db = self._open()
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            for table, rows in held.items():
+                for row in rows:
+                    marks = ",".join("?" * len(row))
+                    self._db.execute(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", row)
+            self._db.execute("DELETE FROM sqlite_sequence WHERE name = 'messages'")
+            self._db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', ?)", (last,))
+            self._db.execute("COMMIT")
+            self._content = self._content_now()
+        except sqlite3.Error as exc:
+            self._rollback()
+            log.error("outbox: cannot write the held messages into the new %s: %s", self.path, exc)
+        kept = len(held.get("messages", []))
+        what = "deleted" if not found else f"replaced (that file moved aside to {aside.name})"
+        self._problem = (
+            f"the outbox {self.path} was {what} while the agent ran ({self.recreated} time(s)); made again with "
+            f"the {kept} message(s) still held"
+        )
+        log.error("%s", self._problem)
 
     def _budget(self) -> int:
         """What the main file may hold: max_mb less the WAL's room (it is checkpointed at a
@@ -481,11 +593,13 @@ class Outbox:
     def stats(self) -> OutboxStats:
         """A consistent reading (any thread)."""
         with self._lock:
+            self._replaced_locked()
+            unwritten = sum(self._unwritten.values())
             try:
-                return _stats(self._db, self.path, self.settings, self._clock(), self._problem, self._unwritten)
+                return _stats(self._db, self.path, self.settings, self._clock(), self._problem, unwritten)
             except sqlite3.Error as exc:
                 log.warning("outbox: cannot read %s: %s", self.path, exc)
-                return OutboxStats(0, 0, self.max_bytes, None, Dropped(unwritten=self._unwritten), 0.0, 0, str(exc))
+                return OutboxStats(0, 0, self.max_bytes, None, Dropped(unwritten=unwritten), 0.0, 0, str(exc))
 
     # -- line and zone totals ----------------------------------------------------------------------
 

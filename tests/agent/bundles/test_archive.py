@@ -31,7 +31,7 @@ from agent.bundles.archive import (
     verify_unpacked,
 )
 from agent.bundles.signing import key_id, load_private_key, load_public_key, verify
-from agent.errors import BundleError
+from agent.errors import BundleError, ErrorCode
 from pipelines.decoding.detector import Detector
 from pipelines.sources.synthetic import SyntheticScene
 from runtimes.registry import load_runtime
@@ -48,6 +48,7 @@ WORDS = {
     "manifest not JSON": "manifest.json is not JSON: ",
     "manifest with unknown key": "manifest.json: evil: ",
     "manifest with wrong type": "manifest.json: labels: ",
+    "a 900 KB label": "labels[1] is 900000 characters long, more than 128",
     "missing artifact": f"{MODEL} is listed in the manifest but not in the bundle",
     "absolute path": "bundle entry '/etc/evil.onnx' has an absolute path",
     "dot-dot path": "bundle entry '../evil.onnx' points outside the bundle",
@@ -446,3 +447,11 @@ def test_bundle_build_takes_the_task_from_the_model(tmp_path: Path, model: str, 
     bundle = tmp_path / "t.bundle"
     build_bundle([DEMO_MODELS / model], bundle, name="t")
     assert read_bundle_manifest(bundle).manifest.task == task
+
+
+@pytest.mark.install
+def test_bundle_build_refuses_a_label_over_the_longest_length(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match=r"labels\[2\] is 900000 characters long, more than 128") as refused:
+        build_bundle([DEMO_MODELS / MODEL], tmp_path / "l.bundle", labels=["circle", "square", "x" * 900_000])
+    assert refused.value.code is ErrorCode.MANIFEST_INVALID and len(str(refused.value)) < 1000
+    assert not (tmp_path / "l.bundle").exists()

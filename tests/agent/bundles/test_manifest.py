@@ -40,6 +40,7 @@ def test_a_valid_manifest_round_trips() -> None:
         ({"name": "../evil"}, "name"),
         ({"extra": 1}, "Extra inputs are not permitted"),
         ({"labels": []}, "labels"),
+        ({"labels": ["person", "x" * 129]}, r"labels\[1\] is 129 characters long, more than 128"),
         ({"artifacts": [{**GOOD["artifacts"][0], "path": "../m.onnx"}]}, "plain file name"),
         ({"artifacts": [{**GOOD["artifacts"][0], "sha256": "XYZ"}]}, "sha256"),
         ({"artifacts": [GOOD["artifacts"][0], GOOD["artifacts"][0]]}, "must be unique"),
@@ -61,6 +62,10 @@ def test_a_valid_manifest_round_trips() -> None:
 def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Manifest.model_validate({**GOOD, **change})
+
+
+def test_a_label_of_the_longest_length_is_valid() -> None:
+    assert Manifest.model_validate({**GOOD, "labels": ["x" * 128]}).labels == ["x" * 128]
 
 
 def test_an_openvino_ir_with_its_weights_listed_is_valid() -> None:
@@ -109,6 +114,7 @@ def test_a_second_stage_round_trips_with_its_for_key() -> None:
         ({"for": ["dog"]}, "classifier.for names dog, which the detector's labels"),
         ({"labels": []}, "labels"),
         ({"labels": ["helmet", " "]}, "classifier labels must not be empty"),
+        ({"labels": ["helmet", "y" * 200]}, r"classifier\.labels\[1\] is 200 characters long"),
         ({"every_s": 0}, "every_s"),
         ({"artifacts": []}, "artifacts"),
         ({"artifacts": [{**STAGE["artifacts"][0], "path": "m.onnx"}]}, "must be unique"),  # the detector's file

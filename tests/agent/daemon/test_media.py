@@ -1,5 +1,6 @@
 """`agent.daemon.media`: snapshots kept as files, retention by size and age (an injected clock),
-event ids only (never a path), a write the disk refuses reported, not raised."""
+event ids only (never a path), a write the disk refuses reported, not raised, and the free
+space floor (an injected free-space reader over the real files, deleted for real)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,52 @@ def test_a_partial_write_is_cleared_at_start_and_a_refused_one_reported(tmp_path
     assert store.problem is not None and "refuses writes" in store.problem
     assert store.put(ident(9), b"jpeg") == f"{ident(9)}.jpg"
     assert store.problem is None
+
+
+class Disk:
+    """An injected free-space reader: a disk of `capacity` bytes holding the media folder's
+    real files and `other` bytes of everything else (the outbox, bundles)."""
+
+    def __init__(self, capacity: int, other: int = 0) -> None:
+        self.capacity, self.other = capacity, other
+
+    def __call__(self, folder: Path) -> int:
+        held = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+        return self.capacity - self.other - held
+
+
+def test_under_the_free_space_floor_the_oldest_go_and_nothing_new_is_kept(tmp_path: Path) -> None:
+    clock, disk, folder = Clock(), Disk(MIB + 300_000), tmp_path / "media"
+    store = MediaStore(folder, MediaSection(min_free_mb=1), clock, disk)
+    for i in range(3):
+        clock.now += 1
+        assert store.put(ident(i), b"x" * 100_000) is not None
+    assert disk(folder) == MIB, "three fit above the floor"
+    clock.now += 1
+    assert store.put(ident(3), b"x" * 100_000) == f"{ident(3)}.jpg"
+    assert sorted(p.name for p in folder.iterdir()) == [f"{ident(i)}.jpg" for i in (1, 2, 3)], "the oldest went"
+    assert disk(folder) >= MIB and store.problem is None
+    disk.other = 500_000  # the outbox grew: even without media the disk is under the floor
+    clock.now += 1
+    assert store.put(ident(4), b"x" * 100_000) is None, "not kept: it would take the disk under the floor"
+    assert list(folder.iterdir()) == [], "every file went to give the room back"
+    assert store.problem is not None and "events.media.min_free_mb" in store.problem
+    clip = folder / f".{ident(5)}.part.mp4"
+    clip.write_bytes(b"c" * 1000)
+    assert store.keep_clip(ident(5), clip) is None, "a clip is not kept either (the recorder deletes it)"
+    disk.other = 0
+    assert store.put(ident(6), b"x" * 100_000) == f"{ident(6)}.jpg"
+    assert store.problem is None, "room again: kept, the problem gone"
+
+
+def test_no_floor_with_min_free_mb_0(tmp_path: Path) -> None:
+    store = MediaStore(tmp_path / "media", MediaSection(min_free_mb=0), Clock(), Disk(0))
+    assert store.put(ident(1), b"jpeg") == f"{ident(1)}.jpg"
+
+
+def test_a_snapshot_that_would_cross_the_floor_is_not_written(tmp_path: Path) -> None:
+    """50 kB above the floor, an empty store: a 100 kB snapshot is refused, not written and
+    then deleted as the oldest file (which would leave the event naming a file that is gone)."""
+    store = MediaStore(tmp_path / "media", MediaSection(min_free_mb=1), Clock(), Disk(MIB + 50_000))
+    assert store.put(ident(1), b"x" * 100_000) is None
+    assert store.put(ident(2), b"x" * 50_000) == f"{ident(2)}.jpg", "one that fits is kept"

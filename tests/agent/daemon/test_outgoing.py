@@ -1,7 +1,8 @@
 """`agent.daemon.outgoing`: what the device sends, over a real mosquitto and a real outbox file:
 events naming the device, with their snapshot kept on disk in place of the crop, a deployment
 step reported once, telemetry with the status from one snapshot, nothing sent without a broker,
-and the outbox sender's thread as `health()` sees it (injected monotonic clock)."""
+events a full disk left in memory delivered and not counted as dropped, and the outbox sender's
+thread as `health()` sees it (injected monotonic clock)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,36 @@ def test_events_reports_and_telemetry_reach_the_broker_through_the_outbox(tmp_pa
         assert watcher.json(STATUS)["device"] == "d1", "telemetry brings the status along"
     finally:
         sender.stop()
+        link.stop()
+        watcher.close()
+        outbox.close()
+
+
+def test_events_the_full_disk_left_in_memory_are_delivered_and_not_counted_as_dropped(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """The outbox file cannot grow (SQLite's page limit: the same SQLITE_FULL as a full disk), so
+    each event goes to the link's in-memory queue; delivered from there, none is dropped."""
+    watcher = Watcher(broker, [EVENTS])
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    pages = outbox._db.execute("PRAGMA page_count").fetchone()[0]
+    outbox._db.execute(f"PRAGMA max_page_count={pages}")
+    link = link_to(broker.url).start()
+    outgoing = Outgoing("d1", TOPICS, outbox, snapshots.snapshot, link)
+    try:
+        assert link.wait_connected(10)
+        for i in range(4):
+            outgoing.event(_event(f"{i:016x}", crop=b"x" * 20_000))
+        wait_until(lambda: len(watcher.all_json(EVENTS)) == 4, 30, "the four events, from memory")
+        stats = outbox.stats()
+        assert stats.messages == 0 and stats.problem is not None and "cannot write" in stats.problem
+        assert stats.dropped.unwritten == 0 and stats.dropped.total == 0, "delivered: not dropped"
+        assert link.stats().dropped == 0
+        outbox._db.execute("PRAGMA max_page_count=1000000")
+        outgoing.event(_event("f" * 16, crop=None))
+        stats = outbox.stats()
+        assert stats.problem is None and stats.dropped.unwritten == 0, "the disk works again: nothing to count"
+    finally:
         link.stop()
         watcher.close()
         outbox.close()

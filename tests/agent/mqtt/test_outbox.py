@@ -1,6 +1,8 @@
 """`agent.mqtt.outbox`: messages kept in a real SQLite file across a SIGKILL, ids and sequence
 numbers, the bounds by bytes and age under a simulated six-hour outage (an injected clock), the
-priorities when full, a corrupt file moved aside, a refused write counted, totals saved."""
+priorities when full, a corrupt file moved aside, a refused write counted (not when the caller
+keeps it in memory), a file deleted or replaced under it made again with its backlog, the file
+shrinking back under max_mb after thinning, totals saved."""
 
 from __future__ import annotations
 
@@ -217,6 +219,85 @@ def test_a_refused_write_is_counted_and_never_raises(tmp_path: Path) -> None:
     stats = outbox.stats()
     assert stats.dropped.unwritten == refused, "the count survives the recovery (now in the file)"
     assert stats.problem is None, "the problem clears once writes work again"
+
+
+def test_a_refused_write_kept_in_memory_by_the_caller_is_not_counted(tmp_path: Path) -> None:
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    pages = outbox._db.execute("PRAGMA page_count").fetchone()[0]
+    outbox._db.execute(f"PRAGMA max_page_count={pages}")
+    tried = [outbox.append("event", "edge/d/events", document("event", i, 3000), kept_in_memory=True) for i in range(8)]
+    assert tried.count(None) >= 6
+    stats = outbox.stats()
+    assert stats.dropped.unwritten == 0 and stats.problem is not None and "cannot write" in stats.problem
+    outbox._db.execute("PRAGMA max_page_count=1000000")
+    assert outbox.append("telemetry", "edge/d/telemetry", document("telemetry", 0)) is not None
+    stats = outbox.stats()
+    assert (stats.dropped.unwritten, stats.problem) == (0, None)
+
+
+def test_an_outbox_deleted_while_running_is_made_again_with_its_backlog(tmp_path: Path) -> None:
+    """Someone removes the file (and its journals) under the running agent: the next reading
+    notices, writes what the open connection still holds into a new file and says so."""
+    path = tmp_path / "outbox.sqlite"
+    outbox = Outbox(path, OutboxSection(), Clock(1_700_000_000.0))
+    sent = [outbox.append("event", "edge/d/events", document("event", i)) for i in range(5)]
+    outbox.acked([m for m in sent[:2] if m])
+    outbox.save_counts([SavedCount("cam0", "door", 3, 1, 100.0)])
+    for part in tmp_path.glob("outbox.sqlite*"):
+        part.unlink()
+    assert [m.seq for m in outbox.pending(0, 100)] == [3, 4, 5]
+    assert path.exists(), "made again at the next reading"
+    stats = outbox.stats()
+    assert stats.problem is not None and "deleted" in stats.problem and "3 message(s)" in stats.problem
+    assert outbox.recreated == 1
+    later = outbox.append("event", "edge/d/events", document("event", 5))
+    assert later is not None and later.seq == 6, "sequence numbers go on, never reused"
+    assert outbox.stats().problem == stats.problem, "said once, and kept in view"
+    outbox.close()
+    again = Outbox(path, OutboxSection())
+    assert [m.seq for m in again.pending(0, 100)] == [3, 4, 5, 6], "the backlog is on disk again"
+    assert again.counts() == [SavedCount("cam0", "door", 3, 1, 100.0)]
+    again.close()
+
+
+def test_an_outbox_replaced_while_running_is_moved_aside_and_made_again(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite"
+    outbox = Outbox(path, OutboxSection(), Clock(1_700_000_000.0))
+    outbox.append("event", "edge/d/events", document("event", 0))
+    path.unlink()
+    path.write_bytes(b"someone else's file")
+    assert len(outbox.pending(0, 100)) == 1
+    assert (tmp_path / "outbox.sqlite.replaced-1700000000").read_bytes() == b"someone else's file"
+    assert outbox.problem is not None and "replaced" in outbox.problem
+    outbox.close()
+    assert len(Outbox(path, OutboxSection()).pending(0, 100)) == 1
+
+
+def test_the_file_shrinks_back_under_max_mb_after_thinning(tmp_path: Path) -> None:
+    """Messages bigger than the rest grow the file; once they are dropped, the space comes back."""
+    path = tmp_path / "outbox.sqlite"
+    outbox = Outbox(path, OutboxSection(max_mb=2))
+    for i in range(3):
+        outbox.append("event", "edge/d/events", document("event", i, 5_000_000))
+    for i in range(200):
+        outbox.append("telemetry", "edge/d/telemetry", document("telemetry", i, 2000))
+    assert outbox.stats().messages > 0
+    assert on_disk(path) <= 2 * MIB, f"{on_disk(path)} bytes on disk for max_mb 2"
+    outbox.close()
+
+
+def test_a_file_made_before_is_switched_to_reclaim_space_once(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite"
+    outbox = Outbox(path, OutboxSection())
+    outbox.append("event", "edge/d/events", document("event", 0))
+    outbox._db.execute("PRAGMA auto_vacuum=NONE")
+    outbox._db.execute("VACUUM")  # as a file made before auto_vacuum was set
+    assert outbox._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    outbox.close()
+    again = Outbox(path, OutboxSection())
+    assert again._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2, "incremental"
+    assert [m.seq for m in again.pending(0, 10)] == [1], "the messages stay"
+    again.close()
 
 
 def test_an_unopenable_state_directory_keeps_messages_in_memory(tmp_path: Path) -> None:

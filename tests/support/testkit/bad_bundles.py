@@ -128,6 +128,14 @@ CASES: dict[str, tuple[Callable[[Files, dict, Path], Path], str, str, Limits | N
         "MANIFEST_INVALID",
         None,
     ),
+    "a 900 KB label": (  # it would go into every event, the page's events and a Prometheus label value
+        lambda f, k, t: write_tar(
+            t / "b", resign(f, k["private"], lambda m: m["labels"].__setitem__(1, "x" * 900_000))
+        ),
+        "REJECTED",
+        "MANIFEST_INVALID",
+        None,
+    ),
     "missing artifact": (lambda f, k, t: write_tar(t / "b", without(f, MODEL)), "REJECTED", "ARTIFACT_MISSING", None),
     "absolute path": (
         lambda f, k, t: write_tar(t / "b", {**f, "/etc/evil.onnx": b"x"}),
