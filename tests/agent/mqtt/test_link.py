@@ -5,6 +5,7 @@ bounded queue and what waits in the link while it is full."""
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 from pathlib import Path
@@ -230,6 +231,7 @@ def test_publishes_the_broker_refuses_are_counted_per_topic_until_one_goes_throu
     key), and a topic leaves the count once a publish on it goes through (the ACL fixed, the
     broker reloaded)."""
     monkeypatch.setattr(link_module, "MAX_REFUSED_TOPICS", 2)
+    caplog.set_level(logging.WARNING, logger="agent.mqtt.link")  # `doctor` quiets agent.mqtt in this process
     acl = "user dev1\ntopic write edge/dev1/status\n"
     broker = secured_broker(tmp_path / "broker", {"dev1": "pw-dev1"}, acl)
     secret = tmp_path / "dev1.password"
