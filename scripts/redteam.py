@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Replay the red team's attacks (issues 29 and 37 and the audits before them) on a live daemon.
 
-A real mosquitto (anonymous, the worst case the ACL guards against), ``edge-agent run`` on the
+A real mosquitto (anonymous, the worst case the ACL guards against; one attack starts a second,
+secured one with the ACL `fleet acl` writes, and a device of its own), ``edge-agent run`` on the
 signed demo bundle with a synthetic camera, a second camera whose RTSP URL carries a planted
 password, the status page with credentials and Home Assistant discovery. Each attack is replayed
 and its defended outcome checked; every attack is one named result ``{"ok": bool, "detail": str}``.
@@ -33,7 +34,7 @@ import psutil
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from testkit import DEMO_MODELS, REPO
 from testkit.agent_process import AgentProcess, agent_config
-from testkit.broker import Broker, Watcher
+from testkit.broker import Broker, Watcher, secured_broker
 from testkit.bundles import read_files, resign, write_tar
 from testkit.control import unchecked_rollout
 from testkit.fleet import announce, publish_raw, request, signed_request
@@ -275,6 +276,63 @@ def home_assistant_birth_flood(t: Target) -> Result:
     return Result(ok, detail + f"a signed ping answered in {waited:.1f} s (bound 5), outbox dropped {dropped}")
 
 
+def acl_without_home_assistant(t: Target) -> Result:
+    """Issue 37 #6: the ACL `fleet acl` wrote let no discovery config through (25 refused
+    publishes in 40 s, nothing on the page). A device of its own behind a secured mosquitto: with
+    the ACL written without ``--home-assistant`` the page's problems name the refused topic; with
+    it (mosquitto reloaded, Home Assistant's birth), Home Assistant's user gets every config and
+    the problem goes."""
+    folder = t.folder / "acl"
+    users = {DEVICE: "pw-device", "hass": "pw-hass"}
+    devices = ["fleet", "acl", "--device", f"{DEVICE}:lobby", "--operator", "ops"]
+    broker = secured_broker(folder / "broker", users, t.cli(*devices).stdout)
+    (folder / "device.password").write_text("pw-device\n")
+    port = free_port()
+    mqtt_settings = {"username": DEVICE, "password": {"file": str(folder / "device.password")}}
+    config = agent_config(
+        folder,
+        broker,
+        DEVICE,
+        t.keys["public"],
+        "lobby",
+        t.keys["operator_pub"],
+        mqtt=mqtt_settings,
+        status_page={"listen": f"127.0.0.1:{port}"},
+        integrations={"home_assistant": {"enabled": True}},
+    )
+    agent = AgentProcess(config).start()
+    hass: Watcher | None = None
+
+    def acl_problem() -> str | None:
+        try:
+            problems = http(f"http://127.0.0.1:{port}/api/problems").json()["problems"]
+        except OSError:
+            return None  # the page is not up yet
+        found = [p["message"] for p in problems if p["check"] == "broker acl"]
+        return str(found[0]) if found else None
+
+    def configs() -> int:
+        assert hass is not None
+        hass.client.publish("homeassistant/status", b"online", qos=1)  # HA's birth (paced by the device)
+        return len({m.topic for m in list(hass.messages) if m.topic.endswith("/config")})
+
+    try:
+        before = wait_until(acl_problem, 60, "the refused publishes on the page")
+        acl = t.cli(*devices, "--home-assistant", "--home-assistant-user", "hass").stdout
+        (folder / "broker" / "edge-agent.acl").write_text(acl)
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGHUP)  # mosquitto reads its ACL again before it takes the next client
+        hass = Watcher(broker, ["homeassistant/#"], "hass", users["hass"])
+        count = wait_until(configs, 90, "discovery at Home Assistant's user", 1.0)
+        wait_until(lambda: acl_problem() is None, 30, "the problem gone once the configs go through")
+    finally:
+        if hass is not None:
+            hass.close()
+        agent.stop()
+        broker.stop()
+    return Result(True, f"without the rules the page said {before[:110]!r}...; with them {count} configs arrived")
+
+
 def credentials_in_the_page_address(t: Target) -> Result:
     """Issue 29 #11: the page works when opened as http://user:pass@host/ in headless chromium."""
     from testkit.browser import Chromium
@@ -461,6 +519,7 @@ ATTACKS: list[Callable[[Target], Result]] = [
     infinity_in_signed_floats,
     log_flood,
     home_assistant_birth_flood,
+    acl_without_home_assistant,
     credentials_in_the_page_address,
     snapshot_quality_nan,
     dns_rebinding_host,

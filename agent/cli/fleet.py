@@ -115,6 +115,21 @@ def add_parser(commands: Any) -> None:
         "--operator", action="append", default=[], metavar="USER", help="a broker user that may do everything"
     )
     acl.add_argument("--topic-root", default="edge", help="first level of every topic (default edge)")
+    acl.add_argument(
+        "--home-assistant",
+        nargs="?",
+        const="homeassistant",
+        metavar="PREFIX",
+        help="let the devices publish Home Assistant discovery under PREFIX (integrations.home_assistant's "
+        "discovery_prefix, default homeassistant) and their frames, and read its birth (docs/integrations.md)",
+    )
+    acl.add_argument(
+        "--home-assistant-user",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="with --home-assistant: Home Assistant's broker user (reads the devices' states, all of PREFIX/#)",
+    )
     rollout_parsers, signing_rollout_parsers = add_rollout_commands(fleet_actions)
     for parser in (push, status, rollback, gc, snapshot, media, release, *rollout_parsers):
         _broker_arguments(parser)
@@ -434,5 +449,11 @@ def _fleet_acl(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     if not devices:
         raise CliError("name the devices: --device ID[:GROUP] (repeatable) or --devices-file FILE")
-    print(mosquitto_acl(devices, args.operator, Topics(args.topic_root)), end="")
+    prefix = args.home_assistant
+    if prefix is not None and (not prefix or any(c in prefix for c in "#+ \t\n")):
+        raise CliError(f"--home-assistant {prefix!r}: a discovery prefix without wildcards or spaces")
+    if args.home_assistant_user and prefix is None:
+        raise CliError("--home-assistant-user needs --home-assistant [PREFIX]")
+    text = mosquitto_acl(devices, args.operator, Topics(args.topic_root), prefix, args.home_assistant_user)
+    print(text, end="")
     return 0

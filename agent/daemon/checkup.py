@@ -4,13 +4,14 @@ Each check answers a `Finding` (pass, warn or fail, with the fix), judged by the
 as the page's problem list (`agent.web.problems`), so a technician reads the same words in both:
 
 config valid -> state directory writable and disk free -> trusted and operator keys readable ->
-broker reachable with the configured TLS and credentials -> the outbox's backlog (messages, the
-oldest's age, dropped; read only) -> the event snapshots kept (with events.snapshots) -> each
-camera opens and delivers a frame (a pipe source this device lacks the programs or GStreamer
-elements for fails with what to install, unopened: `agent.hardware.camera_tools.source_problems`,
-the check ``config check`` and the daemon's start share) -> a runtime loads the active version
--> sensors readable (power, battery) -> clock synchronised -> the running agent's ``/healthz``
-(when the page is configured).
+broker reachable with the configured TLS and credentials -> its ACL takes what the device
+publishes (with Home Assistant enabled: a probe on its discovery and frame topics) -> the
+outbox's backlog (messages, the oldest's age, dropped; read only) -> the event snapshots kept
+(with events.snapshots) -> each camera opens and delivers a frame (a pipe source this device
+lacks the programs or GStreamer elements for fails with what to install, unopened:
+`agent.hardware.camera_tools.source_problems`, the check ``config check`` and the daemon's start
+share) -> a runtime loads the active version -> sensors readable (power, battery) -> clock
+synchronised -> the running agent's ``/healthz`` (when the page is configured).
 
 `check_startable` is the daemon's own check of a config before a SIGHUP applies it.
 
@@ -50,13 +51,15 @@ from agent.hardware.camera_tools import CameraTools, find_camera_tools, source_p
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
 from agent.hardware.sysfs import SysFS
-from agent.mqtt.link import MqttLink
+from agent.mqtt.home_assistant import slug
+from agent.mqtt.link import Delivery, MqttLink
 from agent.mqtt.outbox import FILE_NAME as OUTBOX_FILE
 from agent.mqtt.outbox import MIB, peek
+from agent.mqtt.protocol import Topics
 from agent.serving.cameras import pipe_settings, source_for
 from agent.serving.loader import open_detector
 from agent.snapshot import MediaUsage
-from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_outbox, judge_power
+from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_outbox, judge_power, judge_refused
 from pipelines.sources.frames import SourceError, redact_credentials
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
 from pipelines.worker import Worker
@@ -106,7 +109,7 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
     found += [Finding("config", "warn", warning, "see docs/security.md") for warning in security_warnings(config)]
     found += [check_state_dir(config), check_keys(config)]
     if config.mqtt is not None:
-        found.append(check_broker(config, timeout_s))
+        found += check_broker(config, timeout_s)
         found.append(check_outbox(config))
     if config.events.snapshots or any(p.clips is not None for p in config.pipelines):
         found.append(check_media(config))
@@ -190,24 +193,52 @@ def check_keys(config: AgentConfig) -> Finding:
     )
 
 
-def check_broker(config: AgentConfig, timeout_s: float) -> Finding:
-    """One connection with the configured TLS and credentials, under a client id of its own."""
+def check_broker(config: AgentConfig, timeout_s: float) -> list[Finding]:
+    """One connection with the configured TLS and credentials, under a client id of its own;
+    once connected, the ACL's verdict on `acl_probes` (`judge_refused`, the page's words)."""
     assert config.mqtt is not None
     broker = config.mqtt.broker
     fix = "check the network, mqtt.broker, the credentials and mqtt.tls in agent.yaml"
     try:
         link = MqttLink(config.mqtt, f"edge-agent-doctor-{config.device_id()}-{os.getpid()}")
     except ConfigError as exc:
-        return Finding("broker", "fail", str(exc), fix)
+        return [Finding("broker", "fail", str(exc), fix)]
     link.start()
+    acl = None
     try:
         connected = link.wait_attempted(timeout_s) and link.wait_connected(0.5)
         error = link.last_error
+        if connected and (probes := acl_probes(config)):
+            deliveries = [link.publish(topic, b"", qos=1) for topic in probes]
+            deadline = time.monotonic() + timeout_s
+            if all(isinstance(d, Delivery) and d.wait(max(0.0, deadline - time.monotonic())) for d in deliveries):
+                acl = judge_refused(link.refused())
     finally:
         link.stop()
     if connected:
-        return Finding("broker", "pass", f"connected to {broker}" + (" with TLS" if config.mqtt.uses_tls else ""))
-    return Finding("broker", "fail", error or f"no answer from {broker} within {timeout_s:.0f} s", fix)
+        found = [Finding("broker", "pass", f"connected to {broker}" + (" with TLS" if config.mqtt.uses_tls else ""))]
+        return found + ([acl] if acl is not None else [])
+    return [Finding("broker", "fail", error or f"no answer from {broker} within {timeout_s:.0f} s", fix)]
+
+
+#: the object id and camera name of the ACL probes: no entity or camera is named so (nothing reads them)
+ACL_PROBE = "edge_agent_acl_probe"
+
+
+def acl_probes(config: AgentConfig) -> list[str]:
+    """Topics the device must be allowed to write and that nobody reads, one for each kind of
+    rule the integrations need (empty, not retained, QoS 1: the broker's PUBACK says whether its
+    ACL took it): with Home Assistant, a discovery config of an entity that does not exist (an
+    empty config removes nothing) and a frame of a camera that does not exist."""
+    assert config.mqtt is not None
+    settings, device = config.integrations.home_assistant, config.device_id()
+    if not settings.enabled:
+        return []
+    topics = Topics(config.mqtt.topic_root)
+    return [
+        f"{settings.discovery_prefix}/sensor/{slug(device)}/{ACL_PROBE}/config",
+        topics.device(device, f"ha/{ACL_PROBE}/image"),
+    ]
 
 
 def check_cameras(

@@ -5,6 +5,19 @@ events, deployment, deployments (the outbox's reports) and report topics and ans
 reply space; it may read its own desired document and its group's, its commands and the
 bundles. Operators may do everything under the topic root. Everyone else (anonymous clients
 are refused by the broker config this file goes with) can do nothing.
+
+Home Assistant (`home_assistant`, the discovery prefix; ``fleet acl --home-assistant``): the
+operator's side cannot see which devices enable ``integrations.home_assistant``, so the rules are
+asked for once for the fleet, and a device that does not enable it just never uses them. A device
+may then write exactly what `agent.daemon.ha_feed` publishes: its discovery configs,
+``<prefix>/<component>/<node>/<object_id>/config`` where ``<node>`` is the device id's
+`agent.mqtt.home_assistant.slug` (so one device cannot write another's entities; two ids with the
+same slug, ``cam-1`` and ``cam_1``, would share them), and its cameras' frames,
+``<root>/<device>/ha/<camera>/image``; and read Home Assistant's birth, ``<prefix>/status``.
+Without them the broker drops every discovery publish (MQTT 5 answers each with "not authorized",
+which the device shows as a problem: `agent.mqtt.link`). Home Assistant's own broker users
+(`home_assistant_users`) may read the devices' status, telemetry, events and frames and do
+everything under the prefix (its birth, its discovery subscription).
 """
 
 from __future__ import annotations
@@ -12,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from agent.mqtt.home_assistant import slug, status_topic
 from agent.mqtt.protocol import Topics
 
 _WORD = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -43,9 +57,15 @@ def parse_devices(lines: Iterable[str]) -> list[tuple[str, str | None]]:
     return devices
 
 
-def mosquitto_acl(devices: Sequence[tuple[str, str | None]], operators: Sequence[str], topics: Topics) -> str:
-    """The ACL file's text: the broker settings it goes with (as comments), the operators' and
-    one block per device."""
+def mosquitto_acl(
+    devices: Sequence[tuple[str, str | None]],
+    operators: Sequence[str],
+    topics: Topics,
+    home_assistant: str | None = None,
+    home_assistant_users: Sequence[str] = (),
+) -> str:
+    """The ACL file's text: the broker settings it goes with (as comments), the operators', Home
+    Assistant's (with a discovery prefix `home_assistant`) and one block per device."""
     root = topics.root
     lines = ["# edge-agent broker ACL (edge-agent fleet acl); docs/security.md", BROKER_SETTINGS]
     for operator in operators:
@@ -55,6 +75,15 @@ def mosquitto_acl(devices: Sequence[tuple[str, str | None]], operators: Sequence
             f"topic readwrite {root}/#",
             "",
         ]
+    if home_assistant is not None:
+        for user in home_assistant_users:
+            lines += [
+                f"# home assistant {user}: discovery under {home_assistant}/, the devices' states",
+                f"user {user}",
+            ]
+            lines.append(f"topic readwrite {home_assistant}/#")
+            lines += [f"topic read {topics.device('+', leaf)}" for leaf in ("status", "telemetry", "events", "ha/#")]
+            lines.append("")
     for device, group in devices:
         lines += [f"# device {device}" + (f", group {group}" if group else ""), f"user {device}"]
         leaves = ("status", "telemetry", "events", "report", "deployments")
@@ -63,5 +92,18 @@ def mosquitto_acl(devices: Sequence[tuple[str, str | None]], operators: Sequence
         lines += [f"topic read {topics.desired(device)}", f"topic read {topics.command(device, '#')}"]
         if group:
             lines.append(f"topic read {topics.group_desired(group)}")
-        lines += [f"topic read {root}/bundles/#", ""]
+        lines.append(f"topic read {root}/bundles/#")
+        if home_assistant is not None:
+            lines += home_assistant_rules(device, topics, home_assistant)
+        lines.append("")
     return "\n".join(lines)
+
+
+def home_assistant_rules(device: str, topics: Topics, prefix: str) -> list[str]:
+    """What `device`'s Home Assistant feed needs (see the module text), as ACL lines."""
+    return [
+        f"# home assistant discovery under {prefix}/ (integrations.home_assistant)",
+        f"topic write {prefix}/+/{slug(device)}/+/config",
+        f"topic write {topics.device(device, 'ha/+/image')}",
+        f"topic read {status_topic(prefix)}",
+    ]

@@ -18,6 +18,15 @@ Messages:
   ``queue_full`` (paho holds `max_queued` messages awaiting their PUBACK, or the next message id
   is still in use) or ``failed`` (paho refused it otherwise). Only ``too_big`` is final.
 
+The broker's PUBACK (MQTT 5) says when it refused a QoS 1 message it received: mosquitto
+answers a publish its ACL denies with reason code 0x87, "Not authorized", and drops it (with
+MQTT 3.1.1 it would drop it without a word). `LinkStats.refused` counts those per topic (at most
+`MAX_REFUSED_TOPICS`, the rest under `OTHER_TOPICS`), the log says so at most once per
+`ThrottledLog` window, and the page and ``doctor`` show it as a problem
+(`agent.web.problems.judge_refused`). A topic leaves the count once a publish on it goes through
+(the ACL was fixed and the broker reloaded). The message counts as acknowledged all the same: a
+refusal is the broker's answer, sending it again would get the same one.
+
 The broker's CONNACK (MQTT 5) says what it accepts: `limits` holds it as a `BrokerLimits`
 (its Maximum Packet Size above all), and a message whose packet would exceed that size is not
 sent (the broker would close the connection): `publish` returns `NotSent` ``too_big`` and says
@@ -95,6 +104,8 @@ class Message:
 Handler = Callable[[Message], None]
 #: the MQTT 5 DISCONNECT reason code a broker sends when another client takes the client id
 SESSION_TAKEN_OVER = 142
+#: the MQTT 5 PUBACK reason code of a publish the broker's ACL denies
+NOT_AUTHORIZED = 135
 #: a connection lost sooner than this after it was made, three times in a row, is being taken away
 #: (mosquitto closes a taken-over session without saying why)
 SHORT_LIVED_S = 5.0
@@ -102,6 +113,10 @@ SHORT_LIVED_S = 5.0
 #: device's traffic is a few states, a window of outbox messages and command answers; far below
 #: the 65,535 message ids paho has
 MAX_QUEUED = 500
+#: the topics whose refused publishes are counted one by one, at most (a device publishes on a few
+#: dozen); refusals on further topics are counted under `OTHER_TOPICS`
+MAX_REFUSED_TOPICS = 64
+OTHER_TOPICS = "(other topics)"
 
 
 class Delivery:
@@ -196,6 +211,16 @@ def _properties(response_topic: str | None, correlation_data: bytes | None, cont
 
 
 @dataclass(frozen=True)
+class Refused:
+    """The broker refused `count` QoS 1 publishes on `topic`; `reason` is its PUBACK reason code
+    for the latest, in words ("Not authorized": its ACL does not let this client write there)."""
+
+    topic: str
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class LinkStats:
     """The link as `stats()` found it: `queued` messages wait for the next connect, `dropped`
     were pushed out of the offline queue, `reconnects` counts lost connections."""
@@ -207,6 +232,7 @@ class LinkStats:
     dropped: int
     last_error: str | None
     stalled_s: float = 0.0  # how long the supervisor is past its announced turn (0: on time)
+    refused: tuple[Refused, ...] = ()  # the publishes the broker refused, per topic, most first
 
 
 @dataclass(frozen=True)
@@ -249,6 +275,9 @@ class MqttLink:
         self._client.on_message = self._handle_message
         self._subacks = _SubAcks()
         self._client.on_subscribe = lambda client, userdata, mid, codes, properties: self._subacks.acked(mid)
+        self._client.on_publish = self._handle_publish
+        self._refusals_lock = threading.Lock()  # never held while calling paho (which holds its own)
+        self._refusals: dict[str, Refused] = {}  # topic -> the broker's refusals of publishes on it
         self._lock = threading.Lock()
         self._throttled = ThrottledLog(log)
         self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
@@ -333,7 +362,13 @@ class MqttLink:
                 dropped=self.dropped,
                 last_error=self.last_error,
                 stalled_s=round(max(0.0, time.monotonic() - self._due), 3) if self._worker.started else 0.0,
+                refused=self.refused(),
             )
+
+    def refused(self) -> tuple[Refused, ...]:
+        """The publishes the broker refused, per topic, the most refused first."""
+        with self._refusals_lock:
+            return tuple(sorted(self._refusals.values(), key=lambda r: (-r.count, r.topic)))
 
     def _beat(self, wait_s: float = 0.0) -> None:
         self._due = time.monotonic() + wait_s
@@ -443,6 +478,43 @@ class MqttLink:
             )
             log.warning("mqtt: %s", self.last_error)
         self._lost.set()
+
+    def _handle_publish(
+        self, client: mqtt.Client, userdata: Any, mid: int, reason: ReasonCode, properties: Any
+    ) -> None:
+        """A PUBACK: a failure code is a refusal, counted per topic and logged (throttled)."""
+        failed = reason.is_failure
+        if not failed and not self._refusals:
+            return
+        topic = self._topic_of(client, mid)
+        with self._refusals_lock:
+            if not failed:
+                if topic != OTHER_TOPICS:
+                    self._refusals.pop(topic, None)  # a publish on it went through: the ACL lets it now
+                return
+            key = topic if topic in self._refusals or len(self._refusals) < MAX_REFUSED_TOPICS else OTHER_TOPICS
+            before = self._refusals.get(key)
+            refused = Refused(key, (before.count if before else 0) + 1, str(reason))
+            self._refusals[key] = refused
+        self._throttled.warning(
+            "refused",
+            "mqtt: the broker refused a publish on %s (%s; %d so far): %s",
+            topic,
+            refused.reason,
+            refused.count,
+            "its ACL does not let this device write there (edge-agent fleet acl, docs/security.md)"
+            if getattr(reason, "value", None) == NOT_AUTHORIZED
+            else "the message is dropped",
+        )
+
+    @staticmethod
+    def _topic_of(client: mqtt.Client, mid: int) -> str:
+        """The topic of the QoS 1 message `mid` being acknowledged: paho calls `on_publish` with
+        the message still in its (private) table, under its own lock; `OTHER_TOPICS` when a paho
+        without that table is installed."""
+        message = getattr(client, "_out_messages", {}).get(mid)
+        topic = getattr(message, "topic", None)
+        return topic if isinstance(topic, str) else OTHER_TOPICS
 
     def _handle_message(self, client: mqtt.Client, userdata: Any, raw: mqtt.MQTTMessage) -> None:
         with self._lock:

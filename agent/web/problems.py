@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from agent.governor.levels import BatteryLevel
 from agent.hardware.readings import Battery, Throttled
-from agent.mqtt.link import LinkStats
+from agent.mqtt.link import LinkStats, Refused
 from agent.mqtt.outbox import OutboxStats
 from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, Health
 from pipelines.pipeline import PipelineStats
@@ -132,6 +132,24 @@ def judge_broker(link: LinkStats | None) -> Finding:
         "warn",
         f"broker unreachable ({link.last_error or link.broker}): detections go on locally{waiting}",
         "check the network and mqtt.broker in agent.yaml; edge-agent doctor tests the connection",
+    )
+
+
+def judge_refused(refused: tuple[Refused, ...]) -> Finding:
+    """Publishes the broker refused (its PUBACK's failure code), the most refused topic named:
+    mostly an ACL that does not let the device write there (`agent.mqtt.link`)."""
+    if not refused:
+        return Finding("broker acl", "pass", "the broker took every publish")
+    top, count = refused[0], sum(r.count for r in refused)
+    others = f" and {count - top.count} on {len(refused) - 1} other topic(s)" if len(refused) > 1 else ""
+    denied = top.reason.lower() == "not authorized"
+    why = "the ACL does not let this device write there" if denied else f"the broker answered {top.reason!r}"
+    return Finding(
+        "broker acl",
+        "fail",
+        f"the broker refused {top.count} publish(es) on {top.topic}{others}: {why}; what was published there is lost",
+        "rerun edge-agent fleet acl for this device (with --home-assistant PREFIX when Home Assistant is enabled), "
+        "install the ACL and reload mosquitto (docs/security.md)",
     )
 
 
@@ -267,6 +285,7 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
         found.append(judge_power(sensors.throttled))
         found.append(judge_battery(sensors.battery, governor.decision.battery if governor else None))
     found.append(judge_broker(snapshot.broker))
+    found.append(judge_refused(snapshot.broker.refused if snapshot.broker else ()))
     found.append(judge_outbox(snapshot.outbox))
     found.append(judge_deployment(snapshot.deployment, snapshot.deployment_problem))
     found.append(judge_engine(snapshot.engine))

@@ -68,3 +68,16 @@ def test_fleet_media_refuses_a_clip_chunk_size_out_of_range(
             ]
         )
     assert exited.value.code == 2 and refusal in capsys.readouterr().err
+
+
+def test_fleet_acl_home_assistant_takes_the_discovery_prefix_or_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out = cli(capsys, "fleet", "acl", "--device", "cam-1", "--home-assistant", "--home-assistant-user", "hass")
+    assert status == 0 and "topic write homeassistant/+/cam_1/+/config" in out and "user hass" in out
+    status, out = cli(capsys, "fleet", "acl", "--device", "cam-1", "--home-assistant", "ha/disc")
+    assert status == 0 and "topic read ha/disc/status" in out and "homeassistant" not in out
+    status, out = cli(capsys, "fleet", "acl", "--device", "cam-1")
+    assert status == 0 and "/config" not in out and "ha/+/image" not in out, "no Home Assistant rules unasked"
+    status, out = cli(capsys, "fleet", "acl", "--device", "cam-1", "--home-assistant", "ha/#")
+    assert status == 1 and "without wildcards" in out
+    status, out = cli(capsys, "fleet", "acl", "--device", "cam-1", "--home-assistant-user", "hass")
+    assert status == 1 and "needs --home-assistant" in out

@@ -306,3 +306,43 @@ def test_the_classify_thread_runs_with_the_agent_and_counts_in_health(tmp_path: 
     finally:
         agent.stop()
     assert "classify" not in {t.name for t in threading.enumerate()}
+
+
+def test_home_assistant_discovery_the_acl_refuses_is_a_problem_on_the_page(tmp_path: Path) -> None:
+    """Issue 37, item 6: behind an ACL `fleet acl` wrote without ``--home-assistant``, the
+    broker refused every discovery config (25 in 40 s) and the page said nothing. Now the
+    agent's snapshot counts the refusals and the page's problems name the topic and the fix."""
+    from testkit.broker import secured_broker
+
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+    from agent.fleet.acl import mosquitto_acl
+    from agent.mqtt.protocol import Topics
+    from agent.web.problems import page_problems
+
+    broker = secured_broker(tmp_path / "broker", {"cam-1": "pw"}, mosquitto_acl([("cam-1", None)], [], Topics()))
+    secret = tmp_path / "password"
+    secret.write_text("pw\n")
+    config = AgentConfig.model_validate(
+        {
+            "device": {"id": "cam-1"},
+            "state_dir": str(tmp_path / "state"),
+            "mqtt": {"broker": broker.url, "username": "cam-1", "password": {"file": str(secret)}},
+            "pipelines": [{"name": "cam0", "source": "synthetic"}],
+            "integrations": {"home_assistant": {"enabled": True}},
+        }
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        refused = wait_until(lambda: (s := agent.snapshot()).broker and s.broker.refused, 20, "refused publishes")
+        assert all(r.topic.startswith("homeassistant/") and r.reason == "Not authorized" for r in refused), refused
+        found = [f for f in page_problems(agent.snapshot(), agent.health(), {}) if f.check == "broker acl"]
+        assert (
+            found and found[0].status == "fail" and "the ACL does not let this device write there" in found[0].message
+        )
+        assert "/config" in found[0].message and "--home-assistant" in found[0].fix
+        assert json.loads(json.dumps(agent.snapshot().to_json()))["broker"]["refused"][0]["reason"] == "Not authorized"
+    finally:
+        agent.stop()
+        broker.stop()

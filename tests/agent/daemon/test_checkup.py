@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ from testkit.broker import Broker
 from testkit.bundles import install_versions
 from testkit.fleet import cli
 from testkit.needs import missing
-from testkit.net import free_port
+from testkit.net import free_port, wait_until
 from testkit.page import running
 from testkit.tls import secured_listener
 
 from agent.cli import main
+from agent.config.models import AgentConfig
 from agent.config.recipes import recipe
 from agent.hardware.board import probe
 
@@ -181,3 +183,44 @@ def test_the_doctor_says_how_much_the_event_snapshots_take(tmp_path: Path) -> No
     found = check_media(config)
     assert found.status == "pass", found
     assert found.message.startswith("4 event snapshot(s) and clip(s) kept, 2.0 of 256"), found
+
+
+def test_doctor_probes_the_acl_for_home_assistant_and_names_what_it_refuses(tmp_path: Path) -> None:
+    """Issue 37, item 6, from a shell: with Home Assistant enabled, doctor publishes a probe on a
+    discovery config and a frame nobody reads; an ACL `fleet acl` wrote without
+    ``--home-assistant`` refuses both, and doctor says so in the page's words."""
+    from testkit.broker import secured_broker
+
+    from agent.daemon.checkup import check_broker
+    from agent.fleet.acl import mosquitto_acl
+    from agent.mqtt.protocol import Topics
+
+    broker = secured_broker(tmp_path / "broker", {"cam-1": "pw"}, mosquitto_acl([("cam-1", None)], [], Topics()))
+    secret = tmp_path / "password"
+    secret.write_text("pw\n")
+    settings = {"broker": broker.url, "username": "cam-1", "password": {"file": str(secret)}}
+
+    def doctor(enabled: bool) -> list[tuple[str, str, str]]:
+        config = AgentConfig.model_validate(
+            {
+                "device": {"id": "cam-1"},
+                "state_dir": str(tmp_path / "state"),
+                "mqtt": settings,
+                "integrations": {"home_assistant": {"enabled": enabled}},
+            }
+        )
+        return [(f.check, f.status, f.message + f.fix) for f in check_broker(config, 10)]
+
+    try:
+        found = doctor(True)
+        assert [(check, status) for check, status, _ in found] == [("broker", "pass"), ("broker acl", "fail")]
+        assert "refused 1 publish(es) on" in found[1][2] and "and 1 on 1 other topic(s)" in found[1][2]
+        assert "--home-assistant" in found[1][2]
+        assert [check for check, _, _ in doctor(False)] == ["broker"], "nothing to probe without Home Assistant"
+        acl = mosquitto_acl([("cam-1", None)], [], Topics(), "homeassistant")
+        (tmp_path / "broker" / "edge-agent.acl").write_text(acl)
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGHUP)  # mosquitto reads its ACL file again
+        wait_until(lambda: doctor(True)[1][1] == "pass", 20, "the probes taken once the ACL has the rules")
+    finally:
+        broker.stop()

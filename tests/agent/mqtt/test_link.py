@@ -5,20 +5,23 @@ bounded queue and what waits in the link while it is full."""
 from __future__ import annotations
 
 import json
+import logging
+import signal
 import threading
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-from testkit.broker import SMALL_PACKET, Broker, Watcher
+from testkit.broker import SMALL_PACKET, Broker, Watcher, secured_broker
 from testkit.net import TcpProxy, wait_until
 from testkit.tls import secured_listener
 from testkit.transfer import link_to
 
 from agent.config.models import MqttSection
+from agent.mqtt import link as link_module
 from agent.mqtt.limits import largest_payload
-from agent.mqtt.link import Delivery, Message, MqttLink, NotSent
+from agent.mqtt.link import OTHER_TOPICS, Delivery, Message, MqttLink, NotSent
 
 pytestmark = pytest.mark.usefixtures("operator_key")
 
@@ -217,4 +220,53 @@ def test_tls_with_client_certificate_and_password(tmp_path: Path, capsys) -> Non
         assert main([*args, "--key-file", str(certs["device.key"])]) == 0
         assert json.loads(capsys.readouterr().out)["cam-1"]["status"] == {"state": "online"}
     finally:
+        broker.stop()
+
+
+def test_publishes_the_broker_refuses_are_counted_per_topic_until_one_goes_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37, item 6: mosquitto answers a QoS 1 publish its ACL denies with PUBACK 0x87 and
+    drops it; the link counts them per topic (a bounded map: past `MAX_REFUSED_TOPICS` under one
+    key), and a topic leaves the count once a publish on it goes through (the ACL fixed, the
+    broker reloaded)."""
+    monkeypatch.setattr(link_module, "MAX_REFUSED_TOPICS", 2)
+    caplog.set_level(logging.WARNING, logger="agent.mqtt.link")  # `doctor` quiets agent.mqtt in this process
+    acl = "user dev1\ntopic write edge/dev1/status\n"
+    broker = secured_broker(tmp_path / "broker", {"dev1": "pw-dev1"}, acl)
+    secret = tmp_path / "dev1.password"
+    secret.write_text("pw-dev1\n")
+    link = MqttLink(MqttSection(broker=broker.url, username="dev1", password={"file": str(secret)}), "dev1").start()
+
+    def send(topic: str) -> None:
+        delivery = link.publish(topic, b"{}", qos=1)
+        assert isinstance(delivery, Delivery) and delivery.wait(10), f"no PUBACK for {topic}"
+
+    try:
+        assert link.wait_connected(10)
+        for topic in ["homeassistant/sensor/dev1/fps/config"] * 3 + ["edge/dev1/ha/cam0/image", "edge/dev1/status"]:
+            send(topic)
+        refused = [(r.topic, r.count, r.reason) for r in link.stats().refused]
+        assert refused == [
+            ("homeassistant/sensor/dev1/fps/config", 3, "Not authorized"),
+            ("edge/dev1/ha/cam0/image", 1, "Not authorized"),
+        ], "the permitted status is not counted"
+        send("homeassistant/sensor/dev1/temperature/config")
+        send("edge/other")
+        lines = [r.getMessage() for r in caplog.records if "refused a publish" in r.getMessage()]
+        assert len(lines) == 1 and "fleet acl" in lines[0], "logged once per window, however many (an outsider's)"
+        counts = {r.topic: r.count for r in link.refused()}
+        assert len(counts) == 3 and counts[OTHER_TOPICS] == 2, "bounded: the topics past the bound counted in one"
+
+        (tmp_path / "broker" / "edge-agent.acl").write_text(acl + "topic write homeassistant/#\n")
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGHUP)  # mosquitto reads its ACL file again
+        wait_until(
+            lambda: send("homeassistant/sensor/dev1/fps/config") or "fps" not in str(link.refused()),
+            10,
+            "the topic's count gone once a publish on it went through",
+        )
+        assert [r.topic for r in link.refused()] == [OTHER_TOPICS, "edge/dev1/ha/cam0/image"], "most refused first"
+    finally:
+        link.stop()
         broker.stop()

@@ -10,6 +10,7 @@ from testkit.snapshots import camera, link, snapshot
 
 from agent.hardware.readings import Battery, SensorReadings, Throttled
 from agent.hardware.system import SystemReadings
+from agent.mqtt.link import Refused
 from agent.mqtt.outbox import MIB, Dropped, OutboxStats
 from agent.snapshot import EngineStatus, Health
 from agent.web.problems import (
@@ -20,6 +21,7 @@ from agent.web.problems import (
     judge_engine,
     judge_outbox,
     judge_power,
+    judge_refused,
     page_problems,
 )
 from pipelines.sources.frames import SourceState
@@ -188,3 +190,28 @@ def test_a_backlog_stuck_too_long_is_on_the_page() -> None:
     stuck = _outbox(messages=300, oldest_age_s=4000.0)
     found = page_problems(snapshot(outbox=stuck), Health(True), {})
     assert [(f.check, f.status) for f in found] == [("outbox", "warn")]
+
+
+DENIED = Refused("homeassistant/sensor/cam_1/fps/config", 25, "Not authorized")
+
+
+@pytest.mark.parametrize(
+    ("refused", "status", "words"),
+    [
+        ((), "pass", "took every publish"),
+        ((DENIED,), "fail", "refused 25 publish(es) on homeassistant/sensor/cam_1/fps/config: the ACL does not let"),
+        ((DENIED, Refused("edge/cam-1/ha/cam0/image", 3, "Not authorized")), "fail", "and 3 on 1 other topic(s)"),
+        ((Refused("edge/x", 1, "Quota exceeded"),), "fail", "the broker answered 'Quota exceeded'"),
+    ],
+)
+def test_refused(refused: tuple[Refused, ...], status: str, words: str) -> None:
+    found = judge_refused(refused)
+    assert (found.status, found.check) == (status, "broker acl") and words in found.message, found.message
+    assert status == "pass" or ("fleet acl" in found.fix and "--home-assistant" in found.fix)
+
+
+def test_publishes_the_broker_refused_are_a_problem_on_the_page() -> None:
+    """Issue 37, item 6: 25 denied publishes in 40 s and nothing on the page."""
+    found = page_problems(snapshot(broker=link(refused=(DENIED,))), Health(True), {})
+    assert [(f.check, f.status) for f in found] == [("broker acl", "fail")] and "25 publish(es)" in found[0].message
+    assert page_problems(snapshot(broker=link()), Health(True), {}) == []

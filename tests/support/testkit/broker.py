@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -43,16 +45,41 @@ class Broker(LocalBroker):
         return self
 
 
-class Watcher:
-    """A test's own MQTT client: records every message on `filters` (newest per topic too)."""
+MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
 
-    def __init__(self, broker: Broker, filters: list[str]) -> None:
+
+def secured_broker(folder: Path, users: dict[str, str], acl: str) -> Broker:
+    """A started `Broker` as docs/security.md sets one up: no anonymous clients, `users` (name ->
+    password) in a password file, the `acl` text (`fleet acl`'s) as its ACL file, client ids
+    tied to user names. Rewrite ``folder / "edge-agent.acl"`` and send its process SIGHUP to reload it."""
+    if not Path(MOSQUITTO_PASSWD).exists():
+        missing("mosquitto_passwd", "mosquitto_passwd is not installed (apt-get install mosquitto)")
+    folder.mkdir(parents=True, exist_ok=True)
+    passwd, acl_file = folder / "passwd", folder / "edge-agent.acl"
+    for i, (user, password) in enumerate(users.items()):
+        subprocess.run([MOSQUITTO_PASSWD, *(["-c"] if i == 0 else []), "-b", str(passwd), user, password], check=True)
+    acl_file.write_text(acl)
+    for path in (passwd, acl_file):
+        path.chmod(0o600)
+    listener = f"allow_anonymous false\npassword_file {passwd}\nacl_file {acl_file}\nuse_username_as_clientid true\n"
+    return Broker(folder, listener=listener).start()
+
+
+class Watcher:
+    """A test's own MQTT client: records every message on `filters` (newest per topic too),
+    logged in as `username` with `password` when given."""
+
+    def __init__(
+        self, broker: Broker, filters: list[str], username: str | None = None, password: str | None = None
+    ) -> None:
         self.messages: list[mqtt.MQTTMessage] = []
         self.latest: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._token = os.urandom(16).hex().encode()
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+        if username is not None:
+            self.client.username_pw_set(username, password)
         self.client.on_message = self._on_message
         subscribed = threading.Event()
         self.client.on_connect = lambda c, *_: c.subscribe([(f, 1) for f in filters])
