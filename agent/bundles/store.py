@@ -3,7 +3,7 @@
 Layout under the state directory (default ``/var/lib/edge-agent``)::
 
     versions/<sha256>/        an unpacked, verified bundle (``<sha256>.tmp`` while unpacking)
-    downloads/<sha256>/       a bundle being downloaded chunk by chunk (agent.daemon.transfer)
+    downloads/<sha256>/       a bundle being downloaded chunk by chunk (agent.deployment.transfer)
     current -> versions/<sha> the version that serves
     previous -> versions/<sha>
     deployment.json           the last deployment: id, bundle, state, error, history

@@ -34,17 +34,17 @@ from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import reloadable
 from agent.daemon.clips import media_for, with_clips
 from agent.daemon.command_service import CommandService
-from agent.daemon.deployer import Deployer
 from agent.daemon.documents import deployment_status, last_will
 from agent.daemon.governing import Governing
 from agent.daemon.ha_feed import feed_for
-from agent.daemon.optimisation_report import Reports
 from agent.daemon.outgoing import Outgoing
 from agent.daemon.page import service_line, start_page
 from agent.daemon.sampler import Sampler
 from agent.daemon.service import run_until_signalled
 from agent.daemon.state_lock import StateDirLock
 from agent.daemon.totals import KeptTotals
+from agent.deployment.deployer import Deployer
+from agent.deployment.optimisation_report import Reports
 from agent.errors import BundleError, ConfigError
 from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised

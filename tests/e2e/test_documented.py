@@ -230,7 +230,7 @@ def test_a_rollback_that_cannot_start_in_time_is_busy(tmp_path: Path, keys) -> N
         }
     )
     agent = Agent(config, probe())
-    from agent.daemon.deployer import Deployer
+    from agent.deployment.deployer import Deployer
 
     assert agent.link is not None
     agent.deployer = Deployer(

@@ -1,4 +1,4 @@
-"""`agent.daemon.deployer.Deployer`: a deployment replaced before its bundle arrived ends with a
+"""`agent.deployment.deployer.Deployer`: a deployment replaced before its bundle arrived ends with a
 final state (``REJECTED``, ``SUPERSEDED``), live and across a restart (real agent processes on a
 real mosquitto)."""
 

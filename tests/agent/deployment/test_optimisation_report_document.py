@@ -1,4 +1,4 @@
-"""`agent.daemon.optimisation_report` in this process (test_optimisation_report.py has the daemon
+"""`agent.deployment.optimisation_report` in this process (test_optimisation_report.py has the daemon
 publish it over a broker): the report document of an installed version on an injected clock, with
 autotune's choice once saved, and a report thread that finds its version gone publishes nothing."""
 
@@ -14,7 +14,7 @@ from testkit.bundles import install_versions
 
 from agent.bundles.record import Deployment, Tuning
 from agent.bundles.store import Store
-from agent.daemon.optimisation_report import Reports, report_document
+from agent.deployment.optimisation_report import Reports, report_document
 from agent.hardware.board import probe
 from runtimes.registry import RuntimeSettings
 
@@ -52,7 +52,7 @@ def test_a_report_thread_whose_version_is_gone_logs_and_publishes_nothing(
 ) -> None:
     published: list[bytes] = []
     reports = Reports(Store(tmp_path / "state").ensure(), "cam-1", probe(), RuntimeSettings(), 3, published.append)
-    with caplog.at_level(logging.ERROR, "agent.daemon.optimisation_report"):
+    with caplog.at_level(logging.ERROR, "agent.deployment.optimisation_report"):
         reports.on_succeeded(Deployment(id="d-1", sha256="f" * 64))
         reports.stop()
     assert published == []

@@ -1,4 +1,4 @@
-"""`agent.daemon.wave_plan`: the device's part in a staged rollout, and undoing a halted one."""
+"""`agent.deployment.wave_plan`: the device's part in a staged rollout, and undoing a halted one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from testkit.rollouts import HOUR, schedule
 from testkit.store import A, B, two_versions
 
 from agent.bundles.record import Deployment, State
-from agent.daemon.wave_plan import Action, plan, undo_halted
+from agent.deployment.wave_plan import Action, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
 from agent.mqtt.protocol import Desired
 from agent.mqtt.rollout_schedule import Rollout

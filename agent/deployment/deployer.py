@@ -7,7 +7,7 @@ device acts on each id once (``followed.json``), so a rollback is not undone by 
 document it rolled back from. A group document with a rollout schedule is started when this
 device's wave opens and not while the rollout is halted; a halt with ``on_halt: rollback`` ends
 the download or probation in progress and undoes a deployment that succeeded
-(agent/daemon/wave_plan.py decides). A deployment runs in this class's worker thread::
+(agent/deployment/wave_plan.py decides). A deployment runs in this class's worker thread::
 
     QUEUED -> DOWNLOADING (chunks, resumable) -> VERIFYING -> INSTALLING -> ACTIVATING
            -> PROBATION -> SUCCEEDED | REJECTED (code) | FAILED (code) | FAILED -> ROLLED_BACK
@@ -33,12 +33,12 @@ from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, in
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
-from agent.daemon.desired import DesiredDocuments, latest
 from agent.daemon.documents import deployment_payload, deployment_status
-from agent.daemon.download import BundleDownload
-from agent.daemon.probation import PASSED, ProbationJudge
-from agent.daemon.transfer import Cancelled, PartialBundle
-from agent.daemon.wave_plan import Action, Plan, halted_by_rollout, plan, undo_halted
+from agent.deployment.desired import DesiredDocuments, latest
+from agent.deployment.download import BundleDownload
+from agent.deployment.probation import PASSED, ProbationJudge
+from agent.deployment.transfer import Cancelled, PartialBundle
+from agent.deployment.wave_plan import Action, Plan, halted_by_rollout, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
 from agent.mqtt.commands import ROLLBACK_WAIT_S
