@@ -33,7 +33,6 @@ from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, in
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
-from agent.daemon.documents import deployment_payload, deployment_status
 from agent.deployment.desired import DesiredDocuments, latest
 from agent.deployment.download import BundleDownload
 from agent.deployment.probation import PASSED, ProbationJudge
@@ -63,10 +62,13 @@ class Deployer:
     thread) whenever the store's current version changed, to serve it on the cameras;
     `on_succeeded` when a deployment that switched ended SUCCEEDED (after its probation, if
     any); `camera_stats` reads the cameras for probation. `clock` is monotonic seconds,
-    `wall_clock` Unix seconds (when a rollout's waves open)."""
+    `wall_clock` Unix seconds (when a rollout's waves open). `payload` makes the retained
+    ``deployment`` document of a record and its progress (the daemon hands it
+    `agent.daemon.documents.deployment_payload`, the device's one JSON edge)."""
 
     def __init__(
         self,
+        *,
         config: AgentConfig,
         device: str,
         store: Store,
@@ -76,6 +78,7 @@ class Deployer:
         policy: InstallPolicy,
         gate: ControlGate,
         on_switched: Callable[[Deployment], None],
+        payload: Callable[[Deployment, DownloadProgress | None], bytes],
         camera_stats: Callable[[], Sequence[PipelineStats]] = list,
         clock: Callable[[], float] = time.monotonic,
         on_succeeded: Callable[[Deployment], None] = lambda deployment: None,
@@ -85,6 +88,7 @@ class Deployer:
         self.config, self.device, self.store, self.board = config, device, store, board
         self.link, self.topics, self.policy, self.gate = link, topics, policy, gate
         self._on_switched, self._camera_stats, self._clock = on_switched, camera_stats, clock
+        self._payload = payload
         self._on_succeeded = on_succeeded
         self._wall_clock = wall_clock
         self._throttled = ThrottledLog(log, clock=clock)  # refusals anyone on the broker can cause
@@ -205,7 +209,14 @@ class Deployer:
                 else:
                     now = self._wall_clock()
                     last = self.store.last_deployment() if desired.rollout is not None else None
-                    job = plan(desired, self.device, self._followed.id, last, self.store.current_sha(), now)
+                    job = plan(
+                        desired=desired,
+                        device=self.device,
+                        followed_id=self._followed.id,
+                        last=last,
+                        current_sha=self.store.current_sha(),
+                        now=now,
+                    )
                     self.rollout = job.position
                     if job.action in (Action.START, Action.UNDO):
                         self._working_on = desired.id
@@ -264,7 +275,7 @@ class Deployer:
         if progress is not None:
             self._progress = progress
         self.latest = deployment_status(deployment, self._progress)
-        self.link.publish_state(self.topics.deployment(self.device), deployment_payload(deployment, self._progress))
+        self.link.publish_state(self.topics.deployment(self.device), self._payload(deployment, self._progress))
         self._on_report(deployment)
 
     def report(self, deployment: Deployment) -> None:
@@ -372,11 +383,11 @@ class Deployer:
         deadline = Worker("download-deadline", self._time_out, described="the download's deadline", budget_s=None)
         deadline.start(delay_s=max(0.0, remaining))
         download = BundleDownload(
-            self.config,
-            self.link,
-            self.topics,
-            self.store.downloads,
-            self._cancel,
+            config=self.config,
+            link=self.link,
+            topics=self.topics,
+            downloads=self.store.downloads,
+            cancel=self._cancel,
             report=lambda progress: self._publish(deployment, progress),
             problem=self._set_problem,
         )
@@ -492,3 +503,17 @@ def _halts_with_rollback(desired: Desired | None) -> bool:
     """Whether `desired` is a halted rollout whose devices roll back."""
     rollout = desired.rollout if desired is not None else None
     return rollout is not None and rollout.halted is not None and rollout.on_halt == "rollback"
+
+
+def deployment_status(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentStatus:
+    """The record as the agent snapshot shows it."""
+    return DeploymentStatus(
+        id=deployment.id,
+        name=deployment.name,
+        version=deployment.version,
+        sha256=deployment.sha256,
+        state=deployment.state,
+        error=deployment.error,
+        attempt=deployment.attempt,
+        progress=progress,
+    )

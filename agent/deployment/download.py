@@ -56,6 +56,7 @@ class BundleDownload:
 
     def __init__(
         self,
+        *,
         config: AgentConfig,
         link: MqttLink,
         topics: Topics,

@@ -51,6 +51,7 @@ def halted_by_rollout(record: Deployment | None, deployment_id: str) -> bool:
 
 
 def plan(
+    *,
     desired: Desired,
     device: str,
     followed_id: str | None,

@@ -16,6 +16,7 @@ from testkit.net import wait_until
 from agent.bundles.installer import InstallPolicy
 from agent.bundles.store import Store
 from agent.config.models import AgentConfig, MqttSection
+from agent.daemon.documents import deployment_payload
 from agent.deployment.deployer import Deployer
 from agent.hardware.board import probe
 from agent.mqtt.link import MqttLink
@@ -46,7 +47,17 @@ def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
     policy = InstallPolicy.from_config(config)
     check = gate(tmp_path, keys, Clock())
     deployer = Deployer(
-        config, "cam-1", Store(config.state_dir), probe(), link, Topics(), policy, check, print, clock=clock
+        config=config,
+        device="cam-1",
+        store=Store(config.state_dir),
+        board=probe(),
+        link=link,
+        topics=Topics(),
+        policy=policy,
+        gate=check,
+        on_switched=print,
+        payload=deployment_payload,
+        clock=clock,
     )
     flooder = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
     topic = "edge/cam-1/desired"

@@ -91,11 +91,11 @@ class Download:
         self.problems: list[str | None] = []
         self.cancel = threading.Event()
         self.download = BundleDownload(
-            config,
-            self.link,
-            Topics(),
-            tmp_path / "downloads",
-            self.cancel,
+            config=config,
+            link=self.link,
+            topics=Topics(),
+            downloads=tmp_path / "downloads",
+            cancel=self.cancel,
             report=lambda progress: None,
             problem=lambda problem: (self.problems.append(problem), on_problem(problem)),
             backoff=Backoff(initial=0.01, maximum=0.05),

@@ -71,11 +71,18 @@ def test_the_device_plan(
     rollout = schedule(**changes)
     desired = Desired(id="d1", name="demo", version="2.0.0", sha256=B, size=1, chunk_size=1, chunks=1, rollout=rollout)
     device = in_wave(rollout, wave)
-    result = plan(desired, device, followed, last, current, now)
+    result = plan(desired=desired, device=device, followed_id=followed, last=last, current_sha=current, now=now)
     assert result.action == action
     assert result.position is not None and result.position.wave == wave + 1 and result.position.waves == 3
     assert (result.wake_at is not None) == (action == Action.WAIT)
-    without = plan(desired.model_copy(update={"rollout": None}), device, followed, last, current, now)
+    without = plan(
+        desired=desired.model_copy(update={"rollout": None}),
+        device=device,
+        followed_id=followed,
+        last=last,
+        current_sha=current,
+        now=now,
+    )
     assert without.position is None and without.action == (Action.NOTHING if followed == "d1" else Action.START)
 
 
