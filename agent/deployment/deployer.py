@@ -7,7 +7,8 @@ device acts on each id once (``followed.json``), so a rollback is not undone by 
 document it rolled back from. A group document with a rollout schedule is started when this
 device's wave opens and not while the rollout is halted; a halt with ``on_halt: rollback`` ends
 the download or probation in progress and undoes a deployment that succeeded
-(agent/deployment/wave_plan.py decides). A deployment runs in this class's worker thread::
+(agent/deployment/wave_plan.py decides). A deployment runs in this class's worker thread, its
+record moved only as `agent.bundles.record.TRANSITIONS` allows::
 
     QUEUED -> DOWNLOADING (chunks, resumable) -> VERIFYING -> INSTALLING -> ACTIVATING
            -> PROBATION -> SUCCEEDED | REJECTED (code) | FAILED (code) | FAILED -> ROLLED_BACK
@@ -283,11 +284,11 @@ class Deployer:
         self._progress = None
         self._publish(deployment)
 
-    def _step(self, deployment: Deployment, state: State, error: BundleError | None = None) -> None:
-        """Move the record to `state` and publish it, then write it. A record the disk refuses is
+    def _step(self, deployment: Deployment, state: State, error: BundleError | None = None) -> Deployment:
+        """The record moved to `state`, published, then written. A record the disk refuses is
         still published; past a final state that is all (`_finish` remembers it in memory), before
         one the `OSError` ends this attempt, retried with backoff."""
-        deployment.to(state, error)
+        deployment = deployment.to(state, error)
         self._publish(deployment)
         try:
             self.store.record(deployment)
@@ -296,6 +297,7 @@ class Deployer:
                 raise
             self.problem = f"{ErrorCode.RECORD_UNWRITABLE}: cannot write the deployment record: {exc.strerror}"
             log.error("deployment %s: %s", deployment.id, self.problem)
+        return deployment
 
     def _finish(self, desired: Desired, kind: Kind) -> None:
         """Remember that `desired` was acted on (it is not acted on again), and its issue time as
@@ -337,8 +339,8 @@ class Deployer:
             log.info("deployment %s: %s %s is already running", desired.id, desired.name, desired.version)
             return
         if deployment.state != State.DOWNLOADING:
-            self._step(deployment, State.QUEUED)
-        bundle = self._download(desired, deployment)
+            deployment = self._step(deployment, State.QUEUED)
+        bundle, deployment = self._download(desired, deployment)
         if bundle is None:
             if deployment.error is None or deployment.error.code != ErrorCode.SUPERSEDED:
                 self._finish(desired, kind)  # a superseded one is not followed: a release's downgrade holds
@@ -375,9 +377,10 @@ class Deployer:
         self._finish(desired, kind)
         log.warning("deployment %s: %s (the rollout was halted)", desired.id, result.state)
 
-    def _download(self, desired: Desired, deployment: Deployment) -> PartialBundle | None:
+    def _download(self, desired: Desired, deployment: Deployment) -> tuple[PartialBundle | None, Deployment]:
         """The downloaded bundle, or None when the deployment ended here (refused, timed out,
-        cancelled by a rollback); `Cancelled` when it pauses (stop, or a newer document)."""
+        cancelled by a rollback), with the record as the download left it; `Cancelled` when it
+        pauses (stop, or a newer document)."""
         timeout = self.config.deployments.download_timeout_s
         remaining = timeout - (time.time() - (deployment.started or time.time()))
         deadline = Worker("download-deadline", self._time_out, described="the download's deadline", budget_s=None)
@@ -388,13 +391,18 @@ class Deployer:
             topics=self.topics,
             downloads=self.store.downloads,
             cancel=self._cancel,
-            report=lambda progress: self._publish(deployment, progress),
+            report=lambda progress: self._publish(deployment, progress),  # as `downloading` left it
             problem=self._set_problem,
         )
+
+        def downloading() -> None:
+            nonlocal deployment
+            deployment = self._step(deployment, State.DOWNLOADING)
+
         try:
-            return download.run(desired, lambda: self._step(deployment, State.DOWNLOADING))
+            return download.run(desired, downloading), deployment
         except BundleError as exc:
-            self._step(deployment, State.REJECTED, exc)
+            deployment = self._step(deployment, State.REJECTED, exc)
             log.error("deployment %s rejected: %s", desired.id, exc)
         except Cancelled:
             if self._timed_out.is_set():
@@ -403,21 +411,22 @@ class Deployer:
                     f"the bundle did not arrive within deployments.download_timeout_s ({timeout:.0f} s): "
                     "is its index and are its chunks on the broker (fleet gc?), or is its URL reachable?",
                 )
-                self._step(deployment, State.FAILED, error)
+                deployment = self._step(deployment, State.FAILED, error)
             elif self._rollbacks:
                 error = BundleError(ErrorCode.CANCELLED, "cancelled by a rollback command")
-                self._step(deployment, State.REJECTED, error)
+                deployment = self._step(deployment, State.REJECTED, error)
             elif self._halted.is_set():
                 error = BundleError(ErrorCode.ROLLOUT_HALTED, f"the rollout of {desired.id} was halted")
-                self._step(deployment, State.REJECTED, error)
+                deployment = self._step(deployment, State.REJECTED, error)
             elif (successor := self._successor(desired)) is not None:
-                self._step(deployment, State.REJECTED, BundleError(ErrorCode.SUPERSEDED, successor))
+                error = BundleError(ErrorCode.SUPERSEDED, successor)
+                deployment = self._step(deployment, State.REJECTED, error)
                 log.info("deployment %s: %s", desired.id, successor)
             else:
                 raise  # the agent stops: the download resumes at the next start
         finally:
             deadline.stop(1.0)  # cancelled while it waits; a timeout already taken ended it
-        return None
+        return None, deployment
 
     def _successor(self, desired: Desired) -> str | None:
         """What replaced `desired` as the document to follow, in words (None: nothing did)."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from testkit.rollouts import HOUR, schedule
-from testkit.store import A, B, two_versions
+from testkit.store import A, B, two_versions, walked_to
 
 from agent.bundles.record import Deployment, State
 from agent.deployment.wave_plan import Action, plan, undo_halted
@@ -17,9 +17,9 @@ from agent.mqtt.rollout_schedule import Rollout
 
 
 def record(state: State, deployment_id: str = "d1", code: ErrorCode | None = None, sha: str = B) -> Deployment:
-    deployment = Deployment(id=deployment_id, sha256=sha, from_sha=A)
-    deployment.to(state, BundleError(code, "why") if code else None)
-    return deployment
+    return walked_to(
+        Deployment(id=deployment_id, sha256=sha, from_sha=A), state, BundleError(code, "why") if code else None
+    )
 
 
 def in_wave(rollout: Rollout, wave: int) -> str:
@@ -88,13 +88,11 @@ def test_the_device_plan(
 
 def test_undo_puts_the_pointers_back_or_ends_a_download(tmp_path: Path) -> None:
     store = two_versions(tmp_path)  # B serving, A before it
-    taken = Deployment(id="d1", sha256=B, from_sha=A, previous_before=None)
-    taken.to(State.SUCCEEDED)
+    taken = Deployment(id="d1", sha256=B, from_sha=A, previous_before=None).to(State.SUCCEEDED)
     undone = undo_halted(store, taken, "3 of 10 failed")
     assert (undone.state, undone.error and undone.error.code) == (State.ROLLED_BACK, "ROLLOUT_HALTED")
     assert undone.error is not None and "3 of 10 failed" in undone.error.message
     assert store.current_sha() == A and store.info(B) is None, "the version it brought is gone"
     assert store.last_deployment() == undone
-    waiting = Deployment(id="d2", sha256=B, from_sha=A)
-    waiting.to(State.DOWNLOADING)
+    waiting = Deployment(id="d2", sha256=B, from_sha=A).to(State.DOWNLOADING)
     assert undo_halted(store, waiting, "").state == State.REJECTED and store.current_sha() == A
