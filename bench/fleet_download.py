@@ -28,7 +28,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from agent.config.models import MqttSection
-from agent.daemon.transfer import PartialBundle, fetch_over_mqtt
+from agent.deployment.transfer import PartialBundle, fetch_over_mqtt
 from agent.fleet.local_broker import LocalBroker
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import ChunkIndex, Topics

@@ -90,16 +90,16 @@ core=(
   'agent.bundles.store.xǁStoreǁundo_switch__*' 'agent.bundles.store.xǁStoreǁrollback__*'
   'agent.bundles.store.xǁStoreǁgc__*' 'agent.bundles.store.xǁStoreǁrecover__*'         # and recovery
   'agent.bundles.store.xǁStoreǁ_repair_pointers__*' 'agent.bundles.store.xǁStoreǁ_pointer_problem__*'
-  'agent.daemon.transfer.xǁPartialBundleǁ*'           # the transfer's chunk checks
+  'agent.deployment.transfer.xǁPartialBundleǁ*'           # the transfer's chunk checks
   'runtimes.selection.*'                             # the selection policy
   'agent.governor.policy.*' 'agent.governor.levels.*'  # the governor
   'agent.hardware.thermal.x_read_thermal_zones__*'     # thermal zones in kernel order
   'pipelines.decoding.detector.xǁDetectorǁpostprocess__*'  # boxes back to frame pixels
-  'agent.daemon.transfer.xǁ_MqttFetchǁ*'              # chunks as they arrive
+  'agent.deployment.transfer.xǁ_MqttFetchǁ*'              # chunks as they arrive
   'agent.mqtt.control.*'                             # the control gate
   'pipelines.tracking.tracker.*' 'pipelines.tracking.zones.*'  # tracker, lines and zones
   'agent.mqtt.rollout_schedule.*' 'agent.fleet.rollout_watch.x_tally__*' 'agent.fleet.rollout_watch.xǁTallyǁ*'
-  'agent.daemon.probation.*'                         # probation's verdict
+  'agent.deployment.probation.*'                         # probation's verdict
   'agent.web.auth.*'                                 # who may read and act on the page
 )
 if [ -n "$module" ]; then

@@ -254,9 +254,11 @@ def _activate_classifier(
     raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the classifier here: " + "; ".join(failures))
 
 
-def _autotune(verified: Verified, board: Board, policy: InstallPolicy, store: Store, deployment: Deployment) -> None:
+def _autotune(
+    verified: Verified, board: Board, policy: InstallPolicy, store: Store, deployment: Deployment
+) -> Deployment:
     """Measure how this version runs best here (`agent.bundles.tuning`); keep the choice for the
-    cameras and the choice with every measured row in the deployment record. Never fails the
+    cameras, and return the record with the choice and every measured row. Never fails the
     activation: without a qualifying configuration the runtime policy decides, as without autotune."""
     from agent.bundles.tuning import autotune, tuning_record
 
@@ -271,7 +273,7 @@ def _autotune(verified: Verified, board: Board, policy: InstallPolicy, store: St
     )
     if tuning is not None:
         store.save_tuning(deployment.sha256, tuning)
-    deployment.tuning = tuning_record(tuning, rows)
+    return dataclasses.replace(deployment, tuning=tuning_record(tuning, rows))
 
 
 def _file_error(exc: OSError, what: str) -> BundleError:
@@ -287,8 +289,7 @@ def rollback(store: Store) -> Deployment:
     info = store.info(sha)
     deployment = Deployment(
         id=f"rollback-{sha[:12]}", sha256=sha, name=info.name if info else None, version=info.version if info else None
-    )
-    deployment.to(State.ROLLED_BACK)
+    ).to(State.ROLLED_BACK)
     store.record(deployment)
     return deployment
 
@@ -329,14 +330,15 @@ def install(
             previous_before=store.previous_sha(),
         )
         sha256_checked = True  # the record's sha256 was just computed from this file
-    deployment.probation_s = probation_s
-    sha = deployment.sha256
+    record = dataclasses.replace(deployment, probation_s=probation_s)  # the record as it moves
+    sha = record.sha256
 
     def step(state: State, error: BundleError | None = None) -> None:
-        deployment.to(state, error)
-        store.record(deployment)
-        on_state(deployment)
-        log.info("deployment %s: %s%s", deployment.id, state, f" ({error})" if error else "")
+        nonlocal record
+        record = record.to(state, error)
+        store.record(record)
+        on_state(record)
+        log.info("deployment %s: %s%s", record.id, state, f" ({error})" if error else "")
 
     step(State.VERIFYING)
     checkpoint("verifying")
@@ -363,12 +365,12 @@ def install(
     except BundleError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         step(State.REJECTED, exc)
-        return deployment
+        return record
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         step(State.REJECTED, _file_error(exc, f"cannot unpack into {staging}"))
-        return deployment
-    deployment.name, deployment.version = verified.manifest.name, verified.manifest.version
+        return record
+    record = dataclasses.replace(record, name=verified.manifest.name, version=verified.manifest.version)
     step(State.INSTALLING)
     checkpoint("installing")
     final = store.versions / sha
@@ -381,7 +383,7 @@ def install(
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         step(State.REJECTED, _file_error(exc, f"cannot install into {final}"))
-        return deployment
+        return record
     checkpoint("installed")
     step(State.ACTIVATING)
     checkpoint("activating")
@@ -389,9 +391,9 @@ def install(
         activation = activate(verified, board, policy.preference, policy.runtimes)
     except BundleError as exc:
         store.remove_version(sha)
-        deployment.to(State.FAILED, exc)  # FAILED -> ROLLED_BACK in one record: nothing switched
+        record = record.to(State.FAILED, exc)  # FAILED -> ROLLED_BACK in one record: nothing switched
         step(State.ROLLED_BACK)
-        return deployment
+        return record
     log.info(
         "activated %s on %s (%s): parity %.1f%%",
         activation.artifact,
@@ -403,16 +405,16 @@ def install(
         parity = activation.classifier_parity * 100
         log.info("the second stage's classifier %s: parity %.1f%%", activation.classifier, parity)
     if policy.autotune:
-        _autotune(verified, board, policy, store, deployment)
+        record = _autotune(verified, board, policy, store, record)
     store.switch(sha)
     checkpoint("switched")
     if probation_s > 0:
         step(State.PROBATION)
-        return deployment
+        return record
     step(State.SUCCEEDED)
     store.note_installed(verified.manifest.name, verified.manifest.version)
     store.gc()
-    return deployment
+    return record
 
 
 def refuse_downgrade(store: Store, manifest: Manifest) -> None:
@@ -438,15 +440,14 @@ def end_probation(
     pointers back as they were before it, remove its version and record FAILED -> ROLLED_BACK
     with `code` (``PROBATION_FAILED``, or ``ROLLOUT_HALTED``) and `failure` as the reason."""
     if failure is None:
-        deployment.to(State.SUCCEEDED)
+        deployment = deployment.to(State.SUCCEEDED)
         store.record(deployment)
         if deployment.name and deployment.version:
             store.note_installed(deployment.name, deployment.version)
         store.gc()
     else:
         store.undo_switch(deployment)
-        deployment.to(State.FAILED, BundleError(code, failure))
-        deployment.to(State.ROLLED_BACK)
+        deployment = deployment.to(State.FAILED, BundleError(code, failure)).to(State.ROLLED_BACK)
         store.record(deployment)
     on_state(deployment)
     log.info("deployment %s: %s%s", deployment.id, deployment.state, f" ({failure})" if failure else "")

@@ -1,5 +1,10 @@
 """The deployment record (`Deployment`, `State`, autotune's `Tuning` and `TuningRecord` in it).
 
+A `Deployment` is a frozen value: `Deployment.to` returns the record in its next state, and
+refuses (`IllegalTransition`) a step that `TRANSITIONS`, the table of the life cycle, does not
+allow. Whoever moves a record keeps the value it returns (the deployer, the installer, the
+store's recovery, a rollback, a halted rollout's undo).
+
 The record is made into JSON for ``deployment.json`` by `Deployment.to_json` and read back by
 `Deployment.from_json` (records written by older versions load too: missing fields take their
 defaults, unknown ones are ignored); its error is an `ErrorInfo`, its tuning typed values.
@@ -12,8 +17,10 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
+from types import MappingProxyType
 
 from pydantic import TypeAdapter
 
@@ -46,6 +53,46 @@ class State(str, Enum):
 FINAL_STATES = frozenset({State.SUCCEEDED, State.REJECTED, State.FAILED, State.ROLLED_BACK})
 #: a deployment in one of these touched no version: the daemon resumes it after a restart
 RESUMABLE_STATES = frozenset({State.QUEUED, State.DOWNLOADING})
+
+#: the states a record may enter from each state; `Deployment.to` refuses any other. A new
+#: record is QUEUED with no history, and its first step enters QUEUED (the deployer took a
+#: desired document), VERIFYING (`edge-agent install` of a file), SUCCEEDED (the version is
+#: already current) or ROLLED_BACK (a rollback's own record); a queued one may also end REJECTED
+#: before its first chunk (too large, replaced, a rollback, a halt) or FAILED (no index in time).
+#: QUEUED and DOWNLOADING may be entered again: a deployment resumed after a restart.
+TRANSITIONS: Mapping[State, frozenset[State]] = MappingProxyType(
+    {
+        State.QUEUED: frozenset(
+            {
+                State.QUEUED,
+                State.DOWNLOADING,
+                State.VERIFYING,
+                State.SUCCEEDED,
+                State.REJECTED,
+                State.FAILED,
+                State.ROLLED_BACK,
+            }
+        ),
+        State.DOWNLOADING: frozenset({State.DOWNLOADING, State.VERIFYING, State.REJECTED, State.FAILED}),
+        State.VERIFYING: frozenset({State.INSTALLING, State.REJECTED}),
+        State.INSTALLING: frozenset({State.ACTIVATING, State.REJECTED}),
+        # SUCCEEDED also where recovery finds it switched but unrecorded; FAILED, then ROLLED_BACK
+        State.ACTIVATING: frozenset({State.PROBATION, State.SUCCEEDED, State.FAILED}),
+        State.PROBATION: frozenset({State.SUCCEEDED, State.FAILED}),
+        State.SUCCEEDED: frozenset({State.ROLLED_BACK}),  # undone by a rollout halted with on_halt: rollback
+        State.REJECTED: frozenset(),
+        State.FAILED: frozenset({State.ROLLED_BACK}),  # one that switched is rolled back in the same record
+        State.ROLLED_BACK: frozenset(),
+    }
+)
+
+
+class IllegalTransition(ValueError):
+    """A step `TRANSITIONS` does not allow: a bug in the caller, never a bundle's fault."""
+
+    def __init__(self, record: Deployment, state: State) -> None:
+        allowed = ", ".join(sorted(TRANSITIONS[record.state])) or "none: it has ended"
+        super().__init__(f"deployment {record.id} cannot go from {record.state} to {state} (allowed: {allowed})")
 
 
 @dataclass(frozen=True)
@@ -95,12 +142,14 @@ class TuningRecord:
     rows: tuple[ReportRow, ...] = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Deployment:
-    """One attempt to install and activate a bundle (or a rollback).
+    """One attempt to install and activate a bundle (or a rollback), as a value: `to` gives the
+    record in its next state.
 
     `from_sha` and `previous_before` are the pointers when it started: what recovery restores.
     `probation_s` > 0 means the version is watched after it switched (a crash then rolls back).
+    `history` is each state entered with its time (Unix seconds), oldest first.
     """
 
     id: str
@@ -113,15 +162,21 @@ class Deployment:
     previous_before: str | None = None
     attempt: int = 1  # the daemon retries a deployment once after a crash while verifying or installing
     probation_s: float = 0.0
-    history: list[tuple[State, float]] = field(default_factory=list)
+    history: tuple[tuple[State, float], ...] = ()
     tuning: TuningRecord | None = None  # autotune at activation: the choice and the measured rows
 
-    def to(self, state: State, error: BundleError | None = None) -> None:
-        """Enter `state` (recorded in the history); `error` becomes the record's code and message."""
-        self.state = State(state)
-        if error is not None:
-            self.error = ErrorInfo.of(error)
-        self.history.append((state, round(time.time(), 3)))
+    def to(self, state: State, error: BundleError | None = None) -> Deployment:
+        """The record in `state` (added to the history); `error` becomes its code and message.
+        Raises `IllegalTransition` when `TRANSITIONS` does not lead from this state to `state`."""
+        state = State(state)
+        if state not in TRANSITIONS[self.state]:
+            raise IllegalTransition(self, state)
+        return replace(
+            self,
+            state=state,
+            error=ErrorInfo.of(error) if error is not None else self.error,
+            history=(*self.history, (state, round(time.time(), 3))),
+        )
 
     @property
     def started(self) -> float | None:

@@ -3,7 +3,7 @@
 Layout under the state directory (default ``/var/lib/edge-agent``)::
 
     versions/<sha256>/        an unpacked, verified bundle (``<sha256>.tmp`` while unpacking)
-    downloads/<sha256>/       a bundle being downloaded chunk by chunk (agent.daemon.transfer)
+    downloads/<sha256>/       a bundle being downloaded chunk by chunk (agent.deployment.transfer)
     current -> versions/<sha> the version that serves
     previous -> versions/<sha>
     deployment.json           the last deployment: id, bundle, state, error, history
@@ -398,9 +398,9 @@ class Store:
             if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):
                 self.remove_version(deployment.sha256)  # brought by this deployment, never served
             interrupted = BundleError(ErrorCode.INTERRUPTED, f"the agent stopped during {deployment.state}")
-            deployment.to(State.REJECTED, interrupted)
+            deployment = deployment.to(State.REJECTED, interrupted)
         elif deployment.state == State.ACTIVATING and switched and not deployment.probation_s:
-            deployment.to(State.SUCCEEDED)  # switched, but the record was not written yet
+            deployment = deployment.to(State.SUCCEEDED)  # switched, but the record was not written yet
             if deployment.name and deployment.version:
                 self.note_installed(deployment.name, deployment.version)
         else:
@@ -409,7 +409,6 @@ class Store:
                 error = BundleError(ErrorCode.PROBATION_FAILED, "the agent stopped while the version was on probation")
             else:
                 error = BundleError(ErrorCode.INTERRUPTED, f"the agent stopped during {deployment.state}")
-            deployment.to(State.FAILED, error)
-            deployment.to(State.ROLLED_BACK)
+            deployment = deployment.to(State.FAILED, error).to(State.ROLLED_BACK)
         self.record(deployment)
         return deployment

@@ -1,2 +1,2 @@
-"""The only room that wires components together: the agent (`edge-agent run`), the deployer
-that follows desired documents, bundle transfers, and the telemetry and status documents."""
+"""The only room that wires components together: the agent (`edge-agent run`), which composes
+the deployment room (agent/deployment/), and the telemetry and status documents."""

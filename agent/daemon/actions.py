@@ -22,8 +22,7 @@ from collections.abc import Callable
 from agent.bundles.installer import rollback
 from agent.bundles.record import Deployment
 from agent.bundles.store import Store
-from agent.daemon.deployer import Deployer
-from agent.daemon.documents import deployment_status
+from agent.deployment.deployer import Deployer, deployment_status
 from agent.errors import BundleError, CodedError, ErrorCode
 from agent.event_values import Event
 from agent.mqtt.commands import CommandActions, shorten

@@ -34,17 +34,17 @@ from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import reloadable
 from agent.daemon.clips import media_for, with_clips
 from agent.daemon.command_service import CommandService
-from agent.daemon.deployer import Deployer
-from agent.daemon.documents import deployment_status, last_will
+from agent.daemon.documents import deployment_payload, last_will
 from agent.daemon.governing import Governing
 from agent.daemon.ha_feed import feed_for
-from agent.daemon.optimisation_report import Reports
 from agent.daemon.outgoing import Outgoing
 from agent.daemon.page import service_line, start_page
 from agent.daemon.sampler import Sampler
 from agent.daemon.service import run_until_signalled
 from agent.daemon.state_lock import StateDirLock
 from agent.daemon.totals import KeptTotals
+from agent.deployment.deployer import Deployer, deployment_status
+from agent.deployment.optimisation_report import Reports
 from agent.errors import BundleError, ConfigError
 from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised
@@ -177,7 +177,14 @@ class Agent:
             if config.deployments.report:
                 report = functools.partial(self.link.publish_state, self.topics.report(self.device))
                 settings, frames = config.runtime_settings(), config.deployments.report_frames
-                self.reports = Reports(self.store, self.device, self.board, settings, frames, report)
+                self.reports = Reports(
+                    store=self.store,
+                    device=self.device,
+                    board=self.board,
+                    settings=settings,
+                    frames=frames,
+                    publish=report,
+                )
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -203,15 +210,16 @@ class Agent:
         self.sampler.start()
         if self.link is not None:
             self.deployer = Deployer(
-                self.config,
-                self.device,
-                self.store,
-                self.board,
-                self.link,
-                self.topics,
-                self.policy,
-                self.gate,
-                self._on_deployed,
+                config=self.config,
+                device=self.device,
+                store=self.store,
+                board=self.board,
+                link=self.link,
+                topics=self.topics,
+                policy=self.policy,
+                gate=self.gate,
+                on_switched=self._on_deployed,
+                payload=deployment_payload,
                 camera_stats=self.cameras.stats,
                 on_succeeded=self.reports.on_succeeded if self.reports is not None else lambda deployment: None,
                 wall_clock=self.clock,

@@ -33,7 +33,7 @@ from agent.mqtt.device_documents import (
     TelemetryDocument,
 )
 from agent.mqtt.protocol import json_payload
-from agent.snapshot import AgentSnapshot, DeploymentStatus
+from agent.snapshot import AgentSnapshot
 
 
 def status_document(snapshot: AgentSnapshot) -> StatusDocument:
@@ -124,17 +124,3 @@ def last_will(device: str) -> bytes:
     """The status the broker publishes when the agent is killed or cut off: ``{"state":
     "offline", "device"}``, nothing else (`fleet status` shows the last bundle from the record)."""
     return StatusDocument(state="offline", device=device).model_dump_json(exclude_unset=True).encode()
-
-
-def deployment_status(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentStatus:
-    """The record as the agent snapshot shows it."""
-    return DeploymentStatus(
-        id=deployment.id,
-        name=deployment.name,
-        version=deployment.version,
-        sha256=deployment.sha256,
-        state=deployment.state,
-        error=deployment.error,
-        attempt=deployment.attempt,
-        progress=progress,
-    )

@@ -230,11 +230,21 @@ def test_a_rollback_that_cannot_start_in_time_is_busy(tmp_path: Path, keys) -> N
         }
     )
     agent = Agent(config, probe())
-    from agent.daemon.deployer import Deployer
+    from agent.daemon.documents import deployment_payload
+    from agent.deployment.deployer import Deployer
 
     assert agent.link is not None
     agent.deployer = Deployer(
-        config, "d", agent.store, probe(), agent.link, agent.topics, agent.policy, agent.gate, lambda d: None
+        config=config,
+        device="d",
+        store=agent.store,
+        board=probe(),
+        link=agent.link,
+        topics=agent.topics,
+        policy=agent.policy,
+        gate=agent.gate,
+        on_switched=lambda d: None,
+        payload=deployment_payload,
     )
     agent.deployer.rollback_timeout_s = 0.2
     assert agent.commands is not None

@@ -10,7 +10,7 @@ from pathlib import Path
 from testkit import REPO
 
 from agent.bundles.manifest import Manifest
-from agent.bundles.record import State
+from agent.bundles.record import TRANSITIONS, State
 from agent.cli.main import build_parser
 from agent.config.models import AgentConfig
 from agent.errors import ErrorCode
@@ -63,6 +63,24 @@ def test_upper_case_words_in_the_docs_are_codes_or_states() -> None:
 def test_every_deployment_state_is_documented() -> None:
     text = (REPO / "docs" / "mqtt.md").read_text() + (REPO / "docs" / "bundles.md").read_text()
     assert [state.value for state in State if state.value not in text] == []
+
+
+def _documented_transitions() -> dict[State, frozenset[State]]:
+    """The table under docs/architecture.md's "The life of a deployment": each row's states
+    (notes in parentheses aside)."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text.split("## The life of a deployment", 1)[1].split("\n## ", 1)[0]
+    table: dict[State, frozenset[State]] = {}
+    for line in section.splitlines():
+        cells = [re.sub(r"\([^)]*\)", "", cell) for cell in line.split("|")[1:-1]]
+        if len(cells) == 2 and re.fullmatch(r"[A-Z_, ]+", cells[0].strip()):
+            there = frozenset(State(word) for word in re.findall(r"[A-Z_]{3,}", cells[1]))
+            table.update({State(here.strip()): there for here in cells[0].split(",")})
+    return table
+
+
+def test_the_life_of_a_deployment_shows_the_table_of_steps() -> None:
+    assert _documented_transitions() == dict(TRANSITIONS)
 
 
 def _choices(*path: str) -> tuple[str, ...]:

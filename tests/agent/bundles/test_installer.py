@@ -16,7 +16,7 @@ from testkit import DEMO_MODELS, REPO
 from testkit.bad_bundles import CASES, without
 from testkit.bundles import read_files, write_tar
 from testkit.needs import missing
-from testkit.store import A, B, C, fake_version, two_versions
+from testkit.store import A, B, C, fake_version, two_versions, walked_to
 
 from agent.bundles.archive import Limits, build_bundle
 from agent.bundles.installer import InstallPolicy, end_probation, install, rollback
@@ -178,7 +178,7 @@ def test_a_crash_after_the_switch_of_a_watched_version_rolls_it_back(tmp_path: P
     fake_version(store, C, 3000)
     deployment = Deployment(id="d", sha256=C, from_sha=B, previous_before=A, probation_s=120, name="x", version="3")
     store.switch(C)
-    deployment.to(State(state))
+    deployment = walked_to(deployment, State(state))
     store.record(deployment)
     recovered = store.recover()
     assert recovered is not None and recovered.state == "ROLLED_BACK"
@@ -192,8 +192,7 @@ def test_end_probation_restores_the_pointers_or_keeps_the_version(tmp_path: Path
     fake_version(store, C, 3000)
     failing = Deployment(id="d", sha256=C, from_sha=B, previous_before=A, probation_s=1, name="x", version="3.0.0")
     store.switch(C)
-    failing.to(State.PROBATION)
-    end_probation(store, failing, "camera cam0 inferred no frame")
+    failing = end_probation(store, walked_to(failing, State.PROBATION), "camera cam0 inferred no frame")
     assert failing.state == "ROLLED_BACK" and [s for s, _ in failing.history][-2:] == ["FAILED", "ROLLED_BACK"]
     assert (store.current_sha(), store.previous_sha()) == (B, A) and not (store.versions / C).exists()
     assert store.highest_version("x") is None, "a version that failed probation does not count as installed"

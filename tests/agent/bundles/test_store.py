@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from testkit.store import A, B, C, fake_version, two_versions
+from testkit.store import A, B, C, fake_version, two_versions, walked_to
 
 from agent.bundles.record import Deployment, State
 from agent.bundles.store import Store, version_key
@@ -66,8 +66,7 @@ def test_recover_drops_dangling_pointers_and_partial_unpacks(tmp_path: Path) -> 
     import os
 
     os.symlink("versions/" + "c" * 64, tmp_path / "previous")  # points at nothing
-    deployment = Deployment(id="d1", sha256="b" * 64, from_sha="a" * 64)
-    deployment.to("INSTALLING")
+    deployment = Deployment(id="d1", sha256="b" * 64, from_sha="a" * 64).to(State.VERIFYING).to(State.INSTALLING)
     store.record(deployment)
     recovered = store.recover()
     assert recovered is not None and recovered.state == "REJECTED"
@@ -229,7 +228,7 @@ def test_recovery_after_a_crash_at_each_state(tmp_path: Path, case: str) -> None
     )
     if switched:
         store.switch(C)
-    deployment.to(State(state))
+    deployment = walked_to(deployment, State(state))
     store.record(deployment)
     recovered = store.recover()
     assert recovered is not None and recovered.state == final
@@ -248,7 +247,7 @@ def test_recovery_keeps_a_version_the_interrupted_deployment_did_not_bring(tmp_p
     for sha in (B, A):
         store = two_versions(tmp_path / sha[:1])
         deployment = Deployment(id="d", sha256=sha, from_sha=B, previous_before=A, name="x", version="1")
-        deployment.to(State.VERIFYING)
+        deployment = deployment.to(State.VERIFYING)
         store.record(deployment)
         assert store.recover() is not None
         assert (store.versions / sha).is_dir() and (store.current_sha(), store.previous_sha()) == (B, A)
@@ -256,8 +255,7 @@ def test_recovery_keeps_a_version_the_interrupted_deployment_did_not_bring(tmp_p
 
 def test_nothing_to_recover_after_a_final_state(tmp_path: Path) -> None:
     store = two_versions(tmp_path)
-    deployment = Deployment(id="d", sha256=B, from_sha=A, name="x", version="2")
-    deployment.to(State.SUCCEEDED)
+    deployment = Deployment(id="d", sha256=B, from_sha=A, name="x", version="2").to(State.SUCCEEDED)
     store.record(deployment)
     assert store.recover() is None and store.last_deployment().state == "SUCCEEDED"  # type: ignore[union-attr]
 
@@ -273,7 +271,7 @@ def test_undo_without_previous_before_keeps_the_newest_other_version_as_previous
     fake_version(store, C, 3000)
     deployment = Deployment(id="d", sha256=C, from_sha=B, probation_s=60, name="x", version="3.0.0")
     store.switch(C)  # current C, previous B
-    deployment.to(State.PROBATION)
+    deployment = walked_to(deployment, State.PROBATION)
     store.record(deployment)
     with caplog.at_level(logging.WARNING):
         recovered = store.recover()

@@ -22,7 +22,7 @@ def test_status_of_an_empty_device(tmp_path: Path, capsys) -> None:
 def test_status_names_current_previous_and_the_last_deployment(tmp_path: Path, capsys) -> None:
     store = two_versions(tmp_path)
     deployment = Deployment(id="d-7", sha256=B, name="x", version=B)
-    deployment.to(State.FAILED, BundleError(ErrorCode.PARITY_FAILED, "outputs differ"))
+    deployment = deployment.to(State.FAILED, BundleError(ErrorCode.PARITY_FAILED, "outputs differ"))
     store.record(deployment)
     config = tmp_path / "agent.yaml"
     config.write_text(f"state_dir: {store.root}\n")

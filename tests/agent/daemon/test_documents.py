@@ -54,19 +54,19 @@ def _record() -> Deployment:
         error=ErrorInfo(ErrorCode.PARITY_FAILED, "0.91 of the outputs within tolerance"),
         from_sha="a" * 64,
         probation_s=60.0,
-        history=[
+        history=(
             (State.QUEUED, 1000.0),
             (State.DOWNLOADING, 1000.5),
             (State.VERIFYING, 1010.25),
             (State.REJECTED, 1010.5),
-        ],
+        ),
         tuning=TuningRecord(choice, rows),
     )
 
 
 PROGRESS = DownloadProgress(4, 4, 65536, 65536, 1, 3, 0)
 BARE = Deployment(id="rollback-aaaa", sha256="a" * 64, state=State.ROLLED_BACK, name="demo", version="1.0.0",
-                  history=[(State.ROLLED_BACK, 1200.0)])  # fmt: skip
+                  history=((State.ROLLED_BACK, 1200.0),))  # fmt: skip
 
 CASES: dict[str, tuple[bytes, DeviceDocument, type[DeviceDocument]]] = {
     "status.json": (status_payload(full_snapshot()), status_document(full_snapshot()), StatusDocument),

@@ -81,8 +81,7 @@ def test_events_reports_and_telemetry_reach_the_broker_through_the_outbox(tmp_pa
         deployment = Deployment("dep-1", "ab" * 32)
         outgoing.deployment_report(deployment)
         outgoing.deployment_report(deployment)  # the same step again: not reported twice
-        deployment.to(State.VERIFYING)
-        outgoing.deployment_report(deployment)
+        outgoing.deployment_report(deployment.to(State.VERIFYING))
         outgoing.telemetry()
         wait_until(lambda: len(watcher.all_json(REPORTS)) >= 2 and watcher.all_json(TELEMETRY), 30, "the messages")
         wait_until(lambda: outbox.stats().messages == 0, 10, "the outbox to forget what was acknowledged")

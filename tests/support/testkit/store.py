@@ -1,13 +1,17 @@
-"""Stores with fake versions (a manifest each) for the tests of recovery, gc and rollback."""
+"""Stores with fake versions (a manifest each) for the tests of recovery, gc and rollback, and
+deployment records walked to the state a test needs."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
+from agent.bundles.record import TRANSITIONS, Deployment, State
 from agent.bundles.store import Store
+from agent.errors import BundleError
 
 
 def fake_version(store: Store, sha: str, mtime: float, models: Mapping[str, str] | None = None) -> None:
@@ -34,3 +38,21 @@ def two_versions(tmp_path: Path) -> Store:
     store.switch(A)
     store.switch(B)
     return store
+
+
+def walked_to(record: Deployment, state: State, error: BundleError | None = None) -> Deployment:
+    """`record` moved to `state` by the shortest way `TRANSITIONS` allows (a record left there by
+    a crash, as recovery finds it); `error` is given with the last step."""
+    before: dict[State, tuple[State, ...]] = {record.state: ()}  # the steps that reach each state
+    queue = deque([record.state])
+    while queue:
+        here = queue.popleft()
+        for step in sorted(TRANSITIONS[here]):
+            if step == state:
+                for passed in before[here]:
+                    record = record.to(passed)
+                return record.to(state, error)
+            if step not in before:
+                before[step] = (*before[here], step)
+                queue.append(step)
+    raise ValueError(f"TRANSITIONS has no way from {record.state} to {state}")

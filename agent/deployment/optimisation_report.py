@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 
 def report_document(
+    *,
     store: Store,
     sha: str,
     device: str,
@@ -68,6 +69,7 @@ class Reports:
 
     def __init__(
         self,
+        *,
         store: Store,
         device: str,
         board: Board,
@@ -94,7 +96,14 @@ class Reports:
 
     def _report(self, sha: str) -> None:
         try:
-            document = report_document(self.store, sha, self.device, self.board, self.settings, self.frames)
+            document = report_document(
+                store=self.store,
+                sha=sha,
+                device=self.device,
+                board=self.board,
+                settings=self.settings,
+                frames=self.frames,
+            )
         except (BundleError, OSError) as exc:
             log.error("optimisation report of %s: %s", sha[:12], exc)
             return

@@ -1,4 +1,4 @@
-"""`agent.daemon.optimisation_report`: the daemon publishes its report and the tuning after a deployment."""
+"""`agent.deployment.optimisation_report`: the daemon publishes its report and the tuning after a deployment."""
 
 from __future__ import annotations
 

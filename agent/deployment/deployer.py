@@ -7,7 +7,8 @@ device acts on each id once (``followed.json``), so a rollback is not undone by 
 document it rolled back from. A group document with a rollout schedule is started when this
 device's wave opens and not while the rollout is halted; a halt with ``on_halt: rollback`` ends
 the download or probation in progress and undoes a deployment that succeeded
-(agent/daemon/wave_plan.py decides). A deployment runs in this class's worker thread::
+(agent/deployment/wave_plan.py decides). A deployment runs in this class's worker thread, its
+record moved only as `agent.bundles.record.TRANSITIONS` allows::
 
     QUEUED -> DOWNLOADING (chunks, resumable) -> VERIFYING -> INSTALLING -> ACTIVATING
            -> PROBATION -> SUCCEEDED | REJECTED (code) | FAILED (code) | FAILED -> ROLLED_BACK
@@ -33,12 +34,11 @@ from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, in
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
-from agent.daemon.desired import DesiredDocuments, latest
-from agent.daemon.documents import deployment_payload, deployment_status
-from agent.daemon.download import BundleDownload
-from agent.daemon.probation import PASSED, ProbationJudge
-from agent.daemon.transfer import Cancelled, PartialBundle
-from agent.daemon.wave_plan import Action, Plan, halted_by_rollout, plan, undo_halted
+from agent.deployment.desired import DesiredDocuments, latest
+from agent.deployment.download import BundleDownload
+from agent.deployment.probation import PASSED, ProbationJudge
+from agent.deployment.transfer import Cancelled, PartialBundle
+from agent.deployment.wave_plan import Action, Plan, halted_by_rollout, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
 from agent.mqtt.commands import ROLLBACK_WAIT_S
@@ -63,10 +63,13 @@ class Deployer:
     thread) whenever the store's current version changed, to serve it on the cameras;
     `on_succeeded` when a deployment that switched ended SUCCEEDED (after its probation, if
     any); `camera_stats` reads the cameras for probation. `clock` is monotonic seconds,
-    `wall_clock` Unix seconds (when a rollout's waves open)."""
+    `wall_clock` Unix seconds (when a rollout's waves open). `payload` makes the retained
+    ``deployment`` document of a record and its progress (the daemon hands it
+    `agent.daemon.documents.deployment_payload`, the device's one JSON edge)."""
 
     def __init__(
         self,
+        *,
         config: AgentConfig,
         device: str,
         store: Store,
@@ -76,6 +79,7 @@ class Deployer:
         policy: InstallPolicy,
         gate: ControlGate,
         on_switched: Callable[[Deployment], None],
+        payload: Callable[[Deployment, DownloadProgress | None], bytes],
         camera_stats: Callable[[], Sequence[PipelineStats]] = list,
         clock: Callable[[], float] = time.monotonic,
         on_succeeded: Callable[[Deployment], None] = lambda deployment: None,
@@ -85,6 +89,7 @@ class Deployer:
         self.config, self.device, self.store, self.board = config, device, store, board
         self.link, self.topics, self.policy, self.gate = link, topics, policy, gate
         self._on_switched, self._camera_stats, self._clock = on_switched, camera_stats, clock
+        self._payload = payload
         self._on_succeeded = on_succeeded
         self._wall_clock = wall_clock
         self._throttled = ThrottledLog(log, clock=clock)  # refusals anyone on the broker can cause
@@ -205,7 +210,14 @@ class Deployer:
                 else:
                     now = self._wall_clock()
                     last = self.store.last_deployment() if desired.rollout is not None else None
-                    job = plan(desired, self.device, self._followed.id, last, self.store.current_sha(), now)
+                    job = plan(
+                        desired=desired,
+                        device=self.device,
+                        followed_id=self._followed.id,
+                        last=last,
+                        current_sha=self.store.current_sha(),
+                        now=now,
+                    )
                     self.rollout = job.position
                     if job.action in (Action.START, Action.UNDO):
                         self._working_on = desired.id
@@ -264,7 +276,7 @@ class Deployer:
         if progress is not None:
             self._progress = progress
         self.latest = deployment_status(deployment, self._progress)
-        self.link.publish_state(self.topics.deployment(self.device), deployment_payload(deployment, self._progress))
+        self.link.publish_state(self.topics.deployment(self.device), self._payload(deployment, self._progress))
         self._on_report(deployment)
 
     def report(self, deployment: Deployment) -> None:
@@ -272,11 +284,11 @@ class Deployer:
         self._progress = None
         self._publish(deployment)
 
-    def _step(self, deployment: Deployment, state: State, error: BundleError | None = None) -> None:
-        """Move the record to `state` and publish it, then write it. A record the disk refuses is
+    def _step(self, deployment: Deployment, state: State, error: BundleError | None = None) -> Deployment:
+        """The record moved to `state`, published, then written. A record the disk refuses is
         still published; past a final state that is all (`_finish` remembers it in memory), before
         one the `OSError` ends this attempt, retried with backoff."""
-        deployment.to(state, error)
+        deployment = deployment.to(state, error)
         self._publish(deployment)
         try:
             self.store.record(deployment)
@@ -285,6 +297,7 @@ class Deployer:
                 raise
             self.problem = f"{ErrorCode.RECORD_UNWRITABLE}: cannot write the deployment record: {exc.strerror}"
             log.error("deployment %s: %s", deployment.id, self.problem)
+        return deployment
 
     def _finish(self, desired: Desired, kind: Kind) -> None:
         """Remember that `desired` was acted on (it is not acted on again), and its issue time as
@@ -326,8 +339,8 @@ class Deployer:
             log.info("deployment %s: %s %s is already running", desired.id, desired.name, desired.version)
             return
         if deployment.state != State.DOWNLOADING:
-            self._step(deployment, State.QUEUED)
-        bundle = self._download(desired, deployment)
+            deployment = self._step(deployment, State.QUEUED)
+        bundle, deployment = self._download(desired, deployment)
         if bundle is None:
             if deployment.error is None or deployment.error.code != ErrorCode.SUPERSEDED:
                 self._finish(desired, kind)  # a superseded one is not followed: a release's downgrade holds
@@ -364,26 +377,32 @@ class Deployer:
         self._finish(desired, kind)
         log.warning("deployment %s: %s (the rollout was halted)", desired.id, result.state)
 
-    def _download(self, desired: Desired, deployment: Deployment) -> PartialBundle | None:
+    def _download(self, desired: Desired, deployment: Deployment) -> tuple[PartialBundle | None, Deployment]:
         """The downloaded bundle, or None when the deployment ended here (refused, timed out,
-        cancelled by a rollback); `Cancelled` when it pauses (stop, or a newer document)."""
+        cancelled by a rollback), with the record as the download left it; `Cancelled` when it
+        pauses (stop, or a newer document)."""
         timeout = self.config.deployments.download_timeout_s
         remaining = timeout - (time.time() - (deployment.started or time.time()))
         deadline = Worker("download-deadline", self._time_out, described="the download's deadline", budget_s=None)
         deadline.start(delay_s=max(0.0, remaining))
         download = BundleDownload(
-            self.config,
-            self.link,
-            self.topics,
-            self.store.downloads,
-            self._cancel,
-            report=lambda progress: self._publish(deployment, progress),
+            config=self.config,
+            link=self.link,
+            topics=self.topics,
+            downloads=self.store.downloads,
+            cancel=self._cancel,
+            report=lambda progress: self._publish(deployment, progress),  # as `downloading` left it
             problem=self._set_problem,
         )
+
+        def downloading() -> None:
+            nonlocal deployment
+            deployment = self._step(deployment, State.DOWNLOADING)
+
         try:
-            return download.run(desired, lambda: self._step(deployment, State.DOWNLOADING))
+            return download.run(desired, downloading), deployment
         except BundleError as exc:
-            self._step(deployment, State.REJECTED, exc)
+            deployment = self._step(deployment, State.REJECTED, exc)
             log.error("deployment %s rejected: %s", desired.id, exc)
         except Cancelled:
             if self._timed_out.is_set():
@@ -392,21 +411,22 @@ class Deployer:
                     f"the bundle did not arrive within deployments.download_timeout_s ({timeout:.0f} s): "
                     "is its index and are its chunks on the broker (fleet gc?), or is its URL reachable?",
                 )
-                self._step(deployment, State.FAILED, error)
+                deployment = self._step(deployment, State.FAILED, error)
             elif self._rollbacks:
                 error = BundleError(ErrorCode.CANCELLED, "cancelled by a rollback command")
-                self._step(deployment, State.REJECTED, error)
+                deployment = self._step(deployment, State.REJECTED, error)
             elif self._halted.is_set():
                 error = BundleError(ErrorCode.ROLLOUT_HALTED, f"the rollout of {desired.id} was halted")
-                self._step(deployment, State.REJECTED, error)
+                deployment = self._step(deployment, State.REJECTED, error)
             elif (successor := self._successor(desired)) is not None:
-                self._step(deployment, State.REJECTED, BundleError(ErrorCode.SUPERSEDED, successor))
+                error = BundleError(ErrorCode.SUPERSEDED, successor)
+                deployment = self._step(deployment, State.REJECTED, error)
                 log.info("deployment %s: %s", desired.id, successor)
             else:
                 raise  # the agent stops: the download resumes at the next start
         finally:
             deadline.stop(1.0)  # cancelled while it waits; a timeout already taken ended it
-        return None
+        return None, deployment
 
     def _successor(self, desired: Desired) -> str | None:
         """What replaced `desired` as the document to follow, in words (None: nothing did)."""
@@ -492,3 +512,17 @@ def _halts_with_rollback(desired: Desired | None) -> bool:
     """Whether `desired` is a halted rollout whose devices roll back."""
     rollout = desired.rollout if desired is not None else None
     return rollout is not None and rollout.halted is not None and rollout.on_halt == "rollback"
+
+
+def deployment_status(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentStatus:
+    """The record as the agent snapshot shows it."""
+    return DeploymentStatus(
+        id=deployment.id,
+        name=deployment.name,
+        version=deployment.version,
+        sha256=deployment.sha256,
+        state=deployment.state,
+        error=deployment.error,
+        attempt=deployment.attempt,
+        progress=progress,
+    )

@@ -1,4 +1,4 @@
-"""`agent.daemon.deployer.Deployer`: a deployment replaced before its bundle arrived ends with a
+"""`agent.deployment.deployer.Deployer`: a deployment replaced before its bundle arrived ends with a
 final state (``REJECTED``, ``SUPERSEDED``), live and across a restart (real agent processes on a
 real mosquitto)."""
 
@@ -13,6 +13,7 @@ from testkit.broker import Broker, Watcher
 from testkit.fleet import FINAL, cli, finished, publish_raw, push, serving
 from testkit.net import wait_until
 
+from agent.bundles.store import Store
 from agent.mqtt.protocol import ChunkIndex, Topics
 
 
@@ -33,7 +34,10 @@ def half_download(
     half = len(index.chunks) // 2
     publish_raw(broker, [(topics.chunk(index.sha256, i), b"") for i in range(half, len(index.chunks))])
     agent: AgentProcess = agents("dev1", group="lobby")
-    watcher.wait_json("edge/dev1/deployment", lambda d: d.get("progress", {}).get("chunks_done", 0) >= half, 60)
+    halfway = watcher.wait_json(
+        "edge/dev1/deployment", lambda d: d.get("progress", {}).get("chunks_done", 0) >= half, 60
+    )
+    assert halfway["state"] == "DOWNLOADING", "the progress is published with the record as it is now"
     return agent, deployment
 
 
@@ -47,6 +51,8 @@ def superseded(watcher: Watcher, deployment: str, by: str | None) -> None:
 
     record = wait_until(ended, 90, f"a final record of {deployment}")
     assert (record["state"], record["error"]["code"]) == ("REJECTED", "SUPERSEDED"), record
+    states = [step["state"] for step in record["history"]]
+    assert states[0] == "QUEUED" and states[-2:] == ["DOWNLOADING", "REJECTED"], "ended from where it was"
     assert record["error"]["message"] == (
         f"superseded by deployment {by} (demo 1.1.0)"
         if by is not None
@@ -87,3 +93,6 @@ def test_a_deployment_whose_device_is_released_during_its_download_ends_supersed
     assert status == 0, out
     superseded(watcher, first, by=None)
     assert agent.alive()
+    assert agent.stop() == 0  # the deployer's thread has ended: followed.json is as it left it
+    followed = Store(agent.config.parent / "state").followed()
+    assert followed.id != first, "a superseded deployment is not followed (a release's downgrade holds)"

@@ -1,10 +1,10 @@
-"""`agent.daemon.probation.ProbationJudge`: is the new version serving as well as the old?"""
+"""`agent.deployment.probation.ProbationJudge`: is the new version serving as well as the old?"""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.daemon.probation import PASSED, ProbationJudge
+from agent.deployment.probation import PASSED, ProbationJudge
 from pipelines.latency import Percentiles
 from pipelines.pipeline import PipelineStats
 from pipelines.sources.frames import SourceState

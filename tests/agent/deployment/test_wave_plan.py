@@ -1,4 +1,4 @@
-"""`agent.daemon.wave_plan`: the device's part in a staged rollout, and undoing a halted one."""
+"""`agent.deployment.wave_plan`: the device's part in a staged rollout, and undoing a halted one."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 from testkit.rollouts import HOUR, schedule
-from testkit.store import A, B, two_versions
+from testkit.store import A, B, two_versions, walked_to
 
 from agent.bundles.record import Deployment, State
-from agent.daemon.wave_plan import Action, plan, undo_halted
+from agent.deployment.wave_plan import Action, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
 from agent.mqtt.protocol import Desired
 from agent.mqtt.rollout_schedule import Rollout
 
 
 def record(state: State, deployment_id: str = "d1", code: ErrorCode | None = None, sha: str = B) -> Deployment:
-    deployment = Deployment(id=deployment_id, sha256=sha, from_sha=A)
-    deployment.to(state, BundleError(code, "why") if code else None)
-    return deployment
+    return walked_to(
+        Deployment(id=deployment_id, sha256=sha, from_sha=A), state, BundleError(code, "why") if code else None
+    )
 
 
 def in_wave(rollout: Rollout, wave: int) -> str:
@@ -71,23 +71,28 @@ def test_the_device_plan(
     rollout = schedule(**changes)
     desired = Desired(id="d1", name="demo", version="2.0.0", sha256=B, size=1, chunk_size=1, chunks=1, rollout=rollout)
     device = in_wave(rollout, wave)
-    result = plan(desired, device, followed, last, current, now)
+    result = plan(desired=desired, device=device, followed_id=followed, last=last, current_sha=current, now=now)
     assert result.action == action
     assert result.position is not None and result.position.wave == wave + 1 and result.position.waves == 3
     assert (result.wake_at is not None) == (action == Action.WAIT)
-    without = plan(desired.model_copy(update={"rollout": None}), device, followed, last, current, now)
+    without = plan(
+        desired=desired.model_copy(update={"rollout": None}),
+        device=device,
+        followed_id=followed,
+        last=last,
+        current_sha=current,
+        now=now,
+    )
     assert without.position is None and without.action == (Action.NOTHING if followed == "d1" else Action.START)
 
 
 def test_undo_puts_the_pointers_back_or_ends_a_download(tmp_path: Path) -> None:
     store = two_versions(tmp_path)  # B serving, A before it
-    taken = Deployment(id="d1", sha256=B, from_sha=A, previous_before=None)
-    taken.to(State.SUCCEEDED)
+    taken = Deployment(id="d1", sha256=B, from_sha=A, previous_before=None).to(State.SUCCEEDED)
     undone = undo_halted(store, taken, "3 of 10 failed")
     assert (undone.state, undone.error and undone.error.code) == (State.ROLLED_BACK, "ROLLOUT_HALTED")
     assert undone.error is not None and "3 of 10 failed" in undone.error.message
     assert store.current_sha() == A and store.info(B) is None, "the version it brought is gone"
     assert store.last_deployment() == undone
-    waiting = Deployment(id="d2", sha256=B, from_sha=A)
-    waiting.to(State.DOWNLOADING)
+    waiting = Deployment(id="d2", sha256=B, from_sha=A).to(State.DOWNLOADING)
     assert undo_halted(store, waiting, "").state == State.REJECTED and store.current_sha() == A

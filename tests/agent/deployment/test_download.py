@@ -1,4 +1,4 @@
-"""`agent.daemon.download`: size and free disk checked before a byte is written, a full disk
+"""`agent.deployment.download`: size and free disk checked before a byte is written, a full disk
 mid-download; over a real mosquitto, a replaced chunk fetched again (a bounded number of times)
 and a wrong index waited past."""
 
@@ -17,8 +17,8 @@ from testkit.net import wait_until
 from testkit.transfer import DATA, link_to
 
 from agent.config.models import AgentConfig
-from agent.daemon.download import BundleDownload
-from agent.daemon.transfer import CORRUPT_ATTEMPTS, PartialBundle
+from agent.deployment.download import BundleDownload
+from agent.deployment.transfer import CORRUPT_ATTEMPTS, PartialBundle
 from agent.errors import BundleError
 from agent.mqtt.protocol import ChunkIndex, Topics
 from pipelines.backoff import Backoff
@@ -27,7 +27,7 @@ from pipelines.backoff import Backoff
 def test_size_and_free_disk_are_checked_before_a_byte_is_written(tmp_path: Path) -> None:
     import shutil
 
-    from agent.daemon.download import check_size
+    from agent.deployment.download import check_size
     from agent.errors import BundleError
 
     with pytest.raises(BundleError, match=r"more than bundle_limits\.max_bundle_bytes") as too_large:
@@ -91,11 +91,11 @@ class Download:
         self.problems: list[str | None] = []
         self.cancel = threading.Event()
         self.download = BundleDownload(
-            config,
-            self.link,
-            Topics(),
-            tmp_path / "downloads",
-            self.cancel,
+            config=config,
+            link=self.link,
+            topics=Topics(),
+            downloads=tmp_path / "downloads",
+            cancel=self.cancel,
             report=lambda progress: None,
             problem=lambda problem: (self.problems.append(problem), on_problem(problem)),
             backoff=Backoff(initial=0.01, maximum=0.05),

@@ -1,4 +1,4 @@
-"""`agent.daemon.desired.DesiredDocuments`: the device's own document in force survives a
+"""`agent.deployment.desired.DesiredDocuments`: the device's own document in force survives a
 reload and a restart; only a signed release hands the device back to its group; a signed
 rollout that starts at Infinity is refused (over a real mosquitto without ACL, where anyone may
 publish)."""

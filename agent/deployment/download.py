@@ -1,5 +1,5 @@
 """Getting a deployment's bundle onto the disk: the size cap, the free-disk check, the chunk
-index and the chunks (agent/daemon/transfer.py does the chunk work).
+index and the chunks (agent/deployment/transfer.py does the chunk work).
 
 `BundleDownload.run` runs in the deployer's thread. It raises `BundleError` for a bundle that
 must be refused (``TOO_LARGE``, ``DISK_FULL``, ``INDEX_MISMATCH``, ``CHUNK_CORRUPT``, ...) and
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.config.models import AgentConfig
-from agent.daemon.transfer import CORRUPT_ATTEMPTS, Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
+from agent.deployment.transfer import CORRUPT_ATTEMPTS, Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError, ErrorCode
 from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import Message, MqttLink
@@ -56,6 +56,7 @@ class BundleDownload:
 
     def __init__(
         self,
+        *,
         config: AgentConfig,
         link: MqttLink,
         topics: Topics,

@@ -1,4 +1,4 @@
-"""`agent.daemon.transfer`: resumable downloads over MQTT (a real mosquitto) and HTTP Range requests:
+"""`agent.deployment.transfer`: resumable downloads over MQTT (a real mosquitto) and HTTP Range requests:
 retries, stalls, cuts, chunks checked and written in the downloading thread."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from testkit.broker import Broker
 from testkit.net import RangeServer, TcpProxy, wait_until
 from testkit.transfer import DATA, link_to
 
-from agent.daemon import transfer
-from agent.daemon.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
+from agent.deployment import transfer
+from agent.deployment.transfer import Cancelled, PartialBundle, fetch_over_http, fetch_over_mqtt
 from agent.errors import BundleError
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import ChunkIndex, Topics

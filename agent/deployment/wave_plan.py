@@ -51,6 +51,7 @@ def halted_by_rollout(record: Deployment | None, deployment_id: str) -> bool:
 
 
 def plan(
+    *,
     desired: Desired,
     device: str,
     followed_id: str | None,
@@ -89,9 +90,9 @@ def undo_halted(store: Store, record: Deployment, reason: str) -> Deployment:
     why = reason or "no reason given"
     error = BundleError(ErrorCode.ROLLOUT_HALTED, f"the rollout of {record.id} was halted: {why}")
     if record.state in RESUMABLE_STATES:
-        record.to(State.REJECTED, error)
+        record = record.to(State.REJECTED, error)
     else:
         store.undo_switch(record)
-        record.to(State.ROLLED_BACK, error)
+        record = record.to(State.ROLLED_BACK, error)
     store.record(record)
     return record

@@ -1,4 +1,4 @@
-"""`agent.daemon.desired`: the device's and its group's desired documents through the real
+"""`agent.deployment.desired`: the device's and its group's desired documents through the real
 `ControlGate` with documents the operator signed: which one is followed, releases, replays
 refused against followed.json and against what was accepted since, and what nothing changes."""
 
@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from testkit.control import NOW, TOPICS, Clock, desired, gate
 
 from agent.bundles.store import Followed
-from agent.daemon.desired import DesiredDocuments, latest
+from agent.deployment.desired import DesiredDocuments, latest
 from agent.mqtt.control import ControlRefused, sign
 from agent.mqtt.link import Message
 from agent.mqtt.protocol import ProtocolError, Release

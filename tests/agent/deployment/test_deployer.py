@@ -1,4 +1,4 @@
-"""`agent.daemon.deployer.Deployer` over a real mosquitto: a flood of refused desired documents
+"""`agent.deployment.deployer.Deployer` over a real mosquitto: a flood of refused desired documents
 writes a bounded number of log lines, with how many were held back."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from testkit.net import wait_until
 from agent.bundles.installer import InstallPolicy
 from agent.bundles.store import Store
 from agent.config.models import AgentConfig, MqttSection
-from agent.daemon.deployer import Deployer
+from agent.daemon.documents import deployment_payload
+from agent.deployment.deployer import Deployer
 from agent.hardware.board import probe
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import Topics
@@ -46,7 +47,17 @@ def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
     policy = InstallPolicy.from_config(config)
     check = gate(tmp_path, keys, Clock())
     deployer = Deployer(
-        config, "cam-1", Store(config.state_dir), probe(), link, Topics(), policy, check, print, clock=clock
+        config=config,
+        device="cam-1",
+        store=Store(config.state_dir),
+        board=probe(),
+        link=link,
+        topics=Topics(),
+        policy=policy,
+        gate=check,
+        on_switched=print,
+        payload=deployment_payload,
+        clock=clock,
     )
     flooder = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
     topic = "edge/cam-1/desired"
@@ -72,7 +83,7 @@ def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
         flooder.connect("127.0.0.1", broker.port)
         flooder.loop_start()
         unsigned = desired(target="device:cam-1").to_bytes()
-        with caplog.at_level(logging.WARNING, logger="agent.daemon.deployer"):
+        with caplog.at_level(logging.WARNING, logger="agent.deployment.deployer"):
             # the subscription may not be acknowledged yet: send until the first refusal shows
             wait_until(lambda: publish(unsigned) and deployer.problem, 10, "a first refusal")
             send(b'{"id": "warm-up"}', "name: Field required")  # after the ones sent until then
@@ -84,7 +95,7 @@ def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
             send(b'{"id": "marker"}', "name: Field required")  # in order after the flood: all refused by now
             clock.now = 20.0  # the next line after the window counts the ones held back
             send(b"[1]", "Input should be an object")
-        lines = [r for r in caplog.records if r.name == "agent.daemon.deployer"]
+        lines = [r for r in caplog.records if r.name == "agent.deployment.deployer"]
     finally:
         flooder.loop_stop()
         flooder.disconnect()

@@ -1,4 +1,4 @@
-"""`agent.daemon.optimisation_report` in this process (test_optimisation_report.py has the daemon
+"""`agent.deployment.optimisation_report` in this process (test_optimisation_report.py has the daemon
 publish it over a broker): the report document of an installed version on an injected clock, with
 autotune's choice once saved, and a report thread that finds its version gone publishes nothing."""
 
@@ -14,7 +14,7 @@ from testkit.bundles import install_versions
 
 from agent.bundles.record import Deployment, Tuning
 from agent.bundles.store import Store
-from agent.daemon.optimisation_report import Reports, report_document
+from agent.deployment.optimisation_report import Reports, report_document
 from agent.hardware.board import probe
 from runtimes.registry import RuntimeSettings
 
@@ -26,7 +26,15 @@ def test_the_report_of_an_installed_version(tmp_path: Path, keys, bundles) -> No
     store = Store(tmp_path / "state")
     sha = store.current_sha()
     assert sha is not None
-    document = report_document(store, sha, "cam-1", board, RuntimeSettings(), frames=3, clock=lambda: 1234.56789)
+    document = report_document(
+        store=store,
+        sha=sha,
+        device="cam-1",
+        board=board,
+        settings=RuntimeSettings(),
+        frames=3,
+        clock=lambda: 1234.56789,
+    )
     assert (document["device"], document["ts"], document["frames"]) == ("cam-1", 1234.568, 3)
     assert document["bundle"] == {"name": "demo", "version": "1.1.0", "sha256": sha}
     assert document["board"] == {
@@ -43,7 +51,9 @@ def test_the_report_of_an_installed_version(tmp_path: Path, keys, bundles) -> No
 
     choice = Tuning("litert", "cpu", "demo_int8.tflite", "int8", 2, 1, 30.0, 40.0, "fastest within agreement")
     store.save_tuning(sha, choice)
-    again = report_document(store, sha, "cam-1", board, RuntimeSettings(), frames=3, clock=lambda: 0.0)
+    again = report_document(
+        store=store, sha=sha, device="cam-1", board=board, settings=RuntimeSettings(), frames=3, clock=lambda: 0.0
+    )
     assert again["choice"] == dataclasses.asdict(choice)
 
 
@@ -51,8 +61,15 @@ def test_a_report_thread_whose_version_is_gone_logs_and_publishes_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     published: list[bytes] = []
-    reports = Reports(Store(tmp_path / "state").ensure(), "cam-1", probe(), RuntimeSettings(), 3, published.append)
-    with caplog.at_level(logging.ERROR, "agent.daemon.optimisation_report"):
+    reports = Reports(
+        store=Store(tmp_path / "state").ensure(),
+        device="cam-1",
+        board=probe(),
+        settings=RuntimeSettings(),
+        frames=3,
+        publish=published.append,
+    )
+    with caplog.at_level(logging.ERROR, "agent.deployment.optimisation_report"):
         reports.on_succeeded(Deployment(id="d-1", sha256="f" * 64))
         reports.stop()
     assert published == []
