@@ -14,7 +14,7 @@ import pytest
 from testkit import DEMO_MODELS, REPO
 
 from agent.cli import main
-from agent.cli.main import COMMANDS, named_command
+from agent.cli.main import COMMANDS, build_parser, named_command, summary_parser
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -115,3 +115,18 @@ def test_help_lists_every_command(capsys) -> None:
     assert exit_info.value.code == 0
     listed = capsys.readouterr().out
     assert all(f"    {name} " in listed for name in COMMANDS)
+
+
+def test_help_without_the_commands_is_the_whole_parsers_help() -> None:
+    """``--help`` imports no command module: its lines come from `SUMMARIES`, which must say
+    what each module's own parser says, in the same order."""
+    assert summary_parser().format_help() == build_parser().format_help()
+
+
+def test_version(capsys) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"edge-agent {version('edge-agent')}\n"

@@ -1,0 +1,44 @@
+"""Start-up: a command line imports what its command needs, and ``--help`` and ``--version`` need
+only argparse (issue 36 item 9; the times are bench/cli_startup.py's, docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from testkit import REPO
+
+#: what ``--help`` and ``--version`` must not import: each costs tens of milliseconds or more
+HEAVY = ("numpy", "pydantic", "cv2", "onnxruntime", "runtimes.registry", "agent.config.models")
+
+
+def imported_by(argv: list[str]) -> tuple[int, str, list[str]]:
+    """`agent.cli.main` run on `argv` in a fresh process: its exit status, stdout, and which of
+    `HEAVY` it imported."""
+    code = (
+        "import json, sys\nfrom agent.cli.main import main\n"
+        f"try:\n    status = main({argv!r})\nexcept SystemExit as exc:\n    status = exc.code\n"
+        f"print(json.dumps([status, sorted(m for m in {HEAVY!r} if m in sys.modules)]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    *out, last = run.stdout.splitlines()
+    status, heavy = json.loads(last)
+    return status, "\n".join(out), heavy
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--version"], ["-v", "--help"], ["nosuch"], []])
+def test_help_and_version_import_no_heavy_library(argv: list[str]) -> None:
+    status, _, heavy = imported_by(argv)
+    assert status in (0, 2)
+    assert heavy == [], f"edge-agent {' '.join(argv)} imported {heavy}"
+
+
+def test_a_light_command_imports_no_heavy_library(tmp_path: Path) -> None:
+    """``keygen`` (signing keys) needs neither numpy nor the runtimes: the errors `main` turns
+    into one line are imported only when one is raised."""
+    status, _, heavy = imported_by(["keygen", "--out", str(tmp_path)])
+    assert status == 0 and (tmp_path / "signing.pub").is_file()
+    assert heavy == []
