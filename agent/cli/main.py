@@ -69,19 +69,15 @@ SUMMARIES: dict[str, str] = {
 
 
 class _Version(argparse.Action):
-    """``--version``: the installed distribution's version, looked up only when asked for."""
+    """``--version``: `agent.__version__`, printed on stdout as argparse's own version action."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
-        from importlib.metadata import PackageNotFoundError, version
+        from agent import __version__
 
-        try:
-            found = version("edge-agent")
-        except PackageNotFoundError:  # a source tree on PYTHONPATH, never installed
-            found = "unknown (not installed)"
-        print(f"edge-agent {found}")  # on stdout, as argparse's own version action
+        print(f"edge-agent {__version__}")
         parser.exit()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,9 +125,10 @@ def test_help_without_the_commands_is_the_whole_parsers_help() -> None:
 
 
 def test_version(capsys) -> None:
-    from importlib.metadata import version
-
+    """``--version`` prints `agent.__version__`, which must be the distribution's (pyproject.toml)."""
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0
-    assert capsys.readouterr().out == f"edge-agent {version('edge-agent')}\n"
+    declared = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert declared is not None
+    assert capsys.readouterr().out == f"edge-agent {declared[1]}\n"
