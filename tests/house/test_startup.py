@@ -17,23 +17,22 @@ from testkit import DEMO_MODELS, REPO
 HEAVY = ("numpy", "pydantic", "cv2", "onnxruntime", "runtimes.registry", "agent.config.models")
 
 
-def imported_by(argv: list[str]) -> tuple[int, str, list[str]]:
-    """`agent.cli.main` run on `argv` in a fresh process: its exit status, stdout, and which of
-    `HEAVY` it imported."""
+def imported_by(argv: list[str]) -> tuple[int, list[str]]:
+    """`agent.cli.main` run on `argv` in a fresh process: its exit status and which of `HEAVY`
+    it imported."""
     code = (
         "import json, sys\nfrom agent.cli.main import main\n"
         f"try:\n    status = main({argv!r})\nexcept SystemExit as exc:\n    status = exc.code\n"
         f"print(json.dumps([status, sorted(m for m in {HEAVY!r} if m in sys.modules)]))"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    *out, last = run.stdout.splitlines()
-    status, heavy = json.loads(last)
-    return status, "\n".join(out), heavy
+    status, heavy = json.loads(run.stdout.splitlines()[-1])
+    return status, heavy
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--version"], ["-v", "--help"], ["nosuch"], []])
 def test_help_and_version_import_no_heavy_library(argv: list[str]) -> None:
-    status, _, heavy = imported_by(argv)
+    status, heavy = imported_by(argv)
     assert status in (0, 2)
     assert heavy == [], f"edge-agent {' '.join(argv)} imported {heavy}"
 
@@ -41,7 +40,7 @@ def test_help_and_version_import_no_heavy_library(argv: list[str]) -> None:
 def test_a_light_command_imports_no_heavy_library(tmp_path: Path) -> None:
     """``keygen`` (signing keys) needs neither numpy nor the runtimes: the errors `main` turns
     into one line are imported only when one is raised."""
-    status, _, heavy = imported_by(["keygen", "--out", str(tmp_path)])
+    status, heavy = imported_by(["keygen", "--out", str(tmp_path)])
     assert status == 0 and (tmp_path / "signing.pub").is_file()
     assert heavy == []
 
