@@ -202,6 +202,9 @@ class OnnxRuntimeBackend(Runtime):
         log.info("onnxruntime loaded %s with providers %s", model_path, self._providers)
         if warmup:
             self.warmup()
+        # building the session freed the model's protobuf and the graph before optimisation in
+        # glibc's heap, which keeps it: 15 MB of a YOLOv8n at 640 (docs/benchmarks.md, bench RSS)
+        return_freed_memory()
 
     @property
     def device(self) -> str:

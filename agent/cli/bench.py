@@ -271,12 +271,11 @@ def auto_workers(model: Path, preference: Preference) -> tuple[int, dict[str, fl
     does at activation; 1 elsewhere. Returns the workers, each variant's FPS, and the winner's
     runtime when it is the one measured last (still loaded: the run uses it instead of loading
     the model a third time, which raised the peak RSS; docs/benchmarks.md), else None."""
-    from agent.bundles.tuning import worker_variants
     from agent.serving.loader import load_model
     from pipelines.decoding.detector import Detector
     from pipelines.measure.benchmark import time_inference
     from pipelines.sources.synthetic import SyntheticScene
-    from runtimes.base import usable_cores
+    from runtimes.base import usable_cores, worker_variants  # not agent.bundles.tuning's: 9 MB of imports
 
     measured: dict[str, float] = {}
     frame = SyntheticScene(seed=0).render(0)[0]

@@ -109,3 +109,16 @@ def test_ort_threads_stay_inside_the_affinity_mask() -> None:
     assert proc.returncode == 0, proc.stderr
     cpu, *masks = proc.stdout.split()
     assert masks == [cpu], proc.stdout
+
+
+def test_ort_hands_back_what_building_the_session_freed(constant_model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading trims glibc's heap once the session is built (and again when it is closed): the
+    model's protobuf and unoptimised graph are freed by then, and glibc would keep them resident."""
+    import runtimes.ort_backend as ort_backend
+
+    trims = []
+    monkeypatch.setattr(ort_backend, "return_freed_memory", lambda: trims.append("trim"))
+    runtime = OnnxRuntimeBackend(constant_model(np.zeros((1, 2, 6), np.float32)), OnnxRuntimeConfig(), warmup=True)
+    assert trims == ["trim"], "after the session is built and warmed up"
+    runtime.close()
+    assert trims == ["trim", "trim"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from testkit import DEMO_MODELS, REPO
 
 from agent.cli import main
-from agent.cli.main import COMMANDS, named_command
+from agent.cli.main import COMMANDS, build_parser, named_command, summary_parser
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -115,3 +116,19 @@ def test_help_lists_every_command(capsys) -> None:
     assert exit_info.value.code == 0
     listed = capsys.readouterr().out
     assert all(f"    {name} " in listed for name in COMMANDS)
+
+
+def test_help_without_the_commands_is_the_whole_parsers_help() -> None:
+    """``--help`` imports no command module: its lines come from `SUMMARIES`, which must say
+    what each module's own parser says, in the same order."""
+    assert summary_parser().format_help() == build_parser().format_help()
+
+
+def test_version(capsys) -> None:
+    """``--version`` prints `agent.__version__`, which must be the distribution's (pyproject.toml)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    declared = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert declared is not None
+    assert capsys.readouterr().out == f"edge-agent {declared[1]}\n"

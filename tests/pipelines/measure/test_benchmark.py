@@ -14,6 +14,7 @@ import pytest
 from testkit import DEMO_MODELS
 from testkit.media import write_video
 
+from pipelines.decoding.detector import Detector
 from pipelines.measure.benchmark import DEFAULT_FRAMES, _source, peak_rss_mb, run_bench, time_inference
 from pipelines.sources.frames import SourceError
 from runtimes.registry import load_runtime
@@ -70,3 +71,22 @@ def test_runtime_mode_reports_the_calls_it_made() -> None:
 
 def test_peak_memory_is_at_least_what_is_resident_now() -> None:
     assert peak_rss_mb() >= psutil.Process().memory_info().rss / 2**20 * 0.99
+
+
+def test_pipeline_frames_wait_as_uint8_pixels_as_a_cameras_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline bench holds each frame waiting for the model as a daemon camera does
+    (`CameraDetector`: its uint8 pixels, normalised when the model runs), not as the float tensor
+    four times its size: the bench's peak RSS is the daemon's figure (docs/benchmarks.md)."""
+    compacted = []
+    compact = Detector.compact
+
+    def counted(self: Detector, frame: Any) -> Any:
+        compacted.append(frame.shape)
+        return compact(self, frame)
+
+    monkeypatch.setattr(Detector, "compact", counted)
+    with load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx") as runtime:
+        assert np.issubdtype(runtime.inputs[0].dtype, np.floating), "a float input, which compact keeps as uint8"
+        report = run_bench(runtime, "synthetic", 4, "pipeline")
+    assert report["frames"] == 4 and report["input_shape"][1:] == list(runtime.inputs[0].shape[1:])
+    assert len(compacted) >= 4, "every frame of the source compacted"

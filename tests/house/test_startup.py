@@ -1,0 +1,65 @@
+"""Start-up: a command line imports what its command needs, and ``--help`` and ``--version`` need
+only argparse (issue 36 item 9; the times are bench/cli_startup.py's, docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from testkit import DEMO_MODELS, REPO
+
+#: what ``--help`` and ``--version`` must not import: each costs tens of milliseconds or more
+HEAVY = ("numpy", "pydantic", "cv2", "onnxruntime", "runtimes.registry", "agent.config.models")
+
+
+def imported_by(argv: list[str]) -> tuple[int, list[str]]:
+    """`agent.cli.main` run on `argv` in a fresh process: its exit status and which of `HEAVY`
+    it imported."""
+    code = (
+        "import json, sys\nfrom agent.cli.main import main\n"
+        f"try:\n    status = main({argv!r})\nexcept SystemExit as exc:\n    status = exc.code\n"
+        f"print(json.dumps([status, sorted(m for m in {HEAVY!r} if m in sys.modules)]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    status, heavy = json.loads(run.stdout.splitlines()[-1])
+    return status, heavy
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--version"], ["-v", "--help"], ["nosuch"], []])
+def test_help_and_version_import_no_heavy_library(argv: list[str]) -> None:
+    status, heavy = imported_by(argv)
+    assert status in (0, 2)
+    assert heavy == [], f"edge-agent {' '.join(argv)} imported {heavy}"
+
+
+def test_a_light_command_imports_no_heavy_library(tmp_path: Path) -> None:
+    """``keygen`` (signing keys) needs neither numpy nor the runtimes: the errors `main` turns
+    into one line are imported only when one is raised."""
+    status, heavy = imported_by(["keygen", "--out", str(tmp_path)])
+    assert status == 0 and (tmp_path / "signing.pub").is_file()
+    assert heavy == []
+
+
+def test_detect_and_bench_import_no_operator_code(tmp_path: Path) -> None:
+    """A detection and a default bench (``--workers auto``) run without the config models, MQTT,
+    the fleet or the bundles' code (signing, archives, the optimisation matrix: 9 MB resident
+    in bench's peak, imported for one helper)."""
+    model, image = str(DEMO_MODELS / "demo_detector.onnx"), tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((64, 96, 3), np.uint8))
+    operator = ("agent.config.models", "agent.mqtt", "agent.fleet", "agent.bundles", "cryptography", "paho")
+    for argv in (["detect", model, str(image), "--json"],
+                 ["bench", model, "--frames", "4", "--json"]):  # fmt: skip
+        code = (
+            "import json, sys\nfrom agent.cli.main import main\n"
+            f"status = main({argv!r})\n"
+            f"print(json.dumps([status, sorted(m for m in sys.modules if m.startswith({operator!r}))]))"
+        )
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        status, imported = json.loads(run.stdout.splitlines()[-1])
+        assert status == 0 and imported == [], f"{argv[0]} imported {imported}"
