@@ -396,7 +396,8 @@ class OutboxDropped(_Part):
 
 class OutboxTelemetry(_Part):
     """The durable outbox (docs/mqtt.md#delivery): `messages` waiting, the file's `bytes`, the
-    oldest waiting message's age (s), `dropped`, `since` (Unix s) the file counts, `last_seq`."""
+    oldest waiting message's age (s), `dropped`, `since` (Unix s) the file counts, `last_seq`,
+    `recreated`: the times the file was deleted or replaced under the running agent and made again."""
 
     messages: int = 0
     bytes: int = 0
@@ -405,6 +406,7 @@ class OutboxTelemetry(_Part):
     since: float | None = None
     last_seq: int = 0
     problem: str | None = None
+    recreated: int = 0
 
 
 class EventTelemetry(_Part):

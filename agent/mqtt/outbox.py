@@ -147,8 +147,9 @@ class Dropped:
 class OutboxStats:
     """The outbox as `stats()` found it: `messages` waiting, the file's `bytes` (with its WAL),
     the oldest waiting message's age (seconds, None when empty), what was `dropped` since the file
-    was made (`since`, Unix seconds), the last `seq` given out, and a `problem` (the file was
-    corrupt and moved aside, or the disk refuses writes)."""
+    was made (`since`, Unix seconds), the last `seq` given out, a `problem` (the file was
+    corrupt and moved aside, or the disk refuses writes) and the times the file was deleted or
+    replaced under this run and made again (`recreated`)."""
 
     messages: int
     bytes: int
@@ -159,6 +160,7 @@ class OutboxStats:
     last_seq: int
     problem: str | None = None
     backlog_problem_s: float = 900.0  # a backlog whose oldest message is older is a problem
+    recreated: int = 0  # times the file was deleted or replaced under the agent (this run)
 
     @property
     def stuck(self) -> bool:
@@ -193,7 +195,13 @@ def with_ids(payload: bytes, msg_id: str, seq: int, topic_seq: int) -> bytes:
 
 
 def _stats(
-    db: sqlite3.Connection, path: Path, settings: OutboxSection, now: float, problem: str | None, unwritten: int
+    db: sqlite3.Connection,
+    path: Path,
+    settings: OutboxSection,
+    now: float,
+    problem: str | None,
+    unwritten: int,
+    recreated: int = 0,
 ) -> OutboxStats:
     (count,) = db.execute("SELECT COUNT(*) FROM messages").fetchone()
     oldest = db.execute("SELECT created FROM messages ORDER BY seq LIMIT 1").fetchone()
@@ -224,6 +232,7 @@ def _stats(
         last_seq=int(last[0]) if last is not None else 0,
         problem=problem,
         backlog_problem_s=settings.backlog_problem_s,
+        recreated=recreated,
     )
 
 
@@ -596,10 +605,13 @@ class Outbox:
             self._replaced_locked()
             unwritten = sum(self._unwritten.values())
             try:
-                return _stats(self._db, self.path, self.settings, self._clock(), self._problem, unwritten)
+                return _stats(
+                    self._db, self.path, self.settings, self._clock(), self._problem, unwritten, self.recreated
+                )
             except sqlite3.Error as exc:
                 log.warning("outbox: cannot read %s: %s", self.path, exc)
-                return OutboxStats(0, 0, self.max_bytes, None, Dropped(unwritten=unwritten), 0.0, 0, str(exc))
+                dropped = Dropped(unwritten=unwritten)
+                return OutboxStats(0, 0, self.max_bytes, None, dropped, 0.0, 0, str(exc), recreated=self.recreated)
 
     # -- line and zone totals ----------------------------------------------------------------------
 

@@ -237,6 +237,11 @@ class SnapshotCollector(Collector):
         for kind in ("telemetry", "event", "deployment"):
             dropped.add_metric([kind], getattr(outbox.dropped, kind))
         yield dropped
+        yield CounterMetricFamily(
+            "edge_agent_outbox_recreated",
+            "Times the outbox file was deleted or replaced under the agent and made again (this run).",
+            outbox.recreated,
+        )
 
 
 def metrics_registry(snapshot: Callable[[], AgentSnapshot], health: Callable[[], Health]) -> CollectorRegistry:

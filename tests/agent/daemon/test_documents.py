@@ -164,6 +164,7 @@ def test_telemetry_carries_the_outbox_when_there_is_one() -> None:
         dropped=Dropped(telemetry=7, event=2, full=8, expired=1),
         since=900.0,
         last_seq=345,
+        recreated=2,
     )
     sent = json.loads(telemetry_payload(snapshot(outbox=stats)))["outbox"]
     assert sent == {
@@ -174,6 +175,7 @@ def test_telemetry_carries_the_outbox_when_there_is_one() -> None:
         "since": 900.0,
         "last_seq": 345,
         "problem": None,
+        "recreated": 2,
     }
     read = TelemetryDocument.read(telemetry_payload(snapshot(outbox=stats)), "t")
     assert isinstance(read, TelemetryDocument) and read.outbox is not None and read.outbox.dropped.telemetry == 7

@@ -249,7 +249,7 @@ def test_an_outbox_deleted_while_running_is_made_again_with_its_backlog(tmp_path
     assert path.exists(), "made again at the next reading"
     stats = outbox.stats()
     assert stats.problem is not None and "deleted" in stats.problem and "3 message(s)" in stats.problem
-    assert outbox.recreated == 1
+    assert outbox.recreated == 1 and stats.recreated == 1, "counted where telemetry and /metrics read it"
     later = outbox.append("event", "edge/d/events", document("event", 5))
     assert later is not None and later.seq == 6, "sequence numbers go on, never reused"
     assert outbox.stats().problem == stats.problem, "said once, and kept in view"

@@ -97,6 +97,15 @@ def test_the_media_store_and_the_clips_counters() -> None:
     assert not any(name.startswith("edge_agent_clips") for name, _ in _scrape(snapshot(media=None)))
 
 
+def test_the_outbox_counts_its_drops_by_kind_and_the_times_it_was_made_again() -> None:
+    from agent.mqtt.outbox import Dropped, OutboxStats
+
+    outbox = OutboxStats(3, 4096, 2**20, None, Dropped(event=4, full=4), 1000.0, 9, recreated=2)
+    found = _scrape(full_snapshot(outbox=outbox))
+    assert found[("edge_agent_outbox_dropped_messages_total", _labels(kind="event"))] == 4
+    assert found[("edge_agent_outbox_recreated_total", ())] == 2
+
+
 def test_every_metric_is_documented_with_its_type() -> None:
     """docs/status-page.md's metrics table names every family a full snapshot gives, by its
     exposed name (a counter with ``_total``), with the type the exposition says."""
