@@ -392,6 +392,7 @@ class OutboxDropped(_Part):
     expired: int = 0
     unwritten: int = 0
     too_big: int = 0
+    refused: int = 0
 
 
 class OutboxTelemetry(_Part):

@@ -25,7 +25,8 @@ MQTT 3.1.1 it would drop it without a word). `LinkStats.refused` counts those pe
 `ThrottledLog` window, and the page and ``doctor`` show it as a problem
 (`agent.web.problems.judge_refused`). A topic leaves the count once a publish on it goes through
 (the ACL was fixed and the broker reloaded). The message counts as acknowledged all the same: a
-refusal is the broker's answer, sending it again would get the same one.
+refusal is the broker's answer, sending it again would get the same one; its `Delivery` says it
+was `refused` (the outbox counts such a message as dropped, ``refused``).
 
 The broker's CONNACK (MQTT 5) says what it accepts: `limits` holds it as a `BrokerLimits`
 (its Maximum Packet Size above all), and a message whose packet would exceed that size is not
@@ -55,7 +56,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -120,14 +121,23 @@ OTHER_TOPICS = "(other topics)"
 
 
 class Delivery:
-    """A QoS 1 message handed to paho: `acked` once the broker acknowledged it."""
+    """A QoS 1 message handed to paho: `acked` once the broker answered it with its PUBACK;
+    `refused` then says whether that answer was a refusal (`refusals`: the link's record of
+    them, written before paho marks the message acknowledged)."""
 
-    def __init__(self, info: mqtt.MQTTMessageInfo) -> None:
+    def __init__(self, info: mqtt.MQTTMessageInfo, refusals: Mapping[mqtt.MQTTMessageInfo, str] | None = None) -> None:
         self._info = info
+        self._refusals: Mapping[mqtt.MQTTMessageInfo, str] = {} if refusals is None else refusals
 
     @property
     def acked(self) -> bool:
         return self._info.is_published()
+
+    @property
+    def refused(self) -> str | None:
+        """The broker's reason when its PUBACK refused the message (an ACL's "Not authorized"):
+        it dropped it; None while no PUBACK came, or when it took the message."""
+        return self._refusals.get(self._info) if self._info.is_published() else None
 
     def wait(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for the broker's ack; True once acked."""
@@ -278,6 +288,7 @@ class MqttLink:
         self._client.on_publish = self._handle_publish
         self._refusals_lock = threading.Lock()  # never held while calling paho (which holds its own)
         self._refusals: dict[str, Refused] = {}  # topic -> the broker's refusals of publishes on it
+        self._refused_messages: dict[mqtt.MQTTMessageInfo, str] = {}  # the latest refused, at most MAX_QUEUED
         self._lock = threading.Lock()
         self._throttled = ThrottledLog(log)
         self._handlers: dict[str, tuple[Handler, int, bool]] = {}  # filter -> handler, qos, resubscribe
@@ -486,12 +497,18 @@ class MqttLink:
         failed = reason.is_failure
         if not failed and not self._refusals:
             return
-        topic = self._topic_of(client, mid)
+        message = getattr(client, "_out_messages", {}).get(mid)
+        topic = self._topic_of(message)
         with self._refusals_lock:
             if not failed:
                 if topic != OTHER_TOPICS:
                     self._refusals.pop(topic, None)  # a publish on it went through: the ACL lets it now
                 return
+            info = getattr(message, "info", None)
+            if isinstance(info, mqtt.MQTTMessageInfo):
+                self._refused_messages[info] = str(reason)  # before paho marks it acknowledged
+                while len(self._refused_messages) > MAX_QUEUED:
+                    del self._refused_messages[next(iter(self._refused_messages))]
             key = topic if topic in self._refusals or len(self._refusals) < MAX_REFUSED_TOPICS else OTHER_TOPICS
             before = self._refusals.get(key)
             refused = Refused(key, (before.count if before else 0) + 1, str(reason))
@@ -508,11 +525,10 @@ class MqttLink:
         )
 
     @staticmethod
-    def _topic_of(client: mqtt.Client, mid: int) -> str:
-        """The topic of the QoS 1 message `mid` being acknowledged: paho calls `on_publish` with
-        the message still in its (private) table, under its own lock; `OTHER_TOPICS` when a paho
+    def _topic_of(message: object) -> str:
+        """The topic of the QoS 1 message being acknowledged: paho calls `on_publish` with the
+        message still in its (private) table, under its own lock; `OTHER_TOPICS` when a paho
         without that table is installed."""
-        message = getattr(client, "_out_messages", {}).get(mid)
         topic = getattr(message, "topic", None)
         return topic if isinstance(topic, str) else OTHER_TOPICS
 
@@ -579,7 +595,7 @@ class MqttLink:
             not_sent = _not_sent(info.rc)
             self._throttled.warning(not_sent.reason, "mqtt: not sent to %s: %s", topic, not_sent.detail)
             return not_sent
-        return Delivery(info)
+        return Delivery(info, self._refused_messages)
 
     def _maximum_packet_size(self) -> int | None:
         return self.limits.maximum_packet_size if self.limits is not None else None

@@ -16,11 +16,12 @@ together) and rows older than ``outbox.max_age_h`` are dropped. When full, telem
 are thinned first (every other one of the oldest half goes, so the backlog keeps a coarser
 picture of the whole outage), then the oldest object events, then the oldest deployment
 reports. Every dropped message is counted by kind and why (``full``, ``expired``,
-``unwritten``: the disk refused the write and nothing else kept it), in the file, so the counts
-survive restarts. A write the disk refuses (full, read-only) never raises into detection:
-`append` returns None and counts it, unless the caller keeps the message in memory instead
-(`kept_in_memory`: the daemon hands it to the link's queue, which counts its own losses), so a
-message delivered from memory is never counted as dropped.
+``unwritten``: the disk refused the write and nothing else kept it; the sender's ``too_big`` and
+``refused``: the broker refused it, `discard`), in the file, so the counts survive restarts. A
+write the disk refuses (full, read-only) never raises into detection: `append` returns None and
+counts it, unless the caller keeps the message in memory instead (`kept_in_memory`: the daemon
+hands it to the link's queue, which counts its own losses), so a message delivered from memory
+is never counted as dropped.
 
 Space comes back: the file is made with ``auto_vacuum`` ``incremental`` (a file made before is
 switched once, with a ``VACUUM``, when it is opened), and once the pages freed by thinning,
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 Kind = Literal["deployment", "event", "telemetry"]
 #: what goes last when the file is full: the first kind present is dropped first
 DROP_ORDER: tuple[Kind, ...] = ("telemetry", "event", "deployment")
-Reason = Literal["full", "expired", "unwritten", "too_big"]
+Reason = Literal["full", "expired", "unwritten", "too_big", "refused"]
 FILE_NAME = "outbox.sqlite"
 MIB = 1024 * 1024
 #: a row's bytes beside its payload and topic: the id, seq, kind, time and the (kind, seq) index
@@ -137,6 +138,7 @@ class Dropped:
     expired: int = 0
     unwritten: int = 0
     too_big: int = 0
+    refused: int = 0  # the broker's PUBACK refused them (an ACL that denies the topic): it dropped them
 
     @property
     def total(self) -> int:
@@ -209,7 +211,7 @@ def _stats(
     since = db.execute("SELECT value FROM meta WHERE key = 'since'").fetchone()
     last = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
     by_kind = {kind: 0 for kind in DROP_ORDER}
-    by_reason = {"full": 0, "expired": 0, "unwritten": unwritten, "too_big": 0}
+    by_reason = {"full": 0, "expired": 0, "unwritten": unwritten, "too_big": 0, "refused": 0}
     for kind, reason, n in drops:
         by_kind[kind] = by_kind.get(kind, 0) + int(n)
         by_reason[reason] = by_reason.get(reason, 0) + int(n)
@@ -227,6 +229,7 @@ def _stats(
             expired=by_reason["expired"],
             unwritten=by_reason["unwritten"],
             too_big=by_reason["too_big"],
+            refused=by_reason["refused"],
         ),
         since=float(since[0]) if since is not None else 0.0,
         last_seq=int(last[0]) if last is not None else 0,
@@ -451,7 +454,8 @@ class Outbox:
                 )
 
     def discard(self, message: Pending, reason: Reason) -> None:
-        """Let `message` go unsent (the broker would refuse it), counted."""
+        """Let `message` go unsent, counted: the broker would refuse it (``too_big``) or did
+        (``refused``)."""
         with self._lock:
             try:
                 self._drop_locked("seq = ?", (message.seq,), reason)

@@ -10,7 +10,9 @@ oldest (the broker may have had some: duplicates carry the same ``msg_id`` and `
 restart the file still holds them.
 
 A message whose packet the broker's Maximum Packet Size refuses is dropped (counted as
-``too_big``), never retried forever. That is the only failed publish that deletes a message: when
+``too_big``), never retried forever; one whose PUBACK is a refusal (mosquitto's 0x87 "Not
+authorized": an ACL that denies the topic) was dropped by the broker, and is deleted counted as
+``refused``, not as delivered. That is the only failed publish that deletes a message: when
 the link could not send it for any other reason (`NotSent`: offline, paho's queue full, its
 message ids all in use, ...) it stays, and the sender tries it again after `BUSY_S` (or at the
 next PUBACK), in order: nothing after it is sent before it.
@@ -153,8 +155,19 @@ class OutboxSender:
         self._refilled = now
 
     def _forget_acked(self) -> None:
-        done = [message for message, delivery in self._in_flight.values() if delivery.acked]
-        if done:
-            self.outbox.acked(done)
-            for message in done:
-                del self._in_flight[message.seq]
+        """Forget what the broker answered: taken, or refused (dropped by the broker, counted)."""
+        done = [(message, delivery.refused) for message, delivery in self._in_flight.values() if delivery.acked]
+        if not done:
+            return
+        self.outbox.acked([message for message, refused in done if refused is None])
+        for message, refused in done:
+            del self._in_flight[message.seq]
+            if refused is not None:
+                self._throttled.warning(
+                    "refused",
+                    "outbox: the broker refused message %d on %s (%s): dropped, counted as refused",
+                    message.seq,
+                    message.topic,
+                    refused,
+                )
+                self.outbox.discard(message, "refused")

@@ -231,7 +231,7 @@ class SnapshotCollector(Collector):
         )
         dropped = CounterMetricFamily(
             "edge_agent_outbox_dropped_messages",
-            "Messages the outbox let go of unsent (full, expired, unwritten, too big), by kind.",
+            "Messages the outbox let go of unsent (full, expired, unwritten, too big, refused), by kind.",
             labels=["kind"],
         )
         for kind in ("telemetry", "event", "deployment"):

@@ -1,8 +1,8 @@
 """`agent.mqtt.outbox_sender` over a real mosquitto: oldest first, deleted only once acknowledged,
 everything after a cut (a TCP relay cut under the link while the test's watcher stays connected),
 the messages in flight at a cut sent again, the rate bound by an injected clock, a message the
-broker would refuse dropped and counted, a message paho would not take (its queue full) kept and
-sent once it has room."""
+broker would refuse dropped and counted, one its ACL refused counted as dropped, a message paho
+would not take (its queue full) kept and sent once it has room."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from testkit.broker import Broker, Watcher
+from testkit.broker import Broker, Watcher, secured_broker
 from testkit.net import TcpProxy, wait_until
 from testkit.transfer import link_to
 
@@ -183,6 +183,37 @@ def test_a_message_the_broker_would_refuse_is_dropped_and_counted(tmp_path: Path
         sender.stop()
         link.stop()
         watcher.close()
+
+
+def test_a_message_the_broker_refuses_by_its_acl_is_counted_as_dropped_not_delivered(tmp_path: Path) -> None:
+    """Issue 37: mosquitto answers a publish its ACL denies with PUBACK 0x87 and drops it. The
+    outbox lets the message go (sending it again gets the same answer) but counts it as dropped,
+    ``refused``, by kind; what the ACL lets through is delivered and not counted."""
+    acl = "user dev1\ntopic write edge/dev1/telemetry\n\nuser watch\ntopic read edge/#\n"
+    broker = secured_broker(tmp_path / "broker", {"dev1": "pw-dev1", "watch": "pw-watch"}, acl)
+    secret = tmp_path / "dev1.password"
+    secret.write_text("pw-dev1\n")
+    watcher = Watcher(broker, ["edge/#"], "watch", "pw-watch")
+    outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
+    link = MqttLink(MqttSection(broker=broker.url, username="dev1", password={"file": str(secret)}), "dev1").start()
+    sender = OutboxSender(outbox, link, OutboxSection())
+    try:
+        assert link.wait_connected(10)
+        outbox.append("event", "edge/dev1/events", b'{"i":0}')
+        outbox.append("telemetry", "edge/dev1/telemetry", b'{"i":1}')
+        outbox.append("event", "edge/dev1/events", b'{"i":2}')
+        sender.start()
+        wait_until(lambda: outbox.stats().messages == 0, 20, "every message answered by the broker")
+        wait_until(lambda: watcher.all_json("edge/dev1/telemetry"), 10, "the permitted telemetry")
+        dropped = outbox.stats().dropped
+        assert (dropped.refused, dropped.event, dropped.telemetry) == (2, 2, 0), dropped
+        assert [(r.topic, r.count) for r in link.refused()] == [("edge/dev1/events", 2)]
+        assert watcher.all_json("edge/dev1/events") == [], "the broker did drop them"
+    finally:
+        sender.stop()
+        link.stop()
+        watcher.close()
+        broker.stop()
 
 
 def test_a_message_handed_to_the_link_stays_until_its_puback(tmp_path: Path, broker: Broker) -> None:
