@@ -183,13 +183,15 @@ class ThresholdsInForce:
 class MediaUsage:
     """The events' snapshots and clips kept on disk (`agent.daemon.media`): `files`, their
     `bytes`, the oldest one's age (seconds; None when there is none); the clips written and
-    dropped since the start."""
+    dropped since the start; why media is not kept now (`problem`: the disk under
+    ``events.media.min_free_mb``, or refusing writes; None when it is kept)."""
 
     files: int
     bytes: int
     oldest_age_s: float | None
     clips_written: int = 0  # clips written since the start (`agent.daemon.clips`)
     clips_dropped: int = 0  # clips dropped: the writer behind, too many at once, or the disk refused
+    problem: str | None = None
 
 
 @dataclass(frozen=True)

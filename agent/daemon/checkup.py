@@ -44,7 +44,7 @@ from agent.bundles.store import Store
 from agent.config.loading import check_files, load_config, security_warnings
 from agent.config.models import AgentConfig, PipelineSection, StatusPageSection
 from agent.daemon.media import FOLDER as MEDIA_FOLDER
-from agent.daemon.media import usage_of
+from agent.daemon.media import disk_free, usage_of
 from agent.errors import BundleError, ConfigError
 from agent.hardware.board import probe
 from agent.hardware.camera_tools import CameraTools, find_camera_tools, source_problems
@@ -59,7 +59,16 @@ from agent.mqtt.protocol import Topics
 from agent.serving.cameras import pipe_settings, source_for
 from agent.serving.loader import open_detector
 from agent.snapshot import MediaUsage
-from agent.web.problems import Finding, judge_battery, judge_clock, judge_disk, judge_outbox, judge_power, judge_refused
+from agent.web.problems import (
+    MEDIA_FIX,
+    Finding,
+    judge_battery,
+    judge_clock,
+    judge_disk,
+    judge_outbox,
+    judge_power,
+    judge_refused,
+)
 from pipelines.sources.frames import SourceError, redact_credentials
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
 from pipelines.worker import Worker
@@ -166,17 +175,33 @@ def check_outbox(config: AgentConfig) -> Finding:
     )
 
 
-def check_media(config: AgentConfig) -> Finding:
-    """The events' snapshots and clips kept (read only): files, their size against ``events.media.max_mb``."""
+def check_media(config: AgentConfig, free_bytes: Callable[[Path], int] = disk_free) -> Finding:
+    """The events' snapshots and clips kept (read only): files, their size against
+    ``events.media.max_mb``; a warning while the disk is under ``events.media.min_free_mb`` (the
+    agent deletes the oldest and keeps no new one while it lacks the room; `free_bytes` reads the
+    free space, injected in tests)."""
     folder = config.state_dir / MEDIA_FOLDER
     usage = usage_of(folder, time.time()) if folder.is_dir() else MediaUsage(0, 0, None)
     age = f", the oldest {usage.oldest_age_s / 3600:.1f} h old" if usage.oldest_age_s is not None else ""
-    return Finding(
-        "media",
-        "pass",
+    kept = (
         f"{usage.files} event snapshot(s) and clip(s) kept, "
-        f"{usage.bytes / MIB:.1f} of {config.events.media.max_mb:g} MiB{age}",
+        f"{usage.bytes / MIB:.1f} of {config.events.media.max_mb:g} MiB{age}"
     )
+    floor = config.events.media.min_free_mb
+    try:
+        free = free_bytes(folder if folder.is_dir() else config.state_dir) if floor > 0 else None
+    except OSError:
+        free = None  # no state directory yet: check_state_dir says so
+    if free is not None and free < floor * MIB:
+        return Finding(
+            "media",
+            "warn",
+            f"the disk of the media folder {folder} has {free / MIB:.0f} MiB free, less than "
+            f"events.media.min_free_mb ({floor:g}): the oldest snapshots and clips are deleted and new ones "
+            f"not kept while it lacks the room; {kept}",
+            MEDIA_FIX,
+        )
+    return Finding("media", "pass", kept)
 
 
 def check_keys(config: AgentConfig) -> Finding:

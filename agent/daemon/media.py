@@ -14,10 +14,10 @@ goes without its reference; detection never stops for it.
 Free disk first: the state directory's disk also holds the outbox and the bundles a deployment
 needs room for, so while its free space is under ``events.media.min_free_mb`` the oldest files
 are deleted until it is not, and a new snapshot or clip that would take it under the floor with
-nothing left to delete is not kept (the event goes without it; `problem` says why; the free space
-is read by `free_bytes`, injected in tests). A clip is written by the ``clips``
-thread to a hidden partial file (``.<id>.part.mp4``, removed at the next start too) and
-`keep_clip` moves it into place (`runtimes.files.move_into_place`).
+nothing left to delete is not kept (the event goes without it; `problem` says why, and `usage`
+carries it to the page's problems; the free space is read by `free_bytes`, injected in tests).
+A clip is written by the ``clips`` thread to a hidden partial file (``.<id>.part.mp4``, removed
+at the next start too) and `keep_clip` moves it into place (`runtimes.files.move_into_place`).
 
 Threads: `put` runs on the cameras' inference threads (an event's ``end``), `keep_clip` on the
 ``clips`` thread, `get` and `clip` on the commands thread and the page's, `usage` from any
@@ -33,6 +33,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from agent.config.models import MediaSection
@@ -145,6 +146,7 @@ class MediaStore:
                 log.error("media: cannot keep the clip %s (%s)", name, exc)
                 self.problem = f"the media folder {self.folder} refuses writes: {exc}"
                 return None
+            self.problem = None
             self._prune_locked()
         return name
 
@@ -161,8 +163,9 @@ class MediaStore:
         return None
 
     def usage(self) -> MediaUsage:
+        """What the store holds, with its `problem` (the page shows it)."""
         with self._lock:
-            return usage_of(self.folder, self._clock())
+            return replace(usage_of(self.folder, self._clock()), problem=self.problem)
 
     def _room_locked(self, name: str, incoming: int) -> bool:
         """Whether `incoming` more bytes leave the disk at or above ``min_free_mb`` once the

@@ -16,7 +16,7 @@ from agent.governor.levels import BatteryLevel
 from agent.hardware.readings import Battery, Throttled
 from agent.mqtt.link import LinkStats, Refused
 from agent.mqtt.outbox import OutboxStats
-from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, Health
+from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, Health, MediaUsage
 from pipelines.pipeline import PipelineStats
 
 Status = Literal["pass", "warn", "fail"]
@@ -174,6 +174,23 @@ def judge_outbox(outbox: OutboxStats | None) -> Finding:
     return Finding("outbox", "pass", f"{outbox.messages} message(s) waiting")
 
 
+#: what to do when event media is not kept (the page's words and doctor's)
+MEDIA_FIX = (
+    "free space on the state directory's disk (edge-agent doctor), or lower events.media.max_mb or "
+    "events.media.min_free_mb; detection and events go on without snapshots and clips"
+)
+
+
+def judge_media(media: MediaUsage | None) -> Finding:
+    """The events' snapshots and clips: not kept now (the disk under ``events.media.min_free_mb``
+    with nothing left to delete, or refusing writes: `MediaUsage.problem`)."""
+    if media is None:
+        return Finding("media", "pass", "no event snapshots kept (events.snapshots is off)")
+    if media.problem is not None:
+        return Finding("media", "warn", media.problem, MEDIA_FIX)
+    return Finding("media", "pass", f"{media.files} event snapshot(s) and clip(s) kept")
+
+
 def judge_camera(camera: PipelineStats, reference_fps: float | None) -> Finding:
     """A camera: lost, ended, its model's output unusable (all NaN, or not decodable: a failure
     when no more frames were inferred than that), or slower than it was on this version
@@ -287,6 +304,7 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
     found.append(judge_broker(snapshot.broker))
     found.append(judge_refused(snapshot.broker.refused if snapshot.broker else ()))
     found.append(judge_outbox(snapshot.outbox))
+    found.append(judge_media(snapshot.media))
     found.append(judge_deployment(snapshot.deployment, snapshot.deployment_problem))
     found.append(judge_engine(snapshot.engine))
     if system is not None:

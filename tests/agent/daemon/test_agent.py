@@ -346,3 +346,20 @@ def test_home_assistant_discovery_the_acl_refuses_is_a_problem_on_the_page(tmp_p
     finally:
         agent.stop()
         broker.stop()
+
+
+def test_media_the_agent_cannot_keep_is_a_problem_on_its_page(tmp_path: Path) -> None:
+    """Issue 37, item 8, through the real Agent: what the media store says (here its folder is a
+    file, so it cannot be used) reaches the snapshot the page reads, and the page's problems."""
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+    from agent.snapshot import Health
+    from agent.web.problems import page_problems
+
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "media").write_bytes(b"not a folder")
+    config = AgentConfig.model_validate({"state_dir": str(tmp_path / "state"), "events": {"snapshots": True}})
+    snapshot = Agent(config, probe()).snapshot()
+    assert snapshot.media is not None and snapshot.media.problem is not None
+    found = [f for f in page_problems(snapshot, Health(True), {}) if f.check == "media"]
+    assert len(found) == 1 and "cannot be used" in found[0].message, found

@@ -185,6 +185,24 @@ def test_the_doctor_says_how_much_the_event_snapshots_take(tmp_path: Path) -> No
     assert found.message.startswith("4 event snapshot(s) and clip(s) kept, 2.0 of 256"), found
 
 
+def test_the_doctor_warns_while_the_disk_is_under_the_media_floor(tmp_path: Path) -> None:
+    """Issue 37, item 8: under ``events.media.min_free_mb`` the agent keeps no new snapshot or
+    clip; doctor says so from a shell, with the page's fix (the free space read is injected)."""
+    from agent.daemon.checkup import check_media
+    from agent.mqtt.outbox import MIB
+
+    config = AgentConfig.model_validate({"state_dir": str(tmp_path), "events": {"snapshots": True}})
+    found = check_media(config, free_bytes=lambda folder: 100 * MIB)
+    assert (found.status, found.check) == ("warn", "media"), found
+    assert "100 MiB free" in found.message and "events.media.min_free_mb (256)" in found.message
+    assert "events.media.min_free_mb" in found.fix
+    assert check_media(config, free_bytes=lambda folder: 256 * MIB).status == "pass", "at the floor: room"
+    config = AgentConfig.model_validate(
+        {"state_dir": str(tmp_path), "events": {"snapshots": True, "media": {"min_free_mb": 0}}}
+    )
+    assert check_media(config, free_bytes=lambda folder: 0).status == "pass", "no floor"
+
+
 def test_doctor_probes_the_acl_for_home_assistant_and_names_what_it_refuses(tmp_path: Path) -> None:
     """Issue 37, item 6, from a shell: with Home Assistant enabled, doctor publishes a probe on a
     discovery config and a frame nobody reads; an ACL `fleet acl` wrote without

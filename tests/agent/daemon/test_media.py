@@ -106,12 +106,13 @@ def test_under_the_free_space_floor_the_oldest_go_and_nothing_new_is_kept(tmp_pa
     assert store.put(ident(4), b"x" * 100_000) is None, "not kept: it would take the disk under the floor"
     assert list(folder.iterdir()) == [], "every file went to give the room back"
     assert store.problem is not None and "events.media.min_free_mb" in store.problem
+    assert store.usage().problem == store.problem, "where the page reads it"
     clip = folder / f".{ident(5)}.part.mp4"
     clip.write_bytes(b"c" * 1000)
     assert store.keep_clip(ident(5), clip) is None, "a clip is not kept either (the recorder deletes it)"
     disk.other = 0
     assert store.put(ident(6), b"x" * 100_000) == f"{ident(6)}.jpg"
-    assert store.problem is None, "room again: kept, the problem gone"
+    assert store.problem is None and store.usage().problem is None, "room again: kept, the problem gone"
 
 
 def test_no_floor_with_min_free_mb_0(tmp_path: Path) -> None:

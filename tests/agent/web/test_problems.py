@@ -12,7 +12,7 @@ from agent.hardware.readings import Battery, SensorReadings, Throttled
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import Refused
 from agent.mqtt.outbox import MIB, Dropped, OutboxStats
-from agent.snapshot import EngineStatus, Health
+from agent.snapshot import EngineStatus, Health, MediaUsage
 from agent.web.problems import (
     judge_battery,
     judge_camera,
@@ -208,6 +208,17 @@ def test_refused(refused: tuple[Refused, ...], status: str, words: str) -> None:
     found = judge_refused(refused)
     assert (found.status, found.check) == (status, "broker acl") and words in found.message, found.message
     assert status == "pass" or ("fleet acl" in found.fix and "--home-assistant" in found.fix)
+
+
+def test_media_not_kept_is_a_problem_on_the_page() -> None:
+    """Issue 37, item 8: under ``events.media.min_free_mb`` the store keeps no new snapshot or
+    clip; it said so only in the log."""
+    floor = "the disk of the media folder /s/media has less than 256 MiB free (events.media.min_free_mb): ..."
+    found = page_problems(snapshot(media=MediaUsage(0, 0, None, problem=floor)), Health(True), {})
+    assert [(f.check, f.status, f.message) for f in found] == [("media", "warn", floor)]
+    assert "events.media.min_free_mb" in found[0].fix and "edge-agent doctor" in found[0].fix
+    assert page_problems(snapshot(media=MediaUsage(3, 300, 60.0)), Health(True), {}) == [], "kept: nothing to say"
+    assert page_problems(snapshot(media=None), Health(True), {}) == []
 
 
 def test_publishes_the_broker_refused_are_a_problem_on_the_page() -> None:
