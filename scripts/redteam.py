@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,7 +34,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import psutil
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-from testkit import DEMO_MODELS, REPO
+from testkit import DEMO_MODELS, REPO, needs
 from testkit.agent_process import AgentProcess, agent_config
 from testkit.broker import Broker, Watcher, secured_broker
 from testkit.bundles import read_files, resign, write_tar
@@ -501,6 +502,63 @@ def hostile_runtime_plugins(t: Target) -> Result:
     return Result(ok, detail + "; ".join(f"{name}: {why}" for name, why in sorted(left_out.items()))[:600])
 
 
+def read_only_state_dir(t: Target) -> Result:
+    """Issue 37 #7: an SD card the kernel remounted read-only stopped the agent entirely
+    (``agent.lock``: Errno 30). A device of its own with the demo version installed runs on its
+    state directory bind-mounted read-only in a mount namespace of its own (``unshare -m``: root
+    only): its frames keep coming, its page answers and names the read-only disk as a failure."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        required = "root" in needs.required()  # CI names root: there the attack must run
+        return Result(not required, "needs root and unshare" + ("" if required else ": skipped, not required here"))
+    device, port = "dev-ro", free_port()
+    folder = t.folder / "read-only"
+    config = agent_config(
+        folder,
+        t.broker,
+        device,
+        t.keys["public"],
+        None,
+        t.keys["operator_pub"],
+        status_page={"listen": f"127.0.0.1:{port}"},
+    )
+    state = folder / device / "state"
+    installed = t.cli(
+        "install", str(t.folder / "demo.bundle"), "--state-dir", str(state), "--trust-key", str(t.keys["public"])
+    )
+    if installed.returncode != 0:
+        return Result(False, f"could not install the demo version: {(installed.stdout + installed.stderr)[-300:]}")
+    read_only = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    agent = AgentProcess(config, wrap=("unshare", "-m", "sh", "-c", read_only, str(state))).start()
+    page = f"http://127.0.0.1:{port}/"
+
+    def disk_problem() -> str | None:
+        try:
+            problems = http(page + "api/problems").json()["problems"]
+        except OSError:
+            return None  # the page is not up yet
+        found = [p["message"] for p in problems if p["check"] == "disk" and p["status"] == "fail"]
+        return str(found[0]) if found and "read-only" in found[0] else None
+
+    def frames() -> float:
+        for line in http(page + "metrics").body.decode().splitlines():
+            if line.startswith('edge_agent_camera_frames_total{camera="cam0"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    try:
+        problem = wait_until(lambda: disk_problem() or not agent.alive(), 60, "the read-only disk on the page")
+        if not isinstance(problem, str):
+            return Result(False, f"the agent ended on the read-only disk: {agent.output()[-300:]}")
+        before = frames()
+        wait_until(lambda: frames() > before, 30, "frames detected on the read-only disk")
+        after, alive = frames(), agent.alive()
+    finally:
+        agent.stop()
+    clean = "Traceback" not in agent.output()
+    detail = f"frames {before:.0f} -> {after:.0f}, alive {alive}, no traceback {clean}; the page: {problem[:100]!r}"
+    return Result(alive and clean and after > before, detail)
+
+
 def _refused_since(agent: AgentProcess, before: int) -> bool:
     return agent.output().count("SIGHUP: keeping the running config") > before
 
@@ -536,6 +594,7 @@ ATTACKS: list[Callable[[Target], Result]] = [
     junk_on_a_signed_command,
     sighup_with_a_bad_config,
     hostile_runtime_plugins,
+    read_only_state_dir,
     camera_credentials,  # last: it searches what every attack before it made the daemon say
 ]
 
