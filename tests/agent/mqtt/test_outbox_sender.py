@@ -153,8 +153,14 @@ def test_messages_in_flight_at_a_cut_are_sent_again_and_forgotten_once_acknowled
         reconnects = link.reconnects
         proxy.limit(0, "cut")  # the first byte toward the link, the first PUBACK, cuts instead
         sender.start()
-        wait_until(lambda: proxy.cuts == 1 and link.reconnects > reconnects, 10, "the cut at the first PUBACK")
-        assert sender.sent >= 1 and outbox.stats().messages == 30, "messages in flight, none acknowledged"
+        # the PUBACK that cuts can come (and the link see the cut) before the sender's thread is
+        # back from `publish` to count the message: wait for the count too, never read it at once
+        wait_until(
+            lambda: proxy.cuts == 1 and link.reconnects > reconnects and sender.sent >= 1,
+            10,
+            "the cut at the first PUBACK, the message it acknowledged counted as sent",
+        )
+        assert outbox.stats().messages == 30, "messages in flight, none acknowledged"
         proxy.restore()
         wait_until(lambda: set(seqs(watcher)) >= set(range(1, 31)), 30, "every message")
         wait_until(lambda: outbox.stats().messages == 0, 10, "the messages in flight at the cut acknowledged")
