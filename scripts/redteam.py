@@ -301,7 +301,9 @@ def acl_without_home_assistant(t: Target) -> Result:
         t.keys["operator_pub"],
         mqtt=mqtt_settings,
         status_page={"listen": f"127.0.0.1:{port}"},
-        integrations={"home_assistant": {"enabled": True}},
+        # births answered every second, not every 30 s: this attack is about the ACL, not the
+        # pacing (home_assistant_birth_flood checks that, on the main agent's 30 s)
+        integrations={"home_assistant": {"enabled": True, "reannounce_s": 1}},
     )
     agent = AgentProcess(config).start()
     hass: Watcher | None = None

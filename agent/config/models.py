@@ -772,6 +772,12 @@ class HomeAssistantSection(_Section):
         ge=1.0,
         description="Least seconds between two annotated frames published for each camera's image entity.",
     )
+    reannounce_s: float = Field(
+        default=30.0,
+        ge=1.0,
+        le=3600.0,
+        description="Least seconds between two announcements answering Home Assistant's births (anyone can send one).",
+    )
 
 
 class IntegrationsSection(_Section):

@@ -10,10 +10,11 @@ Assistant remove it.
 
 Births are paced: anyone on the broker may publish one, and each used to publish every config
 again at once (2,000 births sent 25 MB and kept the device's command answers waiting 13 s). A
-birth `REANNOUNCE_S` or more after the last announcement (the connect's counts) is answered at
-once; the births within that interval, however many, are answered by one announcement at its end
-(made by the first `tick` then: the sampler's, every ``telemetry.interval_s``), and logged as
-held back at most once per `ThrottledLog` window (10 s).
+birth ``integrations.home_assistant.reannounce_s`` (default 30) or more after the last
+announcement (the connect's counts) is answered at once; the births within that interval,
+however many, are answered by one announcement at its end (made by the first `tick` then: the
+sampler's, every ``telemetry.interval_s``), and logged as held back at most once per
+`ThrottledLog` window (10 s).
 
 Threads: `announce` runs on the link's network thread (on connect, on Home Assistant's birth);
 `tick` on the sampler's (the frames, and the announcement owed to held-back births). A lock keeps
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 FILE_NAME = "home_assistant.json"
 #: the annotated frames' JPEG quality
 IMAGE_QUALITY = 70
-#: the least seconds between two announcements for Home Assistant's births (see the module text)
-REANNOUNCE_S = 30.0
 
 
 def cameras_of(config: AgentConfig) -> tuple[Camera, ...]:
@@ -56,7 +55,8 @@ def cameras_of(config: AgentConfig) -> tuple[Camera, ...]:
 class HomeAssistantFeed:
     """Discovery and frames for `identity` over `link`; `camera_jpeg(name, quality)` is a
     camera's newest annotated frame (raises `CodedError` before the first); `clock` is
-    monotonic seconds (injected in tests); births are answered at most once per `reannounce_s`."""
+    monotonic seconds (injected in tests); births are answered at most once per
+    ``integrations.home_assistant.reannounce_s`` seconds."""
 
     def __init__(
         self,
@@ -66,7 +66,6 @@ class HomeAssistantFeed:
         link: MqttLink,
         camera_jpeg: Callable[[str, int], bytes],
         clock: Callable[[], float],
-        reannounce_s: float = REANNOUNCE_S,
     ) -> None:
         settings = config.integrations.home_assistant
         self.prefix, self.interval_s = settings.discovery_prefix, settings.image_interval_s
@@ -75,7 +74,7 @@ class HomeAssistantFeed:
         self.record = config.state_dir / FILE_NAME
         self._lock = threading.Lock()
         self._last_image: dict[str, float] = {}
-        self.reannounce_s = reannounce_s
+        self.reannounce_s = settings.reannounce_s
         self._pacing = threading.Lock()
         self._announced_at: float | None = None  # when the last announcement began (`clock` seconds)
         self._owed = False  # births were held back: one announcement at the interval's end

@@ -67,13 +67,32 @@ def answer(broker: Broker, device: str, name: str, payload: bytes) -> dict[str, 
     return json.loads(request(broker, device, name, payload)[0])  # type: ignore[no-any-return]
 
 
-def two_versions(capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path], **config: Any) -> Any:
-    """A device that ran 1.0.0 and now serves 1.1.0."""
+def two_versions(
+    capsys,
+    broker: Broker,
+    watcher: Watcher,
+    agents,
+    bundles: dict[str, Path],
+    probation_s: float | None = None,
+    **config: Any,
+) -> Any:
+    """A device that ran 1.0.0 and now serves 1.1.0, both pushed on the test agent's short
+    probation (1 s). `probation_s`: then ``deployments.probation_s`` for the test's own
+    deployments, set by a SIGHUP (a reload applies it), so the two setup deployments do not wait
+    that long probation each (they did: most of the probation tests' 48 and 42 s)."""
     agent = agents("dev1", **config)
     online(watcher, "dev1")
     assert finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))["state"] == "SUCCEEDED"
     assert finished(watcher, "dev1", push(capsys, broker, bundles["v2"], "device:dev1"))["state"] == "SUCCEEDED"
     serving(watcher, "dev1", "1.1.0")
+    if probation_s is not None:
+        settings = yaml.safe_load(agent.config.read_text())
+        settings["deployments"]["probation_s"] = probation_s
+        agent.config.write_text(yaml.safe_dump(settings))
+        started = agent.output().count(" running as dev1 (")  # the line `Agent.start` ends with
+        agent.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: agent.output().count(" running as dev1 (") > started, 30, "the reload's new start")
+        serving(watcher, "dev1", "1.1.0")  # frames flow again: the probation's FPS baseline
     return agent
 
 
@@ -313,9 +332,10 @@ def test_probation_rolls_back_a_version_that_fails_on_live_frames(
     capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys
 ) -> None:
     camera = [{"name": "cam0", "source": "synthetic:7", "max_fps": 10}]  # frames 1400+ away from the reference's sum
-    two_versions(capsys, broker, watcher, agents, bundles, pipelines=camera, deployments={"probation_s": 20})
+    two_versions(capsys, broker, watcher, agents, bundles, probation_s=20, pipelines=camera)
     record = finished(watcher, "dev1", push(capsys, broker, failing_on_live_frames(tmp_path, keys), "device:dev1"))
     assert (record["state"], record["error"]["code"]) == ("ROLLED_BACK", "PROBATION_FAILED"), record
+    assert record["probation_s"] == 20, "the reload's probation, not the setup's"
     assert "frames failed on the new version" in record["error"]["message"]
     assert [h["state"] for h in record["history"]][-4:] == ["ACTIVATING", "PROBATION", "FAILED", "ROLLED_BACK"]
     serving(watcher, "dev1", "1.1.0")
@@ -325,13 +345,14 @@ def test_probation_rolls_back_a_version_at_half_the_fps(
     capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys, slow_model: Path
 ) -> None:
     camera = [{"name": "cam0", "source": "synthetic", "fps": 60}]  # no cap: the demo model keeps up
-    two_versions(capsys, broker, watcher, agents, bundles, pipelines=camera, deployments={"probation_s": 8})
+    two_versions(capsys, broker, watcher, agents, bundles, probation_s=8, pipelines=camera)
     slow = tmp_path / "slow.bundle"
     build_bundle([slow_model], slow, name="demo", version="5.0.0", key=load_private_key(keys["private"]))
     # a loaded machine takes minutes over the slow model's activation checks: wait long for the end
     record = finished(watcher, "dev1", push(capsys, broker, slow, "device:dev1"), timeout=300)
     assert (record["state"], record["error"]["code"]) == ("ROLLED_BACK", "PROBATION_FAILED"), record
     assert "FPS of the previous version" in record["error"]["message"], record["error"]
+    assert record["probation_s"] == 8, "the reload's probation, not the setup's"
     serving(watcher, "dev1", "1.1.0")
 
 

@@ -133,14 +133,19 @@ def test_the_rate_and_the_window_bound_what_is_handed_to_the_link(tmp_path: Path
 def test_messages_in_flight_at_a_cut_are_sent_again_and_forgotten_once_acknowledged(
     tmp_path: Path, broker: Broker
 ) -> None:
-    """The relay cuts the connection at the first PUBACK, before a byte of it reaches the link:
-    whatever the sender handed over by then is in flight, none acknowledged. The link connects
-    again with a new session (clean start), and the sender sends again from the oldest message
-    not acknowledged, so those are acknowledged on the new connection and forgotten. Catches a
-    planted reconnect that keeps the cursor: they are then never sent again by the sender
-    (paho's own resend is acknowledged, but to a delivery the sender no longer holds) and stay
-    in the outbox for good. (The cut test above catches it only when a cut finds a message in
-    flight: by chance.)"""
+    """The relay holds back everything toward the link (no PUBACK reaches it) until the sender
+    has handed over its window of ten, then cuts the connection: those ten are in flight, none
+    acknowledged. The link connects again with a new session (clean start), and the sender sends
+    again from the oldest message not acknowledged, so those are acknowledged on the new
+    connection and forgotten. Catches a planted reconnect that keeps the cursor: they are then
+    never sent again by the sender (paho's own resend is acknowledged, but to a delivery the
+    sender no longer holds) and stay in the outbox for good. (The cut test above catches it only
+    when a cut finds a message in flight: by chance.)
+
+    It once cut at the first PUBACK instead, and failed under load: that PUBACK could come while
+    the sender was still inside its first `publish`, which then answered "not connected" (paho
+    had written the packet, then lost the socket), so nothing was in flight and ``sent`` stayed
+    0. Now the cut comes only once the window is counted."""
     watcher = Watcher(broker, [TOPIC])
     proxy = TcpProxy(broker.port).restore()
     outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
@@ -151,10 +156,12 @@ def test_messages_in_flight_at_a_cut_are_sent_again_and_forgotten_once_acknowled
         for i in range(30):
             outbox.append("event", TOPIC, b'{"i":%d}' % i)
         reconnects = link.reconnects
-        proxy.limit(0, "cut")  # the first byte toward the link, the first PUBACK, cuts instead
+        proxy.limit(0, "hold")  # nothing more reaches the link: no PUBACK
         sender.start()
-        wait_until(lambda: proxy.cuts == 1 and link.reconnects > reconnects, 10, "the cut at the first PUBACK")
-        assert sender.sent >= 1 and outbox.stats().messages == 30, "messages in flight, none acknowledged"
+        wait_until(lambda: sender.sent == 10, 10, "a window of messages handed to the link")
+        proxy.cut()  # the PUBACKs held back are lost with the connection
+        wait_until(lambda: link.reconnects > reconnects, 10, "the link to see the cut")
+        assert sender.sent == 10 and outbox.stats().messages == 30, "ten messages in flight, none acknowledged"
         proxy.restore()
         wait_until(lambda: set(seqs(watcher)) >= set(range(1, 31)), 30, "every message")
         wait_until(lambda: outbox.stats().messages == 0, 10, "the messages in flight at the cut acknowledged")

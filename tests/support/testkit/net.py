@@ -72,7 +72,7 @@ class TcpProxy:
     counted by the relay itself (so a test can cut a transfer in its middle without racing it):
     then it cuts every connection (``"cut"``) or holds the rest back (``"hold"``: the connections
     stay open, nothing more is forwarded toward the client) until `unlimit()`. `held` tells
-    whether the budget is spent. A cut ends the limit."""
+    whether the budget is spent. A cut ends the limit and drops what was held back."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port, self.port = target_port, free_port()
@@ -133,11 +133,13 @@ class TcpProxy:
                 self.held = True
             return now, later
 
-    def _wait_for_release(self) -> None:
-        """Block a held pump until `unlimit()` or a cut (which closes its sockets)."""
+    def _wait_for_release(self) -> bool:
+        """Block a held pump until `unlimit()` (True: send what it holds) or a cut (False: what it
+        holds is dropped, as a cut network drops it; the cut closes its sockets)."""
         with self._lock:
             cuts = self.cuts
             self._lock.wait_for(lambda: self._budget is None or self.cuts != cuts)
+            return self.cuts == cuts
 
     def _pump(self, source: socket.socket, sink: socket.socket, to_client: bool) -> None:
         try:
@@ -151,7 +153,8 @@ class TcpProxy:
                     self.cut()
                     return
                 if later:
-                    self._wait_for_release()
+                    if not self._wait_for_release():
+                        break  # a cut while held: dropped (cut() may not have closed the sockets yet)
                     sink.sendall(later)
         except OSError:
             pass
