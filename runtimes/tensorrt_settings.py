@@ -1,10 +1,12 @@
-"""TensorRT's settings (the ``runtimes.tensorrt`` section of agent.yaml) and what they key: the
-cache key of the engine they ask for from an ONNX model on a GPU, and the engine cache they name.
+"""TensorRT's settings (the ``runtimes.tensorrt`` section of agent.yaml), what they key (the
+cache key of the engine they ask for from an ONNX model on a GPU, and the engine cache they
+name), `EngineNotReady`, and TensorRT's registry entry.
 
-Apart from `runtimes.tensorrt_backend` (serving engines, the registry entry) so that
-`runtimes.tensorrt_engines` (building them) and the backend both import it, and the backend's
-entry can build through `tensorrt_engines` (`Backend.prepare`) without an import cycle.
-`runtimes.tensorrt_backend` re-exports every name here.
+Apart from `runtimes.tensorrt_backend` (serving engines) so that `runtimes.tensorrt_engines`
+(building them) and the backend both import it, and light: the entry names the backend's code
+with `runtimes.base.lazy`, so that importing the registry (``detect`` on ONNX Runtime) imports
+neither TensorRT's code nor its engine cache's. `runtimes.tensorrt_backend` re-exports the
+settings and functions here.
 """
 
 from __future__ import annotations
