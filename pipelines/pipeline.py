@@ -393,13 +393,18 @@ class Pipeline:
                 self.source_status.set("ended")
                 self._deliver(_END)
                 return
-            if self.source.live:
-                self._deliver(_Prepared(frame))
-            else:
-                detector = self._detector
-                start = self._clock()
-                tensor, transform = detector.prepare(frame.image)
-                self._deliver(_Prepared(frame, tensor, transform, detector, self._clock() - start))
+            self._hand_over(frame)
+            del frame  # not held while the next read waits: the inference threads may be done with it
+
+    def _hand_over(self, frame: Frame) -> None:
+        """`frame` to the inference threads, prepared first when from a file."""
+        if self.source.live:
+            self._deliver(_Prepared(frame))
+        else:
+            detector = self._detector
+            start = self._clock()
+            tensor, transform = detector.prepare(frame.image)
+            self._deliver(_Prepared(frame, tensor, transform, detector, self._clock() - start))
 
     def _source_failed(self, error: str, output: Sequence[str] = ()) -> bool:
         self.source_status.set("reconnecting", error, output)
@@ -448,22 +453,30 @@ class Pipeline:
         return DONE
 
     def _inference_loop(self) -> None:
-        while True:
-            taken = self._take()
-            if taken is None:
-                break
-            seq, item, detector = taken
-            self._beat()  # inference and the sinks: no announced wait, a hang shows
-            try:
-                result = self._process(item, detector)
-            finally:
-                self._release(detector)
-            self._finish(seq, result)
+        while self._serve_next():
+            pass
         self._leave()
         with self._results_lock:
             self._working -= 1
             if self._working == 0:
                 self._done.set()
+
+    def _serve_next(self) -> bool:
+        """Take the next frame, run it and hand its result on; False once there is none. What it
+        held (the frame, its tensors and outputs) is let go when it returns, so a thread waiting
+        for the next frame holds none of them: in a loop, the last frame's names would keep it
+        (a 720p frame and its tensor: 4 MB per inference thread)."""
+        taken = self._take()
+        if taken is None:
+            return False
+        seq, item, detector = taken
+        self._beat()  # inference and the sinks: no announced wait, a hang shows
+        try:
+            result = self._process(item, detector)
+        finally:
+            self._release(detector)
+        self._finish(seq, result)
+        return True
 
     def _take(self) -> tuple[int, _Prepared, FrameDetector] | None:
         """The next frame, its sequence number and the detector to run, once pause and the FPS

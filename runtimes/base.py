@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import ctypes
+import importlib
 import os
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -373,6 +374,31 @@ class Cache(Generic[ConfigT]):
     model_hash: Callable[[Path, str], str] = manifest_hash
 
 
+@dataclass(frozen=True)
+class Lazy:
+    """The function `name` of `module`, imported at its first call rather than now (`lazy`)."""
+
+    module: str
+    name: str
+
+    def target(self) -> Callable[..., Any]:
+        """The function itself, its module imported (`ImportError`, `AttributeError` when missing)."""
+        found: Callable[..., Any] = getattr(importlib.import_module(self.module), self.name)
+        return found
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.target()(*args, **kwargs)
+
+
+def lazy(module: str, name: str) -> Callable[..., Any]:
+    """The function `name` of `module`, imported at its first call rather than now: a `Backend`
+    entry names its heavy code (a library's wrapper, its engine cache: a few ms of imports each)
+    this way, so that importing the registry imports none of it (``edge-agent detect`` with ONNX
+    Runtime imports no TensorRT module). Typed as any callable, so that it fills a field of
+    `Backend` or `Cache` of any signature."""
+    return Lazy(module, name)
+
+
 _BACKEND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _FORMAT_NAME = re.compile(r"^[a-z0-9]{1,16}$")
 
@@ -418,6 +444,9 @@ class Backend(Generic[ConfigT]):
 
     The module holding it must import its native library only inside these callables, never at
     import: the agent imports every registered module, and only check processes import libraries.
+    An in-tree entry lives in a light module (``runtimes/<name>_settings.py``, with the settings
+    model) and names the rest of its backend's code with `lazy`, so that a process imports the
+    code of the backends it loads only.
     """
 
     name: RuntimeName

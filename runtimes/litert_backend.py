@@ -12,15 +12,12 @@ import logging
 from collections.abc import Sequence
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field
 
 from runtimes.base import (
-    Backend,
-    BackendConfig,
     BundleModel,
     InferenceError,
     LoadOptions,
@@ -38,31 +35,17 @@ from runtimes.base import (
     return_freed_memory,
     usable_cores,
 )
+from runtimes.litert_settings import KEY as KEY
+from runtimes.litert_settings import LiteRTConfig as LiteRTConfig
 from runtimes.metadata import read_tflite_metadata
 
 log = logging.getLogger(__name__)
 
-KEY = "litert"
 #: (module, distribution) pairs tried in order
 _INTERPRETER_MODULES = (
     ("ai_edge_litert.interpreter", "ai-edge-litert"),
     ("tflite_runtime.interpreter", "tflite-runtime"),
 )
-
-
-class LiteRTConfig(BackendConfig):
-    """Settings of the LiteRT backend."""
-
-    type: Literal["litert"] = "litert"
-    num_threads: int | None = Field(
-        default=None, ge=1, description="CPU threads for the interpreter; unset = all cores."
-    )
-    delegate: Path | None = Field(
-        default=None, description="Path of an external delegate library, e.g. libedgetpu.so.1."
-    )
-    delegate_options: dict[str, str] = Field(
-        default_factory=dict, description="Options passed to the external delegate."
-    )
 
 
 def _import_interpreter() -> tuple[Any, str]:
@@ -211,17 +194,3 @@ def candidates(config: LiteRTConfig, model: BundleModel, info: RuntimeInfo, vari
     if config.delegate is not None:
         found.append(TuneCandidate(config.delegate.name, model.precision, config, unavailable=why))
     return found
-
-
-BACKEND = Backend(
-    name=KEY,
-    config=LiteRTConfig,
-    summary="LiteRT: threads, external delegate.",
-    formats=("tflite",),
-    rank={"nvidia": 30, "arm": 10, "x86": 20},
-    libraries=("ai_edge_litert", "tflite_runtime"),
-    availability=availability,
-    load=load,
-    tune=tune,
-    candidates=candidates,
-)

@@ -35,18 +35,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field
 
 from runtimes.base import (
-    CACHE_MAX_MB,
-    Backend,
-    BackendConfig,
     BundleModel,
-    Cache,
     CacheEntry,
     InferenceError,
     LoadOptions,
@@ -65,49 +60,16 @@ from runtimes.base import (
 )
 from runtimes.files import atomic_write, sha256_file
 from runtimes.metadata import parse_metadata
+from runtimes.openvino_settings import KEY as KEY
+from runtimes.openvino_settings import Device as Device
+from runtimes.openvino_settings import Hint as Hint
+from runtimes.openvino_settings import OpenVINOConfig as OpenVINOConfig
+from runtimes.openvino_settings import with_state_dir as with_state_dir
 
 log = logging.getLogger(__name__)
 
-KEY = "openvino"
-Device = Literal["CPU", "GPU", "NPU"]
 DEVICES: tuple[Device, ...] = ("CPU", "GPU", "NPU")
-Hint = Literal["auto", "latency", "throughput"]
 _INSTALL = "pip install 'edge-agent[openvino]'"
-
-
-class OpenVINOConfig(BackendConfig):
-    """Settings of the OpenVINO backend."""
-
-    type: Literal["openvino"] = "openvino"
-    device: Device = Field(
-        default="CPU",
-        description="Device to compile for: CPU, or an Intel GPU or NPU that OpenVINO lists on this machine.",
-    )
-    performance_hint: Hint = Field(
-        default="auto",
-        description="OpenVINO's performance hint: latency (one call at a time), throughput (several "
-        "calls in flight, parallel streams), or auto: latency for one worker, throughput for more.",
-    )
-    threads: int = Field(
-        default=0, ge=0, description="CPU threads for inference (INFERENCE_NUM_THREADS); 0 = OpenVINO's default."
-    )
-    inference_precision: Literal["fp32", "auto"] = Field(
-        default="fp32",
-        description="fp32: compute in the artifact's precision (the same detections as ONNX Runtime); auto: "
-        "OpenVINO's default for the device (bf16 on x86 CPUs that have it, fp16 on Arm and GPUs: faster, "
-        "confidences differ by up to ~0.03).",
-    )
-    cache_dir: Path | None = Field(
-        default=None,
-        description="Directory where compiled models are cached; unset in agent.yaml = <state_dir>/openvino.",
-    )
-    cache_max_mb: int = Field(
-        default=CACHE_MAX_MB,
-        ge=0,
-        description="The most MiB of compiled models the cache keeps: when the bundle store removes versions, "
-        "those of models no installed version uses are removed, then the oldest beyond this, never those of "
-        "the current and previous versions.",
-    )
 
 
 @dataclass(frozen=True)
@@ -429,40 +391,3 @@ def model_hash(path: Path, sha256: str) -> str:
     manifest's of an ONNX file; an IR's ``.xml`` then its ``.bin``, hashed as one stream."""
     files = model_files(path)
     return sha256 if len(files) == 1 else sha256_file(*files)
-
-
-def with_state_dir(config: OpenVINOConfig, state_dir: Path) -> OpenVINOConfig:
-    """The compiled-model cache under the state directory, unless agent.yaml names one."""
-    if config.cache_dir is not None:
-        return config
-    return config.model_copy(update={"cache_dir": state_dir / "openvino"})
-
-
-BACKEND = Backend(
-    name=KEY,
-    config=OpenVINOConfig,
-    summary="OpenVINO: device (CPU, GPU, NPU), performance hint, threads, compiled-model cache.",
-    formats=("onnx", "openvino"),
-    # after ONNX Runtime on CPU boards: ``runtime: auto`` keeps what it served; autotune
-    # measures OpenVINO against it and serves whichever is faster
-    rank={"arm": 25, "x86": 15},
-    libraries=("openvino",),
-    availability=availability,
-    load=load,
-    device_label=device_label,
-    tune=tune,
-    with_state_dir=with_state_dir,
-    candidates=candidates,
-    # loaded in the agent's process, OpenVINO keeps +105 MB resident for the demo detector, 90 MB
-    # of it after closing (docs/benchmarks.md), in a process that may serve another runtime
-    measured_apart=True,
-    caches=(
-        Cache(
-            "compiled models",
-            folder=lambda config: config.cache_dir,
-            entries=cache_entries,
-            max_mb=lambda config: config.cache_max_mb,
-            model_hash=model_hash,
-        ),
-    ),
-)

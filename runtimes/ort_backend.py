@@ -11,15 +11,12 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field
 
 from runtimes.base import (
-    Backend,
-    BackendConfig,
     BundleModel,
     InferenceError,
     LoadOptions,
@@ -38,12 +35,12 @@ from runtimes.base import (
     worker_variants,
 )
 from runtimes.metadata import parse_metadata
+from runtimes.ort_settings import KEY as KEY
+from runtimes.ort_settings import OnnxRuntimeConfig as OnnxRuntimeConfig
+from runtimes.ort_settings import ProviderName as ProviderName
 
 log = logging.getLogger(__name__)
 
-KEY = "onnxruntime"
-
-ProviderName = Literal["tensorrt", "cuda", "openvino", "cpu"]
 PROVIDERS: dict[ProviderName, str] = {
     "tensorrt": "TensorrtExecutionProvider",
     "cuda": "CUDAExecutionProvider",
@@ -69,44 +66,6 @@ _PROVIDER_LABELS = (
     ("OpenVINOExecutionProvider", "OpenVINO EP"),
     ("CPUExecutionProvider", "CPU"),
 )
-
-
-class OnnxRuntimeConfig(BackendConfig):
-    """Settings of the ONNX Runtime backend."""
-
-    type: Literal["onnxruntime"] = "onnxruntime"
-    providers: list[ProviderName] = Field(
-        default=["tensorrt", "cuda", "openvino", "cpu"],
-        description="Execution providers in order of preference; those not installed are "
-        "skipped and CPU is always the last resort.",
-    )
-    trt_fp16: bool = Field(default=True, description="Let the TensorRT EP build FP16 engines.")
-    trt_engine_cache_dir: Path | None = Field(
-        default=None, description="Directory where the TensorRT EP caches built engines."
-    )
-    graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
-        default="all", description="ONNX Runtime graph optimization level."
-    )
-    intra_op_threads: int = Field(
-        default=0,
-        ge=0,
-        description="Threads inside one op; 0 = ORT's default, or the usable cores / workers under an "
-        "affinity mask (taskset, CPUAffinity=) or with several workers.",
-    )
-    inter_op_threads: int = Field(default=0, ge=0, description="Threads across ops; 0 = ORT's default.")
-    memory_pattern: bool = Field(
-        default=False,
-        description="Plan one block per run for all intermediate tensors (ORT's default). Off, the "
-        "arena reuses freed tensors instead: 20-23 MB less resident for YOLOv8n at 640x640, "
-        "with no consistent speed difference (docs/benchmarks.md).",
-    )
-    spinning: bool = Field(
-        default=True,
-        description="Let idle ORT threads spin-wait for work instead of sleeping (ONNX Runtime's "
-        "default). Off leaves that CPU to capture, other cameras and the board's temperature: "
-        "YOLOv8n on two cores used 21-26 % less CPU per frame at the same latency "
-        "(docs/benchmarks.md, core budgets).",
-    )
 
 
 def _import_ort() -> Any:
@@ -266,18 +225,3 @@ def candidates(config: OnnxRuntimeConfig, model: BundleModel, info: RuntimeInfo,
             tuned = config.model_copy(update={"providers": [key], "intra_op_threads": threads or 0})
             found.append(TuneCandidate(provider, model.precision, tuned, workers, threads))
     return found
-
-
-BACKEND = Backend(
-    name=KEY,
-    config=OnnxRuntimeConfig,
-    summary="ONNX Runtime: execution providers in order, threads, ...",
-    formats=("onnx",),
-    rank={"nvidia": 20, "arm": 20, "x86": 10},
-    libraries=("onnxruntime",),
-    availability=availability,
-    load=load,
-    device_label=device_label,
-    tune=tune,
-    candidates=candidates,
-)

@@ -11,8 +11,11 @@ crashing library by its modules); the loaders (`load_runtime` here, `agent.servi
 above); autotune's candidates (`tune_candidates`, `prepare`; `agent.bundles.tuning` names no
 backend); the pruning of every backend's caches (`prune_caches`, from the bundle store's gc).
 This is the only module outside a backend's own that names a backend's settings model
-(``tests/house/test_backends.py``). A new in-tree backend is one module,
-``runtimes/<name>_backend.py`` with its ``BACKEND``, and one item of `IN_TREE`.
+(``tests/house/test_backends.py``). A new in-tree backend is its code,
+``runtimes/<name>_backend.py``, its settings and ``BACKEND`` in a light
+``runtimes/<name>_settings.py`` (naming the code with `runtimes.base.lazy`: importing this
+module imports no backend's code, nor the check processes' until one is started), and one item
+of `IN_TREE`.
 
 Plugins: each entry point of the group names a `Backend` object (``hailo =
 "edge_agent_hailo:BACKEND"`` in a package's ``[project.entry-points."edge_agent.runtimes"]``),
@@ -58,7 +61,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
 from pydantic_core import CoreSchema, core_schema
 
-from runtimes import litert_backend, openvino_backend, ort_backend, tensorrt_backend
+from runtimes import litert_settings, openvino_settings, ort_settings, tensorrt_settings
 from runtimes.base import (
     Backend,
     BackendConfig,
@@ -76,7 +79,6 @@ from runtimes.base import (
     first_line,
 )
 from runtimes.caches import InUse, prune
-from runtimes.isolation import check_load_isolated, probe_isolated, vet_plugins_isolated
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +91,10 @@ PLUGIN_TIMEOUT_S = 60.0
 PLUGIN_TIMEOUT_BOUNDS_S = (1.0, 600.0)
 #: the backends of this distribution, in the order of the table (and of the schema, the CLI's choices)
 IN_TREE: tuple[Backend[Any], ...] = (
-    tensorrt_backend.BACKEND,
-    ort_backend.BACKEND,
-    litert_backend.BACKEND,
-    openvino_backend.BACKEND,
+    tensorrt_settings.BACKEND,
+    ort_settings.BACKEND,
+    litert_settings.BACKEND,
+    openvino_settings.BACKEND,
 )
 
 
@@ -206,6 +208,8 @@ def load_plugins(isolated: bool = True, names: Iterable[str] | None = None) -> t
             points = [p for p in metadata.entry_points(group=GROUP) if wanted is None or p.name in wanted]
             refused: Mapping[tuple[str, str], str] = {}
             if isolated and points:
+                from runtimes.isolation import vet_plugins_isolated  # check processes: not `detect`'s
+
                 refused = vet_plugins_isolated([(p.name, p.value) for p in points], plugin_timeout_s())
             registry = collect(IN_TREE, points, refused)
             for name, entry in registry.backends.items():
@@ -431,6 +435,8 @@ def available_runtimes(
         load_plugins()
     wanted = [backend(name).name for name in (runtime_names() if names is None else names)]
     if isolated:
+        from runtimes.isolation import probe_isolated  # check processes: not `detect`'s
+
         libraries = {name: BACKENDS[name].libraries for name in wanted}
         infos = probe_isolated(wanted, probe_here, libraries)
     else:
@@ -476,6 +482,8 @@ def check_load(name: RuntimeName, model_path: Path, config: BackendConfig) -> No
     """Load and warm up `model_path` with these settings once in a child process (once per
     process, content and settings); raises `runtimes.isolation.RuntimeCrashed` when the backend's
     library killed that child. Errors the backend reports are left to the caller's own load."""
+    from runtimes.isolation import check_load_isolated
+
     check_load_isolated(backend(name).name, model_path, config.model_dump_json(), backend(name).libraries)
 
 

@@ -29,11 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from runtimes.base import (
-    Backend,
     BackendError,
-    BundleHints,
     BundleModel,
-    Cache,
     InferenceError,
     LoadOptions,
     ModelLoadError,
@@ -49,29 +46,22 @@ from runtimes.base import (
     return_freed_memory,
 )
 from runtimes.cuda_memory import DeviceBuffer, DeviceMemory, open_device_memory
-from runtimes.engine_cache import EngineCache, EngineKey, EngineRecord, cache_entries
+from runtimes.engine_cache import EngineCache, EngineRecord
 from runtimes.metadata import parse_metadata
 from runtimes.tensorrt_build import make_logger, require_tensorrt, shape_of
 from runtimes.tensorrt_engines import prepare_engine
+from runtimes.tensorrt_settings import KEY as KEY
+from runtimes.tensorrt_settings import EngineNotReady as EngineNotReady
 from runtimes.tensorrt_settings import ProfileSettings as ProfileSettings
 from runtimes.tensorrt_settings import TensorRTConfig as TensorRTConfig
+from runtimes.tensorrt_settings import device_label as device_label
 from runtimes.tensorrt_settings import engine_cache as engine_cache
 from runtimes.tensorrt_settings import engine_key as engine_key
 from runtimes.tensorrt_settings import engine_precision as engine_precision
+from runtimes.tensorrt_settings import for_bundle as for_bundle
+from runtimes.tensorrt_settings import with_state_dir as with_state_dir
 
 log = logging.getLogger(__name__)
-
-KEY = "tensorrt"
-
-
-class EngineNotReady(RuntimeUnavailable):
-    """No engine is cached for this model, GPU, TensorRT version and precision yet (or the last
-    build failed: `failure` says why). `key` is what a build would produce."""
-
-    def __init__(self, message: str, key: EngineKey, failure: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-        self.failure = failure
 
 
 class EngineLoadError(ModelLoadError):
@@ -343,27 +333,6 @@ def load(model_path: Path, config: TensorRTConfig, options: LoadOptions) -> Tens
     return open_engine(model_path, config, warmup=options.warmup)
 
 
-def with_state_dir(config: TensorRTConfig, state_dir: Path) -> TensorRTConfig:
-    """The engine cache defaults to ``<state_dir>/engines``."""
-    if config.engine_cache_dir is not None:
-        return config
-    return config.model_copy(update={"engine_cache_dir": state_dir / "engines"})
-
-
-def device_label(info: RuntimeInfo) -> str:
-    """TensorRT serves engines on the GPU (FP16 by default)."""
-    return "GPU (FP16)"
-
-
-def for_bundle(config: TensorRTConfig, hints: BundleHints) -> TensorRTConfig:
-    """The manifest's optimization profile, when it has one (it wins over the device's
-    `runtimes.tensorrt.profile`: the bundle knows its model)."""
-    if hints.profile is None:
-        return config
-    smallest, opt, largest = hints.profile
-    return config.model_copy(update={"profile": ProfileSettings(min=smallest, opt=opt, max=largest)})
-
-
 _PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 
 
@@ -397,28 +366,3 @@ def prepare(config: TensorRTConfig, model: BundleModel, on_progress: Callable[[P
         )
     except BackendError as exc:
         raise ModelLoadError(f"engine build failed: {exc}") from exc
-
-
-BACKEND = Backend(
-    name=KEY,
-    config=TensorRTConfig,
-    summary="TensorRT: precision, engine cache, workspace.",
-    formats=("onnx",),
-    rank={"nvidia": 10},
-    libraries=("tensorrt",),
-    availability=availability,
-    load=load,
-    device_label=device_label,
-    with_state_dir=with_state_dir,
-    for_bundle=for_bundle,
-    candidates=candidates,
-    prepare=prepare,
-    caches=(
-        Cache(
-            "engines",
-            folder=lambda config: config.engine_cache_dir,
-            entries=cache_entries,
-            max_mb=lambda config: config.engine_cache_max_mb,
-        ),
-    ),
-)

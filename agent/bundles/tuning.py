@@ -6,7 +6,7 @@ Candidate`), as each backend of the registry that loads the artifact's format sa
 FP32 / FP16 / INT8 per ONNX artifact (an explicitly quantized one: INT8 only), ONNX Runtime per
 installed execution provider, OpenVINO per device it lists (the ``openvino`` extra), LiteRT per
 delegate; with `variants`, ONNX Runtime and OpenVINO on the CPU also with several calls in
-flight (`worker_variants`; OpenVINO's THROUGHPUT hint); a plugin's as it declares them, or its
+flight (`runtimes.base.worker_variants`; OpenVINO's THROUGHPUT hint); a plugin's as it declares them, or its
 settings as they are. Those that cannot run here carry the reason. `with_prepared` makes each
 ready to measure (`Backend.prepare`: TensorRT's engines). `reference_of` builds what rows are
 compared with from the bundle's reference.npz. `autotune` measures the candidates that can run
@@ -46,7 +46,6 @@ from pipelines.measure.matrix import (
     no_energy_meter,
 )
 from runtimes.base import BackendError, Progress, TuneCandidate, dequantize
-from runtimes.base import worker_variants as worker_variants  # re-exported: bench's --workers auto
 from runtimes.registry import (
     BACKENDS,
     RuntimeSettings,

@@ -18,14 +18,14 @@ from pipelines.decoding.classifier import Classifier
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeInfo, RuntimeUnavailable
-from runtimes.isolation import RuntimeCrashed
 from runtimes.registry import BACKENDS, RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
 from runtimes.selection import Artifact, Choice, Preference, runtime_order, runtimes_for, select_runtimes
-from runtimes.tensorrt_backend import EngineNotReady, TensorRTBackend
+from runtimes.tensorrt_settings import EngineNotReady
 
 if TYPE_CHECKING:
     from agent.bundles.manifest import ClassifierStage, Manifest
     from agent.bundles.record import Tuning
+    from runtimes.tensorrt_backend import TensorRTBackend
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,8 @@ def open_detector(
     from agent.bundles.archive import read_manifest  # bundles' code (signatures, archives): versions only,
     from agent.bundles.engine_settings import version_settings  # not `load_model`'s (detect's start-up)
     from agent.bundles.installer import runtime_choices
+    from runtimes.isolation import RuntimeCrashed  # the check processes: versions only, too
+    from runtimes.tensorrt_backend import TensorRTBackend
 
     _, manifest = read_manifest(folder)
     settings = version_settings(settings or RuntimeSettings(), manifest)
@@ -178,6 +180,7 @@ def open_classifier(
     from agent.bundles.archive import read_manifest  # bundles' code (signatures, archives): versions only,
     from agent.bundles.engine_settings import version_settings  # not `load_model`'s (detect's start-up)
     from agent.bundles.installer import runtime_choices
+    from runtimes.isolation import RuntimeCrashed
 
     _, manifest = read_manifest(folder)
     stage = manifest.classifier

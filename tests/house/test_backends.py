@@ -155,9 +155,9 @@ def test_the_settings_models_of_the_in_tree_backends_are_found() -> None:
     models = settings_models(_sources())
     assert {
         "TensorRTConfig": "runtimes/tensorrt_settings.py",
-        "OnnxRuntimeConfig": "runtimes/ort_backend.py",
-        "LiteRTConfig": "runtimes/litert_backend.py",
-        "OpenVINOConfig": "runtimes/openvino_backend.py",
+        "OnnxRuntimeConfig": "runtimes/ort_settings.py",
+        "LiteRTConfig": "runtimes/litert_settings.py",
+        "OpenVINOConfig": "runtimes/openvino_settings.py",
     }.items() <= models.items()
 
 

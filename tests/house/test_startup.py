@@ -63,3 +63,36 @@ def test_detect_and_bench_import_no_operator_code(tmp_path: Path) -> None:
         assert run.returncode == 0, run.stderr[-2000:]
         status, imported = json.loads(run.stdout.splitlines()[-1])
         assert status == 0 and imported == [], f"{argv[0]} imported {imported}"
+
+
+#: the code of the backends ``detect --runtime onnxruntime`` does not run: TensorRT's (its
+#: engines, CUDA memory), OpenVINO's, LiteRT's, and the check processes' (a one-shot command
+#: loads in its own process)
+OTHER_BACKENDS = (
+    "runtimes.tensorrt_backend",
+    "runtimes.tensorrt_build",
+    "runtimes.tensorrt_engines",
+    "runtimes.cuda_memory",
+    "runtimes.engine_cache",
+    "runtimes.openvino_backend",
+    "runtimes.litert_backend",
+    "runtimes.isolation",
+)
+
+
+def test_detect_on_onnx_runtime_imports_no_other_backends_code(tmp_path: Path) -> None:
+    """The registry names each backend's code lazily: a detection on ONNX Runtime imports ONNX
+    Runtime's backend and none of the others' modules (30 ms of `detect`'s first detection)."""
+    model, image = str(DEMO_MODELS / "demo_detector.onnx"), tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((64, 96, 3), np.uint8))
+    argv = ["detect", model, str(image), "--runtime", "onnxruntime", "--json"]
+    watched = ("runtimes.ort_backend", *OTHER_BACKENDS)
+    code = (
+        "import json, sys\nfrom agent.cli.main import main\n"
+        f"status = main({argv!r})\n"
+        f"print(json.dumps([status, sorted(m for m in {watched!r} if m in sys.modules)]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    status, imported = json.loads(run.stdout.splitlines()[-1])
+    assert status == 0 and imported == ["runtimes.ort_backend"], f"detect imported {imported}"

@@ -4,6 +4,7 @@ snapshots, workers, a hung camera read."""
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import shutil
 import statistics
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -568,3 +570,61 @@ def test_a_hot_swap_from_a_detector_to_a_pose_model_keeps_running() -> None:
     assert [index for index, _, _ in seen] == list(range(24))
     assert [index for index, by_pose, _ in seen if by_pose] == list(range(9, 24))
     assert all(kpts == by_pose for _, by_pose, kpts in seen), "keypoints exactly from the pose model's frames"
+
+
+class HeldOpenFile:
+    """A file of `frames` frames whose end is held back until `end` is set: the pipeline has
+    then delivered every frame and its threads wait for the next."""
+
+    live = False
+
+    def __init__(self, frames: int) -> None:
+        self.source = SyntheticSource(SyntheticScene(width=320, height=240), frames=frames)
+        self.name, self.end = self.source.name, threading.Event()
+
+    def open(self) -> None:
+        self.source.open()
+
+    def read(self) -> Frame | None:
+        frame = self.source.read()
+        if frame is None:
+            self.end.wait(60)
+        return frame
+
+    def close(self) -> None:
+        self.source.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_threads_waiting_for_the_next_frame_hold_no_earlier_frame(workers: int) -> None:
+    """Between frames, the capture and inference threads keep nothing of the frames they handled
+    (a 720p frame and its tensor are 4 MB: `bench`'s peak RSS, docs/benchmarks.md); only the
+    newest frame stays, for the page."""
+    source = HeldOpenFile(frames=6)
+    model = detector()
+    tensors: list[weakref.ref[Any]] = []
+    images: list[weakref.ref[Any]] = []
+    prepare = model.prepare
+
+    def recording_prepare(image: Any) -> Any:
+        tensor, transform = prepare(image)
+        tensors.append(weakref.ref(tensor))
+        return tensor, transform
+
+    model.prepare = recording_prepare  # type: ignore[method-assign]
+    pipeline = Pipeline("cam", source, model, workers=workers)
+    pipeline.add_sink(lambda frame, detections: images.append(weakref.ref(frame.image)))
+    pipeline.start()
+    try:
+        assert wait_for(lambda: len(images) == 6)
+
+        def alive() -> tuple[list[int], list[int]]:
+            gc.collect()
+            return [i for i, r in enumerate(images) if r() is not None], [
+                i for i, r in enumerate(tensors) if r() is not None
+            ]
+
+        assert wait_for(lambda: alive() == ([5], []), timeout=10), f"frames, tensors still held: {alive()}"
+    finally:
+        source.end.set()
+        pipeline.stop()

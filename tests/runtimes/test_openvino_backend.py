@@ -16,17 +16,8 @@ from pipelines.decoding.detector import Detector
 from pipelines.measure.parity import detection_agreement
 from pipelines.sources.synthetic import SyntheticScene
 from runtimes.base import InferenceError, LoadOptions, ModelLoadError, NotAModelError, RuntimeUnavailable
-from runtimes.openvino_backend import (
-    BACKEND,
-    OpenVINOBackend,
-    OpenVINOConfig,
-    availability,
-    hint_for,
-    load,
-    model_files,
-    tune,
-    with_state_dir,
-)
+from runtimes.openvino_backend import OpenVINOBackend, availability, hint_for, load, model_files, tune
+from runtimes.openvino_settings import BACKEND, OpenVINOConfig, with_state_dir
 from runtimes.ort_backend import OnnxRuntimeBackend
 from runtimes.registry import BACKENDS, RuntimeSettings, load_runtime
 

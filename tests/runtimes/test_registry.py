@@ -3,18 +3,20 @@ out), the ``runtimes:`` section derived from it, what is installed, a missing li
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import textwrap
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from runtimes.base import Backend, RuntimeUnavailable
-from runtimes.litert_backend import LiteRTConfig
-from runtimes.openvino_backend import OpenVINOConfig
-from runtimes.ort_backend import OnnxRuntimeConfig
+from runtimes.base import Backend, Lazy, RuntimeUnavailable
+from runtimes.litert_settings import LiteRTConfig
+from runtimes.openvino_settings import OpenVINOConfig
+from runtimes.ort_settings import OnnxRuntimeConfig
 from runtimes.registry import (
     BACKENDS,
     GROUP,
@@ -25,7 +27,7 @@ from runtimes.registry import (
     load_runtime,
     plugins,
 )
-from runtimes.tensorrt_backend import TensorRTConfig
+from runtimes.tensorrt_settings import TensorRTConfig
 
 #: a plugin module: a backend named NAME whose settings model is `NpuConfig`
 PLUGIN = """
@@ -109,6 +111,25 @@ def test_this_environment_registers_the_in_tree_backends_only() -> None:
     """The dev environment has no plugin installed (tests/e2e/test_runtime_plugins.py installs
     them in a folder of their own)."""
     assert plugins() == () and tuple(BACKENDS.values()) == IN_TREE
+
+
+def _lazy_parts(entry: Backend[Any]) -> list[tuple[str, Lazy]]:
+    """Each field of `entry` (and of its caches) that names its code lazily, by field name."""
+    parts = [(f"{entry.name}.{f.name}", getattr(entry, f.name)) for f in dataclasses.fields(entry)]
+    for cache in entry.caches:
+        parts += [(f"{entry.name}.{cache.name}.{f.name}", getattr(cache, f.name)) for f in dataclasses.fields(cache)]
+    return [(name, value) for name, value in parts if isinstance(value, Lazy)]
+
+
+@pytest.mark.parametrize("entry", IN_TREE, ids=lambda entry: entry.name)
+def test_an_in_tree_entry_loads_through_lazy_names_that_resolve(entry: Backend[Any]) -> None:
+    """The entries name their backend's code lazily (importing the registry imports no backend's
+    code: tests/house/test_startup.py), so a misspelt name would only fail when that backend is
+    probed on a board that has it: each name must resolve to a function here."""
+    parts = dict(_lazy_parts(entry))
+    assert f"{entry.name}.load" in parts and f"{entry.name}.availability" in parts
+    for name, part in parts.items():
+        assert callable(part.target()), name
 
 
 def _backend(**change: object) -> Backend[OnnxRuntimeConfig]:

@@ -18,13 +18,13 @@ from testkit.trt_double import TrtDouble
 
 from agent.bundles.installer import InstallPolicy, install
 from agent.bundles.store import Store
-from agent.bundles.tuning import Tuning, autotune, candidates, reference_of, with_prepared, worker_variants
+from agent.bundles.tuning import Tuning, autotune, candidates, reference_of, with_prepared
 from agent.config.models import PipelineSection
 from agent.hardware.board import probe
 from agent.serving.cameras import Cameras
 from pipelines.measure.matrix import Candidate, Reference, Row, measure, measure_isolated
 from runtimes import isolation
-from runtimes.base import usable_cores
+from runtimes.base import usable_cores, worker_variants
 from runtimes.isolation import ChildRunner
 from runtimes.litert_backend import LiteRTConfig
 from runtimes.registry import RuntimeSettings
@@ -195,8 +195,7 @@ def test_an_affinity_mask_of_one_cpu_is_one_core_for_workers_and_threads() -> No
         pytest.skip("needs Linux and at least two CPUs")
     script = (
         "import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
-        "from agent.bundles.tuning import worker_variants\n"
-        "from runtimes.base import LoadOptions, usable_cores\n"
+        "from runtimes.base import LoadOptions, usable_cores, worker_variants\n"
         "from runtimes.ort_backend import OnnxRuntimeConfig, load\n"
         "import sys; from pathlib import Path\n"
         "rt = load(Path(sys.argv[1]), OnnxRuntimeConfig(), LoadOptions(warmup=False, workers=2))\n"

@@ -11,9 +11,8 @@ import pytest
 from testkit import DEMO_MODELS
 from testkit.media import write_video
 
-from agent.bundles.tuning import worker_variants
 from agent.cli import main
-from runtimes.base import usable_cores
+from runtimes.base import usable_cores, worker_variants
 
 
 @pytest.mark.parametrize("model", ["demo_detector.onnx", "demo_detector_int8.tflite"])
