@@ -557,7 +557,7 @@ def run(folder: Path, quick: bool, attacks: list[Callable[[Target], Result]] = A
     port = free_port()
     broker = Broker(folder / "broker").start()
     watcher = Watcher(broker, ["edge/#"])
-    pipelines = [
+    cameras = [
         {"name": "cam0", "source": "synthetic", "max_fps": 10},
         {"name": "door", "source": f"rtsp://viewer:{SECRET}@127.0.0.1:{free_port()}/stream1"},
     ]
@@ -569,7 +569,7 @@ def run(folder: Path, quick: bool, attacks: list[Callable[[Target], Result]] = A
         keys["public"],
         "lobby",
         keys["operator_pub"],
-        pipelines=pipelines,
+        cameras=cameras,
         status_page=page,
         integrations={"home_assistant": {"enabled": True}},
     )

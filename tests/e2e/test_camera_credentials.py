@@ -55,7 +55,7 @@ def test_a_camera_password_appears_in_no_output(
     monkeypatch.setenv("TEST_PAGE_PASSWORD", "page-password")
     page = {"listen": f"127.0.0.1:{port}", "username": "tech", "password_env": "TEST_PAGE_PASSWORD", "sample_s": 0.5}
     install_versions(tmp_path / "creds-1" / "state", keys, bundles)  # where `agents` puts its state
-    agent = agents("creds-1", pipelines=cameras, status_page=page, env={"TEST_PAGE_PASSWORD": "page-password"})
+    agent = agents("creds-1", cameras=cameras, status_page=page, env={"TEST_PAGE_PASSWORD": "page-password"})
     url = f"http://127.0.0.1:{port}"
     try:
 

@@ -60,7 +60,7 @@ def test_commands_as_documented(
         {"name": "small", "source": str(clip), "max_fps": 10},
         {"name": "lost", "source": str(tmp_path / "not-there.avi")},
     ]
-    agents("dev1", pipelines=cameras)
+    agents("dev1", cameras=cameras)
     online(watcher, "dev1")
     finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
     serving(watcher, "dev1", "1.0.0")

@@ -323,7 +323,7 @@ def test_sighup_reloads_a_good_config_and_keeps_the_running_one_on_a_bad_one(
     assert "bogus_key" in agent.output()
 
     config = yaml.safe_load(good)
-    config["pipelines"].append({"name": "cam1", "source": "synthetic:7"})
+    config["cameras"].append({"name": "cam1", "source": "synthetic:7"})
     agent.config.write_text(yaml.safe_dump(config))
     agent.process.send_signal(signal.SIGHUP)
     status = watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)
@@ -344,7 +344,7 @@ def test_sighup_keeps_the_running_config_on_one_nested_too_deep_or_endless(
     serving(watcher, "dev1", "1.0.0")
     good = agent.config.read_text()
     assert agent.process is not None
-    agent.config.write_text("pipelines: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    agent.config.write_text("cameras: " + "[" * 20_000 + "]" * 20_000 + "\n")
     agent.process.send_signal(signal.SIGHUP)
     wait_until(lambda: "SIGHUP: keeping the running config" in agent.output() or not agent.alive(), 30, "the refusal")
     assert agent.alive(), agent.output()[-2000:]
@@ -362,7 +362,7 @@ def test_sighup_keeps_the_running_config_on_one_nested_too_deep_or_endless(
     assert watcher.json("edge/dev1/status")["pipelines"] == ["cam0"], "the running config"
     agent.config.unlink()
     config = yaml.safe_load(good)
-    config["pipelines"].append({"name": "cam1", "source": "synthetic:7"})
+    config["cameras"].append({"name": "cam1", "source": "synthetic:7"})
     agent.config.write_text(yaml.safe_dump(config))
     agent.process.send_signal(signal.SIGHUP)
     watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)

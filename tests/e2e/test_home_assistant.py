@@ -55,7 +55,7 @@ def test_home_assistant_discovers_the_agent(
     try:
         install_versions(tmp_path / DEVICE / "state", keys, bundles)
         integrations = {"home_assistant": {"enabled": True, "image_interval_s": 1}}
-        agent = agents(DEVICE, pipelines=_pipeline(ZONES), integrations=integrations)
+        agent = agents(DEVICE, cameras=_pipeline(ZONES), integrations=integrations)
         telemetry = watcher.wait_json(f"edge/{DEVICE}/telemetry", lambda t: bool(t.get("pipelines")), 90)
         expected_units = {
             f"sensor.{E}_fps": ("fps", None, "measurement"),
@@ -142,7 +142,7 @@ def test_home_assistant_discovers_the_agent(
         # SIGHUP without the yard: its entities leave HA
         path = tmp_path / DEVICE / "agent.yaml"
         config = yaml.safe_load(path.read_text())
-        config["pipelines"] = _pipeline(ZONES[:1])
+        config["cameras"] = _pipeline(ZONES[:1])
         path.write_text(yaml.safe_dump(config))
         assert agent.process is not None
         os.kill(agent.process.pid, signal.SIGHUP)

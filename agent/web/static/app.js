@@ -172,7 +172,7 @@ function renderCamera(c, analytics) {
   }
 }
 
-// What the camera keeps of its model's detections: agent.yaml's pipelines[] over the bundle's.
+// What the camera keeps of its model's detections: agent.yaml's cameras[] over the bundle's.
 function thresholdRows(t) {
   if (!t) return [];
   const from = t.configured.length ? `${t.configured.join(", ")} from agent.yaml, the rest from the bundle` : "from the bundle";

@@ -40,7 +40,7 @@ def test_seg_and_pose_devices_send_events_with_their_shapes(
     assert _install(tmp_path, keys, "pose", "demo_pose.onnx") == "pose"
     for device, anchor in (("seg", "center"), ("pose", "keypoints:0,1,2")):
         line = {"name": f"{device}-road", "points": ROAD, "anchor": anchor}
-        agents(device, pipelines=[{"name": f"{device}-cam", "source": "tracking:3", "fps": 15, "lines": [line]}])
+        agents(device, cameras=[{"name": f"{device}-cam", "source": "tracking:3", "fps": 15, "lines": [line]}])
 
     def shaped(device: str, part: str) -> list[dict[str, Any]]:
         return [e for e in watcher.all_json(f"edge/{device}/events") if part in e.get("shape", {})]

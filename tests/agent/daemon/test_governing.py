@@ -55,7 +55,7 @@ def test_temperature_caps_fps_sets_the_fan_pauses_and_recovers(
             "state_dir": str(state_dir),
             "trust_keys": [str(keys["public"])],
             "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2},
-            "pipelines": [{"name": "cam0", "source": "synthetic", "fps": 15, "max_fps": 12}],
+            "cameras": [{"name": "cam0", "source": "synthetic", "fps": 15, "max_fps": 12}],
             "telemetry": {"interval_s": 0.3},
             "governor": {
                 "thermal": {"warm_c": 60, "hot_c": 70, "critical_c": 85, "hysteresis_c": 3, "min_dwell_s": 2},
