@@ -156,7 +156,7 @@ def nested_json_command(t: Target) -> Result:
 def oversized_commands(t: Target) -> Result:
     """Issue 29 #2: 16 MB commands are refused by their size before parsing."""
     count = 10 if t.quick else 40
-    payload = b'{"pipeline": "' + b"p" * (16 << 20) + b'"}'
+    payload = b'{"camera": "' + b"p" * (16 << 20) + b'"}'
     grown = peak_rss(t, lambda: flood(t.broker, f"edge/{DEVICE}/cmd/snapshot", [payload] * count))
     unread = "refused unread" in t.agent.output()  # the RSS alone does not tell (the rate limit drops most)
     ok = grown < 120 and t.ping() and unread

@@ -224,8 +224,8 @@ def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
         ("snapshot", b"not json", "BAD_PAYLOAD"),
         ("snapshot", signed_request(operator_key, "dev1", "snapshot", {"quality": 500}), "BAD_PAYLOAD"),
         (
-            "restart-pipeline",
-            signed_request(operator_key, "dev1", "restart-pipeline", {"pipeline": "nope"}),
+            "restart-camera",
+            signed_request(operator_key, "dev1", "restart-camera", {"camera": "nope"}),
             "NO_PIPELINE",
         ),
         ("rollback", signed_request(operator_key, "dev1", "rollback", {"force": True}), "BAD_PAYLOAD"),
@@ -235,9 +235,12 @@ def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
         assert (body["ok"], body["error"]["code"]) == (False, code), body
     assert watcher.json("edge/dev1/status")["bundle"]["version"] == "1.1.0", "bad commands changed nothing"
 
-    restart = signed_request(operator_key, "dev1", "restart-pipeline", {"pipeline": "cam0"})
-    body = json.loads(request(broker, "dev1", "restart-pipeline", restart)[0])
-    assert body["result"] == {"restarted": ["cam0"]}
+    restart = signed_request(operator_key, "dev1", "restart-camera", {"camera": "cam0"})
+    body = json.loads(request(broker, "dev1", "restart-camera", restart)[0])
+    assert body == {"ok": True, "command": "restart-camera", "result": {"restarted": ["cam0"]}}
+    old = signed_request(operator_key, "dev1", "restart-pipeline", {"pipeline": "cam0"})  # for one release
+    body = json.loads(request(broker, "dev1", "restart-pipeline", old)[0])
+    assert body["result"] == {"restarted": ["cam0"]} and "use restart-camera" in body["deprecated"], body
 
     status, out = cli(capsys, "fleet", "rollback", "--target", "device:dev1", "--broker", broker.url)
     assert status == 0 and "rolled back to demo 1.0.0" in out, out
