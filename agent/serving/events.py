@@ -262,7 +262,7 @@ class EventSink:
         event = ObjectEvent(
             kind=kind,
             ts=self._wall(),
-            pipeline=pipeline,
+            camera=pipeline,
             object_id=object_id,
             track_id=record.track_id,
             label=self.label(record.class_id),

@@ -60,7 +60,7 @@ def test_a_camera_password_appears_in_no_output(
     try:
 
         def reported(document: dict[str, object]) -> bool:
-            cams = {c["name"]: c for c in document.get("pipelines") or []}  # type: ignore[attr-defined]
+            cams = {c["name"]: c for c in document.get("cameras") or []}  # type: ignore[attr-defined]
             if set(cams) != {"door", "gate", "yard"}:
                 return False
             yard = cams["yard"].get("source_status") or {}
@@ -71,7 +71,7 @@ def test_a_camera_password_appears_in_no_output(
             )
 
         telemetry = watcher.wait_json("edge/creds-1/telemetry", reported, 90)
-        yard = next(c for c in telemetry["pipelines"] if c["name"] == "yard")["source_status"]
+        yard = next(c for c in telemetry["cameras"] if c["name"] == "yard")["source_status"]
         assert any("http://viewer:" in line for line in yard["output"]), yard  # ffmpeg names its input
         wait_until(lambda: listening(port), 30, "the page")  # it may start after the first telemetry
         # the page keeps the lines logged since it started: wait for a source failure among them

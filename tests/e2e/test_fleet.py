@@ -329,7 +329,7 @@ def test_sighup_reloads_a_good_config_and_keeps_the_running_one_on_a_bad_one(
     config["cameras"].append({"name": "cam1", "source": "synthetic:7"})
     agent.config.write_text(yaml.safe_dump(config))
     agent.process.send_signal(signal.SIGHUP)
-    status = watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)
+    status = watcher.wait_json("edge/dev1/status", lambda d: d["cameras"] == ["cam0", "cam1"], 30)
     assert status["bundle"]["version"] == "1.0.0"
     assert agent.alive()
 
@@ -362,13 +362,13 @@ def test_sighup_keeps_the_running_config_on_one_nested_too_deep_or_endless(
 
     pong = json.loads(request(broker, "dev1", "ping", signed_request(operator_key, "dev1", "ping"))[0])
     assert pong["ok"] is True and pong["result"]["state"] == "online", pong
-    assert watcher.json("edge/dev1/status")["pipelines"] == ["cam0"], "the running config"
+    assert watcher.json("edge/dev1/status")["cameras"] == ["cam0"], "the running config"
     agent.config.unlink()
     config = yaml.safe_load(good)
     config["cameras"].append({"name": "cam1", "source": "synthetic:7"})
     agent.config.write_text(yaml.safe_dump(config))
     agent.process.send_signal(signal.SIGHUP)
-    watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)
+    watcher.wait_json("edge/dev1/status", lambda d: d["cameras"] == ["cam0", "cam1"], 30)
     assert agent.alive() and "Traceback" not in agent.output()
 
 

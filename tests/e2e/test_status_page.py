@@ -443,7 +443,7 @@ def test_the_event_list_shows_the_second_stages_class(served: Served, chromium: 
     page.headers(AUTH)
     page.open(served.url + "/")
     assert page.wait_for("(t => t !== 'edge-agent' && t)(document.getElementById('device').textContent)") == "page-1"
-    base = {"ts": 1764528000, "pipeline": "gate", "track_id": 7, "type": "update", "confidence": 0.91}
+    base = {"ts": 1764528000, "camera": "gate", "track_id": 7, "type": "update", "confidence": 0.91}
     classified = {**base, "label": "person", "classification": {"label": "helmet", "class_id": 0, "score": 0.97}}
     plain = {**base, "label": "car", "track_id": 8}
     rows = page.evaluate(

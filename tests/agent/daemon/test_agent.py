@@ -147,7 +147,7 @@ def test_a_cameras_classes_come_before_tracking_counting_and_events_and_a_reload
     agent = Agent(load_config(path), probe(), config_path=path)
 
     def labels(camera: str) -> set[object]:
-        return {e.label for e in list(agent.outgoing.recent) if isinstance(e, ObjectEvent) and e.pipeline == camera}
+        return {e.label for e in list(agent.outgoing.recent) if isinstance(e, ObjectEvent) and e.camera == camera}
 
     def zone(camera: str) -> int:
         return next(c for c in agent.events.counts() if c.camera == camera).zones[0].total

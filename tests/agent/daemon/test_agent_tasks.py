@@ -47,7 +47,7 @@ def test_seg_and_pose_devices_send_events_with_their_shapes(
 
     wait_until(lambda: shaped("seg", "polygons") and shaped("pose", "keypoints"), 120, "events with shapes")
     for event in shaped("seg", "polygons"):
-        assert event["pipeline"] == "seg-cam" and "keypoints" not in event["shape"]
+        assert event["camera"] == event["pipeline"] == "seg-cam" and "keypoints" not in event["shape"]
         assert 0 < sum(len(p) for p in event["shape"]["polygons"]) <= 32
         x1, y1, x2, y2 = event["box"]
         assert all(x1 - 2 <= x <= x2 + 2 and y1 - 2 <= y <= y2 + 2 for p in event["shape"]["polygons"] for x, y in p)
