@@ -346,3 +346,32 @@ def test_home_assistant_discovery_the_acl_refuses_is_a_problem_on_the_page(tmp_p
     finally:
         agent.stop()
         broker.stop()
+
+
+def test_a_config_in_the_old_names_is_served_the_same_and_the_agent_warns_of_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``pipelines:`` and ``cameras:`` as a mapping (deprecated for one release): the cameras run
+    with the serving settings given, and the log, the status warnings and the page say so."""
+    from agent.config.loading import load_config
+    from agent.daemon.agent import Agent
+    from agent.web.problems import page_problems
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"state_dir: {tmp_path / 'state'}\nallow_unsigned: true\n"
+        "cameras: {share_model: false}\npipelines:\n  - {name: door, source: synthetic}\n"
+    )
+    agent = Agent(load_config(path), probe(), config_path=path)
+    assert [s.name for s in agent.cameras.sections] == ["door"] and agent.cameras.options.share_model is False
+    with caplog.at_level(logging.WARNING, logger="agent.daemon.agent"):
+        agent.start()
+    try:
+        logged = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+        assert len(logged) == 2 and any("renamed cameras:" in line for line in logged), logged
+        warnings = agent.snapshot().to_json()["warnings"]
+        assert [w for w in warnings if "pipelines: is deprecated" in w], warnings
+        found = [f.message for f in page_problems(agent.snapshot(), agent.health(), {}) if f.check == "config"]
+        assert [m for m in found if "serving:" in m], found
+    finally:
+        agent.stop()
