@@ -851,8 +851,9 @@ class AgentConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: object) -> object:
-        """The keys renamed in 0.x, accepted for one release with a deprecation: a ``pipelines:``
-        list is ``cameras:``, a ``cameras:`` mapping is ``serving:`` (told apart by shape)."""
+        """The keys renamed by issue 36 (one word for a camera), accepted for one release with a
+        deprecation: a ``pipelines:`` list is ``cameras:``, a ``cameras:`` mapping is ``serving:``
+        (told apart by shape); the notes go to `deprecations`."""
         if not isinstance(data, dict):
             return data
         if "deprecations" in data:
@@ -867,7 +868,7 @@ class AgentConfig(_Section):
             data["serving"] = data.pop("cameras")
             notes.append(SERVING_MOVED)
         if "pipelines" in data:
-            if "cameras" in data:
+            if data.get("cameras") is not None:
                 raise ValueError(
                     "both pipelines: (its old name) and cameras: list cameras: keep one list, under cameras:"
                 )

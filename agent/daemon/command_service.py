@@ -19,9 +19,9 @@ with its correlation data. `run_command` checks and runs one: the envelope throu
 `ControlGate` (``UNAUTHORIZED``), the arguments through the row's model (``BAD_PAYLOAD``), then
 the row's action; the answer is ``{"ok": true, "command", "result"}`` (with ``"deprecated"``,
 a note, when the request used a name kept for one release: logged at most once per 10 s too),
-``{"ok": false, "command", "error": {"code", "message"}}`` or the JPEG itself. Nothing a request carries ends
-the thread: a payload of any shape (nested a thousand deep, not UTF-8, not JSON) is answered
-``BAD_PAYLOAD``, a failing action ``COMMAND_FAILED``, and the next request runs.
+``{"ok": false, "command", "error": {"code", "message"}}`` or the JPEG itself. Nothing a
+request carries ends the thread: a payload of any shape (nested a thousand deep, not UTF-8, not
+JSON) is answered ``BAD_PAYLOAD``, a failing action ``COMMAND_FAILED``, and the next request runs.
 
 Health: the thread announces its next turn (a second ahead while it waits for requests, the
 row's `budget_s` ahead while a command runs), and `loop()` says how far it is past that turn or
