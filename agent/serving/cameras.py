@@ -318,7 +318,7 @@ class Cameras:
             names = [name] if name is not None else list(self._pipelines)
             unknown = [n for n in names if n not in self._pipelines]
             if unknown:
-                raise KeyError(f"no running pipeline named {unknown[0]!r}; running: {', '.join(self._pipelines)}")
+                raise KeyError(f"no running camera named {unknown[0]!r}; running: {', '.join(self._pipelines)}")
             for n in names:
                 old = self._pipelines[n]
                 old.stop()
@@ -429,11 +429,11 @@ class Cameras:
         """The named pipeline, or the first one; raises `KeyError` with what is running."""
         with self._lock:
             if not self._pipelines:
-                raise KeyError("no pipeline is running (no active bundle, or no pipelines configured)")
+                raise KeyError("no camera is running (no active bundle, or no cameras configured)")
             if name is None:
                 return next(iter(self._pipelines.values()))
             if name not in self._pipelines:
-                raise KeyError(f"no running pipeline named {name!r}; running: {', '.join(self._pipelines)}")
+                raise KeyError(f"no running camera named {name!r}; running: {', '.join(self._pipelines)}")
             return self._pipelines[name]
 
     def thresholds(self) -> list[ThresholdsInForce]:
