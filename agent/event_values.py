@@ -46,7 +46,7 @@ class ObjectClass:
 @dataclass(frozen=True)
 class ObjectEvent:
     """One tracked object's event (docs/analytics.md): `kind` ``start``, ``update`` or ``end``;
-    `ts` when it was made (Unix seconds); the camera (`pipeline`), the object's event id
+    `ts` when it was made (Unix seconds); the `camera`, the object's event id
     (`object_id`, the same on its start, updates and end) and its tracker id; its `label` and
     `class_id`; `confidence`, `box` (xyxy, source-frame pixels) and `frame` of its most
     confident detection so far; `duration_s` since it was first seen (frame seconds); the
@@ -62,7 +62,7 @@ class ObjectEvent:
 
     kind: ObjectEventKind
     ts: float
-    pipeline: str
+    camera: str
     object_id: str
     track_id: int
     label: str
@@ -84,9 +84,10 @@ class ObjectEvent:
         return self if self.snapshot_jpeg is None else dataclasses.replace(self, snapshot_jpeg=None)
 
     def to_json(self) -> dict[str, object]:
-        """The ``events`` topic's document, less ``device``: ``{"type", "ts", "pipeline",
-        "object_id", "track_id", "label", "class_id", "confidence", "box", "frame",
-        "duration_s", "zones": {name: dwell_s}, "lines": [{"line", "direction"}]}``, and
+        """The ``events`` topic's document, less ``device``: ``{"type", "ts", "camera",
+        "pipeline", "object_id", "track_id", "label", "class_id", "confidence", "box", "frame",
+        "duration_s", "zones": {name: dwell_s}, "lines": [{"line", "direction"}]}`` (``pipeline``, the
+        same as ``camera``, is deprecated), and
         ``snapshot_jpeg`` (base64) when the event carries a crop, ``snapshot`` (a reference)
         when it was kept on disk instead, ``clip`` (a reference) when a clip is kept;
         ``classification`` (``{"label", "class_id", "score"}``) when the second stage has
@@ -96,7 +97,8 @@ class ObjectEvent:
         document: dict[str, object] = {
             "type": self.kind,
             "ts": round(self.ts, 3),
-            "pipeline": self.pipeline,
+            "camera": self.camera,
+            "pipeline": self.camera,  # its old name, deprecated: kept for one release
             "object_id": self.object_id,
             "track_id": self.track_id,
             "label": self.label,

@@ -167,7 +167,7 @@ class ThresholdsInForce:
     """What one camera keeps of its model's detections now: scores above `conf`, NMS at `iou`,
     at most `max_det` per frame, only the label names in `classes` (None: every class).
     `configured` names those of conf, iou, max_det, classes that agent.yaml sets for the camera
-    (``pipelines[]``); the others are the serving bundle's manifest's. `problems`: what in the
+    (``cameras[]``); the others are the serving bundle's manifest's. `problems`: what in the
     camera's config the serving version cannot honour (a class name it lacks), with file:line."""
 
     camera: str

@@ -46,7 +46,7 @@ spec = json.loads(sys.argv[1])
 config = AgentConfig.model_validate({
     "state_dir": spec["state_dir"], "allow_unsigned": True, "log_level": "warning",
     "telemetry": {"interval_s": 1.0},
-    "pipelines": [
+    "cameras": [
         {"name": f"cam{i}", "source": f"synthetic:{i + 1}", "fps": spec["fps"],
          "width": spec["width"], "height": spec["height"]} for i in range(spec["cameras"])
     ],

@@ -70,8 +70,9 @@ if spec.get("malloc_defaults"):  # glibc's own policy, to see what compact_mallo
 config = AgentConfig.model_validate({
     "state_dir": spec["state_dir"], "allow_unsigned": True, "log_level": "warning",
     "telemetry": {"interval_s": 1.0},
-    **({"cameras": {"share_model": spec["share"]}} if spec["share"] is not None else {}),
-    "pipelines": [
+    **({"serving": {"share_model": spec["share"]}} if spec["share"] is not None else {}),
+    # the baseline (older code) knows the cameras' list by its old name only
+    ("pipelines" if spec["share"] is None else "cameras"): [
         {"name": f"cam{i}", "source": f"synthetic:{i + 1}", "fps": spec["fps"]} for i in range(spec["cameras"])
     ],
 })

@@ -30,7 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent.config.models import ClipSection, PipelineSection  # noqa: E402
+from agent.config.models import CameraSection, ClipSection  # noqa: E402
 from agent.daemon.clips import Clip, ClipRecorder, write_clip  # noqa: E402
 from pipelines.sources.frames import Frame  # noqa: E402
 from pipelines.sources.synthetic import SyntheticScene  # noqa: E402
@@ -43,7 +43,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     count = round(args.seconds * args.fps)
     images = [scene.render(i)[0] for i in range(count)]
     clips = ClipSection(pre_s=args.pre, post_s=args.post, quality=args.quality, buffer_mb=args.buffer_mb)
-    section = PipelineSection(name="cam0", source="synthetic", fps=args.fps, clips=clips)
+    section = CameraSection(name="cam0", source="synthetic", fps=args.fps, clips=clips)
     folder = Path(tempfile.mkdtemp(prefix="clips-bench-"))
     recorder = ClipRecorder([section], folder, lambda event, path: None)
     tracemalloc.start()

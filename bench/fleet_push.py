@@ -131,7 +131,7 @@ def main() -> int:
                     "trust_keys": [str(public)],
                     "operator_keys": [str(public)],  # one key signs bundles and control here
                     "mqtt": {"broker": f"mqtt://127.0.0.1:{port}"},
-                    "pipelines": [],
+                    "cameras": [],
                     "deployments": {"window": args.window, "probation_s": 0},  # transfer, not probation
                 }
             )

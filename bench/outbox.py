@@ -39,7 +39,7 @@ def event_payload(i: int) -> bytes:
     event = ObjectEvent(
         kind="update",
         ts=1_800_000_000.0 + i,
-        pipeline="cam0",
+        camera="cam0",
         object_id=f"{i:016x}",
         track_id=i,
         label="person",

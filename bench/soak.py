@@ -100,7 +100,7 @@ def prepare(folder: Path, broker_url: str) -> tuple[Path, list[Path], Path]:
         "trust_keys": [str(public)],
         "operator_keys": [str(public)],
         "mqtt": {"broker": broker_url, "reconnect_min_s": 0.2, "reconnect_max_s": 2.0},
-        "pipelines": [
+        "cameras": [
             {"name": "yard", "source": "synthetic", "max_fps": 10},
             {"name": "door", "source": str(video), "loop": True, "max_fps": 10},
         ],
@@ -121,7 +121,7 @@ class Soak:
         self.broker = Broker(folder / "broker").start()
         self.config, self.bundles, self.key_path = prepare(folder, self.broker.url)
         self.key = load_private_key(self.key_path)
-        self.video = Path(yaml.safe_load(self.config.read_text())["pipelines"][1]["source"])
+        self.video = Path(yaml.safe_load(self.config.read_text())["cameras"][1]["source"])
         self.outages: list[tuple[float, float]] = []
         self.counts = {"deployments_total": 0, "deployments_ok": 0, "rollbacks_total": 0, "rollbacks_ok": 0}
         self.pings_ok = 0

@@ -66,7 +66,7 @@ def prepare(folder: Path, broker: Broker) -> Path:
         DEVICE,
         public,
         operator_key=public,
-        pipelines=[camera],
+        cameras=[camera],
         telemetry={"interval_s": 5.0},
         events={"min_interval_s": 2.0, "snapshots": True},
     )

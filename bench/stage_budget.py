@@ -59,7 +59,7 @@ from pathlib import Path
 spec = json.loads(sys.argv[1])
 os.sched_setaffinity(0, spec["cores"])  # before any library starts its threads
 
-from agent.config.models import EventsSection, MediaSection, OutboxSection, PipelineSection
+from agent.config.models import EventsSection, MediaSection, OutboxSection, CameraSection
 from agent.daemon.clips import ClipRecorder
 from agent.daemon.media import MediaStore
 from agent.mqtt.outbox import Outbox
@@ -76,7 +76,7 @@ compact_malloc()  # as the daemon does
 use_one_opencv_thread()
 width, height = spec["size"]
 state = Path(tempfile.mkdtemp(prefix="stage-budget-"))
-section = PipelineSection.model_validate({
+section = CameraSection.model_validate({
     "name": "cam0", "source": spec["clip"], "clips": {},
     "lines": [{"name": "door", "points": [[width // 2, 0], [width // 2, height]]}],
     "zones": [{"name": "left", "polygon": [[0, 0], [width // 2, 0], [width // 2, height], [0, height]]}],

@@ -146,7 +146,7 @@ def config(folder: Path, state: Path, case: str, port: int) -> Path:
         "device": {"id": "bench-1"},
         "state_dir": str(state),
         "allow_unsigned": True,
-        "pipelines": [{"name": "cam0", "source": "synthetic", "fps": 15, "max_fps": 10}],
+        "cameras": [{"name": "cam0", "source": "synthetic", "fps": 15, "max_fps": 10}],
         "log_level": "warning",
     }
     if case != "off":

@@ -157,7 +157,7 @@ def nested_json_command(t: Target) -> Result:
 def oversized_commands(t: Target) -> Result:
     """Issue 29 #2: 16 MB commands are refused by their size before parsing."""
     count = 10 if t.quick else 40
-    payload = b'{"pipeline": "' + b"p" * (16 << 20) + b'"}'
+    payload = b'{"camera": "' + b"p" * (16 << 20) + b'"}'
     grown = peak_rss(t, lambda: flood(t.broker, f"edge/{DEVICE}/cmd/snapshot", [payload] * count))
     unread = "refused unread" in t.agent.output()  # the RSS alone does not tell (the rate limit drops most)
     ok = grown < 120 and t.ping() and unread
@@ -618,7 +618,7 @@ def run(folder: Path, quick: bool, attacks: list[Callable[[Target], Result]] = A
     port = free_port()
     broker = Broker(folder / "broker").start()
     watcher = Watcher(broker, ["edge/#"])
-    pipelines = [
+    cameras = [
         {"name": "cam0", "source": "synthetic", "max_fps": 10},
         {"name": "door", "source": f"rtsp://viewer:{SECRET}@127.0.0.1:{free_port()}/stream1"},
     ]
@@ -630,7 +630,7 @@ def run(folder: Path, quick: bool, attacks: list[Callable[[Target], Result]] = A
         keys["public"],
         "lobby",
         keys["operator_pub"],
-        pipelines=pipelines,
+        cameras=cameras,
         status_page=page,
         integrations={"home_assistant": {"enabled": True}},
     )

@@ -61,7 +61,7 @@ def main() -> int:
                 "state_dir": str(folder / "state"),
                 "trust_keys": [str(public)],
                 "mqtt": {"broker": broker.url},
-                "pipelines": [
+                "cameras": [
                     {
                         "name": "dock",
                         "source": "synthetic:1",

@@ -50,7 +50,7 @@ def main() -> int:
             "state_dir": str(folder / "state"),
             "allow_unsigned": True,
             "mqtt": {"broker": f"mqtt://127.0.0.1:{free_port()}", "reconnect_max_s": 5},
-            "pipelines": [
+            "cameras": [
                 {"name": "dock", "source": "synthetic:1", "fps": 12, "max_fps": 10},
                 {"name": "gate", "source": "synthetic:2", "fps": 8},
             ],

@@ -68,7 +68,7 @@ class InputSpec(_Strict):
 
 class DetectionThresholds(_Strict):
     """Post-processing thresholds (``bundle build --conf --iou --max-det``): every camera's
-    defaults on a device, which agent.yaml's ``pipelines[]`` may override per camera."""
+    defaults on a device, which agent.yaml's ``cameras[]`` may override per camera."""
 
     conf: float = Field(
         default=DEFAULTS.conf, ge=0, le=1, description="Detections must score above this to be kept (0..1)."

@@ -222,13 +222,13 @@ def _fraction(text: str) -> float:
 
 def add_threshold_arguments(build: argparse.ArgumentParser) -> None:
     """``--conf``, ``--iou``, ``--max-det``: the manifest's thresholds, every camera's defaults
-    (agent.yaml's ``pipelines[]`` may set its own: docs/configuration.md)."""
+    (agent.yaml's ``cameras[]`` may set its own: docs/configuration.md)."""
     from pipelines.decoding.detection_filter import DEFAULTS as defaults
     from pipelines.decoding.detection_filter import exporter_default
 
     group = build.add_argument_group(
         "detection thresholds (signed into the manifest: the devices' defaults, which each camera's "
-        "pipelines[].conf, iou, max_det in agent.yaml override)"
+        "cameras[].conf, iou, max_det in agent.yaml override)"
     )
     group.add_argument(
         "--conf",

@@ -82,15 +82,15 @@ def _camera_warnings(path: Path) -> list[str]:
     from agent.hardware.camera_tools import find_camera_tools, source_problems
     from pipelines.sources.pipe_commands import pipe_tool
 
-    pipelines = load_config(path).pipelines
-    if not any(pipe_tool(p.source) for p in pipelines):
+    cameras = load_config(path).cameras
+    if not any(pipe_tool(p.source) for p in cameras):
         return []
     tools = find_camera_tools()
-    return [f"pipeline {p.name}: {problem}" for p in pipelines for problem in source_problems(p.source, tools)]
+    return [f"camera {p.name}: {problem}" for p in cameras for problem in source_problems(p.source, tools)]
 
 
 def _class_problems(path: Path) -> list[str]:
-    """Names in ``pipelines[].classes`` that the version installed in the config's state
+    """Names in ``cameras[].classes`` that the version installed in the config's state
     directory lacks, with their lines (nothing to say when no version is installed there or the
     state directory cannot be read)."""
     from agent.bundles.archive import read_manifest
@@ -100,7 +100,7 @@ def _class_problems(path: Path) -> list[str]:
     from agent.serving.camera_filter import class_problems
 
     config = load_config(path)
-    if not any(p.classes for p in config.pipelines):
+    if not any(p.classes for p in config.cameras):
         return []
     store = Store(config.state_dir, config.keep_versions, config.runtime_settings())
     try:
@@ -111,7 +111,7 @@ def _class_problems(path: Path) -> list[str]:
     except (OSError, BundleError):
         return []
     where = ConfigLines.read(path).where
-    return [problem for i, p in enumerate(config.pipelines) for problem in class_problems(i, p, manifest, where)]
+    return [problem for i, p in enumerate(config.cameras) for problem in class_problems(i, p, manifest, where)]
 
 
 def _check_status_arguments(args: argparse.Namespace) -> None:

@@ -49,7 +49,7 @@ def add_parser(commands: Any) -> None:
     thresholds = detect.add_argument_group(
         "thresholds",
         "the defaults are a bundle's (bundle build --conf --iou --max-det); on a device each camera keeps "
-        "detections by agent.yaml's pipelines[].conf, iou, max_det and classes where set, else by its bundle's: "
+        "detections by agent.yaml's cameras[].conf, iou, max_det and classes where set, else by its bundle's: "
         "bundle inspect shows a bundle's, the status page and /api/status the values in force on each camera",
     )
     thresholds.add_argument(

@@ -83,7 +83,8 @@ def add_parser(commands: Any) -> None:
     )
     snapshot = fleet_actions.add_parser("snapshot", help="save a device's latest annotated frame as JPEG")
     snapshot.add_argument("--target", required=True, help="device:ID")
-    snapshot.add_argument("--pipeline", help="pipeline name (default: the first)")
+    snapshot.add_argument("--camera", help="camera name (default: the first)")
+    snapshot.add_argument("--pipeline", dest="camera", help=argparse.SUPPRESS)  # its old name, for one release
     snapshot.add_argument("-o", "--out", type=Path, required=True, help="JPEG file to write")
     snapshot.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     media = fleet_actions.add_parser(
@@ -383,7 +384,7 @@ def _fleet_gc(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
 
 
 def _fleet_snapshot(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    arguments = {"pipeline": args.pipeline} if args.pipeline else {}
+    arguments = {"camera": args.camera} if args.camera else {}
     return _save_jpeg(args, link, topics, args.target.partition(":")[2], "snapshot", arguments, args.out)
 
 

@@ -93,7 +93,7 @@ deployments:
   download_timeout_s: 3600  # a deployment that cannot get its bundle in time ends FAILED (DOWNLOAD_TIMEOUT)
   probation_s: 120        # a new version is rolled back if its cameras fail or its FPS halves within this
 
-pipelines:
+cameras:
 {camera}  - name: cam0
     source: {_quoted(source)}
 {loop}    # conf: 0.5               # keep detections scoring above this (default: the bundle's, bundle build --conf)
@@ -107,7 +107,7 @@ events:
   min_interval_s: 5
   min_confidence: 0.5
 
-# cameras:                # how the cameras run (docs/cameras.md)
+# serving:                # how the cameras are served (docs/cameras.md)
 #   share_model: true     # one loaded model for all cameras
 #   batch: true           # frames of several cameras in one batch (models with a dynamic batch axis)
 #   ffmpeg: {{hwaccel: auto}}   # auto: the board's hardware H.264 decoder; none; or [-c:v, NAME]

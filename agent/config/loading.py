@@ -31,7 +31,7 @@ from runtimes.registry import load_plugins
 #: the largest config file read (1 MiB); a real one is a few KiB
 MAX_CONFIG_BYTES = 1 << 20
 #: collections nested in one another, the top-level mapping counted; a real config has at most 8
-#: (pipelines, a camera, its zones, a zone, its polygon, a point)
+#: (cameras, a camera, its zones, a zone, its polygon, a point)
 MAX_CONFIG_DEPTH = 32
 #: keys, values and list items, each alias counted as what it repeats; a real config has hundreds
 MAX_CONFIG_NODES = 20_000
@@ -106,8 +106,17 @@ def _bounded_text(path: Path) -> str:
     return text
 
 
+def _new_name(key: str, value: yaml.Node) -> str:
+    """The name a top-level key of its old form is validated under (`AgentConfig`'s
+    ``_old_names``): a ``pipelines:`` list is ``cameras:``, a ``cameras:`` mapping ``serving:``."""
+    if key == "pipelines":
+        return "cameras"
+    return "serving" if key == "cameras" and isinstance(value, yaml.MappingNode) else key
+
+
 def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Line number (1-based) of every mapping key and sequence item, by its location."""
+    """Line number (1-based) of every mapping key and sequence item, by its location (a top-level
+    key in its old form by its new name, as the problems name it)."""
     lines: dict[tuple[str, ...], int] = {}
     seen: set[int] = set()  # an alias may point back at its own anchor
 
@@ -118,7 +127,7 @@ def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
         lines.setdefault(loc, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
-                where = (*loc, str(key.value))
+                where = (*loc, _new_name(str(key.value), value) if not loc else str(key.value))
                 lines[where] = key.start_mark.line + 1
                 walk(value, where)
         elif isinstance(node, yaml.SequenceNode):
@@ -218,9 +227,9 @@ def check_files(config: AgentConfig) -> list[str]:
     for where, path in named:
         if path is not None and not path.is_file():
             problems.append(f"{where}: no such file {path}")
-    for i, pipeline in enumerate(config.pipelines):
-        if source_kind(pipeline.source) == "file" and not Path(pipeline.source).is_file():
-            problems.append(f"pipelines.{i}.source: no such video file {pipeline.source}")
+    for i, camera in enumerate(config.cameras):
+        if source_kind(camera.source) == "file" and not Path(camera.source).is_file():
+            problems.append(f"cameras.{i}.source: no such video file {camera.source}")
     operator_keys = [(f"operator_keys.{i}", key) for i, key in enumerate(config.operator_keys)]
     problems += [f"{where}: no such file {path}" for where, path in operator_keys if not path.is_file()]
     if not config.trust_keys and not config.allow_unsigned:
@@ -247,17 +256,23 @@ def security_warnings(config: AgentConfig) -> list[str]:
     return warnings
 
 
+def config_warnings(config: AgentConfig) -> list[str]:
+    """What the agent logs at start, shows in its status and `config check` prints: the
+    deprecated forms the config uses (each with its new form), then its `security_warnings`."""
+    return [*config.deprecations, *security_warnings(config)]
+
+
 def check_config(path: Path) -> list[str]:
     """Every problem with the config at `path`: parse and value errors with their line, then files."""
     return check(path)[0]
 
 
 def check(path: Path) -> tuple[list[str], list[str]]:
-    """The problems of the config at `path` (as `check_config`) and its security warnings."""
+    """The problems of the config at `path` (as `check_config`) and its warnings (`config_warnings`)."""
     config, problems = _parse(path)
     if config is None:
         return problems, []
-    return check_files(config), security_warnings(config)
+    return check_files(config), config_warnings(config)
 
 
 def schema_json() -> str:

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from agent.errors import ConfigError
 from agent.paths import DEFAULT_STATE_DIR
@@ -39,6 +40,13 @@ def _topic_word(value: str) -> str:
 
 
 TopicWord = Annotated[str, AfterValidator(_topic_word)]  # one level of an MQTT topic
+
+#: the deprecation notes of the keys renamed in this release (kept for one release, then refused)
+PIPELINES_RENAMED = "pipelines: is deprecated, renamed cameras: (the same list); pipelines: goes in the next release"
+SERVING_MOVED = (
+    "cameras: as a mapping (share_model, batch, ffmpeg, ...) is deprecated, moved to serving: (the same settings); "
+    "cameras: now lists the cameras, and the mapping form goes in the next release"
+)
 
 
 class _Section(BaseModel):
@@ -263,8 +271,8 @@ class ClipSection(_Section):
     quality: int = Field(default=70, ge=10, le=100, description="JPEG quality of the buffered frames (10-100).")
 
 
-class PipelineSection(_Section):
-    name: TopicWord = Field(default="cam0", description="Pipeline (camera) name, used in telemetry and events.")
+class CameraSection(_Section):
+    name: TopicWord = Field(default="cam0", description="Camera name, used in telemetry, events and commands.")
     source: str = Field(
         description="synthetic[:SEED], a video file, /dev/videoN or an index, rtsp://..., gst:PIPELINE, "
         "ffmpeg:[OPTIONS] URL_OR_FILE, rpicam:ARGS (docs/cameras.md), or a GStreamer pipeline for OpenCV."
@@ -611,8 +619,8 @@ class FfmpegSection(_Section):
     rtsp_transport: Literal["tcp", "udp"] = Field(default="tcp", description="RTSP transport of rtsp:// inputs.")
 
 
-class CamerasSection(_Section):
-    """How the cameras run: one model shared by all of them, batching, the pipe sources."""
+class ServingSection(_Section):
+    """How the cameras are served: one model shared by all of them, batching, the pipe sources."""
 
     share_model: bool = Field(
         default=True,
@@ -820,7 +828,7 @@ class AgentConfig(_Section):
     bundle_limits: BundleLimitsConfig = Field(default_factory=BundleLimitsConfig, description="Unpack limits.")
     mqtt: MqttSection | None = Field(default=None, description="The fleet broker; without it the agent runs alone.")
     deployments: DeploymentSection = Field(default_factory=DeploymentSection, description="Bundle downloads.")
-    pipelines: list[PipelineSection] = Field(default_factory=list, description="Cameras to run the active model on.")
+    cameras: list[CameraSection] = Field(default_factory=list, description="Cameras to run the active model on.")
     telemetry: TelemetrySection = Field(default_factory=TelemetrySection, description="Telemetry topic.")
     events: EventsSection = Field(default_factory=EventsSection, description="Detection events topic.")
     outbox: OutboxSection = Field(
@@ -829,8 +837,14 @@ class AgentConfig(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log verbosity.")
     sensors: SensorsSection = Field(default_factory=SensorsSection, description="Optional sensor sources.")
     governor: GovernorSection = Field(default_factory=GovernorSection, description="Thermal and battery governor.")
-    cameras: CamerasSection = Field(
-        default_factory=CamerasSection, description="One shared model, batching, pipe sources (docs/cameras.md)."
+    serving: ServingSection = Field(
+        default_factory=ServingSection, description="One shared model, batching, pipe sources (docs/cameras.md)."
+    )
+    deprecations: SkipJsonSchema[tuple[str, ...]] = Field(
+        default=(),
+        exclude=True,
+        description="What this config says in a form kept for one release, and its new form: not a setting, "
+        "filled in by the loading (the agent logs it, config check prints it).",
     )
     status_page: StatusPageSection | None = Field(
         default=None, description="The technician's status page, /api, /metrics and /healthz; absent: not served."
@@ -840,18 +854,48 @@ class AgentConfig(_Section):
         default_factory=IntegrationsSection, description="Home Assistant discovery (docs/integrations.md)."
     )
 
-    @field_validator("pipelines")
+    @model_validator(mode="before")
     @classmethod
-    def _unique_names(cls, value: list[PipelineSection]) -> list[PipelineSection]:
+    def _old_names(cls, data: object) -> object:
+        """The keys renamed by issue 36 (one word for a camera), accepted for one release with a
+        deprecation: a ``pipelines:`` list is ``cameras:``, a ``cameras:`` mapping is ``serving:``
+        (told apart by shape); the notes go to `deprecations`."""
+        if not isinstance(data, dict):
+            return data
+        if "deprecations" in data:
+            raise ValueError("deprecations: not a setting (the agent fills it in)")
+        data, notes = dict(data), []
+        if isinstance(data.get("cameras"), dict):
+            if "serving" in data:
+                raise ValueError(
+                    "both cameras: as a mapping (its old form) and serving: are given: move the mapping's "
+                    "settings into serving: and list the cameras under cameras:"
+                )
+            data["serving"] = data.pop("cameras")
+            notes.append(SERVING_MOVED)
+        if "pipelines" in data:
+            if data.get("cameras") is not None:
+                raise ValueError(
+                    "both pipelines: (its old name) and cameras: list cameras: keep one list, under cameras:"
+                )
+            data["cameras"] = data.pop("pipelines")
+            notes.append(PIPELINES_RENAMED)
+        if notes:
+            data["deprecations"] = tuple(notes)
+        return data
+
+    @field_validator("cameras")
+    @classmethod
+    def _unique_names(cls, value: list[CameraSection]) -> list[CameraSection]:
         names = [p.name for p in value]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"pipeline names must be unique: {', '.join(duplicates)} repeated")
+            raise ValueError(f"camera names must be unique: {', '.join(duplicates)} repeated")
         return value
 
-    @field_validator("pipelines")
+    @field_validator("cameras")
     @classmethod
-    def _unique_line_and_zone_names(cls, value: list[PipelineSection]) -> list[PipelineSection]:
+    def _unique_line_and_zone_names(cls, value: list[CameraSection]) -> list[CameraSection]:
         """Telemetry's ``analytics`` is keyed by line and zone name, over every camera."""
         for kind in ("lines", "zones"):
             names = [(item.name, p.name) for p in value for item in getattr(p, kind)]
@@ -859,7 +903,7 @@ class AgentConfig(_Section):
             for name, camera in names:
                 if name in seen:
                     raise ValueError(
-                        f"{kind} names must be unique over all pipelines: {name!r} is in {seen[name]} and {camera}"
+                        f"{kind} names must be unique over all cameras: {name!r} is in {seen[name]} and {camera}"
                     )
                 seen[name] = camera
         return value

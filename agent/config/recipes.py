@@ -1,7 +1,7 @@
 """Board recipes: camera source strings for the cameras the boards really have (docs/cameras.md).
 
 ``edge-agent config example --source NAME`` writes a recipe's source into the example config;
-docs/cameras.md explains each one. Every recipe is a valid ``pipelines[].source`` (a test
+docs/cameras.md explains each one. Every recipe is a valid ``cameras[].source`` (a test
 checks them), and ``edge-agent probe`` / ``config check`` say what a board lacks to run one.
 Replace ``CAMERA`` (an RTSP camera's address with its user and password) before use.
 """

@@ -95,7 +95,7 @@ class DeviceActions:
             raise CodedError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
         jpeg = pipeline.snapshot(quality)
         if jpeg is None:
-            raise CodedError(ErrorCode.NO_FRAME, f"pipeline {pipeline.name} has not processed a frame yet")
+            raise CodedError(ErrorCode.NO_FRAME, f"camera {pipeline.name} has not processed a frame yet")
         return jpeg
 
     def commands(self, state: Callable[[], str], clock: Callable[[], float]) -> CommandActions:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from agent.bundles.installer import InstallPolicy
 from agent.bundles.record import Deployment
 from agent.bundles.store import Store
-from agent.config.loading import ConfigLines, security_warnings
+from agent.config.loading import ConfigLines, config_warnings
 from agent.config.models import AgentConfig
 from agent.daemon.actions import DeviceActions
 from agent.daemon.checkup import reloadable
@@ -116,7 +116,7 @@ class Agent:
         self.store = Store(config.state_dir, config.keep_versions, config.runtime_settings())
         self.policy = InstallPolicy.from_config(config)
         self.gate = ControlGate.from_config(config, self.clock)
-        self.warnings = security_warnings(config)
+        self.warnings = config_warnings(config)
         # the outbox file also keeps the line and zone totals, so it is there with or without a broker
         self.outbox = Outbox(config.state_dir / FILE_NAME, config.outbox, self.clock)
         self.link: MqttLink | None = None
@@ -137,17 +137,17 @@ class Agent:
         labels, counted = (lambda: self.cameras.labels()), (lambda: self.totals.save())  # both built below
         self.classifying = ClassifyingStage()  # the second stage, when a version carries a classifier
         self.events = EventSink(
-            config.events, labels, self.outgoing.event, config.pipelines, counted=counted, stage=self.classifying
+            config.events, labels, self.outgoing.event, config.cameras, counted=counted, stage=self.classifying
         )
         self.totals = KeptTotals(self.outbox, self.events)
         self.totals.restore()
         self.cameras = Cameras(
-            config.pipelines,
+            config.cameras,
             self.board,
             config.runtime,
             lambda name: with_clips(self.clips, name, self.events.for_pipeline(name)),
             config.runtime_settings(),
-            config.cameras,
+            config.serving,
             locate=ConfigLines.read(self.config_path).where,
             stage=self.classifying,
         )
@@ -230,7 +230,7 @@ class Agent:
                 component.start()
         self.web = start_page(self.config.status_page, self.page_controls)
         broker = self.config.mqtt.broker if self.config.mqtt else "none"
-        facts = (agent_version(), self.device, self.board.model, len(self.config.pipelines), broker)
+        facts = (agent_version(), self.device, self.board.model, len(self.config.cameras), broker)
         log.info("edge-agent %s running as %s (%s), %d pipeline(s), broker %s", *facts)
 
     def stop(self) -> None:

@@ -42,7 +42,7 @@ from agent.bundles.installer import InstallPolicy
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
 from agent.config.loading import check_files, load_config, security_warnings
-from agent.config.models import AgentConfig, PipelineSection, StatusPageSection
+from agent.config.models import AgentConfig, CameraSection, StatusPageSection
 from agent.daemon.media import FOLDER as MEDIA_FOLDER
 from agent.daemon.media import disk_free, usage_of
 from agent.errors import BundleError, ConfigError
@@ -115,12 +115,13 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
     problems = check_files(config)
     found = [Finding("config", "fail", f"{config_path}: {problem}", fix) for problem in problems]
     found = found or [Finding("config", "pass", f"{config_path} is valid")]
+    found += [Finding("config", "warn", note, "rename it (docs/changelog.md)") for note in config.deprecations]
     found += [Finding("config", "warn", warning, "see docs/security.md") for warning in security_warnings(config)]
     found += [check_state_dir(config), check_keys(config)]
     if config.mqtt is not None:
         found += check_broker(config, timeout_s)
         found.append(check_outbox(config))
-    if config.events.snapshots or any(p.clips is not None for p in config.pipelines):
+    if config.events.snapshots or any(p.clips is not None for p in config.cameras):
         found.append(check_media(config))
     found += check_cameras(config, root, timeout_s)
     found.append(check_runtime(config, root))
@@ -271,20 +272,20 @@ def check_cameras(
 ) -> list[Finding]:
     """Each camera: a pipe source this device cannot run fails with what to install (the tools
     are asked only when a camera is a pipe source); the others are opened (`check_camera`)."""
-    tools = find_tools() if any(pipe_tool(s.source) for s in config.pipelines) else None
-    pipe = pipe_settings(config.cameras, probe(root), tools)
+    tools = find_tools() if any(pipe_tool(s.source) for s in config.cameras) else None
+    pipe = pipe_settings(config.serving, probe(root), tools)
     found = []
-    for section in config.pipelines:
+    for section in config.cameras:
         problems = source_problems(section.source, tools) if tools else []
         if problems:
-            fix = "install what is named, or change pipelines[].source (docs/cameras.md has each board's recipe)"
+            fix = "install what is named, or change cameras[].source (docs/cameras.md has each board's recipe)"
             found.append(Finding(f"camera {section.name}", "fail", "; ".join(problems), fix))
         else:
             found.append(check_camera(section, timeout_s, pipe))
     return found
 
 
-def check_camera(section: PipelineSection, timeout_s: float, pipe: PipeSettings | None = None) -> Finding:
+def check_camera(section: CameraSection, timeout_s: float, pipe: PipeSettings | None = None) -> Finding:
     """Open the camera and read one frame, within `timeout_s`; `pipe`: how pipe sources run."""
     name, result = f"camera {section.name}", dict[str, Any]()
 
@@ -303,7 +304,7 @@ def check_camera(section: PipelineSection, timeout_s: float, pipe: PipeSettings 
 
     reader = Worker.once(f"doctor-{section.name}", read, described=f"camera {section.name}'s first frame")
     reader.start().join(timeout_s)  # a camera that never answers is left behind: the check says so
-    fix = "check its cable, power or address (pipelines[].source); a running agent may hold it: stop it first"
+    fix = "check its cable, power or address (cameras[].source); a running agent may hold it: stop it first"
     shown = redact_credentials(section.source)
     if "error" in result:
         return Finding(name, "fail", redact_credentials(str(result["error"])), fix)

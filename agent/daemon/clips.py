@@ -1,7 +1,7 @@
 """Short clips around object events: a ring buffer of encoded frames per camera, written to a
 video file beside the snapshots (``<state_dir>/media/<event_id>.mp4``) by a thread of its own.
 
-A camera with ``clips: {pre_s, post_s}`` in its ``pipelines[]`` entry keeps its last frames as
+A camera with ``clips: {pre_s, post_s}`` in its ``cameras[]`` entry keeps its last frames as
 JPEG (`ClipRing`: at most ``pre_s`` seconds of frame time and ``clips.buffer_mb`` MiB, the
 oldest let go first). When one of its objects makes a ``start`` event, the recorder takes the
 ring's frames of the last ``pre_s`` seconds, adds the camera's frames for ``post_s`` more, and
@@ -36,7 +36,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from agent.config.models import AgentConfig, ClipSection, PipelineSection
+from agent.config.models import AgentConfig, CameraSection, ClipSection
 from agent.daemon.media import FOLDER as MEDIA_FOLDER
 from agent.daemon.media import MediaStore
 from pipelines.decoding.detections import Detections
@@ -160,7 +160,7 @@ class ClipRecorder:
 
     def __init__(
         self,
-        sections: Sequence[PipelineSection],
+        sections: Sequence[CameraSection],
         folder: Path,
         keep: Callable[[str, Path], str | None],
         monotonic: Callable[[], float] = time.monotonic,
@@ -317,11 +317,11 @@ class ClipRecorder:
 def media_for(config: AgentConfig) -> tuple[MediaStore | None, ClipRecorder | None]:
     """The media store (with ``events.snapshots`` or any camera's ``clips``) and the clip
     recorder (with any camera's ``clips``) for `config`; None where it has neither."""
-    clips_wanted = any(p.clips is not None for p in config.pipelines)
+    clips_wanted = any(p.clips is not None for p in config.cameras)
     if not (config.events.snapshots or clips_wanted):
         return None, None
     media = MediaStore(config.state_dir / MEDIA_FOLDER, config.events.media)
-    return media, ClipRecorder(config.pipelines, media.folder, media.keep_clip) if clips_wanted else None
+    return media, ClipRecorder(config.cameras, media.folder, media.keep_clip) if clips_wanted else None
 
 
 def with_clips(clips: ClipRecorder | None, pipeline: str, sink: Sink) -> Sink:

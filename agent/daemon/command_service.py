@@ -17,10 +17,11 @@ Refusals are logged at most once per 10 s with a count (`ThrottledLog`).
 The ``commands`` thread takes the requests in order and answers each on its response topic
 with its correlation data. `run_command` checks and runs one: the envelope through the
 `ControlGate` (``UNAUTHORIZED``), the arguments through the row's model (``BAD_PAYLOAD``), then
-the row's action; the answer is ``{"ok": true, "command", "result"}``, ``{"ok": false,
-"command", "error": {"code", "message"}}`` or the JPEG itself. Nothing a request carries ends
-the thread: a payload of any shape (nested a thousand deep, not UTF-8, not JSON) is answered
-``BAD_PAYLOAD``, a failing action ``COMMAND_FAILED``, and the next request runs.
+the row's action; the answer is ``{"ok": true, "command", "result"}`` (with ``"deprecated"``,
+a note, when the request used a name kept for one release: logged at most once per 10 s too),
+``{"ok": false, "command", "error": {"code", "message"}}`` or the JPEG itself. Nothing a
+request carries ends the thread: a payload of any shape (nested a thousand deep, not UTF-8, not
+JSON) is answered ``BAD_PAYLOAD``, a failing action ``COMMAND_FAILED``, and the next request runs.
 
 Health: the thread announces its next turn (a second ahead while it waits for requests, the
 row's `budget_s` ahead while a command runs), and `loop()` says how far it is past that turn or
@@ -70,6 +71,7 @@ class Response:
 
     payload: bytes
     content_type: str = "application/json"
+    deprecated: tuple[str, ...] = ()  # what the request named by a name kept for one release
 
     @property
     def ok(self) -> bool:
@@ -135,6 +137,7 @@ def run_command(
         return error(name, ErrorCode.BAD_PAYLOAD, "; ".join(validation_problems(exc)))
     except RecursionError:  # arguments nested deeper than pydantic's checks go
         return error(name, ErrorCode.BAD_PAYLOAD, "the arguments are nested too deeply")
+    notes = (*((command.deprecated,) if command.deprecated else ()), *args.deprecations())
     try:
         result = command.run(actions, args)
     except CodedError as exc:  # a CommandError, or the agent's own refusal (NO_PREVIOUS, BUSY, ...)
@@ -143,10 +146,11 @@ def run_command(
         log.exception("command %s failed", name)
         return error(name, ErrorCode.COMMAND_FAILED, shorten(f"{type(exc).__name__}: {exc}", 300))
     if isinstance(result, Jpeg):
-        return Response(result.data, "image/jpeg")
+        return Response(result.data, "image/jpeg", notes)
     if isinstance(result, Blob):
-        return Response(result.data, result.content_type)
-    return Response(json.dumps({"ok": True, "command": name, "result": result}, default=str).encode())
+        return Response(result.data, result.content_type, notes)
+    answer = {"ok": True, "command": name, "result": result, **({"deprecated": "; ".join(notes)} if notes else {})}
+    return Response(json.dumps(answer, default=str).encode(), deprecated=notes)
 
 
 def vouched_for(payload: bytes, name: str, gate: ControlGate) -> bool:
@@ -313,6 +317,8 @@ class CommandService:
             response = request.refusal or run_command(self.commands, self.actions, name, message.payload, self.gate)
             if response.ok:
                 log.info("command %s: ok", shorten(name))
+                if response.deprecated:  # at most once per window: anyone vouched for can send them
+                    self._throttled.warning("deprecated", "command %s: %s", name, "; ".join(response.deprecated))
             else:  # refusals: anyone on the broker can cause them
                 self._throttled.log(
                     logging.INFO, "refused", "command %s: %s", shorten(name), response.payload.decode()[:200]

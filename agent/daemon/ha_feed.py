@@ -48,7 +48,7 @@ def cameras_of(config: AgentConfig) -> tuple[Camera, ...]:
     """Each camera of `config` with its lines' and zones' names and its ``classes`` filter."""
     return tuple(
         Camera(p.name, tuple(line.name for line in p.lines), tuple(zone.name for zone in p.zones), tuple(p.classes))
-        for p in config.pipelines
+        for p in config.cameras
     )
 
 

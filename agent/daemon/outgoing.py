@@ -79,7 +79,7 @@ class Outgoing:
         (on the camera's inference thread, right after the frame went into the ring) and its
         events name it."""
         if isinstance(event, ObjectEvent) and self.clips is not None:
-            clip = self.clips.trigger(event.pipeline, event.object_id) if event.kind == "start" else None
+            clip = self.clips.trigger(event.camera, event.object_id) if event.kind == "start" else None
             clip = clip or self.clips.planned(event.object_id)
             if clip is not None:
                 event = replace(event, clip=clip)

@@ -46,7 +46,6 @@ def device_config(root: Path, device: str, settings: FleetSettings, page_port: i
         "trust_keys": [str(key) for key in settings.trust_keys],
         "operator_keys": [str(key) for key in settings.operator_keys],
         "mqtt": {"broker": settings.broker, "reconnect_min_s": 0.5, "reconnect_max_s": 5.0},
-        "pipelines": [],
         "telemetry": {"interval_s": 10.0},
         "deployments": {"probation_s": 0.0},
         "governor": {"enabled": False},

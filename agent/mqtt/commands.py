@@ -20,13 +20,16 @@ from dataclasses import asdict, dataclass
 from hashlib import sha256
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.bundles.record import Deployment
 from agent.errors import CodedError, ErrorCode
 
 #: longest value echoed back in an error message
 ECHO_LIMIT = 80
+#: the notes an answer carries for the names renamed in this release (kept for one release)
+RESTART_PIPELINE = "restart-pipeline is deprecated: use restart-camera (restart-pipeline goes in the next release)"
+PIPELINE_ARGUMENT = "the argument pipeline is deprecated: use camera (pipeline goes in the next release)"
 #: how long a rollback may wait for the deployer to get to it (then it is answered ``BUSY``)
 ROLLBACK_WAIT_S = 60.0
 #: bytes per chunk of a clip sent by the ``media`` command (AWS IoT Core takes 128 KiB a message)
@@ -41,15 +44,36 @@ def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    def deprecations(self) -> tuple[str, ...]:
+        """The notes of the deprecated arguments given (kept for one release), for the answer."""
+        return ()
+
 
 class NoArgs(_Args):
     pass
 
 
-class PipelineArgs(_Args):
-    pipeline: str | None = Field(
-        default=None, max_length=64, description="Pipeline name; default: all (restart) or the first."
+class CameraArgs(_Args):
+    camera: str | None = Field(
+        default=None, max_length=64, description="Camera name; default: all (restart) or the first."
     )
+    pipeline: str | None = Field(
+        default=None, max_length=64, description="The old name of camera (deprecated, removed in the next release)."
+    )
+
+    @model_validator(mode="after")
+    def _one_name(self) -> CameraArgs:
+        if self.camera is not None and self.pipeline is not None:
+            raise ValueError("camera and pipeline (its deprecated name) are both given: give camera only")
+        return self
+
+    @property
+    def name(self) -> str | None:
+        """The camera named, by either name (None: all or the first)."""
+        return self.camera if self.camera is not None else self.pipeline
+
+    def deprecations(self) -> tuple[str, ...]:
+        return (PIPELINE_ARGUMENT,) if self.pipeline is not None else ()
 
 
 class MediaArgs(_Args):
@@ -63,7 +87,7 @@ class MediaArgs(_Args):
     )
 
 
-class SnapshotArgs(PipelineArgs):
+class SnapshotArgs(CameraArgs):
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
 
 
@@ -124,13 +148,15 @@ class Rate:
 class Command(Generic[A]):
     """One row of the table: `name`, the `args` model, what it does (`run`), its `rate` limit
     and `budget_s`, the seconds it may hold the commands thread beyond the health stall limit
-    before the daemon calls that thread hung (0: a quick command)."""
+    before the daemon calls that thread hung (0: a quick command); `deprecated`, for an old name
+    kept for one release, the note its answers carry."""
 
     name: str
     args: type[A]
     run: Callable[[CommandActions, A], Answer]
     rate: Rate = Rate()
     budget_s: float = 0.0
+    deprecated: str | None = None
 
 
 def _media(device: CommandActions, event: str) -> bytes:
@@ -162,11 +188,16 @@ def _reset_counts(device: CommandActions) -> Mapping[str, Any]:
     return device.reset_counts()
 
 
+def _restart(device: CommandActions, args: CameraArgs) -> Answer:
+    return {"restarted": device.restart(args.name)}
+
+
 COMMAND_TABLE: tuple[Command[Any], ...] = (
     Command("rollback", NoArgs, lambda device, _: asdict(device.rollback()), budget_s=ROLLBACK_WAIT_S),
-    Command("restart-pipeline", PipelineArgs, lambda device, a: {"restarted": device.restart(a.pipeline)}),
-    Command("snapshot", SnapshotArgs, lambda device, a: Jpeg(device.camera_jpeg(a.pipeline, a.quality)), Rate(2.0, 4)),
+    Command("restart-camera", CameraArgs, _restart),
+    Command("snapshot", SnapshotArgs, lambda device, a: Jpeg(device.camera_jpeg(a.name, a.quality)), Rate(2.0, 4)),
     Command("ping", NoArgs, lambda device, _: {"pong": round(device.clock(), 3), "state": device.state()}),
     Command("media", MediaArgs, _media_answer, Rate(8.0, 16)),
     Command("reset-counts", NoArgs, lambda device, _: _reset_counts(device), Rate(0.2, 2)),
+    Command("restart-pipeline", CameraArgs, _restart, deprecated=RESTART_PIPELINE),
 )

@@ -33,6 +33,7 @@ from pydantic import (
     field_serializer,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from agent.bundles.record import ReportRow as ReportRow  # pydantic < 2.6 resolves TuningRecord's annotations here
@@ -79,8 +80,21 @@ class _Part(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, from_attributes=True, populate_by_name=True)
 
 
+def _cameras_of_older_devices(data: Any) -> Any:
+    """A status or telemetry document of a device before ``cameras`` (``pipelines`` only, the
+    old name kept for one release): its cameras are its pipelines."""
+    if isinstance(data, dict) and "cameras" not in data and "pipelines" in data:
+        return {**data, "cameras": data["pipelines"]}
+    return data
+
+
 class DeviceDocument(_Part):
     """What the three documents share: one JSON form, one reader."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_devices(cls, data: Any) -> Any:
+        return _cameras_of_older_devices(data)
 
     #: fields left out of the JSON while they are None (absent, not ``null``)
     omitted_when_none: ClassVar[frozenset[str]] = frozenset()
@@ -206,7 +220,8 @@ class StatusDocument(DeviceDocument):
     board: BoardRef | None = None
     bundle: BundleRef | None = None
     runtime: str | None = None
-    pipelines: tuple[str, ...] = ()
+    cameras: tuple[str, ...] = ()
+    pipelines: tuple[str, ...] = Field(default=(), description="Deprecated: the same as cameras, for one release.")
     fps: float | None = None
     temperature_c: float | None = None
     governor: GovernorBrief | None = None
@@ -264,7 +279,7 @@ class SourceBrief(_Part):
     output: tuple[str, ...] = ()
 
 
-class PipelineTelemetry(_Part):
+class CameraTelemetry(_Part):
     """One camera: fps now and its cap, counters since start, latency per stage (ms), the
     newest frame's objects by label (`in_view`)."""
 
@@ -467,7 +482,10 @@ class TelemetryDocument(DeviceDocument):
     device: str
     fps: float | None = None
     dropped: int = 0
-    pipelines: tuple[PipelineTelemetry, ...] = ()
+    cameras: tuple[CameraTelemetry, ...] = ()
+    pipelines: tuple[CameraTelemetry, ...] = Field(
+        default=(), description="Deprecated: the same as cameras, for one release."
+    )
     system: SystemTelemetry | None = None
     sensors: SensorsTelemetry = SensorsTelemetry()
     energy_mj_per_frame: float | None = None

@@ -82,10 +82,10 @@ def status_topic(prefix: str) -> str:
     return f"{prefix}/status"
 
 
-def _pipeline(camera: str, expression: str) -> str:
+def _camera_value(camera: str, expression: str) -> str:
     """A template rendering `expression` (on ``p``, the camera's telemetry entry) for `camera`."""
     name = json.dumps(camera)
-    return f"{{% for p in value_json.pipelines if p.name == {name} %}}{{{{ {expression} }}}}{{% endfor %}}"
+    return f"{{% for p in value_json.cameras if p.name == {name} %}}{{{{ {expression} }}}}{{% endfor %}}"
 
 
 def _counted(kind: str, name: str, field: str) -> str:
@@ -200,8 +200,8 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
         value_template="{{ value_json.label ~ ' ' ~ value_json.type "
         "if value_json.label is defined else value_json.type }}",
         json_attributes_topic=events,
-        json_attributes_template="{{ {'pipeline': value_json.pipeline, 'confidence': value_json.confidence, "
-        "'object_id': value_json.object_id, 'ts': value_json.ts} | tojson }}",
+        json_attributes_template="{{ {'camera': value_json.camera, 'confidence': value_json.confidence, "
+        "'object_id': value_json.object_id, 'ts': value_json.ts, 'pipeline': value_json.pipeline} | tojson }}",
     )
     for camera in cameras:
         c = slug(camera.name)
@@ -210,7 +210,7 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
             f"{c}_fps",
             f"{camera.name} FPS",
             state_topic=telemetry,
-            value_template=_pipeline(camera.name, "p.fps"),
+            value_template=_camera_value(camera.name, "p.fps"),
             unit_of_measurement="fps",
             state_class="measurement",
         )
@@ -219,18 +219,18 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
             f"{c}_status",
             f"{camera.name} status",
             state_topic=telemetry,
-            value_template=_pipeline(camera.name, "p.source_status.state"),
+            value_template=_camera_value(camera.name, "p.source_status.state"),
         )
         add(
             "sensor",
             f"{c}_objects",
             f"{camera.name} objects in view",
             state_topic=telemetry,
-            value_template=_pipeline(camera.name, "p.in_view.values() | sum"),
+            value_template=_camera_value(camera.name, "p.in_view.values() | sum"),
             unit_of_measurement="objects",
             state_class="measurement",
             json_attributes_topic=telemetry,
-            json_attributes_template=_pipeline(camera.name, "p.in_view | tojson"),
+            json_attributes_template=_camera_value(camera.name, "p.in_view | tojson"),
         )
         for label in camera.labels:
             add(
@@ -238,7 +238,7 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
                 f"{c}_{slug(label)}_in_view",
                 f"{camera.name} {label} in view",
                 state_topic=telemetry,
-                value_template=_pipeline(camera.name, f"p.in_view.get({json.dumps(label)}, 0)"),
+                value_template=_camera_value(camera.name, f"p.in_view.get({json.dumps(label)}, 0)"),
                 unit_of_measurement="objects",
                 state_class="measurement",
             )

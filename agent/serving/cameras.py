@@ -18,7 +18,7 @@ such a runtime and one that does not, its pipeline restarts instead. Pipe source
 here is logged once, at the first start.
 
 Each camera keeps detections by its own thresholds (`agent.serving.camera_filter`: agent.yaml's
-``pipelines[].conf``, ``iou``, ``max_det``, ``classes`` over the manifest's), applied to its
+``cameras[].conf``, ``iou``, ``max_det``, ``classes`` over the manifest's), applied to its
 outputs after the shared inference; they are resolved again for every version activated (a
 deployment, a rollback, the lighter artifact, a TensorRT engine), and `thresholds` says what
 each camera keeps now.
@@ -46,7 +46,7 @@ from agent.bundles.archive import read_reference
 from agent.bundles.installer import check_parity
 from agent.bundles.manifest import Manifest
 from agent.bundles.record import Tuning
-from agent.config.models import CamerasSection, PipelineSection
+from agent.config.models import CameraSection, ServingSection
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
 from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 SYNTHETIC_FPS = 15.0  # the synthetic camera's rate when the config gives none: a live camera, not a clip
 
 
-def source_for(section: PipelineSection, pipe: PipeSettings | None = None) -> FrameSource:
+def source_for(section: CameraSection, pipe: PipeSettings | None = None) -> FrameSource:
     """The frame source of a camera; `pipe` holds the settings of pipe sources."""
     camera: dict[str, Any] = {k: getattr(section, k) for k in ("width", "height", "fps") if getattr(section, k)}
     if section.source.startswith("synthetic"):
@@ -81,7 +81,7 @@ def source_for(section: PipelineSection, pipe: PipeSettings | None = None) -> Fr
     return open_source(section.source, loop=section.loop, pipe=pipe, **camera)
 
 
-def pipe_settings(options: CamerasSection, board: Board, tools: CameraTools | None) -> PipeSettings:
+def pipe_settings(options: ServingSection, board: Board, tools: CameraTools | None) -> PipeSettings:
     """The settings of pipe sources from the ``cameras:`` section on `board` (`tools` None: not
     asked, so ffmpeg decodes in software): the daemon's and the doctor's."""
     args = ffmpeg_input_args(options.ffmpeg.hwaccel, board, tools)
@@ -94,14 +94,14 @@ def _capped(max_fps: float | None, cap: float | None) -> float | None:
     return min(limits) if limits else None
 
 
-def wanted_workers(section: PipelineSection, tuning: Tuning | None) -> int:
+def wanted_workers(section: CameraSection, tuning: Tuning | None) -> int:
     """The configured workers; for ``auto`` what autotune chose for the version, else 1."""
     if section.workers != "auto":
         return section.workers
     return tuning.workers if tuning is not None else 1
 
 
-def _workers(section: PipelineSection, detector: FrameDetector, tuning: Tuning | None) -> int:
+def _workers(section: CameraSection, detector: FrameDetector, tuning: Tuning | None) -> int:
     """The workers wanted, or 1 on a runtime that serves one call at a time."""
     workers = wanted_workers(section, tuning)
     if workers > 1 and not detector.runtime.concurrent:
@@ -135,12 +135,12 @@ class Cameras:
 
     def __init__(
         self,
-        sections: Sequence[PipelineSection],
+        sections: Sequence[CameraSection],
         board: Board,
         preference: Preference = "auto",
         sink_for: Callable[[str], Sink] | None = None,
         settings: RuntimeSettings | None = None,
-        options: CamerasSection | None = None,
+        options: ServingSection | None = None,
         find_tools: Callable[[], CameraTools] = find_camera_tools,
         locate: Locate = dotted,
         stage: ClassifyingStage | None = None,
@@ -153,7 +153,7 @@ class Cameras:
         self._filter_problems: dict[str, tuple[str, ...]] = {}  # per camera, for the version serving
         self._logged: set[str] = set()  # problems logged already (an activation repeats them)
         self.settings = settings or RuntimeSettings()
-        self.options = options or CamerasSection()
+        self.options = options or ServingSection()
         self._find_tools = find_tools
         self._pipe: PipeSettings | None = None  # made at the first start (it may ask the tools)
         self._sink_for = sink_for
@@ -318,7 +318,7 @@ class Cameras:
             names = [name] if name is not None else list(self._pipelines)
             unknown = [n for n in names if n not in self._pipelines]
             if unknown:
-                raise KeyError(f"no running pipeline named {unknown[0]!r}; running: {', '.join(self._pipelines)}")
+                raise KeyError(f"no running camera named {unknown[0]!r}; running: {', '.join(self._pipelines)}")
             for n in names:
                 old = self._pipelines[n]
                 old.stop()
@@ -341,7 +341,7 @@ class Cameras:
                 log.info("ffmpeg sources decode with %s", decode)
         return self._pipe
 
-    def _start(self, section: PipelineSection, detector: FrameDetector, workers: int) -> Pipeline:
+    def _start(self, section: CameraSection, detector: FrameDetector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
         pipeline = Pipeline(
@@ -429,11 +429,11 @@ class Cameras:
         """The named pipeline, or the first one; raises `KeyError` with what is running."""
         with self._lock:
             if not self._pipelines:
-                raise KeyError("no pipeline is running (no active bundle, or no pipelines configured)")
+                raise KeyError("no camera is running (no active bundle, or no cameras configured)")
             if name is None:
                 return next(iter(self._pipelines.values()))
             if name not in self._pipelines:
-                raise KeyError(f"no running pipeline named {name!r}; running: {', '.join(self._pipelines)}")
+                raise KeyError(f"no running camera named {name!r}; running: {', '.join(self._pipelines)}")
             return self._pipelines[name]
 
     def thresholds(self) -> list[ThresholdsInForce]:

@@ -38,7 +38,7 @@ from typing import Literal
 
 import numpy as np
 
-from agent.config.models import EventsSection, PipelineSection
+from agent.config.models import CameraSection, EventsSection
 from agent.event_values import LineCrossing, ObjectClass, ObjectEvent, ObjectEventKind
 from agent.serving.classifying import ClassifyingStage
 from pipelines.annotate import encode_jpeg
@@ -61,7 +61,7 @@ def _anchor(text: str | None) -> AnchorSpec | None:
     return None if text is None else parse_anchor(text)
 
 
-def scene_for(section: PipelineSection, label: Callable[[int], str], keep_crops: bool = False) -> SceneAnalytics:
+def scene_for(section: CameraSection, label: Callable[[int], str], keep_crops: bool = False) -> SceneAnalytics:
     """The analytics of one configured camera (its lines, zones, anchor and tracker)."""
     tracker = section.tracker
     return SceneAnalytics(
@@ -118,7 +118,7 @@ class EventSink:
         settings: EventsSection,
         labels: Callable[[], Sequence[str]],
         publish: Publish,
-        sections: Sequence[PipelineSection] = (),
+        sections: Sequence[CameraSection] = (),
         wall: Callable[[], float] = time.time,
         counted: Callable[[], None] = lambda: None,
         stage: ClassifyingStage | None = None,
@@ -262,7 +262,7 @@ class EventSink:
         event = ObjectEvent(
             kind=kind,
             ts=self._wall(),
-            pipeline=pipeline,
+            camera=pipeline,
             object_id=object_id,
             track_id=record.track_id,
             label=self.label(record.class_id),

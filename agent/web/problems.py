@@ -315,7 +315,7 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
     found += [Finding("config", "warn", warning, "see docs/security.md") for warning in snapshot.warnings]
     fix = "update or remove that plugin's package; edge-agent probe lists the plugins (docs/architecture.md)"
     found += [Finding("runtime plugin", "warn", problem, fix) for problem in snapshot.runtime_plugins]
-    fix = "name the serving version's labels in pipelines[].classes (docs/configuration.md)"
+    fix = "name the serving version's labels in cameras[].classes (docs/configuration.md)"
     found += [Finding("config", "warn", problem, fix) for camera in snapshot.thresholds for problem in camera.problems]
     problems = [f for f in found if f.status != "pass"]
     return sorted(problems, key=lambda f: _ORDER[f.status])

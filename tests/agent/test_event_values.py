@@ -15,7 +15,7 @@ from agent.mqtt.protocol import json_payload
 END = ObjectEvent(
     kind="end",
     ts=1_700_000_000.12345,
-    pipeline="door",
+    camera="door",
     object_id="5f0c1d2e3a4b5c6d",
     track_id=7,
     label="person",
@@ -32,7 +32,8 @@ END = ObjectEvent(
 
 def test_an_object_event_is_the_documented_document_byte_for_byte() -> None:
     assert json_payload({"device": "cam-1", **END.to_json()}) == (
-        b'{"device":"cam-1","type":"end","ts":1700000000.123,"pipeline":"door","object_id":"5f0c1d2e3a4b5c6d",'
+        b'{"device":"cam-1","type":"end","ts":1700000000.123,"camera":"door","pipeline":"door",'
+        b'"object_id":"5f0c1d2e3a4b5c6d",'
         b'"track_id":7,"label":"person","class_id":0,"confidence":0.8765,"box":[10.0,20.1,110.5,220.0],'
         b'"frame":42,"duration_s":3.142,"zones":{"bay":2.5,"aisle":0.1234567},'
         b'"lines":[{"line":"door","direction":"forward"},{"line":"exit","direction":"backward"}],'
@@ -47,6 +48,7 @@ def test_an_event_without_a_crop_has_no_snapshot_key(kind: str) -> None:
     assert list(document) == [
         "type",
         "ts",
+        "camera",
         "pipeline",
         "object_id",
         "track_id",

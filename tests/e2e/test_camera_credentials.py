@@ -55,12 +55,12 @@ def test_a_camera_password_appears_in_no_output(
     monkeypatch.setenv("TEST_PAGE_PASSWORD", "page-password")
     page = {"listen": f"127.0.0.1:{port}", "username": "tech", "password_env": "TEST_PAGE_PASSWORD", "sample_s": 0.5}
     install_versions(tmp_path / "creds-1" / "state", keys, bundles)  # where `agents` puts its state
-    agent = agents("creds-1", pipelines=cameras, status_page=page, env={"TEST_PAGE_PASSWORD": "page-password"})
+    agent = agents("creds-1", cameras=cameras, status_page=page, env={"TEST_PAGE_PASSWORD": "page-password"})
     url = f"http://127.0.0.1:{port}"
     try:
 
         def reported(document: dict[str, object]) -> bool:
-            cams = {c["name"]: c for c in document.get("pipelines") or []}  # type: ignore[attr-defined]
+            cams = {c["name"]: c for c in document.get("cameras") or []}  # type: ignore[attr-defined]
             if set(cams) != {"door", "gate", "yard"}:
                 return False
             yard = cams["yard"].get("source_status") or {}
@@ -71,7 +71,7 @@ def test_a_camera_password_appears_in_no_output(
             )
 
         telemetry = watcher.wait_json("edge/creds-1/telemetry", reported, 90)
-        yard = next(c for c in telemetry["pipelines"] if c["name"] == "yard")["source_status"]
+        yard = next(c for c in telemetry["cameras"] if c["name"] == "yard")["source_status"]
         assert any("http://viewer:" in line for line in yard["output"]), yard  # ffmpeg names its input
         wait_until(lambda: listening(port), 30, "the page")  # it may start after the first telemetry
         # the page keeps the lines logged since it started: wait for a source failure among them

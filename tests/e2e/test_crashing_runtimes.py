@@ -133,7 +133,7 @@ def test_the_daemon_serves_on_when_the_current_version_crashes_its_runtime(tmp_p
                 "device": {"id": "dev"},
                 "state_dir": str(state),
                 "trust_keys": [str(keys["public"])],
-                "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
+                "cameras": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
             }
         )
     )

@@ -52,15 +52,15 @@ def test_an_index_that_does_not_match_the_desired_document_is_refused(
 def test_commands_as_documented(
     tmp_path: Path, capsys, broker: Broker, watcher: Watcher, agents, bundles, operator_key
 ):  # type: ignore[no-untyped-def]
-    """ping answers {"pong", "state"}; snapshot before a frame is NO_FRAME; restart-pipeline without
-    arguments restarts every camera; snapshot --pipeline picks the camera."""
+    """ping answers {"pong", "state"}; snapshot before a frame is NO_FRAME; restart-camera without
+    arguments restarts every camera; snapshot --camera picks the camera."""
     clip = write_video(tmp_path / "small.avi", 40, size=(160, 120))
     cameras = [
         {"name": "wide", "source": "synthetic", "max_fps": 10},
         {"name": "small", "source": str(clip), "max_fps": 10},
         {"name": "lost", "source": str(tmp_path / "not-there.avi")},
     ]
-    agents("dev1", pipelines=cameras)
+    agents("dev1", cameras=cameras)
     online(watcher, "dev1")
     finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
     serving(watcher, "dev1", "1.0.0")
@@ -69,11 +69,11 @@ def test_commands_as_documented(
     assert set(pong["result"]) == {"pong", "state"} and pong["result"]["state"] == "online"
     assert abs(pong["result"]["pong"] - time.time()) < 60
 
-    no_frame = answer(broker, "dev1", "snapshot", operator_key, {"pipeline": "lost"})
+    no_frame = answer(broker, "dev1", "snapshot", operator_key, {"camera": "lost"})
     assert no_frame["error"]["code"] == "NO_FRAME", no_frame
 
-    restarted = answer(broker, "dev1", "restart-pipeline", operator_key)
-    assert restarted["result"] == {"restarted": ["wide", "small", "lost"]}
+    restarted = answer(broker, "dev1", "restart-camera", operator_key)
+    assert restarted == {"ok": True, "command": "restart-camera", "result": {"restarted": ["wide", "small", "lost"]}}
 
     jpeg = tmp_path / "small.jpg"
     wait_until(
@@ -84,7 +84,7 @@ def test_commands_as_documented(
                 "snapshot",
                 "--target",
                 "device:dev1",
-                "--pipeline",
+                "--camera",
                 "small",
                 "-o",
                 str(jpeg),

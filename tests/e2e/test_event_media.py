@@ -20,7 +20,7 @@ def test_an_events_snapshot_is_kept_on_disk_and_fetched_by_its_reference(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], broker: Broker, watcher: Watcher, agents: Any, bundles: Any
 ) -> None:
     camera = {"name": "cam0", "source": "tracking:5", "max_fps": 15}
-    agents("dev1", pipelines=[camera], events={"snapshots": True, "min_confidence": 0.3})
+    agents("dev1", cameras=[camera], events={"snapshots": True, "min_confidence": 0.3})
     online(watcher, "dev1")
     finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))
     serving(watcher, "dev1", "1.0.0")
@@ -68,7 +68,7 @@ def test_a_clip_around_an_objects_start_is_kept_fetched_in_chunks_and_linked_fro
     camera = {"name": "cam0", "source": "tracking:5", "max_fps": 15, "clips": {"pre_s": 0.5, "post_s": 1.0}}
     agents(
         "dev1",
-        pipelines=[camera],
+        cameras=[camera],
         events={"snapshots": True, "min_confidence": 0.3},
         status_page={"listen": f"127.0.0.1:{port}", "username": "tech", "password_file": str(tmp_path / "password")},
     )

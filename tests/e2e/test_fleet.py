@@ -224,8 +224,8 @@ def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
         ("snapshot", b"not json", "BAD_PAYLOAD"),
         ("snapshot", signed_request(operator_key, "dev1", "snapshot", {"quality": 500}), "BAD_PAYLOAD"),
         (
-            "restart-pipeline",
-            signed_request(operator_key, "dev1", "restart-pipeline", {"pipeline": "nope"}),
+            "restart-camera",
+            signed_request(operator_key, "dev1", "restart-camera", {"camera": "nope"}),
             "NO_PIPELINE",
         ),
         ("rollback", signed_request(operator_key, "dev1", "rollback", {"force": True}), "BAD_PAYLOAD"),
@@ -235,9 +235,12 @@ def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
         assert (body["ok"], body["error"]["code"]) == (False, code), body
     assert watcher.json("edge/dev1/status")["bundle"]["version"] == "1.1.0", "bad commands changed nothing"
 
-    restart = signed_request(operator_key, "dev1", "restart-pipeline", {"pipeline": "cam0"})
-    body = json.loads(request(broker, "dev1", "restart-pipeline", restart)[0])
-    assert body["result"] == {"restarted": ["cam0"]}
+    restart = signed_request(operator_key, "dev1", "restart-camera", {"camera": "cam0"})
+    body = json.loads(request(broker, "dev1", "restart-camera", restart)[0])
+    assert body == {"ok": True, "command": "restart-camera", "result": {"restarted": ["cam0"]}}
+    old = signed_request(operator_key, "dev1", "restart-pipeline", {"pipeline": "cam0"})  # for one release
+    body = json.loads(request(broker, "dev1", "restart-pipeline", old)[0])
+    assert body["result"] == {"restarted": ["cam0"]} and "use restart-camera" in body["deprecated"], body
 
     status, out = cli(capsys, "fleet", "rollback", "--target", "device:dev1", "--broker", broker.url)
     assert status == 0 and "rolled back to demo 1.0.0" in out, out
@@ -323,10 +326,10 @@ def test_sighup_reloads_a_good_config_and_keeps_the_running_one_on_a_bad_one(
     assert "bogus_key" in agent.output()
 
     config = yaml.safe_load(good)
-    config["pipelines"].append({"name": "cam1", "source": "synthetic:7"})
+    config["cameras"].append({"name": "cam1", "source": "synthetic:7"})
     agent.config.write_text(yaml.safe_dump(config))
     agent.process.send_signal(signal.SIGHUP)
-    status = watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)
+    status = watcher.wait_json("edge/dev1/status", lambda d: d["cameras"] == ["cam0", "cam1"], 30)
     assert status["bundle"]["version"] == "1.0.0"
     assert agent.alive()
 
@@ -344,7 +347,7 @@ def test_sighup_keeps_the_running_config_on_one_nested_too_deep_or_endless(
     serving(watcher, "dev1", "1.0.0")
     good = agent.config.read_text()
     assert agent.process is not None
-    agent.config.write_text("pipelines: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    agent.config.write_text("cameras: " + "[" * 20_000 + "]" * 20_000 + "\n")
     agent.process.send_signal(signal.SIGHUP)
     wait_until(lambda: "SIGHUP: keeping the running config" in agent.output() or not agent.alive(), 30, "the refusal")
     assert agent.alive(), agent.output()[-2000:]
@@ -359,13 +362,13 @@ def test_sighup_keeps_the_running_config_on_one_nested_too_deep_or_endless(
 
     pong = json.loads(request(broker, "dev1", "ping", signed_request(operator_key, "dev1", "ping"))[0])
     assert pong["ok"] is True and pong["result"]["state"] == "online", pong
-    assert watcher.json("edge/dev1/status")["pipelines"] == ["cam0"], "the running config"
+    assert watcher.json("edge/dev1/status")["cameras"] == ["cam0"], "the running config"
     agent.config.unlink()
     config = yaml.safe_load(good)
-    config["pipelines"].append({"name": "cam1", "source": "synthetic:7"})
+    config["cameras"].append({"name": "cam1", "source": "synthetic:7"})
     agent.config.write_text(yaml.safe_dump(config))
     agent.process.send_signal(signal.SIGHUP)
-    watcher.wait_json("edge/dev1/status", lambda d: d["pipelines"] == ["cam0", "cam1"], 30)
+    watcher.wait_json("edge/dev1/status", lambda d: d["cameras"] == ["cam0", "cam1"], 30)
     assert agent.alive() and "Traceback" not in agent.output()
 
 

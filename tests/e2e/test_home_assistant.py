@@ -55,8 +55,8 @@ def test_home_assistant_discovers_the_agent(
     try:
         install_versions(tmp_path / DEVICE / "state", keys, bundles)
         integrations = {"home_assistant": {"enabled": True, "image_interval_s": 1}}
-        agent = agents(DEVICE, pipelines=_pipeline(ZONES), integrations=integrations)
-        telemetry = watcher.wait_json(f"edge/{DEVICE}/telemetry", lambda t: bool(t.get("pipelines")), 90)
+        agent = agents(DEVICE, cameras=_pipeline(ZONES), integrations=integrations)
+        telemetry = watcher.wait_json(f"edge/{DEVICE}/telemetry", lambda t: bool(t.get("cameras")), 90)
         expected_units = {
             f"sensor.{E}_fps": ("fps", None, "measurement"),
             f"sensor.{E}_temperature": ("°C", "temperature", "measurement"),
@@ -94,7 +94,7 @@ def test_home_assistant_discovers_the_agent(
             return lambda: _text(field(watcher.json(f"edge/{DEVICE}/telemetry")))
 
         def cam(t: dict[str, Any]) -> dict[str, Any]:
-            return next(p for p in t["pipelines"] if p["name"] == "cam0")
+            return next(p for p in t["cameras"] if p["name"] == "cam0")
 
         values: dict[str, Callable[[], str]] = {
             f"sensor.{E}_fps": from_status(lambda s: s["fps"]),
@@ -142,7 +142,7 @@ def test_home_assistant_discovers_the_agent(
         # SIGHUP without the yard: its entities leave HA
         path = tmp_path / DEVICE / "agent.yaml"
         config = yaml.safe_load(path.read_text())
-        config["pipelines"] = _pipeline(ZONES[:1])
+        config["cameras"] = _pipeline(ZONES[:1])
         path.write_text(yaml.safe_dump(config))
         assert agent.process is not None
         os.kill(agent.process.pid, signal.SIGHUP)

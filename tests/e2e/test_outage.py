@@ -106,7 +106,7 @@ def test_every_event_arrives_after_an_outage_with_a_sigkill_in_it(
         keys["public"],
         None,
         keys["operator_pub"],
-        pipelines=[camera],
+        cameras=[camera],
         mqtt={"offline_queue": 5},
         events={"min_interval_s": 0.5, "min_confidence": 0.3},
         outbox={"send_rate": 200},

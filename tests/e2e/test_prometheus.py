@@ -116,7 +116,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, bundles: dict[str, Path], ke
             "state_dir": str(folder / "laptop-1"),
             "trust_keys": [str(keys["public"])],
             "mqtt": mqtt,
-            "pipelines": [
+            "cameras": [
                 {
                     "name": "cam0",
                     "source": "synthetic",
@@ -141,7 +141,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, bundles: dict[str, Path], ke
             "device": {"id": "orin-1", "group": "lobby"},
             "state_dir": str(folder / "orin-1"),
             "mqtt": mqtt,
-            "pipelines": [],
+            "cameras": [],
             "telemetry": {"interval_s": 1.0},
             "status_page": {"listen": f"127.0.0.1:{ports['orin-1']}"},
         },

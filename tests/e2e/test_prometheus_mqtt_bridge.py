@@ -90,7 +90,7 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
         "device": {"id": DEVICE},
         "state_dir": str(folder / "state"),
         "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
-        "pipelines": [],
+        "cameras": [],
         "telemetry": {"interval_s": 1.0},
         "governor": {"thermal": {"warm_c": 30, "hot_c": 40, "critical_c": 95}},
         "status_page": {"listen": f"127.0.0.1:{page_port}"},

@@ -196,7 +196,7 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
     watched = first[0]  # with a camera: its status says which runtime, so which version, serves it
     fleet = fleets([d for d in healthy if d != watched], "line", clock).start()
     camera = [{"name": "cam0", "source": "synthetic", "max_fps": 2}]
-    fleets([watched], "line", clock, pipelines=camera).start()
+    fleets([watched], "line", clock, cameras=camera).start()
     fleets(failing, "line", clock, runtime="onnxruntime").start()
     online(watcher, everyone)
     status, out = cli(capsys, "fleet", "push", str(bundles["v1"]), "--target", "group:line", "--broker", broker.url)

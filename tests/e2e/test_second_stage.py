@@ -36,7 +36,7 @@ def test_the_events_of_a_two_stage_bundle_carry_the_class(
         [DEMO_MODELS / "demo_detector.onnx"], bundle, name="shapes", version="1.0.0", key=key, classifier=stage
     )
     camera = {"name": "cam0", "source": "tracking:5", "max_fps": 15}
-    agents("dev1", pipelines=[camera], events={"min_confidence": 0.5, "min_interval_s": 0.5})
+    agents("dev1", cameras=[camera], events={"min_confidence": 0.5, "min_interval_s": 0.5})
     online(watcher, "dev1")
     finished(watcher, "dev1", push(capsys, broker, bundle, "device:dev1"))
     serving(watcher, "dev1", "1.0.0")

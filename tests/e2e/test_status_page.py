@@ -53,7 +53,7 @@ def served(
         "trust_keys": [str(keys["public"])],
         "operator_keys": [str(keys["operator_pub"])],
         "mqtt": {"broker": f"mqtt://127.0.0.1:{free_port()}", "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
-        "pipelines": [
+        "cameras": [
             {
                 "name": "cam0",
                 "source": "synthetic",
@@ -194,8 +194,8 @@ def test_each_cameras_card_shows_the_thresholds_in_force_and_a_class_the_model_l
     problems = http(served.url + "/api/problems", headers=AUTH).json()["problems"]
     (lacking,) = [p for p in problems if "hexagon" in p["message"]]
     assert lacking["check"] == "config" and lacking["status"] == "warn"
-    assert lacking["message"].startswith("pipelines.1.classes.1: 'hexagon' is not a label of demo 1.1.0")
-    assert "pipelines[].classes" in lacking["fix"]
+    assert lacking["message"].startswith("cameras.1.classes.1: 'hexagon' is not a label of demo 1.1.0")
+    assert "cameras[].classes" in lacking["fix"]
 
 
 def test_api_status_is_the_agent_snapshot_and_needs_the_credentials(served: Served) -> None:
@@ -343,7 +343,7 @@ def test_without_credentials_the_page_is_read_only_on_loopback_and_runs_without_
         "device": {"id": "alone-1"},
         "state_dir": str(tmp_path / "state"),
         "allow_unsigned": True,
-        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "cameras": [{"name": "cam0", "source": "synthetic"}],
         "status_page": {"listen": f"127.0.0.1:{port}"},
     }
     with running(config, probe(TREE), TREE) as agent:
@@ -418,7 +418,7 @@ def test_rollback_without_a_broker_switches_the_store_and_serves_the_previous_ve
     config = {
         "state_dir": str(tmp_path / "state"),
         "trust_keys": [str(keys["public"])],
-        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "cameras": [{"name": "cam0", "source": "synthetic"}],
         "status_page": {"listen": f"127.0.0.1:{port}", "username": "tech", "password_env": "EDGE_AGENT_TEST_PW"},
     }
     with pytest.MonkeyPatch.context() as env:
@@ -443,7 +443,7 @@ def test_the_event_list_shows_the_second_stages_class(served: Served, chromium: 
     page.headers(AUTH)
     page.open(served.url + "/")
     assert page.wait_for("(t => t !== 'edge-agent' && t)(document.getElementById('device').textContent)") == "page-1"
-    base = {"ts": 1764528000, "pipeline": "gate", "track_id": 7, "type": "update", "confidence": 0.91}
+    base = {"ts": 1764528000, "camera": "gate", "track_id": 7, "type": "update", "confidence": 0.91}
     classified = {**base, "label": "person", "classification": {"label": "helmet", "class_id": 0, "score": 0.97}}
     plain = {**base, "label": "car", "track_id": 8}
     rows = page.evaluate(
@@ -465,7 +465,7 @@ def test_on_a_board_without_sensors_the_temperature_and_power_charts_say_there_i
         "device": {"id": "bare-1"},
         "state_dir": str(tmp_path / "state"),
         "allow_unsigned": True,
-        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "cameras": [{"name": "cam0", "source": "synthetic"}],
         "telemetry": {"interval_s": 0.5},
         "status_page": {"listen": f"127.0.0.1:{port}", "sample_s": 0.5},
     }

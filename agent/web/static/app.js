@@ -172,7 +172,7 @@ function renderCamera(c, analytics) {
   }
 }
 
-// What the camera keeps of its model's detections: agent.yaml's pipelines[] over the bundle's.
+// What the camera keeps of its model's detections: agent.yaml's cameras[] over the bundle's.
 function thresholdRows(t) {
   if (!t) return [];
   const from = t.configured.length ? `${t.configured.join(", ")} from agent.yaml, the rest from the bundle` : "from the bundle";
@@ -278,7 +278,7 @@ function renderEvents(events) {
     const time = new Date(e.ts * 1000).toLocaleTimeString();
     const what = e.type === "governor"
       ? `governor ${e.previous} → ${e.level}: ${e.reason}`
-      : `${e.pipeline}: ${e.label}${e.classification ? ` → ${e.classification.label}` : ""} #${e.track_id} ${e.type}${e.type === "end" ? ` after ${fmt(e.duration_s, 1, "s")}` : ""} (${fmt(e.confidence, 2)})`;
+      : `${e.camera ?? e.pipeline}: ${e.label}${e.classification ? ` → ${e.classification.label}` : ""} #${e.track_id} ${e.type}${e.type === "end" ? ` after ${fmt(e.duration_s, 1, "s")}` : ""} (${fmt(e.confidence, 2)})`;
     const media = [];  // the kept snapshot and clip, served by /api/events/<id>/... with the page's credentials
     if (e.snapshot) media.push(el("a", { href: `/api/events/${e.object_id}/snapshot`, target: "_blank", class: "snapshot" }, "snapshot"));
     if (e.clip) media.push(el("a", { href: `/api/events/${e.object_id}/clip`, target: "_blank", class: "clip" }, "clip"));

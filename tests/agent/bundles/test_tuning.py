@@ -19,7 +19,7 @@ from testkit.trt_double import TrtDouble
 from agent.bundles.installer import InstallPolicy, install
 from agent.bundles.store import Store
 from agent.bundles.tuning import Tuning, autotune, candidates, reference_of, with_prepared
-from agent.config.models import PipelineSection
+from agent.config.models import CameraSection
 from agent.hardware.board import probe
 from agent.serving.cameras import Cameras
 from pipelines.measure.matrix import Candidate, Reference, Row, measure, measure_isolated
@@ -82,7 +82,7 @@ def test_autotune_at_activation_is_recorded_and_served(
     assert store.last_deployment() == deployment, "the record reads back as it was written"
 
     fixed = Tuning("onnxruntime", "CPUExecutionProvider", "demo_detector.onnx", "fp32", 1, 2, 100.0, 9.0, "test")
-    section = PipelineSection(name="cam", source="synthetic:1", fps=30)
+    section = CameraSection(name="cam", source="synthetic:1", fps=30)
     cameras = Cameras([section], probe(), "auto")
     try:
         cameras.activate(store.versions / deployment.sha256, fixed)

@@ -37,7 +37,7 @@ def test_config_check_names_a_class_the_installed_version_lacks_with_its_line(
     path.write_text(
         f"state_dir: {tmp_path / 'state'}\n"
         f"trust_keys: [{keys['public']}]\n"
-        "pipelines:\n"
+        "cameras:\n"
         "  - name: door\n"
         "    source: synthetic\n"
         "    conf: 0.5\n"
@@ -50,7 +50,7 @@ def test_config_check_names_a_class_the_installed_version_lacks_with_its_line(
     install_versions(tmp_path / "state", keys, bundles)
     assert main(["config", "check", str(path)]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        f"{path}:9: pipelines.0.classes.1: 'sqare' is not a label of demo 1.1.0 (its labels: circle, square, "
+        f"{path}:9: cameras.0.classes.1: 'sqare' is not a label of demo 1.1.0 (its labels: circle, square, "
         "triangle), so camera door keeps no detections of it"
     ]
     path.write_text(path.read_text().replace("sqare", "square"))

@@ -387,7 +387,7 @@ def test_detects_help_gives_a_bundles_default_thresholds_and_where_a_device_take
     assert f"keep detections scoring above this, 0..1 ({exporter} 0.25), else {bundle.conf})" in text
     assert f"more than this, 0..1 ({exporter} 0.7), else {bundle.iou})" in text
     assert f"most detections kept per image (default {bundle.max_det})" in text
-    assert "agent.yaml's pipelines[].conf, iou, max_det and classes where set, else by its bundle's" in text
+    assert "agent.yaml's cameras[].conf, iou, max_det and classes where set, else by its bundle's" in text
     assert "the status page and /api/status the values in force on each camera" in text
 
 

@@ -81,3 +81,18 @@ def test_fleet_acl_home_assistant_takes_the_discovery_prefix_or_its_default(caps
     assert status == 1 and "without wildcards" in out
     status, out = cli(capsys, "fleet", "acl", "--device", "cam-1", "--home-assistant-user", "hass")
     assert status == 1 and "needs --home-assistant" in out
+
+
+def test_fleet_snapshot_names_the_camera_with_camera_and_keeps_pipeline_as_a_hidden_alias(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agent.cli.main import build_parser
+
+    parser = build_parser("fleet")
+    common = ["fleet", "snapshot", "--target", "device:d1", "-o", "x.jpg"]
+    assert parser.parse_args([*common, "--camera", "door"]).camera == "door"
+    assert parser.parse_args([*common, "--pipeline", "door"]).camera == "door", "the old flag, for one release"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["fleet", "snapshot", "--help"])
+    shown = capsys.readouterr().out
+    assert "--camera" in shown and "--pipeline" not in shown

@@ -52,9 +52,9 @@ def test_config_check_lists_every_problem_with_its_line(tmp_path: Path, capsys) 
         "mqtt.broker@4",
         "mqtt.tls@5",
         "mqtt.password@6",
-        "pipelines.0.source@9",
-        "pipelines.0.max_fps@10",
-        "pipelines.0.workers@11",
+        "cameras.0.source@9",
+        "cameras.0.max_fps@10",
+        "cameras.0.workers@11",
         "telemetry.interval_s@13",
         "runtime@14",
         "colour@15",
@@ -66,7 +66,7 @@ def test_config_check_lists_every_problem_with_its_line(tmp_path: Path, capsys) 
     [
         ("device: [1, 2\n", "not valid YAML"),
         ("- just\n- a list\n", "must be a mapping"),
-        ("pipelines:\n  - {name: a, source: synthetic}\n  - {name: a, source: synthetic}\n", "must be unique"),
+        ("cameras:\n  - {name: a, source: synthetic}\n  - {name: a, source: synthetic}\n", "must be unique"),
     ],
 )
 def test_config_errors_name_the_problem(tmp_path: Path, text: str, expected: str) -> None:
@@ -89,7 +89,7 @@ def test_config_check_reports_missing_files_and_variables(tmp_path: Path, monkey
                     "password": {"env": "EDGE_TEST_MISSING"},
                     "tls": {"ca_file": str(tmp_path / "ca.pem")},
                 },
-                "pipelines": [{"source": str(tmp_path / "clip.mp4")}],
+                "cameras": [{"source": str(tmp_path / "clip.mp4")}],
             }
         )
     )
@@ -97,7 +97,7 @@ def test_config_check_reports_missing_files_and_variables(tmp_path: Path, monkey
     assert any(p.startswith("trust_keys.0: no such file") for p in problems), problems
     assert any(p.startswith("mqtt.tls.ca_file: no such file") for p in problems), problems
     assert any("EDGE_TEST_MISSING is not set" in p for p in problems), problems
-    assert any(p.startswith("pipelines.0.source: no such video file") for p in problems), problems
+    assert any(p.startswith("cameras.0.source: no such video file") for p in problems), problems
 
 
 def test_secrets_come_from_a_value_a_file_or_the_environment(tmp_path: Path, monkeypatch) -> None:
@@ -117,7 +117,7 @@ def test_secrets_come_from_a_value_a_file_or_the_environment(tmp_path: Path, mon
     ("text", "problem"),
     [
         ("a: &a [*a]\n", "a: Extra inputs are not permitted"),
-        ("pipelines: &p [*p]\n", "pipelines.0: Input should be a valid dictionary or instance of PipelineSection"),
+        ("cameras: &p [*p]\n", "cameras.0: Input should be a valid dictionary or instance of CameraSection"),
         ("device: &d {id: x, group: *d}\n", "device.group: Input should be a valid string"),
     ],
 )
@@ -136,11 +136,11 @@ def test_config_lines_locate_a_key_found_after_loading(tmp_path: Path) -> None:
     from agent.config.loading import ConfigLines
 
     path = tmp_path / "agent.yaml"
-    path.write_text("pipelines:\n  - name: gate\n    source: synthetic\n    classes: [car, persn]\n")
+    path.write_text("cameras:\n  - name: gate\n    source: synthetic\n    classes: [car, persn]\n")
     lines = ConfigLines.read(path)
-    assert lines.where(["pipelines", "0", "classes", "1"]) == f"{path}:4: pipelines.0.classes.1"
-    assert lines.where(["pipelines", "0", "conf"]) == f"{path}:2: pipelines.0.conf", "conf is not in the file"
-    assert ConfigLines.read(None).where(["pipelines", "0", "classes"]) == "pipelines.0.classes"
+    assert lines.where(["cameras", "0", "classes", "1"]) == f"{path}:4: cameras.0.classes.1"
+    assert lines.where(["cameras", "0", "conf"]) == f"{path}:2: cameras.0.conf", "conf is not in the file"
+    assert ConfigLines.read(None).where(["cameras", "0", "classes"]) == "cameras.0.classes"
     assert ConfigLines.read(tmp_path / "gone.yaml").where(["a", "b"]) == f"{tmp_path / 'gone.yaml'}: a.b"
 
 
@@ -148,7 +148,7 @@ def test_config_lines_locate_a_key_found_after_loading(tmp_path: Path) -> None:
     ("text", "problem"),
     [
         ("max_clock_skew_s: .inf\n", "max_clock_skew_s: Input should be a finite number"),  # no command too old
-        ("pipelines: [{source: synthetic, max_fps: .inf}]\n", "pipelines.0.max_fps: Input should be a finite number"),
+        ("cameras: [{source: synthetic, max_fps: .inf}]\n", "cameras.0.max_fps: Input should be a finite number"),
         ("deployments: {probation_s: .inf}\n", "deployments.probation_s: Input should be a finite number"),
         ("telemetry: {interval_s: .inf}\n", "telemetry.interval_s: Input should be a finite number"),
     ],
@@ -249,3 +249,64 @@ def test_aliases_count_as_what_they_repeat(tmp_path: Path) -> None:
     shared = "zone: &zone [[0, 0], [10, 0], [10, 10]]\n"
     path.write_text(shared + "".join(f"z{i}: *zone\n" for i in range(20)))
     assert len(check_config(path)) == 21, "one Extra inputs problem per key: the aliases are counted, not refused"
+
+
+OLD_NAMES = """\
+allow_unsigned: true
+cameras:
+  share_model: false
+  batch_wait_ms: 5
+pipelines:
+  - name: door
+    source: synthetic
+    fps: 15
+  - name: yard
+    source: synthetic:2
+    conf: 0.4
+"""
+
+
+def test_the_old_names_of_the_cameras_and_serving_load_as_the_new_ones_with_a_deprecation(tmp_path: Path) -> None:
+    """Deprecated for one release: a ``pipelines:`` list is ``cameras:``, a ``cameras:`` mapping
+    ``serving:``; the config is the same as in the new words, and says what to rename."""
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old.write_text(OLD_NAMES)
+    new.write_text(OLD_NAMES.replace("cameras:", "serving:").replace("pipelines:", "cameras:"))
+    before, after = load_config(old), load_config(new)
+    assert [c.name for c in before.cameras] == ["door", "yard"] and before.cameras[1].conf == 0.4
+    assert before.serving.share_model is False and before.serving.batch_wait_ms == 5
+    assert before.model_dump() == after.model_dump(), "the same settings, whatever their names"
+    assert after.deprecations == ()
+    assert len(before.deprecations) == 2
+    assert all("deprecated" in note and "next release" in note for note in before.deprecations)
+    assert any("pipelines:" in n and "cameras:" in n for n in before.deprecations)
+    assert any("serving:" in n for n in before.deprecations)
+    assert "deprecations" not in before.model_dump() and "deprecations" not in before.model_dump_json()
+
+
+def test_the_old_and_the_new_form_at_once_are_refused_naming_both(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("pipelines:\n  - {name: a, source: synthetic}\ncameras:\n  - {name: b, source: synthetic}\n")
+    with pytest.raises(ConfigError, match=r"both pipelines: .* and cameras:"):
+        load_config(path)
+    path.write_text("cameras: {batch: false}\nserving: {batch: true}\n")
+    with pytest.raises(ConfigError, match=r"both cameras: as a mapping .* and serving:"):
+        load_config(path)
+    path.write_text("deprecations: [x]\n")
+    with pytest.raises(ConfigError, match="not a setting"):
+        load_config(path)
+
+
+def test_a_problem_under_an_old_name_has_its_line_and_config_check_warns_of_the_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(OLD_NAMES.replace("conf: 0.4", "conf: 4"))
+    assert check_config(path) == [f"{path}:11: cameras.1.conf: Input should be less than or equal to 1"]
+    path.write_text(OLD_NAMES.replace("batch_wait_ms: 5", "batch_wait_ms: -5"))
+    assert check_config(path) == [f"{path}:4: serving.batch_wait_ms: Input should be greater than or equal to 0"]
+    path.write_text(OLD_NAMES)
+    assert main(["config", "check", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("WARNING: pipelines: is deprecated, renamed cameras:")]
+    assert [line for line in out if line.startswith("WARNING: cameras: as a mapping")]

@@ -45,17 +45,17 @@ def test_config_schema_in_docs_is_current() -> None:
 
 
 def config(**pipeline: Any) -> AgentConfig:
-    return AgentConfig.model_validate({"pipelines": [{"source": "synthetic", **pipeline}]})
+    return AgentConfig.model_validate({"cameras": [{"source": "synthetic", **pipeline}]})
 
 
 def test_line_and_zone_names_are_unique_over_the_cameras() -> None:
     line = {"name": "door", "points": [[0, 0], [1, 1]]}
     with pytest.raises(ValidationError, match="'door' is in a and b"):
         AgentConfig.model_validate(
-            {"pipelines": [{"name": n, "source": "synthetic", "lines": [line]} for n in ("a", "b")]}
+            {"cameras": [{"name": n, "source": "synthetic", "lines": [line]} for n in ("a", "b")]}
         )
     good = config(lines=[line], zones=[{"name": "bay", "polygon": [[0, 0], [9, 0], [9, 9]], "labels": ["car"]}])
-    assert good.pipelines[0].zones[0].labels == ["car"] and good.pipelines[0].anchor == "center"
+    assert good.cameras[0].zones[0].labels == ["car"] and good.cameras[0].anchor == "center"
 
 
 @pytest.mark.parametrize(
@@ -87,9 +87,9 @@ def test_status_page_settings(section: dict[str, Any], error: str | None) -> Non
     [
         ({"conf": 0.6, "iou": 0.5, "max_det": 20, "classes": ["person", "car"]}, None),
         ({"conf": 0.0, "iou": 1.0, "max_det": 1}, None),
-        ({"conf": 1.2}, "pipelines.0.conf: Input should be less than or equal to 1"),
-        ({"iou": -0.1}, "pipelines.0.iou: Input should be greater than or equal to 0"),
-        ({"max_det": 0}, "pipelines.0.max_det: Input should be greater than or equal to 1"),
+        ({"conf": 1.2}, "cameras.0.conf: Input should be less than or equal to 1"),
+        ({"iou": -0.1}, "cameras.0.iou: Input should be greater than or equal to 0"),
+        ({"max_det": 0}, "cameras.0.max_det: Input should be greater than or equal to 1"),
         ({"classes": ["person", 2]}, "classes are label names (e.g. person, car), not class ids (2)"),
         ({"classes": ["car", "car"]}, "class 'car' is listed twice"),
         ({"classes": ["car", " "]}, "a class name may not be empty"),
@@ -99,7 +99,7 @@ def test_a_cameras_thresholds_and_classes(settings: dict[str, Any], error: str |
     from agent.errors import validation_problems
 
     if error is None:
-        pipeline = config(**settings).pipelines[0]
+        pipeline = config(**settings).cameras[0]
         assert {k: getattr(pipeline, k) for k in settings} == settings
         return
     with pytest.raises(ValidationError) as refused:
@@ -108,7 +108,7 @@ def test_a_cameras_thresholds_and_classes(settings: dict[str, Any], error: str |
 
 
 def test_a_camera_without_thresholds_leaves_them_to_the_bundle() -> None:
-    pipeline = config().pipelines[0]
+    pipeline = config().cameras[0]
     assert (pipeline.conf, pipeline.iou, pipeline.max_det, pipeline.classes) == (None, None, None, [])
 
 
@@ -116,7 +116,7 @@ def test_anchors_per_camera_line_and_zone() -> None:
     line = {"name": "door", "points": [[0, 0], [1, 1]], "anchor": "keypoints:15,16"}
     zone = {"name": "bay", "polygon": [[0, 0], [9, 0], [9, 9]], "anchor": "obb_center"}
     good = config(anchor="bottom_center", lines=[line], zones=[zone])
-    section = good.pipelines[0]
+    section = good.cameras[0]
     assert (section.anchor, section.lines[0].anchor, section.zones[0].anchor) == (
         "bottom_center",
         "keypoints:15,16",

@@ -10,7 +10,7 @@ import pytest
 from testkit import REPO
 
 from agent.cli import main
-from agent.config.models import PipelineSection
+from agent.config.models import CameraSection
 from agent.config.recipes import RECIPES, recipe
 from pipelines.sources.pipe_commands import pipe_command, pipe_tool
 from pipelines.sources.specs import source_kind
@@ -20,7 +20,7 @@ from pipelines.sources.specs import source_kind
 def test_every_recipe_is_a_valid_source_and_an_example_config(name: str, tmp_path: Path, capsys) -> None:
     found = recipe(name)
     assert found is not None
-    PipelineSection(source=found.source)
+    CameraSection(source=found.source)
     if pipe_tool(found.source):
         command = pipe_command(found.source)
         assert command.live, "every recipe is a camera"

@@ -32,7 +32,7 @@ def test_the_agent_snapshot_without_a_broker(tmp_path: Path, keys: dict[str, Pat
             "device": {"id": "bench-7", "group": "lab"},
             "state_dir": str(tmp_path / "state"),
             "trust_keys": [str(keys["public"])],
-            "pipelines": [{"name": "door", "source": "synthetic:3", "fps": 20}],
+            "cameras": [{"name": "door", "source": "synthetic:3", "fps": 20}],
             "telemetry": {"interval_s": 0.2},
         }
     )
@@ -124,7 +124,7 @@ def test_a_cameras_classes_come_before_tracking_counting_and_events_and_a_reload
     config = {
         "state_dir": str(tmp_path / "state"),
         "trust_keys": [str(keys["public"])],
-        "pipelines": [
+        "cameras": [
             {
                 "name": "all",
                 "source": "synthetic:2",
@@ -147,7 +147,7 @@ def test_a_cameras_classes_come_before_tracking_counting_and_events_and_a_reload
     agent = Agent(load_config(path), probe(), config_path=path)
 
     def labels(camera: str) -> set[object]:
-        return {e.label for e in list(agent.outgoing.recent) if isinstance(e, ObjectEvent) and e.pipeline == camera}
+        return {e.label for e in list(agent.outgoing.recent) if isinstance(e, ObjectEvent) and e.camera == camera}
 
     def zone(camera: str) -> int:
         return next(c for c in agent.events.counts() if c.camera == camera).zones[0].total
@@ -170,7 +170,7 @@ def test_a_cameras_classes_come_before_tracking_counting_and_events_and_a_reload
             "problems": [],
         }
 
-        config["pipelines"][1].update(classes=["circle", "squircle"], conf=0.3)
+        config["cameras"][1].update(classes=["circle", "squircle"], conf=0.3)
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         agent.reload()
         wait_until(lambda: zone("picky") > 0 and labels("picky"), 60, "circles on picky after the reload")
@@ -181,7 +181,7 @@ def test_a_cameras_classes_come_before_tracking_counting_and_events_and_a_reload
         assert (in_force.conf, in_force.classes) == (0.3, ("circle",))
         line = path.read_text().splitlines().index("  - squircle") + 1
         assert in_force.problems == (
-            f"{path}:{line}: pipelines.1.classes.1: 'squircle' is not a label of demo 1.1.0 (its labels: circle, "
+            f"{path}:{line}: cameras.1.classes.1: 'squircle' is not a label of demo 1.1.0 (its labels: circle, "
             "square, triangle), so camera picky keeps no detections of it",
         )
     finally:
@@ -197,14 +197,14 @@ def test_sighup_refuses_a_config_that_config_check_finds_a_problem_in(broker: Br
     good = yaml.safe_load(agent.config.read_text())
     missing = agent.config.parent / "door.avi"
     door = {"name": "door", "source": str(missing)}
-    agent.config.write_text(yaml.safe_dump({**good, "pipelines": [*good["pipelines"], door]}))
+    agent.config.write_text(yaml.safe_dump({**good, "cameras": [*good["cameras"], door]}))
     (problem,) = check_config(agent.config)
-    assert problem == f"pipelines.1.source: no such video file {missing}"
+    assert problem == f"cameras.1.source: no such video file {missing}"
     assert agent.process is not None
     agent.process.send_signal(signal.SIGHUP)
     wait_until(lambda: f"SIGHUP: keeping the running config: {problem}" in agent.output(), 30, "the refusal")
     cam1 = {"name": "cam1", "source": "synthetic"}
-    agent.config.write_text(yaml.safe_dump({**good, "pipelines": [*good["pipelines"], cam1]}))
+    agent.config.write_text(yaml.safe_dump({**good, "cameras": [*good["cameras"], cam1]}))
     agent.process.send_signal(signal.SIGHUP)
 
     def starts() -> list[str]:
@@ -328,7 +328,7 @@ def test_home_assistant_discovery_the_acl_refuses_is_a_problem_on_the_page(tmp_p
             "device": {"id": "cam-1"},
             "state_dir": str(tmp_path / "state"),
             "mqtt": {"broker": broker.url, "username": "cam-1", "password": {"file": str(secret)}},
-            "pipelines": [{"name": "cam0", "source": "synthetic"}],
+            "cameras": [{"name": "cam0", "source": "synthetic"}],
             "integrations": {"home_assistant": {"enabled": True}},
         }
     )
@@ -363,3 +363,32 @@ def test_media_the_agent_cannot_keep_is_a_problem_on_its_page(tmp_path: Path) ->
     assert snapshot.media is not None and snapshot.media.problem is not None
     found = [f for f in page_problems(snapshot, Health(True), {}) if f.check == "media"]
     assert len(found) == 1 and "cannot be used" in found[0].message, found
+
+
+def test_a_config_in_the_old_names_is_served_the_same_and_the_agent_warns_of_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``pipelines:`` and ``cameras:`` as a mapping (deprecated for one release): the cameras run
+    with the serving settings given, and the log, the status warnings and the page say so."""
+    from agent.config.loading import load_config
+    from agent.daemon.agent import Agent
+    from agent.web.problems import page_problems
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"state_dir: {tmp_path / 'state'}\nallow_unsigned: true\n"
+        "cameras: {share_model: false}\npipelines:\n  - {name: door, source: synthetic}\n"
+    )
+    agent = Agent(load_config(path), probe(), config_path=path)
+    assert [s.name for s in agent.cameras.sections] == ["door"] and agent.cameras.options.share_model is False
+    with caplog.at_level(logging.WARNING, logger="agent.daemon.agent"):
+        agent.start()
+    try:
+        logged = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+        assert len(logged) == 2 and any("renamed cameras:" in line for line in logged), logged
+        warnings = agent.snapshot().to_json()["warnings"]
+        assert [w for w in warnings if "pipelines: is deprecated" in w], warnings
+        found = [f.message for f in page_problems(agent.snapshot(), agent.health(), {}) if f.check == "config"]
+        assert [m for m in found if "serving:" in m], found
+    finally:
+        agent.stop()

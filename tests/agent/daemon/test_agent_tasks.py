@@ -40,14 +40,14 @@ def test_seg_and_pose_devices_send_events_with_their_shapes(
     assert _install(tmp_path, keys, "pose", "demo_pose.onnx") == "pose"
     for device, anchor in (("seg", "center"), ("pose", "keypoints:0,1,2")):
         line = {"name": f"{device}-road", "points": ROAD, "anchor": anchor}
-        agents(device, pipelines=[{"name": f"{device}-cam", "source": "tracking:3", "fps": 15, "lines": [line]}])
+        agents(device, cameras=[{"name": f"{device}-cam", "source": "tracking:3", "fps": 15, "lines": [line]}])
 
     def shaped(device: str, part: str) -> list[dict[str, Any]]:
         return [e for e in watcher.all_json(f"edge/{device}/events") if part in e.get("shape", {})]
 
     wait_until(lambda: shaped("seg", "polygons") and shaped("pose", "keypoints"), 120, "events with shapes")
     for event in shaped("seg", "polygons"):
-        assert event["pipeline"] == "seg-cam" and "keypoints" not in event["shape"]
+        assert event["camera"] == event["pipeline"] == "seg-cam" and "keypoints" not in event["shape"]
         assert 0 < sum(len(p) for p in event["shape"]["polygons"]) <= 32
         x1, y1, x2, y2 = event["box"]
         assert all(x1 - 2 <= x <= x2 + 2 and y1 - 2 <= y <= y2 + 2 for p in event["shape"]["polygons"] for x, y in p)

@@ -72,7 +72,7 @@ def device(tmp_path: Path, bundles: dict[str, Path], keys: dict[str, Path]) -> d
             "password": {"file": str(tmp_path / "mqtt-password")},
             "tls": {"ca_file": str(certs["ca.pem"])},
         },
-        "pipelines": [{"name": "cam0", "source": "synthetic"}],
+        "cameras": [{"name": "cam0", "source": "synthetic"}],
         "status_page": {"listen": f"127.0.0.1:{free_port()}"},
     }
     yield config
@@ -109,7 +109,7 @@ def test_doctor_fails_with_the_fix_for_each_broken_part(
     tmp_path: Path, device: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "mqtt-password").write_text("wrong\n")
-    device["pipelines"].append({"name": "door", "source": f"http://127.0.0.1:{free_port()}/camera.mjpg"})
+    device["cameras"].append({"name": "door", "source": f"http://127.0.0.1:{free_port()}/camera.mjpg"})
     current = Path(device["state_dir"]) / "current"
     for artifact in current.resolve().glob("*.tflite"):
         artifact.write_bytes(b"not a model")
@@ -132,7 +132,7 @@ def test_doctor_fails_with_the_fix_for_each_broken_part(
 
 def test_doctor_stops_at_a_config_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "agent.yaml"
-    path.write_text("pipelines:\n  - {name: cam0, source: synthetic, fps: -1}\n")
+    path.write_text("cameras:\n  - {name: cam0, source: synthetic, fps: -1}\n")
     status, out = cli(capsys, "doctor", "--config", str(path))
     assert status == 1
     assert out.startswith("FAIL  config  ") and f"{path}:2" in out and "edge-agent config check" in out

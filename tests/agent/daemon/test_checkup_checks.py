@@ -13,7 +13,7 @@ from testkit.net import free_port
 from testkit.snapshots import snapshot
 
 from agent.bundles.signing import generate_keypair
-from agent.config.models import AgentConfig, PipelineSection, StatusPageSection
+from agent.config.models import AgentConfig, CameraSection, StatusPageSection
 from agent.daemon.checkup import (
     check_camera,
     check_keys,
@@ -68,12 +68,12 @@ def test_the_state_directory_check(tmp_path: Path) -> None:
 
 def test_a_camera_is_judged_by_one_frame(tmp_path: Path) -> None:
     empty = write_video(tmp_path / "clip.avi", 0, size=(160, 120))
-    found = check_camera(PipelineSection(name="door", source=str(empty)), 10.0)
+    found = check_camera(CameraSection(name="door", source=str(empty)), 10.0)
     assert (found.check, found.status) == ("camera door", "fail") and found.message.endswith("no frame after rewinding")
-    assert "pipelines[].source" in found.fix
+    assert "cameras[].source" in found.fix
     frames = write_video(tmp_path / "two.avi", 2, size=(160, 120))
     assert (
-        check_camera(PipelineSection(name="door", source=str(frames)), 10.0).message == f"a 160x120 frame from {frames}"
+        check_camera(CameraSection(name="door", source=str(frames)), 10.0).message == f"a 160x120 frame from {frames}"
     )
 
 
@@ -123,14 +123,14 @@ def test_a_sighup_applies_only_a_config_that_loads_starts_and_has_its_files(tmp_
 
     def text(source: Path) -> str:
         head = f"state_dir: {tmp_path / 'state'}\nallow_unsigned: true\n"
-        return head + f"pipelines:\n  - {{name: door, source: '{source}'}}\n"
+        return head + f"cameras:\n  - {{name: door, source: '{source}'}}\n"
 
     path.write_text(text(video))
-    assert reloadable(path).pipelines[0].source == str(video)
+    assert reloadable(path).cameras[0].source == str(video)
     path.write_text(text(tmp_path / "gone.avi"))
     with pytest.raises(ConfigError, match=rf"gone\.avi.*edge-agent config check {path}"):
         reloadable(path)
-    path.write_text("pipelines: {not: a list}\n")
+    path.write_text("cameras: {not: a list}\n")
     with pytest.raises(ConfigError):
         reloadable(path)
     path.write_text(text(video) + f"trust_keys: [{tmp_path / 'missing.pub'}]\n")

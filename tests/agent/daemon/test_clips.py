@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from testkit.net import wait_until
 
-from agent.config.models import ClipSection, MediaSection, PipelineSection
+from agent.config.models import CameraSection, ClipSection, MediaSection
 from agent.daemon.clips import (
     NAME,
     OPEN_CLIPS,
@@ -57,8 +57,8 @@ class Clock:
         return self.now
 
 
-def camera(pre_s: float = 1.0, post_s: float = 2.0, buffer_mb: float = 4.0) -> PipelineSection:
-    return PipelineSection(
+def camera(pre_s: float = 1.0, post_s: float = 2.0, buffer_mb: float = 4.0) -> CameraSection:
+    return CameraSection(
         name="cam0", source="synthetic", fps=FPS, clips=ClipSection(pre_s=pre_s, post_s=post_s, buffer_mb=buffer_mb)
     )
 
@@ -125,7 +125,7 @@ def test_a_clip_covers_pre_and_post_at_the_cameras_fps_and_reads_back(tmp_path: 
 
 
 def test_a_camera_without_clips_gets_none(tmp_path: Path) -> None:
-    plain = PipelineSection(name="cam1", source="synthetic")
+    plain = CameraSection(name="cam1", source="synthetic")
     recorder = ClipRecorder([camera(), plain], tmp_path, lambda event, path: None)
     recorder.frame("cam1", frames(0, 1)[0])
     assert recorder.trigger("cam1", ident(1)) is None
@@ -276,7 +276,7 @@ def test_media_and_clips_only_where_the_config_asks_and_frames_reach_the_ring_fi
             {
                 "state_dir": str(tmp_path),
                 "events": {"snapshots": False},
-                "pipelines": [{"name": "cam0", "source": "synthetic", **camera}],
+                "cameras": [{"name": "cam0", "source": "synthetic", **camera}],
             }
         )
 

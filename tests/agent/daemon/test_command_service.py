@@ -22,7 +22,7 @@ from agent.bundles.record import Deployment
 from agent.config.models import MqttSection
 from agent.daemon.command_service import CommandError, CommandService, RateLimits, run_command, vouched_for
 from agent.errors import CodedError, ErrorCode
-from agent.mqtt.commands import COMMAND_TABLE, Command, CommandActions, NoArgs, PipelineArgs
+from agent.mqtt.commands import COMMAND_TABLE, CameraArgs, Command, CommandActions, NoArgs
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, Topics
 from agent.snapshot import judge_health
@@ -55,7 +55,7 @@ def table(*rows: Command[Any]) -> dict[str, Command[Any]]:
 def test_command_answers_with_gate_and_echo_limits(tmp_path: Path, keys, operator) -> None:
     commands = table(
         Command("rollback", NoArgs, lambda device, a: {"done": True}),
-        Command("restart-pipeline", PipelineArgs, lambda device, a: {}),
+        Command("restart-pipeline", CameraArgs, lambda device, a: {}),
     )
     check = gate(tmp_path, keys, Clock())
     unsigned = json.loads(run_command(commands, actions(), "rollback", b"{}", check).payload)
@@ -113,7 +113,7 @@ def test_admission_vouches_only_for_what_an_operator_key_signed_for_this_device_
 def test_commands_check_payloads_and_shape_answers() -> None:
     calls: list[str] = []
 
-    def restart(device: CommandActions, args: PipelineArgs) -> dict[str, object]:
+    def restart(device: CommandActions, args: CameraArgs) -> dict[str, object]:
         if args.pipeline == "ghost":
             raise CommandError("NO_PIPELINE", "no pipeline named 'ghost'")
         calls.append(args.pipeline or "all")
@@ -123,7 +123,7 @@ def test_commands_check_payloads_and_shape_answers() -> None:
         raise OSError("disk on fire")
 
     commands = table(
-        Command("restart-pipeline", PipelineArgs, restart),
+        Command("restart-pipeline", CameraArgs, restart),
         Command("ping", NoArgs, lambda device, _: {"pong": 1}),
         Command("broken", NoArgs, broken),
     )
@@ -349,3 +349,30 @@ def test_a_junk_flood_on_a_command_leaves_its_signed_requests_their_rate(
     refused = [json.loads(body)["error"]["code"] for body, _ in operator_client.answers(flooded)]
     assert len(refused) == burst and set(refused) <= {"UNAUTHORIZED", "BAD_PAYLOAD"}, refused
     assert service.limits.dropped == len(flood) - burst
+
+
+def test_restart_camera_and_its_old_name_restart_pipeline_both_restart_the_old_one_saying_so(
+    served: Callable[..., CommandService], operator_client: Requester, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``restart-camera`` with ``camera`` is the command; ``restart-pipeline`` and the argument
+    ``pipeline`` still work for one release, the answer carrying a ``deprecated`` note and the
+    log saying it at most once per window."""
+    restarted: list[str | None] = []
+    served(actions(restart=lambda camera: restarted.append(camera) or [camera or "cam0"]))
+    new = operator_client.ask("restart-camera", b'{"camera": "cam0"}')
+    assert new == {"ok": True, "command": "restart-camera", "result": {"restarted": ["cam0"]}}
+    with caplog.at_level("WARNING", logger="agent.daemon.command_service"):
+        for _ in range(3):
+            old = operator_client.ask("restart-pipeline", b'{"pipeline": "cam0"}')
+            assert (old["ok"], old["result"]) == (True, {"restarted": ["cam0"]}), old
+            assert "restart-pipeline is deprecated: use restart-camera" in old["deprecated"]
+            assert "pipeline is deprecated: use camera" in old["deprecated"]
+    assert restarted == ["cam0"] * 4
+    said = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert len(said) == 1, said
+    alias = operator_client.ask("restart-camera", b'{"pipeline": "cam0"}')
+    assert alias["result"] == {"restarted": ["cam0"]} and "use restart-camera" not in alias["deprecated"]
+    both = operator_client.ask("restart-camera", b'{"camera": "cam0", "pipeline": "cam1"}')
+    assert (both["ok"], both["error"]["code"]) == (False, "BAD_PAYLOAD"), both
+    assert "camera" in both["error"]["message"] and "pipeline" in both["error"]["message"]
+    assert restarted == ["cam0"] * 5

@@ -197,3 +197,15 @@ def test_the_analytics_say_since_when_they_count() -> None:
     assert "since" not in json.loads(telemetry_payload(full_snapshot()))["analytics"]
     read = TelemetryDocument.read(telemetry_payload(full_snapshot(analytics_since=1234.5678)), "t")
     assert isinstance(read, TelemetryDocument) and read.analytics.since == 1234.568
+
+
+@pytest.mark.parametrize("name", ["status.json", "telemetry.json"])
+def test_cameras_carry_the_cameras_and_pipelines_the_same_for_one_release(name: str) -> None:
+    """``cameras`` is the field; ``pipelines``, its old name, holds the same until the next
+    release, and a document of an older device (``pipelines`` only) reads with its cameras."""
+    payload, document, kind = CASES[name]
+    sent = json.loads(payload)
+    assert sent["cameras"] == sent["pipelines"] and len(sent["cameras"]) == 2
+    older = {key: value for key, value in sent.items() if key != "cameras"}
+    read = kind.read(json.dumps(older).encode(), name)
+    assert read == document and read.cameras == document.pipelines

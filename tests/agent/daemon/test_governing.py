@@ -38,7 +38,7 @@ def install_two_artifacts(state_dir: Path, keys: dict[str, Path], tmp_path: Path
 
 
 def camera(document: dict[str, Any]) -> dict[str, Any]:
-    return dict(document["pipelines"][0]) if document["pipelines"] else {}
+    return dict(document["cameras"][0]) if document["cameras"] else {}
 
 
 def test_temperature_caps_fps_sets_the_fan_pauses_and_recovers(
@@ -55,7 +55,7 @@ def test_temperature_caps_fps_sets_the_fan_pauses_and_recovers(
             "state_dir": str(state_dir),
             "trust_keys": [str(keys["public"])],
             "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2},
-            "pipelines": [{"name": "cam0", "source": "synthetic", "fps": 15, "max_fps": 12}],
+            "cameras": [{"name": "cam0", "source": "synthetic", "fps": 15, "max_fps": 12}],
             "telemetry": {"interval_s": 0.3},
             "governor": {
                 "thermal": {"warm_c": 60, "hot_c": 70, "critical_c": 85, "hysteresis_c": 3, "min_dwell_s": 2},
@@ -138,9 +138,9 @@ def test_a_critical_battery_stops_inference_cleanly_with_a_final_status(
         final = watcher.wait_json(
             "edge/bat-1/status", lambda d: d["governor"] is not None and d["governor"]["level"] == "CRITICAL"
         )
-        assert final["state"] == "online" and final["pipelines"] == [] and final["fps"] == 0
+        assert final["state"] == "online" and final["cameras"] == [] and final["fps"] == 0
         assert final["governor"]["reason"] == "battery 4 % at or below 5 %: CRITICAL"
-        stopped = watcher.wait_json(topic, lambda d: d["governor"]["actions"]["stopped"] and not d["pipelines"])
+        stopped = watcher.wait_json(topic, lambda d: d["governor"]["actions"]["stopped"] and not d["cameras"])
         assert stopped["governor"]["battery"] == "CRITICAL" and agent.alive()
 
         capacity.write_text("60\n")  # charged again

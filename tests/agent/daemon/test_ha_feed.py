@@ -33,7 +33,7 @@ def _config(tmp_path: Path, zones: list[dict[str, Any]], enabled: bool = True) -
         {
             "state_dir": str(tmp_path),
             "mqtt": {"broker": "mqtt://127.0.0.1:1"},
-            "pipelines": [{"name": "cam0", "source": "synthetic", "zones": zones}],
+            "cameras": [{"name": "cam0", "source": "synthetic", "zones": zones}],
             "integrations": {
                 "home_assistant": {"enabled": enabled, "image_interval_s": 5, "reannounce_s": REANNOUNCE_S}
             },

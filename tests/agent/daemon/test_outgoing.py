@@ -176,13 +176,13 @@ def test_an_objects_start_opens_its_clip_and_its_events_name_it(tmp_path: Path) 
 
     import numpy as np
 
-    from agent.config.models import ClipSection, PipelineSection
+    from agent.config.models import CameraSection, ClipSection
     from agent.daemon.clips import ClipRecorder
     from pipelines.sources.frames import Frame
 
     outbox = Outbox(tmp_path / "outbox.sqlite", OutboxSection())
     media = MediaStore(tmp_path / "media", MediaSection())
-    camera = PipelineSection(name="cam0", source="synthetic", fps=8, clips=ClipSection(pre_s=0.25, post_s=0.25))
+    camera = CameraSection(name="cam0", source="synthetic", fps=8, clips=ClipSection(pre_s=0.25, post_s=0.25))
     clips = ClipRecorder([camera], media.folder, media.keep_clip)
     outgoing = Outgoing("d1", TOPICS, outbox, snapshots.snapshot, media=media, clips=clips)
     clips.start()

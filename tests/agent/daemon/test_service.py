@@ -77,7 +77,7 @@ def test_ready_status_watchdog_reloading_and_stopping_under_a_notify_socket(
         "svc-1",
         keys["public"],
         operator_key=keys["operator_pub"],
-        pipelines=[{"name": "door", "source": camera.url, "max_fps": 10}],
+        cameras=[{"name": "door", "source": camera.url, "max_fps": 10}],
         health={"stall_s": 2},
     )
     install_versions(tmp_path / "svc-1" / "state", keys, bundles, probe())

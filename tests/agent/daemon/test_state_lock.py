@@ -27,7 +27,7 @@ def write_config(folder: Path, state_dir: Path) -> Path:
         "device": {"id": "lock-1"},
         "state_dir": str(state_dir),
         "allow_unsigned": True,
-        "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 5}],
+        "cameras": [{"name": "cam0", "source": "synthetic", "max_fps": 5}],
     }
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
@@ -70,7 +70,7 @@ def test_a_second_daemon_on_the_same_state_directory_exits_naming_the_lock_and_i
 
 def agent_on(state: Path) -> Agent:
     config = AgentConfig.model_validate(
-        {"device": {"id": "lock-2"}, "state_dir": str(state), "allow_unsigned": True, "pipelines": []}
+        {"device": {"id": "lock-2"}, "state_dir": str(state), "allow_unsigned": True, "cameras": []}
     )
     return Agent(config, probe())
 
@@ -85,7 +85,7 @@ def test_the_lock_is_held_from_start_to_stop_and_across_a_reload(tmp_path: Path)
         config = write_config(tmp_path, state)
         first.config_path = config
         first.reload()  # same state directory: the lock is kept, not taken again
-        assert first.config.pipelines[0].name == "cam0", "the reload applied"
+        assert first.config.cameras[0].name == "cam0", "the reload applied"
         with pytest.raises(ConfigError, match="is in use"):
             StateDirLock(state).acquire()
         elsewhere = tmp_path / "other"

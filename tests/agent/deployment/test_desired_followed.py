@@ -31,7 +31,7 @@ def write_config(tmp_path: Path, broker: Broker, keys: dict[str, Path]) -> Path:
         "trust_keys": [str(keys["public"])],
         "operator_keys": [str(keys["operator_pub"])],
         "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
-        "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
+        "cameras": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
         "deployments": {"autotune": False, "probation_s": 1.0},
         "telemetry": {"interval_s": 0.5},
     }

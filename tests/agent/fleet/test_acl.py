@@ -60,7 +60,7 @@ def home_assistant_feed(folder: Path, link: MqttLink, now: list[float]) -> HomeA
         {
             "state_dir": str(folder),
             "mqtt": {"broker": "mqtt://127.0.0.1:1"},
-            "pipelines": [camera],
+            "cameras": [camera],
             "integrations": {"home_assistant": {"enabled": True}},
         }
     )

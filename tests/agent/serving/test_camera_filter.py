@@ -9,7 +9,7 @@ import pytest
 
 from agent.bundles.manifest import Manifest
 from agent.config.loading import ConfigLines, load_config
-from agent.config.models import PipelineSection
+from agent.config.models import CameraSection
 from agent.serving.camera_filter import camera_filter, class_problems, in_force
 from agent.snapshot import ThresholdsInForce
 from pipelines.decoding.detection_filter import DetectionFilter
@@ -29,8 +29,8 @@ MANIFEST = Manifest.model_validate(
 )
 
 
-def section(**settings: object) -> PipelineSection:
-    return PipelineSection.model_validate({"name": "gate", "source": "synthetic", **settings})
+def section(**settings: object) -> CameraSection:
+    return CameraSection.model_validate({"name": "gate", "source": "synthetic", **settings})
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def test_the_camera_overrides_what_it_sets_and_the_manifest_gives_the_rest(
 def test_a_class_the_version_lacks_is_a_problem_naming_its_line(tmp_path: Path) -> None:
     path = tmp_path / "agent.yaml"
     path.write_text(
-        "pipelines:\n"
+        "cameras:\n"
         "  - name: lobby\n"
         "    source: synthetic\n"
         "  - name: gate\n"
@@ -63,19 +63,19 @@ def test_a_class_the_version_lacks_is_a_problem_naming_its_line(tmp_path: Path) 
         "      - persn\n"
     )
     config = load_config(path)
-    resolved = camera_filter(1, config.pipelines[1], MANIFEST, ConfigLines.read(path).where)
+    resolved = camera_filter(1, config.cameras[1], MANIFEST, ConfigLines.read(path).where)
     assert resolved.detection_filter.classes == frozenset({2}), "the names it has are kept"
     assert resolved.problems == (
-        f"{path}:8: pipelines.1.classes.1: 'persn' is not a label of yard 2.0.0 (its labels: person, bicycle, "
+        f"{path}:8: cameras.1.classes.1: 'persn' is not a label of yard 2.0.0 (its labels: person, bicycle, "
         "car, truck), so camera gate keeps no detections of it",
     )
-    assert class_problems(0, config.pipelines[0], MANIFEST) == []
+    assert class_problems(0, config.cameras[0], MANIFEST) == []
 
 
 def test_only_unknown_classes_keep_nothing() -> None:
     resolved = camera_filter(0, section(classes=["bus"]), MANIFEST)
     assert resolved.detection_filter.classes == frozenset() and len(resolved.problems) == 1
-    assert resolved.problems[0].startswith("pipelines.0.classes.0: 'bus' is not a label of yard 2.0.0")
+    assert resolved.problems[0].startswith("cameras.0.classes.0: 'bus' is not a label of yard 2.0.0")
 
 
 def test_what_the_snapshot_shows() -> None:

@@ -21,7 +21,7 @@ from agent.bundles.installer import InstallPolicy, install
 from agent.bundles.manifest import DetectionThresholds
 from agent.bundles.signing import load_private_key, load_public_key
 from agent.bundles.store import Store
-from agent.config.models import CamerasSection, PipelineSection
+from agent.config.models import CameraSection, ServingSection
 from agent.config.recipes import recipe
 from agent.hardware.board import probe
 from agent.serving.cameras import Cameras
@@ -40,10 +40,10 @@ def test_the_daemons_cameras_on_pipe_sources(
     csi = recipe("jetson-csi")
     assert csi is not None
     sections = [
-        PipelineSection(name="test", source="gst:videotestsrc is-live=true ! video/x-raw,width=320,height=240"),
-        PipelineSection(name="csi", source=csi.source),
+        CameraSection(name="test", source="gst:videotestsrc is-live=true ! video/x-raw,width=320,height=240"),
+        CameraSection(name="csi", source=csi.source),
     ]
-    cameras = Cameras(sections, probe(), "auto", options=CamerasSection(stall_timeout_s=5))
+    cameras = Cameras(sections, probe(), "auto", options=ServingSection(stall_timeout_s=5))
     try:
         cameras.activate(versions[0])
         wait_until(lambda: cameras.get("test").frames > 3, 60, "frames from gst-launch-1.0")
@@ -62,8 +62,8 @@ def test_cameras_serve_swap_and_restart(tmp_path: Path, keys: dict[str, Path], b
     versions = install_versions(tmp_path / "state", keys, bundles)
     events: list[tuple[str, int]] = []
     sections = [
-        PipelineSection(name="a", source="synthetic:1", fps=30),
-        PipelineSection(name="b", source="synthetic:2"),
+        CameraSection(name="a", source="synthetic:1", fps=30),
+        CameraSection(name="b", source="synthetic:2"),
     ]
     cameras = Cameras(sections, probe(), "auto", lambda name: lambda frame, found: events.append((name, len(found))))
     try:
@@ -97,7 +97,7 @@ def test_camera_workers_follow_the_runtime(
     """Two workers on ONNX Runtime (one intra-op thread each on 2 cores); a deployment to the
     LiteRT version restarts the camera with one worker instead of swapping, and back again."""
     versions = install_versions(tmp_path / "state", keys, bundles)
-    cameras = Cameras([PipelineSection(name="a", source="synthetic:1", fps=30, workers=2)], probe(), "auto")
+    cameras = Cameras([CameraSection(name="a", source="synthetic:1", fps=30, workers=2)], probe(), "auto")
     try:
         cameras.activate(versions[0])
         first = cameras.get("a")
@@ -137,8 +137,8 @@ def test_the_iou_threshold_reaches_the_cameras_from_the_manifest(tmp_path: Path,
     assert counts == [1, 2]
 
 
-def camera_sections(count: int) -> list[PipelineSection]:
-    return [PipelineSection(name=f"cam{i}", source=f"synthetic:{i + 1}", fps=10) for i in range(count)]
+def camera_sections(count: int) -> list[CameraSection]:
+    return [CameraSection(name=f"cam{i}", source=f"synthetic:{i + 1}", fps=10) for i in range(count)]
 
 
 def test_four_cameras_hold_one_runtime_and_get_their_own_results(
@@ -210,7 +210,7 @@ def test_pause_cap_and_separate_models_still_work(
     tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:
     versions = install_versions(tmp_path / "state", keys, bundles)
-    cameras = Cameras(camera_sections(2), probe(), "auto", options=CamerasSection(share_model=False))
+    cameras = Cameras(camera_sections(2), probe(), "auto", options=ServingSection(share_model=False))
     try:
         cameras.activate(versions[0])
         runtimes = {id(cameras.get(f"cam{i}").detector.runtime) for i in range(2)}
@@ -281,12 +281,12 @@ def test_cameras_sharing_one_model_keep_their_own_thresholds_through_the_lighter
     first = install_demo(store, keys, tmp_path, "2.0.0", 0.3, "demo_detector.onnx", "demo_detector_int8.tflite")
     second = install_demo(store, keys, tmp_path, "2.1.0", 0.5, "demo_detector_int8_qdq.onnx")
     sections = [
-        PipelineSection(name="low", source="synthetic:2", fps=15),
-        PipelineSection(name="high", source="synthetic:2", fps=15, conf=0.95),
-        PipelineSection(name="squares", source="synthetic:2", fps=15, classes=["square"]),
+        CameraSection(name="low", source="synthetic:2", fps=15),
+        CameraSection(name="high", source="synthetic:2", fps=15, conf=0.95),
+        CameraSection(name="squares", source="synthetic:2", fps=15, classes=["square"]),
     ]
     seen = Seen(["low", "high", "squares"])
-    cameras = Cameras(sections, probe(), "auto", seen.sink_for, options=CamerasSection(batch_wait_ms=300))
+    cameras = Cameras(sections, probe(), "auto", seen.sink_for, options=ServingSection(batch_wait_ms=300))
 
     def check(low_conf: float, runtime: str) -> None:
         seen.clear()
@@ -336,11 +336,11 @@ def test_cameras_with_models_of_their_own_keep_their_own_thresholds(
 ) -> None:
     versions = install_versions(tmp_path / "state", keys, bundles)
     sections = [
-        PipelineSection(name="low", source="synthetic:2", fps=15),
-        PipelineSection(name="high", source="synthetic:2", fps=15, conf=0.95, classes=["circle", "square"]),
+        CameraSection(name="low", source="synthetic:2", fps=15),
+        CameraSection(name="high", source="synthetic:2", fps=15, conf=0.95, classes=["circle", "square"]),
     ]
     seen = Seen(["low", "high"])
-    cameras = Cameras(sections, probe(), "auto", seen.sink_for, options=CamerasSection(share_model=False))
+    cameras = Cameras(sections, probe(), "auto", seen.sink_for, options=ServingSection(share_model=False))
     try:
         cameras.activate(versions[0])
         wait_until(

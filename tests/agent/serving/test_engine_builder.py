@@ -15,7 +15,7 @@ from agent.bundles.archive import build_bundle
 from agent.bundles.installer import InstallPolicy, install
 from agent.bundles.signing import load_private_key, load_public_key
 from agent.bundles.store import Store
-from agent.config.models import AgentConfig, PipelineSection
+from agent.config.models import AgentConfig, CameraSection
 from agent.daemon.agent import Agent
 from agent.daemon.documents import status_document
 from agent.hardware.board import Board, probe
@@ -46,14 +46,12 @@ def _install(tmp_path: Path, keys: dict[str, Path], board: Board, config: AgentC
 
 
 def _cameras(config: AgentConfig, board: Board) -> Cameras:
-    return Cameras(config.pipelines, board, "auto", settings=config.runtime_settings())
+    return Cameras(config.cameras, board, "auto", settings=config.runtime_settings())
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> AgentConfig:
-    return AgentConfig(
-        state_dir=tmp_path / "state", pipelines=[PipelineSection(name="cam", source="synthetic:1", fps=30)]
-    )
+    return AgentConfig(state_dir=tmp_path / "state", cameras=[CameraSection(name="cam", source="synthetic:1", fps=30)])
 
 
 def test_a_first_install_serves_on_onnxruntime_until_the_engine_swaps_in(
@@ -198,7 +196,7 @@ def test_cameras_sharing_one_model_swap_together_to_one_engine_and_back_on_a_fai
     version whose engine fails the parity check swaps both back to one shared ONNX Runtime model."""
     config = AgentConfig(
         state_dir=tmp_path / "state",
-        pipelines=[PipelineSection(name=n, source=f"synthetic:{i}", fps=30, workers=2) for i, n in enumerate("ab")],
+        cameras=[CameraSection(name=n, source=f"synthetic:{i}", fps=30, workers=2) for i, n in enumerate("ab")],
     )
     trt_double.internals.build_gate = gate = threading.Event()
     first = _install(

@@ -12,7 +12,7 @@ import pytest
 from testkit import DEMO_MODELS
 from testkit.tracking import FPS, LINE, MOVERS, true_crossings
 
-from agent.config.models import EventsSection, PipelineSection
+from agent.config.models import CameraSection, EventsSection
 from agent.event_values import ObjectEvent
 from agent.serving.events import EventSink
 from pipelines.decoding.detector import Detector
@@ -29,7 +29,7 @@ def _run(model: str, anchor: str | None) -> tuple[EventSink, list[ObjectEvent], 
     line: dict[str, object] = {"name": "road", "points": [list(LINE.start), list(LINE.end)]}
     if anchor is not None:
         line["anchor"] = anchor
-    section = PipelineSection.model_validate({"name": "cam0", "source": "tracking", "lines": [line]})
+    section = CameraSection.model_validate({"name": "cam0", "source": "tracking", "lines": [line]})
     events: list[ObjectEvent] = []
     with load_runtime("onnxruntime", Path(DEMO_MODELS / model)) as runtime:
         detector = Detector(runtime, conf=0.1)

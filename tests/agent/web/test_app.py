@@ -29,7 +29,7 @@ EVENTS: list[Event] = [
     ObjectEvent(
         kind="end",
         ts=1001.23456,
-        pipeline="cam0",
+        camera="cam0",
         object_id="0123456789abcdef",
         track_id=3,
         label="person",

@@ -153,12 +153,12 @@ def test_page_problems_put_failures_first_and_name_what_to_do() -> None:
 def test_a_class_the_serving_version_lacks_is_a_config_warning() -> None:
     from agent.snapshot import ThresholdsInForce
 
-    lacking = "agent.yaml:9: pipelines.0.classes.1: 'sqare' is not a label of demo 1.1.0 (...)"
+    lacking = "agent.yaml:9: cameras.0.classes.1: 'sqare' is not a label of demo 1.1.0 (...)"
     fine = ThresholdsInForce("cam1", 0.5, 0.45, 300, ("square",), ("classes",))
     state = snapshot(thresholds=(ThresholdsInForce("cam0", 0.25, 0.45, 300, (), ("classes",), (lacking,)), fine))
     found = page_problems(state, Health(True), {})
     assert [(f.check, f.status, f.message) for f in found] == [("config", "warn", lacking)]
-    assert "pipelines[].classes" in found[0].fix
+    assert "cameras[].classes" in found[0].fix
 
 
 def _outbox(**changes: Any) -> OutboxStats:

@@ -116,7 +116,7 @@ def test_zone_labels_filter_what_counts() -> None:
 
 
 def config(**pipeline: Any) -> AgentConfig:
-    return AgentConfig.model_validate({"pipelines": [{"source": "synthetic", **pipeline}]})
+    return AgentConfig.model_validate({"cameras": [{"source": "synthetic", **pipeline}]})
 
 
 @pytest.mark.parametrize(

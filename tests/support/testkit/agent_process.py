@@ -27,7 +27,8 @@ def agent_config(
     **overrides: Any,
 ) -> Path:
     """Write an agent.yaml for a test device with the synthetic camera; returns its path.
-    Without `operator_key` the device obeys unsigned control."""
+    Without `operator_key` the device obeys unsigned control; `pipelines=` (the old name of
+    ``cameras:``) replaces the default camera, as ``cameras=`` does, and the agent warns of it."""
     config: dict[str, Any] = {
         "device": {"id": device, **({"group": group} if group else {})},
         "state_dir": str(tmp / device / "state"),
@@ -36,12 +37,14 @@ def agent_config(
         "operator_keys": [str(operator_key)] if operator_key else [],
         "allow_unsigned_control": operator_key is None,
         "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2, "reconnect_max_s": 1.0},
-        "pipelines": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
+        "cameras": [{"name": "cam0", "source": "synthetic", "max_fps": 10}],
         # the fleet tests time transfers (autotune measures at each activation; test_matrix.py tests it)
         "deployments": {"autotune": False, "probation_s": 1.0},
         "telemetry": {"interval_s": 0.5},
         "events": {"min_interval_s": 1.0},
     }
+    if "pipelines" in overrides:
+        del config["cameras"]
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = {**config[key], **value}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.config.models import PipelineSection
+from agent.config.models import CameraSection
 from agent.serving.events import EventSink
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
@@ -16,8 +16,8 @@ FPS = 15.0
 BLANK = np.zeros((480, 640, 3), np.uint8)
 
 
-def camera(**extra: object) -> PipelineSection:
-    return PipelineSection.model_validate(
+def camera(**extra: object) -> CameraSection:
+    return CameraSection.model_validate(
         {
             "name": "cam0",
             "source": "synthetic",
