@@ -332,7 +332,7 @@ def test_probation_rolls_back_a_version_that_fails_on_live_frames(
     capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys
 ) -> None:
     camera = [{"name": "cam0", "source": "synthetic:7", "max_fps": 10}]  # frames 1400+ away from the reference's sum
-    two_versions(capsys, broker, watcher, agents, bundles, probation_s=20, pipelines=camera)
+    two_versions(capsys, broker, watcher, agents, bundles, probation_s=20, cameras=camera)
     record = finished(watcher, "dev1", push(capsys, broker, failing_on_live_frames(tmp_path, keys), "device:dev1"))
     assert (record["state"], record["error"]["code"]) == ("ROLLED_BACK", "PROBATION_FAILED"), record
     assert record["probation_s"] == 20, "the reload's probation, not the setup's"
@@ -345,7 +345,7 @@ def test_probation_rolls_back_a_version_at_half_the_fps(
     capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys, slow_model: Path
 ) -> None:
     camera = [{"name": "cam0", "source": "synthetic", "fps": 60}]  # no cap: the demo model keeps up
-    two_versions(capsys, broker, watcher, agents, bundles, probation_s=8, pipelines=camera)
+    two_versions(capsys, broker, watcher, agents, bundles, probation_s=8, cameras=camera)
     slow = tmp_path / "slow.bundle"
     build_bundle([slow_model], slow, name="demo", version="5.0.0", key=load_private_key(keys["private"]))
     # a loaded machine takes minutes over the slow model's activation checks: wait long for the end
