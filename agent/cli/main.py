@@ -142,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pipelines.sources.frames import CredentialsFilter
 
     for handler in logging.getLogger().handlers:  # no camera password in the journal
-        handler.addFilter(CredentialsFilter())
+        if not any(isinstance(f, CredentialsFilter) for f in handler.filters):  # once, however often main runs
+            handler.addFilter(CredentialsFilter())
 
     try:
         return command(args.command).run(args)

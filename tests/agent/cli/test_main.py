@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -132,3 +133,19 @@ def test_version(capsys) -> None:
     declared = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
     assert declared is not None
     assert capsys.readouterr().out == f"edge-agent {declared[1]}\n"
+
+
+def test_each_handler_gets_one_credentials_filter_however_often_main_runs(tmp_path: Path) -> None:
+    """`main` filters camera passwords out of every root handler; run again in one process (the
+    tests run it hundreds of times) it must not add another filter to each handler: they piled
+    up, and every log line went through all of them (20,000 lines took 30 s instead of 0.4)."""
+    from pipelines.sources.frames import CredentialsFilter
+
+    handler = logging.NullHandler()
+    logging.getLogger().addHandler(handler)
+    try:
+        for run in range(3):
+            assert main(["keygen", "--out", str(tmp_path / f"keys{run}")]) == 0
+        assert sum(isinstance(f, CredentialsFilter) for f in handler.filters) == 1
+    finally:
+        logging.getLogger().removeHandler(handler)
