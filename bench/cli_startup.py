@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from first_detection import rotated  # bench/, this script's folder, is first on the path
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = (["--help"], ["--version"])
@@ -46,15 +47,9 @@ def main() -> int:
     args = parser.parse_args()
     variants = [v.split("=", 1) for v in args.variant] or [["this checkout", f"{sys.executable}:{REPO}"]]
     runs: dict[tuple[str, str], list[float | None]] = {}
-    for round_ in range(args.rounds):
-        shift = round_ % len(variants)
-        for label, spec in variants[shift:] + variants[:shift]:
-            python, _, tree = spec.partition(":")
-            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-            if tree:
-                env["PYTHONPATH"] = tree
-            for words in COMMANDS:
-                runs.setdefault((label, words[0]), []).append(run_s([python, "-m", "agent.cli", *words], env))
+    for label, python, env in rotated(variants, args.rounds):
+        for words in COMMANDS:
+            runs.setdefault((label, words[0]), []).append(run_s([python, "-m", "agent.cli", *words], env))
     report: dict[str, dict[str, float] | None] = {
         f"{label} {command}": (
             None if None in rows else {"median_s": round(statistics.median(rows), 3), "min_s": round(min(rows), 3)}  # type: ignore[type-var]

@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +45,20 @@ def first_line_s(command: list[str], env: dict[str, str]) -> tuple[float, float]
     return elapsed, usage.ru_utime + usage.ru_stime
 
 
+def rotated(variants: list[list[str]], rounds: int) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """Every variant (``[LABEL, PYTHON[:TREE]]``) once per round, the order rotated by one each
+    round so a busy machine slows them alike: its label, its Python and the environment to run it
+    in (``PYTHONPATH=TREE`` when it names a tree, else none)."""
+    for round_ in range(rounds):
+        shift = round_ % len(variants)
+        for label, spec in variants[shift:] + variants[:shift]:
+            python, _, tree = spec.partition(":")
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            if tree:
+                env["PYTHONPATH"] = tree
+            yield label, python, env
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
@@ -56,14 +71,8 @@ def main() -> int:
     variants = [v.split("=", 1) for v in args.variant] or [["this checkout", f"{sys.executable}:{REPO}"]]
     detect = ["-m", "agent.cli", "detect", str(args.model.resolve()), str(args.image.resolve()), "--json"]
     runs: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in variants}
-    for round_ in range(args.rounds):
-        shift = round_ % len(variants)
-        for label, spec in variants[shift:] + variants[:shift]:
-            python, _, tree = spec.partition(":")
-            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-            if tree:
-                env["PYTHONPATH"] = tree
-            runs[label].append(first_line_s([python, *detect], env))
+    for label, python, env in rotated(variants, args.rounds):
+        runs[label].append(first_line_s([python, *detect], env))
     first = statistics.median(wall for wall, _ in runs[variants[0][0]])
     report = {
         label: {
