@@ -17,22 +17,28 @@ from testkit import DEMO_MODELS, REPO
 HEAVY = ("numpy", "pydantic", "cv2", "onnxruntime", "runtimes.registry", "agent.config.models")
 
 
-def imported_by(argv: list[str]) -> tuple[int, list[str]]:
-    """`agent.cli.main` run on `argv` in a fresh process: its exit status and which of `HEAVY`
-    it imported."""
+def imported_by(argv: list[str], cwd: Path = REPO) -> tuple[int, list[str]]:
+    """`agent.cli.main` run on `argv` in a fresh process (in `cwd`): its exit status and every
+    module it left imported, sorted."""
     code = (
         "import json, sys\nfrom agent.cli.main import main\n"
         f"try:\n    status = main({argv!r})\nexcept SystemExit as exc:\n    status = exc.code\n"
-        f"print(json.dumps([status, sorted(m for m in {HEAVY!r} if m in sys.modules)]))"
+        "print(json.dumps([status, sorted(sys.modules)]))"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    status, heavy = json.loads(run.stdout.splitlines()[-1])
-    return status, heavy
+    run = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    status, modules = json.loads(run.stdout.splitlines()[-1])
+    return status, modules
+
+
+def heavy_in(modules: list[str]) -> list[str]:
+    return [m for m in modules if m in HEAVY]
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--version"], ["-v", "--help"], ["nosuch"], []])
 def test_help_and_version_import_no_heavy_library(argv: list[str]) -> None:
-    status, heavy = imported_by(argv)
+    status, modules = imported_by(argv)
+    heavy = heavy_in(modules)
     assert status in (0, 2)
     assert heavy == [], f"edge-agent {' '.join(argv)} imported {heavy}"
 
@@ -40,9 +46,9 @@ def test_help_and_version_import_no_heavy_library(argv: list[str]) -> None:
 def test_a_light_command_imports_no_heavy_library(tmp_path: Path) -> None:
     """``keygen`` (signing keys) needs neither numpy nor the runtimes: the errors `main` turns
     into one line are imported only when one is raised."""
-    status, heavy = imported_by(["keygen", "--out", str(tmp_path)])
+    status, modules = imported_by(["keygen", "--out", str(tmp_path)])
     assert status == 0 and (tmp_path / "signing.pub").is_file()
-    assert heavy == []
+    assert heavy_in(modules) == []
 
 
 def test_detect_and_bench_import_no_operator_code(tmp_path: Path) -> None:
@@ -54,14 +60,8 @@ def test_detect_and_bench_import_no_operator_code(tmp_path: Path) -> None:
     operator = ("agent.config.models", "agent.mqtt", "agent.fleet", "agent.bundles", "cryptography", "paho")
     for argv in (["detect", model, str(image), "--json"],
                  ["bench", model, "--frames", "4", "--json"]):  # fmt: skip
-        code = (
-            "import json, sys\nfrom agent.cli.main import main\n"
-            f"status = main({argv!r})\n"
-            f"print(json.dumps([status, sorted(m for m in sys.modules if m.startswith({operator!r}))]))"
-        )
-        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, run.stderr[-2000:]
-        status, imported = json.loads(run.stdout.splitlines()[-1])
+        status, modules = imported_by(argv, tmp_path)
+        imported = [m for m in modules if m.startswith(operator)]
         assert status == 0 and imported == [], f"{argv[0]} imported {imported}"
 
 
@@ -87,12 +87,6 @@ def test_detect_on_onnx_runtime_imports_no_other_backends_code(tmp_path: Path) -
     cv2.imwrite(str(image), np.zeros((64, 96, 3), np.uint8))
     argv = ["detect", model, str(image), "--runtime", "onnxruntime", "--json"]
     watched = ("runtimes.ort_backend", *OTHER_BACKENDS)
-    code = (
-        "import json, sys\nfrom agent.cli.main import main\n"
-        f"status = main({argv!r})\n"
-        f"print(json.dumps([status, sorted(m for m in {watched!r} if m in sys.modules)]))"
-    )
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    status, imported = json.loads(run.stdout.splitlines()[-1])
+    status, modules = imported_by(argv, tmp_path)
+    imported = [m for m in modules if m in watched]
     assert status == 0 and imported == ["runtimes.ort_backend"], f"detect imported {imported}"
