@@ -61,6 +61,10 @@ class ErrorCode(str, Enum):
     # a TensorRT engine that could not be built on the device (ONNX Runtime serves instead)
     ENGINE_BUILD_FAILED = "ENGINE_BUILD_FAILED"
     PROBATION_FAILED = "PROBATION_FAILED"
+    # judging what a new version sees (agent/deployment/quality.py, docs/quality.md)
+    SHADOW_DISAGREES = "SHADOW_DISAGREES"
+    SHADOW_UNAVAILABLE = "SHADOW_UNAVAILABLE"
+    PROBATION_BLIND = "PROBATION_BLIND"
     ROLLOUT_HALTED = "ROLLOUT_HALTED"
     RECORD_UNWRITABLE = "RECORD_UNWRITABLE"
     RUNTIME_CRASHED = "RUNTIME_CRASHED"

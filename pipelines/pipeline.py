@@ -45,6 +45,7 @@ from pipelines.backoff import Backoff
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import FrameDetector
 from pipelines.decoding.preprocess import Transform
+from pipelines.detection_rates import DetectionRates, Rates
 from pipelines.latency import FpsMeter, LatencyWindow, Percentiles
 from pipelines.sources.frames import Frame, FrameSource, SourceError, SourceState, SourceStatus
 from pipelines.worker import DONE, Worker
@@ -87,6 +88,7 @@ class _Result:
     detections: Detections | None  # None: inference failed on this frame
     latency_ms: dict[str, float]
     bad_output: str | None = None  # why the model's output was unusable (None: it was, or it failed before)
+    detector: FrameDetector | None = None  # the detector that inferred it
 
 
 class _FailureLog:
@@ -150,6 +152,7 @@ class PipelineStats:
     in_view: dict[str, int] = field(default_factory=dict)
     bad_outputs: int = 0  # of the `errors`, frames whose output was all NaN or could not be decoded
     bad_output: str | None = None  # why the last of them was unusable
+    rates: Rates = field(default_factory=Rates)  # confident detections lately, under the model serving now
 
 
 class Pipeline:
@@ -228,6 +231,8 @@ class Pipeline:
         self._delivered = 0  # sequence number of the next result the sinks get
         self._working = 0  # inference threads still running
         self._latest: tuple[Frame, Detections] | None = None
+        self._rates = DetectionRates(clock)  # of the detector whose results were delivered last
+        self._rates_of: FrameDetector | None = None
         self._threads: list[Worker] = []  # capture, then the inference threads: each a whole loop
         self._due: dict[str, float] = {}  # running thread's name -> clock time it promised to turn by
 
@@ -301,7 +306,12 @@ class Pipeline:
         return self._detector
 
     def add_sink(self, sink: Sink) -> None:
-        self._sinks.append(sink)
+        """Call `sink` with every frame processed from now on (any thread)."""
+        self._sinks = [*self._sinks, sink]  # a new list: an inference thread may be iterating the old
+
+    def remove_sink(self, sink: Sink) -> None:
+        """Stop calling `sink` (any thread; a frame being delivered may still reach it)."""
+        self._sinks = [s for s in self._sinks if s is not sink]
 
     # -- results ---------------------------------------------------------------------------
 
@@ -335,6 +345,7 @@ class Pipeline:
             model=runtime.model_path.name,
             stalled_s=self._stalled_s(),
             in_view=self._in_view(),
+            rates=self._rates.rates(),
         )
 
     def _in_view(self) -> dict[str, int]:
@@ -560,7 +571,7 @@ class Pipeline:
             "postprocess": (done - inferred) * 1000,
             "total": (done - item.frame.timestamp) * 1000,
         }
-        return _Result(item.frame, detections, latency_ms)
+        return _Result(item.frame, detections, latency_ms, detector=detector)
 
     def _finish(self, seq: int, result: _Result) -> None:
         """Hand results to the sinks in frame order: a frame finished early waits for the
@@ -582,6 +593,9 @@ class Pipeline:
         self.frames += 1
         self.fps_meter.tick()
         self._latest = (result.frame, result.detections)
+        if result.detector is not self._rates_of:  # the first result of a detector swapped in
+            self._rates, self._rates_of = DetectionRates(self._clock), result.detector
+        self._rates.add(result.detections)
         for sink in self._sinks:
             try:
                 sink(result.frame, result.detections)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from types import MappingProxyType
+from typing import Literal
 
 from pydantic import TypeAdapter
 
@@ -38,6 +39,7 @@ class State(str, Enum):
     VERIFYING = "VERIFYING"
     INSTALLING = "INSTALLING"
     ACTIVATING = "ACTIVATING"
+    SHADOW = "SHADOW"
     PROBATION = "PROBATION"
     SUCCEEDED = "SUCCEEDED"
     REJECTED = "REJECTED"
@@ -77,7 +79,10 @@ TRANSITIONS: Mapping[State, frozenset[State]] = MappingProxyType(
         State.VERIFYING: frozenset({State.INSTALLING, State.REJECTED}),
         State.INSTALLING: frozenset({State.ACTIVATING, State.REJECTED}),
         # SUCCEEDED also where recovery finds it switched but unrecorded; FAILED, then ROLLED_BACK
-        State.ACTIVATING: frozenset({State.PROBATION, State.SUCCEEDED, State.FAILED}),
+        State.ACTIVATING: frozenset({State.SHADOW, State.PROBATION, State.SUCCEEDED, State.FAILED}),
+        # the candidate loaded beside the serving version, nothing switched yet: it switches
+        # (PROBATION, SUCCEEDED) or ends REJECTED (SHADOW_DISAGREES, a rollback, a halt, a stop)
+        State.SHADOW: frozenset({State.PROBATION, State.SUCCEEDED, State.REJECTED}),
         State.PROBATION: frozenset({State.SUCCEEDED, State.FAILED}),
         State.SUCCEEDED: frozenset({State.ROLLED_BACK}),  # undone by a rollout halted with on_halt: rollback
         State.REJECTED: frozenset(),
@@ -143,6 +148,102 @@ class TuningRecord:
 
 
 @dataclass(frozen=True)
+class ClassAgreementRecord:
+    """One class in a shadow: detections of the serving version and the candidate, matched
+    pairs, their F1 (`agreement`) and the candidate's confident detections over the serving
+    version's (None where the serving version had none)."""
+
+    class_id: int
+    label: str | None
+    serving: int
+    candidate: int
+    matched: int
+    agreement: float
+    confident_ratio: float | None
+
+
+@dataclass(frozen=True)
+class CameraAgreementRecord:
+    """One camera in a shadow (`pipelines.measure.comparison.AgreementReport` as the record keeps
+    it): frames compared, totals, precision and recall of the candidate against the serving
+    version, their F1, the confident ratio, the task's measure (None for boxes), the median
+    latency per frame of each in ms, and the classes either found."""
+
+    camera: str
+    frames: int
+    serving: int
+    candidate: int
+    matched: int
+    precision: float
+    recall: float
+    agreement: float
+    confident_ratio: float | None = None
+    task: str | None = None
+    task_score: float | None = None
+    serving_ms: float | None = None
+    candidate_ms: float | None = None
+    classes: tuple[ClassAgreementRecord, ...] = ()
+
+
+ShadowOutcome = Literal["agrees", "disagrees", "quiet"]
+
+
+@dataclass(frozen=True)
+class ShadowRecord:
+    """The shadow's result: `outcome` (the cameras judged agree, one disagrees, or too few
+    detections to judge), the `mode` it ran in (``gate`` rejects on disagreement, ``report``
+    goes on), the threshold, how long it ran (s), each camera, and a sentence saying why."""
+
+    outcome: ShadowOutcome
+    mode: Literal["gate", "report"]
+    min_agreement: float
+    seconds: float
+    message: str
+    cameras: tuple[CameraAgreementRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClassRateRecord:
+    """One class on probation: confident detections per minute and their mean confidence under
+    the previous version (just before the swap) and the new one, and `ratio` (new / previous,
+    per frame; None when the previous version saw none)."""
+
+    class_id: int
+    label: str | None
+    before_per_min: float
+    after_per_min: float
+    before_confidence: float
+    after_confidence: float
+    ratio: float | None
+
+
+@dataclass(frozen=True)
+class CameraRateRecord:
+    """One camera on probation: frames and confident detections per frame under each version,
+    their ratio (None: not judged, the previous version saw too little), and its classes."""
+
+    camera: str
+    before_frames: int
+    after_frames: int
+    before_per_frame: float
+    after_per_frame: float
+    ratio: float | None
+    classes: tuple[ClassRateRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class QualityRecord:
+    """What probation's quality check found: ``kept`` (the new version sees what the previous
+    one saw), ``blind`` (it does not: PROBATION_BLIND) or ``quiet`` (too little seen before the
+    swap to judge), the signed fraction it held the new version to, each camera, and why."""
+
+    outcome: Literal["kept", "blind", "quiet"]
+    min_ratio: float
+    message: str
+    cameras: tuple[CameraRateRecord, ...] = ()
+
+
+@dataclass(frozen=True)
 class Deployment:
     """One attempt to install and activate a bundle (or a rollback), as a value: `to` gives the
     record in its next state.
@@ -164,6 +265,8 @@ class Deployment:
     probation_s: float = 0.0
     history: tuple[tuple[State, float], ...] = ()
     tuning: TuningRecord | None = None  # autotune at activation: the choice and the measured rows
+    shadow: ShadowRecord | None = None  # the candidate judged on live frames before the switch
+    quality: QualityRecord | None = None  # what the new version saw on probation against the previous
 
     def to(self, state: State, error: BundleError | None = None) -> Deployment:
         """The record in `state` (added to the history); `error` becomes its code and message.

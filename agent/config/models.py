@@ -374,6 +374,70 @@ class CameraSection(_Section):
         return value
 
 
+class ShadowSection(_Section):
+    """Per-device defaults of the shadow (docs/quality.md); a signed desired document's
+    ``shadow`` overrides each key it gives."""
+
+    duration_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=86400,
+        description="Run every new version beside the serving one on live frames for at least this long before it "
+        "switches (0: only when the desired document asks for a shadow); an operator's way to require it fleet-wide.",
+    )
+    max_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86400,
+        description="Longest a quiet shadow (too few detections to compare) is extended; default 4 x its duration.",
+    )
+    min_agreement: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="The candidate's agreement with the serving version (F1 of its detections matched at IoU 0.5, "
+        "same class; per camera, per frequent class, and the task's measure) below which it disagrees.",
+    )
+    mode: Literal["gate", "report"] = Field(
+        default="gate",
+        description="gate: a candidate that disagrees ends REJECTED (SHADOW_DISAGREES); report: recorded, then it "
+        "switches anyway.",
+    )
+    quiet: Literal["pass", "fail"] = Field(
+        default="pass", description="How a shadow that saw too few detections to compare, up to max_s, ends."
+    )
+    min_detections: int = Field(
+        default=30, ge=1, le=100000, description="Detections (of either version) a camera needs to be judged."
+    )
+    sample_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="The share of time the candidate may spend inferring (it rests between frames), so the serving "
+        "cameras keep their FPS.",
+    )
+
+
+class QualitySection(_Section):
+    """Probation's quality check (docs/quality.md)."""
+
+    min_ratio: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="On probation, a camera's confident detections per frame (and each frequent class's) must stay "
+        "at or above this fraction of what the previous version saw just before the swap; else PROBATION_BLIND "
+        "(0: off). A signed desired document's quality.min_ratio overrides it.",
+    )
+    min_before: int = Field(
+        default=30,
+        ge=1,
+        le=100000,
+        description="Confident detections the previous version must have seen on a camera (in its last 10 minutes) "
+        "for that camera to be judged: a quiet scene never fails a version.",
+    )
+
+
 class DeploymentSection(_Section):
     max_download_rate: int = Field(
         default=0, ge=0, description="Bundle download limit in bytes per second (0: none), for metered links."
@@ -417,6 +481,8 @@ class DeploymentSection(_Section):
         description="On probation, the new version must reach this fraction of the FPS the previous version "
         "had on the same cameras.",
     )
+    shadow: ShadowSection = Field(default_factory=ShadowSection)
+    quality: QualitySection = Field(default_factory=QualitySection)
 
 
 class TelemetrySection(_Section):

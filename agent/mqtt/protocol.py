@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from agent.errors import validation_problems
 from agent.mqtt.commands import COMMAND_TABLE
+from agent.mqtt.quality_request import QualityRequest, ShadowRequest
 from agent.mqtt.rollout_schedule import Rollout
 
 DEFAULT_CHUNK_SIZE = 256 * 1024
@@ -207,6 +208,14 @@ class Desired(Signed):
     rollout: Rollout | None = Field(
         default=None,
         description="A staged rollout's schedule and halt (agent/mqtt/rollout_schedule.py); none: all at once.",
+    )
+    shadow: ShadowRequest | None = Field(
+        default=None,
+        description="Judge the new version on live frames beside the serving one before it switches "
+        "(docs/quality.md); none: as agent.yaml's deployments.shadow says.",
+    )
+    quality: QualityRequest | None = Field(
+        default=None, description="Probation's quality threshold for this deployment (docs/quality.md)."
     )
 
     @model_validator(mode="after")

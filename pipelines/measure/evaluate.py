@@ -47,19 +47,27 @@ class MatchCounts:
         """Match one frame's detections to its ground truth and add to the totals."""
         ignore = np.zeros(len(truth), bool) if ignore is None else ignore
         matched = np.zeros(len(truth), bool)
-        for i in np.argsort(-detections.confidence, kind="stable"):
-            same_class = np.flatnonzero((truth.class_id == detections.class_id[i]) & ~matched)
-            if same_class.size:
-                ious = box_iou(detections.xyxy[i], truth.xyxy[same_class])
-                best = int(np.argmax(ious))
-                if ious[best] >= iou_threshold:
-                    j = same_class[best]
-                    matched[j] = True
-                    if not ignore[j]:
-                        self.true_positives += 1
-                    continue
-            self.false_positives += 1
+        for _, j in match(detections, truth, iou_threshold):
+            matched[j] = True
+            self.true_positives += int(not ignore[j])
+        self.false_positives += len(detections) - int(matched.sum())
         self.false_negatives += int((~matched & ~ignore).sum())
+
+
+def match(detections: Detections, truth: Detections, iou_threshold: float = 0.5) -> list[tuple[int, int]]:
+    """Pairs (detection index, truth index): each detection, most confident first, takes the
+    unmatched truth box of its class it overlaps most, if at IoU >= `iou_threshold`."""
+    taken = np.zeros(len(truth), bool)
+    pairs = []
+    for i in np.argsort(-detections.confidence, kind="stable"):
+        same_class = np.flatnonzero((truth.class_id == detections.class_id[i]) & ~taken)
+        if same_class.size:
+            ious = box_iou(detections.xyxy[i], truth.xyxy[same_class])
+            best = int(np.argmax(ious))
+            if ious[best] >= iou_threshold:
+                taken[same_class[best]] = True
+                pairs.append((int(i), int(same_class[best])))
+    return pairs
 
 
 #: scene seeds at or above this are never used for training the demo model

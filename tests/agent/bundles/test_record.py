@@ -112,7 +112,7 @@ def test_a_tuning_file_that_is_not_one_is_no_tuning(tmp_path: Path) -> None:
     assert store.tuning(SHA) == choice
 
 
-Q, DL, V, I, A, P, S, RJ, F, RB = State  # noqa: E741 (the states in their order, for the table below)
+Q, DL, V, I, A, SH, P, S, RJ, F, RB = State  # noqa: E741 (the states in their order, for the table below)
 
 #: every step the code takes, written out apart from the table (where each is taken): the table
 #: must allow each and no other
@@ -135,6 +135,10 @@ STEPS = [
     (A, P),
     (A, S),  # no probation; or recovery finds it switched
     (A, F),  # it would not run here, or a crash while activating
+    (A, SH),  # a shadow was asked for: the candidate runs beside the serving version
+    (SH, P),  # the shadow passed: switched, on probation
+    (SH, S),  # the shadow passed, no probation
+    (SH, RJ),  # SHADOW_DISAGREES, a rollback, a halt, a newer document, or a crash in the shadow
     (P, S),  # end_probation passed
     (P, F),  # end_probation failed, or a crash on probation
     (S, RB),  # a rollout halted with on_halt: rollback (undo_halted)
@@ -161,7 +165,10 @@ def test_an_allowed_step_gives_a_new_record_and_leaves_the_old_one(here: State, 
 
 @pytest.mark.parametrize(
     ("here", "there"),
-    [(S, DL), (RB, P), (RJ, V), (RB, RB), (F, S), (P, RB), (Q, A), (V, A), (A, RB), (DL, Q), (S, S), (I, V)],
+    [
+        *[(S, DL), (RB, P), (RJ, V), (RB, RB), (F, S), (P, RB), (Q, A), (V, A), (A, RB), (DL, Q), (S, S), (I, V)],
+        *[(SH, F), (SH, RB), (I, SH)],
+    ],
 )
 def test_an_illegal_step_raises_naming_both_states(here: State, there: State) -> None:
     before = Deployment(id="d1", sha256="b" * 64, state=here)

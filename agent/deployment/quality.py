@@ -1,0 +1,260 @@
+"""Is a new version seeing what the serving one sees? The judgements of the shadow and of
+probation's quality check (docs/quality.md), pure: numbers in, a record out, time injected.
+
+**Shadow** (before the switch): the candidate runs beside the serving version on the cameras'
+live frames and `pipelines.measure.comparison.Agreement` compares them per camera. `ShadowJudge`
+is fed those reports with the time (clock seconds) and answers None (keep going) or the
+`ShadowRecord`:
+
+- the shadow has run its course once `plan.duration_s` passed (or `plan.frames` frames were
+  compared on every camera); it goes on, up to `plan.max_s`, while no camera has seen enough
+  to judge (`plan.min_detections` detections of either model): a quiet scene is neither a pass
+  nor a failure, and at `max_s` it ends ``quiet``, which passes or fails as `plan.quiet` says;
+- a camera with enough detections disagrees when its agreement (F1 of the candidate against the
+  serving version), or its task measure (mask IoU, keypoints, oriented IoU), is below
+  `plan.min_agreement`, or a class the serving version found at least `plan.min_class_detections`
+  times agrees below it (two classes swapped show here even where the frame agrees);
+- ``report`` mode records the outcome and goes on; ``gate`` rejects on ``disagrees``.
+
+**Probation** (after the switch): `judge_rates` compares each camera's confident detections
+per frame under the new version with what the previous version saw on it just before the swap
+(`pipelines.detection_rates.Rates`). A camera is judged only where the previous version saw at
+least `min_before` confident detections and the new one has inferred `MIN_AFTER_FRAMES`
+frames; it is blind when its rate fell below `min_ratio` of before, or a class judged (the
+previous version saw it `MIN_CLASS_BEFORE` times, and at its rate the new version should have
+seen it at least `MIN_CLASS_EXPECTED` times) fell below `min_ratio` of its own rate. An empty
+scene before the swap judges nothing: it never fails a version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from agent.bundles.record import (
+    CameraAgreementRecord,
+    CameraRateRecord,
+    ClassAgreementRecord,
+    ClassRateRecord,
+    QualityRecord,
+    ShadowOutcome,
+    ShadowRecord,
+)
+from pipelines.detection_rates import Rates
+from pipelines.measure.comparison import AgreementReport
+
+#: probation judges a camera once the new version inferred this many frames on it
+MIN_AFTER_FRAMES = 30
+#: a class is judged on probation once the previous version saw it this often in its window...
+MIN_CLASS_BEFORE = 10
+#: ... and, at its rate before, the new version should have seen it this often since the swap
+MIN_CLASS_EXPECTED = 10
+
+Label = Callable[[int], str | None]
+
+
+def _no_label(class_id: int) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class ShadowPlan:
+    """What one shadow runs for and holds the candidate to (the signed desired document's
+    request over agent.yaml's ``deployments.shadow``): run `duration_s` seconds or until
+    `frames` frames were compared on each camera (one of them at least), extend while quiet up
+    to `max_s`, then judge; thresholds as the module says."""
+
+    duration_s: float | None
+    frames: int | None
+    max_s: float
+    min_agreement: float
+    mode: Literal["gate", "report"] = "gate"
+    quiet: Literal["pass", "fail"] = "pass"
+    min_detections: int = 30
+    min_class_detections: int = 10
+
+    def __post_init__(self) -> None:
+        if self.duration_s is None and self.frames is None:
+            raise ValueError("a shadow needs a duration or a frame count")
+        if not 0 <= self.min_agreement <= 1:
+            raise ValueError(f"min_agreement must be within 0..1, got {self.min_agreement}")
+
+
+def agreement_record(camera: str, report: AgreementReport, label: Label = _no_label) -> CameraAgreementRecord:
+    """One camera's `AgreementReport` as the deployment record keeps it (rounded)."""
+    return CameraAgreementRecord(
+        camera=camera,
+        frames=report.frames,
+        serving=report.serving,
+        candidate=report.candidate,
+        matched=report.matched,
+        precision=round(report.precision, 4),
+        recall=round(report.recall, 4),
+        agreement=round(report.agreement, 4),
+        confident_ratio=_rounded(report.confident_ratio),
+        task=report.task,
+        task_score=_rounded(report.task_score),
+        serving_ms=_rounded(report.serving_ms, 2),
+        candidate_ms=_rounded(report.candidate_ms, 2),
+        classes=tuple(
+            ClassAgreementRecord(
+                c.class_id,
+                label(c.class_id),
+                c.serving,
+                c.candidate,
+                c.matched,
+                round(c.agreement, 4),
+                _rounded(c.confident_ratio),
+            )
+            for c in report.classes
+        ),
+    )
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class ShadowJudge:
+    """Judges one shadow that started at `start` (clock seconds); `label` names a class id."""
+
+    def __init__(self, plan: ShadowPlan, start: float, label: Label = _no_label) -> None:
+        self.plan, self.start, self.label = plan, start, label
+
+    def observe(self, reports: Mapping[str, AgreementReport], now: float) -> ShadowRecord | None:
+        """The shadow's record once it is over, else None (keep comparing)."""
+        elapsed = now - self.start
+        if not self._ran_its_course(reports, elapsed):
+            return None
+        judged = {name: r for name, r in reports.items() if max(r.serving, r.candidate) >= self.plan.min_detections}
+        if not judged and elapsed < self.plan.max_s:
+            return None  # a quiet scene: go on comparing
+        cameras = tuple(agreement_record(name, r, self.label) for name, r in sorted(reports.items()))
+        if not judged:
+            seen = ", ".join(f"{c.camera}: {max(c.serving, c.candidate)}" for c in cameras) or "no camera"
+            message = (
+                f"too few detections to compare in {elapsed:.0f} s (at least {self.plan.min_detections} needed on "
+                f"a camera; {seen}); a quiet shadow {'passes' if self.plan.quiet == 'pass' else 'fails'} as asked"
+            )
+            return self._record("quiet", elapsed, message, cameras)
+        problems = [p for name, report in sorted(judged.items()) for p in self._problems(name, report)]
+        if problems:
+            return self._record("disagrees", elapsed, "; ".join(problems), cameras)
+        summary = ", ".join(f"{name} {r.agreement:.2f}" for name, r in sorted(judged.items()))
+        least = self.plan.min_agreement
+        message = f"the candidate agrees with the serving version (agreement {summary}; minimum {least:g})"
+        return self._record("agrees", elapsed, message, cameras)
+
+    def _ran_its_course(self, reports: Mapping[str, AgreementReport], elapsed: float) -> bool:
+        if elapsed >= self.plan.max_s:
+            return True
+        if self.plan.duration_s is not None and elapsed >= self.plan.duration_s:
+            return True
+        frames = self.plan.frames
+        return frames is not None and bool(reports) and all(r.frames >= frames for r in reports.values())
+
+    def _problems(self, name: str, report: AgreementReport) -> list[str]:
+        """Why camera `name` disagrees (empty: it agrees)."""
+        least, problems = self.plan.min_agreement, []
+        if report.agreement < least:
+            problems.append(
+                f"camera {name}: agreement {report.agreement:.2f} < {least:g} (precision {report.precision:.2f}, "
+                f"recall {report.recall:.2f} against the serving version over {report.frames} frames; "
+                f"{report.candidate} detections against {report.serving})"
+            )
+        if report.task_score is not None and report.task_score < least:
+            problems.append(f"camera {name}: {report.task} agreement {report.task_score:.2f} < {least:g}")
+        for c in report.classes:
+            if c.serving >= self.plan.min_class_detections and c.agreement < least and report.agreement >= least:
+                name_of = self.label(c.class_id) or f"class {c.class_id}"
+                problems.append(
+                    f"camera {name}: {name_of} agreement {c.agreement:.2f} < {least:g} "
+                    f"({c.matched} of {c.serving} matched, the candidate found {c.candidate})"
+                )
+        return problems
+
+    def _record(
+        self, outcome: ShadowOutcome, elapsed: float, message: str, cameras: tuple[CameraAgreementRecord, ...]
+    ) -> ShadowRecord:
+        return ShadowRecord(outcome, self.plan.mode, self.plan.min_agreement, round(elapsed, 1), message, cameras)
+
+
+def passes(record: ShadowRecord, quiet: Literal["pass", "fail"]) -> bool:
+    """Whether the deployment goes on after the shadow `record` (``report`` mode always does)."""
+    if record.mode == "report" or record.outcome == "agrees":
+        return True
+    return record.outcome == "quiet" and quiet == "pass"
+
+
+def judge_rates(
+    before: Mapping[str, Rates],
+    after: Mapping[str, Rates],
+    min_ratio: float,
+    min_before: int,
+    label: Label = _no_label,
+) -> QualityRecord:
+    """Probation's quality check over each camera in `after` that has a `before`."""
+    cameras, problems = [], []
+    for name, now in sorted(after.items()):
+        then = before.get(name)
+        if then is None:
+            continue  # a camera the previous version did not serve
+        judged = then.count >= min_before and now.frames >= MIN_AFTER_FRAMES
+        ratio = now.per_frame() / then.per_frame() if judged else None
+        classes = []
+        for class_id in sorted(set(then.classes) | set(now.classes)):
+            was, rate = then.per_frame(class_id), now.per_frame(class_id)
+            old, new = then.classes.get(class_id), now.classes.get(class_id)
+            class_ratio = rate / was if was else None
+            classes.append(
+                ClassRateRecord(
+                    class_id=class_id,
+                    label=label(class_id),
+                    before_per_min=_per_min(old.count if old else 0, then.seconds),
+                    after_per_min=_per_min(new.count if new else 0, now.seconds),
+                    before_confidence=round(old.mean_confidence, 3) if old else 0.0,
+                    after_confidence=round(new.mean_confidence, 3) if new else 0.0,
+                    ratio=_rounded(class_ratio, 3),
+                )
+            )
+            often = judged and old is not None and old.count >= MIN_CLASS_BEFORE
+            if often and was * now.frames >= MIN_CLASS_EXPECTED and class_ratio is not None and class_ratio < min_ratio:
+                name_of = label(class_id) or f"class {class_id}"
+                problems.append(
+                    f"camera {name}: {name_of} seen {rate:.3f} times a frame, {class_ratio:.2f} x the {was:.3f} "
+                    f"of the previous version (minimum {min_ratio:g})"
+                )
+        if ratio is not None and ratio < min_ratio:
+            problems.insert(
+                0,
+                f"camera {name}: {now.count} confident detections in {now.frames} frames "
+                f"({now.per_frame():.3f} a frame), {ratio:.2f} x the {then.per_frame():.3f} of the previous "
+                f"version (minimum {min_ratio:g})",
+            )
+        cameras.append(
+            CameraRateRecord(
+                name,
+                then.frames,
+                now.frames,
+                round(then.per_frame(), 4),
+                round(now.per_frame(), 4),
+                _rounded(ratio, 3),
+                tuple(classes),
+            )
+        )
+    if problems:
+        return QualityRecord("blind", min_ratio, "; ".join(problems), tuple(cameras))
+    if not any(c.ratio is not None for c in cameras):
+        message = (
+            f"the previous version saw too little to judge (fewer than {min_before} confident detections "
+            "on every camera just before the swap)"
+        )
+        return QualityRecord("quiet", min_ratio, message, tuple(cameras))
+    summary = ", ".join(f"{c.camera} {c.ratio:.2f}" for c in cameras if c.ratio is not None)
+    message = f"the new version sees what the previous one saw ({summary})"
+    return QualityRecord("kept", min_ratio, message, tuple(cameras))
+
+
+def _per_min(count: int, seconds: float) -> float:
+    return round(count * 60 / seconds, 2) if seconds > 0 else 0.0
