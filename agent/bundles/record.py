@@ -185,7 +185,7 @@ class CameraAgreementRecord:
     classes: tuple[ClassAgreementRecord, ...] = ()
 
 
-ShadowOutcome = Literal["agrees", "disagrees", "quiet"]
+ShadowOutcome = Literal["running", "agrees", "disagrees", "quiet"]  # running: progress, published only
 
 
 @dataclass(frozen=True)
