@@ -35,7 +35,6 @@ from typing import Literal
 from agent.bundles.record import (
     CameraAgreementRecord,
     CameraRateRecord,
-    ClassAgreementRecord,
     ClassRateRecord,
     QualityRecord,
     ShadowOutcome,
@@ -82,34 +81,9 @@ class ShadowPlan:
 
 
 def agreement_record(camera: str, report: AgreementReport, label: Label = _no_label) -> CameraAgreementRecord:
-    """One camera's `AgreementReport` as the deployment record keeps it (rounded)."""
-    return CameraAgreementRecord(
-        camera=camera,
-        frames=report.frames,
-        serving=report.serving,
-        candidate=report.candidate,
-        matched=report.matched,
-        precision=round(report.precision, 4),
-        recall=round(report.recall, 4),
-        agreement=round(report.agreement, 4),
-        confident_ratio=_rounded(report.confident_ratio),
-        task=report.task,
-        task_score=_rounded(report.task_score),
-        serving_ms=_rounded(report.serving_ms, 2),
-        candidate_ms=_rounded(report.candidate_ms, 2),
-        classes=tuple(
-            ClassAgreementRecord(
-                c.class_id,
-                label(c.class_id),
-                c.serving,
-                c.candidate,
-                c.matched,
-                round(c.agreement, 4),
-                _rounded(c.confident_ratio),
-            )
-            for c in report.classes
-        ),
-    )
+    """One camera's `AgreementReport` as the deployment record keeps it (rounded): the one
+    conversion, `CameraAgreementRecord.of`, which ``edge-agent bench --against`` shares."""
+    return CameraAgreementRecord.of(camera, report, label)
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:
