@@ -1,13 +1,16 @@
 """`edge-agent bench`: pipeline and runtime modes on files, synthetic and pipe sources, ``--workers``
-(and ``auto``), ``--matrix``, bad sources."""
+(and ``auto``), ``--matrix``, bad sources; ``--against``, a candidate against the serving model."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+from onnx import numpy_helper
 from testkit import DEMO_MODELS
 from testkit.media import write_video
 
@@ -145,3 +148,132 @@ def test_bench_refuses_a_detector_as_the_classifier(capsys) -> None:
     assert "--classifier demo_detector.onnx: a classifier gives one output of class scores" in capsys.readouterr().err
     assert main([*argv[:-1], "missing.onnx"]) == 1
     assert "classifier model file not found: missing.onnx" in capsys.readouterr().err
+
+
+# -- bench --against: a candidate against the serving model on the same frames ----------------------
+
+
+def _altered(tmp_path: Path, name: str, scale: float = 1.0, shift: float = 0.0) -> Path:
+    """The demo detector with its class scores multiplied by `scale` and its box centres moved by
+    `shift` input pixels (its ``(1, 7, 2100)`` output: cx, cy, w, h, three scores)."""
+    from onnx import helper
+    from testkit.onnx_models import rewrite
+
+    factors = np.array([1, 1, 1, 1, scale, scale, scale], np.float32).reshape(1, 7, 1)
+    offsets = np.array([shift, shift, 0, 0, 0, 0, 0], np.float32).reshape(1, 7, 1)
+    tail = [
+        helper.make_node("Mul", ["raw0", "factors"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "offsets"], ["output0"]),
+    ]
+    init = [numpy_helper.from_array(factors, "factors"), numpy_helper.from_array(offsets, "offsets")]
+    return rewrite(DEMO_MODELS / "demo_detector.onnx", tmp_path / name, tail, init, ["batch", 7, 2100])
+
+
+def _against(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["bench", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_bench_against_the_same_bundle_agrees_fully(demo_bundle: Path, tmp_path: Path, capsys) -> None:
+    clip = write_video(tmp_path / "clip.avi", 25, size=(320, 240))
+    result = _against(capsys, str(demo_bundle), "--against", str(demo_bundle), "--source", str(clip))
+    assert result["serving"]["model"] == result["candidate"]["model"] == "demo 1.0.0"
+    compared = result["comparison"]
+    assert (compared["camera"], compared["frames"]) == (str(clip), 25), "every frame of the clip, once"
+    assert compared["serving"] == compared["candidate"] == compared["matched"] > 25
+    assert compared["precision"] == compared["recall"] == compared["agreement"] == compared["confident_ratio"] == 1.0
+    assert compared["serving_ms"] > 0 and compared["candidate_ms"] > 0
+    assert {c["label"] for c in compared["classes"]} <= {"circle", "square", "triangle"}, "the bundle's labels"
+    assert all(c["agreement"] == 1.0 for c in compared["classes"])
+
+
+def test_bench_against_scores_collapsed_finds_little_and_boxes_shifted_match_nothing(tmp_path: Path, capsys) -> None:
+    clip = write_video(tmp_path / "clip.avi", 20, size=(320, 240))
+    serving = str(DEMO_MODELS / "demo_detector.onnx")
+    weak = _against(
+        capsys, serving, "--against", str(_altered(tmp_path, "weak.onnx", scale=0.2)), "--source", str(clip)
+    )
+    compared = weak["comparison"]
+    assert compared["frames"] == 20 and compared["serving"] > 40
+    assert compared["candidate"] < 0.2 * compared["serving"], "scores x 0.2: most fall below the threshold"
+    assert compared["recall"] < 0.2 and compared["agreement"] < 0.35 and compared["confident_ratio"] == 0.0
+    assert compared["precision"] > 0.8, "what it still finds is where the serving model found it"
+    moved = _against(
+        capsys, serving, "--against", str(_altered(tmp_path, "moved.onnx", shift=64)), "--source", str(clip)
+    )
+    compared = moved["comparison"]
+    assert compared["candidate"] > 0.5 * compared["serving"], "as many boxes, as sure..."
+    assert compared["matched"] < 0.1 * compared["serving"] and compared["agreement"] < 0.15, "... in the wrong place"
+
+
+def test_bench_against_text_shows_the_numbers_of_the_json(tmp_path: Path, capsys) -> None:
+    clip = write_video(tmp_path / "clip.avi", 12, size=(320, 240))
+    argv = [str(DEMO_MODELS / "demo_detector.onnx"), "--against", str(DEMO_MODELS / "demo_detector_int8.tflite")]
+    argv += ["--source", str(clip), "--every", "2"]
+    compared = _against(capsys, *argv)["comparison"]
+    assert main(["bench", *argv]) == 0
+    text = capsys.readouterr().out
+    assert f"{compared['frames']} frames compared (one in 2)" in text and compared["frames"] == 6
+    detections = f"serving {compared['serving']}, candidate {compared['candidate']}, matched {compared['matched']}"
+    assert detections in text
+    ratios = ("precision", "recall", "agreement", "confident ratio")
+    values = (compared["precision"], compared["recall"], compared["agreement"], compared["confident_ratio"])
+    assert "   ".join(f"{name} {value:.2f}" for name, value in zip(ratios, values, strict=True)) in text
+    assert re.search(r"latency p50: serving \d+\.\d\d ms   candidate \d+\.\d\d ms", text), "timed anew: the form"
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in text.splitlines()
+        if line.startswith("  ") and len(line.split()) == 6
+    }
+    for c in compared["classes"]:
+        ratio = "-" if c["confident_ratio"] is None else f"{c['confident_ratio']:.2f}"
+        assert rows[c["label"]] == [
+            str(c["serving"]),
+            str(c["candidate"]),
+            str(c["matched"]),
+            f"{c['agreement']:.2f}",
+            ratio,
+        ]
+
+
+def test_bench_against_reads_each_frame_of_a_file_once(tmp_path: Path, capsys) -> None:
+    clip = write_video(tmp_path / "clip.avi", 10, size=(320, 240))
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    argv = [model, "--against", model, "--source", str(clip)]
+    assert _against(capsys, *argv, "--frames", "40")["comparison"]["frames"] == 10, "no second pass of the file"
+    assert _against(capsys, *argv, "--frames", "4")["comparison"]["frames"] == 4
+    assert _against(capsys, *argv, "--every", "3")["comparison"]["frames"] == 4, "frames 0, 3, 6 and 9"
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["missing.onnx", "--against", "MODEL", "--source", "synthetic"], "MODEL|BUNDLE: file not found: missing.onnx"),
+        (
+            ["MODEL", "--against", "missing.bundle", "--source", "synthetic"],
+            "--against: file not found: missing.bundle",
+        ),
+        (["MODEL", "--against", "MODEL"], "--against compares two models on the same frames: give them with --source"),
+        (["MODEL", "--against", "MODEL", "--source", "synthetic", "--matrix"], "not with --matrix"),
+        (["MODEL", "--against", "MODEL", "--source", "synthetic", "--mode", "runtime"], "not with --mode runtime"),
+        (["MODEL", "--every", "2"], "--every picks the frames --against compares: give --against OTHER"),
+        (
+            ["MODEL", "--against", "MODEL", "--source", "synthetic", "--every", "0"],
+            "argument --every: expected a positive integer, got 0",
+        ),
+        (["MODEL", "--against", "LABELS", "--source", "synthetic"], "--against labels.txt: "),
+        (["MODEL", "--against", "MODEL", "--source", "none.mp4"], "cannot open video file none.mp4"),
+    ],
+)
+def test_bench_against_refuses_bad_input_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], error: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "labels.txt").write_text("circle\n")
+    names = {"MODEL": str(DEMO_MODELS / "demo_detector.onnx"), "LABELS": "labels.txt"}
+    try:
+        code = main(["bench", *[names.get(a, a) for a in argv]])
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    assert code == (2 if "0" in argv else 1)
+    assert error in capsys.readouterr().err
