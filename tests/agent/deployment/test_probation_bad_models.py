@@ -29,6 +29,7 @@ from agent.hardware.board import probe
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
 from pipelines.measure.evaluate import HELD_OUT_SEED
+from pipelines.measure.parity import detection_agreement
 from pipelines.pipeline import Pipeline, PipelineStats
 from pipelines.sources.frames import GroundTruth, SourceState
 from pipelines.sources.scene_source import SyntheticSource
@@ -244,3 +245,20 @@ def test_parity_refuses_a_wrong_model_under_another_s_reference(keys: dict[str, 
     with pytest.raises(BundleError) as refused:
         activate(verified(forged, tmp_path / "forged", keys["public"]), probe())
     assert refused.value.code == "PARITY_FAILED"
+
+
+@pytest.mark.parametrize("subject", ["demo"], indirect=True)
+def test_the_int8_demo_detector_is_a_good_variant(
+    subject: Subject, served: dict[str, tuple[PipelineStats, list[Detections]]]
+) -> None:
+    """The good variant the quality checks must let through: the INT8 Q/DQ demo detector sees
+    what the FP32 one sees on the same frames, where each wrong version does not."""
+    stats, seen = serve(subject, DEMO_MODELS / "demo_detector_int8_qdq.onnx")
+    assert (stats.frames, stats.errors) == (subject.frames, 0)
+
+    def agreement(version: list[Detections]) -> float:
+        pairs = zip(version, served["original"][1], strict=True)
+        return float(np.mean([detection_agreement(found, reference) for found, reference in pairs]))
+
+    wrong = {name: agreement(served[name][1]) for name in ALTERATIONS}
+    assert agreement(seen) >= 0.9 and max(wrong.values()) <= 0.6, (agreement(seen), wrong)  # swap: triangles agree
