@@ -7,13 +7,14 @@ import importlib.util
 import json
 import re
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pytest
-from onnx import numpy_helper
 from testkit import DEMO_MODELS
 from testkit.media import write_video
+from testkit.onnx_models import altered
 
+from agent.bundles.archive import build_bundle
 from agent.cli import main
 from runtimes.base import usable_cores, worker_variants
 
@@ -153,22 +154,6 @@ def test_bench_refuses_a_detector_as_the_classifier(capsys) -> None:
 # -- bench --against: a candidate against the serving model on the same frames ----------------------
 
 
-def _altered(tmp_path: Path, name: str, scale: float = 1.0, shift: float = 0.0) -> Path:
-    """The demo detector with its class scores multiplied by `scale` and its box centres moved by
-    `shift` input pixels (its ``(1, 7, 2100)`` output: cx, cy, w, h, three scores)."""
-    from onnx import helper
-    from testkit.onnx_models import rewrite
-
-    factors = np.array([1, 1, 1, 1, scale, scale, scale], np.float32).reshape(1, 7, 1)
-    offsets = np.array([shift, shift, 0, 0, 0, 0, 0], np.float32).reshape(1, 7, 1)
-    tail = [
-        helper.make_node("Mul", ["raw0", "factors"], ["scaled"]),
-        helper.make_node("Add", ["scaled", "offsets"], ["output0"]),
-    ]
-    init = [numpy_helper.from_array(factors, "factors"), numpy_helper.from_array(offsets, "offsets")]
-    return rewrite(DEMO_MODELS / "demo_detector.onnx", tmp_path / name, tail, init, ["batch", 7, 2100])
-
-
 def _against(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     assert main(["bench", *argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
@@ -187,23 +172,35 @@ def test_bench_against_the_same_bundle_agrees_fully(demo_bundle: Path, tmp_path:
     assert all(c["agreement"] == 1.0 for c in compared["classes"])
 
 
-def test_bench_against_scores_collapsed_finds_little_and_boxes_shifted_match_nothing(tmp_path: Path, capsys) -> None:
-    clip = write_video(tmp_path / "clip.avi", 20, size=(320, 240))
-    serving = str(DEMO_MODELS / "demo_detector.onnx")
-    weak = _against(
-        capsys, serving, "--against", str(_altered(tmp_path, "weak.onnx", scale=0.2)), "--source", str(clip)
-    )
-    compared = weak["comparison"]
-    assert compared["frames"] == 20 and compared["serving"] > 40
-    assert compared["candidate"] < 0.2 * compared["serving"], "scores x 0.2: most fall below the threshold"
-    assert compared["recall"] < 0.2 and compared["agreement"] < 0.35 and compared["confident_ratio"] == 0.0
-    assert compared["precision"] > 0.8, "what it still finds is where the serving model found it"
-    moved = _against(
-        capsys, serving, "--against", str(_altered(tmp_path, "moved.onnx", shift=64)), "--source", str(clip)
-    )
-    compared = moved["comparison"]
-    assert compared["candidate"] > 0.5 * compared["serving"], "as many boxes, as sure..."
-    assert compared["matched"] < 0.1 * compared["serving"] and compared["agreement"] < 0.15, "... in the wrong place"
+def test_bench_against_wrong_versions_disagrees_with_the_numbers(
+    demo_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The three wrong versions of issue 38 (testkit's `altered`), each as a bundle against the
+    serving demo bundle: the numbers say what went wrong."""
+    clip = str(write_video(tmp_path / "clip.avi", 20, size=(320, 240)))
+
+    def against(name: str, **change: Any) -> dict[str, Any]:
+        model = altered(DEMO_MODELS / "demo_detector.onnx", tmp_path / f"{name}.onnx", **change)
+        bundle = tmp_path / f"{name}.bundle"
+        build_bundle([model], bundle, name=name, version="1.1.0")
+        result = _against(capsys, str(demo_bundle), "--against", str(bundle), "--source", clip)
+        assert result["candidate"]["model"] == f"{name} 1.1.0"
+        compared: dict[str, Any] = result["comparison"]
+        assert compared["frames"] == 20 and compared["serving"] > 40
+        return compared
+
+    weak = against("weak", score_scale=0.2)
+    assert weak["candidate"] < 0.2 * weak["serving"], "scores x 0.2: most fall below the threshold"
+    assert weak["recall"] < 0.2 and weak["agreement"] < 0.35 and weak["confident_ratio"] == 0.0
+    assert weak["precision"] > 0.8, "what it still finds is where the serving model found it"
+    moved = against("moved", shift=0.2)
+    assert moved["candidate"] > 0.5 * moved["serving"], "boxes as many, as sure..."
+    assert moved["matched"] < 0.1 * moved["serving"] and moved["agreement"] < 0.15, "... in the wrong place"
+    swapped = against("swapped", swap=(1, 2))
+    classes = {c["label"]: c for c in swapped["classes"]}
+    assert classes["circle"]["agreement"] > 0.9, "the class left alone agrees"
+    assert classes["square"]["matched"] == classes["triangle"]["matched"] == 0, "squares found as triangles"
+    assert classes["square"]["candidate"] > 0 and classes["triangle"]["candidate"] > 0
 
 
 def test_bench_against_text_shows_the_numbers_of_the_json(tmp_path: Path, capsys) -> None:
