@@ -14,17 +14,18 @@ import contextlib
 import json
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.cli.args import positive_int
+from agent.cli.args import positive_int, unit_interval
 from runtimes.selection import Preference
 
 if TYPE_CHECKING:
-    from agent.bundles.record import CameraAgreementRecord
+    from agent.bundles.record import CameraAgreementRecord, ShadowRecord
     from pipelines.decoding.detector import Detector
+    from pipelines.measure.comparison import AgreementReport
     from pipelines.measure.matrix import Row
     from runtimes.base import Runtime
     from runtimes.selection import Choice, Preference
@@ -67,6 +68,14 @@ def add_parser(commands: Any) -> None:
         default=1,
         help="with --against: compare every N-th frame of the source (default 1: every frame); the device's shadow "
         "samples its cameras' frames, by a share of time",
+    )
+    bench.add_argument(
+        "--min-agreement",
+        type=unit_interval,
+        metavar="F",
+        help="with --against: judge the comparison as the device's shadow would (0..1; the default minimum "
+        "detections per camera of deployments.shadow apply): print agrees, disagrees or quiet, and exit 1 when the "
+        "candidate disagrees",
     )
     bench.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     bench.add_argument(
@@ -126,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         return bench_against(args)
     if args.every != 1:
         raise CliError("--every picks the frames --against compares: give --against OTHER")
+    if args.min_agreement is not None:
+        raise CliError("--min-agreement judges what --against compares: give --against OTHER")
     if args.matrix:
         return bench_matrix(args)
     args.source = args.source or "synthetic"
@@ -408,15 +419,39 @@ def bench_against(args: argparse.Namespace) -> int:
         report = compare_on(serving.detector, candidate.detector, args.source, args.frames, args.every, progress)
     labels = {**candidate.labels, **serving.labels}  # the serving version's names first
     record = CameraAgreementRecord.of(args.source, report, labels.get)
+    verdict = _verdict(args.source, report, args.min_agreement, labels.get) if args.min_agreement is not None else None
+    status = 1 if verdict is not None and verdict.outcome == "disagrees" else 0
     if args.json:
         sides = {
             side: {"model": s.name, "runtime": s.runtime, "device": s.device}
             for side, s in (("serving", serving), ("candidate", candidate))
         }
-        print(json.dumps({**sides, "every": args.every, "comparison": asdict(record)}))
-        return 0
+        judged = {"verdict": {"outcome": verdict.outcome, "message": verdict.message}} if verdict else {}
+        print(json.dumps({**sides, "every": args.every, "comparison": asdict(record), **judged}))
+        return status
     print_agreement(record, serving, candidate, args.every)
-    return 0
+    if verdict is not None:
+        print(f"verdict: {verdict.outcome}: {verdict.message}")
+    return status
+
+
+def _verdict(
+    source: str, report: AgreementReport, min_agreement: float, label: Callable[[int], str | None]
+) -> ShadowRecord:
+    """The comparison judged as the device's shadow judges a camera (`agent.deployment.quality`),
+    with agent.yaml's default minimum detections."""
+    from agent.config.models import ShadowSection
+    from agent.deployment.quality import ShadowJudge, ShadowPlan
+
+    defaults = ShadowSection()
+    plan = ShadowPlan(
+        duration_s=None,
+        frames=report.frames,
+        max_s=0.0,
+        min_agreement=min_agreement,
+        min_detections=defaults.min_detections,
+    )
+    return ShadowJudge(plan, 0.0, label).verdict({source: report}, 0.0)
 
 
 def _ratio_cell(value: float | None) -> str:

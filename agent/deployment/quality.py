@@ -101,15 +101,26 @@ class ShadowJudge:
         elapsed = now - self.start
         if not self._ran_its_course(reports, elapsed):
             return None
-        judged = {name: r for name, r in reports.items() if max(r.serving, r.candidate) >= self.plan.min_detections}
-        if not judged and elapsed < self.plan.max_s:
+        if not self._judged(reports) and elapsed < self.plan.max_s:
             return None  # a quiet scene: go on comparing
+        return self.verdict(reports, elapsed)
+
+    def _judged(self, reports: Mapping[str, AgreementReport]) -> dict[str, AgreementReport]:
+        """The cameras that saw enough to judge."""
+        return {name: r for name, r in reports.items() if max(r.serving, r.candidate) >= self.plan.min_detections}
+
+    def verdict(self, reports: Mapping[str, AgreementReport], elapsed: float) -> ShadowRecord:
+        """The record of `reports` as they stand after `elapsed` seconds, whatever the time
+        rules say (``bench --against`` judges a whole clip with it)."""
+        judged = self._judged(reports)
         cameras = tuple(agreement_record(name, r, self.label) for name, r in sorted(reports.items()))
         if not judged:
             seen = ", ".join(f"{c.camera}: {max(c.serving, c.candidate)}" for c in cameras) or "no camera"
+            frames = max((c.frames for c in cameras), default=0)
             message = (
-                f"too few detections to compare in {elapsed:.0f} s (at least {self.plan.min_detections} needed on "
-                f"a camera; {seen}); a quiet shadow {'passes' if self.plan.quiet == 'pass' else 'fails'} as asked"
+                f"too few detections to compare in {elapsed:.0f} s and {frames} frames (at least "
+                f"{self.plan.min_detections} needed on a camera; {seen}); a quiet shadow "
+                f"{'passes' if self.plan.quiet == 'pass' else 'fails'} as asked"
             )
             return self._record("quiet", elapsed, message, cameras)
         problems = [p for name, report in sorted(judged.items()) for p in self._problems(name, report)]

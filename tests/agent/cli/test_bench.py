@@ -154,14 +154,16 @@ def test_bench_refuses_a_detector_as_the_classifier(capsys) -> None:
 # -- bench --against: a candidate against the serving model on the same frames ----------------------
 
 
-def _against(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert main(["bench", *argv, "--json"]) == 0
+def _against(capsys: pytest.CaptureFixture[str], *argv: str, status: int = 0) -> dict:
+    assert main(["bench", *argv, "--json"]) == status
     return json.loads(capsys.readouterr().out)
 
 
 def test_bench_against_the_same_bundle_agrees_fully(demo_bundle: Path, tmp_path: Path, capsys) -> None:
     clip = write_video(tmp_path / "clip.avi", 25, size=(320, 240))
-    result = _against(capsys, str(demo_bundle), "--against", str(demo_bundle), "--source", str(clip))
+    argv = [str(demo_bundle), "--against", str(demo_bundle), "--source", str(clip), "--min-agreement", "1"]
+    result = _against(capsys, *argv)
+    assert result["verdict"]["outcome"] == "agrees", "judged as the shadow judges: at 1.0, 1.0 agrees"
     assert result["serving"]["model"] == result["candidate"]["model"] == "demo 1.0.0"
     compared = result["comparison"]
     assert (compared["camera"], compared["frames"]) == (str(clip), 25), "every frame of the clip, once"
@@ -183,7 +185,9 @@ def test_bench_against_wrong_versions_disagrees_with_the_numbers(
         model = altered(DEMO_MODELS / "demo_detector.onnx", tmp_path / f"{name}.onnx", **change)
         bundle = tmp_path / f"{name}.bundle"
         build_bundle([model], bundle, name=name, version="1.1.0")
-        result = _against(capsys, str(demo_bundle), "--against", str(bundle), "--source", clip)
+        argv = [str(demo_bundle), "--against", str(bundle), "--source", clip, "--min-agreement", "0.8"]
+        result = _against(capsys, *argv, status=1)
+        assert result["verdict"]["outcome"] == "disagrees", "judged as the shadow judges: the exit says so"
         assert result["candidate"]["model"] == f"{name} 1.1.0"
         compared: dict[str, Any] = result["comparison"]
         assert compared["frames"] == 20 and compared["serving"] > 40
@@ -260,6 +264,11 @@ def test_bench_against_reads_each_frame_of_a_file_once(tmp_path: Path, capsys) -
         ),
         (["MODEL", "--against", "LABELS", "--source", "synthetic"], "--against labels.txt: "),
         (["MODEL", "--against", "MODEL", "--source", "none.mp4"], "cannot open video file none.mp4"),
+        (["MODEL", "--min-agreement", "0.8"], "--min-agreement judges what --against compares: give --against"),
+        (
+            ["MODEL", "--against", "MODEL", "--source", "synthetic", "--min-agreement", "2"],
+            "argument --min-agreement: expected a number within 0..1, got 2",
+        ),
     ],
 )
 def test_bench_against_refuses_bad_input_naming_it(
@@ -272,5 +281,5 @@ def test_bench_against_refuses_bad_input_naming_it(
         code = main(["bench", *[names.get(a, a) for a in argv]])
     except SystemExit as exc:  # argparse's own refusal
         code = exc.code
-    assert code == (2 if "0" in argv else 1)
+    assert code == (2 if error.startswith("argument --") else 1)
     assert error in capsys.readouterr().err
