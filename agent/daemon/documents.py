@@ -100,6 +100,8 @@ def deployment_document(deployment: Deployment, progress: DownloadProgress | Non
         history=tuple(HistoryEntry(state=state, ts=ts) for state, ts in deployment.history),
         tuning=deployment.tuning,
         progress=progress,
+        shadow=deployment.shadow,
+        quality=deployment.quality,
     )
 
 

@@ -36,8 +36,12 @@ from pydantic import (
     model_validator,
 )
 
+from agent.bundles.record import CameraAgreementRecord as CameraAgreementRecord  # likewise, for ShadowRecord
+from agent.bundles.record import CameraRateRecord as CameraRateRecord  # likewise, for QualityRecord
+from agent.bundles.record import ClassAgreementRecord as ClassAgreementRecord  # likewise
+from agent.bundles.record import ClassRateRecord as ClassRateRecord  # likewise
+from agent.bundles.record import QualityRecord, ShadowRecord, State, TuningRecord
 from agent.bundles.record import ReportRow as ReportRow  # pydantic < 2.6 resolves TuningRecord's annotations here
-from agent.bundles.record import State, TuningRecord
 from agent.bundles.record import Tuning as Tuning  # likewise
 from agent.errors import ErrorCode, ErrorInfo, validation_problems
 from runtimes.base import RuntimeName as RuntimeName  # likewise
@@ -243,7 +247,8 @@ class HistoryEntry(_Part):
 
 class DeploymentDocument(DeviceDocument):
     """``<root>/<device>/deployment`` (retained): the deployment record (agent/bundles/record.py)
-    with the download's `progress` (absent when there was none)."""
+    with the download's `progress` (absent when there was none), its shadow's result or, while it
+    runs, its numbers so far (`shadow`), and probation's quality check (`quality`)."""
 
     id: str
     sha256: str
@@ -258,8 +263,10 @@ class DeploymentDocument(DeviceDocument):
     history: tuple[HistoryEntry, ...] = ()
     tuning: TuningRecord | None = None
     progress: DownloadProgress | None = None
+    shadow: ShadowRecord | None = None
+    quality: QualityRecord | None = None
 
-    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"progress"})
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"progress", "shadow", "quality"})
 
 
 # -- telemetry ------------------------------------------------------------------------------------

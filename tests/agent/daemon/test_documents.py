@@ -7,13 +7,14 @@ were made from."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from testkit import REPO
 from testkit.snapshots import full_snapshot, snapshot
 
-from agent.bundles.record import Deployment, ReportRow, State, Tuning, TuningRecord
+from agent.bundles.record import Deployment, QualityRecord, ReportRow, ShadowRecord, State, Tuning, TuningRecord
 from agent.daemon.documents import (
     deployment_document,
     deployment_payload,
@@ -152,7 +153,14 @@ def test_the_records_fields_are_all_on_the_wire() -> None:
     from dataclasses import fields
 
     assert {f.name for f in fields(Deployment)} | {"progress"} == set(DeploymentDocument.model_fields)
-    assert set(json.loads(deployment_payload(_record(), PROGRESS))) == set(DeploymentDocument.model_fields)
+    judged = replace(
+        _record(),
+        shadow=ShadowRecord("agrees", "gate", 0.8, 30.0, "agrees"),
+        quality=QualityRecord("kept", 0.5, "kept"),
+    )
+    assert set(json.loads(deployment_payload(judged, PROGRESS))) == set(DeploymentDocument.model_fields)
+    assert DeploymentDocument.read(deployment_payload(judged), "d").shadow == judged.shadow, "shadow and quality only "
+    assert not {"shadow", "quality"} & set(json.loads(deployment_payload(_record()))), "where a deployment has them"
 
 
 def test_telemetry_carries_the_outbox_when_there_is_one() -> None:
