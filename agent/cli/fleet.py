@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.cli.args import unit_interval
 from agent.cli.failure import CliError
 from agent.cli.fleet_rollout import (
     add_rollout_commands,
@@ -29,17 +30,6 @@ if TYPE_CHECKING:
 #: the options of `fleet push` that shape a shadow, which one needs --shadow or --shadow-frames
 SHADOW_OPTIONS = {"shadow_max": "--shadow-max", "min_agreement": "--min-agreement"}
 SHADOW_OPTIONS |= {"shadow_mode": "--shadow-mode", "shadow_quiet": "--shadow-quiet"}
-
-
-def _fraction(text: str) -> float:
-    """A threshold within 0..1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number within 0..1") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is outside 0..1")
-    return value
 
 
 def _shadow_duration(text: str) -> float:
@@ -85,7 +75,7 @@ def _add_quality_arguments(push: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--min-agreement",
-        type=_fraction,
+        type=unit_interval,
         metavar="F",
         help="agreement (F1 against the serving version, per camera and per frequent class) below which the new "
         "version disagrees, 0..1 (device default 0.8)",
@@ -103,7 +93,7 @@ def _add_quality_arguments(push: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--min-detection-ratio",
-        type=_fraction,
+        type=unit_interval,
         metavar="F",
         help="on probation, the confident detections per frame the new version must keep, as a fraction of the "
         "previous version's just before the swap, 0..1 (else PROBATION_BLIND; device default 0.5)",

@@ -103,10 +103,13 @@ def test_fleet_snapshot_names_the_camera_with_camera_and_keeps_pipeline_as_a_hid
 @pytest.mark.parametrize(
     ("flags", "refusal"),
     [
-        (["--shadow", "20s", "--min-agreement", "1.5"], "argument --min-agreement: 1.5 is outside 0..1"),
+        (
+            ["--shadow", "20s", "--min-agreement", "1.5"],
+            "argument --min-agreement: expected a number within 0..1, got 1.5",
+        ),
         (["--shadow", "0"], "argument --shadow: duration '0' must be above 0"),
         (["--shadow", "20s", "--shadow-max", "2d"], "argument --shadow-max: duration '2d' must be above 0"),
-        (["--min-detection-ratio", "-0.1"], "argument --min-detection-ratio: -0.1 is outside 0..1"),
+        (["--min-detection-ratio", "-0.1"], "argument --min-detection-ratio: expected a number within 0..1, got -0.1"),
         (["--shadow", "20s", "--shadow-mode", "strict"], "argument --shadow-mode: invalid choice: 'strict'"),
         (["--shadow", "20s", "--shadow-frames", "0"], "argument --shadow-frames: 0 frames is outside"),
     ],
