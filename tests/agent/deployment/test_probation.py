@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import MappingProxyType
 
+import numpy as np
+import onnx
 import pytest
+from onnx import helper, numpy_helper
+from testkit import DEMO_MODELS
 
 from agent.config.models import QualitySection
 from agent.deployment.probation import PASSED, ProbationJudge, QualityCheck
 from agent.errors import ErrorCode
 from agent.mqtt.quality_request import QualityRequest
+from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import Detector
 from pipelines.detection_rates import ClassRate, Rates
 from pipelines.latency import Percentiles
-from pipelines.pipeline import PipelineStats
-from pipelines.sources.frames import SourceState
+from pipelines.pipeline import Pipeline, PipelineStats
+from pipelines.sources.frames import Frame, SourceState
+from pipelines.sources.scene_source import SyntheticSource
+from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
+from runtimes.registry import load_runtime
 
 
 def stats(
@@ -226,3 +236,86 @@ def test_the_signed_documents_min_ratio_wins_over_agent_yaml(request_: QualityRe
         None,
         None,
     )
+
+
+# -- a real pipeline swapping to an altered model -----------------------------------------------
+
+SWAP_AT, FRAMES = 40, 100  # frames on the previous version, in all
+
+
+def altered(tmp_path: Path, how: str) -> Path:
+    """The demo detector with its ``(1, 7, 2100)`` output edited: ``scores`` all class scores x
+    0.2, ``swap`` the score channels of circles and squares swapped, ``shift`` the boxes moved
+    right by a fifth of the input (its boxes are in fractions of it)."""
+    model = onnx.load(DEMO_MODELS / "demo_detector.onnx")
+    for node in model.graph.node:
+        node.output[:] = ["raw" if name == "output0" else name for name in node.output]
+    if how == "swap":
+        constant = numpy_helper.from_array(np.array([0, 1, 2, 3, 5, 4, 6], np.int64), "edit")
+        edit = helper.make_node("Gather", ["raw", "edit"], ["output0"], axis=1)
+    else:
+        values = [1, 1, 1, 1, 0.2, 0.2, 0.2] if how == "scores" else [0.2, 0, 0, 0, 0, 0, 0]
+        constant = numpy_helper.from_array(np.array(values, np.float32).reshape(1, 7, 1), "edit")
+        edit = helper.make_node("Mul" if how == "scores" else "Add", ["raw", "edit"], ["output0"])
+    model.graph.initializer.append(constant)
+    model.graph.node.append(edit)
+    path = tmp_path / f"demo_{how}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def serve(model: Path) -> Detector:
+    return Detector(load_runtime("onnxruntime", model))
+
+
+def probation_on_a_real_pipeline(new: Path, scene: SyntheticScene) -> ProbationJudge:
+    """The demo detector serves `scene` for `SWAP_AT` frames, then `new` for the rest; the judge
+    gets the stats just before the swap and at the end (its clock: 10 s of probation)."""
+    pipeline = Pipeline("cam", SyntheticSource(scene, frames=FRAMES), serve(DEMO_MODELS / "demo_detector.onnx"))
+    judges: list[ProbationJudge] = []
+
+    def swap(frame: Frame, detections: Detections) -> None:
+        if frame.index == SWAP_AT - 1:
+            judges.append(
+                ProbationJudge([pipeline.stats()], 100.0, 10, 0.5, quality=QualityCheck(0.5, 30, CLASS_NAMES))
+            )
+            pipeline.swap_detector(serve(new))
+
+    pipeline.add_sink(swap)
+    pipeline.start()
+    assert pipeline.wait(120)
+    pipeline.stop()
+    judge = judges[0]
+    judge.verdict = judge.observe([pipeline.stats()], 110.0)  # type: ignore[attr-defined]
+    assert pipeline.stats().rates.frames == FRAMES - SWAP_AT
+    return judge
+
+
+SHAPES = SyntheticScene()  # seed 0: three squares, two triangles, no circle (a swap shows)
+
+
+@pytest.mark.parametrize(
+    ("how", "outcome", "words"),
+    [
+        ("scores", "blind", "camera cam: 0 confident detections in 60 frames"),
+        ("swap", "blind", "camera cam: square seen 0.000 times a frame"),
+        ("shift", "kept", "the new version sees what the previous one saw"),  # not caught: the shadow is
+    ],
+)
+def test_an_altered_model_on_a_real_pipeline(tmp_path: Path, how: str, outcome: str, words: str) -> None:
+    judge = probation_on_a_real_pipeline(altered(tmp_path, how), SHAPES)
+    assert judge.quality is not None and judge.quality.outcome == outcome, judge.quality
+    assert words in judge.quality.message
+    assert judge.code == (ErrorCode.PROBATION_BLIND if outcome == "blind" else ErrorCode.PROBATION_FAILED)
+
+
+@pytest.mark.parametrize("model", ["demo_detector.onnx", "demo_detector_int8_qdq.onnx"])
+def test_the_same_network_and_its_int8_variant_are_kept(model: str) -> None:
+    judge = probation_on_a_real_pipeline(DEMO_MODELS / model, SHAPES)
+    assert judge.verdict == PASSED and judge.quality is not None and judge.quality.outcome == "kept", judge.quality  # type: ignore[attr-defined]
+    assert {c.label for c in judge.quality.cameras[0].classes} == {"square", "triangle"}
+
+
+def test_an_empty_scene_fails_nothing_even_a_blind_model(tmp_path: Path) -> None:
+    judge = probation_on_a_real_pipeline(altered(tmp_path, "scores"), SyntheticScene(num_shapes=0))
+    assert judge.verdict == PASSED and judge.quality is not None and judge.quality.outcome == "quiet"  # type: ignore[attr-defined]
