@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
-import numpy as np
-import onnx
 import pytest
-from onnx import helper, numpy_helper
 from testkit import DEMO_MODELS
+from testkit.onnx_models import altered
 
 from agent.config.models import QualitySection
 from agent.deployment.probation import PASSED, ProbationJudge, QualityCheck
@@ -243,25 +242,16 @@ def test_the_signed_documents_min_ratio_wins_over_agent_yaml(request_: QualityRe
 SWAP_AT, FRAMES = 40, 100  # frames on the previous version, in all
 
 
-def altered(tmp_path: Path, how: str) -> Path:
-    """The demo detector with its ``(1, 7, 2100)`` output edited: ``scores`` all class scores x
-    0.2, ``swap`` the score channels of circles and squares swapped, ``shift`` the boxes moved
-    right by a fifth of the input (its boxes are in fractions of it)."""
-    model = onnx.load(DEMO_MODELS / "demo_detector.onnx")
-    for node in model.graph.node:
-        node.output[:] = ["raw" if name == "output0" else name for name in node.output]
-    if how == "swap":
-        constant = numpy_helper.from_array(np.array([0, 1, 2, 3, 5, 4, 6], np.int64), "edit")
-        edit = helper.make_node("Gather", ["raw", "edit"], ["output0"], axis=1)
-    else:
-        values = [1, 1, 1, 1, 0.2, 0.2, 0.2] if how == "scores" else [0.2, 0, 0, 0, 0, 0, 0]
-        constant = numpy_helper.from_array(np.array(values, np.float32).reshape(1, 7, 1), "edit")
-        edit = helper.make_node("Mul" if how == "scores" else "Add", ["raw", "edit"], ["output0"])
-    model.graph.initializer.append(constant)
-    model.graph.node.append(edit)
-    path = tmp_path / f"demo_{how}.onnx"
-    onnx.save(model, path)
-    return path
+#: the wrong versions of the demo detector (`testkit.onnx_models.altered`), by name
+ALTERATIONS: dict[str, dict[str, Any]] = {
+    "scores": {"score_scale": 0.2},
+    "swap": {"swap": (0, 1)},
+    "shift": {"shift": 0.2},
+}
+
+
+def altered_demo(tmp_path: Path, how: str) -> Path:
+    return altered(DEMO_MODELS / "demo_detector.onnx", tmp_path / f"demo_{how}.onnx", **ALTERATIONS[how])
 
 
 def serve(model: Path) -> Detector:
@@ -303,7 +293,7 @@ SHAPES = SyntheticScene()  # seed 0: three squares, two triangles, no circle (a 
     ],
 )
 def test_an_altered_model_on_a_real_pipeline(tmp_path: Path, how: str, outcome: str, words: str) -> None:
-    judge = probation_on_a_real_pipeline(altered(tmp_path, how), SHAPES)
+    judge = probation_on_a_real_pipeline(altered_demo(tmp_path, how), SHAPES)
     assert judge.quality is not None and judge.quality.outcome == outcome, judge.quality
     assert words in judge.quality.message
     assert judge.code == (ErrorCode.PROBATION_BLIND if outcome == "blind" else ErrorCode.PROBATION_FAILED)
@@ -317,5 +307,5 @@ def test_the_same_network_and_its_int8_variant_are_kept(model: str) -> None:
 
 
 def test_an_empty_scene_fails_nothing_even_a_blind_model(tmp_path: Path) -> None:
-    judge = probation_on_a_real_pipeline(altered(tmp_path, "scores"), SyntheticScene(num_shapes=0))
+    judge = probation_on_a_real_pipeline(altered_demo(tmp_path, "scores"), SyntheticScene(num_shapes=0))
     assert judge.verdict == PASSED and judge.quality is not None and judge.quality.outcome == "quiet"  # type: ignore[attr-defined]
