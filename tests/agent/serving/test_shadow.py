@@ -6,6 +6,8 @@ raises is counted, compares as finding nothing, and the thread goes on; no camer
 from __future__ import annotations
 
 import itertools
+import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from testkit.bundles import install_versions
 from testkit.net import wait_until
 
 from agent.config.models import CameraSection
+from agent.deployment.quality import agreement_record
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import probe
 from agent.serving.cameras import Cameras
@@ -121,3 +124,74 @@ def test_the_candidate_runs_on_one_thread() -> None:
     settings = one_thread(RuntimeSettings(onnxruntime=OnnxRuntimeConfig(intra_op_threads=4)))
     ort = settings.of(OnnxRuntimeConfig)
     assert (ort.intra_op_threads, ort.inter_op_threads, ort.spinning) == (1, 1, False)
+
+
+def test_the_shadow_reports_what_bench_against_prints_on_the_same_clip(
+    tmp_path: Path, keys: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38: ``bench --against`` agrees with the daemon's shadow on the same clip. The clip
+    is one frame of six shapes, repeated: whichever of its frames the shadow's share lets it
+    compare, they are the frames bench compares, so every ratio is the same and every count the
+    same per frame. The candidate (testkit's `altered`) names squares triangles and the other
+    way round, and scores lower, so one shape falls below its threshold: the numbers are not all
+    ones, and precision is not recall."""
+    import cv2
+    from testkit import DEMO_MODELS
+    from testkit.onnx_models import altered
+
+    from agent.bundles.archive import build_bundle
+    from agent.bundles.installer import InstallPolicy, install
+    from agent.bundles.signing import load_private_key, load_public_key
+    from agent.bundles.store import Store
+    from agent.cli import main
+    from pipelines.sources.synthetic import SyntheticScene
+
+    image = SyntheticScene(width=320, height=240, num_shapes=6, seed=5, size_range=(24, 50)).render(0)[0]
+    clip = tmp_path / "still.avi"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter.fourcc(*"MJPG"), 30.0, (320, 240))
+    for _ in range(20):
+        writer.write(image)
+    writer.release()
+    key = load_private_key(keys["private"])
+    serving, candidate = tmp_path / "demo-1.0.0.bundle", tmp_path / "demo-1.1.0.bundle"
+    build_bundle([DEMO_MODELS / "demo_detector.onnx"], serving, name="demo", version="1.0.0", key=key)
+    swapped = altered(DEMO_MODELS / "demo_detector.onnx", tmp_path / "swapped.onnx", swap=(1, 2), score_scale=0.29)
+    build_bundle([swapped], candidate, name="demo", version="1.1.0", key=key)
+
+    argv = ["--against", str(candidate), "--source", str(clip), "--runtime", "onnxruntime", "--json"]
+    assert main(["bench", str(serving), *argv]) == 0
+    bench = json.loads(capsys.readouterr().out)["comparison"]
+
+    store = Store(tmp_path / "state")
+    policy = InstallPolicy(trusted=[load_public_key(keys["public"])], autotune=False)
+    versions = [store.versions / install(b, store, probe(), policy).sha256 for b in (serving, candidate)]
+    cameras = Cameras([CameraSection(name="still", source=str(clip), loop=True)], probe(), "onnxruntime")
+    try:
+        cameras.activate(versions[0])
+        session = cameras.shadow(versions[1], share=1.0)
+        try:
+            report = wait_until(lambda: (r := session.reports()["still"]).frames >= 6 and r, 60, "frames compared")
+        finally:
+            session.close()
+    finally:
+        cameras.stop()
+    shadow = asdict(agreement_record(str(clip), report, {0: "circle", 1: "square", 2: "triangle"}.get))
+    assert bench["matched"] < bench["candidate"] < bench["serving"], "not all ones, and precision is not recall"
+    for key_ in ("precision", "recall", "agreement", "confident_ratio"):
+        assert shadow[key_] == bench[key_], key_
+    for key_ in ("serving", "candidate", "matched"):
+        assert shadow[key_] / shadow["frames"] == bench[key_] / bench["frames"], key_
+    per_frame = [
+        [
+            c["class_id"],
+            c["label"],
+            c["serving"] / frames,
+            c["candidate"] / frames,
+            c["matched"] / frames,
+            c["agreement"],
+        ]
+        for side, frames in ((shadow, shadow["frames"]), (bench, bench["frames"]))
+        for c in side["classes"]
+    ]
+    half = len(per_frame) // 2
+    assert per_frame[:half] == per_frame[half:] and half > 1
