@@ -161,6 +161,7 @@ class Cameras:
         self._sink_for = sink_for
         self._lock = threading.Lock()
         self._pipelines: dict[str, Pipeline] = {}
+        self._shadows: list[ShadowSession] = []  # open shadows, told of a camera's new pipeline
         self.version: Path | None = None
         self.manifest: Manifest | None = None
         self.choice: Choice | None = None  # the runtime serving the first camera, and why
@@ -357,7 +358,10 @@ class Cameras:
         )
         if self.paused:
             pipeline.pause()
-        return pipeline.start()
+        pipeline.start()
+        for session in self._shadows:
+            session.move(section.name, pipeline)
+        return pipeline
 
     # -- the governor's actions -----------------------------------------------------------------
 
@@ -445,7 +449,10 @@ class Cameras:
         log.info(
             "shadow: %s %s beside the serving version on %d camera(s)", manifest.name, manifest.version, len(cameras)
         )
-        return ShadowSession(loaded.detector, cameras, share).start()
+        session = ShadowSession(loaded.detector, cameras, share).start()
+        with self._lock:  # a camera restarted while it runs hands the session its new pipeline
+            self._shadows = [s for s in self._shadows if not s.closed] + [session]
+        return session
 
     def labels(self) -> list[str]:
         """The serving version's class names, by class id (none while nothing is served)."""

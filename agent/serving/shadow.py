@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import CameraDetector, Detector
@@ -117,13 +117,31 @@ class ShadowSession:
         self._worker.start()
         return self
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def move(self, name: str, pipeline: Pipeline) -> None:
+        """Camera `name` was restarted as `pipeline` (a restart command, a new worker count):
+        offer its frames from now on, so the camera is not read as quiet (any thread)."""
+        with self._lock:
+            camera = self.cameras.get(name)
+            if camera is None or self._closed or camera.pipeline is pipeline:
+                return
+            self.cameras[name] = replace(camera, pipeline=pipeline)
+            sink = self._sinks[name]
+        camera.pipeline.remove_sink(sink)
+        pipeline.add_sink(sink)
+
     def close(self) -> None:
         """Remove the sinks, stop the thread (within `STOP_S`), close the candidate. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            cameras = dict(self.cameras)
         for name, sink in self._sinks.items():
-            self.cameras[name].pipeline.remove_sink(sink)
+            cameras[name].pipeline.remove_sink(sink)
         stopped = self._worker.stop(STOP_S)
         if stopped:  # a thread still inferring keeps its runtime; it is reported by the worker
             self.detector.close()

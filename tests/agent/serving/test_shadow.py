@@ -195,3 +195,27 @@ def test_the_shadow_reports_what_bench_against_prints_on_the_same_clip(
     ]
     half = len(per_frame) // 2
     assert per_frame[:half] == per_frame[half:] and half > 1
+
+
+def test_a_camera_restarted_during_the_shadow_keeps_offering_frames(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """A restart (the command, or a new worker count) replaces a camera's pipeline: the shadow
+    moves its sink to the new one, or the camera would read as quiet and a bad version pass."""
+    versions = install_versions(tmp_path / "state", keys, bundles)
+    cameras = Cameras([CameraSection(name="a", source="synthetic:1", fps=30)], probe(), "onnxruntime")
+    try:
+        cameras.activate(versions[0])
+        session = cameras.shadow(versions[0], share=0.5)
+        try:
+            wait_until(lambda: session.reports()["a"].frames >= 2, 60, "frames compared before the restart")
+            old = cameras.get("a")
+            cameras.restart("a")
+            assert old._sinks == [], "the stopped pipeline lets go of the sink"
+            compared = session.reports()["a"].frames
+            wait_until(lambda: session.reports()["a"].frames >= compared + 3, 60, "frames compared after the restart")
+        finally:
+            session.close()
+        assert cameras.get("a")._sinks == []
+    finally:
+        cameras.stop()
