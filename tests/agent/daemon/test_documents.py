@@ -172,7 +172,7 @@ def test_the_shadow_and_quality_results_go_out_and_read_back_as_the_record_has_t
         "class_id": 2, "label": "class2", "serving": 40, "candidate": 40, "matched": 38, "agreement": 0.95,
         "confident_ratio": 1.0,
     }  # fmt: skip
-    assert sent["quality"]["outcome"] == "blind" and sent["quality"]["cameras"][0]["ratio"] == 0.97
+    assert sent["quality"]["outcome"] == "blind" and sent["quality"]["cameras"][0]["ratio"] == 0.05
     read = DeploymentDocument.read(deployment_payload(judged), "edge/cam-1/deployment")
     assert isinstance(read, DeploymentDocument)
     assert (read.shadow, read.quality) == (judged.shadow, judged.quality)

@@ -43,7 +43,8 @@ def shadow_camera(name: str = "cam0", agreement: float = 0.95, **changes: Any) -
 
 
 def shadow(outcome: str = "agrees", **changes: Any) -> ShadowRecord:
-    cameras = changes.pop("cameras", (shadow_camera("cam0", 0.95), shadow_camera("door", 0.91)))
+    first = 0.31 if outcome == "disagrees" else 0.95
+    cameras = changes.pop("cameras", (shadow_camera("cam0", first), shadow_camera("door", 0.91)))
     message = {
         "agrees": "the candidate agrees with the serving version (agreement cam0 0.95, door 0.91; minimum 0.8)",
         "disagrees": "camera cam0: agreement 0.31 < 0.8 (precision 0.90, recall 0.19 against the serving version)",
@@ -65,7 +66,8 @@ def rate_camera(name: str = "cam0", ratio: float | None = 0.97, **changes: Any) 
 
 
 def quality(outcome: str = "kept", **changes: Any) -> QualityRecord:
-    cameras = changes.pop("cameras", (rate_camera("cam0", 0.97), rate_camera("door", 1.02)))
+    first = 0.05 if outcome == "blind" else 0.97
+    cameras = changes.pop("cameras", (rate_camera("cam0", first), rate_camera("door", 1.02)))
     message = {
         "kept": "the new version sees what the previous one saw (cam0 0.97, door 1.02)",
         "blind": "camera cam0: 40 confident detections in 600 frames (0.067 a frame), 0.05 x the 1.250 of the "
