@@ -295,3 +295,64 @@ def two_overlapping_boxes(constant_model) -> Path:  # type: ignore[no-untyped-de
     rows[0, :, 1] = [36.0, 32.0, 20.0, 20.0, 0.8]
     rows[0, :4, 2:] = [[10.0], [10.0], [4.0], [4.0]]
     return constant_model(rows, metadata={"names": "{0: 'thing'}"})  # type: ignore[no-any-return]
+
+
+def yolov8_layout(model: Path) -> tuple[int, float]:
+    """``(4 + nc, width)`` of the YOLOv8-layout detector `model`: its output's rows, and the width
+    of its input in the units of its boxes (the input width when the boxes are in input pixels, as
+    the COCO exports give them; 1.0 when normalised, as the demo detector does). Read from what it
+    gives on a real frame (the synthetic scene's first, letterboxed as a device does): the anchors'
+    ``cx`` span the whole input, so their largest is near the width, or near 1."""
+    from pipelines.decoding.detector import Detector
+    from pipelines.sources.synthetic import SyntheticScene
+    from runtimes.registry import load_runtime
+
+    with load_runtime("onnxruntime", model) as runtime:
+        detector = Detector(runtime, "yolov8")
+        tensor, _ = detector.prepare(SyntheticScene(seed=0).render(0)[0])
+        (output,) = runtime.infer([tensor])
+        width = detector.input_hw[1]
+    return int(output.shape[1]), float(width) if float(np.max(output[0, 0])) > 2.0 else 1.0
+
+
+def altered(
+    source: Path,
+    target: Path,
+    *,
+    swap: tuple[int, int] | None = None,
+    score_scale: float = 1.0,
+    shift: float = 0.0,
+) -> Path:
+    """A wrong version of the YOLOv8-layout detector `source` (output ``(1, 4 + nc, N)``: ``cx, cy,
+    w, h``, then nc class scores) that today's checks cannot tell from a good one: its bundle's
+    reference outputs come from itself, and it runs as fast. Nodes appended after ``output0``:
+
+    - `swap` ``(a, b)``: the score channels of classes a and b exchanged (a ``Gather`` on axis 1
+      with a permutation): a retrain whose label order slipped;
+    - `score_scale`: every class score multiplied by it (0.2: an export whose recall collapsed);
+    - `shift`: every box moved right by that fraction of the input width (``cx`` plus `shift`
+      times the width in the output's units, which `yolov8_layout` reads: pixels or normalised).
+
+    The metadata (names, imgsz, stride, ...) is kept, so ``edge-agent detect`` and ``bundle build``
+    read the altered model as they read the source."""
+    rows, width = yolov8_layout(source)
+    nc = rows - 4
+    order = np.arange(rows, dtype=np.int64)
+    if swap is not None:
+        a, b = swap
+        if not (0 <= a < nc and 0 <= b < nc and a != b):
+            raise ValueError(f"swap: expected two different class ids below {nc}, got {swap}")
+        order[4 + a], order[4 + b] = 4 + b, 4 + a
+    gain = np.ones((1, rows, 1), np.float32)
+    gain[0, 4:, 0] = score_scale
+    offset = np.zeros((1, rows, 1), np.float32)
+    offset[0, 0, 0] = shift * width
+    nodes = [
+        helper.make_node("Gather", ["altered_raw", "altered_order"], ["altered_swapped"], axis=1),
+        helper.make_node("Mul", ["altered_swapped", "altered_gain"], ["altered_scaled"]),
+        helper.make_node("Add", ["altered_scaled", "altered_offset"], ["output0"]),
+    ]
+    inits = [_const("altered_order", order), _const("altered_gain", gain), _const("altered_offset", offset)]
+    (output,) = onnx.load(str(source), load_external_data=False).graph.output
+    shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in output.type.tensor_type.shape.dim]
+    return rewrite(source, target, nodes, inits, shape, raw="altered_raw")
