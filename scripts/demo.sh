@@ -39,6 +39,8 @@ echo; echo "== task models: masks (segmentation) and keypoints (pose) drawn by -
 .venv/bin/edge-agent detect agent/demo/demo_pose.onnx "$out/scene.png" --save-dir "$out/pose" --json | head -c 400; echo
 echo; echo "== edge-agent bench (pipeline on a 150-frame clip)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --source "$out/scene.mp4"
+echo; echo "== edge-agent bench --against: the INT8 variant against the FP32 model on the same clip (docs/quality.md)"
+.venv/bin/edge-agent bench agent/demo/demo_detector.onnx --against agent/demo/demo_detector_int8.tflite --source "$out/scene.mp4"
 echo; echo "== edge-agent detect --track: objects followed through the clip, crossings of a line (the last line)"
 .venv/bin/edge-agent detect agent/demo/demo_detector.onnx "$out/scene.mp4" --track --line 0,240,640,240 --json | tail -1
 if command -v gst-launch-1.0 >/dev/null; then

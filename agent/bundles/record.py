@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import TypeAdapter
 
 from agent.errors import BundleError, ErrorInfo
 from agent.errors import ErrorCode as ErrorCode  # pydantic < 2.6 resolves ErrorInfo's annotations here
 from runtimes.base import RuntimeName
+
+if TYPE_CHECKING:
+    from pipelines.measure.comparison import AgreementReport
 
 
 class State(str, Enum):
@@ -183,6 +186,45 @@ class CameraAgreementRecord:
     serving_ms: float | None = None
     candidate_ms: float | None = None
     classes: tuple[ClassAgreementRecord, ...] = ()
+
+    @classmethod
+    def of(
+        cls, camera: str, report: AgreementReport, label: Callable[[int], str | None] = lambda _: None
+    ) -> CameraAgreementRecord:
+        """One camera's `AgreementReport` as the record keeps it (rounded), `label` naming a
+        class id: the one conversion of the shadow's record (`agent.deployment.quality`) and
+        of ``edge-agent bench --against --json``, so the two give the same numbers."""
+        return cls(
+            camera=camera,
+            frames=report.frames,
+            serving=report.serving,
+            candidate=report.candidate,
+            matched=report.matched,
+            precision=round(report.precision, 4),
+            recall=round(report.recall, 4),
+            agreement=round(report.agreement, 4),
+            confident_ratio=_rounded(report.confident_ratio),
+            task=report.task,
+            task_score=_rounded(report.task_score),
+            serving_ms=_rounded(report.serving_ms, 2),
+            candidate_ms=_rounded(report.candidate_ms, 2),
+            classes=tuple(
+                ClassAgreementRecord(
+                    c.class_id,
+                    label(c.class_id),
+                    c.serving,
+                    c.candidate,
+                    c.matched,
+                    round(c.agreement, 4),
+                    _rounded(c.confident_ratio),
+                )
+                for c in report.classes
+            ),
+        )
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 ShadowOutcome = Literal["agrees", "disagrees", "quiet"]

@@ -2,21 +2,30 @@
 auto`` measures 1 and 2 calls in flight, as the daemon's autotune does), or with ``--matrix`` the
 optimisation report of a bundle on this device: every way to run it, each row in its own process.
 ``--classifier MODEL`` also measures a second stage: ms per classification of one tracked object.
+``--against OTHER`` runs a candidate (OTHER) beside the serving model or bundle on the same frames
+of ``--source`` and prints how far it agrees, the comparison the daemon's shadow makes
+(docs/quality.md#from-the-bench-to-the-fleet).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.cli.args import positive_int
+from agent.cli.args import positive_int, unit_interval
 from runtimes.selection import Preference
 
 if TYPE_CHECKING:
+    from agent.bundles.record import CameraAgreementRecord, ShadowRecord
+    from pipelines.decoding.detector import Detector
+    from pipelines.measure.comparison import AgreementReport
     from pipelines.measure.matrix import Row
     from runtimes.base import Runtime
     from runtimes.selection import Choice, Preference
@@ -30,15 +39,44 @@ def add_parser(commands: Any) -> None:
         "bench", help="measure FPS, latency and memory of a model, or with --matrix every way to run a bundle"
     )
     bench.add_argument(
-        "model", type=Path, metavar="MODEL|BUNDLE", help="an .onnx or .tflite model; a bundle with --matrix"
+        "model",
+        type=Path,
+        metavar="MODEL|BUNDLE",
+        help="an .onnx or .tflite model; a bundle with --matrix; the serving model or bundle with --against",
     )
     bench.add_argument(
         "--source",
-        default="synthetic",
         help="a video file, 'synthetic' (default), or a pipe source: 'gst:PIPELINE', 'ffmpeg:URL_OR_FILE', "
-        "'rpicam:ARGS' (docs/cameras.md)",
+        "'rpicam:ARGS' (docs/cameras.md); required with --against",
     )
-    bench.add_argument("--frames", type=positive_int, help="frames to process (default: the whole file, or 300)")
+    bench.add_argument(
+        "--frames",
+        type=positive_int,
+        help="frames to process (default: the whole file, or 300); with --against, read at most this many",
+    )
+    bench.add_argument(
+        "--against",
+        type=Path,
+        metavar="MODEL|BUNDLE",
+        help="a candidate model or bundle: run it beside MODEL|BUNDLE on the same frames of --source and print "
+        "how far it agrees (precision, recall, agreement, confident ratio, latency, per class), as the device's "
+        "shadow compares a new version before it switches",
+    )
+    bench.add_argument(
+        "--every",
+        type=positive_int,
+        default=1,
+        help="with --against: compare every N-th frame of the source (default 1: every frame); the device's shadow "
+        "samples its cameras' frames, by a share of time",
+    )
+    bench.add_argument(
+        "--min-agreement",
+        type=unit_interval,
+        metavar="F",
+        help="with --against: judge the comparison as the device's shadow would (0..1; the default minimum "
+        "detections per camera of deployments.shadow apply): print agrees, disagrees or quiet, and exit 1 when the "
+        "candidate disagrees",
+    )
     bench.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     bench.add_argument(
         "--mode",
@@ -93,8 +131,15 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.measure.benchmark import run_bench
     from runtimes.base import compact_malloc
 
+    if args.against is not None:
+        return bench_against(args)
+    if args.every != 1:
+        raise CliError("--every picks the frames --against compares: give --against OTHER")
+    if args.min_agreement is not None:
+        raise CliError("--min-agreement judges what --against compares: give --against OTHER")
     if args.matrix:
         return bench_matrix(args)
+    args.source = args.source or "synthetic"
     if not args.model.is_file():
         raise CliError(f"model file not found: {args.model}")
     if args.classifier is not None and not args.classifier.is_file():
@@ -296,3 +341,146 @@ def auto_workers(model: Path, preference: Preference) -> tuple[int, dict[str, fl
         last[0].close()
         last = None
     return int(best), measured, last
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One model of ``bench --against``: its detector, what it is called, where it ran, its labels."""
+
+    detector: Detector
+    name: str
+    runtime: str
+    device: str
+    labels: Mapping[int, str]
+
+
+def _open_side(flag: str, path: Path, preference: Preference, folder: Path) -> _Side:
+    """Load `path` (a model file, or a bundle unpacked and its hashes checked into `folder`:
+    its manifest's decoder, thresholds and labels, as a camera serves it) on this device."""
+    from agent.bundles.archive import Limits, unpack, verify_unpacked
+    from agent.errors import BundleError
+    from agent.hardware.board import probe
+    from agent.serving.loader import load_model, open_detector
+    from pipelines.decoding.decoders import DecoderError
+    from pipelines.decoding.detector import Detector
+    from runtimes.base import BackendError
+
+    if not path.is_file():
+        raise CliError(f"{flag}: file not found: {path}")
+    try:
+        if path.suffix.lower() in (".onnx", ".tflite"):
+            runtime, choice = load_model(path, preference)
+            try:
+                detector = Detector(runtime)
+            except DecoderError:
+                runtime.close()
+                raise
+            names = runtime.metadata.names or {}
+            return _Side(detector, path.name, choice.runtime, choice.device, names)
+        folder.mkdir()
+        unpack(path, folder, Limits())
+        verify_unpacked(folder, (), allow_unsigned=True)  # hashes checked; nothing installed
+        loaded = open_detector(folder, probe(), preference)
+    except (BackendError, BundleError, DecoderError) as exc:
+        raise CliError(f"{flag} {path.name}: {exc}") from exc
+    manifest = loaded.manifest
+    labels = dict(enumerate(manifest.labels))
+    name = f"{manifest.name} {manifest.version}"
+    return _Side(loaded.detector, name, loaded.choice.runtime, loaded.choice.device, labels)
+
+
+def bench_against(args: argparse.Namespace) -> int:
+    """``bench MODEL|BUNDLE --against OTHER --source CLIP``: OTHER (the candidate) against the
+    serving MODEL|BUNDLE on the same frames; a table, or with ``--json`` one object: the two
+    models and the comparison as the deployment record keeps a camera's shadow
+    (`agent.bundles.record.CameraAgreementRecord`, the source as its camera)."""
+    from agent.bundles.record import CameraAgreementRecord
+    from pipelines.measure.benchmark import compare_on
+
+    if args.source is None:
+        raise CliError(
+            "--against compares two models on the same frames: give them with --source CLIP "
+            "(a video file, 'synthetic' or a pipe source)"
+        )
+    refused = {
+        "--matrix": args.matrix,
+        "--classifier": args.classifier is not None,
+        "--mode runtime": args.mode == "runtime",
+    }
+    for flag, given in refused.items():
+        if given:
+            raise CliError(f"--against compares detections frame by frame: not with {flag}")
+    with tempfile.TemporaryDirectory(prefix="edge-agent-against-") as tmp, contextlib.ExitStack() as stack:
+        serving = _open_side("MODEL|BUNDLE", args.model, args.runtime, Path(tmp) / "serving")
+        stack.callback(serving.detector.close)
+        candidate = _open_side("--against", args.against, args.runtime, Path(tmp) / "candidate")
+        stack.callback(candidate.detector.close)
+        progress = sys.stderr.isatty() and not args.json
+        report = compare_on(serving.detector, candidate.detector, args.source, args.frames, args.every, progress)
+    labels = {**candidate.labels, **serving.labels}  # the serving version's names first
+    record = CameraAgreementRecord.of(args.source, report, labels.get)
+    verdict = _verdict(args.source, report, args.min_agreement, labels.get) if args.min_agreement is not None else None
+    status = 1 if verdict is not None and verdict.outcome == "disagrees" else 0
+    if args.json:
+        sides = {
+            side: {"model": s.name, "runtime": s.runtime, "device": s.device}
+            for side, s in (("serving", serving), ("candidate", candidate))
+        }
+        judged = {"verdict": {"outcome": verdict.outcome, "message": verdict.message}} if verdict else {}
+        print(json.dumps({**sides, "every": args.every, "comparison": asdict(record), **judged}))
+        return status
+    print_agreement(record, serving, candidate, args.every)
+    if verdict is not None:
+        print(f"verdict: {verdict.outcome}: {verdict.message}")
+    return status
+
+
+def _verdict(
+    source: str, report: AgreementReport, min_agreement: float, label: Callable[[int], str | None]
+) -> ShadowRecord:
+    """The comparison judged as the device's shadow judges a camera (`agent.deployment.quality`),
+    with agent.yaml's default minimum detections."""
+    from agent.config.models import ShadowSection
+    from agent.deployment.quality import ShadowJudge, ShadowPlan
+
+    defaults = ShadowSection()
+    plan = ShadowPlan(
+        duration_s=None,
+        frames=report.frames,
+        max_s=0.0,
+        min_agreement=min_agreement,
+        min_detections=defaults.min_detections,
+    )
+    return ShadowJudge(plan, 0.0, label).verdict({source: report}, 0.0)
+
+
+def _ratio_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def print_agreement(record: CameraAgreementRecord, serving: _Side, candidate: _Side, every: int) -> None:
+    """The comparison as a table: the totals, then one row per class."""
+    sampled = f" (one in {every})" if every > 1 else ""
+    print(
+        f"candidate {candidate.name} ({candidate.runtime}, {candidate.device}) against serving {serving.name} "
+        f"({serving.runtime}, {serving.device})"
+    )
+    print(f"  source {record.camera}: {record.frames} frames compared{sampled}")
+    print(
+        f"  detections: serving {record.serving}, candidate {record.candidate}, matched {record.matched} "
+        f"(IoU >= 0.5, same class)"
+    )
+    print(
+        f"  precision {record.precision:.2f}   recall {record.recall:.2f}   agreement {record.agreement:.2f}   "
+        f"confident ratio {_ratio_cell(record.confident_ratio)}"
+    )
+    if record.task is not None:
+        print(f"  task measure ({record.task}) {_ratio_cell(record.task_score)}")
+    print(f"  latency p50: serving {_cell(record.serving_ms, 2)} ms   candidate {_cell(record.candidate_ms, 2)} ms")
+    print(f"  {'class':<16}{'serving':>9}{'candidate':>11}{'matched':>9}{'agreement':>11}{'conf ratio':>12}")
+    for c in record.classes:
+        label = c.label or f"class {c.class_id}"
+        print(
+            f"  {label[:15]:<16}{c.serving:>9}{c.candidate:>11}{c.matched:>9}{c.agreement:>11.2f}"
+            f"{_ratio_cell(c.confident_ratio):>12}"
+        )

@@ -30,13 +30,14 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 
+from agent.bundles.archive import read_manifest
 from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, install, rollback
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
 from agent.deployment.desired import DesiredDocuments, latest
 from agent.deployment.download import BundleDownload
-from agent.deployment.probation import PASSED, ProbationJudge
+from agent.deployment.probation import PASSED, ProbationJudge, QualityCheck
 from agent.deployment.transfer import Cancelled, PartialBundle
 from agent.deployment.wave_plan import Action, Plan, halted_by_rollout, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
@@ -358,7 +359,7 @@ class Deployer:
         )
         bundle.remove()
         if result.state == State.PROBATION:
-            result = self._probation(result)
+            result = self._probation(result, desired)
         elif result.state == State.SUCCEEDED:
             self._on_switched(result)
         if result.state == State.SUCCEEDED:
@@ -461,14 +462,18 @@ class Deployer:
         if problem is not None:  # a junk index or a stalled link may say it many times a second
             self._throttled.warning("problem", "deployment: %s", problem)
 
-    def _probation(self, deployment: Deployment) -> Deployment:
-        """Serve the new version and watch it; roll it back if it fails, the operator rolls back,
-        or (by the next start) the agent stops first."""
+    def _probation(self, deployment: Deployment, desired: Desired) -> Deployment:
+        """Serve the new version and watch it; roll it back if it fails (its quality too, as
+        `desired` and agent.yaml ask), the operator rolls back, or (by the next start) the agent
+        stops first."""
         settings = self.config.deployments
+        quality = QualityCheck.of(desired.quality, settings.quality, self._labels(deployment.sha256))
         before = list(self._camera_stats())
         self._on_switched(deployment)
         checkpoint("probation")
-        judge = ProbationJudge(before, self._clock(), settings.probation_s, settings.probation_min_fps_ratio)
+        judge = ProbationJudge(
+            before, self._clock(), settings.probation_s, settings.probation_min_fps_ratio, quality=quality
+        )
         verdict: str | None = None
         while verdict is None:
             with self._lock:
@@ -483,13 +488,27 @@ class Deployer:
             else:
                 verdict = judge.observe(self._camera_stats(), self._clock())
         failure = None if verdict == PASSED else verdict
-        code = ErrorCode.ROLLOUT_HALTED if self._halted.is_set() and not rollback_asked else ErrorCode.PROBATION_FAILED
+        code = ErrorCode.ROLLOUT_HALTED if self._halted.is_set() and not rollback_asked else judge.code
+        if judge.quality is not None:
+            deployment = replace(deployment, quality=judge.quality)
         result = end_probation(self.store, deployment, failure, self._publish, code)
         if failure is not None:
             log.error("deployment %s rolled back: %s", deployment.id, failure)
             self._on_switched(result)
             self._answer_rollbacks(result)
         return result
+
+    def _labels(self, sha: str) -> list[str]:
+        """The labels of the installed version `sha` (none when its manifest cannot be read:
+        the record then names classes by id)."""
+        info = self.store.info(sha)
+        if info is None:
+            return []
+        try:
+            return read_manifest(info.path)[1].labels
+        except (OSError, BundleError) as exc:
+            log.warning("deployment: cannot read the labels of %s: %s", sha[:12], exc)
+            return []
 
     def _answer_rollbacks(self, rolled_back: Deployment) -> None:
         """Rollback commands that arrived during a probation are answered by its rollback."""

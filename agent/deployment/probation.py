@@ -15,7 +15,14 @@ version failed:
 - at the end, a camera whose FPS over the second half of the probation stayed below
   `min_fps_ratio` times what the previous version did on it just before the swap (only while
   its source ran and it was not paused; a cap in force now, the governor's, lowers what is
-  expected; cameras with no previous FPS are not compared).
+  expected; cameras with no previous FPS are not compared);
+- at the end, once all of that passed and `quality` asks for it (`QualityCheck`, min_ratio > 0):
+  what the new version saw against what the previous one saw just before the swap
+  (`agent.deployment.quality.judge_rates` over `PipelineStats.rates`, docs/quality.md). A blind
+  version fails with `code` ``PROBATION_BLIND``; `quality` keeps the record whatever the
+  outcome. A camera's rates are the new version's only once it delivered a frame: a camera
+  whose rates still hold more frames than it inferred since the swap is left out (they are the
+  previous version's); one whose pipeline restarted is judged on what it saw since.
 
 The deployer handles the rest: a rollback command or a stop during probation.
 """
@@ -26,11 +33,37 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from agent.bundles.record import QualityRecord
+from agent.config.models import QualitySection
+from agent.deployment.quality import judge_rates
+from agent.errors import ErrorCode
+from agent.mqtt.quality_request import QualityRequest
+from pipelines.detection_rates import Rates
 from pipelines.pipeline import PipelineStats
 
 PASSED: Final = "passed"
 #: failed frames, with none succeeding, that fail a version at once
 FAILING_FRAMES = 3
+
+
+@dataclass(frozen=True)
+class QualityCheck:
+    """Probation's quality check: the fraction of the previous version's confident detections
+    the new one must keep (0: no check), how many the previous version must have seen on a
+    camera for it to be judged, and the version's labels (index = class id)."""
+
+    min_ratio: float
+    min_before: int
+    labels: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, request: QualityRequest | None, section: QualitySection, labels: Sequence[str] = ()) -> QualityCheck:
+        """The signed desired document's `request` over agent.yaml's ``deployments.quality``."""
+        asked = request.min_ratio if request is not None else None
+        return cls(section.min_ratio if asked is None else asked, section.min_before, tuple(labels))
+
+    def label(self, class_id: int) -> str | None:
+        return self.labels[class_id] if 0 <= class_id < len(self.labels) else None
 
 
 @dataclass
@@ -43,20 +76,35 @@ class _Camera:
     inferred: int = 0  # frames inferred on the new version, across restarts of the pipeline
     fps_samples: list[float] = field(default_factory=list)
     ran: bool = False  # its source was running at some point
+    rates: Rates | None = None  # what the previous version saw just before the swap
 
 
 class ProbationJudge:
     """Judges one probation of `duration_s` seconds that started at `start` (clock seconds).
 
     `before` are the cameras' stats just before the new version was swapped in: their FPS is
-    the baseline and their counters the starting point (a swap keeps a pipeline's counters).
+    the baseline, their counters the starting point (a swap keeps a pipeline's counters) and
+    their rates what the new version's are compared with when `quality` is given. After a
+    verdict, `code` is the error code a failure ends with and `quality` the quality check's
+    record (None: not judged, as the other checks failed or `quality` is off).
     """
 
-    def __init__(self, before: Sequence[PipelineStats], start: float, duration_s: float, min_fps_ratio: float) -> None:
+    def __init__(
+        self,
+        before: Sequence[PipelineStats],
+        start: float,
+        duration_s: float,
+        min_fps_ratio: float,
+        quality: QualityCheck | None = None,
+    ) -> None:
         self.start, self.duration_s, self.min_fps_ratio = start, duration_s, min_fps_ratio
+        self._check = quality
         self._cameras: dict[str, _Camera] = {
-            s.name: _Camera(0.0 if s.paused else s.fps, s.frames, s.errors, s.bad_outputs) for s in before
+            s.name: _Camera(0.0 if s.paused else s.fps, s.frames, s.errors, s.bad_outputs, rates=s.rates)
+            for s in before
         }
+        self.code = ErrorCode.PROBATION_FAILED
+        self.quality: QualityRecord | None = None
 
     def observe(self, stats: Sequence[PipelineStats], now: float) -> str | None:
         """`PASSED`, the reason the version failed, or None to keep watching."""
@@ -82,7 +130,23 @@ class ProbationJudge:
                 camera.fps_samples.append(s.fps)
         if elapsed < self.duration_s:
             return None
-        return self._verdict({s.name: s for s in stats})
+        verdict = self._verdict({s.name: s for s in stats})
+        return self._judge_quality(stats) if verdict == PASSED else verdict
+
+    def _judge_quality(self, stats: Sequence[PipelineStats]) -> str:
+        check = self._check
+        if check is None or check.min_ratio <= 0:
+            return PASSED
+        before, after = {}, {}
+        for s in stats:
+            camera = self._cameras[s.name]
+            if camera.rates is not None and 0 < s.rates.frames <= camera.inferred:  # the new version's
+                before[s.name], after[s.name] = camera.rates, s.rates
+        self.quality = judge_rates(before, after, check.min_ratio, check.min_before, check.label)
+        if self.quality.outcome != "blind":
+            return PASSED
+        self.code = ErrorCode.PROBATION_BLIND
+        return self.quality.message
 
     def _verdict(self, stats: Mapping[str, PipelineStats]) -> str:
         for name, camera in self._cameras.items():

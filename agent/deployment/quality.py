@@ -35,7 +35,6 @@ from typing import Literal
 from agent.bundles.record import (
     CameraAgreementRecord,
     CameraRateRecord,
-    ClassAgreementRecord,
     ClassRateRecord,
     QualityRecord,
     ShadowOutcome,
@@ -82,34 +81,9 @@ class ShadowPlan:
 
 
 def agreement_record(camera: str, report: AgreementReport, label: Label = _no_label) -> CameraAgreementRecord:
-    """One camera's `AgreementReport` as the deployment record keeps it (rounded)."""
-    return CameraAgreementRecord(
-        camera=camera,
-        frames=report.frames,
-        serving=report.serving,
-        candidate=report.candidate,
-        matched=report.matched,
-        precision=round(report.precision, 4),
-        recall=round(report.recall, 4),
-        agreement=round(report.agreement, 4),
-        confident_ratio=_rounded(report.confident_ratio),
-        task=report.task,
-        task_score=_rounded(report.task_score),
-        serving_ms=_rounded(report.serving_ms, 2),
-        candidate_ms=_rounded(report.candidate_ms, 2),
-        classes=tuple(
-            ClassAgreementRecord(
-                c.class_id,
-                label(c.class_id),
-                c.serving,
-                c.candidate,
-                c.matched,
-                round(c.agreement, 4),
-                _rounded(c.confident_ratio),
-            )
-            for c in report.classes
-        ),
-    )
+    """One camera's `AgreementReport` as the deployment record keeps it (rounded): the one
+    conversion, `CameraAgreementRecord.of`, which ``edge-agent bench --against`` shares."""
+    return CameraAgreementRecord.of(camera, report, label)
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:
@@ -127,15 +101,26 @@ class ShadowJudge:
         elapsed = now - self.start
         if not self._ran_its_course(reports, elapsed):
             return None
-        judged = {name: r for name, r in reports.items() if max(r.serving, r.candidate) >= self.plan.min_detections}
-        if not judged and elapsed < self.plan.max_s:
+        if not self._judged(reports) and elapsed < self.plan.max_s:
             return None  # a quiet scene: go on comparing
+        return self.verdict(reports, elapsed)
+
+    def _judged(self, reports: Mapping[str, AgreementReport]) -> dict[str, AgreementReport]:
+        """The cameras that saw enough to judge."""
+        return {name: r for name, r in reports.items() if max(r.serving, r.candidate) >= self.plan.min_detections}
+
+    def verdict(self, reports: Mapping[str, AgreementReport], elapsed: float) -> ShadowRecord:
+        """The record of `reports` as they stand after `elapsed` seconds, whatever the time
+        rules say (``bench --against`` judges a whole clip with it)."""
+        judged = self._judged(reports)
         cameras = tuple(agreement_record(name, r, self.label) for name, r in sorted(reports.items()))
         if not judged:
             seen = ", ".join(f"{c.camera}: {max(c.serving, c.candidate)}" for c in cameras) or "no camera"
+            frames = max((c.frames for c in cameras), default=0)
             message = (
-                f"too few detections to compare in {elapsed:.0f} s (at least {self.plan.min_detections} needed on "
-                f"a camera; {seen}); a quiet shadow {'passes' if self.plan.quiet == 'pass' else 'fails'} as asked"
+                f"too few detections to compare in {elapsed:.0f} s and {frames} frames (at least "
+                f"{self.plan.min_detections} needed on a camera; {seen}); a quiet shadow "
+                f"{'passes' if self.plan.quiet == 'pass' else 'fails'} as asked"
             )
             return self._record("quiet", elapsed, message, cameras)
         problems = [p for name, report in sorted(judged.items()) for p in self._problems(name, report)]

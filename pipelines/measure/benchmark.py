@@ -8,6 +8,10 @@
 
 With `workers` > 1 that many inference calls run at once on the one model (the pipeline's
 inference threads; in runtime mode, as many bare loops in threads).
+
+`compare_on` (``bench --against``) runs two models on the same frames of a source, one frame
+at a time in the caller's thread (`pipelines.measure.comparison.compare_frame`, the daemon's
+shadow's step), and returns their `AgreementReport`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy.typing as npt
 
 from pipelines.decoding.detector import CameraDetector, Detector, FrameDetector
 from pipelines.latency import LatencyWindow, Percentiles
+from pipelines.measure.comparison import Agreement, AgreementReport, compare_frame
 from pipelines.pipeline import Pipeline, use_one_opencv_thread
 from pipelines.sources.capture import FileSource
 from pipelines.sources.frames import Frame, FrameSource, LimitedSource, SourceError
@@ -35,9 +40,10 @@ from runtimes.base import Runtime
 DEFAULT_FRAMES = 300
 
 
-def _source(spec: str, frames: int | None) -> tuple[FrameSource, int | None]:
+def _source(spec: str, frames: int | None, loop: bool = True) -> tuple[FrameSource, int | None]:
     """The benchmark source and how many frames it will give (None: unknown). A pipe source
-    (``gst:``, ``ffmpeg:``, ``rpicam:``) runs until its stream ends, or for `frames`."""
+    (``gst:``, ``ffmpeg:``, ``rpicam:``) runs until its stream ends, or for `frames`. A file
+    loops to give `frames` when `loop` (else it gives at most `frames`, each frame once)."""
     if spec == "synthetic":
         count = frames or DEFAULT_FRAMES
         return SyntheticSource(frames=count), count
@@ -45,10 +51,12 @@ def _source(spec: str, frames: int | None) -> tuple[FrameSource, int | None]:
         pipe = open_source(spec)
         frames = frames or (DEFAULT_FRAMES if pipe.live else None)  # a camera never ends by itself
         return (LimitedSource(pipe, frames), frames) if frames else (pipe, None)
-    file = FileSource(Path(spec), loop=frames is not None)
+    file = FileSource(Path(spec), loop=loop and frames is not None)
     file.open()  # fails early, with the file's name, if it cannot be read
     if frames is None:
         return file, file.frame_count or None
+    if not loop and file.frame_count:
+        frames = min(frames, file.frame_count)
     return LimitedSource(file, frames), frames
 
 
@@ -188,3 +196,34 @@ def run_bench(
         "fps": round(result["frames"] / seconds, 2) if seconds > 0 else 0.0,
         "rss_mb": round(peak_rss_mb(), 1),
     }
+
+
+def compare_on(
+    serving: Detector,
+    candidate: Detector,
+    source_spec: str,
+    frames: int | None = None,
+    every: int = 1,
+    progress: bool = False,
+) -> AgreementReport:
+    """``bench --against``: `candidate` against `serving` on every `every`-th frame of the source
+    (the first included), `frames` frames read at most (default: a file's every frame, once;
+    a pipe's stream to its end; the synthetic scene's 300), each model on its own thresholds.
+    A source failure ends it with the `SourceError`."""
+    if every < 1:
+        raise ValueError(f"every must be at least 1, got {every}")
+    source, total = _source(source_spec, frames, loop=False)
+    agreement, bar = Agreement(), _progress(total, progress)
+    try:
+        source.open()
+        read = 0
+        while (frame := source.read()) is not None:
+            if read % every == 0:
+                compare_frame(agreement, frame.image, serving, candidate)
+            read += 1
+            _tick(bar)
+    finally:
+        source.close()
+        if bar is not None:
+            bar.close()
+    return agreement.report()

@@ -18,18 +18,24 @@ as against ground truth). From the counts:
 
 `Agreement` accumulates frames (one caller thread; the shadow and ``bench --against`` each own
 one per camera); `report()` is a frozen `AgreementReport`. Pure: no clock, no I/O.
+`compare_frame` is the one step of both on a frame: it runs the two detectors on it, times
+each with the clock it is given, and adds the frame.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from pipelines.decoding.detection_filter import DetectionFilter
 from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import Detector
 from pipelines.decoding.rotated import probiou
 from pipelines.detection_rates import CONFIDENT
 from pipelines.measure.evaluate import match
@@ -218,3 +224,30 @@ def _keypoint_share(
     diagonal = float(np.hypot(box[2] - box[0], box[3] - box[1])) or 1.0
     distance = np.hypot(*(serving[visible, :2] - candidate[visible, :2]).T)
     return float(np.mean(distance <= KEYPOINT_TOLERANCE * diagonal))
+
+
+def compare_frame(
+    agreement: Agreement,
+    image: npt.NDArray[np.uint8],
+    serving: Detector,
+    candidate: Detector,
+    detection_filter: DetectionFilter | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[Detections, Detections]:
+    """Compare the two models on one BGR ``(H, W, 3) uint8`` frame: run `serving`, then
+    `candidate` (`Detector.detect`: preprocessing, inference, decoding and NMS), time each with
+    `clock` (seconds; the latency recorded is ms per frame), add the frame to `agreement` and
+    return both detections (frame pixels). `detection_filter` is what a camera keeps (its
+    classes, thresholds) applied to both; None: each model's own (its manifest's thresholds).
+
+    The step the daemon's shadow and ``edge-agent bench --against`` share, so the same frames
+    give the same numbers: call it from the thread that owns `agreement`. A `DecoderError` of
+    either model is the caller's to count (nothing is added then).
+    """
+    start = clock()
+    expected = serving.detect(image, detection_filter)
+    middle = clock()
+    found = candidate.detect(image, detection_filter)
+    end = clock()
+    agreement.add(expected, found, (middle - start) * 1000, (end - middle) * 1000)
+    return expected, found

@@ -26,6 +26,7 @@ from pipelines.annotate import BoxAnnotator
 from pipelines.backoff import Backoff
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
+from pipelines.detection_rates import Rates
 from pipelines.measure.evaluate import HELD_OUT_SEED, MatchCounts
 from pipelines.pipeline import Pipeline, _FailureLog, unusable_output
 from pipelines.sources.capture import FileSource
@@ -164,6 +165,7 @@ import json, sys, time
 from pathlib import Path
 import psutil
 from pipelines.decoding.detector import Detector
+from pipelines.detection_rates import Rates
 from pipelines.decoding.detections import Detections
 from pipelines.pipeline import Pipeline, _FailureLog, unusable_output
 from pipelines.sources.frames import Frame
@@ -257,6 +259,28 @@ def test_a_hot_swap_loses_no_frame(live: bool) -> None:
     assert (pipeline.swaps, pipeline.frames, pipeline.dropped) == (1, 30, 0)
     assert [index for index, _ in seen] == list(range(30))
     assert [index for index, by_new in seen if by_new] == list(range(11, 30)), "the next frame on the new one"
+
+
+def test_a_swap_starts_the_rates_of_the_detector_swapped_in() -> None:
+    """`PipelineStats.rates` are the detector's that serves: just before a swap what the old one
+    saw (probation's "before"), after it only what the new one saw since its first frame."""
+    pipeline = Pipeline("cam", SyntheticSource(SyntheticScene(width=320, height=240), frames=30), detector())
+    new = detector("demo_detector_fp32.tflite")
+    before: list[Rates] = []
+
+    def sink(frame: Frame, detections: Detections) -> None:
+        if frame.index == 10:
+            before.append(pipeline.stats().rates)
+            pipeline.swap_detector(new)
+
+    pipeline.add_sink(sink)
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.stop()
+    after = pipeline.stats().rates
+    assert (before[0].frames, after.frames) == (11, 19)
+    assert before[0].count > 0 and after.count > 0
+    assert set(after.classes) == set(before[0].classes), "the same scene, seen by both"
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -1,16 +1,20 @@
 """`edge-agent bench`: pipeline and runtime modes on files, synthetic and pipe sources, ``--workers``
-(and ``auto``), ``--matrix``, bad sources."""
+(and ``auto``), ``--matrix``, bad sources; ``--against``, a candidate against the serving model."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from testkit import DEMO_MODELS
 from testkit.media import write_video
+from testkit.onnx_models import altered
 
+from agent.bundles.archive import build_bundle
 from agent.cli import main
 from runtimes.base import usable_cores, worker_variants
 
@@ -145,3 +149,137 @@ def test_bench_refuses_a_detector_as_the_classifier(capsys) -> None:
     assert "--classifier demo_detector.onnx: a classifier gives one output of class scores" in capsys.readouterr().err
     assert main([*argv[:-1], "missing.onnx"]) == 1
     assert "classifier model file not found: missing.onnx" in capsys.readouterr().err
+
+
+# -- bench --against: a candidate against the serving model on the same frames ----------------------
+
+
+def _against(capsys: pytest.CaptureFixture[str], *argv: str, status: int = 0) -> dict:
+    assert main(["bench", *argv, "--json"]) == status
+    return json.loads(capsys.readouterr().out)
+
+
+def test_bench_against_the_same_bundle_agrees_fully(demo_bundle: Path, tmp_path: Path, capsys) -> None:
+    clip = write_video(tmp_path / "clip.avi", 25, size=(320, 240))
+    argv = [str(demo_bundle), "--against", str(demo_bundle), "--source", str(clip), "--min-agreement", "1"]
+    result = _against(capsys, *argv)
+    assert result["verdict"]["outcome"] == "agrees", "judged as the shadow judges: at 1.0, 1.0 agrees"
+    assert result["serving"]["model"] == result["candidate"]["model"] == "demo 1.0.0"
+    compared = result["comparison"]
+    assert (compared["camera"], compared["frames"]) == (str(clip), 25), "every frame of the clip, once"
+    assert compared["serving"] == compared["candidate"] == compared["matched"] > 25
+    assert compared["precision"] == compared["recall"] == compared["agreement"] == compared["confident_ratio"] == 1.0
+    assert compared["serving_ms"] > 0 and compared["candidate_ms"] > 0
+    assert {c["label"] for c in compared["classes"]} <= {"circle", "square", "triangle"}, "the bundle's labels"
+    assert all(c["agreement"] == 1.0 for c in compared["classes"])
+
+
+def test_bench_against_wrong_versions_disagrees_with_the_numbers(
+    demo_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The three wrong versions of issue 38 (testkit's `altered`), each as a bundle against the
+    serving demo bundle: the numbers say what went wrong."""
+    clip = str(write_video(tmp_path / "clip.avi", 20, size=(320, 240)))
+
+    def against(name: str, **change: Any) -> dict[str, Any]:
+        model = altered(DEMO_MODELS / "demo_detector.onnx", tmp_path / f"{name}.onnx", **change)
+        bundle = tmp_path / f"{name}.bundle"
+        build_bundle([model], bundle, name=name, version="1.1.0")
+        argv = [str(demo_bundle), "--against", str(bundle), "--source", clip, "--min-agreement", "0.8"]
+        result = _against(capsys, *argv, status=1)
+        assert result["verdict"]["outcome"] == "disagrees", "judged as the shadow judges: the exit says so"
+        assert result["candidate"]["model"] == f"{name} 1.1.0"
+        compared: dict[str, Any] = result["comparison"]
+        assert compared["frames"] == 20 and compared["serving"] > 40
+        return compared
+
+    weak = against("weak", score_scale=0.2)
+    assert weak["candidate"] < 0.2 * weak["serving"], "scores x 0.2: most fall below the threshold"
+    assert weak["recall"] < 0.2 and weak["agreement"] < 0.35 and weak["confident_ratio"] == 0.0
+    assert weak["precision"] > 0.8, "nothing it finds is wrong: it is blind, not confused"
+    moved = against("moved", shift=0.2)
+    assert moved["candidate"] > 0.5 * moved["serving"], "boxes as many, as sure..."
+    assert moved["matched"] < 0.1 * moved["serving"] and moved["agreement"] < 0.15, "... in the wrong place"
+    swapped = against("swapped", swap=(1, 2))
+    classes = {c["label"]: c for c in swapped["classes"]}
+    assert classes["circle"]["agreement"] > 0.9, "the class left alone agrees"
+    assert classes["square"]["matched"] == classes["triangle"]["matched"] == 0, "squares found as triangles"
+    assert classes["square"]["candidate"] > 0 and classes["triangle"]["candidate"] > 0
+
+
+def test_bench_against_text_shows_the_numbers_of_the_json(tmp_path: Path, capsys) -> None:
+    clip = write_video(tmp_path / "clip.avi", 12, size=(320, 240))
+    argv = [str(DEMO_MODELS / "demo_detector.onnx"), "--against", str(DEMO_MODELS / "demo_detector_int8.tflite")]
+    argv += ["--source", str(clip), "--every", "2"]
+    compared = _against(capsys, *argv)["comparison"]
+    assert main(["bench", *argv]) == 0
+    text = capsys.readouterr().out
+    assert f"{compared['frames']} frames compared (one in 2)" in text and compared["frames"] == 6
+    detections = f"serving {compared['serving']}, candidate {compared['candidate']}, matched {compared['matched']}"
+    assert detections in text
+    ratios = ("precision", "recall", "agreement", "confident ratio")
+    values = (compared["precision"], compared["recall"], compared["agreement"], compared["confident_ratio"])
+    assert "   ".join(f"{name} {value:.2f}" for name, value in zip(ratios, values, strict=True)) in text
+    assert re.search(r"latency p50: serving \d+\.\d\d ms   candidate \d+\.\d\d ms", text), "timed anew: the form"
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in text.splitlines()
+        if line.startswith("  ") and len(line.split()) == 6
+    }
+    for c in compared["classes"]:
+        ratio = "-" if c["confident_ratio"] is None else f"{c['confident_ratio']:.2f}"
+        assert rows[c["label"]] == [
+            str(c["serving"]),
+            str(c["candidate"]),
+            str(c["matched"]),
+            f"{c['agreement']:.2f}",
+            ratio,
+        ]
+
+
+def test_bench_against_reads_each_frame_of_a_file_once(tmp_path: Path, capsys) -> None:
+    clip = write_video(tmp_path / "clip.avi", 10, size=(320, 240))
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    argv = [model, "--against", model, "--source", str(clip)]
+    assert _against(capsys, *argv, "--frames", "40")["comparison"]["frames"] == 10, "no second pass of the file"
+    assert _against(capsys, *argv, "--frames", "4")["comparison"]["frames"] == 4
+    assert _against(capsys, *argv, "--every", "3")["comparison"]["frames"] == 4, "frames 0, 3, 6 and 9"
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["missing.onnx", "--against", "MODEL", "--source", "synthetic"], "MODEL|BUNDLE: file not found: missing.onnx"),
+        (
+            ["MODEL", "--against", "missing.bundle", "--source", "synthetic"],
+            "--against: file not found: missing.bundle",
+        ),
+        (["MODEL", "--against", "MODEL"], "--against compares two models on the same frames: give them with --source"),
+        (["MODEL", "--against", "MODEL", "--source", "synthetic", "--matrix"], "not with --matrix"),
+        (["MODEL", "--against", "MODEL", "--source", "synthetic", "--mode", "runtime"], "not with --mode runtime"),
+        (["MODEL", "--every", "2"], "--every picks the frames --against compares: give --against OTHER"),
+        (
+            ["MODEL", "--against", "MODEL", "--source", "synthetic", "--every", "0"],
+            "argument --every: expected a positive integer, got 0",
+        ),
+        (["MODEL", "--against", "LABELS", "--source", "synthetic"], "--against labels.txt: "),
+        (["MODEL", "--against", "MODEL", "--source", "none.mp4"], "cannot open video file none.mp4"),
+        (["MODEL", "--min-agreement", "0.8"], "--min-agreement judges what --against compares: give --against"),
+        (
+            ["MODEL", "--against", "MODEL", "--source", "synthetic", "--min-agreement", "2"],
+            "argument --min-agreement: expected a number within 0..1, got 2",
+        ),
+    ],
+)
+def test_bench_against_refuses_bad_input_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], error: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "labels.txt").write_text("circle\n")
+    names = {"MODEL": str(DEMO_MODELS / "demo_detector.onnx"), "LABELS": "labels.txt"}
+    try:
+        code = main(["bench", *[names.get(a, a) for a in argv]])
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    assert code == (2 if error.startswith("argument --") else 1)
+    assert error in capsys.readouterr().err

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
-from agent.deployment.probation import PASSED, ProbationJudge
+import pytest
+from testkit import DEMO_MODELS
+from testkit.onnx_models import altered
+
+from agent.config.models import QualitySection
+from agent.deployment.probation import PASSED, ProbationJudge, QualityCheck
+from agent.errors import ErrorCode
+from agent.mqtt.quality_request import QualityRequest
+from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import Detector
+from pipelines.detection_rates import ClassRate, Rates
 from pipelines.latency import Percentiles
-from pipelines.pipeline import PipelineStats
-from pipelines.sources.frames import SourceState
+from pipelines.pipeline import Pipeline, PipelineStats
+from pipelines.sources.frames import Frame, SourceState
+from pipelines.sources.scene_source import SyntheticSource
+from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
+from runtimes.registry import load_runtime
 
 
 def stats(
@@ -19,6 +34,7 @@ def stats(
     paused: bool = False,
     max_fps: float | None = None,
     bad: int = 0,
+    rates: Rates | None = None,
 ):
     return PipelineStats(
         name=name,
@@ -37,6 +53,7 @@ def stats(
         model="m.onnx",
         bad_outputs=bad,
         bad_output="output 0 (1, 84, 8400) is all NaN or infinite" if bad else None,
+        rates=rates if rates is not None else Rates(),
     )
 
 
@@ -118,3 +135,177 @@ def test_probation_judge(case: str) -> None:
     verdicts = [judge.observe(observed, 100.0 + at) for at, observed in observations]
     assert all(v is None for v in verdicts[:-1]), verdicts
     assert verdicts[-1] is not None and expected in verdicts[-1], verdicts
+
+
+# -- quality on probation -------------------------------------------------------------------
+
+
+def rates(frames: int, **counts: int) -> Rates:
+    """`counts` by class, as c0=.., c1=..; every detection at 0.8; a frame a tenth of a second."""
+    classes = {int(k[1:]): ClassRate(n, n * 0.8) for k, n in counts.items()}
+    return Rates(frames, frames / 10, MappingProxyType(classes))
+
+
+CHECK = QualityCheck(min_ratio=0.5, min_before=30, labels=("person", "car"))
+SEEING = rates(600, c0=300, c1=60)  # what the previous version saw: 0.5 people and 0.1 cars a frame
+
+
+def probation(before: Rates, after: Rates, check: QualityCheck | None = CHECK, **after_stats) -> ProbationJudge:
+    """A probation of 10 s on camera "a" that inferred `after.frames` frames since the swap,
+    ended with `after` as its rates; its verdict in `.verdict`."""
+    judge = ProbationJudge([stats("a", 1000, rates=before)], 100.0, 10, 0.5, quality=check)
+    frames = after_stats.pop("frames", 1000 + after.frames)
+    judge.verdict = judge.observe([stats("a", frames, rates=after, **after_stats)], 110.0)  # type: ignore[attr-defined]
+    return judge
+
+
+def test_a_version_that_sees_what_the_previous_one_saw_is_kept_and_recorded() -> None:
+    judge = probation(SEEING, rates(100, c0=50, c1=10))
+    assert judge.verdict == PASSED  # type: ignore[attr-defined]
+    assert judge.quality is not None and judge.quality.outcome == "kept" and judge.quality.min_ratio == 0.5
+    assert [c.label for c in judge.quality.cameras[0].classes] == ["person", "car"]
+
+
+def test_a_blind_version_fails_with_probation_blind_and_the_numbers() -> None:
+    judge = probation(SEEING, rates(100, c0=10))
+    assert judge.code == ErrorCode.PROBATION_BLIND
+    assert judge.verdict.startswith("camera a: 10 confident detections in 100 frames")  # type: ignore[attr-defined]
+    assert judge.quality is not None and judge.quality.outcome == "blind"
+    assert judge.quality.cameras[0].ratio == 0.167
+
+
+def test_two_classes_swapped_are_caught_by_the_class_that_vanished() -> None:
+    judge = probation(SEEING, rates(100, c0=10, c1=50))  # 0.6 a frame as before, people seen as cars
+    assert (
+        judge.code == ErrorCode.PROBATION_BLIND and "camera a: person seen 0.100 times a frame, 0.20 x" in judge.verdict
+    )  # type: ignore[attr-defined]
+    assert judge.quality is not None and judge.quality.cameras[0].ratio == 1.0
+
+
+def test_a_quiet_scene_never_fails_a_version() -> None:
+    for after in (rates(100), rates(30), rates(100, c0=1)):
+        judge = probation(rates(600, c0=29, c1=0), after)
+        assert judge.verdict == PASSED and judge.code == ErrorCode.PROBATION_FAILED  # type: ignore[attr-defined]
+        assert judge.quality is not None and judge.quality.outcome == "quiet", after
+
+
+def test_min_ratio_0_turns_the_quality_check_off() -> None:
+    judge = probation(SEEING, rates(100), check=QualityCheck(min_ratio=0.0, min_before=30))
+    assert judge.verdict == PASSED and judge.quality is None  # type: ignore[attr-defined]
+    assert probation(SEEING, rates(100), check=None).quality is None
+
+
+def test_quality_is_judged_only_once_the_other_checks_passed() -> None:
+    judge = probation(SEEING, rates(0), frames=1000)  # no frame inferred: the older check fails first
+    assert "inferred no frame" in judge.verdict and judge.code == ErrorCode.PROBATION_FAILED  # type: ignore[attr-defined]
+    assert judge.quality is None
+
+
+def test_rates_that_still_hold_the_previous_versions_frames_are_not_judged() -> None:
+    """A camera that delivered no frame of the new version still shows the previous one's rates
+    (more frames than it inferred since the swap): not compared with themselves."""
+    judge = probation(SEEING, rates(20, c0=0), frames=1010)  # 10 frames since the swap, 20 in the rates
+    assert judge.quality is not None and judge.quality.cameras == ()
+    judge = probation(SEEING, rates(40), frames=1040)
+    assert judge.code == ErrorCode.PROBATION_BLIND
+
+
+def test_a_camera_whose_pipeline_restarted_is_judged_on_what_it_saw_since() -> None:
+    """Its counters and its rates began again at the restart (workers changed)."""
+    judge = ProbationJudge([stats("a", 1000, rates=SEEING)], 100.0, 10, 0.5, quality=CHECK)
+    assert judge.observe([stats("a", 1030, rates=rates(30, c0=15, c1=3))], 103.0) is None
+    verdict = judge.observe([stats("a", 40, rates=rates(40, c0=2))], 110.0)  # restarted: 40 frames since
+    assert judge.code == ErrorCode.PROBATION_BLIND and verdict is not None and "in 40 frames" in verdict
+    judge = ProbationJudge([stats("a", 1000, rates=SEEING)], 100.0, 10, 0.5, quality=CHECK)
+    judge.observe([stats("a", 1030, rates=rates(30, c0=15, c1=3))], 103.0)
+    assert judge.observe([stats("a", 20, rates=rates(20))], 110.0) == PASSED, "20 frames since: too few to judge"
+    assert judge.quality is not None and judge.quality.outcome == "quiet"
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [(None, 0.5), (QualityRequest(), 0.5), (QualityRequest(min_ratio=0.8), 0.8), (QualityRequest(min_ratio=0), 0.0)],
+)
+def test_the_signed_documents_min_ratio_wins_over_agent_yaml(request_: QualityRequest | None, expected: float) -> None:
+    check = QualityCheck.of(request_, QualitySection(min_ratio=0.5, min_before=12), ["person"])
+    assert (check.min_ratio, check.min_before, check.label(0), check.label(1), check.label(-1)) == (
+        expected,
+        12,
+        "person",
+        None,
+        None,
+    )
+
+
+# -- a real pipeline swapping to an altered model -----------------------------------------------
+
+SWAP_AT, FRAMES = 40, 100  # frames on the previous version, in all
+
+
+#: the wrong versions of the demo detector (`testkit.onnx_models.altered`), by name
+ALTERATIONS: dict[str, dict[str, Any]] = {
+    "scores": {"score_scale": 0.2},
+    "swap": {"swap": (0, 1)},
+    "shift": {"shift": 0.2},
+}
+
+
+def altered_demo(tmp_path: Path, how: str) -> Path:
+    return altered(DEMO_MODELS / "demo_detector.onnx", tmp_path / f"demo_{how}.onnx", **ALTERATIONS[how])
+
+
+def serve(model: Path) -> Detector:
+    return Detector(load_runtime("onnxruntime", model))
+
+
+def probation_on_a_real_pipeline(new: Path, scene: SyntheticScene) -> ProbationJudge:
+    """The demo detector serves `scene` for `SWAP_AT` frames, then `new` for the rest; the judge
+    gets the stats just before the swap and at the end (its clock: 10 s of probation)."""
+    pipeline = Pipeline("cam", SyntheticSource(scene, frames=FRAMES), serve(DEMO_MODELS / "demo_detector.onnx"))
+    judges: list[ProbationJudge] = []
+
+    def swap(frame: Frame, detections: Detections) -> None:
+        if frame.index == SWAP_AT - 1:
+            judges.append(
+                ProbationJudge([pipeline.stats()], 100.0, 10, 0.5, quality=QualityCheck(0.5, 30, CLASS_NAMES))
+            )
+            pipeline.swap_detector(serve(new))
+
+    pipeline.add_sink(swap)
+    pipeline.start()
+    assert pipeline.wait(120)
+    pipeline.stop()
+    judge = judges[0]
+    judge.verdict = judge.observe([pipeline.stats()], 110.0)  # type: ignore[attr-defined]
+    assert pipeline.stats().rates.frames == FRAMES - SWAP_AT
+    return judge
+
+
+SHAPES = SyntheticScene()  # seed 0: three squares, two triangles, no circle (a swap shows)
+
+
+@pytest.mark.parametrize(
+    ("how", "outcome", "words"),
+    [
+        ("scores", "blind", "camera cam: 0 confident detections in 60 frames"),
+        ("swap", "blind", "camera cam: square seen 0.000 times a frame"),
+        ("shift", "kept", "the new version sees what the previous one saw"),  # not caught: the shadow is
+    ],
+)
+def test_an_altered_model_on_a_real_pipeline(tmp_path: Path, how: str, outcome: str, words: str) -> None:
+    judge = probation_on_a_real_pipeline(altered_demo(tmp_path, how), SHAPES)
+    assert judge.quality is not None and judge.quality.outcome == outcome, judge.quality
+    assert words in judge.quality.message
+    assert judge.code == (ErrorCode.PROBATION_BLIND if outcome == "blind" else ErrorCode.PROBATION_FAILED)
+
+
+@pytest.mark.parametrize("model", ["demo_detector.onnx", "demo_detector_int8_qdq.onnx"])
+def test_the_same_network_and_its_int8_variant_are_kept(model: str) -> None:
+    judge = probation_on_a_real_pipeline(DEMO_MODELS / model, SHAPES)
+    assert judge.verdict == PASSED and judge.quality is not None and judge.quality.outcome == "kept", judge.quality  # type: ignore[attr-defined]
+    assert {c.label for c in judge.quality.cameras[0].classes} == {"square", "triangle"}
+
+
+def test_an_empty_scene_fails_nothing_even_a_blind_model(tmp_path: Path) -> None:
+    judge = probation_on_a_real_pipeline(altered_demo(tmp_path, "scores"), SyntheticScene(num_shapes=0))
+    assert judge.verdict == PASSED and judge.quality is not None and judge.quality.outcome == "quiet"  # type: ignore[attr-defined]

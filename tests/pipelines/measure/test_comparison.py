@@ -6,9 +6,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from testkit import DEMO_MODELS
 
+from pipelines.decoding.detection_filter import DetectionFilter
 from pipelines.decoding.detections import Detections
-from pipelines.measure.comparison import Agreement
+from pipelines.decoding.detector import Detector
+from pipelines.measure.comparison import Agreement, compare_frame
+from pipelines.sources.synthetic import SyntheticScene
+from runtimes.registry import load_runtime
 
 
 def boxes(rows: Sequence[Sequence[float]], **extra: object) -> Detections:
@@ -103,3 +108,26 @@ def test_oriented_boxes_compare_by_their_rotated_overlap() -> None:
     agreement.add(boxes(row, xywhr=same), boxes(row, xywhr=turned))
     report = agreement.report()
     assert report.task == "oriented" and report.task_score is not None and 0.5 < report.task_score < 0.9
+
+
+def test_compare_frame_runs_both_models_and_times_each_with_its_clock() -> None:
+    """The shadow's and bench --against's one step, on real ONNX Runtime and LiteRT detectors: the
+    serving model is timed first, then the candidate, each from the clock it is given."""
+    image = SyntheticScene(width=320, height=240, seed=3).render(0)[0]
+    ticks = iter([10.0, 10.004, 10.010, 20.0, 20.005, 20.007])
+    with (
+        load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx") as fp32,
+        load_runtime("litert", DEMO_MODELS / "demo_detector_int8.tflite") as int8,
+    ):
+        serving, candidate = Detector(fp32), Detector(int8)
+        agreement = Agreement()
+        expected, found = compare_frame(agreement, image, serving, candidate, clock=lambda: next(ticks))
+        assert len(expected) > 0 and np.array_equal(expected.xyxy, serving.detect(image).xyxy)
+        assert np.array_equal(found.xyxy, candidate.detect(image).xyxy), "the candidate's own detections"
+        squares = DetectionFilter(conf=0.25, classes=frozenset({1}))
+        kept = compare_frame(agreement, image, serving, candidate, squares, clock=lambda: next(ticks))
+        assert all(set(d.class_id.tolist()) <= {1} for d in kept), "the camera's filter, on both"
+    report = agreement.report()
+    assert report.frames == 2 and report.serving == len(expected) + len(kept[0])
+    assert report.candidate == len(found) + len(kept[1])
+    assert report.serving_ms == pytest.approx(4.5) and report.candidate_ms == pytest.approx(4.0)
