@@ -268,7 +268,13 @@ class AgentSnapshot:
 
     def to_json(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (the status page's ``/api/status``)."""
-        document = dataclasses.asdict(self)
+        # each camera's rates hold their classes in a read-only mapping, which `asdict`'s deep
+        # copy cannot take: the same numbers in a dict
+        cameras = tuple(
+            dataclasses.replace(c, rates=dataclasses.replace(c.rates, classes=dict(c.rates.classes)))
+            for c in self.cameras
+        )
+        document = dataclasses.asdict(dataclasses.replace(self, cameras=cameras))
         document["sensors"] = self.sensors.to_json() if self.sensors else None
         document["governor"] = self.governor.to_json() if self.governor else None
         document["fps"] = self.fps
