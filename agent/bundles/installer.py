@@ -305,6 +305,7 @@ def install(
     sha256_checked: bool = False,
     allow_downgrade: bool = False,
     probation_s: float = 0.0,
+    before_switch: Callable[[Deployment, Verified], Deployment] | None = None,
 ) -> Deployment:
     """Run the state machine for one bundle file; returns the final deployment record.
 
@@ -313,7 +314,11 @@ def install(
     download did), else it is REJECTED with ``BUNDLE_HASH_MISMATCH``. A version lower than the
     highest of the same name that succeeded here is REJECTED (``DOWNGRADE_REFUSED``) unless
     `allow_downgrade`. With `probation_s` > 0 the record ends in PROBATION once switched: the
-    caller watches the version and calls `end_probation`.
+    caller watches the version and calls `end_probation`. `before_switch` (the daemon's shadow)
+    gets the record and the installed version once activation's checks passed, before anything
+    switches, and returns the record (moved on as it recorded it): one it ended REJECTED ends the
+    deployment there, the version removed and nothing switched; else the version switches. An
+    exception from it propagates, nothing switched (the record as it last recorded it).
     """
     policy = policy or InstallPolicy()
     store.ensure()
@@ -406,6 +411,11 @@ def install(
         log.info("the second stage's classifier %s: parity %.1f%%", activation.classifier, parity)
     if policy.autotune:
         record = _autotune(verified, board, policy, store, record)
+    if before_switch is not None:
+        record = before_switch(record, verified)
+        if record.state == State.REJECTED:
+            store.remove_version(sha)
+            return record
     store.switch(sha)
     checkpoint("switched")
     if probation_s > 0:

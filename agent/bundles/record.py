@@ -227,7 +227,7 @@ def _rounded(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-ShadowOutcome = Literal["agrees", "disagrees", "quiet"]
+ShadowOutcome = Literal["running", "agrees", "disagrees", "quiet"]  # running: progress, published only
 
 
 @dataclass(frozen=True)

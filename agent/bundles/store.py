@@ -376,7 +376,9 @@ class Store:
 
         Pointers change only when a deployment switches (at the end of ACTIVATING), so one cut
         short while verifying or installing changed none: it ends REJECTED (``INTERRUPTED``) and
-        only the version it brought (neither current nor previous) is removed. One cut short after
+        only the version it brought (neither current nor previous) is removed; so does one cut
+        short in its shadow (nothing switched yet), never retried: the candidate beside the
+        serving version may be what took the process down. One cut short after
         it switched is undone: the
         pointers go back and its version is removed; a deployment on probation (or that would
         have been) ends ROLLED_BACK with ``PROBATION_FAILED``, so a model that crashes the agent
@@ -398,6 +400,11 @@ class Store:
             if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):
                 self.remove_version(deployment.sha256)  # brought by this deployment, never served
             interrupted = BundleError(ErrorCode.INTERRUPTED, f"the agent stopped during {deployment.state}")
+            deployment = deployment.to(State.REJECTED, interrupted)
+        elif deployment.state == State.SHADOW:  # the candidate ran beside the serving version: nothing switched
+            if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):
+                self.remove_version(deployment.sha256)
+            interrupted = BundleError(ErrorCode.INTERRUPTED, "the agent stopped during the shadow (not retried)")
             deployment = deployment.to(State.REJECTED, interrupted)
         elif deployment.state == State.ACTIVATING and switched and not deployment.probation_s:
             deployment = deployment.to(State.SUCCEEDED)  # switched, but the record was not written yet

@@ -10,13 +10,122 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.cli.args import unit_interval
 from agent.cli.failure import CliError
-from agent.cli.fleet_rollout import add_rollout_commands, add_staging_arguments, fleet_rollout, follow_rollout, staging
+from agent.cli.fleet_rollout import (
+    add_rollout_commands,
+    add_staging_arguments,
+    duration,
+    fleet_rollout,
+    follow_rollout,
+    staging,
+)
 
 if TYPE_CHECKING:
     from agent.config.models import MqttSection
     from agent.mqtt.link import MqttLink
     from agent.mqtt.protocol import Topics
+    from agent.mqtt.quality_request import QualityRequest, ShadowRequest
+
+#: the options of `fleet push` that shape a shadow, which one needs --shadow or --shadow-frames
+SHADOW_OPTIONS = {"shadow_max": "--shadow-max", "min_agreement": "--min-agreement"}
+SHADOW_OPTIONS |= {"shadow_mode": "--shadow-mode", "shadow_quiet": "--shadow-quiet"}
+
+
+def _shadow_duration(text: str) -> float:
+    """A duration above zero (and within a day, as the signed request allows)."""
+    from agent.mqtt.quality_request import MAX_SHADOW_S
+
+    seconds = duration(text)
+    if not 0 < seconds <= MAX_SHADOW_S:
+        raise argparse.ArgumentTypeError(f"duration {text!r} must be above 0 and at most {MAX_SHADOW_S:g} s (1d)")
+    return seconds
+
+
+def _frames(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of frames") from None
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{value} frames is outside 1 .. 1000000")
+    return value
+
+
+def _add_quality_arguments(push: argparse.ArgumentParser) -> None:
+    """The quality options of `fleet push` (docs/quality.md): signed with the document."""
+    group = push.add_argument_group(
+        "quality (docs/quality.md; signed with the document, each left out takes the device's agent.yaml)"
+    )
+    group.add_argument(
+        "--shadow",
+        type=_shadow_duration,
+        metavar="DURATION",
+        help="before switching, run the new version beside the serving one on live frames this long (30s, 10m, 2h) "
+        "and compare their detections",
+    )
+    group.add_argument(
+        "--shadow-frames", type=_frames, metavar="N", help="or until N frames were compared on each camera"
+    )
+    group.add_argument(
+        "--shadow-max",
+        type=_shadow_duration,
+        metavar="DURATION",
+        help="extend a quiet shadow (too few detections to compare) up to this long (default 4 x --shadow)",
+    )
+    group.add_argument(
+        "--min-agreement",
+        type=unit_interval,
+        metavar="F",
+        help="agreement (F1 against the serving version, per camera and per frequent class) below which the new "
+        "version disagrees, 0..1 (device default 0.8)",
+    )
+    group.add_argument(
+        "--shadow-mode",
+        choices=("gate", "report"),
+        help="gate: a version that disagrees ends REJECTED (SHADOW_DISAGREES); report: recorded, then it switches "
+        "(device default gate)",
+    )
+    group.add_argument(
+        "--shadow-quiet",
+        choices=("pass", "fail"),
+        help="how a shadow that saw too few detections up to --shadow-max ends (device default pass)",
+    )
+    group.add_argument(
+        "--min-detection-ratio",
+        type=unit_interval,
+        metavar="F",
+        help="on probation, the confident detections per frame the new version must keep, as a fraction of the "
+        "previous version's just before the swap, 0..1 (else PROBATION_BLIND; device default 0.5)",
+    )
+
+
+def quality_requests(args: argparse.Namespace) -> tuple[ShadowRequest | None, QualityRequest | None]:
+    """The shadow and quality requests `fleet push` signs; raises `CliError` for a shadow option
+    given without --shadow (or --shadow-frames), or a --shadow-max below --shadow."""
+    from pydantic import ValidationError
+
+    from agent.mqtt.quality_request import QualityRequest, ShadowRequest
+
+    quality = QualityRequest(min_ratio=args.min_detection_ratio) if args.min_detection_ratio is not None else None
+    if args.shadow is None and args.shadow_frames is None:
+        given = [flag for key, flag in SHADOW_OPTIONS.items() if getattr(args, key) is not None]
+        if given:
+            raise CliError(f"{given[0]} shapes a shadow: add --shadow DURATION (or --shadow-frames N)")
+        return None, quality
+    try:
+        shadow = ShadowRequest(
+            duration_s=args.shadow,
+            frames=args.shadow_frames,
+            max_s=args.shadow_max,
+            min_agreement=args.min_agreement,
+            mode=args.shadow_mode,
+            quiet=args.shadow_quiet,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise CliError(f"--shadow-max: {problems}") from None
+    return shadow, quality
 
 
 def _clip_chunk_size(text: str) -> int:
@@ -66,6 +175,7 @@ def add_parser(commands: Any) -> None:
         help="wait this long for the targets to finish (exit 1 if any fails); with --waves, follow the rollout "
         "and halt it past --max-failures (exit 1 when halted)",
     )
+    _add_quality_arguments(push)
     add_staging_arguments(push)
     status = fleet_actions.add_parser("status", help="a table of devices")
     status.add_argument("--json", action="store_true")
@@ -223,6 +333,7 @@ def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
             raise CliError(f"bundle file not found: {args.bundle}")
         bundle_manifest(args.bundle)  # raises BundleError for a file that is not a bundle
         args.staging = staging(args)  # raises CliError for a bad schedule or a target that is no group
+        args.shadow_request, args.quality_request = quality_requests(args)
         if args.deployment_id is not None and not 1 <= len(args.deployment_id) <= 200:
             raise CliError(f"--id must be 1 to 200 characters, not {len(args.deployment_id)}")
     if args.fleet_command in ("snapshot", "release") and not args.target.startswith("device:"):
@@ -267,6 +378,8 @@ def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
             allow_downgrade=args.allow_downgrade,
             staging=args.staging,
             deployment_id=args.deployment_id,
+            shadow=args.shadow_request,
+            quality=args.quality_request,
             progress=progress,
             notice=lambda text: print(f"edge-agent: {text}", file=sys.stderr),
         )

@@ -224,6 +224,7 @@ class Agent:
                 on_succeeded=self.reports.on_succeeded if self.reports is not None else lambda deployment: None,
                 wall_clock=self.clock,
                 on_report=self.outgoing.deployment_report,
+                open_shadow=self.cameras.shadow,
             )
         for component in (self.clips, self.commands, self.home_assistant, self.link, self.sender, self.deployer):
             if component is not None:

@@ -11,7 +11,18 @@ the download or probation in progress and undoes a deployment that succeeded
 record moved only as `agent.bundles.record.TRANSITIONS` allows::
 
     QUEUED -> DOWNLOADING (chunks, resumable) -> VERIFYING -> INSTALLING -> ACTIVATING
-           -> PROBATION -> SUCCEEDED | REJECTED (code) | FAILED (code) | FAILED -> ROLLED_BACK
+           (-> SHADOW) -> PROBATION -> SUCCEEDED | REJECTED (code) | FAILED (code) | FAILED -> ROLLED_BACK
+
+A shadow (the signed document's ``shadow`` over agent.yaml's ``deployments.shadow``,
+`agent.deployment.quality.shadow_plan`) runs between activation's checks and the switch: the
+daemon's `open_shadow` loads the candidate beside the serving version, `ShadowJudge` reads its
+reports about once a second (the injected clock) and the record is published with the running
+numbers every `SHADOW_PROGRESS_S`. It ends REJECTED on a gate that disagrees (or is quiet with
+``quiet: fail``: SHADOW_DISAGREES), a device with no camera serving (SHADOW_UNAVAILABLE), a
+rollback command (CANCELLED: the rollback is answered with that record, nothing else rolls
+back), a halted rollout (ROLLOUT_HALTED) or a newer document (SUPERSEDED), the candidate removed
+and the serving version untouched; a stop leaves it SHADOW on disk, which the next start ends
+REJECTED (INTERRUPTED, `Store.recover`) and never retries.
 
 Every deployment ends: the download has an overall deadline (``DOWNLOAD_TIMEOUT``), a bundle
 over the size cap or the free disk is refused before a byte is written, and a record that
@@ -25,12 +36,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
 
-from agent.bundles.archive import read_manifest
+from agent.bundles.archive import Verified, read_manifest
 from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, install, rollback
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
@@ -38,6 +51,7 @@ from agent.config.models import AgentConfig
 from agent.deployment.desired import DesiredDocuments, latest
 from agent.deployment.download import BundleDownload
 from agent.deployment.probation import PASSED, ProbationJudge, QualityCheck
+from agent.deployment.quality import ShadowJudge, ShadowPlan, passes, shadow_plan
 from agent.deployment.transfer import Cancelled, PartialBundle
 from agent.deployment.wave_plan import Action, Plan, halted_by_rollout, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
@@ -50,6 +64,7 @@ from agent.mqtt.protocol import Desired, ProtocolError, Topics
 from agent.snapshot import DeploymentStatus, RolloutPosition
 from agent.throttle import ThrottledLog
 from pipelines.backoff import Backoff
+from pipelines.measure.comparison import AgreementReport
 from pipelines.pipeline import PipelineStats
 from pipelines.worker import DONE, LoopState, Worker
 
@@ -57,13 +72,34 @@ log = logging.getLogger(__name__)
 
 #: the deployer in `Health`'s words
 NAME = "the deployer (signed deployments)"
+#: while a shadow runs, the record is published with its numbers this often (clock seconds)
+SHADOW_PROGRESS_S = 10.0
+
+
+class Shadow(Protocol):
+    """A candidate running beside the serving version (`agent.serving.shadow.ShadowSession`)."""
+
+    def reports(self) -> Mapping[str, AgreementReport]: ...
+
+    def failures(self) -> Mapping[str, int]: ...
+
+    def close(self) -> None: ...
+
+
+#: opens a shadow of an installed version folder at a share of the time; raises `BundleError`
+OpenShadow = Callable[[Path, float], Shadow]
+
+
+class _ShadowStopped(Exception):
+    """The agent stops during a shadow: the record stays SHADOW on disk (the next start ends it)."""
 
 
 class Deployer:
     """Follows the desired documents of one device. `on_switched` is called (in the worker
     thread) whenever the store's current version changed, to serve it on the cameras;
     `on_succeeded` when a deployment that switched ended SUCCEEDED (after its probation, if
-    any); `camera_stats` reads the cameras for probation. `clock` is monotonic seconds,
+    any); `camera_stats` reads the cameras for probation; `open_shadow` runs a candidate
+    beside the serving version (None: a shadow asked for ends SHADOW_UNAVAILABLE). `clock` is monotonic seconds,
     `wall_clock` Unix seconds (when a rollout's waves open). `payload` makes the retained
     ``deployment`` document of a record and its progress (the daemon hands it
     `agent.daemon.documents.deployment_payload`, the device's one JSON edge)."""
@@ -86,6 +122,7 @@ class Deployer:
         on_succeeded: Callable[[Deployment], None] = lambda deployment: None,
         wall_clock: Callable[[], float] = time.time,
         on_report: Callable[[Deployment], None] = lambda deployment: None,
+        open_shadow: OpenShadow | None = None,
     ) -> None:
         self.config, self.device, self.store, self.board = config, device, store, board
         self.link, self.topics, self.policy, self.gate = link, topics, policy, gate
@@ -95,6 +132,7 @@ class Deployer:
         self._wall_clock = wall_clock
         self._throttled = ThrottledLog(log, clock=clock)  # refusals anyone on the broker can cause
         self._on_report = on_report  # every record published (the daemon keeps each new state)
+        self._open_shadow = open_shadow
         self._followed = store.followed()
         self.documents = DesiredDocuments(device, topics, gate, lambda: self._followed)
         self._lock = self.documents.lock
@@ -167,6 +205,9 @@ class Deployer:
 
     #: how long a rollback command waits for the worker to get to it (a long install step)
     rollback_timeout_s = ROLLBACK_WAIT_S  # the rollback command's budget on the commands thread
+
+    #: how often a shadow in progress is judged (real seconds; its judge reads the injected clock)
+    shadow_check_s = 1.0
 
     def request_rollback(self) -> Deployment:
         """Roll back in the worker thread: a download in progress is cancelled, a probation in
@@ -346,25 +387,41 @@ class Deployer:
             if deployment.error is None or deployment.error.code != ErrorCode.SUPERSEDED:
                 self._finish(desired, kind)  # a superseded one is not followed: a release's downgrade holds
             return
-        result = install(
-            bundle.path,
-            store,
-            self.board,
-            self.policy,
-            on_state=self._publish,
-            deployment=deployment,
-            sha256_checked=True,  # PartialBundle.finish hashed it
-            allow_downgrade=desired.allow_downgrade or (kind == "group" and self.documents.back_to_group),
-            probation_s=settings.probation_s,
-        )
-        bundle.remove()
+        shadow = shadow_plan(desired.shadow, settings.shadow)
+        if shadow is not None and store.current_sha() is None:
+            log.info("deployment %s: no shadow, no version serves here yet to compare with", desired.id)
+            shadow = None
+
+        def before_switch(record: Deployment, verified: Verified) -> Deployment:
+            assert shadow is not None
+            return self._shadow(desired, record, verified, shadow)
+
+        try:
+            result = install(
+                bundle.path,
+                store,
+                self.board,
+                self.policy,
+                on_state=self._publish,
+                deployment=deployment,
+                sha256_checked=True,  # PartialBundle.finish hashed it
+                allow_downgrade=desired.allow_downgrade or (kind == "group" and self.documents.back_to_group),
+                probation_s=settings.probation_s,
+                before_switch=before_switch if shadow is not None else None,
+            )
+        except _ShadowStopped:
+            log.info("deployment %s: the agent stops during the shadow; the next start ends it", desired.id)
+            return
+        finally:
+            bundle.remove()
         if result.state == State.PROBATION:
             result = self._probation(result, desired)
         elif result.state == State.SUCCEEDED:
             self._on_switched(result)
         if result.state == State.SUCCEEDED:
             self._on_succeeded(result)
-        self._finish(desired, kind)
+        if result.error is None or result.error.code != ErrorCode.SUPERSEDED:
+            self._finish(desired, kind)  # a superseded one is not followed (as after a download)
 
     def _undo(self, desired: Desired, kind: Kind) -> None:
         """``on_halt: rollback``: undo the deployment of `desired` this device had taken."""
@@ -498,6 +555,67 @@ class Deployer:
             self._answer_rollbacks(result)
         return result
 
+    def _shadow(self, desired: Desired, record: Deployment, verified: Verified, plan: ShadowPlan) -> Deployment:
+        """Run the candidate beside the serving version and judge it (before the switch, in the
+        installer's `before_switch`): the record in SHADOW with its `shadow` result, or REJECTED."""
+        record = self._step(record, State.SHADOW)
+        share = self.config.deployments.shadow.sample_share
+        try:
+            if self._open_shadow is None:
+                raise BundleError(ErrorCode.SHADOW_UNAVAILABLE, "this agent serves no cameras: nothing to compare with")
+            session = self._open_shadow(verified.folder, share)
+        except BundleError as exc:
+            log.error("deployment %s rejected: %s", record.id, exc)
+            return self._step(record, State.REJECTED, exc)
+        labels = verified.manifest.labels
+        judge = ShadowJudge(plan, self._clock(), lambda i: labels[i] if 0 <= i < len(labels) else None)
+        published = self._clock()
+        try:
+            while True:
+                with self._lock:
+                    self._lock.wait(self.shadow_check_s)
+                    rollback_asked = bool(self._rollbacks)
+                if self._stop.is_set():
+                    raise _ShadowStopped
+                ended = self._shadow_ended(desired, rollback_asked)
+                if ended is not None:
+                    record = self._step(
+                        replace(record, shadow=judge.progress(session.reports(), self._clock())), State.REJECTED, ended
+                    )
+                    log.warning("deployment %s: %s", record.id, ended)
+                    if rollback_asked:
+                        self._answer_rollbacks(record)
+                    return record
+                now = self._clock()
+                result = judge.observe(session.reports(), now)
+                if result is not None:
+                    break
+                if now - published >= SHADOW_PROGRESS_S:
+                    published = now
+                    self._publish(replace(record, shadow=judge.progress(session.reports(), now)))
+        finally:
+            session.close()
+        failed = {name: n for name, n in session.failures().items() if n}
+        if failed:
+            said = ", ".join(f"{name}: {n}" for name, n in sorted(failed.items()))
+            result = replace(result, message=f"{result.message}; the candidate failed on frames ({said})")
+        record = replace(record, shadow=result)
+        log.info("deployment %s: shadow %s: %s", record.id, result.outcome, result.message)
+        if passes(result, plan.quiet):
+            self.store.record(record)  # the result kept with the record as it switches
+            return record
+        return self._step(record, State.REJECTED, BundleError(ErrorCode.SHADOW_DISAGREES, result.message))
+
+    def _shadow_ended(self, desired: Desired, rollback_asked: bool) -> BundleError | None:
+        """Why the shadow in progress ends before its judgement (None: it goes on)."""
+        if rollback_asked:
+            return BundleError(ErrorCode.CANCELLED, "cancelled by a rollback command during the shadow")
+        if self._halted.is_set():
+            return BundleError(ErrorCode.ROLLOUT_HALTED, f"the rollout of {desired.id} was halted during the shadow")
+        if self._cancel.is_set() and (successor := self._successor(desired)) is not None:
+            return BundleError(ErrorCode.SUPERSEDED, successor)
+        return None
+
     def _labels(self, sha: str) -> list[str]:
         """The labels of the installed version `sha` (none when its manifest cannot be read:
         the record then names classes by id)."""
@@ -522,9 +640,10 @@ class Deployer:
         """A deployment that ended without being followed was cut short by a crash (the record
         is final, `followed.json` not written yet). Retry it once if the crash came while
         verifying or installing (a power cut); never after a crash while activating or on
-        probation, where the new model itself may be what took the process down."""
+        probation or in its shadow, where the new model itself may be what took the process down."""
         interrupted = last.error is not None and last.error.code == ErrorCode.INTERRUPTED
-        return interrupted and last.state == State.REJECTED and last.attempt < 2
+        shadowed = any(state == State.SHADOW for state, _ in last.history)  # the candidate ran: it may be the cause
+        return interrupted and last.state == State.REJECTED and last.attempt < 2 and not shadowed
 
 
 def _halts_with_rollback(desired: Desired | None) -> bool:

@@ -40,8 +40,15 @@ from agent.bundles.record import (
     ShadowOutcome,
     ShadowRecord,
 )
+from agent.config.models import ShadowSection
+from agent.mqtt.quality_request import ShadowRequest
 from pipelines.detection_rates import Rates
 from pipelines.measure.comparison import AgreementReport
+
+#: the longest a shadow asked for by frames only runs, quiet or not, unless max_s says (seconds)
+FRAMES_ONLY_MAX_S = 600.0
+#: a quiet shadow is extended up to this many times its duration unless max_s says
+MAX_FACTOR = 4.0
 
 #: probation judges a camera once the new version inferred this many frames on it
 MIN_AFTER_FRAMES = 30
@@ -78,6 +85,32 @@ class ShadowPlan:
             raise ValueError("a shadow needs a duration or a frame count")
         if not 0 <= self.min_agreement <= 1:
             raise ValueError(f"min_agreement must be within 0..1, got {self.min_agreement}")
+
+
+def shadow_plan(request: ShadowRequest | None, section: ShadowSection) -> ShadowPlan | None:
+    """The shadow a deployment runs: the signed document's `request` over agent.yaml's `section`
+    (each key it leaves out), or None when neither asks for one. ``duration_s`` > 0 in agent.yaml
+    requires a shadow of at least that long on every deployment; ``max_s`` defaults to
+    `MAX_FACTOR` x the duration (`FRAMES_ONLY_MAX_S` for a shadow by frames only)."""
+    if request is None and section.duration_s <= 0:
+        return None
+    durations = [d for d in (request.duration_s if request else None, section.duration_s) if d]
+    duration = max(durations) if durations else None
+    frames = request.frames if request else None
+    max_s = (request.max_s if request else None) or section.max_s
+    if max_s is None:
+        max_s = MAX_FACTOR * duration if duration is not None else FRAMES_ONLY_MAX_S
+    return ShadowPlan(
+        duration_s=duration,
+        frames=frames,
+        max_s=max(max_s, duration or 0.0),
+        min_agreement=section.min_agreement
+        if request is None or request.min_agreement is None
+        else request.min_agreement,
+        mode=section.mode if request is None or request.mode is None else request.mode,
+        quiet=section.quiet if request is None or request.quiet is None else request.quiet,
+        min_detections=section.min_detections,
+    )
 
 
 def agreement_record(camera: str, report: AgreementReport, label: Label = _no_label) -> CameraAgreementRecord:
@@ -130,6 +163,15 @@ class ShadowJudge:
         least = self.plan.min_agreement
         message = f"the candidate agrees with the serving version (agreement {summary}; minimum {least:g})"
         return self._record("agrees", elapsed, message, cameras)
+
+    def progress(self, reports: Mapping[str, AgreementReport], now: float) -> ShadowRecord:
+        """The shadow while it runs (outcome ``running``): the numbers so far, for the record
+        published meanwhile."""
+        elapsed = now - self.start
+        cameras = tuple(agreement_record(name, r, self.label) for name, r in sorted(reports.items()))
+        frames = ", ".join(f"{c.camera}: {c.frames}" for c in cameras) or "no camera yet"
+        message = f"comparing for {elapsed:.0f} s (frames {frames})"
+        return self._record("running", elapsed, message, cameras)
 
     def _ran_its_course(self, reports: Mapping[str, AgreementReport], elapsed: float) -> bool:
         if elapsed >= self.plan.max_s:

@@ -30,6 +30,7 @@ from agent.mqtt.device_documents import DeploymentDocument, Unreadable
 from agent.mqtt.limits import fit_chunk_size, publish_packet_size
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import DEFAULT_CHUNK_SIZE, MAX_CHUNKS, ChunkIndex, Desired, Release, Topics
+from agent.mqtt.quality_request import QualityRequest, ShadowRequest
 
 
 def bundle_manifest(bundle: Path) -> Manifest:
@@ -54,6 +55,8 @@ def push(
     allow_downgrade: bool = False,
     staging: Staging | None = None,
     deployment_id: str | None = None,
+    shadow: ShadowRequest | None = None,
+    quality: QualityRequest | None = None,
     progress: Callable[[int], None] = lambda n: None,
     notice: Callable[[str], None] = lambda text: None,
     timeout: float = 600.0,
@@ -63,7 +66,8 @@ def push(
     signed by the operator's `key`; all retained, QoS 1. `chunk_size` (None: the default) is
     lowered to fit the broker's maximum packet size, and `notice` says so; `staging` makes it a
     staged rollout (a group only); `deployment_id` names the deployment (default: name, version
-    and a random suffix). `progress` gets the bytes acknowledged so far."""
+    and a random suffix); `shadow` and `quality` are signed with it (docs/quality.md).
+    `progress` gets the bytes acknowledged so far."""
     desired_topic = topics.target_desired(target)
     if staging is not None and not target.startswith("group:"):
         raise FleetError(f"a staged rollout (--waves) goes to a group, not to {target}")
@@ -102,6 +106,8 @@ def push(
         created=created.isoformat(),
         target=target,
         allow_downgrade=allow_downgrade,
+        shadow=shadow,
+        quality=quality,
     )
     now = time.time()
     if staging is not None:

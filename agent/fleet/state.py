@@ -122,7 +122,8 @@ def deployment_text(record: DeploymentDocument) -> str:
 
 def quality_text(record: DeploymentDocument) -> str | None:
     """What the version was judged to see, the worst camera's number against its threshold:
-    ``shadow agrees 0.91``, ``shadow disagrees 0.31<0.8 (gate)``, ``shadow quiet``, then
+    ``shadow agrees 0.91``, ``shadow disagrees 0.31<0.8 (report)``, ``shadow quiet``, ``shadow
+    running 0.93 so far`` (a shadow in progress), then
     ``probation kept 0.97``, ``probation blind 0.05<0.5``; None before either judged it."""
     parts = []
     if (shadow := record.shadow) is not None:
@@ -130,6 +131,7 @@ def quality_text(record: DeploymentDocument) -> str | None:
         text = f"shadow {shadow.outcome}"
         if least is not None and shadow.outcome != "quiet":
             text += f" {least:.2f}" + (f"<{shadow.min_agreement:g}" if least < shadow.min_agreement else "")
+        text += " so far" if shadow.outcome == "running" else ""
         parts.append(text + (" (report)" if shadow.mode == "report" else ""))
     if (quality := record.quality) is not None:
         least = min((c.ratio for c in quality.cameras if c.ratio is not None), default=None)

@@ -37,8 +37,8 @@ from pydantic import (
     model_validator,
 )
 
-from agent.bundles.record import CameraAgreementRecord as CameraAgreementRecord  # likewise, ShadowRecord's
-from agent.bundles.record import CameraRateRecord as CameraRateRecord  # likewise, QualityRecord's
+from agent.bundles.record import CameraAgreementRecord as CameraAgreementRecord  # likewise, for ShadowRecord
+from agent.bundles.record import CameraRateRecord as CameraRateRecord  # likewise, for QualityRecord
 from agent.bundles.record import ClassAgreementRecord as ClassAgreementRecord  # likewise
 from agent.bundles.record import ClassRateRecord as ClassRateRecord  # likewise
 from agent.bundles.record import QualityRecord, ShadowRecord, State, TuningRecord
@@ -289,8 +289,9 @@ def _most(classes: tuple[_C, ...], seen: Callable[[_C], float]) -> tuple[_C, ...
 
 class DeploymentDocument(DeviceDocument):
     """``<root>/<device>/deployment`` (retained): the deployment record (agent/bundles/record.py)
-    with the download's `progress` (absent when there was none), and the shadow's and probation's
-    quality results (absent until there are; at most `MAX_CLASSES` classes per camera)."""
+    with the download's `progress` (absent when there was none), its shadow's result or, while it
+    runs, its numbers so far (`shadow`), and probation's quality check (`quality`): at most
+    `MAX_CLASSES` classes per camera."""
 
     id: str
     sha256: str

@@ -54,8 +54,10 @@ from agent.serving.camera_filter import Locate, camera_filter, dotted, in_force
 from agent.serving.classifying import ClassifyingStage
 from agent.serving.engine_builder import EngineBuilder
 from agent.serving.loader import Loaded, open_classifier, open_detector
+from agent.serving.shadow import ShadowCamera, ShadowSession, one_thread
 from agent.snapshot import EngineStatus, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
+from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import CameraDetector, FrameDetector
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
 from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
@@ -405,6 +407,45 @@ class Cameras:
             version = self._wanted
         if version is not None:
             self.activate(version)
+
+    def shadow(self, version: Path, share: float) -> ShadowSession:
+        """Run `version` (an installed bundle folder) beside the serving version on every running
+        camera at `share` of the time (`agent.serving.shadow`), each camera's own thresholds
+        resolved against its manifest. Raises `BundleError` ``SHADOW_UNAVAILABLE`` when no camera
+        serves (none configured, none active yet, or halted by the governor) or the candidate
+        does not load here."""
+        with self._lock:
+            running = [
+                (i, s, self._pipelines[s.name]) for i, s in enumerate(self.sections) if s.name in self._pipelines
+            ]
+        if not running:
+            raise BundleError(
+                ErrorCode.SHADOW_UNAVAILABLE,
+                "no camera is serving here (none configured, no version active, or halted by the governor): "
+                "a shadow has nothing to compare the candidate with",
+            )
+        settings = one_thread(self.settings)
+        try:
+            loaded = open_detector(version, self.board, self.preference, 1, settings, None, self.lighter)
+        except (BundleError, DecoderError) as exc:
+            message = exc.message if isinstance(exc, BundleError) else str(exc)
+            raise BundleError(
+                ErrorCode.SHADOW_UNAVAILABLE, f"the candidate cannot be loaded beside the serving version: {message}"
+            ) from exc
+        cameras = {
+            section.name: ShadowCamera(
+                pipeline,
+                CameraDetector(
+                    loaded.detector, camera_filter(i, section, loaded.manifest, self._locate).detection_filter
+                ),
+            )
+            for i, section, pipeline in running
+        }
+        manifest = loaded.manifest
+        log.info(
+            "shadow: %s %s beside the serving version on %d camera(s)", manifest.name, manifest.version, len(cameras)
+        )
+        return ShadowSession(loaded.detector, cameras, share).start()
 
     def labels(self) -> list[str]:
         """The serving version's class names, by class id (none while nothing is served)."""

@@ -1,5 +1,5 @@
 """End to end: staged rollouts over a real mosquitto (an injected clock): waves in order, a halt past the
-failure limit, resume."""
+failure limit, resume; a halt on quality (issue 38: the shadow rejects a blind version)."""
 
 from __future__ import annotations
 
@@ -269,7 +269,6 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
     assert all(watcher.json(f"edge/{d}/deployment")["attempt"] == 2 for d in first), "taken again after the halt"
 
 
-@pytest.mark.skip(reason="needs the shadow (issue 38 item 1): fleet push --shadow and the deployer's shadow")
 def test_a_rollout_whose_busy_devices_fail_on_quality_halts_and_rolls_back_who_took_it(
     capsys, tmp_path: Path, broker: Broker, watcher: Watcher, fleets, keys: dict[str, Path]
 ) -> None:

@@ -1,13 +1,15 @@
 """`edge-agent fleet status`: the table and `--json` from the devices' retained documents; a
-document that cannot be read is shown as unreadable and named on stderr with why."""
+document that cannot be read is shown as unreadable and named on stderr with why. `fleet push`'s
+quality options: refused naming the flag, signed into the desired document."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from testkit.broker import Broker
-from testkit.fleet import cli, publish_raw
+from testkit.broker import Broker, Watcher
+from testkit.fleet import cli, publish_raw, push
 from testkit.quality_records import quality, shadow
 from testkit.snapshots import snapshot
 
@@ -129,3 +131,62 @@ def test_fleet_snapshot_names_the_camera_with_camera_and_keeps_pipeline_as_a_hid
         parser.parse_args(["fleet", "snapshot", "--help"])
     shown = capsys.readouterr().out
     assert "--camera" in shown and "--pipeline" not in shown
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (
+            ["--shadow", "20s", "--min-agreement", "1.5"],
+            "argument --min-agreement: expected a number within 0..1, got 1.5",
+        ),
+        (["--shadow", "0"], "argument --shadow: duration '0' must be above 0"),
+        (["--shadow", "20s", "--shadow-max", "2d"], "argument --shadow-max: duration '2d' must be above 0"),
+        (["--min-detection-ratio", "-0.1"], "argument --min-detection-ratio: expected a number within 0..1, got -0.1"),
+        (["--shadow", "20s", "--shadow-mode", "strict"], "argument --shadow-mode: invalid choice: 'strict'"),
+        (["--shadow", "20s", "--shadow-frames", "0"], "argument --shadow-frames: 0 frames is outside"),
+    ],
+)
+def test_fleet_push_refuses_bad_quality_options_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], bundles: dict[str, Path], flags: list[str], refusal: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["fleet", "push", str(bundles["v1"]), "--target", "device:d", "--broker", "mqtt://127.0.0.1:1", *flags])
+    assert exited.value.code == 2 and refusal in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (["--shadow-mode", "report"], "--shadow-mode shapes a shadow: add --shadow DURATION"),
+        (["--min-agreement", "0.9"], "--min-agreement shapes a shadow"),
+        (["--shadow", "1m", "--shadow-max", "30s"], "--shadow-max: max_s (30) is shorter than duration_s (60)"),
+    ],
+)
+def test_fleet_push_refuses_a_shadow_option_without_a_shadow(
+    capsys: pytest.CaptureFixture[str], bundles: dict[str, Path], flags: list[str], refusal: str
+) -> None:
+    status, out = cli(
+        capsys, "fleet", "push", str(bundles["v1"]), "--target", "device:d", "--broker", "mqtt://127.0.0.1:1", *flags
+    )
+    assert status == 1 and refusal in out and "Traceback" not in out, out
+
+
+def test_fleet_push_signs_the_shadow_and_the_quality_threshold(
+    capsys: pytest.CaptureFixture[str], broker: Broker, watcher: Watcher, bundles: dict[str, Path], operator_key: Path
+) -> None:
+    flags = ("--shadow", "2m", "--shadow-frames", "900", "--min-agreement", "0.85", "--shadow-mode", "report")
+    deployment = push(
+        capsys, broker, bundles["v1"], "device:d", *flags, "--shadow-quiet", "fail", "--min-detection-ratio", "0.6"
+    )
+    document = watcher.wait_json("edge/d/desired", lambda d: d["id"] == deployment, 30)
+    assert document["shadow"] == {
+        "duration_s": 120.0,
+        "frames": 900,
+        "min_agreement": 0.85,
+        "mode": "report",
+        "quiet": "fail",
+    }
+    assert document["quality"] == {"min_ratio": 0.6} and "signature" in document
+    plain = push(capsys, broker, bundles["v1"], "device:d")
+    assert watcher.wait_json("edge/d/desired", lambda d: d["id"] == plain, 30).get("shadow") is None

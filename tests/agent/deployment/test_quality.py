@@ -6,7 +6,17 @@ from types import MappingProxyType
 
 import pytest
 
-from agent.deployment.quality import MIN_AFTER_FRAMES, ShadowJudge, ShadowPlan, judge_rates, passes
+from agent.config.models import ShadowSection
+from agent.deployment.quality import (
+    FRAMES_ONLY_MAX_S,
+    MIN_AFTER_FRAMES,
+    ShadowJudge,
+    ShadowPlan,
+    judge_rates,
+    passes,
+    shadow_plan,
+)
+from agent.mqtt.quality_request import ShadowRequest
 from pipelines.detection_rates import ClassRate, Rates
 from pipelines.measure.comparison import AgreementReport, ClassAgreement
 
@@ -128,3 +138,29 @@ def test_too_few_frames_since_the_swap_judge_nothing() -> None:
     record = judge_rates(BEFORE, {"door": rates(MIN_AFTER_FRAMES - 1)}, min_ratio=0.5, min_before=30)
     assert record.outcome == "quiet"
     assert judge_rates(BEFORE, {"door": rates(MIN_AFTER_FRAMES)}, min_ratio=0.5, min_before=30).outcome == "blind"
+
+
+@pytest.mark.parametrize(
+    ("request_", "section", "expected"),
+    [
+        (None, {}, None),  # neither asks: no shadow
+        ({"duration_s": 20}, {}, (20, None, 80, 0.8, "gate", "pass")),  # max 4 x duration, agent.yaml's defaults
+        (
+            {"duration_s": 20, "max_s": 30, "min_agreement": 0.9, "mode": "report", "quiet": "fail"},
+            {"min_agreement": 0.5},
+            (20, None, 30, 0.9, "report", "fail"),  # the signed document wins key by key
+        ),
+        (None, {"duration_s": 60, "mode": "report"}, (60, None, 240, 0.8, "report", "pass")),  # agent.yaml requires it
+        ({"duration_s": 10}, {"duration_s": 60}, (60, None, 240, 0.8, "gate", "pass")),  # at least agent.yaml's
+        ({"frames": 500}, {}, (None, 500, FRAMES_ONLY_MAX_S, 0.8, "gate", "pass")),
+        ({"duration_s": 20}, {"max_s": 10}, (20, None, 20, 0.8, "gate", "pass")),  # max never below the duration
+    ],
+)
+def test_the_shadow_plan_is_the_signed_request_over_agent_yaml(
+    request_: dict[str, object] | None, section: dict[str, object], expected: tuple[object, ...] | None
+) -> None:
+    plan = shadow_plan(ShadowRequest.model_validate(request_) if request_ else None, ShadowSection(**section))
+    got = (
+        None if plan is None else (plan.duration_s, plan.frames, plan.max_s, plan.min_agreement, plan.mode, plan.quiet)
+    )
+    assert got == expected

@@ -138,6 +138,7 @@ SHADOW_OF_TWO = (shadow_camera("cam0", 0.95), shadow_camera("door", 0.31))
         ({"shadow": shadow("disagrees", cameras=SHADOW_OF_TWO)}, "shadow disagrees 0.31<0.8"),
         ({"shadow": shadow("disagrees", cameras=SHADOW_OF_TWO, mode="report")}, "shadow disagrees 0.31<0.8 (report)"),
         ({"shadow": shadow("quiet")}, "shadow quiet"),
+        ({"shadow": shadow("running")}, "shadow running 0.91 so far"),
         ({"shadow": shadow("agrees", cameras=())}, "shadow agrees"),
         ({"quality": quality("kept")}, "probation kept 0.97"),
         ({"quality": quality("blind", cameras=(rate_camera("cam0", 0.05), rate_camera("door", None)))},

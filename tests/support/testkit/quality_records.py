@@ -49,6 +49,7 @@ def shadow(outcome: str = "agrees", **changes: Any) -> ShadowRecord:
         "agrees": "the candidate agrees with the serving version (agreement cam0 0.95, door 0.91; minimum 0.8)",
         "disagrees": "camera cam0: agreement 0.31 < 0.8 (precision 0.90, recall 0.19 against the serving version)",
         "quiet": "too few detections to compare in 600 s",
+        "running": "comparing for 20 s of 300 s",
     }[outcome]
     record = ShadowRecord(outcome, "gate", 0.8, 300.0, message, cameras)  # type: ignore[arg-type]
     return dataclasses.replace(record, **changes)

@@ -1,0 +1,201 @@
+"""The shadow: a candidate version run beside the serving one on the cameras' live frames, before
+it switches (docs/quality.md). `Cameras.shadow` opens a `ShadowSession`; the deployer reads its
+`reports()` and judges them (`agent.deployment.quality.ShadowJudge`), then `close`s it.
+
+- **What runs**: the candidate loaded once (`agent.serving.loader.open_detector`, one call at a
+  time, its threads limited by `one_thread`: ONNX Runtime's intra- and inter-op threads 1, no
+  spinning; OpenVINO's and LiteRT's threads 1), each camera's own detection filter resolved
+  against the candidate's manifest (`agent.serving.camera_filter`), so both versions keep
+  detections on the same terms as the serving camera does.
+- **Frames**: a sink on each camera's `Pipeline` offers every (frame, serving detections) it
+  delivers; while the session is ready the newest one per camera is kept, while it infers or
+  rests every offer is skipped (counted, never queued). One `pipelines.worker.Worker` thread
+  (``shadow``) takes the pending camera served least lately, infers it and feeds that camera's
+  `pipelines.measure.comparison.Agreement`.
+- **CPU share**: after an inference of t seconds the thread rests t * (1/share - 1) (`rest_s`),
+  so the candidate spends at most `share` of one core's time; at the default 0.1 the serving
+  cameras keep >= 0.9 of their FPS.
+- **Latency**: the candidate's per frame (prepare, infer, decode) is in each report; the
+  serving version's is left None: a sink gets a frame and its detections, not their latency
+  (the serving latency is on the status page's camera card).
+- **Failures**: a candidate inference that raises counts for that camera as a frame on which
+  the candidate found nothing (its recall falls, so a broken candidate disagrees rather than
+  passing as quiet), is counted in `failures()` and logged once per camera; the thread goes on.
+
+Threads: the sinks run on the cameras' inference threads, the worker on its own; `reports`,
+`failures` and `close` may be called from any thread (one lock around the pending frames and
+the agreements).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pipelines.decoding.detections import Detections
+from pipelines.decoding.detector import CameraDetector, Detector
+from pipelines.measure.comparison import Agreement, AgreementReport
+from pipelines.pipeline import Pipeline, Sink
+from pipelines.sources.frames import Frame
+from pipelines.worker import DONE, Worker
+from runtimes.registry import RuntimeSettings
+
+log = logging.getLogger(__name__)
+
+#: the shadow thread's idle wait when no frame is pending (a sink wakes it sooner)
+IDLE_S = 1.0
+#: how long `close` waits for the thread to end (seconds)
+STOP_S = 10.0
+#: the settings keys, across backends, of the threads one inference call may use
+THREAD_KEYS = ("intra_op_threads", "inter_op_threads", "num_threads", "threads")
+
+
+def one_thread(settings: RuntimeSettings, threads: int = 1) -> RuntimeSettings:
+    """`settings` with every backend's threads per call set to `threads` (and ONNX Runtime's
+    spinning off), so the candidate does not take the serving cameras' cores."""
+    for config in settings.configs:
+        fields = type(config).model_fields
+        update: dict[str, object] = {key: threads for key in THREAD_KEYS if key in fields}
+        if "spinning" in fields:
+            update["spinning"] = False
+        if update:
+            settings = settings.replace(config.model_copy(update=update))
+    return settings
+
+
+def rest_s(took_s: float, share: float) -> float:
+    """The rest after an inference of `took_s` seconds that keeps the candidate to `share` of
+    the time (0 < share <= 1)."""
+    return took_s * (1 / share - 1)
+
+
+@dataclass(frozen=True)
+class ShadowCamera:
+    """One camera the shadow watches: its pipeline and the candidate kept by its filter."""
+
+    pipeline: Pipeline
+    candidate: CameraDetector
+
+
+class ShadowSession:
+    """The candidate `detector` on `cameras` (name -> `ShadowCamera`, each holding the same
+    detector) at `share` of the time; `clock` times the candidate (monotonic seconds). `start`
+    attaches the sinks and starts the thread; `close` undoes both and closes the detector."""
+
+    def __init__(
+        self,
+        detector: Detector,
+        cameras: Mapping[str, ShadowCamera],
+        share: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"share must be within (0, 1], got {share}")
+        self.detector, self.cameras, self.share, self._clock = detector, dict(cameras), share, clock
+        self._lock = threading.Lock()
+        self._agreements = {name: Agreement() for name in self.cameras}
+        self._failures = dict.fromkeys(self.cameras, 0)
+        self._pending: dict[str, tuple[Frame, Detections]] = {}
+        self._served_at = dict.fromkeys(self.cameras, 0)  # turn at which each camera was last inferred
+        self._turns = 0
+        self._ready = True  # False while inferring or resting: offers are skipped
+        self.skipped = 0  # frames offered while busy or resting
+        self._sinks: dict[str, Sink] = {}
+        self._worker = Worker("shadow", self._turn, described="the shadow (a candidate version)", budget_s=None)
+        self._closed = False
+
+    # -- life ----------------------------------------------------------------------------------
+
+    def start(self) -> ShadowSession:
+        for name, camera in self.cameras.items():
+            sink = self._sink(name)
+            self._sinks[name] = sink
+            camera.pipeline.add_sink(sink)
+        self._worker.start()
+        return self
+
+    def close(self) -> None:
+        """Remove the sinks, stop the thread (within `STOP_S`), close the candidate. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for name, sink in self._sinks.items():
+            self.cameras[name].pipeline.remove_sink(sink)
+        stopped = self._worker.stop(STOP_S)
+        if stopped:  # a thread still inferring keeps its runtime; it is reported by the worker
+            self.detector.close()
+
+    # -- what it found (any thread) ------------------------------------------------------------
+
+    def reports(self) -> dict[str, AgreementReport]:
+        """Each camera's comparison so far."""
+        with self._lock:
+            return {name: agreement.report() for name, agreement in self._agreements.items()}
+
+    def failures(self) -> dict[str, int]:
+        """Each camera's candidate inferences that raised so far."""
+        with self._lock:
+            return dict(self._failures)
+
+    # -- the sinks (the cameras' inference threads) --------------------------------------------
+
+    def _sink(self, name: str) -> Sink:
+        def offer(frame: Frame, detections: Detections) -> None:
+            with self._lock:
+                if not self._ready:
+                    self.skipped += 1
+                    return
+                if name in self._pending:
+                    self.skipped += 1  # replaced by the newer frame before the thread took it
+                self._pending[name] = (frame, detections)
+            self._worker.wake()
+
+        return offer
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def _take(self) -> tuple[str, Frame, Detections] | None:
+        """The pending frame of the camera served least lately (the others' are skipped)."""
+        with self._lock:
+            if not self._ready:  # the rest is over
+                self._ready = True
+                return None
+            if not self._pending:
+                return None
+            name = min(self._pending, key=lambda n: self._served_at[n])
+            frame, serving = self._pending.pop(name)
+            self.skipped += len(self._pending)
+            self._pending.clear()
+            self._ready = False
+            self._turns += 1
+            self._served_at[name] = self._turns
+            return name, frame, serving
+
+    def _turn(self) -> float | None:
+        if self._worker.stopping.is_set():
+            return DONE
+        taken = self._take()
+        if taken is None:
+            return 0.0 if self._ready and self._pending else IDLE_S
+        name, frame, serving = taken
+        model = self.cameras[name].candidate
+        start = self._clock()
+        try:
+            tensor, transform = model.prepare(frame.image)
+            candidate: Detections | None = model.postprocess(model.infer(tensor), transform)
+        except Exception:
+            candidate = None
+            with self._lock:
+                self._failures[name] += 1
+                first = self._failures[name] == 1
+            if first:
+                log.exception("shadow: the candidate failed on camera %s (counted; further failures not logged)", name)
+        took = self._clock() - start
+        with self._lock:
+            self._agreements[name].add(
+                serving, Detections.empty() if candidate is None else candidate, None, took * 1000
+            )
+        return rest_s(took, self.share)
