@@ -103,7 +103,7 @@ def test_the_shadow_and_probation_quality_per_camera_and_their_outcomes() -> Non
     assert got[("edge_agent_shadow_min_agreement", ())] == 0.8
     shadow_outcome = {dict(labels)["edge_agent_shadow_outcome"]: value for (name, labels), value in got.items()
                       if name == "edge_agent_shadow_outcome"}  # fmt: skip
-    assert shadow_outcome == {"agrees": 1, "disagrees": 0, "quiet": 0}
+    assert shadow_outcome == {"running": 0, "agrees": 1, "disagrees": 0, "quiet": 0}
     assert got[("edge_agent_probation_quality_ratio", cam0)] == 0.05
     assert ("edge_agent_probation_quality_ratio", door) not in got, "a quiet camera was not judged: no value"
     assert got[("edge_agent_probation_quality_min_ratio", ())] == 0.5
