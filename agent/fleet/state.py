@@ -123,8 +123,8 @@ def deployment_text(record: DeploymentDocument) -> str:
 def quality_text(record: DeploymentDocument) -> str | None:
     """What the version was judged to see, the worst camera's number against its threshold:
     ``shadow agrees 0.91``, ``shadow disagrees 0.31<0.8 (report)``, ``shadow quiet``, ``shadow
-    running 0.93 so far`` (a shadow in progress), then
-    ``probation kept 0.97``, ``probation blind 0.05<0.5``; None before either judged it."""
+    running 0.93 so far`` (a shadow in progress), then ``probation kept 0.97``, ``probation
+    blind 0.05<0.5``; None before either judged it."""
     parts = []
     if (shadow := record.shadow) is not None:
         least = min((c.agreement for c in shadow.cameras), default=None)
