@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from agent.bundles.record import State
+from agent.bundles.record import QualityRecord, ShadowRecord, State
 from agent.bundles.store import VersionInfo
 from agent.errors import ErrorInfo
 from agent.governor.levels import Decision
@@ -92,7 +92,9 @@ class Serving:
 @dataclass(frozen=True)
 class DeploymentStatus:
     """The last deployment (or rollback) on this device: its state, its error (code and message
-    a technician can act on) and, while it downloads, its progress."""
+    a technician can act on), while it downloads, its progress, and what the shadow (before the
+    switch) and probation's quality check (after it) judged the version to see, as the
+    deployment document carries them (at most 20 classes per camera)."""
 
     id: str
     name: str | None
@@ -102,6 +104,8 @@ class DeploymentStatus:
     error: ErrorInfo | None
     attempt: int
     progress: DownloadProgress | None = None
+    shadow: ShadowRecord | None = None
+    quality: QualityRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -264,7 +268,13 @@ class AgentSnapshot:
 
     def to_json(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (the status page's ``/api/status``)."""
-        document = dataclasses.asdict(self)
+        # each camera's rates hold their classes in a read-only mapping, which `asdict`'s deep
+        # copy cannot take: the same numbers in a dict
+        cameras = tuple(
+            dataclasses.replace(c, rates=dataclasses.replace(c.rates, classes=dict(c.rates.classes)))
+            for c in self.cameras
+        )
+        document = dataclasses.asdict(dataclasses.replace(self, cameras=cameras))
         document["sensors"] = self.sensors.to_json() if self.sensors else None
         document["governor"] = self.governor.to_json() if self.governor else None
         document["fps"] = self.fps

@@ -273,13 +273,16 @@ class CameraRateRecord:
     classes: tuple[ClassRateRecord, ...] = ()
 
 
+QualityOutcome = Literal["kept", "blind", "quiet"]
+
+
 @dataclass(frozen=True)
 class QualityRecord:
     """What probation's quality check found: ``kept`` (the new version sees what the previous
     one saw), ``blind`` (it does not: PROBATION_BLIND) or ``quiet`` (too little seen before the
     swap to judge), the signed fraction it held the new version to, each camera, and why."""
 
-    outcome: Literal["kept", "blind", "quiet"]
+    outcome: QualityOutcome
     min_ratio: float
     message: str
     cameras: tuple[CameraRateRecord, ...] = ()

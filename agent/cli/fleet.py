@@ -445,7 +445,7 @@ def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> i
     if not rows:
         print(f"no device has reported on {args.broker} under {topics.root}/")
         return 0
-    columns = ("device", "state", "group", "bundle", "deployment", "wave", "fps", "temperature_c")
+    columns = ("device", "state", "group", "bundle", "deployment", "quality", "wave", "fps", "temperature_c")
     cells = [[("-" if (value := getattr(row, c)) is None else str(value)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))

@@ -197,6 +197,11 @@ def print_tally(current: Tally) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
     if current.failed_devices:
         print(f"failed: {', '.join(current.failed_devices)}")
+    if current.quality:
+        print("quality (shadow before the switch, probation after; the worst camera against its minimum):")
+        width = max(len(device) for device, _ in current.quality)
+        for device, judged in current.quality:
+            print(f"  {device.ljust(width)}  {judged}")
     if current.unreadable:
         print(f"unreadable deployment records (not counted as started): {', '.join(current.unreadable)}")
     if current.ignored:

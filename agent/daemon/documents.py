@@ -31,6 +31,8 @@ from agent.mqtt.device_documents import (
     StatusDocument,
     SystemTelemetry,
     TelemetryDocument,
+    bounded_quality,
+    bounded_shadow,
 )
 from agent.mqtt.protocol import json_payload
 from agent.snapshot import AgentSnapshot
@@ -100,8 +102,8 @@ def deployment_document(deployment: Deployment, progress: DownloadProgress | Non
         history=tuple(HistoryEntry(state=state, ts=ts) for state, ts in deployment.history),
         tuning=deployment.tuning,
         progress=progress,
-        shadow=deployment.shadow,
-        quality=deployment.quality,
+        shadow=bounded_shadow(deployment.shadow),
+        quality=bounded_quality(deployment.quality),
     )
 
 

@@ -58,7 +58,7 @@ from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
 from agent.mqtt.commands import ROLLBACK_WAIT_S
 from agent.mqtt.control import ControlGate, ControlRefused, Kind
-from agent.mqtt.device_documents import DownloadProgress
+from agent.mqtt.device_documents import DownloadProgress, bounded_quality, bounded_shadow
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import Desired, ProtocolError, Topics
 from agent.snapshot import DeploymentStatus, RolloutPosition
@@ -663,4 +663,6 @@ def deployment_status(deployment: Deployment, progress: DownloadProgress | None 
         error=deployment.error,
         attempt=deployment.attempt,
         progress=progress,
+        shadow=bounded_shadow(deployment.shadow),
+        quality=bounded_quality(deployment.quality),
     )

@@ -35,6 +35,7 @@ from agent.bundles.record import FINAL_STATES, State
 from agent.errors import ErrorCode
 from agent.fleet.acl import parse_devices
 from agent.fleet.client import FleetError, collect, publish_retained, wait_acked
+from agent.fleet.state import quality_text
 from agent.mqtt.control import sign
 from agent.mqtt.device_documents import DeploymentDocument, StatusDocument, Unreadable
 from agent.mqtt.link import Message, MqttLink
@@ -100,6 +101,7 @@ class Tally:
     failed_devices: tuple[str, ...]
     unreadable: tuple[str, ...] = ()  # members whose deployment record cannot be read (not started)
     ignored: tuple[str, ...] = ()  # devices that reported but are not the group's in the fleet list
+    quality: tuple[tuple[str, str], ...] = ()  # (device, what its shadow and probation judged) for each judged
 
     @property
     def exceeded(self) -> bool:
@@ -174,7 +176,7 @@ def tally(
     rows: list[dict[str, int]] = [
         dict.fromkeys(("devices", "started", "succeeded", "failed", "running"), 0) for _ in rollout.waves
     ]
-    failed_devices = []
+    failed_devices, judged = [], []
     for device in sorted(devices):
         row = rows[rollout.wave_of(desired.id, device)]
         row["devices"] += 1
@@ -182,6 +184,8 @@ def tally(
         if record is None:
             continue
         row["started"] += 1
+        if (judgement := quality_text(record)) is not None:
+            judged.append((device, judgement))
         if record.state == State.SUCCEEDED:
             row["succeeded"] += 1
         elif is_failure(record):
@@ -206,6 +210,7 @@ def tally(
         failed_devices=tuple(failed_devices),
         unreadable=tuple(sorted((set(unreadable) & devices) - set(records))),
         ignored=tuple(sorted(ignored)),
+        quality=tuple(judged),
     )
 
 

@@ -66,6 +66,7 @@ class StatusRow:
     wave: str | None
     fps: float | None
     temperature_c: float | None
+    quality: str | None = None
 
 
 def fleet_state(link: MqttLink, topics: Topics, wait: float = 2.0) -> dict[str, DeviceReports]:
@@ -119,6 +120,28 @@ def deployment_text(record: DeploymentDocument) -> str:
     return f"{text} ({record.error.code})" if record.error else text
 
 
+def quality_text(record: DeploymentDocument) -> str | None:
+    """What the version was judged to see, the worst camera's number against its threshold:
+    ``shadow agrees 0.91``, ``shadow disagrees 0.31<0.8 (report)``, ``shadow quiet``, ``shadow
+    running 0.93 so far`` (a shadow in progress), then ``probation kept 0.97``, ``probation
+    blind 0.05<0.5``; None before either judged it."""
+    parts = []
+    if (shadow := record.shadow) is not None:
+        least = min((c.agreement for c in shadow.cameras), default=None)
+        text = f"shadow {shadow.outcome}"
+        if least is not None and shadow.outcome != "quiet":
+            text += f" {least:.2f}" + (f"<{shadow.min_agreement:g}" if least < shadow.min_agreement else "")
+        text += " so far" if shadow.outcome == "running" else ""
+        parts.append(text + (" (report)" if shadow.mode == "report" else ""))
+    if (quality := record.quality) is not None:
+        least = min((c.ratio for c in quality.cameras if c.ratio is not None), default=None)
+        text = f"probation {quality.outcome}"
+        if least is not None:
+            text += f" {least:.2f}" + (f"<{quality.min_ratio:g}" if least < quality.min_ratio else "")
+        parts.append(text)
+    return "; ".join(parts) or None
+
+
 def status_rows(
     devices: Mapping[str, DeviceReports], rollouts: Mapping[str, Desired] | None = None, now: float | None = None
 ) -> list[StatusRow]:
@@ -149,6 +172,7 @@ def status_rows(
                 wave=wave_text(rollouts[group], device, now) if group is not None and group in rollouts else None,
                 fps=fps,
                 temperature_c=status.temperature_c if status else None,
+                quality=quality_text(record) if record else None,
             )
         )
     return rows

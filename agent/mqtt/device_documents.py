@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
@@ -245,10 +246,52 @@ class HistoryEntry(_Part):
     ts: float
 
 
+#: the classes a camera of a shadow or of probation's quality check carries in the document: the
+#: ones with most detections (a model may have a thousand; the record on the device keeps them all)
+MAX_CLASSES = 20
+#: the characters of a shadow's or quality check's message the document carries
+MAX_MESSAGE = 1000
+
+
+def _cut(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+
+
+def bounded_shadow(record: ShadowRecord | None) -> ShadowRecord | None:
+    """The shadow's result as the document carries it: each camera's `MAX_CLASSES` classes with
+    most detections of either version (in class order), the message cut at `MAX_MESSAGE`."""
+    if record is None:
+        return None
+    cameras = tuple(replace(c, classes=_most(c.classes, lambda k: k.serving + k.candidate)) for c in record.cameras)
+    return replace(record, message=_cut(record.message), cameras=cameras)
+
+
+def bounded_quality(record: QualityRecord | None) -> QualityRecord | None:
+    """Probation's quality result as the document carries it: each camera's `MAX_CLASSES`
+    classes seen most often by either version (in class order), the message cut at `MAX_MESSAGE`."""
+    if record is None:
+        return None
+    cameras = tuple(
+        replace(c, classes=_most(c.classes, lambda k: k.before_per_min + k.after_per_min)) for c in record.cameras
+    )
+    return replace(record, message=_cut(record.message), cameras=cameras)
+
+
+_C = TypeVar("_C", ClassAgreementRecord, ClassRateRecord)
+
+
+def _most(classes: tuple[_C, ...], seen: Callable[[_C], float]) -> tuple[_C, ...]:
+    if len(classes) <= MAX_CLASSES:
+        return classes
+    kept = sorted(classes, key=lambda k: (-seen(k), k.class_id))[:MAX_CLASSES]
+    return tuple(sorted(kept, key=lambda k: k.class_id))
+
+
 class DeploymentDocument(DeviceDocument):
     """``<root>/<device>/deployment`` (retained): the deployment record (agent/bundles/record.py)
     with the download's `progress` (absent when there was none), its shadow's result or, while it
-    runs, its numbers so far (`shadow`), and probation's quality check (`quality`)."""
+    runs, its numbers so far (`shadow`), and probation's quality check (`quality`): at most
+    `MAX_CLASSES` classes per camera."""
 
     id: str
     sha256: str

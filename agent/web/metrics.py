@@ -9,6 +9,7 @@ for counters, one ``camera`` label per camera. The full list is in docs/status-p
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import get_args
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -18,7 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agent.bundles.record import State
+from agent.bundles.record import QualityOutcome, ShadowOutcome, State
 from agent.governor.levels import BatteryLevel, ThermalLevel
 from agent.snapshot import AgentSnapshot, Health
 
@@ -66,6 +67,7 @@ class SnapshotCollector(Collector):
             "The state of the last deployment or rollback.",
             value={member.value: member.value == state for member in State},
         )
+        yield from self._quality(s)
         yield CounterMetricFamily("edge_agent_events_published", "Object events published.", s.events.published)
         if s.media is not None:
             yield GaugeMetricFamily("edge_agent_media_bytes", "Event snapshots kept on disk.", s.media.bytes)
@@ -90,6 +92,53 @@ class SnapshotCollector(Collector):
             s.events.classify_dropped,
         )
         yield from self._analytics(s)
+
+    def _quality(self, s: AgentSnapshot) -> Iterator[Metric]:
+        """What the last deployment's shadow and probation quality check judged (docs/quality.md),
+        while the record carries them; a ratio not judged (a quiet camera) is left out."""
+        shadow = s.deployment.shadow if s.deployment else None
+        if shadow is not None:
+            yield StateSetMetricFamily(
+                "edge_agent_shadow_outcome",
+                "The last shadow's outcome (the candidate against the serving version, before the switch).",
+                value={outcome: outcome == shadow.outcome for outcome in get_args(ShadowOutcome)},
+            )
+            yield GaugeMetricFamily(
+                "edge_agent_shadow_min_agreement", "The agreement the last shadow held the candidate to.",
+                shadow.min_agreement,
+            )  # fmt: skip
+            agreement = GaugeMetricFamily(
+                "edge_agent_shadow_agreement",
+                "The last shadow's agreement (F1 of the candidate against the serving version).",
+                labels=["camera"],
+            )
+            frames = GaugeMetricFamily(
+                "edge_agent_shadow_frames", "Frames the last shadow compared.", labels=["camera"]
+            )
+            for camera in shadow.cameras:
+                agreement.add_metric([camera.camera], camera.agreement)
+                frames.add_metric([camera.camera], camera.frames)
+            yield from (agreement, frames)
+        quality = s.deployment.quality if s.deployment else None
+        if quality is not None:
+            yield StateSetMetricFamily(
+                "edge_agent_probation_quality_outcome",
+                "The last probation's quality outcome (the new version against the previous, after the switch).",
+                value={outcome: outcome == quality.outcome for outcome in get_args(QualityOutcome)},
+            )
+            yield GaugeMetricFamily(
+                "edge_agent_probation_quality_min_ratio", "The ratio the last probation held the new version to.",
+                quality.min_ratio,
+            )  # fmt: skip
+            ratio = GaugeMetricFamily(
+                "edge_agent_probation_quality_ratio",
+                "Confident detections per frame of the new version over the previous one's, on probation.",
+                labels=["camera"],
+            )
+            for rates in quality.cameras:
+                if rates.ratio is not None:
+                    ratio.add_metric([rates.camera], rates.ratio)
+            yield ratio
 
     def _analytics(self, s: AgentSnapshot) -> Iterator[Metric]:
         """Line crossings and zone occupancy per camera (docs/analytics.md)."""

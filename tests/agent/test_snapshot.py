@@ -56,3 +56,23 @@ def test_each_cameras_thresholds_go_into_its_entry_of_the_json() -> None:
         "configured": ["conf", "max_det", "classes"],
         "problems": [],
     }
+
+
+def test_the_json_carries_each_cameras_detection_rates_and_the_deployments_quality() -> None:
+    """A camera's rates keep their classes in a read-only mapping (`pipelines.detection_rates`):
+    /api/status once answered 500 on every snapshot since they were added."""
+    import json
+    from types import MappingProxyType
+
+    from testkit.quality_records import quality, shadow
+
+    from agent.bundles.record import State
+    from agent.snapshot import DeploymentStatus
+    from pipelines.detection_rates import ClassRate, Rates
+
+    rates = Rates(frames=40, seconds=8.0, classes=MappingProxyType({2: ClassRate(12, 9.0)}))
+    judged = DeploymentStatus("d", "demo", "2.0.0", "a" * 64, State.SUCCEEDED, None, 1, None, shadow(), quality())
+    document = json.loads(json.dumps(snapshot(cameras=(camera(rates=rates),), deployment=judged).to_json()))
+    assert document["cameras"][0]["rates"]["classes"] == {"2": {"count": 12, "confidence_sum": 9.0}}
+    assert document["deployment"]["shadow"]["cameras"][0]["agreement"] == 0.95
+    assert document["deployment"]["quality"]["outcome"] == "kept"

@@ -26,7 +26,9 @@ from testkit.needs import missing
 from testkit.net import free_ports
 from testkit.net import wait_until as _wait_until
 from testkit.page import basic, http
+from testkit.quality_records import quality, shadow
 
+from agent.bundles.record import Deployment, State
 from agent.config.models import AgentConfig
 from agent.daemon.agent import Agent
 from agent.daemon.simulation import FleetSettings, SimulatedFleet
@@ -35,6 +37,10 @@ from agent.hardware.board import probe
 RULES = REPO / "deploy" / "prometheus" / "edge-agent.rules.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "edge-agent-dashboard.json"
 SIMULATED = ("sim-1", "sim-2", "sim-3")
+JUDGED = Deployment(
+    id="demo-2.0.0-q", sha256="c" * 64, state=State.SUCCEEDED, name="demo", version="2.0.0",
+    history=((State.QUEUED, 1000.0), (State.SUCCEEDED, 1400.0)), shadow=shadow(), quality=quality(),
+)  # fmt: skip
 PASSWORD = "s3cret pass"
 
 
@@ -136,6 +142,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, bundles: dict[str, Path], ke
         laptop_tree,
     )
     orin_tree = FAKES / "jetson-orin-nano"
+    # the orin's last deployment was shadowed and watched on probation (a record built by hand,
+    # until the e2e fleet runs a real shadow): the quality panels have its series
+    (folder / "orin-1").mkdir()
+    (folder / "orin-1" / "deployment.json").write_bytes(JUDGED.to_json())
     orin = _agent(
         {
             "device": {"id": "orin-1", "group": "lobby"},

@@ -1,5 +1,5 @@
 """End to end: staged rollouts over a real mosquitto (an injected clock): waves in order, a halt past the
-failure limit, resume."""
+failure limit, resume; a halt on quality (issue 38: the shadow rejects a blind version)."""
 
 from __future__ import annotations
 
@@ -267,3 +267,81 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
     codes = {r["error"]["code"] for r in records(watcher, failing, chosen).values()}
     assert codes == {"NO_RUNTIME"}, "a device that failed by itself is not retried"
     assert all(watcher.json(f"edge/{d}/deployment")["attempt"] == 2 for d in first), "taken again after the halt"
+
+
+def test_a_rollout_whose_busy_devices_fail_on_quality_halts_and_rolls_back_who_took_it(
+    capsys, tmp_path: Path, broker: Broker, watcher: Watcher, fleets, keys: dict[str, Path]
+) -> None:
+    """Issue 38: four devices of one group, two before a busy scene (the synthetic shapes) and two
+    before an empty one (a clip of grey frames). v2 is v1's detector with every class score times
+    0.2 (`altered`), pushed in two waves with a gating shadow that passes a quiet scene. The quiet
+    devices (first wave) find too little to compare and take v2; the busy ones (second wave) see
+    it disagree and end REJECTED with SHADOW_DISAGREES, v1 untouched. Two failures past
+    --max-failures 1: the watch exits halted, the group's document says so, and --on-halt
+    rollback returns the quiet devices to v1."""
+    import cv2
+    import numpy as np
+    from testkit import DEMO_MODELS
+    from testkit.bundles import bundle_of
+    from testkit.onnx_models import altered
+
+    v1 = bundle_of(DEMO_MODELS / "demo_detector.onnx", tmp_path / "v1.bundle", keys["private"], version="1.0.0")
+    blind = altered(DEMO_MODELS / "demo_detector.onnx", tmp_path / "blind.onnx", score_scale=0.2)
+    v2 = bundle_of(blind, tmp_path / "v2.bundle", keys["private"], version="2.0.0")
+    clip = tmp_path / "empty.avi"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), 10, (640, 480))
+    for _ in range(50):
+        writer.write(np.full((480, 640, 3), 114, np.uint8))
+    writer.release()
+
+    busy, quiet = ["busy-0", "busy-1"], ["quiet-0", "quiet-1"]
+    everyone = busy + quiet
+    waves = [50.0, 100.0]
+    chosen = deployment_id(everyone, waves, lambda s: all(s[d] == 0 for d in quiet) and all(s[d] == 1 for d in busy))
+    clock = OffsetClock()
+    # the quiet devices end their quiet shadow as soon as it has run its course
+    shadow_defaults = {"probation_s": 0.0, "shadow": {"max_s": 15}}
+    scene = [{"name": "cam0", "source": "synthetic", "max_fps": 5}]
+    fleets(busy, "floor", clock, cameras=scene, deployments=shadow_defaults).start()
+    empty = [{"name": "cam0", "source": str(clip), "max_fps": 5}]
+    fleets(quiet, "floor", clock, cameras=empty, deployments=shadow_defaults).start()
+    online(watcher, everyone)
+    status, out = cli(capsys, "fleet", "push", str(v1), "--target", "group:floor", "--broker", broker.url)
+    assert status == 0, out
+    all_in(watcher, everyone, out.split(" as deployment ")[1].split()[0], "SUCCEEDED")
+
+    status, out = cli(
+        capsys,
+        *("fleet", "push", str(v2), "--target", "group:floor", "--broker", broker.url, "--id", chosen),
+        *("--waves", "50%,100%", "--wave-interval", "1h", "--max-failures", "1", "--on-halt", "rollback"),
+        *("--shadow", "10s", "--min-agreement", "0.8", "--shadow-mode", "gate", "--shadow-quiet", "pass"),
+    )
+    assert status == 0, out
+    all_in(watcher, quiet, chosen, "SUCCEEDED")
+    for device in quiet:
+        record = watcher.json(f"edge/{device}/deployment")
+        assert record["shadow"]["outcome"] == "quiet" and record["shadow"]["mode"] == "gate", record
+    clock.offset = HOUR  # the second wave opens: the busy devices shadow v2 and see it blind
+
+    status, out = cli(capsys, "fleet", "rollout", "watch", chosen, "--broker", broker.url, "--timeout", "180")
+    assert status == 1 and "the rollout is halted" in out, out
+    for device in busy:
+        record = watcher.json(f"edge/{device}/deployment")
+        assert (record["state"], record["error"]["code"]) == ("REJECTED", "SHADOW_DISAGREES"), record
+        assert record["shadow"]["outcome"] == "disagrees" and record["shadow"]["cameras"][0]["agreement"] < 0.8
+        assert (watcher.json(f"edge/{device}/status") or {})["bundle"]["version"] == "1.0.0", "v1 untouched"
+    halted = watcher.json("edge/groups/floor/desired")["rollout"]["halted"]
+    assert "2 of 4 started devices failed: busy-0, busy-1" in halted["reason"], halted
+
+    def undone(device: str) -> bool:
+        record = watcher.json(f"edge/{device}/deployment")
+        status = watcher.json(f"edge/{device}/status") or {}
+        halted_back = record["id"] == chosen and (record["error"] or {}).get("code") == "ROLLOUT_HALTED"
+        return halted_back and status.get("bundle", {}).get("version") == "1.0.0"
+
+    wait_until(lambda: all(undone(d) for d in quiet), 90, "the quiet devices that took v2 to roll back to v1")
+    status, out = cli(capsys, "fleet", "rollout", "status", chosen, "--broker", broker.url)
+    assert "halted" in out and "failed: busy-0, busy-1" in out, out
+    assert out.count("shadow disagrees") == 2 and out.count("shadow quiet") == 2, out
+    status, out = cli(capsys, "fleet", "status", "--broker", broker.url)
+    assert out.count("shadow disagrees") == 2, out

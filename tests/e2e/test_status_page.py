@@ -21,8 +21,11 @@ from testkit.bundles import install_versions
 from testkit.camera_stream import MjpegStream
 from testkit.net import free_port, wait_until
 from testkit.page import basic, http, running
+from testkit.quality_records import quality, rate_camera, shadow
 
+from agent.bundles.record import Deployment, State
 from agent.daemon.agent import Agent
+from agent.errors import ErrorCode, ErrorInfo
 from agent.hardware.board import probe
 
 TREE = FAKES / "laptop-battery"
@@ -357,6 +360,51 @@ def test_without_credentials_the_page_is_read_only_on_loopback_and_runs_without_
         assert refused.status == 403 and "status_page.username" in refused.json()["error"]["message"]
         assert http(url + "/api/cameras/cam0/snapshot.jpg").json()["error"]["code"] == "NO_PIPELINE"
         assert agent.store.current_sha() is None
+
+
+def test_the_deployment_card_shows_what_the_shadow_and_probation_judged(tmp_path: Path, chromium: Chromium) -> None:
+    """A record left by a deployment that was shadowed then rolled back blind on probation (built
+    by hand): the card shows the shadow's outcome, its agreement per camera, probation's quality
+    result per camera, and /api/status and /metrics carry the same."""
+    judged = Deployment(
+        id="demo-2.0.0-q", sha256="c" * 64, state=State.ROLLED_BACK, name="demo", version="2.0.0",
+        error=ErrorInfo(ErrorCode.PROBATION_BLIND, "camera cam0: 0.05 x the previous version"),
+        history=((State.QUEUED, 1000.0), (State.ROLLED_BACK, 1400.0)),
+        shadow=shadow("agrees", mode="report"),
+        quality=quality("blind", cameras=(rate_camera("cam0", 0.05), rate_camera("door", None))),
+    )  # fmt: skip
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "deployment.json").write_bytes(judged.to_json())
+    port = free_port()
+    config = {
+        "device": {"id": "judged-1"},
+        "state_dir": str(tmp_path / "state"),
+        "allow_unsigned": True,
+        "cameras": [{"name": "cam0", "source": "synthetic"}],
+        "status_page": {"listen": f"127.0.0.1:{port}"},
+    }
+    with running(config, probe(TREE), TREE):
+        url = f"http://127.0.0.1:{port}"
+        document = wait_until(lambda: (a := http(url + "/api/status")).status == 200 and a.json(), 30, "the page")
+        assert document["deployment"]["shadow"]["cameras"][1]["agreement"] == 0.91
+        assert document["deployment"]["quality"]["outcome"] == "blind"
+        page = chromium.page()
+        page.open(url + "/")
+        card = page.wait_for(
+            "(t => t.includes('probation quality') && t)(document.getElementById('deployment').innerText)"
+        )
+        rows = dict(zip(*[iter(card.splitlines())] * 2, strict=True))
+        assert rows["state"] == "ROLLED_BACK" and rows["error"].startswith("PROBATION_BLIND: camera cam0")
+        assert rows["shadow"] == "agrees (report only, minimum agreement 0.8, 300 s)"
+        assert rows["shadow cam0"] == "agreement 0.95 (precision 0.96, recall 0.94) over 120 frames"
+        assert rows["shadow door"] == "agreement 0.91 (precision 0.96, recall 0.94) over 120 frames"
+        assert rows["probation quality"] == "blind (minimum ratio 0.5)"
+        assert rows["quality cam0"] == "ratio 0.05 (1.250 → 0.063 detections a frame)"
+        assert rows["quality door"] == "not judged (1.250 a frame before the swap)"
+        assert rows["quality says"].startswith("camera cam0: 40 confident detections")
+        metrics = http(url + "/metrics").body.decode()
+        assert 'edge_agent_probation_quality_ratio{camera="cam0"} 0.05' in metrics
+        assert 'edge_agent_shadow_agreement{camera="door"} 0.91' in metrics
 
 
 def test_tls_with_a_certificate_file(tmp_path: Path) -> None:

@@ -58,6 +58,30 @@ function fill(dl, rows) {
 
 // -- the overview ----------------------------------------------------------------------------
 
+// What the shadow (before the switch) and probation's quality check (after it) judged the
+// version to see (docs/quality.md): the outcome, then one row per camera.
+function shadowRows(shadow) {
+  if (!shadow) return [];
+  const mode = shadow.mode === "report" ? "report only" : "gate";
+  return [
+    ["shadow", `${shadow.outcome} (${mode}, minimum agreement ${shadow.min_agreement}, ${fmt(shadow.seconds, 0, "s")})`],
+    ...shadow.cameras.map(c => [`shadow ${c.camera}`,
+      `agreement ${fmt(c.agreement, 2)} (precision ${fmt(c.precision, 2)}, recall ${fmt(c.recall, 2)}) over ${c.frames} frames`]),
+    ["shadow says", shadow.message],
+  ];
+}
+
+function qualityRows(quality) {
+  if (!quality) return [];
+  return [
+    ["probation quality", `${quality.outcome} (minimum ratio ${quality.min_ratio})`],
+    ...quality.cameras.map(c => [`quality ${c.camera}`, c.ratio === null
+      ? `not judged (${fmt(c.before_per_frame, 3)} a frame before the swap)`
+      : `ratio ${fmt(c.ratio, 2)} (${fmt(c.before_per_frame, 3)} → ${fmt(c.after_per_frame, 3)} detections a frame)`]),
+    ["quality says", quality.message],
+  ];
+}
+
 function renderStatus(s) {
   lastStatus = s;
   document.title = `${s.device} – edge-agent`;
@@ -83,6 +107,8 @@ function renderStatus(s) {
     ["id", d.id],
     ["error", d.error ? `${d.error.code}: ${d.error.message}` : "none"],
     ["progress", d.progress ? `${d.progress.chunks_done}/${d.progress.chunks_total} chunks` : "–"],
+    ...shadowRows(d.shadow),
+    ...qualityRows(d.quality),
   ] : [["state", "no deployment yet"]]);
   const b = s.broker;
   // the events' snapshots and clips kept on disk (events.media's retention), with or without a broker

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from testkit.broker import Broker, Watcher
 from testkit.fleet import cli, publish_raw, push
+from testkit.quality_records import quality, shadow
 from testkit.snapshots import snapshot
 
 from agent.bundles.record import Deployment, State
@@ -47,6 +48,38 @@ def test_fleet_status_shows_junk_as_unreadable_and_the_rest_as_reported(
     assert list(devices) == ["good"], "unreadable documents are left out of --json (and named on stderr)"
     assert devices["good"]["status"] == json.loads(status_payload(snapshot(device="good", group="lobby")))
     assert devices["good"]["deployment"] == json.loads(deployment_payload(record)), "as the device published it"
+
+
+def test_fleet_status_has_a_quality_column_and_json_carries_the_results(
+    capsys: pytest.CaptureFixture[str], broker: Broker
+) -> None:
+    rejected = Deployment(
+        id="d2", sha256="c" * 64, state=State.REJECTED, name="demo", version="2.0.0", shadow=shadow("disagrees")
+    )
+    kept = Deployment(
+        id="d2", sha256="c" * 64, state=State.SUCCEEDED, name="demo", version="2.0.0", quality=quality("kept")
+    )
+    publish_raw(
+        broker,
+        [
+            ("edge/busy/status", status_payload(snapshot(device="busy", group="lobby"))),
+            ("edge/busy/deployment", deployment_payload(rejected)),
+            ("edge/quiet/status", status_payload(snapshot(device="quiet", group="lobby"))),
+            ("edge/quiet/deployment", deployment_payload(kept)),
+        ],
+    )
+    status, out = cli(capsys, "fleet", "status", "--broker", broker.url, "--listen", "5")
+    assert status == 0, out
+    lines = out.splitlines()
+    at = lines[0].index("QUALITY")
+    assert lines[0][at:].split()[:2] == ["QUALITY", "WAVE"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert rows["busy"][at:].startswith("shadow disagrees 0.31<0.8  ")
+    assert rows["quiet"][at:].startswith("probation kept 0.97  ")
+    assert main(["fleet", "status", "--broker", broker.url, "--listen", "5", "--json"]) == 0
+    devices = json.loads(capsys.readouterr().out)
+    assert devices["busy"]["deployment"]["shadow"]["cameras"][0]["agreement"] == 0.31
+    assert devices["quiet"]["deployment"]["quality"]["outcome"] == "kept"
 
 
 @pytest.mark.parametrize(

@@ -62,3 +62,17 @@ def test_the_rollout_table(capsys) -> None:
     halted = rollout.model_copy(update={"halted": Halt(at=now, reason="too many failures")})
     print_tally(Tally("d-1", "lobby", halted, waves, 10, 1, 0, 1, 1, ()))
     assert capsys.readouterr().out.splitlines()[1].endswith(": too many failures")
+
+
+def test_the_rollout_table_says_what_each_judged_device_saw(capsys) -> None:
+    rollout = Staging((100.0,), 60.0, FailureLimit(devices=0), "rollback").schedule(time.time())
+    waves = (WaveTally(1, 100.0, rollout.start, 3, 3, 1, 2, 0),)
+    judged = (("cam-1", "shadow disagrees 0.31<0.8"), ("cam-22", "shadow agrees 0.91; probation blind 0.05<0.5"))
+    print_tally(Tally("d-1", "lobby", rollout, waves, 3, 3, 1, 2, 1, ("cam-1", "cam-22"), quality=judged))
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("failed: cam-1, cam-22") + 1
+    assert lines[at].startswith("quality (shadow before the switch, probation after")
+    assert lines[at + 1 :] == [
+        "  cam-1   shadow disagrees 0.31<0.8",
+        "  cam-22  shadow agrees 0.91; probation blind 0.05<0.5",
+    ]

@@ -6,15 +6,16 @@ were made from."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from testkit import REPO
+from testkit.quality_records import agreement_class, quality, rate_camera, rate_class, shadow, shadow_camera
 from testkit.snapshots import full_snapshot, snapshot
 
-from agent.bundles.record import Deployment, QualityRecord, ReportRow, ShadowRecord, State, Tuning, TuningRecord
+from agent.bundles.record import Deployment, ReportRow, State, Tuning, TuningRecord
 from agent.daemon.documents import (
     deployment_document,
     deployment_payload,
@@ -26,6 +27,8 @@ from agent.daemon.documents import (
 )
 from agent.errors import ErrorCode, ErrorInfo
 from agent.mqtt.device_documents import (
+    MAX_CLASSES,
+    MAX_MESSAGE,
     DeploymentDocument,
     DeviceDocument,
     DownloadProgress,
@@ -153,14 +156,45 @@ def test_the_records_fields_are_all_on_the_wire() -> None:
     from dataclasses import fields
 
     assert {f.name for f in fields(Deployment)} | {"progress"} == set(DeploymentDocument.model_fields)
-    judged = replace(
-        _record(),
-        shadow=ShadowRecord("agrees", "gate", 0.8, 30.0, "agrees"),
-        quality=QualityRecord("kept", 0.5, "kept"),
-    )
+    judged = dataclasses.replace(_record(), shadow=shadow(), quality=quality())
     assert set(json.loads(deployment_payload(judged, PROGRESS))) == set(DeploymentDocument.model_fields)
-    assert DeploymentDocument.read(deployment_payload(judged), "d").shadow == judged.shadow, "shadow and quality only "
-    assert not {"shadow", "quality"} & set(json.loads(deployment_payload(_record()))), "where a deployment has them"
+
+
+def test_the_shadow_and_quality_results_go_out_and_read_back_as_the_record_has_them() -> None:
+    record = dataclasses.replace(
+        BARE, state=State.REJECTED, error=ErrorInfo(ErrorCode.SHADOW_DISAGREES, "camera cam0: agreement 0.31 < 0.8")
+    )
+    assert not {"shadow", "quality"} & set(json.loads(deployment_payload(record))), "none yet: no keys"
+    judged = dataclasses.replace(record, shadow=shadow("disagrees"), quality=quality("blind"))
+    sent = json.loads(deployment_payload(judged))
+    assert sent["shadow"]["outcome"] == "disagrees" and sent["shadow"]["cameras"][1]["camera"] == "door"
+    assert sent["shadow"]["cameras"][0]["classes"][1] == {
+        "class_id": 2, "label": "class2", "serving": 40, "candidate": 40, "matched": 38, "agreement": 0.95,
+        "confident_ratio": 1.0,
+    }  # fmt: skip
+    assert sent["quality"]["outcome"] == "blind" and sent["quality"]["cameras"][0]["ratio"] == 0.05
+    read = DeploymentDocument.read(deployment_payload(judged), "edge/cam-1/deployment")
+    assert isinstance(read, DeploymentDocument)
+    assert (read.shadow, read.quality) == (judged.shadow, judged.quality)
+
+
+def test_a_shadow_of_a_thousand_classes_goes_out_with_the_twenty_seen_most() -> None:
+    many = tuple(agreement_class(c, serving=c % 50, matched=0) for c in range(1000))
+    rates = tuple(rate_class(c, before=float(c % 40), after=0.0) for c in range(1000))
+    record = dataclasses.replace(
+        BARE,
+        shadow=shadow("disagrees", cameras=(shadow_camera(classes=many),), message="x" * 100_000),
+        quality=quality("blind", cameras=(rate_camera(classes=rates),), message="y" * 100_000),
+    )
+    payload = deployment_payload(record)
+    assert len(payload) < 16_000
+    sent = json.loads(payload)
+    classes = sent["shadow"]["cameras"][0]["classes"]
+    assert len(classes) == MAX_CLASSES == 20 and {c["serving"] for c in classes} == {49}
+    assert [c["class_id"] for c in classes] == sorted(c["class_id"] for c in classes), "in class order"
+    assert {c["before_per_min"] for c in sent["quality"]["cameras"][0]["classes"]} == {39.0}
+    assert len(sent["shadow"]["message"]) == len(sent["quality"]["message"]) == MAX_MESSAGE
+    assert len(record.shadow.cameras[0].classes) == 1000, "the record on the device keeps them all"  # type: ignore[union-attr]
 
 
 def test_telemetry_carries_the_outbox_when_there_is_one() -> None:

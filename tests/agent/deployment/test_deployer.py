@@ -105,3 +105,21 @@ def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
     assert len(lines) == 1, [r.getMessage() for r in lines[:5]]
     held = FLOOD + 1  # and the marker that waited for them
     assert lines[0].levelname == "ERROR" and f"({held} more like it not logged)" in lines[0].getMessage(), lines
+
+
+def test_the_snapshot_of_a_record_carries_its_shadow_and_quality_bounded() -> None:
+    """The page and /metrics read the record through `deployment_status`: the shadow's and
+    probation's results as the deployment document carries them (20 classes per camera)."""
+    from dataclasses import replace
+
+    from testkit.quality_records import agreement_class, quality, shadow, shadow_camera
+
+    from agent.bundles.record import Deployment, State
+    from agent.deployment.deployer import deployment_status
+
+    many = shadow_camera("cam0", classes=tuple(agreement_class(c, serving=c) for c in range(100)))
+    record = Deployment(id="d", sha256="a" * 64, state=State.SUCCEEDED, shadow=shadow(cameras=(many,)))
+    status = deployment_status(replace(record, quality=quality("blind")))
+    assert status.shadow is not None and status.quality == quality("blind")
+    assert [c.class_id for c in status.shadow.cameras[0].classes] == list(range(80, 100))
+    assert deployment_status(replace(record, shadow=None)).shadow is None

@@ -4,12 +4,14 @@ and a record that cannot be read is named, counted as not started, and never cra
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from testkit.broker import Broker
 from testkit.control import desired
 from testkit.fleet import cli, publish_raw
+from testkit.quality_records import quality, shadow
 from testkit.rollouts import schedule
 from testkit.snapshots import snapshot
 
@@ -42,6 +44,9 @@ def record(state: State, code: ErrorCode | None = None) -> DeploymentDocument:
         (State.REJECTED, ErrorCode.PARITY_FAILED, True),
         (State.FAILED, ErrorCode.DOWNLOAD_TIMEOUT, True),
         (State.ROLLED_BACK, ErrorCode.PROBATION_FAILED, True),
+        (State.REJECTED, ErrorCode.SHADOW_DISAGREES, True),  # the shadow saw it blind before the switch
+        (State.REJECTED, ErrorCode.SHADOW_UNAVAILABLE, True),  # asked for a shadow, the device could not run one
+        (State.ROLLED_BACK, ErrorCode.PROBATION_BLIND, True),  # probation saw it blind after the switch
         (State.ROLLED_BACK, ErrorCode.ROLLOUT_HALTED, False),
         (State.REJECTED, ErrorCode.CANCELLED, False),
         (State.REJECTED, ErrorCode.SUPERSEDED, False),  # a newer push replaced it: not the version's fault
@@ -73,6 +78,31 @@ def test_the_tally_counts_typed_records_and_names_the_unreadable() -> None:
     assert current.failed_devices == ("b", "e") and current.exceeded, "2 failed, the limit is 1"
     assert current.unreadable == ("h",), "a stranger's junk is not the group's"
     assert not current.complete and "1 unreadable" in current.summary()
+
+
+def test_quality_failures_halt_a_rollout_like_any_failure() -> None:
+    """Two of four devices that started fail on quality (one before the switch, one after),
+    past a limit of one: the tally is exceeded, names both, and says what each judged."""
+    document = desired(rollout=schedule(waves=[100], start=0.0, max_failures=FailureLimit(devices=1)))
+    disagrees = replace(_record(State.REJECTED, ErrorCode.SHADOW_DISAGREES), shadow=shadow("disagrees"))
+    blind = replace(_record(State.ROLLED_BACK, ErrorCode.PROBATION_BLIND), shadow=shadow(), quality=quality("blind"))
+    quiet = replace(_record(State.SUCCEEDED), shadow=shadow("quiet"))
+    records = {
+        "a": deployment_document(disagrees),
+        "b": deployment_document(blind),
+        "c": deployment_document(quiet),
+        "d": record(State.SUCCEEDED),
+    }
+    current = tally(document, "lobby", records, records, 10.0)
+    assert (current.started, current.failed, current.succeeded) == (4, 2, 2)
+    assert current.failed_devices == ("a", "b") and current.exceeded and current.complete
+    assert current.quality == (
+        ("a", "shadow disagrees 0.31<0.8"),
+        ("b", "shadow agrees 0.91; probation blind 0.05<0.5"),
+        ("c", "shadow quiet"),
+    ), "each judged device, as fleet status says it; d was not judged"
+    one = tally(document, "lobby", records, {d: records[d] for d in "acd"}, 10.0)
+    assert one.failed == 1 and not one.exceeded, "one quality failure is within the limit of one"
 
 
 def test_a_failure_share_is_of_the_devices_that_started_not_of_the_group() -> None:

@@ -4,16 +4,19 @@ is shown as unreadable, naming the field, never crashing the table."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from testkit.broker import Broker
 from testkit.fleet import publish_raw
+from testkit.quality_records import quality, rate_camera, shadow, shadow_camera
 from testkit.snapshots import snapshot
 
 from agent.bundles.record import Deployment, State
 from agent.config.models import MqttSection
 from agent.daemon.documents import deployment_payload, last_will, status_payload
 from agent.fleet.client import connect
-from agent.fleet.state import DeviceReports, fleet_state, status_rows
+from agent.fleet.state import DeviceReports, fleet_state, quality_text, status_rows
 from agent.mqtt.device_documents import DeploymentDocument, StatusDocument, TelemetryDocument, Unreadable
 from agent.mqtt.protocol import Topics
 
@@ -122,3 +125,52 @@ def test_fleet_state_reads_each_document_once_and_keeps_the_unreadable(broker: B
     assert [u.topic for u in devices["dev2"].unreadable] == ["edge/dev2/status", "edge/dev2/deployment"]
     assert devices["dev2"].group is None and devices["dev2"].documents() == {}
     assert [u.topic for u in devices["dev3"].unreadable] == ["edge/dev3/telemetry"]
+
+
+SHADOW_OF_TWO = (shadow_camera("cam0", 0.95), shadow_camera("door", 0.31))
+
+
+@pytest.mark.parametrize(
+    ("judged", "text"),
+    [
+        ({}, None),
+        ({"shadow": shadow("agrees")}, "shadow agrees 0.91"),
+        ({"shadow": shadow("disagrees", cameras=SHADOW_OF_TWO)}, "shadow disagrees 0.31<0.8"),
+        ({"shadow": shadow("disagrees", cameras=SHADOW_OF_TWO, mode="report")}, "shadow disagrees 0.31<0.8 (report)"),
+        ({"shadow": shadow("quiet")}, "shadow quiet"),
+        ({"shadow": shadow("running")}, "shadow running 0.91 so far"),
+        ({"shadow": shadow("agrees", cameras=())}, "shadow agrees"),
+        ({"quality": quality("kept")}, "probation kept 0.97"),
+        ({"quality": quality("blind", cameras=(rate_camera("cam0", 0.05), rate_camera("door", None)))},
+         "probation blind 0.05<0.5"),
+        ({"quality": quality("quiet", cameras=(rate_camera("cam0", None),))}, "probation quiet"),
+        ({"shadow": shadow("agrees"), "quality": quality("kept")}, "shadow agrees 0.91; probation kept 0.97"),
+    ],
+)  # fmt: skip
+def test_the_quality_text_is_the_outcome_and_the_worst_camera_against_its_minimum(
+    judged: dict[str, object], text: str | None
+) -> None:
+    done = Deployment(id="d1", sha256=SHA, state=State.SUCCEEDED, name="demo", version="1.1.0")
+    document = record(deployment_payload(dataclasses.replace(done, **judged)))  # type: ignore[arg-type]
+    assert isinstance(document, DeploymentDocument)
+    assert quality_text(document) == text
+
+
+def test_fleet_status_rows_carry_what_the_shadow_and_probation_judged() -> None:
+    rejected = Deployment(id="d1", sha256=SHA, state=State.REJECTED, shadow=shadow("disagrees", cameras=SHADOW_OF_TWO))
+    kept = Deployment(id="d1", sha256=SHA, state=State.SUCCEEDED, shadow=shadow(), quality=quality())
+    online = status(b'{"state": "online"}')
+    rows = status_rows(
+        {
+            "a": DeviceReports(online, record(deployment_payload(rejected))),
+            "b": DeviceReports(online, record(deployment_payload(kept))),
+            "c": DeviceReports(online, record(b"{")),
+            "d": DeviceReports(online),
+        }
+    )
+    assert [r.quality for r in rows] == [
+        "shadow disagrees 0.31<0.8",
+        "shadow agrees 0.91; probation kept 0.97",
+        None,
+        None,
+    ]

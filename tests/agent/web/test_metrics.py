@@ -7,6 +7,7 @@ import dataclasses
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from testkit.quality_records import quality, rate_camera, shadow, shadow_camera
 from testkit.snapshots import full_snapshot, snapshot
 
 from agent.bundles.record import State
@@ -87,6 +88,34 @@ def test_the_deployment_state_and_health_and_what_is_unknown() -> None:
     assert {"edge_agent_disk_free_bytes", "edge_agent_disk_size_bytes"} & no_disk_names == set()
 
 
+JUDGED = DeploymentStatus(
+    "d-2", "demo", "2.0.0", "b" * 64, State.SUCCEEDED, None, 1,
+    shadow=shadow("agrees", cameras=(shadow_camera("cam0", 0.95, frames=120), shadow_camera("door", 0.91, frames=80))),
+    quality=quality("blind", cameras=(rate_camera("cam0", 0.05), rate_camera("door", None))),
+)  # fmt: skip
+
+
+def test_the_shadow_and_probation_quality_per_camera_and_their_outcomes() -> None:
+    got = _scrape(snapshot(deployment=JUDGED))
+    cam0, door = (("camera", "cam0"),), (("camera", "door"),)
+    assert (got[("edge_agent_shadow_agreement", cam0)], got[("edge_agent_shadow_agreement", door)]) == (0.95, 0.91)
+    assert (got[("edge_agent_shadow_frames", cam0)], got[("edge_agent_shadow_frames", door)]) == (120, 80)
+    assert got[("edge_agent_shadow_min_agreement", ())] == 0.8
+    shadow_outcome = {dict(labels)["edge_agent_shadow_outcome"]: value for (name, labels), value in got.items()
+                      if name == "edge_agent_shadow_outcome"}  # fmt: skip
+    assert shadow_outcome == {"running": 0, "agrees": 1, "disagrees": 0, "quiet": 0}
+    assert got[("edge_agent_probation_quality_ratio", cam0)] == 0.05
+    assert ("edge_agent_probation_quality_ratio", door) not in got, "a quiet camera was not judged: no value"
+    assert got[("edge_agent_probation_quality_min_ratio", ())] == 0.5
+    probation = {dict(labels)["edge_agent_probation_quality_outcome"]: value for (name, labels), value in got.items()
+                 if name == "edge_agent_probation_quality_outcome"}  # fmt: skip
+    assert probation == {"kept": 0, "blind": 1, "quiet": 0}
+    unjudged = {
+        name for name, _ in _scrape(snapshot(deployment=dataclasses.replace(JUDGED, shadow=None, quality=None)))
+    }
+    assert not {n for n in unjudged if n.startswith(("edge_agent_shadow", "edge_agent_probation"))}, "none judged: none"
+
+
 def test_the_media_store_and_the_clips_counters() -> None:
     from agent.snapshot import MediaUsage
 
@@ -122,7 +151,7 @@ def test_every_metric_is_documented_with_its_type() -> None:
     from agent.snapshot import MediaUsage
 
     outbox = OutboxStats(3, 4096, 2**20, 1.5, Dropped(telemetry=2, full=2), 1000.0, 9)
-    every = full_snapshot(outbox=outbox, media=MediaUsage(2, 2048, 60.0, 1, 0))
+    every = full_snapshot(outbox=outbox, media=MediaUsage(2, 2048, 60.0, 1, 0), deployment=JUDGED)
     text = generate_latest(metrics_registry(lambda: every, lambda: Health(True))).decode()
     for family in text_string_to_metric_families(text):
         exposed = family.name + ("_total" if family.type == "counter" else "")
