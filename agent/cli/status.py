@@ -19,6 +19,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from agent.bundles.store import Store
+    from agent.fleet.state import quality_text
 
     config = device_config(args)
     store = Store(config.state_dir, keep=config.keep_versions, runtimes=config.runtime_settings())
@@ -32,7 +33,12 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "current": version(store.current_sha()),
         "previous": version(store.previous_sha()),
-        "deployment": {"state": deployment.state, "error": asdict(deployment.error) if deployment.error else None}
+        "deployment": {
+            "state": deployment.state,
+            "error": asdict(deployment.error) if deployment.error else None,
+            "shadow": asdict(deployment.shadow) if deployment.shadow else None,
+            "quality": asdict(deployment.quality) if deployment.quality else None,
+        }
         if deployment
         else None,
     }
@@ -45,4 +51,6 @@ def run(args: argparse.Namespace) -> int:
     if deployment:
         error = f" {deployment.error}" if deployment.error else ""
         print(f"{'last:':<10} {deployment.id} {deployment.state}{error}")
+        if (judged := quality_text(deployment)) is not None:  # the shadow's and probation's verdicts
+            print(f"{'quality:':<10} {judged}")
     return 0

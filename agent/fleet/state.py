@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
-from agent.bundles.record import State
+from agent.bundles.record import QualityRecord, ShadowRecord, State
 from agent.fleet.client import FleetError, collect
 from agent.mqtt.device_documents import (
     DeploymentDocument,
@@ -120,7 +121,17 @@ def deployment_text(record: DeploymentDocument) -> str:
     return f"{text} ({record.error.code})" if record.error else text
 
 
-def quality_text(record: DeploymentDocument) -> str | None:
+class Judged(Protocol):
+    """A deployment record or document: what its version was judged to see."""
+
+    @property
+    def shadow(self) -> ShadowRecord | None: ...
+
+    @property
+    def quality(self) -> QualityRecord | None: ...
+
+
+def quality_text(record: Judged) -> str | None:
     """What the version was judged to see, the worst camera's number against its threshold:
     ``shadow agrees 0.91``, ``shadow disagrees 0.31<0.8 (report)``, ``shadow quiet``, ``shadow
     running 0.93 so far`` (a shadow in progress), then ``probation kept 0.97``, ``probation
