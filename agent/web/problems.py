@@ -226,18 +226,43 @@ def judge_camera(camera: PipelineStats, reference_fps: float | None) -> Finding:
     return Finding(check, "pass", f"camera {camera.name}: {camera.fps:.1f} FPS, {source.state}")
 
 
+#: what to do about a version that did not see what the serving one saw (docs/quality.md)
+QUALITY_FIX = (
+    "the version before it keeps serving; the deployment's shadow and quality say which camera and class: check "
+    "that camera's view (moved, covered, dark), and try the version on its footage with edge-agent bench --against"
+)
+QUALITY_CODES = frozenset({"SHADOW_DISAGREES", "PROBATION_BLIND"})
+
+
 def judge_deployment(deployment: DeploymentStatus | None, problem: str | None) -> Finding:
+    """The last deployment: a refused document, one that ended without switching or was rolled
+    back for a reason (a rollback command's own record has none), or a version that switched
+    though its shadow disagreed (``report`` mode)."""
     if problem:
         return Finding("deployment", "warn", f"the last deployment document was refused: {problem}")
-    if deployment is not None and deployment.state in ("FAILED", "REJECTED"):
-        what = f"{deployment.name or '?'} {deployment.version or deployment.sha256[:12]}"
+    if deployment is None:
+        return Finding("deployment", "pass", "last deployment: none")
+    what = f"{deployment.name or '?'} {deployment.version or deployment.sha256[:12]}"
+    failed = deployment.state in ("FAILED", "REJECTED") or (
+        deployment.state == "ROLLED_BACK" and deployment.error is not None
+    )
+    if failed:
+        quality = deployment.error is not None and str(deployment.error.code) in QUALITY_CODES
         return Finding(
             "deployment",
             "warn",
             f"the deployment of {what} ended {deployment.state}: {deployment.error or 'no error recorded'}",
-            "the version before it keeps serving; fix the bundle and push it again",
+            QUALITY_FIX if quality else "the version before it keeps serving; fix the bundle and push it again",
         )
-    return Finding("deployment", "pass", f"last deployment: {deployment.state if deployment else 'none'}")
+    shadow = deployment.shadow
+    if deployment.state == "SUCCEEDED" and shadow is not None and shadow.outcome == "disagrees":
+        return Finding(
+            "deployment",
+            "warn",
+            f"{what} serves though its shadow disagreed with the version before it (report mode): {shadow.message}",
+            "watch its events; roll back (edge-agent rollback, or fleet rollback) if it misses what it should see",
+        )
+    return Finding("deployment", "pass", f"last deployment: {deployment.state}")
 
 
 def judge_engine(engine: EngineStatus | None) -> Finding:

@@ -6,17 +6,21 @@ import dataclasses
 from typing import Any
 
 import pytest
+from testkit import quality_records
 from testkit.snapshots import camera, link, snapshot
 
+from agent.bundles.record import State
+from agent.errors import ErrorCode, ErrorInfo
 from agent.hardware.readings import Battery, SensorReadings, Throttled
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import Refused
 from agent.mqtt.outbox import MIB, Dropped, OutboxStats
-from agent.snapshot import EngineStatus, Health, MediaUsage
+from agent.snapshot import DeploymentStatus, EngineStatus, Health, MediaUsage
 from agent.web.problems import (
     judge_battery,
     judge_camera,
     judge_clock,
+    judge_deployment,
     judge_disk,
     judge_engine,
     judge_outbox,
@@ -226,3 +230,27 @@ def test_publishes_the_broker_refused_are_a_problem_on_the_page() -> None:
     found = page_problems(snapshot(broker=link(refused=(DENIED,))), Health(True), {})
     assert [(f.check, f.status) for f in found] == [("broker acl", "fail")] and "25 publish(es)" in found[0].message
     assert page_problems(snapshot(broker=link()), Health(True), {}) == []
+
+
+def deployment(state: str, code: str | None = None, shadow: str | None = None) -> DeploymentStatus:
+    error = ErrorInfo(ErrorCode(code), f"{code}: the numbers") if code else None
+    judged = quality_records.shadow(shadow) if shadow else None
+    return DeploymentStatus("d1", "demo", "1.2.0", "a" * 64, State(state), error, 1, shadow=judged)
+
+
+@pytest.mark.parametrize(
+    ("record", "status", "words"),
+    [
+        (None, "pass", "last deployment: none"),
+        (deployment("SUCCEEDED", shadow="agrees"), "pass", "last deployment: SUCCEEDED"),
+        (deployment("ROLLED_BACK"), "pass", "last deployment: ROLLED_BACK"),  # a rollback command's own record
+        (deployment("REJECTED", "PARITY_FAILED"), "warn", "fix the bundle"),
+        (deployment("REJECTED", "SHADOW_DISAGREES", shadow="disagrees"), "warn", "check that camera's view"),
+        (deployment("ROLLED_BACK", "PROBATION_BLIND"), "warn", "edge-agent bench --against"),
+        (deployment("ROLLED_BACK", "PROBATION_FAILED"), "warn", "ended ROLLED_BACK: PROBATION_FAILED"),
+        (deployment("SUCCEEDED", shadow="disagrees"), "warn", "serves though its shadow disagreed"),
+    ],
+)
+def test_deployment(record: DeploymentStatus | None, status: str, words: str) -> None:
+    found = judge_deployment(record, None)
+    assert found.status == status and words in found.message + found.fix, found
