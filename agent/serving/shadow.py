@@ -16,8 +16,8 @@ it switches (docs/quality.md). `Cameras.shadow` opens a `ShadowSession`; the dep
   so the candidate spends at most `share` of one core's time; at the default 0.1 the serving
   cameras keep >= 0.9 of their FPS.
 - **Latency**: the candidate's per frame (prepare, infer, decode) is in each report; the
-  serving version's is left None: a sink gets a frame and its detections, not their latency
-  (the serving latency is on the status page's camera card).
+  serving version's is the camera's own (`serving_latency_ms`: the medians of its stages over
+  its last frames, on all the threads it serves with, so it is no like-for-like race).
 - **Failures**: a candidate inference that raises counts for that camera as a frame on which
   the candidate found nothing (its recall falls, so a broken candidate disagrees rather than
   passing as quiet), is counted in `failures()` and logged once per camera; the thread goes on.
@@ -64,6 +64,17 @@ def one_thread(settings: RuntimeSettings, threads: int = 1) -> RuntimeSettings:
         if update:
             settings = settings.replace(config.model_copy(update=update))
     return settings
+
+
+def serving_latency_ms(pipeline: Pipeline) -> float | None:
+    """The serving version's ms per frame on a camera: the medians of its preprocessing,
+    inference and decoding over its last frames (the pipeline's latency window), summed; None
+    before its first frame. The candidate's is measured per frame compared, on its one thread."""
+    latency = pipeline.stats().latency_ms
+    stages = [latency.get(stage) for stage in ("preprocess", "inference", "postprocess")]
+    if any(stage is None for stage in stages):
+        return None
+    return round(sum(stage.p50 for stage in stages if stage is not None), 3)
 
 
 def rest_s(took_s: float, share: float) -> float:
@@ -149,9 +160,12 @@ class ShadowSession:
     # -- what it found (any thread) ------------------------------------------------------------
 
     def reports(self) -> dict[str, AgreementReport]:
-        """Each camera's comparison so far."""
+        """Each camera's comparison so far, its `serving_ms` the camera's own latency now
+        (`serving_latency_ms`)."""
         with self._lock:
-            return {name: agreement.report() for name, agreement in self._agreements.items()}
+            reports = {name: agreement.report() for name, agreement in self._agreements.items()}
+            pipelines = {name: camera.pipeline for name, camera in self.cameras.items()}
+        return {name: replace(r, serving_ms=serving_latency_ms(pipelines[name])) for name, r in reports.items()}
 
     def failures(self) -> dict[str, int]:
         """Each camera's candidate inferences that raised so far."""
