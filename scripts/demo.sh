@@ -128,6 +128,11 @@ echo; echo "== a staged rollout: 1.0.1 to the group in two waves 20 s apart, hal
 .venv/bin/edge-agent fleet push "$out/demo-1.0.1.bundle" --target group:demo --broker "$broker" --id demo-1.0.1-staged \
   --waves 50%,100% --wave-interval 20s --max-failures 0 --on-halt rollback --wait 90
 .venv/bin/edge-agent fleet rollout status demo-1.0.1-staged --broker "$broker"
+echo; echo "== a new version judged on live frames before it switches: the INT8 model shadows the serving one (docs/quality.md)"
+.venv/bin/edge-agent bundle build --model agent/demo/demo_detector_int8.tflite \
+  --name demo --version 1.0.2 --conf 0.4 --key "$out/keys/signing.key" -o "$out/demo-1.0.2.bundle"
+.venv/bin/edge-agent fleet push "$out/demo-1.0.2.bundle" --target group:demo --broker "$broker" --id demo-1.0.2-shadowed \
+  --shadow 5s --min-agreement 0.8 --wait 90
 sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
