@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 from testkit import DEMO_MODELS
 from testkit.onnx_models import altered
+from testkit.real_models import COCO_MODEL, photo_frame, write_clip, wrong_versions
 
 from agent.config.models import QualitySection
 from agent.deployment.probation import PASSED, ProbationJudge, QualityCheck
@@ -19,7 +21,8 @@ from pipelines.decoding.detector import Detector
 from pipelines.detection_rates import ClassRate, Rates
 from pipelines.latency import Percentiles
 from pipelines.pipeline import Pipeline, PipelineStats
-from pipelines.sources.frames import Frame, SourceState
+from pipelines.sources.capture import FileSource
+from pipelines.sources.frames import Frame, FrameSource, SourceState
 from pipelines.sources.scene_source import SyntheticSource
 from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
 from runtimes.registry import load_runtime
@@ -258,17 +261,25 @@ def serve(model: Path) -> Detector:
     return Detector(load_runtime("onnxruntime", model))
 
 
-def probation_on_a_real_pipeline(new: Path, scene: SyntheticScene) -> ProbationJudge:
-    """The demo detector serves `scene` for `SWAP_AT` frames, then `new` for the rest; the judge
-    gets the stats just before the swap and at the end (its clock: 10 s of probation)."""
-    pipeline = Pipeline("cam", SyntheticSource(scene, frames=FRAMES), serve(DEMO_MODELS / "demo_detector.onnx"))
+def probation_on_a_real_pipeline(
+    new: Path,
+    scene: SyntheticScene | None = None,
+    *,
+    original: Path = DEMO_MODELS / "demo_detector.onnx",
+    source: FrameSource | None = None,
+    labels: Sequence[str] = CLASS_NAMES,
+    swap_at: int = SWAP_AT,
+) -> ProbationJudge:
+    """`original` (the demo detector) serves `scene` for `FRAMES` frames (or `source` to its
+    end), swapping to `new` after `swap_at` frames; the judge gets the stats just before the
+    swap and at the end (its clock: 10 s of probation)."""
+    source = source if source is not None else SyntheticSource(scene or SyntheticScene(), frames=FRAMES)
+    pipeline = Pipeline("cam", source, serve(original))
     judges: list[ProbationJudge] = []
 
     def swap(frame: Frame, detections: Detections) -> None:
-        if frame.index == SWAP_AT - 1:
-            judges.append(
-                ProbationJudge([pipeline.stats()], 100.0, 10, 0.5, quality=QualityCheck(0.5, 30, CLASS_NAMES))
-            )
+        if frame.index == swap_at - 1:
+            judges.append(ProbationJudge([pipeline.stats()], 100.0, 10, 0.5, quality=QualityCheck(0.5, 30, labels)))
             pipeline.swap_detector(serve(new))
 
     pipeline.add_sink(swap)
@@ -277,7 +288,7 @@ def probation_on_a_real_pipeline(new: Path, scene: SyntheticScene) -> ProbationJ
     pipeline.stop()
     judge = judges[0]
     judge.verdict = judge.observe([pipeline.stats()], 110.0)  # type: ignore[attr-defined]
-    assert pipeline.stats().rates.frames == FRAMES - SWAP_AT
+    assert pipeline.stats().rates.frames == pipeline.stats().frames - swap_at
     return judge
 
 
@@ -309,3 +320,40 @@ def test_the_same_network_and_its_int8_variant_are_kept(model: str) -> None:
 def test_an_empty_scene_fails_nothing_even_a_blind_model(tmp_path: Path) -> None:
     judge = probation_on_a_real_pipeline(altered_demo(tmp_path, "scores"), SyntheticScene(num_shapes=0))
     assert judge.verdict == PASSED and judge.quality is not None and judge.quality.outcome == "quiet"  # type: ignore[attr-defined]
+
+
+# -- the shared COCO YOLOv8n on the tiled photos (one person, one cat, one cup, one table a frame) --
+
+COCO_SWAP_AT, COCO_FRAMES = 12, 44  # 48 confident detections (12 people) before, 32 frames after
+
+
+@pytest.fixture(scope="module")
+def coco(shared_models: Path, photos: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """YOLOv8n, its wrong versions (person and dog swapped: the frame shows a person and no
+    dog, so the swap takes a class away rather than renaming one as frequent) and the clip."""
+    folder = tmp_path_factory.mktemp("coco")
+    model = shared_models / COCO_MODEL
+    clip = write_clip(folder / "photos.avi", [photo_frame(photos)] * COCO_FRAMES)
+    return {"original": model, "resigned": model, "clip": clip, **wrong_versions(model, folder, (0, 16))}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("how", "outcome", "words"),
+    [
+        ("score_scale", "blind", "camera cam: 0 confident detections in 32 frames"),
+        ("swap", "blind", "camera cam: person seen 0.000 times a frame"),
+        ("shift", "kept", "the new version sees what the previous one saw"),  # not caught: the shadow is
+        ("resigned", "kept", "the new version sees what the previous one saw (cam 1.00)"),
+    ],
+)
+def test_an_altered_coco_model_on_a_real_pipeline(
+    coco: dict[str, Path], shared_models: Path, how: str, outcome: str, words: str
+) -> None:
+    labels = (shared_models / "coco80_labels.txt").read_text().splitlines()
+    judge = probation_on_a_real_pipeline(
+        coco[how], original=coco["original"], source=FileSource(coco["clip"]), labels=labels, swap_at=COCO_SWAP_AT
+    )
+    assert judge.quality is not None and judge.quality.outcome == outcome, judge.quality
+    assert words in judge.quality.message
+    assert judge.code == (ErrorCode.PROBATION_BLIND if outcome == "blind" else ErrorCode.PROBATION_FAILED)

@@ -11,13 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import numpy.typing as npt
 import pytest
 from testkit import DEMO_MODELS
 from testkit.bundles import bundle_of, new_version, read_files, resign, write_tar
 from testkit.onnx_models import altered
+from testkit.real_models import photo_frame
 
 from agent.bundles.archive import Limits, Trust, Verified, unpack, verify_unpacked
 from agent.bundles.installer import activate
@@ -64,17 +64,6 @@ class PhotoScene:
 
     def render(self, index: int) -> tuple[npt.NDArray[np.uint8], GroundTruth]:
         return self.image, GroundTruth(Detections.empty(), np.zeros((0,), np.float32))
-
-
-def photo_frame(photos: dict[str, Path]) -> npt.NDArray[np.uint8]:
-    """astronaut, chelsea and coffee side by side over a grey row (1024 x 1536): a person, a cat,
-    a cup, each well under 60% of the frame's width, so a shift of a fifth of it takes a box
-    below IoU 0.5 with where it was."""
-    tiles = [
-        cv2.resize(np.asarray(cv2.imread(str(photos[name]))), (512, 512)) for name in ("astronaut", "chelsea", "coffee")
-    ]
-    grey = np.full((512, 1536, 3), 114, np.uint8)
-    return np.vstack([np.hstack(tiles), grey])
 
 
 @pytest.fixture(scope="module", params=["demo", pytest.param("coco", marks=pytest.mark.slow)])

@@ -7,24 +7,34 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 import pytest
-from testkit.bundles import install_versions
+from testkit import DEMO_MODELS
+from testkit.bundles import bundle_of, install_versions, new_version
 from testkit.net import wait_until
+from testkit.real_models import COCO_MODEL, WRONG, photo_frame, write_clip, wrong_versions
 
-from agent.config.models import CameraSection
-from agent.deployment.quality import agreement_record
+from agent.bundles.installer import InstallPolicy, install
+from agent.bundles.signing import load_public_key
+from agent.bundles.store import Store
+from agent.config.models import CameraSection, ShadowSection
+from agent.deployment.quality import ShadowJudge, agreement_record, passes, shadow_plan
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import probe
+from agent.mqtt.quality_request import ShadowRequest
 from agent.serving.cameras import Cameras
 from agent.serving.loader import open_detector
 from agent.serving.shadow import ShadowCamera, ShadowSession, one_thread, rest_s
 from pipelines.decoding.detection_filter import DetectionFilter
 from pipelines.decoding.detector import CameraDetector
+from pipelines.measure.comparison import AgreementReport
+from pipelines.sources.synthetic import SyntheticScene
 from runtimes.ort_settings import OnnxRuntimeConfig
 from runtimes.registry import RuntimeSettings
 
@@ -220,3 +230,113 @@ def test_a_camera_restarted_during_the_shadow_keeps_offering_frames(
         assert cameras.get("a")._sinks == []
     finally:
         cameras.stop()
+
+
+# -- the project's real models: the shadow tells each wrong version from a good one (issue 38) --
+
+
+@dataclass(frozen=True)
+class RealModel:
+    """A real detector's versions installed in one store, by name, and the camera's two clips:
+    the subject's frames, and grey frames of the same size (no object)."""
+
+    versions: dict[str, Path]
+    clip: Path
+    grey: Path
+    frames: int  # frames compared before judging: 30 detections and more, 10 of each class
+
+
+@pytest.fixture(scope="module")
+def real_models(
+    request: pytest.FixtureRequest, keys: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], RealModel]:
+    """A subject's `RealModel` by name, built once per module."""
+    built: dict[str, RealModel] = {}
+
+    def get(name: str) -> RealModel:
+        if name not in built:
+            built[name] = real_model(name, request, keys, tmp_path_factory.mktemp(f"real-{name}"))
+        return built[name]
+
+    return get
+
+
+def real_model(name: str, request: pytest.FixtureRequest, keys: dict[str, Path], folder: Path) -> RealModel:
+    """The demo detector on the synthetic scene (squares, triangles, no circle: circles and
+    squares swapped), or YOLOv8n on the tiled photos (person and dog swapped: a person, no dog),
+    with the wrong versions, the same network signed again, and for the demo its INT8 variant,
+    installed in one store."""
+    if name == "demo":
+        original, swap = DEMO_MODELS / "demo_detector.onnx", (0, 1)
+        scene = SyntheticScene()
+        images = [scene.render(i)[0] for i in range(30)]
+        models = {"int8": DEMO_MODELS / "demo_detector_int8_qdq.onnx"}
+    else:
+        original, swap = request.getfixturevalue("shared_models") / COCO_MODEL, (0, 16)
+        images = [photo_frame(request.getfixturevalue("photos"))] * 3
+        models = {}
+    models |= wrong_versions(original, folder, swap)
+    serving = bundle_of(original, folder / "original.bundle", keys["private"], version="1.0.0")
+    bundles = {
+        "original": serving,
+        "resigned": new_version(serving, folder / "resigned.bundle", keys["private"], "1.0.1"),
+    }
+    for i, (model_name, model) in enumerate(models.items()):
+        bundles[model_name] = bundle_of(model, folder / f"{model_name}.bundle", keys["private"], version=f"2.0.{i}")
+    store = Store(folder / "state", keep=len(bundles))  # every version stays installed
+    policy = InstallPolicy(trusted=[load_public_key(keys["public"])], autotune=False)
+    versions = {
+        name: store.versions / install(bundle, store, probe(), policy).sha256 for name, bundle in bundles.items()
+    }
+    clip = write_clip(folder / "clip.avi", images)
+    grey = write_clip(folder / "grey.avi", [np.full_like(images[0], 114)] * 3)
+    return RealModel(versions, clip, grey, frames=12)
+
+
+def shadowed(real: RealModel, candidate: str, clip: Path) -> dict[str, AgreementReport]:
+    """The shadow's reports once `real.frames` frames of `clip` were compared: the original
+    version serving a looping camera, `candidate` beside it on every frame."""
+    cameras = Cameras([CameraSection(name="cam", source=str(clip), loop=True)], probe(), "onnxruntime")
+    try:
+        cameras.activate(real.versions["original"])
+        session = cameras.shadow(real.versions[candidate], share=1.0)
+        try:
+            return wait_until(
+                lambda: (r := session.reports()) and r["cam"].frames >= real.frames and r, 120, "frames compared"
+            )
+        finally:
+            session.close()
+    finally:
+        cameras.stop()
+
+
+def _real(name: str, *cases: tuple[str, str]) -> list[Any]:
+    marks = [pytest.mark.slow] if name == "coco" else []
+    return [
+        pytest.param(name, candidate, outcome, marks=marks, id=f"{name}-{candidate}") for candidate, outcome in cases
+    ]
+
+
+WRONG_AND_GOOD = [(name, "disagrees") for name in WRONG] + [("resigned", "agrees"), ("grey", "quiet")]
+
+
+@pytest.mark.parametrize(
+    ("subject", "candidate", "outcome"),
+    _real("demo", *WRONG_AND_GOOD, ("int8", "agrees")) + _real("coco", *WRONG_AND_GOOD),
+)
+def test_the_shadow_rejects_each_wrong_version_of_a_real_model(
+    real_models: Callable[[str], RealModel], subject: str, candidate: str, outcome: str
+) -> None:
+    """Under the device's defaults (agreement 0.8, 30 detections), each wrong version disagrees and
+    does not pass; the same network signed again, and the demo's INT8 variant, agree; on a grey
+    clip (the scaled version as the candidate) the shadow is quiet, which passes by default."""
+    real = real_models(subject)
+    clip = real.grey if candidate == "grey" else real.clip
+    reports = shadowed(real, "score_scale" if candidate == "grey" else candidate, clip)
+    plan = shadow_plan(ShadowRequest(frames=real.frames), ShadowSection())
+    assert plan is not None and (plan.min_agreement, plan.min_detections) == (0.8, 30)
+    record = ShadowJudge(plan, 0.0).verdict(reports, 10.0)
+    assert record.outcome == outcome, record.message
+    assert passes(record, "pass") == (outcome != "disagrees")
+    if outcome == "agrees":
+        assert record.cameras[0].agreement >= 0.9 and record.cameras[0].serving >= 30, record.cameras
