@@ -7,8 +7,9 @@ does not ignore, edits included), so the test sees uncommitted work too. The dem
 come from this worker's block (`testkit.net.free_ports`), so parallel workers never share one.
 
 What is cached: the copy's `.venv`, and only it. Making it and pip installing the package, then
-the demo's `openvino` and `build` extras, was most of the test's time, so the copy lives at a
-fixed path (a venv is not relocatable), `~/.cache/edge-agent-demo/<key>/edge-agent`
+the demo's `openvino` and `build` extras, took 33 s of the test's 160 (24 s reused, the extras
+installed again), and the GB copy was deleted at the end; so the copy lives at a fixed path (a
+venv is not relocatable), `~/.cache/edge-agent-demo/<key>/edge-agent`
 (`EDGE_AGENT_DEMO_CACHE` moves the folder), copied there fresh at each run with its `.venv` kept.
 The key is the version of `python3` (the one setup.sh uses) and the hash of pyproject.toml: a
 change to the package's requirements gets a venv made from nothing, and the other keys' folders
