@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,14 @@ from testkit import DEMO_MODELS
 from testkit.agent_process import AgentProcess
 from testkit.broker import Broker
 from testkit.media import write_video
+from testkit.net import wait_until
 
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import generate_keypair, load_private_key
 from agent.config.models import MqttSection
 from agent.fleet.client import FleetError, command, connect
 from agent.fleet.push import follow, push
-from agent.mqtt.device_documents import DeploymentDocument
+from agent.mqtt.device_documents import CameraTelemetry, DeploymentDocument, StatusDocument, TelemetryDocument
 from agent.mqtt.link import Message, MqttLink
 from agent.mqtt.protocol import Topics
 
@@ -60,18 +62,46 @@ TICK_S = 1.0
 
 
 class TelemetryClock:
-    """When each telemetry message arrived (its own reconnecting link: the broker restarts)."""
+    """When each telemetry message arrived, the newest one's cameras and the device's retained
+    status (its own reconnecting link: the broker restarts)."""
 
     def __init__(self, url: str) -> None:
         self.arrivals: list[float] = []
+        self.cameras: tuple[CameraTelemetry, ...] = ()
+        self.state: str | None = None
         self._lock = threading.Lock()
         self.link = MqttLink(MqttSection(broker=url, reconnect_min_s=0.2, reconnect_max_s=1.0), "soak-watch")
-        self.link.subscribe(Topics().telemetry(DEVICE), self._on_message)
+        self.link.subscribe(Topics().telemetry(DEVICE), self._on_telemetry)
+        self.link.subscribe(Topics().status(DEVICE), self._on_status)
         self.link.start()
 
-    def _on_message(self, message: Message) -> None:
+    def _on_telemetry(self, message: Message) -> None:
+        document = TelemetryDocument.read(message.payload, message.topic)
         with self._lock:
             self.arrivals.append(time.monotonic())
+            if isinstance(document, TelemetryDocument):
+                self.cameras = document.cameras
+
+    def _on_status(self, message: Message) -> None:
+        document = StatusDocument.read(message.payload, message.topic)
+        with self._lock:
+            self.state = document.state if isinstance(document, StatusDocument) else None
+
+    def online(self) -> bool:
+        with self._lock:
+            return self.state == "online"
+
+    def all_inferring(self, since: float, names: set[str]) -> bool:
+        """A telemetry message that arrived after `since` shows every camera of `names` with
+        frames counted and a rate above zero."""
+        with self._lock:
+            fresh = bool(self.arrivals) and self.arrivals[-1] > since
+            running = {c.name for c in self.cameras if c.fps > 0 and c.frames > 0}
+        return fresh and names <= running
+
+    def arrived_since(self, since: float) -> bool:
+        with self._lock:
+            return bool(self.arrivals) and self.arrivals[-1] > since
 
     def max_gap(self, since: float, outages: list[tuple[float, float]]) -> float:
         """The longest gap between arrivals after `since` that overlaps no broker outage (with the
@@ -217,23 +247,32 @@ class Soak:
         time.sleep(15 / self.pace)
         away.rename(self.video)
 
+    @staticmethod
+    def _start(threads: list[threading.Thread], target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, daemon=True)
+        threads.append(thread)
+        thread.start()
+
     def run(self) -> dict[str, Any]:
         agent = AgentProcess(self.config).start()
         self.started = time.monotonic()
         assert agent.process is not None
         process = psutil.Process(agent.process.pid)
         telemetry = TelemetryClock(self.broker.url)
+        faults: list[threading.Thread] = []
         try:
-            time.sleep(5)
+            wait_until(telemetry.online, 60, "the agent online")
             self.deploy(0)  # warm-up: the first version serves, both cameras run
-            time.sleep(20)
+            deployed = time.monotonic()
+            cameras = {"yard", "door"}
+            wait_until(lambda: telemetry.all_inferring(deployed, cameras), 60, "both cameras inferring", 0.2)
             start, start_stats = time.monotonic(), agent_stats(process)
             self.started = start
             schedule = [  # (offset in the period, period, action), seconds at pace 1
                 (5.0, 60.0, self.restart_broker),
                 (30.0, 120.0, lambda: self.deploy(1)),
                 (90.0, 120.0, self.rollback),
-                (45.0, 90.0, lambda: threading.Thread(target=self.camera_fault, daemon=True).start()),
+                (45.0, 90.0, lambda: self._start(faults, self.camera_fault)),
                 (20.0, 60.0, self.snapshot_burst),
             ]
             schedule = [(offset / self.pace, period / self.pace, action) for offset, period, action in schedule]
@@ -247,7 +286,11 @@ class Soak:
                         done.add((i, slot))
                         action()
                 time.sleep(TICK_S)
-            time.sleep(5)  # the last actions settle
+            # the last actions settle: the camera back, and the agent reporting after them
+            for fault in faults:
+                fault.join()
+            settled = time.monotonic()
+            wait_until(lambda: telemetry.arrived_since(settled), 60, "a telemetry message after the last action", 0.2)
             end_stats = agent_stats(process)
             gap = telemetry.max_gap(start, self.outages)
         finally:

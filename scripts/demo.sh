@@ -133,7 +133,9 @@ echo; echo "== a new version judged on live frames before it switches: the INT8 
   --name demo --version 1.0.2 --conf 0.4 --key "$out/keys/signing.key" -o "$out/demo-1.0.2.bundle"
 .venv/bin/edge-agent fleet push "$out/demo-1.0.2.bundle" --target group:demo --broker "$broker" --id demo-1.0.2-shadowed \
   --shadow 5s --min-agreement 0.8 --wait 90
-sleep 11  # one telemetry period (interval_s: 10): fleet status then shows the FPS
+# the next telemetry message (interval_s: 10): the agent sends the status, whose FPS fleet status
+# shows, right after it
+mosquitto_sub -p "$port" -t edge/demo-cam/telemetry -C 1 -W 30 > /dev/null
 .venv/bin/edge-agent fleet status --broker "$broker"
 .venv/bin/edge-agent fleet snapshot --target device:demo-cam --broker "$broker" -o "$out/snapshot.jpg"
 echo; echo "== one object event (start, update or end of a tracked shape: docs/analytics.md)"

@@ -51,6 +51,9 @@ from agent.mqtt.protocol import Desired
 
 DEVICE = "dev1"
 SECRET = "planted-camera-secret"
+#: the camera of the agents an attack starts of its own: they need a camera that runs, not its
+#: rate (each infers the whole time it lives, and the main agent and the attacks share the cores)
+SLOW_CAMERA = [{"name": "cam0", "source": "synthetic", "max_fps": 2}]
 USER, PASSWORD = "tech", "s3cret pass"
 
 
@@ -301,6 +304,7 @@ def acl_without_home_assistant(t: Target) -> Result:
         t.keys["operator_pub"],
         mqtt=mqtt_settings,
         status_page={"listen": f"127.0.0.1:{port}"},
+        cameras=SLOW_CAMERA,
         # births answered every second, not every 30 s: this attack is about the ACL, not the
         # pacing (home_assistant_birth_flood checks that, on the main agent's 30 s)
         integrations={"home_assistant": {"enabled": True, "reannounce_s": 1}},
@@ -522,6 +526,7 @@ def read_only_state_dir(t: Target) -> Result:
         None,
         t.keys["operator_pub"],
         status_page={"listen": f"127.0.0.1:{port}"},
+        cameras=SLOW_CAMERA,
     )
     state = folder / device / "state"
     installed = t.cli(
