@@ -42,7 +42,12 @@ def test_cli_end_to_end(tmp_path: Path, capsys) -> None:
         assert main(["install", str(out), *state, *trust]) == 0
         assert main(["status", *state, "--json"]) == 0
         report = json.loads(capsys.readouterr().out.splitlines()[-1])
-        assert report["current"]["version"] == version and report["deployment"] == {"state": "SUCCEEDED", "error": None}
+        assert report["current"]["version"] == version and report["deployment"] == {
+            "state": "SUCCEEDED",
+            "error": None,
+            "shadow": None,  # a local install is judged by no shadow and no probation
+            "quality": None,
+        }
     assert report["previous"]["version"] == "1.0.0"
     assert main(["bundle", "inspect", str(tmp_path / "demo-1.1.0.bundle")]) == 0
     assert "demo 1.1.0 (detect, decoder yolov8)" in capsys.readouterr().out
