@@ -396,15 +396,11 @@ class Store:
         if deployment is None or deployment.state in FINAL_STATES | RESUMABLE_STATES:
             return None  # nothing in flight, or a download that touched no version (the daemon resumes it)
         switched = self.current_sha() == deployment.sha256 and deployment.from_sha != deployment.sha256
-        if deployment.state in (State.VERIFYING, State.INSTALLING):
+        if deployment.state in (State.VERIFYING, State.INSTALLING, State.SHADOW):  # nothing switched yet
             if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):
                 self.remove_version(deployment.sha256)  # brought by this deployment, never served
-            interrupted = BundleError(ErrorCode.INTERRUPTED, f"the agent stopped during {deployment.state}")
-            deployment = deployment.to(State.REJECTED, interrupted)
-        elif deployment.state == State.SHADOW:  # the candidate ran beside the serving version: nothing switched
-            if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):
-                self.remove_version(deployment.sha256)
-            interrupted = BundleError(ErrorCode.INTERRUPTED, "the agent stopped during the shadow (not retried)")
+            during = "the shadow (not retried)" if deployment.state == State.SHADOW else deployment.state
+            interrupted = BundleError(ErrorCode.INTERRUPTED, f"the agent stopped during {during}")
             deployment = deployment.to(State.REJECTED, interrupted)
         elif deployment.state == State.ACTIVATING and switched and not deployment.probation_s:
             deployment = deployment.to(State.SUCCEEDED)  # switched, but the record was not written yet
