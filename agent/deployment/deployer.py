@@ -51,7 +51,7 @@ from agent.config.models import AgentConfig
 from agent.deployment.desired import DesiredDocuments, latest
 from agent.deployment.download import BundleDownload
 from agent.deployment.probation import PASSED, ProbationJudge, QualityCheck
-from agent.deployment.quality import ShadowJudge, ShadowPlan, passes, shadow_plan
+from agent.deployment.quality import ShadowJudge, ShadowPlan, labelled, passes, shadow_plan
 from agent.deployment.transfer import Cancelled, PartialBundle
 from agent.deployment.wave_plan import Action, Plan, halted_by_rollout, plan, undo_halted
 from agent.errors import BundleError, ErrorCode
@@ -567,8 +567,7 @@ class Deployer:
         except BundleError as exc:
             log.error("deployment %s rejected: %s", record.id, exc)
             return self._step(record, State.REJECTED, exc)
-        labels = verified.manifest.labels
-        judge = ShadowJudge(plan, self._clock(), lambda i: labels[i] if 0 <= i < len(labels) else None)
+        judge = ShadowJudge(plan, self._clock(), labelled(verified.manifest.labels))
         published = self._clock()
         try:
             while True:

@@ -35,7 +35,7 @@ from typing import Final
 
 from agent.bundles.record import QualityRecord
 from agent.config.models import QualitySection
-from agent.deployment.quality import judge_rates
+from agent.deployment.quality import judge_rates, labelled
 from agent.errors import ErrorCode
 from agent.mqtt.quality_request import QualityRequest
 from pipelines.detection_rates import Rates
@@ -63,7 +63,7 @@ class QualityCheck:
         return cls(section.min_ratio if asked is None else asked, section.min_before, tuple(labels))
 
     def label(self, class_id: int) -> str | None:
-        return self.labels[class_id] if 0 <= class_id < len(self.labels) else None
+        return labelled(self.labels)(class_id)
 
 
 @dataclass

@@ -28,7 +28,7 @@ scene before the swap judges nothing: it never fails a version.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,6 +62,12 @@ Label = Callable[[int], str | None]
 
 def _no_label(class_id: int) -> str | None:
     return None
+
+
+def labelled(labels: Sequence[str]) -> Label:
+    """A `Label` over a version's labels (index = class id); None for an id it does not have."""
+    names = tuple(labels)
+    return lambda class_id: names[class_id] if 0 <= class_id < len(names) else None
 
 
 @dataclass(frozen=True)
