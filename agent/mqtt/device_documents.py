@@ -37,15 +37,19 @@ from pydantic import (
     model_validator,
 )
 
-from agent.bundles.record import CameraAgreementRecord as CameraAgreementRecord  # likewise, for ShadowRecord
-from agent.bundles.record import CameraRateRecord as CameraRateRecord  # likewise, for QualityRecord
-from agent.bundles.record import ClassAgreementRecord as ClassAgreementRecord  # likewise
-from agent.bundles.record import ClassRateRecord as ClassRateRecord  # likewise
+# pydantic < 2.6 resolves a stdlib dataclass's annotations in the module of the model that holds
+# it: the names the records below annotate with are imported here for it (hence the `as` forms)
+from agent.bundles.record import CameraAgreementRecord as CameraAgreementRecord
+from agent.bundles.record import CameraRateRecord as CameraRateRecord
+from agent.bundles.record import ClassAgreementRecord as ClassAgreementRecord
+from agent.bundles.record import ClassRateRecord as ClassRateRecord
+from agent.bundles.record import QualityOutcome as QualityOutcome
 from agent.bundles.record import QualityRecord, ShadowRecord, State, TuningRecord
-from agent.bundles.record import ReportRow as ReportRow  # pydantic < 2.6 resolves TuningRecord's annotations here
-from agent.bundles.record import Tuning as Tuning  # likewise
+from agent.bundles.record import ReportRow as ReportRow
+from agent.bundles.record import ShadowOutcome as ShadowOutcome
+from agent.bundles.record import Tuning as Tuning
 from agent.errors import ErrorCode, ErrorInfo, validation_problems
-from runtimes.base import RuntimeName as RuntimeName  # likewise
+from runtimes.base import RuntimeName as RuntimeName  # likewise, for TuningRecord
 
 #: a device's lifecycle state as its status names it (the last will: ``offline``)
 DeviceState = Literal["starting", "online", "stopping", "offline"]
