@@ -128,11 +128,12 @@ echo; echo "== a staged rollout: 1.0.1 to the group in two waves 20 s apart, hal
 .venv/bin/edge-agent fleet push "$out/demo-1.0.1.bundle" --target group:demo --broker "$broker" --id demo-1.0.1-staged \
   --waves 50%,100% --wave-interval 20s --max-failures 0 --on-halt rollback --wait 90
 .venv/bin/edge-agent fleet rollout status demo-1.0.1-staged --broker "$broker"
-echo; echo "== a new version judged on live frames before it switches: the INT8 model shadows the serving one (docs/quality.md)"
+echo; echo "== a new version judged on live frames before it switches (the INT8 model shadows the serving one) and"
+echo "   after (the previous version runs beside it through probation; docs/quality.md)"
 .venv/bin/edge-agent bundle build --model agent/demo/demo_detector_int8.tflite \
   --name demo --version 1.0.2 --conf 0.4 --key "$out/keys/signing.key" -o "$out/demo-1.0.2.bundle"
 .venv/bin/edge-agent fleet push "$out/demo-1.0.2.bundle" --target group:demo --broker "$broker" --id demo-1.0.2-shadowed \
-  --shadow 5s --min-agreement 0.8 --wait 90
+  --shadow 5s --min-agreement 0.8 --probation-agreement 0.8 --wait 90
 # the next telemetry message (interval_s: 10): the agent sends the status, whose FPS fleet status
 # shows, right after it
 mosquitto_sub -p "$port" -t edge/demo-cam/telemetry -C 1 -W 30 > /dev/null

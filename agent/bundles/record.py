@@ -280,12 +280,15 @@ QualityOutcome = Literal["kept", "blind", "quiet"]
 class QualityRecord:
     """What probation's quality check found: ``kept`` (the new version sees what the previous
     one saw), ``blind`` (it does not: PROBATION_BLIND) or ``quiet`` (too little seen before the
-    swap to judge), the signed fraction it held the new version to, each camera, and why."""
+    swap to judge), the signed fraction it held the new version to, each camera, and why.
+    `agreement`: the new version against the previous one on the same frames during probation
+    (asked by ``min_agreement``; its ``candidate`` is the new version), None when not compared."""
 
     outcome: QualityOutcome
     min_ratio: float
     message: str
     cameras: tuple[CameraRateRecord, ...] = ()
+    agreement: ShadowRecord | None = None
 
 
 @dataclass(frozen=True)

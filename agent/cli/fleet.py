@@ -98,6 +98,14 @@ def _add_quality_arguments(push: argparse.ArgumentParser) -> None:
         help="on probation, the confident detections per frame the new version must keep, as a fraction of the "
         "previous version's just before the swap, 0..1 (else PROBATION_BLIND; device default 0.5)",
     )
+    group.add_argument(
+        "--probation-agreement",
+        type=unit_interval,
+        metavar="F",
+        help="on probation, run the previous version beside the new one and hold the new one to this agreement "
+        "with it on the same frames, 0..1: catches boxes in the wrong place, which the detection ratio does not "
+        "see (else PROBATION_BLIND; device default 0: off)",
+    )
 
 
 def quality_requests(args: argparse.Namespace) -> tuple[ShadowRequest | None, QualityRequest | None]:
@@ -107,7 +115,9 @@ def quality_requests(args: argparse.Namespace) -> tuple[ShadowRequest | None, Qu
 
     from agent.mqtt.quality_request import QualityRequest, ShadowRequest
 
-    quality = QualityRequest(min_ratio=args.min_detection_ratio) if args.min_detection_ratio is not None else None
+    quality = None
+    if args.min_detection_ratio is not None or args.probation_agreement is not None:
+        quality = QualityRequest(min_ratio=args.min_detection_ratio, min_agreement=args.probation_agreement)
     if args.shadow is None and args.shadow_frames is None:
         given = [flag for key, flag in SHADOW_OPTIONS.items() if getattr(args, key) is not None]
         if given:

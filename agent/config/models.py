@@ -434,7 +434,17 @@ class QualitySection(_Section):
         ge=1,
         le=100000,
         description="Confident detections the previous version must have seen on a camera (in its last 10 minutes) "
-        "for that camera to be judged: a quiet scene never fails a version.",
+        "for that camera to be judged, and detections of either version on the frames the agreement check compared: "
+        "a quiet scene never fails a version.",
+    )
+    min_agreement: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="On probation, run the previous version beside the new one (at deployments.shadow.sample_share "
+        "of the time) and hold the new one to this agreement with it on the same frames, as a shadow does; else "
+        "PROBATION_BLIND. Catches boxes in the wrong place, which rates do not see (0: off; it keeps a second model "
+        "loaded through probation). A signed desired document's quality.min_agreement overrides it.",
     )
 
 

@@ -41,7 +41,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from agent.bundles.archive import Verified, read_manifest
 from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, install, rollback
@@ -86,8 +86,14 @@ class Shadow(Protocol):
     def close(self) -> None: ...
 
 
-#: opens a shadow of an installed version folder at a share of the time; raises `BundleError`
-OpenShadow = Callable[[Path, float], Shadow]
+class OpenShadow(Protocol):
+    """Opens a shadow of an installed version folder at a share of the time, the folder the
+    candidate or (``reference``) the version the serving one is judged against; raises
+    `BundleError` (`agent.serving.cameras.Cameras.shadow`)."""
+
+    def __call__(
+        self, version: Path, share: float, loaded_is: Literal["candidate", "reference"] = "candidate"
+    ) -> Shadow: ...
 
 
 class _ShadowStopped(Exception):
@@ -531,19 +537,25 @@ class Deployer:
         judge = ProbationJudge(
             before, self._clock(), settings.probation_s, settings.probation_min_fps_ratio, quality=quality
         )
+        reference = self._reference(deployment) if quality.min_agreement > 0 else None
         verdict: str | None = None
-        while verdict is None:
-            with self._lock:
-                self._lock.wait(1.0)
-                rollback_asked = bool(self._rollbacks)
-            if self._stop.is_set():
-                return deployment  # still PROBATION on disk: the next start rolls it back
-            if rollback_asked:
-                verdict = "rolled back by a rollback command during probation"
-            elif self._halted.is_set():
-                verdict = "rolled back: the rollout was halted during probation"
-            else:
-                verdict = judge.observe(self._camera_stats(), self._clock())
+        try:
+            while verdict is None:
+                with self._lock:
+                    self._lock.wait(1.0)
+                    rollback_asked = bool(self._rollbacks)
+                if self._stop.is_set():
+                    return deployment  # still PROBATION on disk: the next start rolls it back
+                if rollback_asked:
+                    verdict = "rolled back by a rollback command during probation"
+                elif self._halted.is_set():
+                    verdict = "rolled back: the rollout was halted during probation"
+                else:
+                    reports = reference.reports() if reference is not None else None
+                    verdict = judge.observe(self._camera_stats(), self._clock(), reports)
+        finally:
+            if reference is not None:
+                reference.close()
         failure = None if verdict == PASSED else verdict
         code = ErrorCode.ROLLOUT_HALTED if self._halted.is_set() and not rollback_asked else judge.code
         if judge.quality is not None:
@@ -554,6 +566,19 @@ class Deployer:
             self._on_switched(result)
             self._answer_rollbacks(result)
         return result
+
+    def _reference(self, deployment: Deployment) -> Shadow | None:
+        """The version `deployment` replaced, run beside it for probation's agreement check
+        (None, said in the log, when there is none or it does not load: the check is skipped)."""
+        info = self.store.info(deployment.from_sha)
+        if info is None or self._open_shadow is None:
+            log.info("deployment %s: no previous version to compare with on probation", deployment.id)
+            return None
+        try:
+            return self._open_shadow(info.path, self.config.deployments.shadow.sample_share, "reference")
+        except BundleError as exc:
+            log.warning("deployment %s: probation's agreement check is skipped: %s", deployment.id, exc)
+            return None
 
     def _shadow(self, desired: Desired, record: Deployment, verified: Verified, plan: ShadowPlan) -> Deployment:
         """Run the candidate beside the serving version and judge it (before the switch, in the

@@ -18,9 +18,12 @@ version failed:
   expected; cameras with no previous FPS are not compared);
 - at the end, once all of that passed and `quality` asks for it (`QualityCheck`, min_ratio > 0):
   what the new version saw against what the previous one saw just before the swap
-  (`agent.deployment.quality.judge_rates` over `PipelineStats.rates`, docs/quality.md). A blind
-  version fails with `code` ``PROBATION_BLIND``; `quality` keeps the record whatever the
-  outcome. A camera's rates are the new version's only once it delivered a frame: a camera
+  (`agent.deployment.quality.judge_rates` over `PipelineStats.rates`, docs/quality.md); and
+  where `min_agreement` > 0, the new version's detections against the previous version's on the
+  same frames through probation (the `agreements` the deployer passes `observe`: the previous
+  version run beside the new one, `agent.deployment.quality.judge_agreement`). A blind or
+  disagreeing version fails with `code` ``PROBATION_BLIND``; `quality` keeps the record
+  whatever the outcome. A camera's rates are the new version's only once it delivered a frame: a camera
   whose rates still hold more frames than it inferred since the swap is left out (they are the
   previous version's); one whose pipeline restarted is judged on what it saw since.
 
@@ -35,10 +38,11 @@ from typing import Final
 
 from agent.bundles.record import QualityRecord
 from agent.config.models import QualitySection
-from agent.deployment.quality import judge_rates, labelled
+from agent.deployment.quality import judge_agreement, judge_rates, labelled, probation_record
 from agent.errors import ErrorCode
 from agent.mqtt.quality_request import QualityRequest
 from pipelines.detection_rates import Rates
+from pipelines.measure.comparison import AgreementReport
 from pipelines.pipeline import PipelineStats
 
 PASSED: Final = "passed"
@@ -49,18 +53,27 @@ FAILING_FRAMES = 3
 @dataclass(frozen=True)
 class QualityCheck:
     """Probation's quality check: the fraction of the previous version's confident detections
-    the new one must keep (0: no check), how many the previous version must have seen on a
-    camera for it to be judged, and the version's labels (index = class id)."""
+    the new one must keep (0: no check), how many detections a camera must have seen for it to
+    be judged (the previous version's before the swap; either version's on the frames the
+    agreement check compared), the version's labels (index = class id), and the agreement with
+    the previous version the new one must reach on the same frames (0: not compared)."""
 
     min_ratio: float
     min_before: int
     labels: tuple[str, ...] = ()
+    min_agreement: float = 0.0
 
     @classmethod
     def of(cls, request: QualityRequest | None, section: QualitySection, labels: Sequence[str] = ()) -> QualityCheck:
         """The signed desired document's `request` over agent.yaml's ``deployments.quality``."""
-        asked = request.min_ratio if request is not None else None
-        return cls(section.min_ratio if asked is None else asked, section.min_before, tuple(labels))
+        ratio = request.min_ratio if request is not None else None
+        agreement = request.min_agreement if request is not None else None
+        return cls(
+            section.min_ratio if ratio is None else ratio,
+            section.min_before,
+            tuple(labels),
+            section.min_agreement if agreement is None else agreement,
+        )
 
     def label(self, class_id: int) -> str | None:
         return labelled(self.labels)(class_id)
@@ -106,8 +119,14 @@ class ProbationJudge:
         self.code = ErrorCode.PROBATION_FAILED
         self.quality: QualityRecord | None = None
 
-    def observe(self, stats: Sequence[PipelineStats], now: float) -> str | None:
-        """`PASSED`, the reason the version failed, or None to keep watching."""
+    def observe(
+        self,
+        stats: Sequence[PipelineStats],
+        now: float,
+        agreements: Mapping[str, AgreementReport] | None = None,
+    ) -> str | None:
+        """`PASSED`, the reason the version failed, or None to keep watching. `agreements`: the
+        new version against the previous one on each camera so far (None: not compared)."""
         elapsed = now - self.start
         for s in stats:
             camera = self._cameras.setdefault(s.name, _Camera(0.0))  # a camera started by the new version
@@ -131,18 +150,27 @@ class ProbationJudge:
         if elapsed < self.duration_s:
             return None
         verdict = self._verdict({s.name: s for s in stats})
-        return self._judge_quality(stats) if verdict == PASSED else verdict
+        return self._judge_quality(stats, agreements, elapsed) if verdict == PASSED else verdict
 
-    def _judge_quality(self, stats: Sequence[PipelineStats]) -> str:
+    def _judge_quality(
+        self, stats: Sequence[PipelineStats], agreements: Mapping[str, AgreementReport] | None, elapsed: float
+    ) -> str:
         check = self._check
-        if check is None or check.min_ratio <= 0:
+        if check is None:
             return PASSED
-        before, after = {}, {}
-        for s in stats:
-            camera = self._cameras[s.name]
-            if camera.rates is not None and 0 < s.rates.frames <= camera.inferred:  # the new version's
-                before[s.name], after[s.name] = camera.rates, s.rates
-        self.quality = judge_rates(before, after, check.min_ratio, check.min_before, check.label)
+        rates = agreement = None
+        if check.min_ratio > 0:
+            before, after = {}, {}
+            for s in stats:
+                camera = self._cameras[s.name]
+                if camera.rates is not None and 0 < s.rates.frames <= camera.inferred:  # the new version's
+                    before[s.name], after[s.name] = camera.rates, s.rates
+            rates = judge_rates(before, after, check.min_ratio, check.min_before, check.label)
+        if check.min_agreement > 0 and agreements is not None:
+            agreement = judge_agreement(agreements, elapsed, check.min_agreement, check.min_before, check.label)
+        if rates is None and agreement is None:
+            return PASSED
+        self.quality = probation_record(rates, agreement, check.min_ratio)
         if self.quality.outcome != "blind":
             return PASSED
         self.code = ErrorCode.PROBATION_BLIND

@@ -23,19 +23,23 @@ least `min_before` confident detections and the new one has inferred `MIN_AFTER_
 frames; it is blind when its rate fell below `min_ratio` of before, or a class judged (the
 previous version saw it `MIN_CLASS_BEFORE` times, and at its rate the new version should have
 seen it at least `MIN_CLASS_EXPECTED` times) fell below `min_ratio` of its own rate. An empty
-scene before the swap judges nothing: it never fails a version.
+scene before the swap judges nothing: it never fails a version. Rates do not see where the boxes
+are: when ``min_agreement`` asks, the previous version also runs beside the new one through
+probation (the shadow's session, roles reversed) and `judge_agreement` holds the new version to
+the shadow's rules against it; `probation_record` joins the two checks into one record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from agent.bundles.record import (
     CameraAgreementRecord,
     CameraRateRecord,
     ClassRateRecord,
+    QualityOutcome,
     QualityRecord,
     ShadowOutcome,
     ShadowRecord,
@@ -130,10 +134,20 @@ def _rounded(value: float | None, digits: int = 4) -> float | None:
 
 
 class ShadowJudge:
-    """Judges one shadow that started at `start` (clock seconds); `label` names a class id."""
+    """Judges one shadow that started at `start` (clock seconds); `label` names a class id.
+    `candidate` and `reference` name the two versions in its messages: probation's agreement
+    check judges the new version against the previous one with it (`judge_agreement`)."""
 
-    def __init__(self, plan: ShadowPlan, start: float, label: Label = _no_label) -> None:
+    def __init__(
+        self,
+        plan: ShadowPlan,
+        start: float,
+        label: Label = _no_label,
+        candidate: str = "the candidate",
+        reference: str = "the serving version",
+    ) -> None:
         self.plan, self.start, self.label = plan, start, label
+        self.candidate, self.reference = candidate, reference
 
     def observe(self, reports: Mapping[str, AgreementReport], now: float) -> ShadowRecord | None:
         """The shadow's record once it is over, else None (keep comparing)."""
@@ -158,7 +172,7 @@ class ShadowJudge:
             frames = max((c.frames for c in cameras), default=0)
             message = (
                 f"too few detections to compare in {elapsed:.0f} s and {frames} frames (at least "
-                f"{self.plan.min_detections} needed on a camera; {seen}); a quiet shadow "
+                f"{self.plan.min_detections} needed on a camera; {seen}); a quiet comparison "
                 f"{'passes' if self.plan.quiet == 'pass' else 'fails'} as asked"
             )
             return self._record("quiet", elapsed, message, cameras)
@@ -167,7 +181,7 @@ class ShadowJudge:
             return self._record("disagrees", elapsed, "; ".join(problems), cameras)
         summary = ", ".join(f"{name} {r.agreement:.2f}" for name, r in sorted(judged.items()))
         least = self.plan.min_agreement
-        message = f"the candidate agrees with the serving version (agreement {summary}; minimum {least:g})"
+        message = f"{self.candidate} agrees with {self.reference} (agreement {summary}; minimum {least:g})"
         return self._record("agrees", elapsed, message, cameras)
 
     def progress(self, reports: Mapping[str, AgreementReport], now: float) -> ShadowRecord:
@@ -193,7 +207,7 @@ class ShadowJudge:
         if report.agreement < least:
             problems.append(
                 f"camera {name}: agreement {report.agreement:.2f} < {least:g} (precision {report.precision:.2f}, "
-                f"recall {report.recall:.2f} against the serving version over {report.frames} frames; "
+                f"recall {report.recall:.2f} against {self.reference} over {report.frames} frames; "
                 f"{report.candidate} detections against {report.serving})"
             )
         if report.task_score is not None and report.task_score < least:
@@ -203,7 +217,7 @@ class ShadowJudge:
                 name_of = self.label(c.class_id) or f"class {c.class_id}"
                 problems.append(
                     f"camera {name}: {name_of} agreement {c.agreement:.2f} < {least:g} "
-                    f"({c.matched} of {c.serving} matched, the candidate found {c.candidate})"
+                    f"({c.matched} of {c.serving} matched, {self.candidate} found {c.candidate})"
                 )
         return problems
 
@@ -287,6 +301,38 @@ def judge_rates(
     summary = ", ".join(f"{c.camera} {c.ratio:.2f}" for c in cameras if c.ratio is not None)
     message = f"the new version sees what the previous one saw ({summary})"
     return QualityRecord("kept", min_ratio, message, tuple(cameras))
+
+
+def judge_agreement(
+    reports: Mapping[str, AgreementReport],
+    elapsed: float,
+    min_agreement: float,
+    min_detections: int,
+    label: Label = _no_label,
+) -> ShadowRecord:
+    """Probation's agreement check: the new version (the reports' candidate) against the previous
+    one on the same frames over `elapsed` seconds, judged as a shadow is (a camera with fewer
+    than `min_detections` detections of either is not judged; a quiet comparison passes)."""
+    plan = ShadowPlan(elapsed, None, elapsed, min_agreement, "gate", "pass", min_detections)
+    return ShadowJudge(plan, 0.0, label, "the new version", "the previous version").verdict(reports, elapsed)
+
+
+def probation_record(rates: QualityRecord | None, agreement: ShadowRecord | None, min_ratio: float) -> QualityRecord:
+    """Probation's quality record from its two checks, either of them off (None; not both):
+    ``blind`` when either found the new version blind or disagreeing, else ``kept`` when either
+    judged it, else ``quiet``."""
+    if rates is None:
+        if agreement is None:
+            raise ValueError("probation_record needs at least one check")
+        rates = QualityRecord("quiet", min_ratio, "")
+    disagrees = agreement is not None and agreement.outcome == "disagrees"
+    if rates.outcome == "blind" or disagrees:
+        outcome: QualityOutcome = "blind"
+        said = [rates.message if rates.outcome == "blind" else "", agreement.message if disagrees and agreement else ""]
+    else:
+        outcome = "kept" if rates.outcome == "kept" or (agreement and agreement.outcome == "agrees") else "quiet"
+        said = [rates.message, agreement.message if agreement else ""]
+    return replace(rates, outcome=outcome, message="; ".join(m for m in said if m), agreement=agreement)
 
 
 def _per_min(count: int, seconds: float) -> float:

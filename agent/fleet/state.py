@@ -135,7 +135,8 @@ def quality_text(record: Judged) -> str | None:
     """What the version was judged to see, the worst camera's number against its threshold:
     ``shadow agrees 0.91``, ``shadow disagrees 0.31<0.8 (report)``, ``shadow quiet``, ``shadow
     running 0.93 so far`` (a shadow in progress), then ``probation kept 0.97``, ``probation
-    blind 0.05<0.5``; None before either judged it."""
+    blind 0.05<0.5``, with the agreement with the previous version where probation compared
+    them (``probation blind 1.02, agreement 0.04<0.5``); None before either judged it."""
     parts = []
     if (shadow := record.shadow) is not None:
         least = min((c.agreement for c in shadow.cameras), default=None)
@@ -149,6 +150,12 @@ def quality_text(record: Judged) -> str | None:
         text = f"probation {quality.outcome}"
         if least is not None:
             text += f" {least:.2f}" + (f"<{quality.min_ratio:g}" if least < quality.min_ratio else "")
+        agreement = quality.agreement
+        lowest = min((c.agreement for c in agreement.cameras), default=None) if agreement else None
+        if agreement is not None and lowest is not None and agreement.outcome != "quiet":
+            text += f", agreement {lowest:.2f}" + (
+                f"<{agreement.min_agreement:g}" if agreement.outcome == "disagrees" else ""
+            )
         parts.append(text)
     return "; ".join(parts) or None
 

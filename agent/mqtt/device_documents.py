@@ -272,13 +272,14 @@ def bounded_shadow(record: ShadowRecord | None) -> ShadowRecord | None:
 
 def bounded_quality(record: QualityRecord | None) -> QualityRecord | None:
     """Probation's quality result as the document carries it: each camera's `MAX_CLASSES`
-    classes seen most often by either version (in class order), the message cut at `MAX_MESSAGE`."""
+    classes seen most often by either version (in class order), the message cut at `MAX_MESSAGE`,
+    its `agreement` bounded as a shadow's."""
     if record is None:
         return None
     cameras = tuple(
         replace(c, classes=_most(c.classes, lambda k: k.before_per_min + k.after_per_min)) for c in record.cameras
     )
-    return replace(record, message=_cut(record.message), cameras=cameras)
+    return replace(record, message=_cut(record.message), cameras=cameras, agreement=bounded_shadow(record.agreement))
 
 
 _C = TypeVar("_C", ClassAgreementRecord, ClassRateRecord)

@@ -59,3 +59,10 @@ class QualityRequest(_Value):
         description="Confident detections per frame the new version must keep, as a fraction of the previous "
         "version's just before the swap (0: no quality check).",
     )
+    min_agreement: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Agreement with the previous version, run beside the new one on the same frames through "
+        "probation, the new version must reach (0: not compared).",
+    )

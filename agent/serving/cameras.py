@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent.bundles.archive import read_reference
 from agent.bundles.installer import check_parity
@@ -412,12 +412,15 @@ class Cameras:
         if version is not None:
             self.activate(version)
 
-    def shadow(self, version: Path, share: float) -> ShadowSession:
+    def shadow(
+        self, version: Path, share: float, loaded_is: Literal["candidate", "reference"] = "candidate"
+    ) -> ShadowSession:
         """Run `version` (an installed bundle folder) beside the serving version on every running
         camera at `share` of the time (`agent.serving.shadow`), each camera's own thresholds
-        resolved against its manifest. Raises `BundleError` ``SHADOW_UNAVAILABLE`` when no camera
-        serves (none configured, none active yet, or halted by the governor) or the candidate
-        does not load here."""
+        resolved against its manifest; `version` is the candidate, or (``reference``, probation's
+        agreement check) the previous version the serving one is judged against. Raises
+        `BundleError` ``SHADOW_UNAVAILABLE`` when no camera serves (none configured, none active
+        yet, or halted by the governor) or `version` does not load here."""
         with self._lock:
             running = [
                 (i, s, self._pipelines[s.name]) for i, s in enumerate(self.sections) if s.name in self._pipelines
@@ -434,7 +437,7 @@ class Cameras:
         except (BundleError, DecoderError) as exc:
             message = exc.message if isinstance(exc, BundleError) else str(exc)
             raise BundleError(
-                ErrorCode.SHADOW_UNAVAILABLE, f"the candidate cannot be loaded beside the serving version: {message}"
+                ErrorCode.SHADOW_UNAVAILABLE, f"the {loaded_is} cannot be loaded beside the serving version: {message}"
             ) from exc
         cameras = {
             section.name: ShadowCamera(
@@ -447,9 +450,13 @@ class Cameras:
         }
         manifest = loaded.manifest
         log.info(
-            "shadow: %s %s beside the serving version on %d camera(s)", manifest.name, manifest.version, len(cameras)
+            "shadow: %s %s (the %s) beside the serving version on %d camera(s)",
+            manifest.name,
+            manifest.version,
+            loaded_is,
+            len(cameras),
         )
-        session = ShadowSession(loaded.detector, cameras, share).start()
+        session = ShadowSession(loaded.detector, cameras, share, loaded_is=loaded_is).start()
         with self._lock:  # a camera restarted while it runs hands the session its new pipeline
             self._shadows = [s for s in self._shadows if not s.closed] + [session]
         return session

@@ -21,6 +21,10 @@ it switches (docs/quality.md). `Cameras.shadow` opens a `ShadowSession`; the dep
 - **Failures**: a candidate inference that raises counts for that camera as a frame on which
   the candidate found nothing (its recall falls, so a broken candidate disagrees rather than
   passing as quiet), is counted in `failures()` and logged once per camera; the thread goes on.
+- **Roles reversed** (``loaded_is="reference"``, probation's agreement check): the loaded model
+  is the previous version, the reference, and the camera's own detections (the new version's)
+  are the candidate's; the camera's latency is then the candidate's. A reference inference that
+  raises is counted and its frame left out: it says nothing of the new version.
 
 Threads: the sinks run on the cameras' inference threads, the worker on its own; `reports`,
 `failures` and `close` may be called from any thread (one lock around the pending frames and
@@ -34,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import CameraDetector, Detector
@@ -85,16 +90,17 @@ def rest_s(took_s: float, share: float) -> float:
 
 @dataclass(frozen=True)
 class ShadowCamera:
-    """One camera the shadow watches: its pipeline and the candidate kept by its filter."""
+    """One camera the shadow watches: its pipeline and the loaded model kept by its filter."""
 
     pipeline: Pipeline
-    candidate: CameraDetector
+    model: CameraDetector
 
 
 class ShadowSession:
-    """The candidate `detector` on `cameras` (name -> `ShadowCamera`, each holding the same
-    detector) at `share` of the time; `clock` times the candidate (monotonic seconds). `start`
-    attaches the sinks and starts the thread; `close` undoes both and closes the detector."""
+    """The loaded `detector` on `cameras` (name -> `ShadowCamera`, each holding the same
+    detector) at `share` of the time; `clock` times it (monotonic seconds). `loaded_is` says
+    which side of the comparison it is (the module's "roles reversed"). `start` attaches the
+    sinks and starts the thread; `close` undoes both and closes the detector."""
 
     def __init__(
         self,
@@ -102,10 +108,12 @@ class ShadowSession:
         cameras: Mapping[str, ShadowCamera],
         share: float,
         clock: Callable[[], float] = time.monotonic,
+        loaded_is: Literal["candidate", "reference"] = "candidate",
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be within (0, 1], got {share}")
         self.detector, self.cameras, self.share, self._clock = detector, dict(cameras), share, clock
+        self.loaded_is = loaded_is
         self._lock = threading.Lock()
         self._agreements = {name: Agreement() for name in self.cameras}
         self._failures = dict.fromkeys(self.cameras, 0)
@@ -160,11 +168,13 @@ class ShadowSession:
     # -- what it found (any thread) ------------------------------------------------------------
 
     def reports(self) -> dict[str, AgreementReport]:
-        """Each camera's comparison so far, its `serving_ms` the camera's own latency now
-        (`serving_latency_ms`)."""
+        """Each camera's comparison so far, the camera's own latency now (`serving_latency_ms`)
+        its `serving_ms` (its `candidate_ms` with roles reversed)."""
         with self._lock:
             reports = {name: agreement.report() for name, agreement in self._agreements.items()}
             pipelines = {name: camera.pipeline for name, camera in self.cameras.items()}
+        if self.loaded_is == "reference":
+            return {name: replace(r, candidate_ms=serving_latency_ms(pipelines[name])) for name, r in reports.items()}
         return {name: replace(r, serving_ms=serving_latency_ms(pipelines[name])) for name, r in reports.items()}
 
     def failures(self) -> dict[str, int]:
@@ -213,21 +223,24 @@ class ShadowSession:
         if taken is None:
             return 0.0 if self._ready and self._pending else IDLE_S
         name, frame, serving = taken
-        model = self.cameras[name].candidate
+        model = self.cameras[name].model
         start = self._clock()
         try:
             tensor, transform = model.prepare(frame.image)
-            candidate: Detections | None = model.postprocess(model.infer(tensor), transform)
+            loaded: Detections | None = model.postprocess(model.infer(tensor), transform)
         except Exception:
-            candidate = None
+            loaded = None
             with self._lock:
                 self._failures[name] += 1
                 first = self._failures[name] == 1
             if first:
-                log.exception("shadow: the candidate failed on camera %s (counted; further failures not logged)", name)
+                log.exception(
+                    "shadow: the %s failed on camera %s (counted; further failures not logged)", self.loaded_is, name
+                )
         took = self._clock() - start
         with self._lock:
-            self._agreements[name].add(
-                serving, Detections.empty() if candidate is None else candidate, None, took * 1000
-            )
+            if self.loaded_is == "candidate":
+                self._agreements[name].add(serving, Detections.empty() if loaded is None else loaded, None, took * 1000)
+            elif loaded is not None:  # the loaded model is the reference: the camera's is the candidate
+                self._agreements[name].add(loaded, serving, took * 1000, None)
         return rest_s(took, self.share)

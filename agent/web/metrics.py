@@ -139,6 +139,15 @@ class SnapshotCollector(Collector):
                 if rates.ratio is not None:
                     ratio.add_metric([rates.camera], rates.ratio)
             yield ratio
+            if quality.agreement is not None:
+                agreement = GaugeMetricFamily(
+                    "edge_agent_probation_agreement",
+                    "On probation, the new version's agreement with the previous one run beside it (F1, same frames).",
+                    labels=["camera"],
+                )
+                for camera in quality.agreement.cameras:
+                    agreement.add_metric([camera.camera], camera.agreement)
+                yield agreement
 
     def _analytics(self, s: AgentSnapshot) -> Iterator[Metric]:
         """Line crossings and zone occupancy per camera (docs/analytics.md)."""

@@ -39,7 +39,8 @@ DASHBOARD = REPO / "deploy" / "grafana" / "edge-agent-dashboard.json"
 SIMULATED = ("sim-1", "sim-2", "sim-3")
 JUDGED = Deployment(
     id="demo-2.0.0-q", sha256="c" * 64, state=State.SUCCEEDED, name="demo", version="2.0.0",
-    history=((State.QUEUED, 1000.0), (State.SUCCEEDED, 1400.0)), shadow=shadow(), quality=quality(),
+    history=((State.QUEUED, 1000.0), (State.SUCCEEDED, 1400.0)), shadow=shadow(),
+    quality=quality(agreement=shadow()),
 )  # fmt: skip
 PASSWORD = "s3cret pass"
 

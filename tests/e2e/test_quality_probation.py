@@ -1,6 +1,7 @@
 """End to end over a real mosquitto: a version that went blind is rolled back by probation's
 quality check (``PROBATION_BLIND``), the previous version serves again, and a restart of the
-agent does not take the blind version again."""
+agent does not take the blind version again; a version whose boxes moved keeps its rates and is
+rolled back by the agreement with the previous version (``--probation-agreement``), no shadow."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from testkit.onnx_models import altered
 pytestmark = pytest.mark.usefixtures("operator_key")
 
 
-def test_a_blind_version_is_rolled_back_and_stays_rolled_back_after_a_restart(
+def test_blind_and_misplaced_versions_are_rolled_back_and_stay_rolled_back_after_a_restart(
     capsys, tmp_path: Path, broker, watcher, agents, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:
     # 5 s of probation at the camera's 10 FPS: 50 frames, past MIN_AFTER_FRAMES (30)
@@ -49,3 +50,16 @@ def test_a_blind_version_is_rolled_back_and_stays_rolled_back_after_a_restart(
     assert finished(watcher, "dev1", later)["state"] == "SUCCEEDED"
     again = [d["state"] for d in watcher.all_json("edge/dev1/deployment")[seen:] if d["id"] == blind]
     assert set(again) <= {"ROLLED_BACK"}, f"the blind version was taken again after the restart: {again}"
+
+    model = altered(DEMO_MODELS / "demo_detector.onnx", tmp_path / "shifted.onnx", shift=0.2)
+    shifted = bundle_of(model, tmp_path / "shifted.bundle", keys["private"], version="1.3.0")
+    moved = push(capsys, broker, shifted, "device:dev1", "--probation-agreement", "0.5")
+    record = finished(watcher, "dev1", moved, 120)
+    assert [h["state"] for h in record["history"]][-3:] == ["PROBATION", "FAILED", "ROLLED_BACK"], record
+    assert "SHADOW" not in [h["state"] for h in record["history"]]
+    assert record["error"]["code"] == "PROBATION_BLIND", record
+    assert record["error"]["message"].startswith("camera cam0: agreement "), "the rates alone kept it"
+    agreement = record["quality"]["agreement"]
+    assert agreement["outcome"] == "disagrees" and agreement["min_agreement"] == 0.5
+    assert agreement["cameras"][0]["frames"] > 0
+    serving(watcher, "dev1", "1.1.0")

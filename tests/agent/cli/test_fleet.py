@@ -143,6 +143,7 @@ def test_fleet_snapshot_names_the_camera_with_camera_and_keeps_pipeline_as_a_hid
         (["--shadow", "0"], "argument --shadow: duration '0' must be above 0"),
         (["--shadow", "20s", "--shadow-max", "2d"], "argument --shadow-max: duration '2d' must be above 0"),
         (["--min-detection-ratio", "-0.1"], "argument --min-detection-ratio: expected a number within 0..1, got -0.1"),
+        (["--probation-agreement", "1.5"], "argument --probation-agreement: expected a number within 0..1, got 1.5"),
         (["--shadow", "20s", "--shadow-mode", "strict"], "argument --shadow-mode: invalid choice: 'strict'"),
         (["--shadow", "20s", "--shadow-frames", "0"], "argument --shadow-frames: 0 frames is outside"),
     ],
@@ -177,8 +178,9 @@ def test_fleet_push_signs_the_shadow_and_the_quality_threshold(
 ) -> None:
     flags = ("--shadow", "2m", "--shadow-frames", "900", "--min-agreement", "0.85", "--shadow-mode", "report")
     deployment = push(
-        capsys, broker, bundles["v1"], "device:d", *flags, "--shadow-quiet", "fail", "--min-detection-ratio", "0.6"
-    )
+        capsys, broker, bundles["v1"], "device:d", *flags, "--shadow-quiet", "fail", "--min-detection-ratio", "0.6",
+        "--probation-agreement", "0.7",
+    )  # fmt: skip
     document = watcher.wait_json("edge/d/desired", lambda d: d["id"] == deployment, 30)
     assert document["shadow"] == {
         "duration_s": 120.0,
@@ -187,6 +189,6 @@ def test_fleet_push_signs_the_shadow_and_the_quality_threshold(
         "mode": "report",
         "quiet": "fail",
     }
-    assert document["quality"] == {"min_ratio": 0.6} and "signature" in document
+    assert document["quality"] == {"min_ratio": 0.6, "min_agreement": 0.7} and "signature" in document
     plain = push(capsys, broker, bundles["v1"], "device:d")
     assert watcher.wait_json("edge/d/desired", lambda d: d["id"] == plain, 30).get("shadow") is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -20,6 +21,7 @@ from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
 from pipelines.detection_rates import ClassRate, Rates
 from pipelines.latency import Percentiles
+from pipelines.measure.comparison import Agreement, AgreementReport, ClassAgreement
 from pipelines.pipeline import Pipeline, PipelineStats
 from pipelines.sources.capture import FileSource
 from pipelines.sources.frames import Frame, FrameSource, SourceState
@@ -240,6 +242,65 @@ def test_the_signed_documents_min_ratio_wins_over_agent_yaml(request_: QualityRe
     )
 
 
+def compared(matched: int, each: int = 40, frames: int = 20) -> dict[str, AgreementReport]:
+    """Camera "a"'s comparison with the previous version: `each` detections of class 0 on each
+    side, `matched` of them at the same place (agreement matched / each)."""
+    return {"a": AgreementReport(frames, (ClassAgreement(0, each, each, matched, each, each),))}
+
+
+AGREEING = QualityCheck(min_ratio=0.5, min_before=30, labels=("person", "car"), min_agreement=0.5)
+
+
+@pytest.mark.parametrize(
+    ("check", "agreements", "outcome", "words"),
+    [
+        (AGREEING, compared(10), "blind", "camera a: agreement 0.25 < 0.5 (precision 0.25, recall 0.25 against the"),
+        (AGREEING, compared(20), "kept", "the new version agrees with the previous version (agreement a 0.50;"),
+        (AGREEING, compared(0, each=29), "kept", "too few detections to compare"),  # 29 < min_before: quiet
+        (replace(AGREEING, min_ratio=0.0), compared(10), "blind", "camera a: agreement 0.25"),  # without rates
+        (replace(AGREEING, min_agreement=0.0), compared(0), "kept", "sees what the previous one saw"),  # off
+        (AGREEING, None, "kept", "sees what the previous one saw"),  # the previous version did not load
+    ],
+)
+def test_the_agreement_with_the_previous_version_on_the_same_frames(
+    check: QualityCheck, agreements: dict[str, AgreementReport] | None, outcome: str, words: str
+) -> None:
+    """Rates alike (a version whose boxes moved keeps them): only the agreement can fail it."""
+    judge = ProbationJudge([stats("a", 1000, rates=SEEING)], 100.0, 10, 0.5, quality=check)
+    verdict = judge.observe([stats("a", 1100, rates=rates(100, c0=50, c1=10))], 110.0, agreements)
+    assert judge.quality is not None and judge.quality.outcome == outcome and words in judge.quality.message
+    assert (verdict == PASSED) == (outcome != "blind")
+    assert judge.code == (ErrorCode.PROBATION_BLIND if outcome == "blind" else ErrorCode.PROBATION_FAILED)
+    compared_too = check.min_agreement > 0 and agreements is not None
+    assert (judge.quality.agreement is not None) == compared_too
+    if judge.quality.agreement is not None:
+        assert judge.quality.agreement.cameras[0].camera == "a" and judge.quality.agreement.min_agreement == 0.5
+
+
+def test_a_blind_rate_and_a_disagreement_are_both_said() -> None:
+    judge = ProbationJudge([stats("a", 1000, rates=SEEING)], 100.0, 10, 0.5, quality=AGREEING)
+    verdict = judge.observe([stats("a", 1100, rates=rates(100, c0=10))], 110.0, compared(10))
+    assert verdict is not None and verdict.startswith("camera a: 10 confident detections in 100 frames")
+    assert "; camera a: agreement 0.25 < 0.5" in verdict and judge.code == ErrorCode.PROBATION_BLIND
+
+
+def test_the_agreement_is_judged_at_the_end_only() -> None:
+    judge = ProbationJudge([stats("a", 1000, rates=SEEING)], 100.0, 10, 0.5, quality=AGREEING)
+    assert judge.observe([stats("a", 1050, rates=rates(50, c0=25, c1=5))], 109.9, compared(0)) is None
+    assert judge.quality is None
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [(None, 0.0), (QualityRequest(min_ratio=0.8), 0.0), (QualityRequest(min_agreement=0.6), 0.6)],
+)
+def test_the_signed_documents_min_agreement_wins_over_agent_yaml(
+    request_: QualityRequest | None, expected: float
+) -> None:
+    assert QualityCheck.of(request_, QualitySection()).min_agreement == expected
+    assert QualityCheck.of(request_, QualitySection(min_agreement=0.7)).min_agreement == (expected or 0.7)
+
+
 # -- a real pipeline swapping to an altered model -----------------------------------------------
 
 SWAP_AT, FRAMES = 40, 100  # frames on the previous version, in all
@@ -269,25 +330,32 @@ def probation_on_a_real_pipeline(
     source: FrameSource | None = None,
     labels: Sequence[str] = CLASS_NAMES,
     swap_at: int = SWAP_AT,
+    min_agreement: float = 0.0,
 ) -> ProbationJudge:
     """`original` (the demo detector) serves `scene` for `FRAMES` frames (or `source` to its
     end), swapping to `new` after `swap_at` frames; the judge gets the stats just before the
-    swap and at the end (its clock: 10 s of probation)."""
+    swap and at the end (its clock: 10 s of probation). With `min_agreement`, `original` also
+    runs on every frame after the swap, as the previous version does beside the new one (the
+    shadow's session itself is tested in tests/agent/serving/test_shadow.py)."""
     source = source if source is not None else SyntheticSource(scene or SyntheticScene(), frames=FRAMES)
     pipeline = Pipeline("cam", source, serve(original))
     judges: list[ProbationJudge] = []
+    reference, agreement = serve(original), Agreement()
+    check = QualityCheck(0.5, 30, labels, min_agreement)
 
     def swap(frame: Frame, detections: Detections) -> None:
         if frame.index == swap_at - 1:
-            judges.append(ProbationJudge([pipeline.stats()], 100.0, 10, 0.5, quality=QualityCheck(0.5, 30, labels)))
+            judges.append(ProbationJudge([pipeline.stats()], 100.0, 10, 0.5, quality=check))
             pipeline.swap_detector(serve(new))
+        elif frame.index >= swap_at and min_agreement > 0:
+            agreement.add(reference.detect(frame.image), detections)
 
     pipeline.add_sink(swap)
     pipeline.start()
     assert pipeline.wait(120)
     pipeline.stop()
     judge = judges[0]
-    judge.verdict = judge.observe([pipeline.stats()], 110.0)  # type: ignore[attr-defined]
+    judge.verdict = judge.observe([pipeline.stats()], 110.0, {"cam": agreement.report()})  # type: ignore[attr-defined]
     assert pipeline.stats().rates.frames == pipeline.stats().frames - swap_at
     return judge
 
@@ -310,15 +378,30 @@ def test_an_altered_model_on_a_real_pipeline(tmp_path: Path, how: str, outcome: 
     assert judge.code == (ErrorCode.PROBATION_BLIND if outcome == "blind" else ErrorCode.PROBATION_FAILED)
 
 
+@pytest.mark.parametrize("how", ["scores", "swap", "shift"])
+def test_each_altered_model_disagrees_with_the_previous_version_on_the_same_frames(tmp_path: Path, how: str) -> None:
+    """With ``min_agreement`` the boxes moved by a fifth of the input fail probation too."""
+    judge = probation_on_a_real_pipeline(altered_demo(tmp_path, how), SHAPES, min_agreement=0.5)
+    assert judge.code == ErrorCode.PROBATION_BLIND and judge.quality is not None
+    assert judge.quality.agreement is not None and judge.quality.agreement.outcome == "disagrees"
+    assert "against the previous version over 60 frames" in judge.quality.message
+    if how == "shift":  # its rates alone keep it: the agreement is all that fails it
+        assert judge.quality.message.startswith("camera cam: agreement "), judge.quality.message
+
+
 @pytest.mark.parametrize("model", ["demo_detector.onnx", "demo_detector_int8_qdq.onnx"])
 def test_the_same_network_and_its_int8_variant_are_kept(model: str) -> None:
-    judge = probation_on_a_real_pipeline(DEMO_MODELS / model, SHAPES)
+    judge = probation_on_a_real_pipeline(DEMO_MODELS / model, SHAPES, min_agreement=0.8)
     assert judge.verdict == PASSED and judge.quality is not None and judge.quality.outcome == "kept", judge.quality  # type: ignore[attr-defined]
     assert {c.label for c in judge.quality.cameras[0].classes} == {"square", "triangle"}
+    assert judge.quality.agreement is not None and judge.quality.agreement.outcome == "agrees"
 
 
-def test_an_empty_scene_fails_nothing_even_a_blind_model(tmp_path: Path) -> None:
-    judge = probation_on_a_real_pipeline(altered_demo(tmp_path, "scores"), SyntheticScene(num_shapes=0))
+@pytest.mark.parametrize("min_agreement", [0.0, 0.5])
+def test_an_empty_scene_fails_nothing_even_a_blind_model(tmp_path: Path, min_agreement: float) -> None:
+    judge = probation_on_a_real_pipeline(
+        altered_demo(tmp_path, "shift"), SyntheticScene(num_shapes=0), min_agreement=min_agreement
+    )
     assert judge.verdict == PASSED and judge.quality is not None and judge.quality.outcome == "quiet"  # type: ignore[attr-defined]
 
 
@@ -339,20 +422,27 @@ def coco(shared_models: Path, photos: dict[str, Path], tmp_path_factory: pytest.
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("how", "outcome", "words"),
+    ("how", "min_agreement", "outcome", "words"),
     [
-        ("score_scale", "blind", "camera cam: 0 confident detections in 32 frames"),
-        ("swap", "blind", "camera cam: person seen 0.000 times a frame"),
-        ("shift", "kept", "the new version sees what the previous one saw"),  # not caught: the shadow is
-        ("resigned", "kept", "the new version sees what the previous one saw (cam 1.00)"),
+        ("score_scale", 0.0, "blind", "camera cam: 0 confident detections in 32 frames"),
+        ("swap", 0.0, "blind", "camera cam: person seen 0.000 times a frame"),
+        ("shift", 0.0, "kept", "the new version sees what the previous one saw"),  # rates alone: not caught
+        ("shift", 0.5, "blind", "camera cam: agreement 0.00 < 0.5"),  # the previous version beside it
+        ("resigned", 0.0, "kept", "the new version sees what the previous one saw (cam 1.00)"),
+        ("resigned", 0.8, "kept", "the new version agrees with the previous version (agreement cam 1.00;"),
     ],
 )
 def test_an_altered_coco_model_on_a_real_pipeline(
-    coco: dict[str, Path], shared_models: Path, how: str, outcome: str, words: str
+    coco: dict[str, Path], shared_models: Path, how: str, min_agreement: float, outcome: str, words: str
 ) -> None:
     labels = (shared_models / "coco80_labels.txt").read_text().splitlines()
     judge = probation_on_a_real_pipeline(
-        coco[how], original=coco["original"], source=FileSource(coco["clip"]), labels=labels, swap_at=COCO_SWAP_AT
+        coco[how],
+        original=coco["original"],
+        source=FileSource(coco["clip"]),
+        labels=labels,
+        swap_at=COCO_SWAP_AT,
+        min_agreement=min_agreement,
     )
     assert judge.quality is not None and judge.quality.outcome == outcome, judge.quality
     assert words in judge.quality.message

@@ -145,6 +145,10 @@ SHADOW_OF_TWO = (shadow_camera("cam0", 0.95), shadow_camera("door", 0.31))
          "probation blind 0.05<0.5"),
         ({"quality": quality("quiet", cameras=(rate_camera("cam0", None),))}, "probation quiet"),
         ({"shadow": shadow("agrees"), "quality": quality("kept")}, "shadow agrees 0.91; probation kept 0.97"),
+        ({"quality": quality("blind", cameras=(rate_camera("cam0", 1.02),), agreement=shadow("disagrees"))},
+         "probation blind 1.02, agreement 0.31<0.8"),
+        ({"quality": quality("kept", agreement=shadow("agrees"))}, "probation kept 0.97, agreement 0.91"),
+        ({"quality": quality("kept", agreement=shadow("quiet"))}, "probation kept 0.97"),
     ],
 )  # fmt: skip
 def test_the_quality_text_is_the_outcome_and_the_worst_camera_against_its_minimum(

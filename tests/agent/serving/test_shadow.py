@@ -122,6 +122,52 @@ def test_a_candidate_that_raises_is_counted_and_compares_as_blind(
     assert report.candidate == 0 and report.agreement == 0.0  # a broken candidate never passes as quiet
 
 
+def test_roles_reversed_the_loaded_version_is_the_reference(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """Probation's agreement check: the loaded (previous) version keeps circles only here, the
+    camera (the new version) keeps every class, so the new version's precision falls and its
+    recall holds; the loaded one's latency (1 s a frame on the session's clock) is the
+    reference's, the camera's own the candidate's. A reference that raises leaves its frames out."""
+    versions = install_versions(tmp_path / "state", keys, bundles)
+    cameras = Cameras([CameraSection(name="a", source="synthetic:1", fps=30)], probe(), "onnxruntime")
+    try:
+        cameras.activate(versions[0])
+        loaded = open_detector(versions[0], probe(), "onnxruntime")
+        circles = CameraDetector(
+            loaded.detector, DetectionFilter(conf=0.25, iou=0.45, max_det=100, classes=frozenset({0}))
+        )
+        ticks = itertools.count()
+        session = ShadowSession(
+            loaded.detector,
+            {"a": ShadowCamera(cameras.get("a"), circles)},
+            1.0,
+            clock=lambda: float(next(ticks)),
+            loaded_is="reference",
+        ).start()
+        try:
+            report = wait_until(
+                lambda: (r := session.reports()["a"]).frames >= 5 and r.serving >= 3 and r, 60, "frames"
+            )
+        finally:
+            session.close()
+        failing = _Failing(loaded.detector, DetectionFilter(conf=0.25, iou=0.45, max_det=100))
+        broken = ShadowSession(
+            loaded.detector, {"a": ShadowCamera(cameras.get("a"), failing)}, 1.0, loaded_is="reference"
+        ).start()
+        try:
+            wait_until(lambda: broken.failures()["a"] >= 5, 60, "the reference failing")
+            assert broken.reports()["a"].frames == 0
+        finally:
+            broken.close()
+    finally:
+        cameras.stop()
+    assert report.recall == 1.0 and report.precision < 1.0 and report.candidate > report.serving
+    assert {c.class_id for c in report.classes if c.serving} == {0}
+    assert report.serving_ms == 1000.0
+    assert report.candidate_ms is not None and 0 < report.candidate_ms < 1000
+
+
 def test_no_camera_serving_is_shadow_unavailable(
     tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:

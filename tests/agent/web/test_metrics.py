@@ -91,7 +91,8 @@ def test_the_deployment_state_and_health_and_what_is_unknown() -> None:
 JUDGED = DeploymentStatus(
     "d-2", "demo", "2.0.0", "b" * 64, State.SUCCEEDED, None, 1,
     shadow=shadow("agrees", cameras=(shadow_camera("cam0", 0.95, frames=120), shadow_camera("door", 0.91, frames=80))),
-    quality=quality("blind", cameras=(rate_camera("cam0", 0.05), rate_camera("door", None))),
+    quality=quality("blind", cameras=(rate_camera("cam0", 0.05), rate_camera("door", None)),
+                    agreement=shadow("disagrees", cameras=(shadow_camera("cam0", 0.12),))),
 )  # fmt: skip
 
 
@@ -110,6 +111,10 @@ def test_the_shadow_and_probation_quality_per_camera_and_their_outcomes() -> Non
     probation = {dict(labels)["edge_agent_probation_quality_outcome"]: value for (name, labels), value in got.items()
                  if name == "edge_agent_probation_quality_outcome"}  # fmt: skip
     assert probation == {"kept": 0, "blind": 1, "quiet": 0}
+    assert got[("edge_agent_probation_agreement", cam0)] == 0.12
+    assert ("edge_agent_probation_agreement", door) not in got
+    not_compared = _scrape(snapshot(deployment=dataclasses.replace(JUDGED, quality=quality("kept"))))
+    assert "edge_agent_probation_agreement" not in {name for name, _ in not_compared}
     unjudged = {
         name for name, _ in _scrape(snapshot(deployment=dataclasses.replace(JUDGED, shadow=None, quality=None)))
     }
