@@ -170,7 +170,8 @@ class CameraAgreementRecord:
     """One camera in a shadow (`pipelines.measure.comparison.AgreementReport` as the record keeps
     it): frames compared, totals, precision and recall of the candidate against the serving
     version, their F1, the confident ratio, the task's measure (None for boxes), the median
-    latency per frame of each in ms, and the classes either found."""
+    latency per frame of each in ms, the classes either found, and where both versions have a
+    second stage the crops both classified and the share named alike (`top1`, else None)."""
 
     camera: str
     frames: int
@@ -186,6 +187,8 @@ class CameraAgreementRecord:
     serving_ms: float | None = None
     candidate_ms: float | None = None
     classes: tuple[ClassAgreementRecord, ...] = ()
+    crops: int = 0
+    top1: float | None = None
 
     @classmethod
     def of(
@@ -208,6 +211,8 @@ class CameraAgreementRecord:
             task_score=_rounded(report.task_score),
             serving_ms=_rounded(report.serving_ms, 2),
             candidate_ms=_rounded(report.candidate_ms, 2),
+            crops=report.crops,
+            top1=_rounded(report.top1),
             classes=tuple(
                 ClassAgreementRecord(
                     c.class_id,

@@ -24,6 +24,7 @@ from runtimes.selection import Preference
 
 if TYPE_CHECKING:
     from agent.bundles.record import CameraAgreementRecord, ShadowRecord
+    from pipelines.decoding.classifier import Classifier
     from pipelines.decoding.detector import Detector
     from pipelines.measure.comparison import AgreementReport
     from pipelines.measure.matrix import Row
@@ -345,13 +346,20 @@ def auto_workers(model: Path, preference: Preference) -> tuple[int, dict[str, fl
 
 @dataclass(frozen=True)
 class _Side:
-    """One model of ``bench --against``: its detector, what it is called, where it ran, its labels."""
+    """One model of ``bench --against``: its detector, what it is called, where it ran, its
+    labels, and a bundle's second stage (classifier, its labels, the detector labels it is for)."""
 
     detector: Detector
     name: str
     runtime: str
     device: str
     labels: Mapping[int, str]
+    second_stage: tuple[Classifier, list[str], list[str]] | None = None
+
+    def close(self) -> None:
+        self.detector.close()
+        if self.second_stage is not None:
+            self.second_stage[0].runtime.close()
 
 
 def _open_side(flag: str, path: Path, preference: Preference, folder: Path) -> _Side:
@@ -360,7 +368,7 @@ def _open_side(flag: str, path: Path, preference: Preference, folder: Path) -> _
     from agent.bundles.archive import Limits, unpack, verify_unpacked
     from agent.errors import BundleError
     from agent.hardware.board import probe
-    from agent.serving.loader import load_model, open_detector
+    from agent.serving.loader import load_model, open_classifier, open_detector
     from pipelines.decoding.decoders import DecoderError
     from pipelines.decoding.detector import Detector
     from runtimes.base import BackendError
@@ -381,12 +389,18 @@ def _open_side(flag: str, path: Path, preference: Preference, folder: Path) -> _
         unpack(path, folder, Limits())
         verify_unpacked(folder, (), allow_unsigned=True)  # hashes checked; nothing installed
         loaded = open_detector(folder, probe(), preference)
+        try:
+            stage = open_classifier(folder, probe(), preference)
+        except BundleError:
+            loaded.detector.close()
+            raise
     except (BackendError, BundleError, DecoderError) as exc:
         raise CliError(f"{flag} {path.name}: {exc}") from exc
     manifest = loaded.manifest
     labels = dict(enumerate(manifest.labels))
     name = f"{manifest.name} {manifest.version}"
-    return _Side(loaded.detector, name, loaded.choice.runtime, loaded.choice.device, labels)
+    second = (stage.classifier, stage.stage.labels, stage.stage.for_labels) if stage is not None else None
+    return _Side(loaded.detector, name, loaded.choice.runtime, loaded.choice.device, labels, second)
 
 
 def bench_against(args: argparse.Namespace) -> int:
@@ -396,6 +410,7 @@ def bench_against(args: argparse.Namespace) -> int:
     (`agent.bundles.record.CameraAgreementRecord`, the source as its camera)."""
     from agent.bundles.record import CameraAgreementRecord
     from pipelines.measure.benchmark import compare_on
+    from pipelines.measure.second_stage import SecondStages
 
     if args.source is None:
         raise CliError(
@@ -412,11 +427,17 @@ def bench_against(args: argparse.Namespace) -> int:
             raise CliError(f"--against compares detections frame by frame: not with {flag}")
     with tempfile.TemporaryDirectory(prefix="edge-agent-against-") as tmp, contextlib.ExitStack() as stack:
         serving = _open_side("MODEL|BUNDLE", args.model, args.runtime, Path(tmp) / "serving")
-        stack.callback(serving.detector.close)
+        stack.callback(serving.close)
         candidate = _open_side("--against", args.against, args.runtime, Path(tmp) / "candidate")
-        stack.callback(candidate.detector.close)
+        stack.callback(candidate.close)
+        stages = None
+        if serving.second_stage is not None and candidate.second_stage is not None:
+            detector_labels = [serving.labels[i] for i in sorted(serving.labels)]
+            stages = SecondStages.of(serving.second_stage, candidate.second_stage, detector_labels)
         progress = sys.stderr.isatty() and not args.json
-        report = compare_on(serving.detector, candidate.detector, args.source, args.frames, args.every, progress)
+        report = compare_on(
+            serving.detector, candidate.detector, args.source, args.frames, args.every, progress, stages
+        )
     labels = {**candidate.labels, **serving.labels}  # the serving version's names first
     record = CameraAgreementRecord.of(args.source, report, labels.get)
     verdict = _verdict(args.source, report, args.min_agreement, labels.get) if args.min_agreement is not None else None
@@ -476,6 +497,8 @@ def print_agreement(record: CameraAgreementRecord, serving: _Side, candidate: _S
     )
     if record.task is not None:
         print(f"  task measure ({record.task}) {_ratio_cell(record.task_score)}")
+    if record.top1 is not None:
+        print(f"  second stage: top-1 agreement {record.top1:.2f} over {record.crops} crops")
     print(f"  latency p50: serving {_cell(record.serving_ms, 2)} ms   candidate {_cell(record.candidate_ms, 2)} ms")
     print(f"  {'class':<16}{'serving':>9}{'candidate':>11}{'matched':>9}{'agreement':>11}{'conf ratio':>12}")
     for c in record.classes:

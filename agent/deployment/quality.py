@@ -13,7 +13,8 @@ is fed those reports with the time (clock seconds) and answers None (keep going)
 - a camera with enough detections disagrees when its agreement (F1 of the candidate against the
   serving version), or its task measure (mask IoU, keypoints, oriented IoU), is below
   `plan.min_agreement`, or a class the serving version found at least `plan.min_class_detections`
-  times agrees below it (two classes swapped show here even where the frame agrees);
+  times agrees below it (two classes swapped show here even where the frame agrees), or, over
+  at least `plan.min_class_detections` crops, the second stages' top-1 agreement is;
 - ``report`` mode records the outcome and goes on; ``gate`` rejects on ``disagrees``.
 
 **Probation** (after the switch): `judge_rates` compares each camera's confident detections
@@ -212,6 +213,11 @@ class ShadowJudge:
             )
         if report.task_score is not None and report.task_score < least:
             problems.append(f"camera {name}: {report.task} agreement {report.task_score:.2f} < {least:g}")
+        if report.top1 is not None and report.crops >= self.plan.min_class_detections and report.top1 < least:
+            problems.append(
+                f"camera {name}: the second stage's top-1 agreement {report.top1:.2f} < {least:g} "
+                f"({report.crops_agreeing} of {report.crops} crops named alike)"
+            )
         for c in report.classes:
             if c.serving >= self.plan.min_class_detections and c.agreement < least and report.agreement >= least:
                 name_of = self.label(c.class_id) or f"class {c.class_id}"

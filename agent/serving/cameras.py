@@ -59,6 +59,7 @@ from agent.snapshot import EngineStatus, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import CameraDetector, FrameDetector
+from pipelines.measure.second_stage import SecondStages
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
 from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
 from pipelines.sources.frames import FrameSource
@@ -456,10 +457,43 @@ class Cameras:
             loaded_is,
             len(cameras),
         )
-        session = ShadowSession(loaded.detector, cameras, share, loaded_is=loaded_is).start()
+        stages = self._second_stages(version, manifest, loaded_is, settings)
+        session = ShadowSession(loaded.detector, cameras, share, loaded_is=loaded_is, stages=stages).start()
         with self._lock:  # a camera restarted while it runs hands the session its new pipeline
             self._shadows = [s for s in self._shadows if not s.closed] + [session]
         return session
+
+    def _second_stages(
+        self, version: Path, manifest: Manifest, loaded_is: Literal["candidate", "reference"], settings: RuntimeSettings
+    ) -> SecondStages | None:
+        """Both versions' classifiers for the shadow's top-1 comparison, each loaded for the
+        shadow's thread (`version`'s, whose `manifest` is given, and the serving version's again:
+        the second stage's own is its thread's). None unless both versions have one; one that
+        does not load is logged and the comparison left out."""
+        serving_version, serving_manifest = self.version, self.manifest
+        if manifest.classifier is None or serving_version is None or serving_manifest is None:
+            return None
+        if serving_manifest.classifier is None:
+            return None
+        opened = []
+        try:
+            for folder in (version, serving_version):
+                stage = open_classifier(folder, self.board, self.preference, settings, self.lighter)
+                if stage is not None:
+                    opened.append(stage)
+        except BundleError as exc:
+            for stage in opened:
+                stage.close()
+            log.warning("shadow: the second stages are not compared: %s", exc)
+            return None
+        if len(opened) != 2:  # not reached: both manifests name a classifier
+            for stage in opened:
+                stage.close()
+            return None
+        loaded, serving = ((s.classifier, s.stage.labels, s.stage.for_labels) for s in opened)
+        if loaded_is == "candidate":
+            return SecondStages.of(serving, loaded, serving_manifest.labels)
+        return SecondStages.of(loaded, serving, manifest.labels)
 
     def labels(self) -> list[str]:
         """The serving version's class names, by class id (none while nothing is served)."""

@@ -21,6 +21,11 @@ it switches (docs/quality.md). `Cameras.shadow` opens a `ShadowSession`; the dep
 - **Failures**: a candidate inference that raises counts for that camera as a frame on which
   the candidate found nothing (its recall falls, so a broken candidate disagrees rather than
   passing as quiet), is counted in `failures()` and logged once per camera; the thread goes on.
+- **Second stage**: given `SecondStages` (both versions carry a classifier), each frame compared
+  also classifies up to 4 crops of the reference's detections (the serving version's; with roles
+  reversed, the loaded one's) with both classifiers, within the same share of time, and counts
+  the crops whose top-1 labels are the same (`pipelines.measure.second_stage`). A classifier
+  that raises is logged once; that frame's crops are left out.
 - **Roles reversed** (``loaded_is="reference"``, probation's agreement check): the loaded model
   is the previous version, the reference, and the camera's own detections (the new version's)
   are the candidate's; the camera's latency is then the candidate's. A reference inference that
@@ -43,6 +48,7 @@ from typing import Literal
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import CameraDetector, Detector
 from pipelines.measure.comparison import Agreement, AgreementReport
+from pipelines.measure.second_stage import SecondStages, top1_same
 from pipelines.pipeline import Pipeline, Sink
 from pipelines.sources.frames import Frame
 from pipelines.worker import DONE, Worker
@@ -109,11 +115,13 @@ class ShadowSession:
         share: float,
         clock: Callable[[], float] = time.monotonic,
         loaded_is: Literal["candidate", "reference"] = "candidate",
+        stages: SecondStages | None = None,
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be within (0, 1], got {share}")
         self.detector, self.cameras, self.share, self._clock = detector, dict(cameras), share, clock
-        self.loaded_is = loaded_is
+        self.loaded_is, self.stages = loaded_is, stages
+        self._stage_failed = False
         self._lock = threading.Lock()
         self._agreements = {name: Agreement() for name in self.cameras}
         self._failures = dict.fromkeys(self.cameras, 0)
@@ -164,6 +172,8 @@ class ShadowSession:
         stopped = self._worker.stop(STOP_S)
         if stopped:  # a thread still inferring keeps its runtime; it is reported by the worker
             self.detector.close()
+            if self.stages is not None:
+                self.stages.close()
 
     # -- what it found (any thread) ------------------------------------------------------------
 
@@ -237,10 +247,25 @@ class ShadowSession:
                 log.exception(
                     "shadow: the %s failed on camera %s (counted; further failures not logged)", self.loaded_is, name
                 )
+        same = self._second_stage(frame, serving if self.loaded_is == "candidate" else loaded)
         took = self._clock() - start
         with self._lock:
+            self._agreements[name].add_crops(same)
             if self.loaded_is == "candidate":
                 self._agreements[name].add(serving, Detections.empty() if loaded is None else loaded, None, took * 1000)
             elif loaded is not None:  # the loaded model is the reference: the camera's is the candidate
                 self._agreements[name].add(loaded, serving, took * 1000, None)
         return rest_s(took, self.share)
+
+    def _second_stage(self, frame: Frame, reference: Detections | None) -> list[bool]:
+        """Whether both second stages named each crop of `reference`'s detections alike (none
+        without `stages`, or when the frame was not compared)."""
+        if self.stages is None or reference is None:
+            return []
+        try:
+            return top1_same(frame.image, reference, self.stages)
+        except Exception:
+            if not self._stage_failed:
+                self._stage_failed = True
+                log.exception("shadow: a second stage failed on a crop (its crops are left out; not logged again)")
+            return []

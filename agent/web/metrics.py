@@ -115,10 +115,17 @@ class SnapshotCollector(Collector):
             frames = GaugeMetricFamily(
                 "edge_agent_shadow_frames", "Frames the last shadow compared.", labels=["camera"]
             )
+            top1 = GaugeMetricFamily(
+                "edge_agent_shadow_top1_agreement",
+                "The last shadow's second-stage top-1 agreement (crops both classifiers named alike).",
+                labels=["camera"],
+            )
             for camera in shadow.cameras:
                 agreement.add_metric([camera.camera], camera.agreement)
                 frames.add_metric([camera.camera], camera.frames)
-            yield from (agreement, frames)
+                if camera.top1 is not None:
+                    top1.add_metric([camera.camera], camera.top1)
+            yield from (agreement, frames, top1)
         quality = s.deployment.quality if s.deployment else None
         if quality is not None:
             yield StateSetMetricFamily(

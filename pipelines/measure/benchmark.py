@@ -29,6 +29,7 @@ import numpy.typing as npt
 from pipelines.decoding.detector import CameraDetector, Detector, FrameDetector
 from pipelines.latency import LatencyWindow, Percentiles
 from pipelines.measure.comparison import Agreement, AgreementReport, compare_frame
+from pipelines.measure.second_stage import SecondStages, top1_same
 from pipelines.pipeline import Pipeline, use_one_opencv_thread
 from pipelines.sources.capture import FileSource
 from pipelines.sources.frames import Frame, FrameSource, LimitedSource, SourceError
@@ -205,11 +206,13 @@ def compare_on(
     frames: int | None = None,
     every: int = 1,
     progress: bool = False,
+    stages: SecondStages | None = None,
 ) -> AgreementReport:
     """``bench --against``: `candidate` against `serving` on every `every`-th frame of the source
     (the first included), `frames` frames read at most (default: a file's every frame, once;
-    a pipe's stream to its end; the synthetic scene's 300), each model on its own thresholds.
-    A source failure ends it with the `SourceError`."""
+    a pipe's stream to its end; the synthetic scene's 300), each model on its own thresholds;
+    with `stages`, both second stages on the crops of the serving model's detections, as the
+    device's shadow does. A source failure ends it with the `SourceError`."""
     if every < 1:
         raise ValueError(f"every must be at least 1, got {every}")
     source, total = _source(source_spec, frames, loop=False)
@@ -219,7 +222,9 @@ def compare_on(
         read = 0
         while (frame := source.read()) is not None:
             if read % every == 0:
-                compare_frame(agreement, frame.image, serving, candidate)
+                expected, _ = compare_frame(agreement, frame.image, serving, candidate)
+                if stages is not None:
+                    agreement.add_crops(top1_same(frame.image, expected, stages))
             read += 1
             _tick(bar)
     finally:

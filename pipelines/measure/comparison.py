@@ -14,7 +14,10 @@ as against ground truth). From the counts:
 - for task models, over matched pairs, the task's own measure in 0..1 (`task_score`): mean
   mask IoU (segmentation), the share of keypoints within a tenth of the box diagonal of each
   other (pose), mean probabilistic IoU of the oriented boxes (obb);
-- the latency of each model per frame (median, ms) where the caller timed them.
+- the latency of each model per frame (median, ms) where the caller timed them;
+- where both versions have a second stage (a classifier of the detections' crops), `top1`: the
+  share of crops both classifiers gave the same top-1 label (`add_crops`, fed by
+  `pipelines.measure.second_stage`).
 
 `Agreement` accumulates frames (one caller thread; the shadow and ``bench --against`` each own
 one per camera); `report()` is a frozen `AgreementReport`. Pure: no clock, no I/O.
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -98,6 +101,13 @@ class AgreementReport:
     task_score: float | None = None
     serving_ms: float | None = None
     candidate_ms: float | None = None
+    crops: int = 0
+    crops_agreeing: int = 0
+
+    @property
+    def top1(self) -> float | None:
+        """The share of crops both second stages named alike (None: no crop classified)."""
+        return self.crops_agreeing / self.crops if self.crops else None
 
     @property
     def serving(self) -> int:
@@ -156,6 +166,13 @@ class Agreement:
     _task_pairs: int = 0
     _serving_ms: list[float] = field(default_factory=list)
     _candidate_ms: list[float] = field(default_factory=list)
+    _crops: int = 0
+    _crops_agreeing: int = 0
+
+    def add_crops(self, same: Sequence[bool]) -> None:
+        """One frame's crops classified by both second stages: whether each got the same top-1."""
+        self._crops += len(same)
+        self._crops_agreeing += sum(same)
 
     def add(
         self,
@@ -210,6 +227,8 @@ class Agreement:
             task_score=self._task_sum / self._task_pairs if self._task_pairs else None,
             serving_ms=statistics.median(self._serving_ms) if self._serving_ms else None,
             candidate_ms=statistics.median(self._candidate_ms) if self._candidate_ms else None,
+            crops=self._crops,
+            crops_agreeing=self._crops_agreeing,
         )
 
 

@@ -92,7 +92,8 @@ def crop_box(image: npt.NDArray[np.uint8], box: npt.NDArray[np.float32] | Sequen
     Empty (a zero-sized axis) when the box lies outside the image."""
     height, width = image.shape[:2]
     x1, y1 = max(int(box[0]), 0), max(int(box[1]), 0)
-    x2, y2 = min(int(np.ceil(box[2])), width), min(int(np.ceil(box[3])), height)
+    x2 = min(max(int(np.ceil(box[2])), 0), width)  # never negative: a slice would count it from the end
+    y2 = min(max(int(np.ceil(box[3])), 0), height)
     crop: npt.NDArray[np.uint8] = image[y1:y2, x1:x2].copy()
     return crop
 

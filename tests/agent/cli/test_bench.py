@@ -207,6 +207,34 @@ def test_bench_against_wrong_versions_disagrees_with_the_numbers(
     assert classes["square"]["candidate"] > 0 and classes["triangle"]["candidate"] > 0
 
 
+def test_bench_against_two_stage_bundles_compares_the_second_stages_top1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The classifier's labels slipped in the candidate: its boxes agree, its crops are named
+    otherwise; the text says it, the verdict fails it. Without a second stage on both: no top-1."""
+    from agent.bundles.archive import ClassifierInput
+    from pipelines.sources.synthetic import CLASS_NAMES
+
+    clip = str(write_video(tmp_path / "clip.avi", 20, size=(320, 240)))
+    two_stage = {}
+    for name, labels in (("shapes", CLASS_NAMES), ("slipped", CLASS_NAMES[1:] + CLASS_NAMES[:1])):
+        stage = ClassifierInput((DEMO_MODELS / "demo_classify.onnx",), labels)
+        two_stage[name] = tmp_path / f"{name}.bundle"
+        build_bundle([DEMO_MODELS / "demo_detector.onnx"], two_stage[name], name=name, classifier=stage)
+    argv = [str(two_stage["shapes"]), "--against", str(two_stage["slipped"]), "--source", clip]
+    result = _against(capsys, *argv, "--min-agreement", "0.8", status=1)
+    compared = result["comparison"]
+    assert compared["agreement"] == 1.0 and compared["crops"] >= 20 and compared["top1"] == 0.0
+    assert "the second stage's top-1 agreement 0.00 < 0.8" in result["verdict"]["message"]
+    assert main(["bench", *argv]) == 0
+    assert f"second stage: top-1 agreement 0.00 over {compared['crops']} crops" in capsys.readouterr().out
+    same = _against(capsys, str(two_stage["shapes"]), "--against", str(two_stage["shapes"]), "--source", clip)
+    assert same["comparison"]["top1"] == 1.0 and same["comparison"]["crops"] == compared["crops"]
+    plain = _against(capsys, str(two_stage["shapes"]), "--against", str(DEMO_MODELS / "demo_detector.onnx"),
+                     "--source", clip)  # fmt: skip
+    assert (plain["comparison"]["crops"], plain["comparison"]["top1"]) == (0, None)
+
+
 def test_bench_against_text_shows_the_numbers_of_the_json(tmp_path: Path, capsys) -> None:
     clip = write_video(tmp_path / "clip.avi", 12, size=(320, 240))
     argv = [str(DEMO_MODELS / "demo_detector.onnx"), "--against", str(DEMO_MODELS / "demo_detector_int8.tflite")]

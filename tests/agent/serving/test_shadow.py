@@ -24,7 +24,7 @@ from agent.bundles.installer import InstallPolicy, install
 from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
 from agent.config.models import CameraSection, ShadowSection
-from agent.deployment.quality import ShadowJudge, agreement_record, passes, shadow_plan
+from agent.deployment.quality import ShadowJudge, ShadowPlan, agreement_record, passes, shadow_plan
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import probe
 from agent.mqtt.quality_request import ShadowRequest
@@ -34,7 +34,7 @@ from agent.serving.shadow import ShadowCamera, ShadowSession, one_thread, rest_s
 from pipelines.decoding.detection_filter import DetectionFilter
 from pipelines.decoding.detector import CameraDetector
 from pipelines.measure.comparison import AgreementReport
-from pipelines.sources.synthetic import SyntheticScene
+from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
 from runtimes.ort_settings import OnnxRuntimeConfig
 from runtimes.registry import RuntimeSettings
 
@@ -386,3 +386,51 @@ def test_the_shadow_rejects_each_wrong_version_of_a_real_model(
     assert passes(record, "pass") == (outcome != "disagrees")
     if outcome == "agrees":
         assert record.cameras[0].agreement >= 0.9 and record.cameras[0].serving >= 30, record.cameras
+
+
+# -- the second stage: both versions' classifiers on the same crops ------------------------------
+
+
+def two_stage(folder: Path, keys: dict[str, Path], version: str, labels: tuple[str, ...]) -> Path:
+    """The demo detector with the demo shape classifier as its second stage, its classifier
+    labels `labels` (CLASS_NAMES rotated: a label order that slipped)."""
+    from agent.bundles.archive import ClassifierInput, build_bundle
+    from agent.bundles.signing import load_private_key
+
+    out = folder / f"shapes-{version}.bundle"
+    stage = ClassifierInput((DEMO_MODELS / "demo_classify.onnx",), labels, for_labels=("square", "triangle"))
+    key = load_private_key(keys["private"])
+    build_bundle([DEMO_MODELS / "demo_detector.onnx"], out, name="shapes", version=version, key=key, classifier=stage)
+    return out
+
+
+@pytest.mark.parametrize(("labels", "agrees"), [(CLASS_NAMES, True), (CLASS_NAMES[1:] + CLASS_NAMES[:1], False)])
+def test_the_second_stages_top1_is_compared_on_the_same_crops(
+    tmp_path: Path, keys: dict[str, Path], labels: tuple[str, ...], agrees: bool
+) -> None:
+    """A candidate whose classifier labels slipped finds the same boxes (agreement 1.0) and
+    names the crops otherwise: the shadow's top-1 agreement fails it."""
+    store = Store(tmp_path / "state")
+    policy = InstallPolicy(trusted=[load_public_key(keys["public"])])
+    versions = []
+    for version, names in (("1.0.0", CLASS_NAMES), ("1.1.0", labels)):
+        deployment = install(two_stage(tmp_path, keys, version, names), store, probe(), policy)
+        assert deployment.state == "SUCCEEDED", deployment.error
+        versions.append(store.versions / deployment.sha256)
+    cameras = Cameras([CameraSection(name="a", source="synthetic:1", fps=30)], probe(), "onnxruntime")
+    try:
+        cameras.activate(versions[0])
+        session = cameras.shadow(versions[1], share=0.5)
+        try:
+            report = wait_until(lambda: (r := session.reports()["a"]).crops >= 20 and r, 60, "crops classified")
+        finally:
+            session.close()
+    finally:
+        cameras.stop()
+    assert report.agreement == pytest.approx(1.0)
+    assert report.top1 is not None and (report.top1 == 1.0) == agrees and (report.top1 < 0.5) != agrees
+    plan = ShadowPlan(duration_s=1, frames=None, max_s=1, min_agreement=0.8)
+    record = ShadowJudge(plan, 0.0).verdict({"a": report}, 1.0)
+    assert record.outcome == ("agrees" if agrees else "disagrees"), record.message
+    assert agrees or "camera a: the second stage's top-1 agreement" in record.message
+    assert record.cameras[0].crops == report.crops and record.cameras[0].top1 == round(report.top1, 4)

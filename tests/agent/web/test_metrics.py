@@ -90,7 +90,8 @@ def test_the_deployment_state_and_health_and_what_is_unknown() -> None:
 
 JUDGED = DeploymentStatus(
     "d-2", "demo", "2.0.0", "b" * 64, State.SUCCEEDED, None, 1,
-    shadow=shadow("agrees", cameras=(shadow_camera("cam0", 0.95, frames=120), shadow_camera("door", 0.91, frames=80))),
+    shadow=shadow("agrees", cameras=(shadow_camera("cam0", 0.95, frames=120, crops=40, top1=0.975),
+                                     shadow_camera("door", 0.91, frames=80))),
     quality=quality("blind", cameras=(rate_camera("cam0", 0.05), rate_camera("door", None)),
                     agreement=shadow("disagrees", cameras=(shadow_camera("cam0", 0.12),))),
 )  # fmt: skip
@@ -102,6 +103,8 @@ def test_the_shadow_and_probation_quality_per_camera_and_their_outcomes() -> Non
     assert (got[("edge_agent_shadow_agreement", cam0)], got[("edge_agent_shadow_agreement", door)]) == (0.95, 0.91)
     assert (got[("edge_agent_shadow_frames", cam0)], got[("edge_agent_shadow_frames", door)]) == (120, 80)
     assert got[("edge_agent_shadow_min_agreement", ())] == 0.8
+    assert got[("edge_agent_shadow_top1_agreement", cam0)] == 0.975
+    assert ("edge_agent_shadow_top1_agreement", door) not in got, "no second stage compared there: no value"
     shadow_outcome = {dict(labels)["edge_agent_shadow_outcome"]: value for (name, labels), value in got.items()
                       if name == "edge_agent_shadow_outcome"}  # fmt: skip
     assert shadow_outcome == {"running": 0, "agrees": 1, "disagrees": 0, "quiet": 0}
