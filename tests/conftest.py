@@ -40,13 +40,22 @@ DAEMON_FOLDERS = frozenset({"e2e", "bench", "scripts", "systemd", "deploy"})
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `daemons` every test that starts processes (by its folder or its fixtures) or is an
-    `install`: `scripts/test.sh --quick` leaves them out (docs/testing.md, "Tiers")."""
+    `install`: `scripts/test.sh --quick` leaves them out (docs/testing.md, "Tiers"). Then run the
+    `long` tests first, longest first: pytest-xdist hands tests out in this order, so the
+    longest start at once on every worker instead of one of them ending the run alone."""
     tests = Path(__file__).parent
     for item in items:
         folder = item.path.relative_to(tests).parts[0]
         fixtures = set(getattr(item, "fixturenames", ()))
         if folder in DAEMON_FOLDERS or fixtures & DAEMON_FIXTURES or item.get_closest_marker("install"):
             item.add_marker(pytest.mark.daemons)
+    items.sort(key=long_seconds, reverse=True)  # stable: the rest keep their order
+
+
+def long_seconds(item: pytest.Item) -> float:
+    """A `long` test's wall seconds as its marker says (0 for any other test)."""
+    marker = item.get_closest_marker("long")
+    return float(marker.kwargs["seconds"]) if marker is not None else 0.0
 
 
 @pytest.fixture(scope="session")

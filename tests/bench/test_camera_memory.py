@@ -8,9 +8,11 @@ import json
 import subprocess
 import sys
 
+import pytest
 from testkit import REPO
 
 
+@pytest.mark.long(seconds=40)
 def test_the_quick_run_reports_each_resolution_and_checks_1080p() -> None:
     command = [sys.executable, "bench/camera_memory.py", "--quick", "--json", "--check", "--limit-mb", "1000"]
     proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=500)

@@ -7,9 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
 from testkit import REPO
 
 
+@pytest.mark.long(seconds=80)
 def test_a_minute_of_chaos_ends_every_deployment_and_rollback_as_intended() -> None:
     proc = subprocess.run(
         [sys.executable, "bench/soak.py", "--minutes", "1", "--pace", "2", "--json"],

@@ -200,6 +200,7 @@ def test_last_will_marks_a_killed_agent_offline_and_sigterm_stops_cleanly(
     assert "Traceback" not in agent.output()
 
 
+@pytest.mark.long(seconds=20)
 def test_commands_answer_on_the_response_topic_and_bad_ones_change_nothing(
     capsys, broker: Broker, watcher: Watcher, agents, bundles: dict[str, Path], operator_key: Path
 ) -> None:

@@ -17,6 +17,7 @@ from testkit.onnx_models import altered
 pytestmark = pytest.mark.usefixtures("operator_key")
 
 
+@pytest.mark.long(seconds=30)
 def test_blind_and_misplaced_versions_are_rolled_back_and_stay_rolled_back_after_a_restart(
     capsys, tmp_path: Path, broker, watcher, agents, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:

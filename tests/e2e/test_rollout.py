@@ -120,6 +120,7 @@ def online(watcher: Watcher, devices: list[str]) -> None:
     )
 
 
+@pytest.mark.long(seconds=20)
 def test_waves_open_in_order_a_late_device_catches_up_and_fleet_status_shows_the_waves(
     capsys, broker: Broker, watcher: Watcher, fleets, bundles: dict[str, Path]
 ) -> None:
@@ -176,6 +177,7 @@ def test_waves_open_in_order_a_late_device_catches_up_and_fleet_status_shows_the
     assert all("halted" in line for line in table.splitlines()[1:]), table
 
 
+@pytest.mark.long(seconds=25)
 def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resume_continues(
     capsys, broker: Broker, watcher: Watcher, fleets, bundles: dict[str, Path]
 ) -> None:
@@ -269,6 +271,7 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
     assert all(watcher.json(f"edge/{d}/deployment")["attempt"] == 2 for d in first), "taken again after the halt"
 
 
+@pytest.mark.long(seconds=45)
 def test_a_rollout_whose_busy_devices_fail_on_quality_halts_and_rolls_back_who_took_it(
     capsys, tmp_path: Path, broker: Broker, watcher: Watcher, fleets, keys: dict[str, Path]
 ) -> None:

@@ -96,6 +96,7 @@ def two_versions(
     return agent
 
 
+@pytest.mark.long(seconds=20)
 def test_only_the_operator_steers_a_device(
     capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys, operator_key: Path
 ) -> None:
@@ -170,6 +171,7 @@ def test_no_downgrade_without_intent(capsys, broker: Broker, watcher: Watcher, a
     serving(watcher, "dev1", "1.0.0")
 
 
+@pytest.mark.long(seconds=25)
 def test_every_deployment_ends_with_a_reported_state(
     capsys, broker: Broker, watcher: Watcher, agents, bundles, operator_key: Path
 ) -> None:
@@ -341,6 +343,7 @@ def test_probation_rolls_back_a_version_that_fails_on_live_frames(
     serving(watcher, "dev1", "1.1.0")
 
 
+@pytest.mark.long(seconds=20)
 def test_probation_rolls_back_a_version_at_half_the_fps(
     capsys, tmp_path: Path, broker: Broker, watcher: Watcher, agents, bundles, keys, slow_model: Path
 ) -> None:

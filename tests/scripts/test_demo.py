@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+import pytest
 from testkit import REPO
 from testkit.needs import missing
 from testkit.net import free_ports, wait_until
@@ -141,6 +142,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.long(seconds=200)
 def test_the_demo_runs_to_its_last_lines_from_the_plain_setup_then_stop_ends_its_processes(tmp_path: Path) -> None:
     if not (shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists()) or not shutil.which("mosquitto_sub"):
         missing("mosquitto", "mosquitto and its clients are not installed (scripts/setup.sh installs them)")

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from testkit import REPO
 
 SCRIPT = REPO / "scripts" / "redteam.py"
@@ -21,6 +22,7 @@ def _attack_names() -> set[str]:
     return {a.__name__ for a in module.ATTACKS}
 
 
+@pytest.mark.long(seconds=100)
 def test_every_attack_of_the_red_team_list_is_defended() -> None:
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json"],

@@ -12,6 +12,7 @@ from agent.cli import main
 
 
 @pytest.mark.slow
+@pytest.mark.long(seconds=20)
 def test_the_daemon_publishes_its_report_and_the_tuning(
     tmp_path: Path, keys: dict[str, Path], demo_bundle: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
