@@ -178,8 +178,8 @@ class MotionDetector:
             self._background = grey.astype(np.float32)
             return Motion()
         diff = cv2.absdiff(grey, cv2.convertScaleAbs(self._background))
-        _, binary = cv2.threshold(diff, self.settings.threshold, 255, cv2.THRESH_BINARY)
-        binary = cv2.bitwise_and(binary, geometry.mask)
+        _, over = cv2.threshold(diff, self.settings.threshold, 255, cv2.THRESH_BINARY)
+        binary = np.asarray(cv2.bitwise_and(over, geometry.mask), np.uint8)
         changed = cv2.countNonZero(binary) / geometry.unmasked if geometry.unmasked else 0.0
         if changed > self.settings.global_change:
             self._background = grey.astype(np.float32)
@@ -205,7 +205,8 @@ class MotionDetector:
             return _no_regions()
         merged = merge_boxes(boxes, MERGE_GAP)
         merged.sort(key=lambda b: -(b[2] - b[0]) * (b[3] - b[1]))
-        regions = np.asarray(merged[:MAX_REGIONS], np.float32) / np.float32(geometry.scale)
+        regions = np.asarray(merged[:MAX_REGIONS], np.float32)
+        regions /= np.float32(geometry.scale)
         regions[:, 0::2] = np.clip(regions[:, 0::2], 0, geometry.width)
         regions[:, 1::2] = np.clip(regions[:, 1::2], 0, geometry.height)
         return regions

@@ -31,7 +31,10 @@ Threads: not thread-safe; the camera's thread that runs its detector asks. No gl
 
 from __future__ import annotations
 
-from pipelines.motion import Motion
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the gate imports no OpenCV: agent.config reads its defaults
+    from pipelines.motion import Motion
 
 #: inferred frames per second while a confirmed track is alive and nothing moves (agent.yaml's default)
 KEEPALIVE_FPS = 2.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pytest
-from testkit.motion_clips import Mover, MotionClip, busy_scene, still_scene
+from testkit.motion_clips import MotionClip, Mover, busy_scene, still_scene
 
 from pipelines.motion import MAX_REGIONS, Motion, MotionDetector, MotionSettings, merge_boxes
 

@@ -76,8 +76,8 @@ def test_bad_settings_are_refused(keepalive_fps: float, idle_interval_s: float, 
 def test_noise_and_a_lighting_change_do_not_keep_inference_on() -> None:
     clip = MotionClip(seed=21, light_at=45)
     detector, gate = MotionDetector(), MotionGate(keepalive_fps=2.0, idle_interval_s=2.0)
-    fps = 10.0
-    decided = [gate.decide(i / fps, detector.detect(frame), tracks_alive=False) for i, frame in enumerate(clip.frames(80))]
+    frames = clip.frames(80)
+    decided = [gate.decide(i / 10, detector.detect(frame), tracks_alive=False) for i, frame in enumerate(frames)]
     # the first frame, the idle interval (20 frames), the lighting change once, the idle interval after it
     assert [i for i, infer in enumerate(decided) if infer] == [0, 20, 40, 45, 65]
     assert gate.inferred_ratio == 5 / 80 and gate.motion_ratio == 0.0

@@ -94,9 +94,7 @@ def still_scene(width: int = 640, height: int = 360, seed: int = 0, light_at: in
     by frame 25, stops there until frame 60, and leaves to the right by frame 80."""
     w, h = round(width * 0.1), round(height * 0.35)
     y = height * 0.6
-    walker = Mover(
-        ((10, -w / 2, y), (25, width / 2, y), (60, width / 2, y), (80, width + w / 2, y)), size=(w, h)
-    )
+    walker = Mover(((10, -w / 2, y), (25, width / 2, y), (60, width / 2, y), (80, width + w / 2, y)), size=(w, h))
     return MotionClip(width, height, seed, (walker,), light_at=light_at)
 
 
@@ -110,6 +108,6 @@ def busy_scene(width: int = 640, height: int = 360, seed: int = 0, objects: int 
         start, end = (-w, width + w) if rng.random() < 0.5 else (width + w, -w)
         first = int(rng.integers(-frames // 2, frames // 2))
         span = int(rng.integers(frames // 4, frames // 2))
-        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-        movers.append(Mover(((first, start, y0), (first + span, end, y1)), size=(w, h), colour=colour))
+        b, g, r = (int(c) for c in rng.integers(0, 256, 3))
+        movers.append(Mover(((first, start, y0), (first + span, end, y1)), size=(w, h), colour=(b, g, r)))
     return MotionClip(width, height, seed, tuple(movers))
