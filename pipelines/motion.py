@@ -8,10 +8,13 @@ within a few pixels of each other, are merged into regions (at most `MAX_REGIONS
 kept). Regions are returned in frame pixels.
 
 The background is a running average (``cv2.accumulateWeighted``, `learning_rate` per frame), not
-MOG2: on this machine's CPU, a 720p frame costs about 0.9 ms with it against about 2.0 ms with
-MOG2 (grey conversion, resize to 320x180 and blur included; ``bench``-style loop of 300 frames),
-it keeps one float image per camera rather than a mixture per pixel, and its one knob means the
-same on every camera. What MOG2 adds (multi-modal backgrounds: waving trees) the masks cover.
+MOG2. Measured on this development machine (AMD EPYC, one OpenCV thread, 300 frames of
+testkit.motion_clips' still scene at 1280x720, an object crossing part of them): `detect` costs
+0.63-0.69 ms per 720p frame, of which 0.57 ms is the grey copy (conversion, resize, blur), and
+MOG2 on the same small frame with the same contours 1.17-1.22 ms, nearly twice. The running
+average also keeps one float image per camera rather than a mixture of Gaussians per pixel, and
+its one knob means the same on every camera; what MOG2 adds (backgrounds with several modes:
+waving trees) the masks cover.
 
 A global change (more than `global_change` of the unmasked pixels changed at once: lights
 switched, auto-exposure, IR mode) is no motion: the background is reset to the frame, so the
@@ -81,7 +84,8 @@ def _no_regions() -> npt.NDArray[np.float32]:
 class Motion:
     """What moved in one frame: `regions` ``(n, 4) float32`` xyxy in frame pixels (n <=
     `MAX_REGIONS`, largest first); `changed` the fraction (0..1) of unmasked pixels that differ
-    from the background; `recalibrated` when this frame was a global change (its regions empty)."""
+    from the background; `recalibrated` when this frame was a global change (its regions empty).
+    Compared by identity (it holds an array)."""
 
     regions: npt.NDArray[np.float32] = field(default_factory=_no_regions)
     changed: float = 0.0
@@ -100,7 +104,7 @@ class Motion:
     @property
     def moving(self) -> bool:
         """Something moved: at least one region (never on a recalibrated frame)."""
-        return len(self.regions) > 0
+        return len(self.regions) > 0 and not self.recalibrated
 
 
 def merge_boxes(boxes: list[tuple[int, int, int, int]], gap: int) -> list[tuple[int, int, int, int]]:

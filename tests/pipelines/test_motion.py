@@ -131,6 +131,7 @@ def test_motion_regions_are_checked_and_frozen() -> None:
         Motion(np.zeros((2, 3), np.float32))
     motion = Motion(np.ones((1, 4), np.float32), changed=0.1)
     assert motion.moving
+    assert not Motion(np.ones((1, 4), np.float32), changed=0.9, recalibrated=True).moving
     with pytest.raises(ValueError, match="read-only"):
         motion.regions[0, 0] = 5
 
