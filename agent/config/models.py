@@ -16,7 +16,7 @@ import re
 import socket
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -24,11 +24,15 @@ from pydantic.json_schema import SkipJsonSchema
 
 from agent.errors import ConfigError
 from agent.paths import DEFAULT_STATE_DIR
+from pipelines.motion_gate import IDLE_INTERVAL_S, KEEPALIVE_FPS
 from pipelines.sources.frames import SourceError
 from pipelines.sources.specs import source_kind
 from pipelines.tracking.anchors import parse_anchor
 from runtimes.registry import RUNTIME_NAMES, RuntimeSettings
 from runtimes.selection import Preference
+
+if TYPE_CHECKING:
+    from pipelines.motion import MotionSettings
 
 _TOPIC_WORD = re.compile(r"^[A-Za-z0-9_.-]+$")  # no MQTT wildcards, separators or spaces
 
@@ -271,6 +275,67 @@ class ClipSection(_Section):
     quality: int = Field(default=70, ge=10, le=100, description="JPEG quality of the buffered frames (10-100).")
 
 
+class MotionSection(_Section):
+    """A camera's motion detection and the inference it gates (pipelines.motion,
+    pipelines.motion_gate; docs/configuration.md#motion-per-camera-not-wired-yet). Not wired
+    into the cameras yet. The detector's defaults are `pipelines.motion.MotionSettings`'s (a test
+    holds them equal; that module imports OpenCV, which loading the config does not)."""
+
+    enabled: bool = Field(default=False, description="Infer only where something moves (see the other keys).")
+    width: int = Field(default=320, ge=64, le=1920, description="Width in pixels of the grey copy motion is judged on.")
+    threshold: int = Field(
+        default=25,
+        ge=1,
+        le=255,
+        description="Grey levels (1-255) a pixel must differ from the background by to count as changed.",
+    )
+    min_area: int = Field(
+        default=400,
+        ge=1,
+        le=10_000_000,
+        description="Least area of a moving blob, in source-frame pixels; smaller ones (insects, rain) are ignored.",
+    )
+    learning_rate: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="The background's weight of each new frame (0-1]: higher forgets a stopped object sooner.",
+    )
+    global_change: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Fraction (0-1] of the unmasked pixels changed at once that is a lighting change (lights, "
+        "auto-exposure, IR mode), which recalibrates the background instead of counting as motion.",
+    )
+    keepalive_fps: float = Field(
+        default=KEEPALIVE_FPS,
+        gt=0,
+        le=60,
+        description="Frames per second inferred while a confirmed track is alive and nothing moves.",
+    )
+    idle_interval_s: float = Field(
+        default=IDLE_INTERVAL_S,
+        gt=0,
+        le=60,
+        description="Most seconds between two inferred frames, motion or not (an object that appears without "
+        "moving is found within it).",
+    )
+    masks: list[Annotated[list[Point], Field(min_length=3, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Polygons [[x, y], ...] in source-frame pixels (3 to 64 points each, at most 32) where "
+        "movement is ignored: an on-screen clock, trees.",
+    )
+
+    def settings(self) -> MotionSettings:
+        """The detector's settings from this section."""
+        from pipelines.motion import MotionSettings  # OpenCV, only where a detector is built
+
+        masks = tuple(tuple((x, y) for x, y in polygon) for polygon in self.masks)
+        return MotionSettings(self.width, self.threshold, self.min_area, self.learning_rate, self.global_change, masks)
+
+
 class CameraSection(_Section):
     name: TopicWord = Field(default="cam0", description="Camera name, used in telemetry, events and commands.")
     source: str = Field(
@@ -301,6 +366,10 @@ class CameraSection(_Section):
     clips: ClipSection | None = Field(
         default=None,
         description="Keep a short clip around each object's start event (unset: no clips).",
+    )
+    motion: MotionSection | None = Field(
+        default=None,
+        description="Motion detection and motion-gated inference (unset: every frame inferred; not wired yet).",
     )
     conf: float | None = Field(
         default=None,

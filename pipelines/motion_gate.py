@@ -1,0 +1,85 @@
+"""Which frames of one camera are inferred: `MotionGate`, pure, its clock the caller's `now`.
+
+`decide(now, motion, tracks_alive)` is asked once per frame offered (``now`` in seconds of a
+monotonic clock, never decreasing; ``motion`` the frame's `pipelines.motion.Motion`, or None
+where the camera has no detector or it failed on this frame; ``tracks_alive`` when the camera's
+tracker holds a confirmed track). ``since`` is ``now`` minus the last inferred frame's ``now``:
+
+=============================  ================================  =========================
+case                           condition                         infer
+=============================  ================================  =========================
+first frame                    nothing inferred yet              yes
+motion unknown                 ``motion is None``                yes (fail open)
+motion                         ``motion.moving``                 yes
+lighting change                ``motion.recalibrated``           yes (the scene changed)
+idle interval due              ``since >= idle_interval_s``      yes
+keepalive due                  ``tracks_alive`` and              yes
+                               ``since >= 1 / keepalive_fps``
+otherwise                      (a still scene, no track due)     no
+=============================  ================================  =========================
+
+So an object that appears without motion (after a reconnect, or standing still when the camera
+starts) is found within `idle_interval_s`, and an object that stops keeps its track at
+`keepalive_fps` while the tracker predicts between. The gate caps nothing: a camera's
+``max_fps`` and the governor pace frames before they are offered.
+
+It counts frames `offered`, `inferred` and `moving` (with motion): `inferred_ratio` and
+`motion_ratio` are those over `offered` (0.0 before any frame).
+
+Threads: not thread-safe; the camera's thread that runs its detector asks. No global state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the gate imports no OpenCV: agent.config reads its defaults
+    from pipelines.motion import Motion
+
+#: inferred frames per second while a confirmed track is alive and nothing moves (agent.yaml's default)
+KEEPALIVE_FPS = 2.0
+#: the longest a camera goes without an inferred frame, seconds (agent.yaml's default)
+IDLE_INTERVAL_S = 2.0
+
+
+class MotionGate:
+    """One camera's gate: `keepalive_fps` (> 0) the rate of inference while a confirmed track is
+    alive and nothing moves, `idle_interval_s` (> 0) the longest a camera goes uninferred."""
+
+    def __init__(self, keepalive_fps: float = KEEPALIVE_FPS, idle_interval_s: float = IDLE_INTERVAL_S) -> None:
+        if not keepalive_fps > 0:
+            raise ValueError(f"keepalive_fps: expected > 0, got {keepalive_fps}")
+        if not idle_interval_s > 0:
+            raise ValueError(f"idle_interval_s: expected > 0 seconds, got {idle_interval_s}")
+        self.keepalive_fps, self.idle_interval_s = keepalive_fps, idle_interval_s
+        self._last: float | None = None
+        self.offered = self.inferred = self.moving = 0
+
+    def decide(self, now: float, motion: Motion | None, tracks_alive: bool) -> bool:
+        """Whether to infer the frame offered at `now` (see the module's table); counts it."""
+        self.offered += 1
+        moving = motion is not None and motion.moving
+        self.moving += moving
+        if self._wanted(now, motion, tracks_alive):
+            self._last = now
+            self.inferred += 1
+            return True
+        return False
+
+    def _wanted(self, now: float, motion: Motion | None, tracks_alive: bool) -> bool:
+        if self._last is None or motion is None or motion.moving or motion.recalibrated:
+            return True
+        since = now - self._last
+        if since >= self.idle_interval_s:
+            return True
+        return tracks_alive and since >= 1.0 / self.keepalive_fps
+
+    @property
+    def inferred_ratio(self) -> float:
+        """Frames inferred over frames offered (0.0 before any)."""
+        return self.inferred / self.offered if self.offered else 0.0
+
+    @property
+    def motion_ratio(self) -> float:
+        """Frames with motion over frames offered (0.0 before any)."""
+        return self.moving / self.offered if self.offered else 0.0

@@ -1,0 +1,83 @@
+"""`MotionGate`'s case table with an injected clock, its boundaries and its counts; and the
+gate behind a real `MotionDetector` on a still clip with a lighting change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from testkit.motion_clips import MotionClip
+
+from pipelines.motion import Motion, MotionDetector
+from pipelines.motion_gate import MotionGate
+
+STILL = Motion()
+MOVING = Motion(np.array([[10, 10, 50, 50]], np.float32), changed=0.02)
+LIGHTS = Motion(changed=0.9, recalibrated=True)
+
+
+def _gate(first: float = 0.0) -> MotionGate:
+    """A gate (keepalive 2 fps, idle 5 s) that inferred its first frame at `first`."""
+    gate = MotionGate(keepalive_fps=2.0, idle_interval_s=5.0)
+    assert gate.decide(first, STILL, tracks_alive=False)  # the first frame is always inferred
+    return gate
+
+
+@pytest.mark.parametrize(
+    ("now", "motion", "tracks_alive", "infer"),
+    [
+        (0.1, STILL, False, False),  # still, no track, long before the idle interval
+        (0.1, MOVING, False, True),  # motion
+        (0.1, LIGHTS, False, True),  # a lighting change: the scene is new, look once
+        (0.1, None, False, True),  # no detector: fail open
+        (4.999, STILL, False, False),  # just under the idle interval
+        (5.0, STILL, False, True),  # the idle interval reached: >=, not >
+        (7.5, STILL, False, True),  # past it
+        (0.499, STILL, True, False),  # a track alive, keepalive not due yet
+        (0.5, STILL, True, True),  # a track alive, keepalive due (1 / 2 fps): >=, not >
+        (0.5, STILL, False, False),  # the same moment without a track
+    ],
+)
+def test_the_case_table(now: float, motion: Motion | None, tracks_alive: bool, infer: bool) -> None:
+    assert _gate().decide(now, motion, tracks_alive) is infer
+
+
+def test_the_idle_interval_counts_from_the_last_inferred_frame() -> None:
+    gate = _gate()
+    assert gate.decide(3.0, MOVING, tracks_alive=False)
+    assert not gate.decide(7.9, STILL, tracks_alive=False)  # 4.9 s since the motion frame
+    assert gate.decide(8.0, STILL, tracks_alive=False)
+    assert not gate.decide(8.1, STILL, tracks_alive=False)
+
+
+def test_a_stopped_object_is_inferred_at_the_keepalive_rate() -> None:
+    gate = _gate()
+    decided = [gate.decide(i / 10, STILL, tracks_alive=True) for i in range(1, 31)]  # 10 fps for 3 s
+    assert [i + 1 for i, infer in enumerate(decided) if infer] == [5, 10, 15, 20, 25, 30]
+
+
+def test_counts_and_ratios() -> None:
+    gate = MotionGate(keepalive_fps=1.0, idle_interval_s=10.0)
+    assert (gate.inferred_ratio, gate.motion_ratio) == (0.0, 0.0)
+    for i, motion in enumerate([STILL, MOVING, STILL, STILL, MOVING, LIGHTS, STILL, STILL]):
+        gate.decide(i * 0.1, motion, tracks_alive=False)
+    assert (gate.offered, gate.inferred, gate.moving) == (8, 4, 2)
+    assert gate.inferred_ratio == 0.5 and gate.motion_ratio == 0.25
+
+
+@pytest.mark.parametrize(
+    ("keepalive_fps", "idle_interval_s", "error"),
+    [(0.0, 1.0, "keepalive_fps: expected > 0"), (1.0, 0.0, "idle_interval_s: expected > 0")],
+)
+def test_bad_settings_are_refused(keepalive_fps: float, idle_interval_s: float, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        MotionGate(keepalive_fps, idle_interval_s)
+
+
+def test_noise_and_a_lighting_change_do_not_keep_inference_on() -> None:
+    clip = MotionClip(seed=21, light_at=45)
+    detector, gate = MotionDetector(), MotionGate(keepalive_fps=2.0, idle_interval_s=2.0)
+    frames = clip.frames(80)
+    decided = [gate.decide(i / 10, detector.detect(frame), tracks_alive=False) for i, frame in enumerate(frames)]
+    # the first frame, the idle interval (20 frames), the lighting change once, the idle interval after it
+    assert [i for i, infer in enumerate(decided) if infer] == [0, 20, 40, 45, 65]
+    assert gate.inferred_ratio == 5 / 80 and gate.motion_ratio == 0.0
