@@ -155,7 +155,6 @@ class CameraHealth:
         clears with it."""
         self._reference = None
         self._take_reference = True
-        self._since.pop("moved", None)
 
     def _grey(self, frame: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
         if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8 or min(frame.shape[:2]) < 16:

@@ -45,12 +45,17 @@ BAD_CLIPS = [
     ("overexposed", "overexposed", EARLY, DEFAULTS.hold_s),
     ("blurred", "defocused", EARLY, DEFAULTS.hold_s),
     ("covered", "covered", EARLY, DEFAULTS.hold_s),
+    # with a reference: a picture too dark or covered is judged for nothing else (not "moved")
+    ("dark", "dark", AFTER_REFERENCE, DEFAULTS.hold_s),
+    ("covered", "covered", AFTER_REFERENCE, DEFAULTS.hold_s),
     ("shifted", "moved", AFTER_REFERENCE, DEFAULTS.hold_s),
     ("rotated", "moved", AFTER_REFERENCE, DEFAULTS.hold_s),
 ]
 
 
-@pytest.mark.parametrize(("variant", "kind", "at", "within_s"), BAD_CLIPS, ids=[row[0] for row in BAD_CLIPS])
+@pytest.mark.parametrize(
+    ("variant", "kind", "at", "within_s"), BAD_CLIPS, ids=[f"{row[0]}@{row[2]}" for row in BAD_CLIPS]
+)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_clip_gone_wrong_is_reported_with_its_kind_in_time(
     variant: str, kind: str, at: int, within_s: float, seed: int
@@ -74,6 +79,13 @@ def test_a_good_clip_raises_nothing_over_its_length(variant: str, frames: int, a
         assert reports[-1].luminance < 0.45 * reports[0].luminance, "the dusk did fall to 40 %"
 
 
+def test_a_problem_stays_while_its_cause_does() -> None:
+    """A blurred camera is still defocused a minute on: its blurred frames never become its baseline."""
+    reports = run("blurred", EARLY + 60, EARLY)
+    assert [r.kinds for r in reports[-45:]] == [("defocused",)] * 45
+    assert reports[-1].baseline_sharpness == reports[EARLY].baseline_sharpness
+
+
 def test_a_passing_truck_is_no_problem() -> None:
     """Dark for less than hold_s (something dark fills the view), then the scene again."""
     health = CameraHealth()
@@ -92,6 +104,8 @@ def test_reset_reference_after_a_move_clears_moved() -> None:
     before = reports[-1].reference
     health.reset_reference()
     after = run("shifted", 2 * AFTER_REFERENCE, 0, health=health, start=AFTER_REFERENCE + 15)
+    assert after[0].reference is not None, "the first frame after the reset is the reference"
+    assert not np.array_equal(after[0].reference, before)
     assert [r.kinds for r in after] == [()] * len(after), "the moved view is the new normal"
     assert after[-1].shift_px < 2
     assert after[-1].reference is not None and before is not None
