@@ -56,7 +56,8 @@ MIN_BASELINE = 10
 
 @dataclass(frozen=True)
 class HealthThresholds:
-    """When a camera has a problem. Seconds of the frames' clock; grey levels 0..255."""
+    """When a camera has a problem. Seconds of the frames' clock; grey levels 0..255.
+    `interval_s` is for the caller (how often it feeds a frame); `CameraHealth` reads only `now`."""
 
     interval_s: float = 1.0  # the caller's rate: one frame every interval_s
     width: int = 160  # pixels of the grey copy judged
@@ -171,6 +172,7 @@ class CameraHealth:
         self._last_now = now
         t = self.thresholds
         grey8 = self._grey(frame)
+        grey8.flags.writeable = False  # it may become the reference a report hands out
         grey = grey8.astype(np.float32)
         if self._meter is None or self._previous is None or self._previous.shape != grey.shape:
             self._meter, self._previous, self._reference = MotionMeter(*grey.shape), None, None

@@ -118,6 +118,8 @@ def test_the_reference_is_kept_after_reference_after_s_of_good_frames() -> None:
     assert kept.index(True) == int(DEFAULTS.reference_after_s)
     reference = reports[-1].reference
     assert reference is not None and reference.dtype == np.uint8 and reference.shape == (90, DEFAULTS.width)
+    with pytest.raises(ValueError, match="read-only"):
+        reference[0, 0] = 0  # a report's reader cannot change what the next frame is compared with
 
 
 @pytest.mark.parametrize(
