@@ -11,6 +11,7 @@ case                           condition                         infer
 first frame                    nothing inferred yet              yes
 motion unknown                 ``motion is None``                yes (fail open)
 motion                         ``motion.moving``                 yes
+motion just ended              the frame before had motion       yes (where it came to rest)
 lighting change                ``motion.recalibrated``           yes (the scene changed)
 idle interval due              ``since >= idle_interval_s``      yes
 keepalive due                  ``tracks_alive`` and              yes
@@ -20,7 +21,10 @@ otherwise                      (a still scene, no track due)     no
 
 So an object that appears without motion (after a reconnect, or standing still when the camera
 starts) is found within `idle_interval_s`, and an object that stops keeps its track at
-`keepalive_fps` while the tracker predicts between. The gate caps nothing: a camera's
+`keepalive_fps` while the tracker predicts between. The first still frame after motion is
+inferred too: a frame not inferred is handed on with the last inferred frame's detections, so
+that frame must show where what moved came to rest, or that it left (an object leaving the
+view leaves no motion behind: the background never held it). The gate caps nothing: a camera's
 ``max_fps`` and the governor pace frames before they are offered.
 
 It counts frames `offered`, `inferred` and `moving` (with motion): `inferred_ratio` and
@@ -53,6 +57,7 @@ class MotionGate:
             raise ValueError(f"idle_interval_s: expected > 0 seconds, got {idle_interval_s}")
         self.keepalive_fps, self.idle_interval_s = keepalive_fps, idle_interval_s
         self._last: float | None = None
+        self._was_moving = False  # the frame before had motion
         self.offered = self.inferred = self.moving = 0
 
     def decide(self, now: float, motion: Motion | None, tracks_alive: bool) -> bool:
@@ -60,14 +65,16 @@ class MotionGate:
         self.offered += 1
         moving = motion is not None and motion.moving
         self.moving += moving
-        if self._wanted(now, motion, tracks_alive):
+        wanted = self._wanted(now, motion, tracks_alive)
+        self._was_moving = moving
+        if wanted:
             self._last = now
             self.inferred += 1
             return True
         return False
 
     def _wanted(self, now: float, motion: Motion | None, tracks_alive: bool) -> bool:
-        if self._last is None or motion is None or motion.moving or motion.recalibrated:
+        if self._last is None or motion is None or motion.moving or motion.recalibrated or self._was_moving:
             return True
         since = now - self._last
         if since >= self.idle_interval_s:

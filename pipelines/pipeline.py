@@ -13,6 +13,11 @@ safe to call from any thread; a detector swapped out is retired (by default clos
 runtime, or its camera's hold on a shared model) once no frame in flight uses it. A failing
 source is reopened with jittered backoff; nothing here raises into the caller's thread.
 
+Motion gate (optional, `Pipeline(gating=...)`, docs/cameras.md "Motion"): a frame in which
+nothing moved, with no track due for its keepalive nor the idle interval, is not inferred; its
+sinks get it with the last inferred frame's detections (`Frame.inferred` False), so trackers,
+lines, zones and rates go on as for a still scene.
+
 Unusable output: a frame whose inference output is all NaN (a floating output with no finite
 value) or cannot be decoded (the wrong shape for the decoder, a runtime or plugin that returns
 garbage) counts as failed and as a bad output (`PipelineStats.bad_outputs`, the last reason in
@@ -34,7 +39,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +51,7 @@ from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import FrameDetector
 from pipelines.decoding.preprocess import Transform
 from pipelines.detection_rates import DetectionRates, Rates
+from pipelines.gating import GateRatios, Gating
 from pipelines.latency import FpsMeter, LatencyWindow, Percentiles
 from pipelines.sources.frames import Frame, FrameSource, SourceError, SourceState, SourceStatus
 from pipelines.worker import DONE, Worker
@@ -89,6 +95,7 @@ class _Result:
     latency_ms: dict[str, float]
     bad_output: str | None = None  # why the model's output was unusable (None: it was, or it failed before)
     detector: FrameDetector | None = None  # the detector that inferred it
+    replay: bool = False  # not inferred (the motion gate): the sinks get the last inferred frame's detections
 
 
 class _FailureLog:
@@ -128,9 +135,12 @@ def unusable_output(outputs: Sequence[npt.NDArray[Any]]) -> str | None:
 @dataclass(frozen=True)
 class PipelineStats:
     """One camera at one moment: `fps` over the last seconds, counters since it started
-    (`frames` inferred, `dropped` replaced before inference, `errors` failed, `swaps` of the
-    model), per-stage latency percentiles in ms, the capture side, and the runtime and model
-    file it serves with, and how many cameras that model serves and in what batches."""
+    (`frames` handed to the sinks, `dropped` replaced before inference, `errors` failed,
+    `swaps` of the model), per-stage latency percentiles in ms, the capture side, and the runtime
+    and model file it serves with, and how many cameras that model serves and in what batches.
+    With a motion gate (`pipelines.gating`), `frames` and `fps` count the frames it let through
+    without inference too (their sinks got the last detections), `inferred` those the model
+    ran on, and `gate` its ratios; without one, `inferred` equals `frames` and `gate` is None."""
 
     name: str
     source: str
@@ -153,6 +163,8 @@ class PipelineStats:
     bad_outputs: int = 0  # of the `errors`, frames whose output was all NaN or could not be decoded
     bad_output: str | None = None  # why the last of them was unusable
     rates: Rates = field(default_factory=Rates)  # confident detections lately, under the model serving now
+    inferred: int | None = None  # frames the model ran on (None: as `frames`, no gate)
+    gate: GateRatios | None = None
 
 
 class Pipeline:
@@ -170,6 +182,11 @@ class Pipeline:
     default closes it (`FrameDetector.close`: a `Detector` closes its runtime, a shared model's
     `CameraModel` lets go of the model); the detector serving when the pipeline stops is left
     to the caller.
+
+    `gating`, a camera's motion gate (`pipelines.gating`), is asked for each frame taken, after
+    the FPS cap: a frame it does not admit is not prepared nor inferred, and is handed to the
+    sinks in its place in the order with the last inferred frame's detections (`Frame.inferred`
+    False); a file's frames are then judged on the file's own time (index / its FPS).
     """
 
     def __init__(
@@ -185,6 +202,7 @@ class Pipeline:
         clock: Callable[[], float] = time.monotonic,
         workers: int = 1,
         retire: Callable[[FrameDetector], None] = lambda detector: detector.close(),
+        gating: Gating | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"pipeline {name}: workers must be at least 1, got {workers}")
@@ -207,7 +225,9 @@ class Pipeline:
         self.source_status = SourceStatus()
         self.latency = LatencyWindow()
         self.fps_meter = FpsMeter(clock=clock)
+        self.gating = gating
         self.frames = 0
+        self.inferred = 0
         self.dropped = 0
         self.errors = 0
         self.bad_outputs = 0
@@ -346,6 +366,8 @@ class Pipeline:
             stalled_s=self._stalled_s(),
             in_view=self._in_view(),
             rates=self._rates.rates(),
+            inferred=self.inferred if self.gating is not None else None,
+            gate=self.gating.ratios() if self.gating is not None else None,
         )
 
     def _in_view(self) -> dict[str, int]:
@@ -408,8 +430,9 @@ class Pipeline:
             del frame  # not held while the next read waits: the inference threads may be done with it
 
     def _hand_over(self, frame: Frame) -> None:
-        """`frame` to the inference threads, prepared first when from a file."""
-        if self.source.live:
+        """`frame` to the inference threads, prepared first when from a file (not with a motion
+        gate: a frame it lets through is never prepared)."""
+        if self.source.live or self.gating is not None:
             self._deliver(_Prepared(frame))
         else:
             detector = self._detector
@@ -494,17 +517,21 @@ class Pipeline:
         cap allow; None when the source ended or the pipeline stops."""
         self._beat(math.inf)  # a sibling holding the take lock beats for both
         with self._take_lock:
-            self._beat()
-            item = None
-            while item is None and not self._ended and not self._stop.is_set():
-                item = self._next_item()
-            if item is _END:
-                self._ended = True
-            while not self._running.is_set():  # paused: waiting, not hanging
-                self._beat(1.0)
-                self._running.wait(1.0)
-            if self._ended or self._stop.is_set() or item is None:
-                return None
+            while True:
+                self._beat()
+                item = None
+                while item is None and not self._ended and not self._stop.is_set():
+                    item = self._next_item()
+                if item is _END:
+                    self._ended = True
+                while not self._running.is_set():  # paused: waiting, not hanging
+                    self._beat(1.0)
+                    self._running.wait(1.0)
+                if self._ended or self._stop.is_set() or item is None:
+                    return None
+                self._pace()
+                if self._admitted(item):
+                    break
             with self._lock:
                 if self._pending_detector is not None:
                     self._retiring.append(self._detector)
@@ -513,14 +540,32 @@ class Pipeline:
                 detector = self._detector
                 self._in_flight[detector] = self._in_flight.get(detector, 0) + 1
             self._retire_idle()
-            if self.max_fps:
-                delay = self._next_due - self._clock()
-                if delay > 0:
-                    self._beat(delay)
-                    self._stop.wait(delay)
-                self._next_due = max(self._next_due + 1.0 / self.max_fps, self._clock() - 1.0 / self.max_fps)
             self._taken += 1
             return self._taken - 1, item, detector
+
+    def _pace(self) -> None:
+        """Wait for the FPS cap's next slot (none without a cap)."""
+        if self.max_fps:
+            delay = self._next_due - self._clock()
+            if delay > 0:
+                self._beat(delay)
+                self._stop.wait(delay)
+            self._next_due = max(self._next_due + 1.0 / self.max_fps, self._clock() - 1.0 / self.max_fps)
+
+    def _admitted(self, item: _Prepared) -> bool:
+        """Whether the motion gate lets `item` be inferred (always without a gate). A frame it
+        does not is handed on in order, with the last inferred frame's detections."""
+        gating = self.gating
+        if gating is None:
+            return True
+        frame = item.frame
+        fps = None if self.source.live else getattr(self.source, "fps", None)
+        now = frame.index / fps if fps else frame.timestamp  # a file's own time: its frames are not paced
+        if gating.admit(frame.image, now):
+            return True
+        self._taken += 1
+        self._finish(self._taken - 1, _Result(replace(frame, inferred=False), None, {}, replay=True))
+        return False
 
     def _release(self, detector: FrameDetector) -> None:
         """One frame on `detector` is done; retire the swapped-out detectors no frame uses."""
@@ -583,21 +628,26 @@ class Pipeline:
                 self._delivered += 1
 
     def _deliver_result(self, result: _Result) -> None:
-        if result.detections is None:
+        if result.replay:  # nothing moved: the last inferred frame's detections stand
+            detections = self._latest[1] if self._latest is not None else Detections.empty()
+        elif result.detections is None:
             self.errors += 1
             if result.bad_output is not None:
                 self.bad_outputs += 1
                 self.bad_output = result.bad_output
             return
-        self.latency.record(**result.latency_ms)
+        else:
+            detections = result.detections
+            self.latency.record(**result.latency_ms)
+            self.inferred += 1
+            if result.detector is not self._rates_of:  # the first result of a detector swapped in
+                self._rates, self._rates_of = DetectionRates(self._clock), result.detector
         self.frames += 1
         self.fps_meter.tick()
-        self._latest = (result.frame, result.detections)
-        if result.detector is not self._rates_of:  # the first result of a detector swapped in
-            self._rates, self._rates_of = DetectionRates(self._clock), result.detector
-        self._rates.add(result.detections)
+        self._latest = (result.frame, detections)
+        self._rates.add(detections)
         for sink in self._sinks:
             try:
-                sink(result.frame, result.detections)
+                sink(result.frame, detections)
             except Exception:
                 log.exception("pipeline %s: sink %r failed", self.name, sink)

@@ -27,9 +27,12 @@ from typing import Any
 import numpy.typing as npt
 
 from pipelines.decoding.detector import CameraDetector, Detector, FrameDetector
+from pipelines.gating import Gating
 from pipelines.latency import LatencyWindow, Percentiles
 from pipelines.measure.comparison import Agreement, AgreementReport, compare_frame
 from pipelines.measure.second_stage import SecondStages, top1_same
+from pipelines.motion import MotionDetector
+from pipelines.motion_gate import MotionGate
 from pipelines.pipeline import Pipeline, use_one_opencv_thread
 from pipelines.sources.capture import FileSource
 from pipelines.sources.frames import Frame, FrameSource, LimitedSource, SourceError
@@ -135,8 +138,11 @@ def _bench_runtime(detector: Detector, source: FrameSource, count: int, bar: Any
     }
 
 
-def _bench_pipeline(detector: FrameDetector, source: FrameSource, bar: Any, workers: int) -> dict[str, Any]:
-    """The whole pipeline on every frame of `source`; a source failure ends it with the error."""
+def _bench_pipeline(
+    detector: FrameDetector, source: FrameSource, bar: Any, workers: int, gating: Gating | None = None
+) -> dict[str, Any]:
+    """The whole pipeline on every frame of `source` (with `gating`, a camera's motion gate);
+    a source failure ends it with the error."""
     shapes: list[list[int]] = []
 
     def tick(frame: Frame, _: Any) -> None:
@@ -145,7 +151,7 @@ def _bench_pipeline(detector: FrameDetector, source: FrameSource, bar: Any, work
         _tick(bar)
 
     use_one_opencv_thread()
-    pipeline = Pipeline("bench", source, detector, sinks=[tick], workers=workers)
+    pipeline = Pipeline("bench", source, detector, sinks=[tick], workers=workers, gating=gating)
     start = time.perf_counter()
     pipeline.start()
     try:
@@ -164,13 +170,21 @@ def _bench_pipeline(detector: FrameDetector, source: FrameSource, bar: Any, work
         "latency_ms": stages.get("total", {"p50": 0.0, "p95": 0.0}),
         "stages_ms": stages,
         "dropped": stats.dropped,
+        **({"inferred_frames": stats.inferred} if gating is not None else {}),
     }
 
 
 def run_bench(
-    runtime: Any, source_spec: str, frames: int | None, mode: str, progress: bool = False, workers: int = 1
+    runtime: Any,
+    source_spec: str,
+    frames: int | None,
+    mode: str,
+    progress: bool = False,
+    workers: int = 1,
+    motion: bool = False,
 ) -> dict[str, Any]:
-    """Benchmark `runtime` (loaded, warmed up); returns the report as a dict (times in ms)."""
+    """Benchmark `runtime` (loaded, warmed up); returns the report as a dict (times in ms). With
+    `motion` (pipeline mode), a camera's motion gate with its defaults: `inferred_frames` too."""
     detector = Detector(runtime)
     source, total = _source(source_spec, frames)
     bar = _progress(total, progress)
@@ -181,7 +195,8 @@ def run_bench(
             # as a daemon camera's: a frame waits for the model as its uint8 pixels (1.2 MB at 640x640),
             # not as the float tensor (4.9 MB); a bare Detector held five of those at 720p
             camera = CameraDetector(detector, detector.detection_filter)
-            result = _bench_pipeline(camera, source, bar, workers)
+            gating = Gating(MotionDetector(), MotionGate()) if motion else None
+            result = _bench_pipeline(camera, source, bar, workers, gating)
     finally:
         if bar is not None:
             bar.close()

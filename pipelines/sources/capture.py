@@ -63,6 +63,15 @@ class FileSource(_OpenCVCapture):
 
         return int(self._capture.get(cv2.CAP_PROP_FRAME_COUNT)) if self._capture is not None else 0
 
+    @property
+    def fps(self) -> float | None:
+        """Frames per second as the container states (None when unknown or not open): a frame's
+        time in the video is its index over it (the motion gate's clock for a file)."""
+        import cv2
+
+        fps = float(self._capture.get(cv2.CAP_PROP_FPS)) if self._capture is not None else 0.0
+        return fps if fps > 0 else None
+
     def read(self) -> Frame | None:
         if self._capture is None:
             self.open()

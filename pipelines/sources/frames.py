@@ -71,12 +71,15 @@ class SourceError(Exception):
 @dataclass(frozen=True)
 class Frame:
     """One captured image: BGR ``(H, W, 3) uint8``; `timestamp` in `time.monotonic()` seconds
-    when it was captured; `truth` only for synthetic frames."""
+    when it was captured; `truth` only for synthetic frames. `inferred` is False for a frame a
+    camera's motion gate let pass without inference (`pipelines.motion.Gating`): its sinks get
+    the last inferred frame's detections with it, as nothing moved since."""
 
     index: int
     timestamp: float
     image: npt.NDArray[Any]
     truth: GroundTruth | None = None
+    inferred: bool = True
 
 
 class FrameSource(Protocol):
@@ -119,6 +122,12 @@ class LimitedSource:
         self.source, self.limit = source, limit
         self.name, self.live = source.name, source.live
         self._count = 0
+
+    @property
+    def fps(self) -> float | None:
+        """The source's own frame rate where it states one (a file's: the motion gate's clock)."""
+        fps = getattr(self.source, "fps", None)
+        return fps if isinstance(fps, (int, float)) else None
 
     def open(self) -> None:
         self.source.open()

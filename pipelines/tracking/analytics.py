@@ -120,9 +120,24 @@ class SceneAnalytics:
         self.zones = [ZoneCounter(spec) for spec in zones]
         self._records: dict[int, TrackRecord] = {}
         self._lock = threading.Lock()
+        empty = Detections.empty()
+        #: the last inferred frame's: every detection (ids set), the tracked ones, their ids and
+        #: filtered boxes (what a frame not inferred keeps, see `update`)
+        self._seen: tuple[Detections, Detections, npt.NDArray[np.int32], npt.NDArray[np.float32]] = (
+            empty,
+            empty,
+            np.zeros(0, np.int32),
+            np.zeros((0, 4), np.float32),
+        )
 
     def update(self, frame: Frame, detections: Detections) -> AnalyticsStep:
-        """Track one frame's detections and count; see `AnalyticsStep`."""
+        """Track one frame's detections and count; see `AnalyticsStep`. A frame not inferred
+        (`Frame.inferred` False, the motion gate's) coasts: `detections` (the last inferred
+        frame's) are not tracked again; the tracker predicts on (`ByteTracker.coast`), the
+        tracks seen last stay where they were seen for the zones and their records (nothing
+        moved: no line is crossed), and tracks missing since end on time."""
+        if not frame.inferred:
+            return self._coast(frame)
         step = self.tracker.update(detections)
         every = step.detections.tracker_id
         every = np.full(len(step.detections), -1, np.int32) if every is None else every
@@ -138,6 +153,7 @@ class SceneAnalytics:
             return points[spec]
 
         heights = filtered[:, 3] - filtered[:, 1]
+        self._seen = (step.detections, tracked, ids, filtered)
         with self._lock:
             for i, track_id in enumerate(ids.tolist()):
                 self._observe(frame, tracked, i, track_id)
@@ -155,6 +171,25 @@ class SceneAnalytics:
             started = tuple(self._with_zones(self._records[t]) for t in step.started)
             ended = tuple(self._end(t) for t in step.ended)
         return AnalyticsStep(step.detections, started, ended, tuple(crossings), entered)
+
+    def _coast(self, frame: Frame) -> AnalyticsStep:
+        """A frame not inferred: see `update`."""
+        ended_ids = self.tracker.coast()
+        alive = set(self.tracker.active_ids)
+        every, tracked, ids, filtered = self._seen
+        kept = np.array([int(t) in alive for t in ids], bool)
+        tracked, ids, filtered = tracked[kept], ids[kept], filtered[kept]
+        labels = [self._label(int(c)) for c in tracked.class_id]
+        with self._lock:
+            for track_id in ids.tolist():
+                if track_id in self._records:
+                    self._records[track_id] = replace(self._records[track_id], last_ts=frame.timestamp)
+            for zone in self.zones:
+                zone.update(
+                    frame.timestamp, ids, anchor_points(zone.spec.anchor or self.anchor, filtered, tracked), labels
+                )
+            ended = tuple(self._end(t) for t in ended_ids if t in self._records)
+        return AnalyticsStep(every, (), ended, (), ())
 
     def _observe(self, frame: Frame, tracked: Detections, i: int, track_id: int) -> None:
         score, box = float(tracked.confidence[i]), tracked.xyxy[i]
@@ -202,6 +237,11 @@ class SceneAnalytics:
         with self._lock:
             record = self._records.get(track_id)
             return None if record is None else self._with_zones(record)
+
+    def tracks_alive(self) -> bool:
+        """Whether a confirmed track is alive now (any thread): the motion gate's keepalive."""
+        with self._lock:
+            return bool(self._records)
 
     def live(self) -> list[TrackRecord]:
         """The live tracks (any thread), with their zones so far."""

@@ -168,6 +168,22 @@ class ByteTracker:
         self._tracks = [t for t in self._tracks if t.missed <= s.lost_frames]
         return TrackerStep(detections.with_tracker_id(ids), tuple(started), tuple(ended), self._filtered)
 
+    def coast(self) -> tuple[int, ...]:
+        """A frame not inferred (the motion gate: nothing moved enough to look): every track's
+        filter predicts one frame on, so the next inferred frame finds a moving track where it
+        went; a track seen at the last inferred frame is taken as still in view (no miss), one
+        missing then stays missing (a miss, so it ends when it would have). Returns the ids that
+        ended."""
+        tracks = self._tracks + self._tentative
+        if tracks:
+            means, covs = self._kalman.predict(np.stack([t.mean for t in tracks]), np.stack([t.cov for t in tracks]))
+            for track, mean, cov in zip(tracks, means, covs, strict=True):
+                track.mean, track.cov = mean, cov
+                track.missed += track.missed > 0
+        ended = tuple(t.track_id for t in self._tracks if t.missed > self.settings.lost_frames)
+        self._tracks = [t for t in self._tracks if t.missed <= self.settings.lost_frames]
+        return ended
+
     def reset(self) -> tuple[int, ...]:
         """Forget every track (the camera restarted); returns the ids that ended."""
         ended = tuple(self.active_ids)

@@ -41,12 +41,22 @@ def test_the_case_table(now: float, motion: Motion | None, tracks_alive: bool, i
     assert _gate().decide(now, motion, tracks_alive) is infer
 
 
+def test_the_first_still_frame_after_motion_is_inferred_then_none() -> None:
+    """Where what moved came to rest, or that it left: the frames after it replay its detections."""
+    gate = _gate()
+    assert gate.decide(1.0, MOVING, tracks_alive=False) and gate.decide(1.1, MOVING, tracks_alive=False)
+    assert gate.decide(1.2, STILL, tracks_alive=False), "motion just ended"
+    assert not gate.decide(1.3, STILL, tracks_alive=False) and not gate.decide(1.4, STILL, tracks_alive=False)
+    assert gate.decide(1.5, LIGHTS, tracks_alive=False) and not gate.decide(1.6, STILL, tracks_alive=False)
+
+
 def test_the_idle_interval_counts_from_the_last_inferred_frame() -> None:
     gate = _gate()
     assert gate.decide(3.0, MOVING, tracks_alive=False)
-    assert not gate.decide(7.9, STILL, tracks_alive=False)  # 4.9 s since the motion frame
-    assert gate.decide(8.0, STILL, tracks_alive=False)
-    assert not gate.decide(8.1, STILL, tracks_alive=False)
+    assert gate.decide(3.5, STILL, tracks_alive=False)  # the motion just ended
+    assert not gate.decide(8.25, STILL, tracks_alive=False)  # 4.75 s since that frame
+    assert gate.decide(8.5, STILL, tracks_alive=False)
+    assert not gate.decide(8.75, STILL, tracks_alive=False)
 
 
 def test_a_stopped_object_is_inferred_at_the_keepalive_rate() -> None:
@@ -60,8 +70,9 @@ def test_counts_and_ratios() -> None:
     assert (gate.inferred_ratio, gate.motion_ratio) == (0.0, 0.0)
     for i, motion in enumerate([STILL, MOVING, STILL, STILL, MOVING, LIGHTS, STILL, STILL]):
         gate.decide(i * 0.1, motion, tracks_alive=False)
-    assert (gate.offered, gate.inferred, gate.moving) == (8, 4, 2)
-    assert gate.inferred_ratio == 0.5 and gate.motion_ratio == 0.25
+    # inferred: the first, both with motion, the still one after the first motion, the lights
+    assert (gate.offered, gate.inferred, gate.moving) == (8, 5, 2)
+    assert gate.inferred_ratio == 0.625 and gate.motion_ratio == 0.25
 
 
 @pytest.mark.parametrize(

@@ -175,3 +175,36 @@ def test_tracker_id_shape_is_checked() -> None:
         Detections.from_arrays([[0, 0, 1, 1]], [0.5], [0]).with_tracker_id([1, 2])
     picked = Detections.from_arrays([[0, 0, 1, 1], [2, 2, 3, 3]], [0.5, 0.6], [0, 1]).with_tracker_id([4, 5])[1:]
     assert picked.tracker_id is not None and picked.tracker_id.tolist() == [5]
+
+
+def box_at(x: float, y: float = 100.0, size: float = 40.0) -> Detections:
+    return Detections.from_arrays([[x, y, x + size, y + size]], [0.9], [0])
+
+
+def test_coasting_keeps_a_seen_track_ages_a_missing_one_and_predicts_a_moving_one() -> None:
+    """Frames the motion gate did not infer (`ByteTracker.coast`)."""
+    tracker = ByteTracker(TrackerSettings(lost_frames=5))
+    for x in (100.0, 110.0, 120.0, 130.0):  # confirmed, moving 10 px a frame
+        tracker.update(box_at(x))
+    (track_id,) = tracker.active_ids
+    for _ in range(3):
+        assert tracker.coast() == ()
+    step = tracker.update(box_at(170.0))  # where it went meanwhile: the prediction found it
+    assert step.detections.tracker_id is not None and step.detections.tracker_id.tolist() == [track_id]
+    for _ in range(50):
+        assert tracker.coast() == ()  # seen at the last inferred frame: still in view, never ends
+    assert tracker.active_ids == [track_id]
+    tracker.update(Detections.empty())  # gone at an inferred frame: missing, 1
+    ended = [tracker.coast() for _ in range(5)]
+    assert ended == [(), (), (), (), (track_id,)], "it ends after lost_frames frames, inferred or not"
+    assert tracker.active_ids == []
+
+
+def test_without_coasting_the_moving_track_is_lost() -> None:
+    """The same jump with no prediction between: the check above is not vacuous."""
+    tracker = ByteTracker(TrackerSettings(lost_frames=5))
+    for x in (100.0, 110.0, 120.0, 130.0):
+        tracker.update(box_at(x))
+    (track_id,) = tracker.active_ids
+    step = tracker.update(box_at(170.0))
+    assert step.detections.tracker_id is not None and step.detections.tracker_id.tolist() != [track_id]

@@ -135,3 +135,31 @@ def config(**pipeline: Any) -> AgentConfig:
 def test_bad_lines_and_zones_are_refused_with_their_place(pipeline: dict[str, Any], error: str) -> None:
     with pytest.raises(ValidationError, match=error):
         config(**pipeline)
+
+
+def test_frames_not_inferred_keep_a_still_object_in_its_zone_and_count_no_crossing() -> None:
+    """A frame the motion gate let through (`Frame.inferred` False) coasts: the object seen at the
+    last inferred frame stays where it was for the zone (its dwell grows with the frames' time)
+    and its record, no line is crossed, and the replayed detections are not tracked again."""
+    from dataclasses import replace
+
+    from pipelines.tracking.tracker import TrackerSettings
+
+    zone = ZoneSpec("bay", ((0, 0), (300, 0), (300, 300), (0, 300)))
+    line = LINE  # y = 240 across the frame: the box below never reaches it
+    analytics = SceneAnalytics("cam0", lines=[line], zones=[zone], tracker=TrackerSettings(lost_frames=5))
+    image = np.zeros((480, 640, 3), np.uint8)
+    for index in range(3):  # confirmed, inside the zone
+        analytics.update(Frame(index, index / FPS, image), boxes_at([(100, 100)]))
+    (record,) = analytics.live()
+    far = boxes_at([(600, 400)])  # what a replay could carry: never tracked on a coasting frame
+    for index in range(3, 3 + 45):
+        step = analytics.update(replace(Frame(index, index / FPS, image), inferred=False), far)
+        assert step.crossings == () and step.ended == () and step.started == ()
+    (kept,) = analytics.live()
+    assert kept.track_id == record.track_id and kept.last_ts == pytest.approx(47 / FPS)
+    assert dict(kept.zones)["bay"] == pytest.approx(47 / FPS, abs=1 / FPS), "3 s of dwell, 45 of them coasted"
+    assert analytics.counts().zones[0].now == 1 and analytics.counts().lines[0].forward == 0
+    analytics.update(Frame(48, 48 / FPS, image), Detections.empty())  # gone, at an inferred frame
+    ends = [analytics.update(replace(Frame(i, i / FPS, image), inferred=False), far).ended for i in range(49, 54)]
+    assert [len(e) for e in ends] == [0, 0, 0, 0, 1] and analytics.counts().zones[0].now == 0

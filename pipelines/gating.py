@@ -1,0 +1,68 @@
+"""One camera's motion gate as its pipeline runs it (issue 39, docs/cameras.md "Motion"):
+`Gating` holds the camera's `pipelines.motion.MotionDetector`, its `pipelines.motion_gate.MotionGate`
+and what says whether the camera's tracker holds a confirmed track (`tracks_alive`).
+
+`admit(image, now)` is asked once per frame the pipeline takes (after its FPS cap, so motion is
+judged at the rate frames would be inferred): the frame's motion, then the gate's decision.
+A frame not admitted is not inferred: the pipeline hands it to its sinks with the last inferred
+frame's detections (`Frame.inferred` False), since nothing moved. A detector that raises on a
+frame is logged once and that frame is admitted (fail open: a broken motion check never hides
+an object).
+
+Threads: one camera's inference threads, one at a time (under the pipeline's take lock);
+`last` and `ratios` from any thread (plain reads of values replaced whole).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from pipelines.motion import Motion, MotionDetector
+from pipelines.motion_gate import MotionGate
+
+log = logging.getLogger(__name__)
+
+
+def _no_tracks() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class GateRatios:
+    """What a camera's gate did: the share of frames inferred and the share with motion (0..1)."""
+
+    inferred_ratio: float
+    motion_ratio: float
+
+
+class Gating:
+    """`detector` and `gate` of one camera; `tracks_alive` (any thread) whether its tracker
+    holds a confirmed track now (none given: never, as a camera without analytics)."""
+
+    def __init__(
+        self, detector: MotionDetector, gate: MotionGate, tracks_alive: Callable[[], bool] = _no_tracks
+    ) -> None:
+        self.detector, self.gate, self.tracks_alive = detector, gate, tracks_alive
+        self.last: Motion | None = None  # the newest frame's motion (the page draws its regions)
+        self._failed = False
+
+    def admit(self, image: npt.NDArray[np.uint8], now: float) -> bool:
+        """Whether the frame `image` (BGR ``(H, W, 3) uint8``), taken at `now` (seconds, the
+        frame's capture time), is inferred."""
+        try:
+            motion: Motion | None = self.detector.detect(image)
+        except Exception:
+            motion = None
+            if not self._failed:
+                self._failed = True
+                log.exception("motion: the detector failed on a frame; such frames are inferred (not logged again)")
+        self.last = motion
+        return self.gate.decide(now, motion, self.tracks_alive())
+
+    def ratios(self) -> GateRatios:
+        return GateRatios(round(self.gate.inferred_ratio, 4), round(self.gate.motion_ratio, 4))
