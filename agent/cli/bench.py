@@ -112,6 +112,12 @@ def add_parser(commands: Any) -> None:
         default=CLASSIFIER_CROPS,
         help=f"crops --classifier times (default {CLASSIFIER_CROPS})",
     )
+    bench.add_argument(
+        "--motion",
+        action="store_true",
+        help="pipeline mode: infer only the frames where something moves, as a camera with motion.enabled does "
+        "(its defaults; docs/cameras.md): reports inferred_frames of frames, and the CPU it saved",
+    )
     bench.add_argument("--config", type=Path, help="device config (YAML) for the runtimes' settings (--matrix)")
     bench.add_argument("--json", action="store_true", help="print one JSON object (--matrix: a list of rows)")
 
@@ -138,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--every picks the frames --against compares: give --against OTHER")
     if args.min_agreement is not None:
         raise CliError("--min-agreement judges what --against compares: give --against OTHER")
+    if args.motion and (args.mode == "runtime" or args.matrix):
+        raise CliError("--motion gates a camera's frames: only in --mode pipeline, not with --matrix")
     if args.matrix:
         return bench_matrix(args)
     args.source = args.source or "synthetic"
@@ -156,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         if workers > 1 and not runtime.concurrent:
             raise CliError(f"--workers {workers}: {runtime.name} cannot run one model from several threads")
         progress = sys.stderr.isatty() and not args.json
-        report = run_bench(runtime, args.source, args.frames, args.mode, progress=progress, workers=workers)
+        report = run_bench(
+            runtime, args.source, args.frames, args.mode, progress=progress, workers=workers, motion=args.motion
+        )
     report["device"] = choice.device
     if measured:
         report["workers_auto_fps"] = measured
@@ -178,6 +188,8 @@ def run(args: argparse.Namespace) -> int:
     for stage, values in report["stages_ms"].items():
         print(f"    {stage:<12} p50 {values['p50']:7.2f} ms  p95 {values['p95']:7.2f} ms")
     print(f"  dropped {report['dropped']}   peak RSS {report['rss_mb']:.0f} MB")
+    if args.motion:
+        print(f"  motion: {report['inferred_frames']} of {report['frames']} frames inferred")
     if args.classifier is not None:
         cost = report["classifier"]
         ms = cost["ms_per_object"]

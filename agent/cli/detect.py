@@ -89,6 +89,13 @@ def add_parser(commands: Any) -> None:
         help="with --track: count crossings of this line (pixels; forward = from the left of point 1 -> point 2 "
         "to its right, as seen on the image); repeat for more lines",
     )
+    detect.add_argument(
+        "--motion",
+        action="store_true",
+        help="videos: infer only the frames where something moves (and a tracked object's keepalive, and one frame "
+        "every 2 s), as a camera with motion.enabled does (its defaults; docs/cameras.md); a frame not inferred "
+        'repeats the last detections (--json: "inferred": false) and the last line counts the frames inferred',
+    )
 
 
 #: most points of one mask's polygons in the JSON output
@@ -169,12 +176,16 @@ class _Tracking:
         specs = [LineSpec(f"line{i}", (x1, y1), (x2, y2)) for i, (x1, y1, x2, y2) in enumerate(self.lines)]
         self.scene = SceneAnalytics("detect", lines=specs)
 
-    def update(self, index: int, image: npt.NDArray[Any], detections: Detections) -> Detections:
+    def update(self, index: int, image: npt.NDArray[Any], detections: Detections, inferred: bool = True) -> Detections:
+        """`detections` tracked (a frame not `inferred` coasts: `SceneAnalytics.update`)."""
         from pipelines.sources.frames import Frame
 
         if self.scene is None:
             raise RuntimeError("_Tracking.start() must come before update()")
-        return self.scene.update(Frame(index, float(index), image), detections).detections
+        return self.scene.update(Frame(index, float(index), image, inferred=inferred), detections).detections
+
+    def tracks_alive(self) -> bool:
+        return self.scene is not None and self.scene.tracks_alive()
 
     def finish(self) -> None:
         if self.scene is None:
@@ -218,26 +229,74 @@ def run(args: argparse.Namespace) -> int:
             return _classify(args, runtime, choice.device, labels)
         detector = Detector(runtime, args.decoder, conf=args.conf, iou=args.iou, max_det=args.max_det)
         save = _annotated_writer(args.save_dir, labels) if args.save_dir else None
-        status = 0
+        status, counted = 0, _Counted()
         for path in args.images:
-            frames = _video_frames(path, args.every) if path.suffix.lower() in VIDEO_SUFFIXES else _image_frame(path)
+            video = path.suffix.lower() in VIDEO_SUFFIXES
+            frames = _video_frames(path, args.every) if video else _image_frame(path)
             if tracking is not None:
                 tracking.start()
+            gate = _MotionGated(path, tracking) if args.motion and video else None
             try:
                 for index, image in frames:
-                    detections = detector.detect(image)
-                    if tracking is not None:
-                        detections = tracking.update(index or 0, image, detections)
+                    inferred = gate is None or gate.admit(index or 0, image)
+                    found = detector.detect(image) if inferred or gate is None else gate.last
+                    if gate is not None and inferred:
+                        gate.last = found
+                    counted.add(inferred)
+                    detections = found if tracking is None else tracking.update(index or 0, image, found, inferred)
                     if save is not None:
                         save(path, index, image, detections)
                     rows = _detection_rows(detections, labels)
-                    _print_detections(args.json, path, index, runtime.name, choice.device, detector.decoder, rows)
+                    _print_detections(
+                        args.json, path, index, runtime.name, choice.device, detector.decoder, rows,
+                        inferred if args.motion else None,
+                    )  # fmt: skip
             except CliError as exc:
                 print(f"edge-agent: error: {exc}", file=sys.stderr)
                 status = 1
-        if tracking is not None:
-            _print_summary(args.json, tracking.summary())
+        summary: dict[str, Any] = tracking.summary()["summary"] if tracking is not None else {}
+        if args.motion:
+            summary.update(frames=counted.frames, inferred_frames=counted.inferred)
+        if summary:
+            _print_summary(args.json, {"summary": summary})
     return status
+
+
+class _Counted:
+    """Frames detected on and, of them, those inferred (``--motion``'s last line)."""
+
+    def __init__(self) -> None:
+        self.frames = self.inferred = 0
+
+    def add(self, inferred: bool) -> None:
+        self.frames += 1
+        self.inferred += inferred
+
+
+class _MotionGated:
+    """``detect --motion``: one video's motion gate with a camera's defaults, on the video's own
+    time (frame index / its FPS; 30 where the file does not say), its keepalive asking the
+    tracker where ``--track`` runs; `last` the last inferred frame's detections."""
+
+    def __init__(self, path: Path, tracking: _Tracking | None) -> None:
+        import cv2
+
+        from pipelines.decoding.detections import Detections
+        from pipelines.gating import Gating
+        from pipelines.motion import MotionDetector
+        from pipelines.motion_gate import MotionGate
+
+        capture = cv2.VideoCapture(str(path))
+        fps = float(capture.get(cv2.CAP_PROP_FPS)) if capture.isOpened() else 0.0
+        capture.release()
+        self.fps = fps if fps > 0 else 30.0
+        self.gating = Gating(MotionDetector(), MotionGate())
+        if tracking is not None:
+            self.gating.tracks_alive = tracking.tracks_alive
+        self.last = Detections.empty()
+
+    def admit(self, index: int, image: npt.NDArray[Any]) -> bool:
+        return self.gating.admit(image, index / self.fps)
 
 
 def _is_classifier(runtime: Any) -> bool:
@@ -282,10 +341,16 @@ def _print_summary(as_json: bool, summary: dict[str, Any]) -> None:
     if as_json:
         print(json.dumps(summary), flush=True)
         return
-    print(f"summary: {summary['summary']['tracks']} object(s) tracked")
-    for line in summary["summary"]["lines"]:
-        (x1, y1), (x2, y2) = line["points"]
-        print(f"  line ({x1:g}, {y1:g}) -> ({x2:g}, {y2:g}): {line['forward']} forward, {line['backward']} backward")
+    found = summary["summary"]
+    if "tracks" in found:
+        print(f"summary: {found['tracks']} object(s) tracked")
+        for line in found["lines"]:
+            (x1, y1), (x2, y2) = line["points"]
+            print(
+                f"  line ({x1:g}, {y1:g}) -> ({x2:g}, {y2:g}): {line['forward']} forward, {line['backward']} backward"
+            )
+    if "inferred_frames" in found:
+        print(f"motion: {found['inferred_frames']} of {found['frames']} frame(s) inferred")
 
 
 def _annotated_writer(folder: Path, labels: Labels) -> Callable[[Path, int | None, npt.NDArray[Any], Detections], None]:
@@ -333,17 +398,29 @@ def _video_frames(path: Path, every: int) -> Iterator[tuple[int | None, npt.NDAr
 
 
 def _print_detections(
-    as_json: bool, path: Path, frame: int | None, runtime: str, device: str, decoder: str, rows: list[dict[str, Any]]
+    as_json: bool,
+    path: Path,
+    frame: int | None,
+    runtime: str,
+    device: str,
+    decoder: str,
+    rows: list[dict[str, Any]],
+    inferred: bool | None = None,
 ) -> None:
+    """One image's or frame's detections; `inferred` (``--motion``): whether the model ran on
+    it (False: the last detections, repeated), None without ``--motion``."""
     if as_json:
         record: dict[str, Any] = {"image": str(path)}
         if frame is not None:
             record["frame"] = frame
         record.update(runtime=runtime, decoder=decoder, detections=rows)
+        if inferred is not None:
+            record["inferred"] = inferred
         print(json.dumps(record), flush=True)
         return
     where = f"{path}" if frame is None else f"{path} frame {frame}"
-    print(f"{where}: {len(rows)} detection(s) [{runtime} on {device}, {decoder}]")
+    repeated = ", not inferred: nothing moved" if inferred is False else ""
+    print(f"{where}: {len(rows)} detection(s) [{runtime} on {device}, {decoder}{repeated}]")
     for row in rows:
         x1, y1, x2, y2 = row["box"]
         track = f"  #{row['tracker_id']}" if row.get("tracker_id") is not None else ""

@@ -277,9 +277,9 @@ class ClipSection(_Section):
 
 class MotionSection(_Section):
     """A camera's motion detection and the inference it gates (pipelines.motion,
-    pipelines.motion_gate; docs/configuration.md#motion-per-camera-not-wired-yet). Not wired
-    into the cameras yet. The detector's defaults are `pipelines.motion.MotionSettings`'s (a test
-    holds them equal; that module imports OpenCV, which loading the config does not)."""
+    pipelines.motion_gate, pipelines.gating; docs/cameras.md#motion). The detector's defaults
+    are `pipelines.motion.MotionSettings`'s (a test holds them equal; that module imports
+    OpenCV, which loading the config does not)."""
 
     enabled: bool = Field(default=False, description="Infer only where something moves (see the other keys).")
     width: int = Field(default=320, ge=64, le=1920, description="Width in pixels of the grey copy motion is judged on.")
@@ -369,7 +369,7 @@ class CameraSection(_Section):
     )
     motion: MotionSection | None = Field(
         default=None,
-        description="Motion detection and motion-gated inference (unset: every frame inferred; not wired yet).",
+        description="Motion detection and motion-gated inference (unset, or enabled false: every frame inferred).",
     )
     conf: float | None = Field(
         default=None,

@@ -150,6 +150,7 @@ class Agent:
             config.serving,
             locate=ConfigLines.read(self.config_path).where,
             stage=self.classifying,
+            tracks_alive_for=lambda name: self.events.scene(name).tracks_alive,
         )
         sensors = Sensors.from_config(config.sensors, self.root, self.board)
         governing = None

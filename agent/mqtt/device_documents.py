@@ -334,9 +334,18 @@ class SourceBrief(_Part):
     output: tuple[str, ...] = ()
 
 
+class GateBrief(_Part):
+    """A camera's motion gate (docs/cameras.md "Motion"): the share of frames inferred and the
+    share with motion since its pipeline started, 0..1."""
+
+    inferred_ratio: float
+    motion_ratio: float
+
+
 class CameraTelemetry(_Part):
     """One camera: fps now and its cap, counters since start, latency per stage (ms), the
-    newest frame's objects by label (`in_view`)."""
+    newest frame's objects by label (`in_view`); with a motion gate, the frames inferred of
+    `frames` (`inferred`) and the gate's ratios (`gate`), both absent without one."""
 
     name: str
     fps: float
@@ -350,6 +359,12 @@ class CameraTelemetry(_Part):
     shared_by: int = 1
     mean_batch: float = 1.0
     in_view: dict[str, int] = Field(default_factory=dict)
+    inferred: int | None = None
+    gate: GateBrief | None = None
+
+    @model_serializer(mode="wrap")
+    def _gate_when_gated(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_unset(_without_unset(handler(self), self, "inferred"), self, "gate")
 
 
 class SystemTelemetry(_Part):

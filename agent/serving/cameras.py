@@ -59,7 +59,10 @@ from agent.snapshot import EngineStatus, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import CameraDetector, FrameDetector
+from pipelines.gating import Gating
 from pipelines.measure.second_stage import SecondStages
+from pipelines.motion import MotionDetector
+from pipelines.motion_gate import MotionGate
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
 from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
 from pipelines.sources.frames import FrameSource
@@ -147,9 +150,12 @@ class Cameras:
         find_tools: Callable[[], CameraTools] = find_camera_tools,
         locate: Locate = dotted,
         stage: ClassifyingStage | None = None,
+        tracks_alive_for: Callable[[str], Callable[[], bool]] | None = None,
     ) -> None:
         """`stage` is the second stage: each version activated hands it the version's
-        classifier (its lightest artifact under the governor's `use_lighter`), or None."""
+        classifier (its lightest artifact under the governor's `use_lighter`), or None.
+        `tracks_alive_for(name)` says whether that camera's tracker holds a confirmed track (the
+        motion gate's keepalive, for a camera whose ``motion.enabled``)."""
         self.sections, self.board, self.preference = list(sections), board, preference
         self.stage = stage
         self._locate = locate
@@ -160,6 +166,7 @@ class Cameras:
         self._find_tools = find_tools
         self._pipe: PipeSettings | None = None  # made at the first start (it may ask the tools)
         self._sink_for = sink_for
+        self._tracks_alive_for = tracks_alive_for
         self._lock = threading.Lock()
         self._pipelines: dict[str, Pipeline] = {}
         self._shadows: list[ShadowSession] = []  # open shadows, told of a camera's new pipeline
@@ -345,6 +352,17 @@ class Cameras:
                 log.info("ffmpeg sources decode with %s", decode)
         return self._pipe
 
+    def _gating(self, section: CameraSection) -> Gating | None:
+        """`section`'s motion gate (None unless its ``motion.enabled``): a new background per
+        start of its pipeline."""
+        motion = section.motion
+        if motion is None or not motion.enabled:
+            return None
+        alive = self._tracks_alive_for(section.name) if self._tracks_alive_for is not None else None
+        gate = MotionGate(motion.keepalive_fps, motion.idle_interval_s)
+        detector = MotionDetector(motion.settings())
+        return Gating(detector, gate, alive) if alive is not None else Gating(detector, gate)
+
     def _start(self, section: CameraSection, detector: FrameDetector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
@@ -356,6 +374,7 @@ class Cameras:
             sinks=sinks,
             annotator=annotator,
             workers=workers,
+            gating=self._gating(section),
         )
         if self.paused:
             pipeline.pause()

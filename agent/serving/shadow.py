@@ -8,8 +8,9 @@ it switches (docs/quality.md). `Cameras.shadow` opens a `ShadowSession`; the dep
   against the candidate's manifest (`agent.serving.camera_filter`), so both versions keep
   detections on the same terms as the serving camera does.
 - **Frames**: a sink on each camera's `Pipeline` offers every (frame, serving detections) it
-  delivers; while the session is ready the newest one per camera is kept, while it infers or
-  rests every offer is skipped (counted, never queued). One `pipelines.worker.Worker` thread
+  delivers that its model inferred (not those a motion gate let through); while the session is
+  ready the newest one per camera is kept, while it infers or rests every offer is skipped
+  (counted, never queued). One `pipelines.worker.Worker` thread
   (``shadow``) takes the pending camera served least lately, infers it and feeds that camera's
   `pipelines.measure.comparison.Agreement`.
 - **CPU share**: after an inference of t seconds the thread rests t * (1/share - 1) (`rest_s`),
@@ -196,6 +197,8 @@ class ShadowSession:
 
     def _sink(self, name: str) -> Sink:
         def offer(frame: Frame, detections: Detections) -> None:
+            if not frame.inferred:  # the motion gate's: the serving model did not run on it
+                return
             with self._lock:
                 if not self._ready:
                     self.skipped += 1

@@ -311,3 +311,20 @@ def test_bench_against_refuses_bad_input_naming_it(
         code = exc.code
     assert code == (2 if error.startswith("argument --") else 1)
     assert error in capsys.readouterr().err
+
+
+def test_bench_motion_reports_the_frames_it_inferred(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from testkit.motion_clips import still_scene
+    from testkit.real_models import write_clip
+
+    clip = str(write_clip(tmp_path / "still.avi", still_scene().frames(100), fps=10.0))
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+    assert main(["bench", model, "--source", clip, "--workers", "1", "--motion", "--json"]) == 0
+    gated = json.loads(capsys.readouterr().out)
+    assert gated["frames"] == 100 and 0 < gated["inferred_frames"] < 100, gated
+    assert main(["bench", model, "--source", clip, "--workers", "1", "--json"]) == 0
+    assert "inferred_frames" not in json.loads(capsys.readouterr().out)
+    assert main(["bench", model, "--source", clip, "--workers", "1", "--motion"]) == 0
+    assert re.search(r"motion: \d+ of 100 frames inferred", capsys.readouterr().out)
+    assert main(["bench", model, "--mode", "runtime", "--motion"]) != 0
+    assert "--motion gates a camera's frames: only in --mode pipeline" in capsys.readouterr().err

@@ -3,16 +3,20 @@ videos every N-th frame, ``--save-dir``, ``--track`` and ``--line``, export layo
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 from testkit import DEMO_MODELS, REPO
+from testkit.detect_output import check_detect_output
 from testkit.media import write_video
 from testkit.onnx_models import rewrite, two_overlapping_boxes
 from testkit.tracking import LINE, MOVERS, true_crossings
@@ -451,3 +455,57 @@ def test_detect_runs_an_openvino_ir(tmp_path: Path, capsys) -> None:
     assert ir["runtime"] == "openvino" and from_onnx["runtime"] == "onnxruntime"
     assert len(ir["detections"]) >= 3
     assert [d["label"] for d in ir["detections"]] == [d["label"] for d in from_onnx["detections"]]
+
+
+def test_track_with_motion_counts_as_without_and_infers_fewer_frames(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The crossings clip with a triangle standing still all along: ``--motion`` repeats the last
+    detections where nothing moved (``"inferred": false``), counts the same crossings, confirms
+    every track within a second of the run without it, and its last line says how many frames
+    it inferred; every record fits docs/detect-output.schema.json."""
+    from pipelines.sources.tracking_scene import Mover
+
+    still = Mover(6, 2, 60, 0, FRAMES - 1, (520.0, 330.0), (0.0, 0.0), (20, 190, 220))
+    scene = TrackingScene(movers=[*MOVERS, still], seed=5)
+    clip = tmp_path / "still.avi"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter.fourcc(*"MJPG"), 15.0, (640, 480))
+    for index in range(FRAMES):
+        writer.write(scene.render(index)[0])
+    writer.release()
+    line = ",".join(f"{v:g}" for v in (*LINE.start, *LINE.end))
+    model = str(DEMO_MODELS / "demo_detector.onnx")
+
+    def records(*more: str) -> list[dict[str, Any]]:
+        assert main(["detect", model, str(clip), "--track", "--line", line, "--json", *more]) == 0
+        found = [json.loads(text) for text in capsys.readouterr().out.splitlines()]
+        for record in found:
+            check_detect_output(record)
+        return found
+
+    def starts(frames: list[dict[str, Any]]) -> list[int]:
+        first: dict[int, int] = {}
+        for r in frames:
+            for d in r["detections"]:
+                if d["tracker_id"] is not None:
+                    first.setdefault(d["tracker_id"], r["frame"])
+        return [first[t] for t in sorted(first)]
+
+    plain, gated = records(), records("--motion")
+    assert [r["frame"] for r in gated[:-1]] == list(range(FRAMES))
+    summary = gated[-1]["summary"]
+    assert summary["lines"] == plain[-1]["summary"]["lines"] and summary["tracks"] == plain[-1]["summary"]["tracks"]
+    assert summary["frames"] == FRAMES and 0 < summary["inferred_frames"] < FRAMES
+    assert sum(not r["inferred"] for r in gated[:-1]) == FRAMES - summary["inferred_frames"]
+    assert all("inferred" not in r for r in plain[:-1]) and "frames" not in plain[-1]["summary"]
+    for a, b in zip(starts(plain[:-1]), starts(gated[:-1]), strict=True):
+        assert abs(a - b) <= 15, "within a second at 15 FPS"
+    repeated = [(a, b) for a, b in itertools.pairwise(gated[:-1]) if not b["inferred"]]
+    assert repeated and all(
+        [d["box"] for d in a["detections"]] == [d["box"] for d in b["detections"]] for a, b in repeated
+    )
+    assert main(["detect", model, str(clip), "--motion"]) == 0
+    text = capsys.readouterr().out
+    untracked = re.search(rf"^motion: (\d+) of {FRAMES} frame\(s\) inferred$", text, re.MULTILINE)
+    assert untracked and int(untracked[1]) <= summary["inferred_frames"], "no tracker: no keepalive to add"
+    assert ", not inferred: nothing moved]" in text and "object(s) tracked" not in text

@@ -13,59 +13,12 @@ import cv2
 import numpy as np
 import onnx
 import pytest
-from testkit import DEMO_MODELS, REPO
+from testkit import DEMO_MODELS
+from testkit.detect_output import check_detect_output
 
 from agent.cli import main
 from pipelines.sources.frames import GroundTruth
 from pipelines.sources.synthetic import SyntheticScene
-
-SCHEMA = json.loads((REPO / "docs" / "detect-output.schema.json").read_text())
-
-
-def _check(value: Any, schema: dict[str, Any], where: str = "$") -> None:
-    """The subset of JSON Schema the document uses: $ref, oneOf, const, type, required,
-    properties, items, minItems / maxItems, minimum / maximum."""
-    if "$ref" in schema:
-        _check(value, SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]], where)
-        return
-    if "oneOf" in schema:
-        fits = 0
-        for option in schema["oneOf"]:
-            try:
-                _check(value, option, where)
-                fits += 1
-            except AssertionError:
-                pass
-        assert fits == 1, f"{where}: fits {fits} of the oneOf options"
-        return
-    if "const" in schema:
-        assert value == schema["const"], where
-    kinds = schema.get("type")
-    if kinds is not None:
-        names = {
-            "object": dict,
-            "array": list,
-            "string": str,
-            "integer": int,
-            "number": (int, float),
-            "null": type(None),
-        }
-        wanted = kinds if isinstance(kinds, list) else [kinds]
-        assert any(isinstance(value, names[k]) and not isinstance(value, bool) for k in wanted), f"{where}: {value!r}"
-    if isinstance(value, dict):
-        for key in schema.get("required", []):
-            assert key in value, f"{where}: no {key}"
-        for key, sub in schema.get("properties", {}).items():
-            if key in value:
-                _check(value[key], sub, f"{where}.{key}")
-    if isinstance(value, list):
-        assert len(value) >= schema.get("minItems", 0), where
-        assert len(value) <= schema.get("maxItems", len(value)), where
-        for i, item in enumerate(value):
-            if "items" in schema:
-                _check(item, schema["items"], f"{where}[{i}]")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        assert value >= schema.get("minimum", value) and value <= schema.get("maximum", value), where
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +34,7 @@ def _detect(capsys: pytest.CaptureFixture[str], model: str, image: Path, *more: 
     assert main(["detect", str(DEMO_MODELS / model), str(image), "--json", *more]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     record: dict[str, Any] = json.loads(line)
-    _check(record, SCHEMA)
+    check_detect_output(record)
     return record
 
 

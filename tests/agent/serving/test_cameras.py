@@ -355,3 +355,41 @@ def test_cameras_with_models_of_their_own_keep_their_own_thresholds(
         assert cameras.thresholds()[1].classes == ("circle", "square")
     finally:
         cameras.stop()
+
+
+def test_a_camera_with_motion_enabled_is_gated_and_its_keepalive_asks_its_tracker(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """agent.yaml's ``cameras[].motion`` reaches the camera's pipeline: a still clip is mostly
+    let through uninferred there, while the camera beside it without ``motion`` infers every
+    frame; the gate asks the daemon's tracker of that camera (`tracks_alive_for`)."""
+    from testkit.motion_clips import still_scene
+    from testkit.real_models import write_clip
+
+    clip = write_clip(tmp_path / "still.avi", still_scene().frames(100), fps=10.0)
+    versions = install_versions(tmp_path / "state", keys, bundles)
+    asked: list[str] = []
+
+    def tracks_alive_for(name: str):  # type: ignore[no-untyped-def]
+        asked.append(name)
+        return lambda: False
+
+    motion = {"enabled": True, "idle_interval_s": 5.0}
+    sections = [
+        CameraSection.model_validate({"name": "gated", "source": str(clip), "max_fps": 200, "motion": motion}),
+        CameraSection.model_validate({"name": "plain", "source": str(clip), "max_fps": 200}),
+    ]
+    cameras = Cameras(sections, probe(), "onnxruntime", tracks_alive_for=tracks_alive_for)
+    try:
+        cameras.activate(versions[0])
+        gated, plain = cameras.get("gated"), cameras.get("plain")
+        wait_until(lambda: gated.stats().frames >= 150 and plain.stats().frames >= 150, 120, "frames on both")
+        assert gated.gating is not None and plain.gating is None
+        assert gated.gating.detector.settings.width == 320 and gated.gating.gate.idle_interval_s == 5.0
+        stats = gated.stats()
+    finally:
+        cameras.stop()
+    assert asked == ["gated"], "only the gated camera asks for its tracker"
+    assert stats.inferred is not None and stats.inferred < stats.frames, stats
+    assert stats.gate is not None and stats.gate.inferred_ratio < 0.9
+    assert plain.stats().inferred is None and plain.stats().gate is None
