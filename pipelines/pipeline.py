@@ -140,7 +140,7 @@ class PipelineStats:
     and model file it serves with, and how many cameras that model serves and in what batches.
     With a motion gate (`pipelines.gating`), `frames` and `fps` count the frames it let through
     without inference too (their sinks got the last detections), `inferred` those the model
-    ran on, and `gate` its ratios; without one, `inferred` equals `frames` and `gate` is None."""
+    ran on, and `gate` its ratios; without one both are None (every frame handed on was inferred)."""
 
     name: str
     source: str
