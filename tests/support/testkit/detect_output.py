@@ -23,24 +23,11 @@ def _check(value: Any, schema: dict[str, Any], where: str = "$") -> None:
         _check(value, SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]], where)
         return
     if "oneOf" in schema:
-        fits = 0
-        for option in schema["oneOf"]:
-            try:
-                _check(value, option, where)
-                fits += 1
-            except AssertionError:
-                pass
+        fits = _fits(value, schema["oneOf"], where)
         assert fits == 1, f"{where}: fits {fits} of the oneOf options"
         return
     if "anyOf" in schema:
-        fits = 0
-        for option in schema["anyOf"]:
-            try:
-                _check(value, option, where)
-                fits += 1
-            except AssertionError:
-                pass
-        assert fits >= 1, f"{where}: fits none of the anyOf options"
+        assert _fits(value, schema["anyOf"], where) >= 1, f"{where}: fits none of the anyOf options"
     if "const" in schema:
         assert value == schema["const"], where
     kinds = schema.get("type")
@@ -72,3 +59,15 @@ def _check(value: Any, schema: dict[str, Any], where: str = "$") -> None:
                 _check(item, schema["items"], f"{where}[{i}]")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         assert value >= schema.get("minimum", value) and value <= schema.get("maximum", value), where
+
+
+def _fits(value: Any, options: list[dict[str, Any]], where: str) -> int:
+    """How many of `options` (schemas) `value` fits."""
+    fits = 0
+    for option in options:
+        try:
+            _check(value, option, where)
+            fits += 1
+        except AssertionError:
+            pass
+    return fits
