@@ -39,6 +39,29 @@ from runtimes.ort_settings import OnnxRuntimeConfig
 from runtimes.registry import RuntimeSettings
 
 
+def shadow_report(
+    versions: list[Path], section: CameraSection, share: float, enough: Callable[[AgreementReport], bool], what: str
+) -> AgreementReport:
+    """`versions[1]` shadowing `versions[0]` on the one camera `section` at `share`, until its
+    report is `enough` (`what`, for the timeout's message)."""
+    cameras = Cameras([section], probe(), "onnxruntime")
+    try:
+        cameras.activate(versions[0])
+        session = cameras.shadow(versions[1], share=share)
+
+        def ready() -> AgreementReport | None:
+            report = session.reports()[section.name]
+            return report if enough(report) else None
+
+        try:
+            found: AgreementReport = wait_until(ready, 60, what)
+        finally:
+            session.close()
+    finally:
+        cameras.stop()
+    return found
+
+
 def test_the_same_version_agrees_with_itself_under_each_cameras_filter(
     tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:
@@ -222,16 +245,8 @@ def test_the_shadow_reports_what_bench_against_prints_on_the_same_clip(
     store = Store(tmp_path / "state")
     policy = InstallPolicy(trusted=[load_public_key(keys["public"])], autotune=False)
     versions = [store.versions / install(b, store, probe(), policy).sha256 for b in (serving, candidate)]
-    cameras = Cameras([CameraSection(name="still", source=str(clip), loop=True)], probe(), "onnxruntime")
-    try:
-        cameras.activate(versions[0])
-        session = cameras.shadow(versions[1], share=1.0)
-        try:
-            report = wait_until(lambda: (r := session.reports()["still"]).frames >= 6 and r, 60, "frames compared")
-        finally:
-            session.close()
-    finally:
-        cameras.stop()
+    section = CameraSection(name="still", source=str(clip), loop=True)
+    report = shadow_report(versions, section, 1.0, lambda r: r.frames >= 6, "frames compared")
     shadow = asdict(agreement_record(str(clip), report, {0: "circle", 1: "square", 2: "triangle"}.get))
     assert bench["matched"] < bench["candidate"] < bench["serving"], "not all ones, and precision is not recall"
     for key_ in ("precision", "recall", "agreement", "confident_ratio"):
@@ -417,16 +432,8 @@ def test_the_second_stages_top1_is_compared_on_the_same_crops(
         deployment = install(two_stage(tmp_path, keys, version, names), store, probe(), policy)
         assert deployment.state == "SUCCEEDED", deployment.error
         versions.append(store.versions / deployment.sha256)
-    cameras = Cameras([CameraSection(name="a", source="synthetic:1", fps=30)], probe(), "onnxruntime")
-    try:
-        cameras.activate(versions[0])
-        session = cameras.shadow(versions[1], share=0.5)
-        try:
-            report = wait_until(lambda: (r := session.reports()["a"]).crops >= 20 and r, 60, "crops classified")
-        finally:
-            session.close()
-    finally:
-        cameras.stop()
+    section = CameraSection(name="a", source="synthetic:1", fps=30)
+    report = shadow_report(versions, section, 0.5, lambda r: r.crops >= 20, "crops classified")
     assert report.agreement == pytest.approx(1.0)
     assert report.top1 is not None and (report.top1 == 1.0) == agrees and (report.top1 < 0.5) != agrees
     plan = ShadowPlan(duration_s=1, frames=None, max_s=1, min_agreement=0.8)
