@@ -109,6 +109,7 @@ def test_a_motion_check_that_fails_infers_every_frame(clip: Path) -> None:
     assert all(f.inferred for f, _ in seen) and pipeline.stats().inferred == FRAMES
 
 
+@pytest.mark.slow
 def test_lines_zones_and_track_starts_are_what_they_are_without_the_gate(tmp_path: Path) -> None:
     """The tracking clip of testkit.tracking (shapes crossing a counting line, some of them
     about as bright as the background in grey, which motion barely sees) plus a triangle standing

@@ -126,6 +126,7 @@ def _faster(runtime: str, factor: float) -> Callable[[Candidate, Reference, int]
     return measure_row
 
 
+@pytest.mark.slow
 def test_autotune_serves_openvino_when_it_is_faster_and_another_when_not(unpacked) -> None:
     pytest.importorskip("openvino")
     args = (unpacked.folder, unpacked.manifest, unpacked.reference, probe(), RuntimeSettings(), 3)
@@ -169,6 +170,7 @@ def test_a_tuned_openvino_choice_is_what_the_camera_serves(unpacked) -> None:
         loaded.detector.close()
 
 
+@pytest.mark.slow
 def test_autotune_measures_openvino_in_a_child_so_this_process_never_loads_it(unpacked) -> None:
     """Loaded here, OpenVINO would keep ~90 MB resident after its rows (docs/benchmarks.md)."""
     pytest.importorskip("openvino")

@@ -174,6 +174,7 @@ def test_bench_against_the_same_bundle_agrees_fully(demo_bundle: Path, tmp_path:
     assert all(c["agreement"] == 1.0 for c in compared["classes"])
 
 
+@pytest.mark.slow
 def test_bench_against_wrong_versions_disagrees_with_the_numbers(
     demo_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -207,6 +208,7 @@ def test_bench_against_wrong_versions_disagrees_with_the_numbers(
     assert classes["square"]["candidate"] > 0 and classes["triangle"]["candidate"] > 0
 
 
+@pytest.mark.slow
 def test_bench_against_two_stage_bundles_compares_the_second_stages_top1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -313,6 +315,7 @@ def test_bench_against_refuses_bad_input_naming_it(
     assert error in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_motion_reports_the_frames_it_inferred(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from testkit.motion_clips import still_scene
     from testkit.real_models import write_clip

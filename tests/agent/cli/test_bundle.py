@@ -71,6 +71,7 @@ def test_build_signs_the_thresholds_into_the_manifest_and_a_device_serves_with_t
     assert "  thresholds: conf 0.25, iou 0.45, max_det 300\n" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.models
 def test_an_ultralytics_export_is_bundled_with_ultralytics_thresholds_unless_asked(
     tmp_path: Path, shared_models: Path, capsys

@@ -457,6 +457,7 @@ def test_detect_runs_an_openvino_ir(tmp_path: Path, capsys) -> None:
     assert [d["label"] for d in ir["detections"]] == [d["label"] for d in from_onnx["detections"]]
 
 
+@pytest.mark.slow
 def test_track_with_motion_counts_as_without_and_infers_fewer_frames(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

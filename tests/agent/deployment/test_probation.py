@@ -378,6 +378,7 @@ def test_an_altered_model_on_a_real_pipeline(tmp_path: Path, how: str, outcome: 
     assert judge.code == (ErrorCode.PROBATION_BLIND if outcome == "blind" else ErrorCode.PROBATION_FAILED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["scores", "swap", "shift"])
 def test_each_altered_model_disagrees_with_the_previous_version_on_the_same_frames(tmp_path: Path, how: str) -> None:
     """With ``min_agreement`` the boxes moved by a fifth of the input fail probation too."""
@@ -389,6 +390,7 @@ def test_each_altered_model_disagrees_with_the_previous_version_on_the_same_fram
         assert judge.quality.message.startswith("camera cam: agreement "), judge.quality.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["demo_detector.onnx", "demo_detector_int8_qdq.onnx"])
 def test_the_same_network_and_its_int8_variant_are_kept(model: str) -> None:
     judge = probation_on_a_real_pipeline(DEMO_MODELS / model, SHAPES, min_agreement=0.8)

@@ -126,6 +126,7 @@ def test_what_was_appended_survives_a_sigkill(tmp_path: Path) -> None:
     assert outbox.problem is None
 
 
+@pytest.mark.slow
 def test_a_six_hour_outage_stays_under_max_mb_and_thins_telemetry_before_events(tmp_path: Path) -> None:
     """Six simulated hours without a broker: a telemetry summary (2 KB) every 30 s, an object
     event (600 B) every 6 s, a deployment report every hour, into a 1 MiB outbox. The file

@@ -88,6 +88,7 @@ def test_variants_ship_with_their_agreement(tmp_path: Path, scenes: Path, capsys
     assert {"QuantizeLinear", "DequantizeLinear"} <= int8_ops
 
 
+@pytest.mark.slow
 def test_a_blank_calibration_set_gives_an_int8_variant_the_gate_refuses(
     tmp_path: Path, scenes: Path, blank: Path, capsys
 ) -> None:
@@ -106,6 +107,7 @@ def test_a_blank_calibration_set_gives_an_int8_variant_the_gate_refuses(
     assert status == 1 and "NO_ARTIFACT_KEPT" in err and f"agreement {agreement:.3f}" in err
 
 
+@pytest.mark.slow
 @pytest.mark.models
 def test_a_real_coco_model_gets_a_checked_fp16_variant(tmp_path: Path, shared_models: Path, photos, capsys) -> None:
     """YOLOX-Nano (FP32, opset 11): simplified only where that is lossless, its FP16 variant proven
@@ -153,6 +155,7 @@ def _paired(a: Detections, b: Detections) -> list[tuple[int, int]]:
     return pairs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["segment", "pose", "obb"])
 def test_a_task_model_s_int8_variant_quantizes_its_network_and_keeps_its_head_in_float(
     tmp_path: Path, scenes: Path, capsys, task: str
@@ -231,6 +234,7 @@ def test_yolov8n_s_int8_variant_ships_with_its_head_in_float(
     assert [a["precision"] for a in _manifest(capsys, out)["artifacts"]] == ["fp32", "int8"]
 
 
+@pytest.mark.slow
 def test_the_openvino_int8_variant_ships_as_an_ir_proven_on_openvino(tmp_path: Path, scenes: Path, capsys) -> None:
     """`--openvino-int8`: NNCF's IR beside the FP32 model, its agreement measured on OpenVINO, its
     weights hashed in files; a device verifies it, measures it on OpenVINO alone and serves it

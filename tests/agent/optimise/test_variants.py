@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import onnx
+import pytest
 from onnx import numpy_helper
 from testkit import DEMO_MODELS
 
@@ -22,6 +23,7 @@ def _activation_scales(model: onnx.ModelProto) -> dict[str, float]:
     return {name: float(a) for name, a in arrays.items() if name.endswith("_scale") and a.size == 1}
 
 
+@pytest.mark.slow
 def test_each_calibration_method_reaches_the_quantizer(tmp_path: Path) -> None:
     """minmax, entropy and percentile each give a checked Q/DQ model; percentile clips the ranges
     minmax takes whole (ONNX Runtime's entropy search, at its default 128 bins, may end at the

@@ -357,6 +357,7 @@ def test_cameras_with_models_of_their_own_keep_their_own_thresholds(
         cameras.stop()
 
 
+@pytest.mark.slow
 def test_a_camera_with_motion_enabled_is_gated_and_its_keepalive_asks_its_tracker(
     tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:

@@ -206,6 +206,7 @@ def test_the_candidate_runs_on_one_thread() -> None:
     assert (ort.intra_op_threads, ort.inter_op_threads, ort.spinning) == (1, 1, False)
 
 
+@pytest.mark.slow
 def test_the_shadow_reports_what_bench_against_prints_on_the_same_clip(
     tmp_path: Path, keys: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -381,6 +382,7 @@ def _real(name: str, *cases: tuple[str, str]) -> list[Any]:
 WRONG_AND_GOOD = [(name, "disagrees") for name in WRONG] + [("resigned", "agrees"), ("grey", "quiet")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("subject", "candidate", "outcome"),
     _real("demo", *WRONG_AND_GOOD, ("int8", "agrees")) + _real("coco", *WRONG_AND_GOOD),
@@ -419,6 +421,7 @@ def two_stage(folder: Path, keys: dict[str, Path], version: str, labels: tuple[s
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("labels", "agrees"), [(CLASS_NAMES, True), (CLASS_NAMES[1:] + CLASS_NAMES[:1], False)])
 def test_the_second_stages_top1_is_compared_on_the_same_crops(
     tmp_path: Path, keys: dict[str, Path], labels: tuple[str, ...], agrees: bool

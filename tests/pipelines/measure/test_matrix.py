@@ -7,6 +7,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 
 from agent.bundles.tuning import candidates, reference_of
 from agent.hardware.board import probe
@@ -30,6 +31,7 @@ def test_choose_the_fastest_within_tolerance_and_latency() -> None:
     assert "parity 0.5 below 0.99" in why and "not installed" in why
 
 
+@pytest.mark.slow
 def test_an_isolated_row_that_dies_or_hangs_says_so(unpacked) -> None:
     folder, manifest = unpacked.folder, unpacked.manifest
     reference = reference_of(folder, manifest, unpacked.reference)
@@ -40,6 +42,7 @@ def test_an_isolated_row_that_dies_or_hangs_says_so(unpacked) -> None:
     assert hung.error == "timed out after 1 s"
 
 
+@pytest.mark.slow
 def test_an_isolated_row_reports_its_own_peak_memory(unpacked) -> None:
     """ru_maxrss survives exec on Linux: a spawned process would report its parent's memory."""
     folder, manifest = unpacked.folder, unpacked.manifest
