@@ -42,12 +42,13 @@ class GateRatios:
 
 class Gating:
     """`detector` and `gate` of one camera; `tracks_alive` (any thread) whether its tracker
-    holds a confirmed track now (none given: never, as a camera without analytics)."""
+    holds a confirmed track now (None: never, as a camera without analytics)."""
 
     def __init__(
-        self, detector: MotionDetector, gate: MotionGate, tracks_alive: Callable[[], bool] = _no_tracks
+        self, detector: MotionDetector, gate: MotionGate, tracks_alive: Callable[[], bool] | None = None
     ) -> None:
-        self.detector, self.gate, self.tracks_alive = detector, gate, tracks_alive
+        self.detector, self.gate = detector, gate
+        self.tracks_alive = tracks_alive if tracks_alive is not None else _no_tracks
         self.last: Motion | None = None  # the newest frame's motion (the page draws its regions)
         self._failed = False
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pipelines.decoding.classifier import Classification
     from pipelines.decoding.detections import Detections
     from pipelines.decoding.labels import Labels
+    from pipelines.sources.capture import FileSource
     from pipelines.tracking.analytics import SceneAnalytics
 from agent.cli.args import RUNTIME_CHOICES
 from agent.cli.failure import CliError
@@ -232,10 +233,10 @@ def run(args: argparse.Namespace) -> int:
         status, counted = 0, _Counted()
         for path in args.images:
             video = path.suffix.lower() in VIDEO_SUFFIXES
-            frames = _video_frames(path, args.every) if video else _image_frame(path)
             if tracking is not None:
                 tracking.start()
-            gate = _MotionGated(path, tracking) if args.motion and video else None
+            gate = _MotionGated(tracking) if args.motion and video else None
+            frames = _video_frames(path, args.every, gate.opened if gate else None) if video else _image_frame(path)
             try:
                 for index, image in frames:
                     inferred = gate is None or gate.admit(index or 0, image)
@@ -275,25 +276,22 @@ class _Counted:
 
 class _MotionGated:
     """``detect --motion``: one video's motion gate with a camera's defaults, on the video's own
-    time (frame index / its FPS; 30 where the file does not say), its keepalive asking the
-    tracker where ``--track`` runs; `last` the last inferred frame's detections."""
+    time (frame index / its FPS, learnt when the video is `opened`; 30 where the file does not
+    say), its keepalive asking the tracker where ``--track`` runs; `last` the last inferred
+    frame's detections."""
 
-    def __init__(self, path: Path, tracking: _Tracking | None) -> None:
-        import cv2
-
+    def __init__(self, tracking: _Tracking | None) -> None:
         from pipelines.decoding.detections import Detections
         from pipelines.gating import Gating
         from pipelines.motion import MotionDetector
         from pipelines.motion_gate import MotionGate
 
-        capture = cv2.VideoCapture(str(path))
-        fps = float(capture.get(cv2.CAP_PROP_FPS)) if capture.isOpened() else 0.0
-        capture.release()
-        self.fps = fps if fps > 0 else 30.0
-        self.gating = Gating(MotionDetector(), MotionGate())
-        if tracking is not None:
-            self.gating.tracks_alive = tracking.tracks_alive
+        self.fps = 30.0
+        self.gating = Gating(MotionDetector(), MotionGate(), tracking.tracks_alive if tracking else None)
         self.last = Detections.empty()
+
+    def opened(self, source: FileSource) -> None:
+        self.fps = source.fps or self.fps
 
     def admit(self, index: int, image: npt.NDArray[Any]) -> bool:
         return self.gating.admit(image, index / self.fps)
@@ -381,13 +379,19 @@ def _image_frame(path: Path) -> Iterator[tuple[int | None, npt.NDArray[Any]]]:
     yield None, image
 
 
-def _video_frames(path: Path, every: int) -> Iterator[tuple[int | None, npt.NDArray[Any]]]:
+def _video_frames(
+    path: Path, every: int, opened: Callable[[FileSource], None] | None = None
+) -> Iterator[tuple[int | None, npt.NDArray[Any]]]:
+    """Every `every`-th frame of the video at `path`, with its index; `opened` is handed the
+    source once it is open (``--motion`` reads its FPS there)."""
     from pipelines.sources.capture import FileSource
     from pipelines.sources.frames import SourceError
 
     source = FileSource(path)
     try:
         source.open()
+        if opened is not None:
+            opened(source)
         while (frame := source.read()) is not None:
             if frame.index % every == 0:
                 yield frame.index, frame.image

@@ -360,8 +360,7 @@ class Cameras:
             return None
         alive = self._tracks_alive_for(section.name) if self._tracks_alive_for is not None else None
         gate = MotionGate(motion.keepalive_fps, motion.idle_interval_s)
-        detector = MotionDetector(motion.settings())
-        return Gating(detector, gate, alive) if alive is not None else Gating(detector, gate)
+        return Gating(MotionDetector(motion.settings()), gate, alive)
 
     def _start(self, section: CameraSection, detector: FrameDetector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []

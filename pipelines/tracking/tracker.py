@@ -179,7 +179,8 @@ class ByteTracker:
             means, covs = self._kalman.predict(np.stack([t.mean for t in tracks]), np.stack([t.cov for t in tracks]))
             for track, mean, cov in zip(tracks, means, covs, strict=True):
                 track.mean, track.cov = mean, cov
-                track.missed += track.missed > 0
+                if track.missed:  # missing at the last inferred frame: one frame more
+                    track.missed += 1
         ended = tuple(t.track_id for t in self._tracks if t.missed > self.settings.lost_frames)
         self._tracks = [t for t in self._tracks if t.missed <= self.settings.lost_frames]
         return ended
