@@ -6,7 +6,9 @@ ceiling measured in the same run.
 
 Each device is the daemon's `Agent` without cameras (agent/daemon/simulation.py): its own client
 id, state directory, link, deployer, transfer and store, and an activation that loads the model
-and checks its parity as a device would; `--processes` processes (default: one per 25 devices,
+and checks its parity as a device would (autotune off: on every device it would measure every
+way to run the bundle, about 4 CPU-seconds each; `--agent-config '{"deployments": {"autotune":
+true}}'` turns it on); `--processes` processes (default: one per 25 devices,
 at most four per CPU: a model being loaded holds its process's interpreter lock, which stalls the
 network threads of the devices beside it) hold them. The script starts its own mosquitto (on `--port`, or a
 free port; `agent.fleet.local_broker`, so the plain install of `scripts/setup.sh` runs it, as the demo does) unless

@@ -39,7 +39,11 @@ class FleetSettings:
 
 def device_config(root: Path, device: str, settings: FleetSettings, page_port: int | None = None) -> AgentConfig:
     """agent.yaml of simulated device `device`, its state under ``root/device``; with
-    `page_port`, its status page (and ``/metrics``) on ``127.0.0.1:page_port``."""
+    `page_port`, its status page (and ``/metrics``) on ``127.0.0.1:page_port``.
+
+    Autotune is off unless `settings.overrides` turns it on: it measures every way to run the
+    version on every device (about 4 CPU-seconds each for the demo bundle), and what a
+    simulated fleet shows is the broker, the transfer and the deployments' states."""
     raw: dict[str, Any] = {
         "device": {"id": device, **({"group": settings.group} if settings.group else {})},
         "state_dir": str(root / device),
@@ -47,7 +51,7 @@ def device_config(root: Path, device: str, settings: FleetSettings, page_port: i
         "operator_keys": [str(key) for key in settings.operator_keys],
         "mqtt": {"broker": settings.broker, "reconnect_min_s": 0.5, "reconnect_max_s": 5.0},
         "telemetry": {"interval_s": 10.0},
-        "deployments": {"probation_s": 0.0},
+        "deployments": {"probation_s": 0.0, "autotune": False},
         "governor": {"enabled": False},
     }
     if page_port is not None:
