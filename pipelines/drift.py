@@ -232,7 +232,11 @@ def compare(baseline: Summary, current: Summary) -> DriftScore:
     most = max(parts, key=lambda k: parts[k])
     if most == "classes":
         before, now = _shares(baseline.classes), _shares(current.classes)
-        label = max(set(before) | set(now), key=lambda k: abs(now.get(k, 0.0) - before.get(k, 0.0)), default="-")
+        # the label whose share moved most; of two that moved as much, the one that grew (what is new)
+        moved = sorted(
+            set(before) | set(now), key=lambda k: (abs(now.get(k, 0.0) - before.get(k, 0.0)), now.get(k, 0.0))
+        )
+        label = moved[-1] if moved else "-"
         changed = f"class mix: {label} {before.get(label, 0.0):.0%} -> {now.get(label, 0.0):.0%} of detections"
     elif most == "confidence":
         before_c, now_c = _mean(baseline.confidence, _conf_centre), _mean(current.confidence, _conf_centre)
