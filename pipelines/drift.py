@@ -32,9 +32,10 @@ a JS distance of 0.44, as 0.11), and it names what changed most. The default thr
 sits well above sampling noise, a few hundredths with hundreds of detections on each side
 (tests/pipelines/test_drift.py), and below a 75/25 class mix turned around.
 
-Cost: `add` is a few dictionary and list increments per detection; at the default rate
-(every inferred frame of a 15 FPS camera with a handful of detections) it takes about 0.05 %
-of one core (bench/drift_cost.py, docs/benchmarks.md). Threads: one camera's inference thread
+Cost: a few dictionary and list increments per detection; the whole update of a frame with 5
+detections (`agent.serving.drift_watch.DriftWatch.observe`) is about 22 µs of CPU, 0.03 % of one core
+at 15 FPS (0.05 % with 20 detections), and a score about 0.3 ms (bench/drift_cost.py,
+docs/benchmarks.md, the shared 2-vCPU development VM). Threads: one camera's inference thread
 calls `add`; `report` from any thread (a lock guards the window).
 """
 

@@ -341,7 +341,7 @@ class MotionSection(_Section):
 
 class DriftSection(_Section):
     """What a camera's model reports now against its version's first hours (pipelines.drift,
-    agent.serving.drift; docs/cameras.md#drift)."""
+    agent.serving.drift_watch; docs/cameras.md#drift)."""
 
     enabled: bool = Field(default=True, description="Keep the camera's drift score (a few bytes per frame).")
     baseline_h: float = Field(

@@ -58,7 +58,7 @@ from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics
 from agent.serving.cameras import Cameras
 from agent.serving.classifying import ClassifyingStage
-from agent.serving.drift import DriftWatch
+from agent.serving.drift_watch import DriftWatch
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls

@@ -1,4 +1,4 @@
-"""Each camera's drift kept in the state directory (`agent.serving.drift`), on an injected clock."""
+"""Each camera's drift kept in the state directory (`agent.serving.drift_watch`), on an injected clock."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agent.config.models import CameraSection, DriftSection
-from agent.serving.drift import KEEP_PER_CAMERA, SAVE_EVERY_S, DriftWatch
+from agent.serving.drift_watch import KEEP_PER_CAMERA, SAVE_EVERY_S, DriftWatch
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
 
