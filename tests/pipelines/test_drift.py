@@ -196,3 +196,46 @@ GOOD = Baseline("v1", Summary({"a": 1}, [0] * CONF_BINS, [0] * AREA_BINS, 1, 1, 
 def test_a_document_that_is_not_a_baseline_is_refused(junk: object) -> None:
     with pytest.raises(ValueError):
         Baseline.from_json(junk)
+
+
+# -- the demo model on rendered clips (ONNX Runtime) -----------------------------------------------------
+
+
+def _clip_detections(seed: int, frames: int) -> list[tuple[list[str], np.ndarray, np.ndarray]]:
+    """The demo detector's detections on `frames` frames of the synthetic scene of `seed` (six shapes)."""
+    from testkit import DEMO_MODELS
+
+    from pipelines.decoding.detector import Detector
+    from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
+    from runtimes.registry import load_runtime
+
+    scene = SyntheticScene(seed=seed, num_shapes=6)
+    clip = []
+    with load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx") as runtime:
+        detector = Detector(runtime)
+        for index in range(frames):
+            image, _ = scene.render(index)
+            found = detector.detect(image)
+            wh = found.xyxy[:, 2:] - found.xyxy[:, :2]
+            shares = wh[:, 0] * wh[:, 1] / (image.shape[0] * image.shape[1])
+            clip.append(([CLASS_NAMES[c] for c in found.class_id.tolist()], found.confidence, shares))
+    return clip
+
+
+@pytest.mark.slow  # 180 inferences: several CPU-seconds
+def test_the_demo_model_on_a_clip_whose_shapes_change_halfway_and_on_one_repeated() -> None:
+    """Seed 11 holds circles and squares, seed 8 circles and triangles (the same number of
+    shapes): played one after the other the class mix turns; seed 11 played twice does not."""
+    first, second = _clip_detections(11, 90), _clip_detections(8, 90)
+    clock = Clock()
+    changed = tracker(clock, baseline_s=90.0, window_s=90.0)
+    play(changed, clock, [*first, first[0]])  # 90 seconds covered: the baseline is complete
+    play(changed, clock, second)
+    found = changed.report()
+    assert found is not None and found.score > THRESHOLD and found.changed.startswith("class mix: "), found
+    clock = Clock()
+    repeated = tracker(clock, baseline_s=90.0, window_s=90.0)
+    play(repeated, clock, [*first, first[0]])
+    play(repeated, clock, first)
+    found = repeated.report()
+    assert found is not None and found.score < THRESHOLD / 3, found
