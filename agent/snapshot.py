@@ -24,6 +24,7 @@ from agent.hardware.system import SystemReadings
 from agent.mqtt.device_documents import DownloadProgress
 from agent.mqtt.link import LinkStats
 from agent.mqtt.outbox import OutboxStats
+from pipelines.drift import CameraDrift
 from pipelines.pipeline import PipelineStats
 from pipelines.tracking.analytics import CameraCounts
 from pipelines.worker import LoopState
@@ -235,6 +236,7 @@ class AgentSnapshot:
     analytics_since: float | None = None  # when the line and zone totals started counting (Unix s)
     media: MediaUsage | None = None  # the events' snapshots kept (None: events.snapshots is off)
     runtime_plugins: tuple[str, ...] = ()  # each runtime plugin left out, and why (runtimes.registry)
+    drift: tuple[CameraDrift, ...] = ()  # each camera's drift score (drift.enabled; agent.serving.drift_watch)
 
     def analytics_json(self) -> dict[str, Any]:
         """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}, "since"}`` over

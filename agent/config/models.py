@@ -336,6 +336,40 @@ class MotionSection(_Section):
         return MotionSettings(self.width, self.threshold, self.min_area, self.learning_rate, self.global_change, masks)
 
 
+# -- drift (issue 40): one camera's detections against its version's baseline ---------------------
+
+
+class DriftSection(_Section):
+    """What a camera's model reports now against its version's first hours (pipelines.drift,
+    agent.serving.drift_watch; docs/cameras.md#drift)."""
+
+    enabled: bool = Field(default=True, description="Keep the camera's drift score (a few bytes per frame).")
+    baseline_h: float = Field(
+        default=24.0,
+        gt=0,
+        le=24 * 30,
+        description="Hours a version watches this camera for its baseline (time the camera was inferring).",
+    )
+    window_h: float = Field(
+        default=24.0,
+        gt=0,
+        le=24 * 30,
+        description="Hours of the current window compared with the baseline; a whole day compares day and "
+        "night with day and night, a shorter window reacts sooner but sees the daily cycle as drift.",
+    )
+    threshold: float = Field(
+        default=0.3,
+        gt=0,
+        le=1,
+        description="Drift score (0-1) from which the page reports a problem: the largest of the distances "
+        "between the class mixes, the confidence and box-size histograms, and half the change in detections "
+        "per minute (docs/cameras.md#drift).",
+    )
+
+
+# -- end of drift ------------------------------------------------------------------------------------
+
+
 class CameraSection(_Section):
     name: TopicWord = Field(default="cam0", description="Camera name, used in telemetry, events and commands.")
     source: str = Field(
@@ -370,6 +404,10 @@ class CameraSection(_Section):
     motion: MotionSection | None = Field(
         default=None,
         description="Motion detection and motion-gated inference (unset, or enabled false: every frame inferred).",
+    )
+    drift: DriftSection = Field(
+        default_factory=DriftSection,
+        description="The drift score: what the model reports now against the version's first hours.",
     )
     conf: float | None = Field(
         default=None,

@@ -58,6 +58,7 @@ from agent.mqtt.outbox_sender import OutboxSender
 from agent.mqtt.protocol import Topics
 from agent.serving.cameras import Cameras
 from agent.serving.classifying import ClassifyingStage
+from agent.serving.drift_watch import DriftWatch
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls
@@ -141,11 +142,12 @@ class Agent:
         )
         self.totals = KeptTotals(self.outbox, self.events)
         self.totals.restore()
+        self.drift = DriftWatch(config.cameras, config.state_dir, self._serving_key, lambda: self.cameras.labels())
         self.cameras = Cameras(
             config.cameras,
             self.board,
             config.runtime,
-            lambda name: with_clips(self.clips, name, self.events.for_pipeline(name)),
+            lambda name: self.drift.after(name, with_clips(self.clips, name, self.events.for_pipeline(name))),
             config.runtime_settings(),
             config.serving,
             locate=ConfigLines.read(self.config_path).where,
@@ -299,6 +301,11 @@ class Agent:
     def _camera_jpeg(self, name: str, quality: int) -> bytes:
         return self.actions.camera_jpeg(name, quality)
 
+    def _serving_key(self) -> str | None:
+        """The drift's key of the version serving: its folder in the store, named by its digest."""
+        version = self.cameras.version
+        return version.name if version is not None else None
+
     def _on_deployed(self, deployment: Deployment) -> None:
         self.actions.serve_current()
         self.outgoing.status()
@@ -342,6 +349,7 @@ class Agent:
             outbox=self.outbox.stats() if self.link is not None else None,
             analytics_since=self.events.since,
             media=self.outgoing.media_usage(),
+            drift=self.drift.reports() if state != "offline" else (),
         )
 
     # -- health, systemd and the page -----------------------------------------------------------

@@ -73,7 +73,7 @@ def telemetry_document(snapshot: AgentSnapshot) -> TelemetryDocument:
         device=snapshot.device,
         fps=snapshot.fps,
         dropped=sum(camera.dropped for camera in snapshot.cameras),
-        cameras=(cameras := tuple(CameraTelemetry.model_validate(camera) for camera in snapshot.cameras)),
+        cameras=(cameras := _with_drift(snapshot, tuple(CameraTelemetry.model_validate(c) for c in snapshot.cameras))),
         pipelines=cameras,  # the old name, kept for one release
         system=SystemTelemetry.model_validate(snapshot.system) if snapshot.system else None,
         sensors=SensorsTelemetry.model_validate((snapshot.sensors or SensorReadings()).to_json()),
@@ -84,6 +84,12 @@ def telemetry_document(snapshot: AgentSnapshot) -> TelemetryDocument:
         events=EventTelemetry.model_validate(snapshot.events),
         analytics=AnalyticsTelemetry.model_validate(snapshot.analytics_json()),
     )
+
+
+def _with_drift(snapshot: AgentSnapshot, cameras: tuple[CameraTelemetry, ...]) -> tuple[CameraTelemetry, ...]:
+    """Each camera's telemetry with its drift score, where it has one (issue 40)."""
+    scores = {d.camera: d.score.score for d in snapshot.drift if d.score is not None}
+    return tuple(c.model_copy(update={"drift": scores[c.name]}) if c.name in scores else c for c in cameras)
 
 
 def deployment_document(deployment: Deployment, progress: DownloadProgress | None = None) -> DeploymentDocument:

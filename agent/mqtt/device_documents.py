@@ -361,10 +361,13 @@ class CameraTelemetry(_Part):
     in_view: dict[str, int] = Field(default_factory=dict)
     inferred: int | None = None
     gate: GateBrief | None = None
+    # drift (issue 40): the camera's drift score 0..1 (pipelines.drift), absent until it has one
+    drift: float | None = Field(default=None, ge=0, le=1)
 
     @model_serializer(mode="wrap")
     def _gate_when_gated(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without_unset(_without_unset(handler(self), self, "inferred"), self, "gate")
+        document = _without_unset(_without_unset(handler(self), self, "inferred"), self, "gate")
+        return _without_unset(document, self, "drift")
 
 
 class SystemTelemetry(_Part):

@@ -44,6 +44,7 @@ class SnapshotCollector(Collector):
         yield from self._cameras(snapshot)
         yield from self._board(snapshot)
         yield from self._broker(snapshot)
+        yield from self._drift(snapshot)  # drift (issue 40)
 
     def _agent(self, s: AgentSnapshot) -> Iterator[Metric]:
         serving = s.serving
@@ -217,6 +218,22 @@ class SnapshotCollector(Collector):
             up.add_metric(name, camera.source_status.state == "running")
             stalled.add_metric(name, camera.stalled_s)
         yield from (fps, latency, frames, dropped, errors, up, stalled, shared_by, batch, in_view)
+
+    # -- drift (issue 40) ----------------------------------------------------------------------
+
+    def _drift(self, s: AgentSnapshot) -> Iterator[Metric]:
+        """Each camera's drift score, where it has one (pipelines.drift; docs/cameras.md#drift)."""
+        score = GaugeMetricFamily(
+            "edge_agent_drift_score",
+            "What the camera's model reports against its version's baseline, 0 (the same) to 1.",
+            labels=["camera"],
+        )
+        for drift in s.drift:
+            if drift.score is not None:
+                score.add_metric([drift.camera], drift.score.score)
+        yield score
+
+    # -- end of drift ----------------------------------------------------------------------------
 
     def _board(self, s: AgentSnapshot) -> Iterator[Metric]:
         sensors, system, governor = s.sensors, s.system, s.governor

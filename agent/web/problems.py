@@ -17,6 +17,7 @@ from agent.hardware.readings import Battery, Throttled
 from agent.mqtt.link import LinkStats, Refused
 from agent.mqtt.outbox import OutboxStats
 from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, Health, MediaUsage
+from pipelines.drift import CameraDrift
 from pipelines.pipeline import PipelineStats
 
 Status = Literal["pass", "warn", "fail"]
@@ -292,6 +293,36 @@ def judge_hung(problem: str) -> Finding:
     return Finding(check, "fail", f"hung: {problem}", fix)
 
 
+# -- drift (issue 40) ----------------------------------------------------------------------------------
+
+DRIFT_FIX = (
+    "look at the camera's picture (moved, dirty, new lighting or layout) and its recent detections; if the scene "
+    "really changed, collect frames from this camera for retraining and push a new version (its baseline starts "
+    "afresh); docs/cameras.md#drift"
+)
+
+
+def judge_drift(drift: CameraDrift) -> Finding:
+    """A camera whose model reports differently from its version's baseline (pipelines.drift):
+    a warning from its threshold on, a pass below it or while there is no score yet."""
+    check, score = f"drift {drift.camera}", drift.score
+    if score is None:
+        state = "its baseline is complete" if drift.complete else f"baseline {drift.baseline_s / 3600:.1f} h so far"
+        return Finding(check, "pass", f"camera {drift.camera}: no drift score yet ({state})")
+    if not drift.drifted:
+        return Finding(check, "pass", f"camera {drift.camera}: drift {score.score:.2f}")
+    return Finding(
+        check,
+        "warn",
+        f"camera {drift.camera}: drift {score.score:.2f} (threshold {drift.threshold:.2f}) against its version's "
+        f"baseline; most changed: {score.changed}",
+        DRIFT_FIX,
+    )
+
+
+# -- end of drift --------------------------------------------------------------------------------------
+
+
 def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mapping[str, float]) -> list[Finding]:
     """Everything wrong with the agent now, failures first; `reference_fps` is the FPS each
     camera reached on the serving version (the page's history measures it)."""
@@ -332,6 +363,7 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
     found.append(judge_media(snapshot.media))
     found.append(judge_deployment(snapshot.deployment, snapshot.deployment_problem))
     found.append(judge_engine(snapshot.engine))
+    found += [judge_drift(d) for d in snapshot.drift]  # drift (issue 40)
     if system is not None:
         found.append(
             judge_disk(system.disk_free_mb, system.disk_total_mb, "the state directory", system.disk_read_only)

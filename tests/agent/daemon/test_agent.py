@@ -392,3 +392,35 @@ def test_a_config_in_the_old_names_is_served_the_same_and_the_agent_warns_of_it(
         assert [m for m in found if "serving:" in m], found
     finally:
         agent.stop()
+
+
+# -- drift (issue 40) ----------------------------------------------------------------------------------
+
+
+def test_the_agent_keeps_each_cameras_drift_against_the_version_serving(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """The cameras' inferred frames reach the drift, whose baseline is kept under the serving
+    version's digest in the state directory and whose score reaches the snapshot."""
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+
+    install_versions(tmp_path / "state", keys, bundles)
+    drift = {"baseline_h": 0.0003, "window_h": 0.0003}  # about a second each, on the camera's clock
+    config = AgentConfig.model_validate(
+        {
+            "state_dir": str(tmp_path / "state"),
+            "trust_keys": [str(keys["public"])],
+            "cameras": [{"name": "door", "source": "synthetic:3", "fps": 20, "drift": drift}],
+        }
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        found = wait_until(lambda: (d := agent.snapshot().drift) and d[0].score is not None and d[0], 60, "a score")
+    finally:
+        agent.stop()
+    current = agent.store.current_sha()
+    assert found.camera == "door" and found.version == current and found.complete
+    assert (tmp_path / "state" / "drift" / f"door@{current}.json").is_file()
+    assert 0 <= found.score.score < 1  # type: ignore[union-attr]

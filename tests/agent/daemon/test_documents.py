@@ -251,3 +251,17 @@ def test_cameras_carry_the_cameras_and_pipelines_the_same_for_one_release(name: 
     older = {key: value for key, value in sent.items() if key != "cameras"}
     read = kind.read(json.dumps(older).encode(), name)
     assert read == document and read.cameras == document.pipelines
+
+
+# -- drift (issue 40) ----------------------------------------------------------------------------------
+
+
+def test_telemetry_carries_each_cameras_drift_score_once_it_has_one() -> None:
+    from pipelines.drift import CameraDrift, DriftScore
+
+    score = DriftScore(0.42, 0.42, 0.1, 0.0, 0.05, "class mix: car 10% -> 60% of detections")
+    drift = (CameraDrift("cam0", "a" * 64, 86400.0, True, score, 0.3),)
+    sent = json.loads(telemetry_payload(snapshot(drift=drift)))
+    assert sent["cameras"][0]["drift"] == 0.42  # bug: the score left out of the camera's telemetry
+    waiting = (CameraDrift("cam0", "a" * 64, 600.0, False, None, 0.3),)
+    assert "drift" not in json.loads(telemetry_payload(snapshot(drift=waiting)))["cameras"][0]

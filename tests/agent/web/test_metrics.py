@@ -168,3 +168,16 @@ def test_every_metric_is_documented_with_its_type() -> None:
             exposed,
             rows[exposed],
         )  # a state set is exposed as gauges
+
+
+# -- drift (issue 40) ----------------------------------------------------------------------------------
+
+
+def test_each_cameras_drift_score_where_it_has_one() -> None:
+    from pipelines.drift import CameraDrift, DriftScore
+
+    score = DriftScore(0.42, 0.42, 0.1, 0.0, 0.05, "class mix: car 10% -> 60% of detections")
+    drift = (CameraDrift("cam0", "a" * 64, 86400.0, True, score, 0.3), CameraDrift("cam1", None, 0.0, False, None, 0.3))
+    found = _scrape(snapshot(drift=drift))
+    assert found[("edge_agent_drift_score", _labels(camera="cam0"))] == 0.42
+    assert ("edge_agent_drift_score", _labels(camera="cam1")) not in found, "no score yet is not a score of 0"

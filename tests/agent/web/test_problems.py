@@ -254,3 +254,39 @@ def deployment(state: str, code: str | None = None, shadow: str | None = None) -
 def test_deployment(record: DeploymentStatus | None, status: str, words: str) -> None:
     found = judge_deployment(record, None)
     assert found.status == status and words in found.message + found.fix, found
+
+
+# -- drift (issue 40) ----------------------------------------------------------------------------------
+
+
+def _drift(score: float | None, complete: bool = True) -> Any:
+    from pipelines.drift import CameraDrift, DriftScore
+
+    found = (
+        None if score is None else DriftScore(score, score, 0.1, 0.0, 0.05, "class mix: car 10% -> 60% of detections")
+    )
+    return CameraDrift("cam0", "a" * 64, 7200.0, complete, found, 0.3)
+
+
+@pytest.mark.parametrize(
+    ("score", "complete", "status", "words"),
+    [
+        (None, False, "pass", "baseline 2.0 h so far"),
+        (None, True, "pass", "no drift score yet (its baseline is complete)"),
+        (0.29, True, "pass", "drift 0.29"),
+        (0.3, True, "warn", "camera cam0: drift 0.30 (threshold 0.30) against its version's baseline; most changed: "),
+    ],
+)
+def test_drift(score: float | None, complete: bool, status: str, words: str) -> None:
+    from agent.web.problems import judge_drift
+
+    found = judge_drift(_drift(score, complete))
+    assert (found.status, found.check) == (status, "drift cam0") and words in found.message  # bug: < for >=
+    if status == "warn":
+        assert "class mix: car 10% -> 60%" in found.message and "retraining" in found.fix
+
+
+def test_a_drifted_camera_is_on_the_page() -> None:
+    found = page_problems(snapshot(drift=(_drift(0.5),)), Health(True), {})
+    assert [(f.check, f.status) for f in found] == [("drift cam0", "warn")]
+    assert page_problems(snapshot(drift=(_drift(0.1),)), Health(True), {}) == []
