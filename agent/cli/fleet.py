@@ -23,6 +23,8 @@ from agent.cli.fleet_rollout import (
 
 if TYPE_CHECKING:
     from agent.config.models import MqttSection
+    from agent.fleet.state import DeviceReports
+    from agent.fleet.versions import VersionSpec
     from agent.mqtt.link import MqttLink
     from agent.mqtt.protocol import Topics
     from agent.mqtt.quality_request import QualityRequest, ShadowRequest
@@ -145,7 +147,7 @@ def _clip_chunk_size(text: str) -> int:
     return value
 
 
-def _version_spec(text: str) -> Any:
+def _version_spec(text: str) -> VersionSpec:
     from agent.fleet.versions import VersionSpec
 
     try:
@@ -514,12 +516,12 @@ def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> i
     return 0
 
 
-def _by_version(devices: dict[str, Any], spec: Any) -> dict[str, Any]:
-    """The devices whose status names a version `spec` (a `VersionSpec`) matches; those of
-    unknown version are left out and counted on stderr."""
+def _by_version(devices: dict[str, DeviceReports], spec: VersionSpec) -> dict[str, DeviceReports]:
+    """The devices whose status names a version `spec` matches; those of unknown version are
+    left out and named on stderr."""
     from agent.mqtt.device_documents import StatusDocument
 
-    def version(parts: Any) -> str | None:
+    def version(parts: DeviceReports) -> str | None:
         return parts.status.agent_version if isinstance(parts.status, StatusDocument) else None
 
     unknown = sorted(device for device, parts in devices.items() if version(parts) is None)
