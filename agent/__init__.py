@@ -1,5 +1,7 @@
 """edge-agent: the daemon, the operator's fleet side and the CLI (docs/architecture.md)."""
 
-#: the distribution's version, as pyproject.toml's ``version`` (tests/agent/cli/test_main.py checks
-#: they agree): ``edge-agent --version`` reads it here, not through importlib.metadata's 20-70 ms
-__version__ = "0.1.0"
+#: the version of edge-agent (SemVer), in one place: pyproject.toml's ``version`` is ``dynamic``,
+#: read from here by setuptools when it builds (docs/fleet.md#versions says why here and not
+#: importlib.metadata); ``edge-agent --version``, the status document, telemetry, the page, Home
+#: Assistant and ``/metrics`` all read it (tests/agent/cli/test_main.py checks the build agrees)
+__version__ = "0.2.0"

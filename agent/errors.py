@@ -90,6 +90,7 @@ class ErrorCode(str, Enum):
     NO_PIPELINE = "NO_PIPELINE"
     NO_FRAME = "NO_FRAME"
     NO_MEDIA = "NO_MEDIA"
+    PROTOCOL_TOO_NEW = "PROTOCOL_TOO_NEW"
     # the status page's actions
     CROSS_SITE = "CROSS_SITE"
     WRONG_HOST = "WRONG_HOST"

@@ -23,6 +23,8 @@ from agent.cli.fleet_rollout import (
 
 if TYPE_CHECKING:
     from agent.config.models import MqttSection
+    from agent.fleet.state import DeviceReports
+    from agent.fleet.versions import VersionSpec
     from agent.mqtt.link import MqttLink
     from agent.mqtt.protocol import Topics
     from agent.mqtt.quality_request import QualityRequest, ShadowRequest
@@ -145,6 +147,15 @@ def _clip_chunk_size(text: str) -> int:
     return value
 
 
+def _version_spec(text: str) -> VersionSpec:
+    from agent.fleet.versions import VersionSpec
+
+    try:
+        return VersionSpec.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _chunk_size(text: str) -> int:
     units = {"k": 1024, "m": 1024 * 1024}
     try:
@@ -189,6 +200,12 @@ def add_parser(commands: Any) -> None:
     add_staging_arguments(push)
     status = fleet_actions.add_parser("status", help="a table of devices")
     status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--version-filter",
+        type=_version_spec,
+        metavar="SPEC",
+        help="only devices whose agent version matches SPEC: <0.2.0, ==0.2.0, >=0.2.0,<0.3.0 (docs/fleet.md#versions)",
+    )
     rollback = fleet_actions.add_parser("rollback", help="make targets return to their previous version")
     rollback.add_argument("--target", required=True, help="device:ID or group:NAME")
     rollback.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer")
@@ -325,11 +342,44 @@ def run(args: argparse.Namespace) -> int:
         _check_before_connecting(args, topics)
         link = connect(settings)
         try:
+            if args.fleet_command in SENDS_CONTROL:
+                _say_too_old(args, link, topics)
             return actions[args.fleet_command](args, link, topics)
         finally:
             link.stop()
     except (FleetError, ProtocolError) as exc:
         raise CliError(str(exc)) from exc
+
+
+#: the fleet actions that send devices a control document (a desired document, a release, a command)
+SENDS_CONTROL = ("push", "rollback", "snapshot", "media", "release")
+
+
+def _say_too_old(args: argparse.Namespace, link: MqttLink, topics: Topics) -> None:
+    """Name each target whose status says it reads an older protocol than the documents this
+    CLI writes (docs/fleet.md#protocol-versions); a single device that is too old is refused
+    with nothing sent, a group's are named and the rest still get it. Every agent reads
+    protocol 1, so while this CLI writes protocol 1 nothing is asked of the broker."""
+    from agent.fleet.state import fleet_state
+    from agent.fleet.versions import too_old
+    from agent.mqtt.device_documents import StatusDocument
+    from agent.mqtt.protocol import written_protocol
+
+    needed = written_protocol()
+    if needed is None:
+        return
+    target = args.target if getattr(args, "target", None) else f"device:{args.device}"
+    kind, _, name = target.partition(":")
+    statuses = {
+        device: parts.status
+        for device, parts in fleet_state(link, topics, args.listen).items()
+        if isinstance(parts.status, StatusDocument) and (device == name if kind == "device" else parts.group == name)
+    }
+    old = too_old(statuses, needed)
+    for why in old.values():
+        print(f"edge-agent: {why}", file=sys.stderr)
+    if kind == "device" and old:
+        raise CliError(f"nothing sent to {name}: it is too old for a protocol {needed} document")
 
 
 def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
@@ -441,6 +491,8 @@ def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> i
     devices = fleet_state(link, topics, args.listen)
     for unreadable in (u for parts in devices.values() for u in parts.unreadable):
         print(f"edge-agent: unreadable document on {unreadable}", file=sys.stderr)
+    if args.version_filter is not None:
+        devices = _by_version(devices, args.version_filter)
     if args.json:  # each document as read (unreadable ones are left out, named above)
         documents = {
             device: {
@@ -455,13 +507,31 @@ def _fleet_status(args: argparse.Namespace, link: MqttLink, topics: Topics) -> i
     if not rows:
         print(f"no device has reported on {args.broker} under {topics.root}/")
         return 0
-    columns = ("device", "state", "group", "bundle", "deployment", "quality", "wave", "fps", "temperature_c")
+    columns = ("device", "state", "group", "bundle", "deployment", "quality", "wave", "fps", "temperature_c", "version")
     cells = [[("-" if (value := getattr(row, c)) is None else str(value)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
     for r in cells:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
     return 0
+
+
+def _by_version(devices: dict[str, DeviceReports], spec: VersionSpec) -> dict[str, DeviceReports]:
+    """The devices whose status names a version `spec` matches; those of unknown version are
+    left out and named on stderr."""
+    from agent.mqtt.device_documents import StatusDocument
+
+    def version(parts: DeviceReports) -> str | None:
+        return parts.status.agent_version if isinstance(parts.status, StatusDocument) else None
+
+    unknown = sorted(device for device, parts in devices.items() if version(parts) is None)
+    if unknown:
+        print(
+            f"edge-agent: left out {len(unknown)} device(s) of unknown version (no readable status, or an agent "
+            f"before 0.2.0 that is offline): {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}",
+            file=sys.stderr,
+        )
+    return {device: parts for device, parts in devices.items() if spec.matches(version(parts))}
 
 
 def _fleet_rollback(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:

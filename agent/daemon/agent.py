@@ -17,7 +17,6 @@ lets go of it, a reload keeps it. The page reaches the agent only through `Agent
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import logging
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent import __version__
 from agent.bundles.installer import InstallPolicy
 from agent.bundles.record import Deployment
 from agent.bundles.store import Store
@@ -75,12 +75,10 @@ log = logging.getLogger(__name__)
 DRAIN_S = 2.0
 
 
-@functools.cache
 def agent_version() -> str:
-    try:
-        return importlib.metadata.version("edge-agent")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
+    """The version of the code that runs: `agent.__version__` (docs/fleet.md#versions), not the
+    installed distribution's metadata, which an editable install keeps from when it was made."""
+    return __version__
 
 
 class Agent:
@@ -126,7 +124,7 @@ class Agent:
             self.link = MqttLink(
                 config.mqtt,
                 config.mqtt.client_id or f"edge-agent-{self.device}",
-                will=Will(self.topics.status(self.device), last_will(self.device)),
+                will=Will(self.topics.status(self.device), last_will(self.device, agent_version())),
                 on_connect=lambda: self.outgoing.connected(),
             )
             self.sender = OutboxSender(self.outbox, self.link, config.outbox)

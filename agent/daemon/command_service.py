@@ -47,7 +47,7 @@ from agent.errors import CodedError, ErrorCode, error_envelope, validation_probl
 from agent.mqtt.commands import COMMAND_TABLE, Blob, Command, CommandActions, Jpeg, Rate, shorten
 from agent.mqtt.control import ControlGate, ControlRefused
 from agent.mqtt.link import Message, MqttLink
-from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, ProtocolError, Topics
+from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, ProtocolError, ProtocolTooNew, Topics
 from agent.throttle import ThrottledLog, TokenBucket
 from pipelines.worker import DONE, LoopState, Worker
 
@@ -108,6 +108,8 @@ def read_arguments(payload: bytes, name: str, gate: ControlGate | None) -> dict[
         request: CommandRequest = CommandRequest.parse(payload, f"the {name} request")
         if gate is not None:
             request = gate.accept_command(request, name)
+    except ProtocolTooNew as exc:
+        raise CommandError(exc.code, exc.message) from exc
     except ProtocolError as exc:
         raise CommandError(ErrorCode.BAD_PAYLOAD, str(exc)) from exc
     except ControlRefused as exc:

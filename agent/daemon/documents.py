@@ -34,7 +34,7 @@ from agent.mqtt.device_documents import (
     bounded_quality,
     bounded_shadow,
 )
-from agent.mqtt.protocol import json_payload
+from agent.mqtt.protocol import PROTOCOL, json_payload
 from agent.snapshot import AgentSnapshot
 
 
@@ -47,6 +47,7 @@ def status_document(snapshot: AgentSnapshot) -> StatusDocument:
         device=snapshot.device,
         group=snapshot.group,
         agent_version=snapshot.agent_version,
+        protocol=PROTOCOL,
         board=BoardRef(kind=board.kind, model=board.model, arch=board.arch),
         bundle=BundleRef.model_validate(snapshot.bundle) if snapshot.bundle else None,
         runtime=snapshot.cameras[0].runtime if snapshot.cameras else None,
@@ -71,6 +72,7 @@ def telemetry_document(snapshot: AgentSnapshot) -> TelemetryDocument:
     return TelemetryDocument(
         ts=round(snapshot.ts, 3),
         device=snapshot.device,
+        agent_version=snapshot.agent_version,
         fps=snapshot.fps,
         dropped=sum(camera.dropped for camera in snapshot.cameras),
         cameras=(cameras := _with_drift(snapshot, tuple(CameraTelemetry.model_validate(c) for c in snapshot.cameras))),
@@ -132,7 +134,9 @@ def deployment_report_payload(device: str, deployment: Deployment) -> bytes:
     return json_payload({"device": device, **document})
 
 
-def last_will(device: str) -> bytes:
+def last_will(device: str, agent_version: str) -> bytes:
     """The status the broker publishes when the agent is killed or cut off: ``{"state":
-    "offline", "device"}``, nothing else (`fleet status` shows the last bundle from the record)."""
-    return StatusDocument(state="offline", device=device).model_dump_json(exclude_unset=True).encode()
+    "offline", "device", "agent_version", "protocol"}``, nothing else (`fleet status` shows the
+    last bundle from the record, and filters an offline device by its version too)."""
+    will = StatusDocument(state="offline", device=device, agent_version=agent_version, protocol=PROTOCOL)
+    return will.model_dump_json(exclude_unset=True).encode()

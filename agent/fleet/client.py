@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from agent.config.models import MqttSection
 from agent.mqtt.control import sign
 from agent.mqtt.link import Delivery, Message, MqttLink, NotSent
-from agent.mqtt.protocol import CommandRequest, Topics
+from agent.mqtt.protocol import CommandRequest, Topics, written_protocol
 
 
 class FleetError(Exception):
@@ -130,7 +130,9 @@ def command(
             raise FleetError(f"the broker did not acknowledge the subscription to {reply_topic}; run it again")
         for device in devices:
             request_id = f"{name}-{uuid.uuid4().hex[:12]}"
-            envelope = CommandRequest(id=request_id, command=name, args=args or {}, target=f"device:{device}")
+            envelope = CommandRequest(
+                id=request_id, command=name, args=args or {}, target=f"device:{device}", protocol=written_protocol()
+            )
             if key is not None:
                 envelope = sign(envelope, key, f"device:{device}")
             request = link.publish(

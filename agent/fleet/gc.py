@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from agent.fleet.client import collect, publish_retained, wait_acked
+from agent.fleet.client import FleetError, collect, publish_retained, wait_acked
 from agent.mqtt.link import MqttLink
-from agent.mqtt.protocol import ChunkIndex, Desired, ProtocolError, Topics
+from agent.mqtt.protocol import PROTOCOL, ChunkIndex, Desired, ProtocolError, ProtocolTooNew, Topics
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,11 @@ def unreferenced_bundles(link: MqttLink, topics: Topics, wait: float = 2.0, min_
                 indexes[index.sha256] = index
             elif leaf == "desired":
                 referenced.add(Desired.parse(payload, topic).sha256)
+        except ProtocolTooNew as exc:  # it may name any bundle: removing none is the only safe answer
+            raise FleetError(
+                f"{topic} is a protocol {exc.protocol} document, newer than this edge-agent reads ({PROTOCOL}), and "
+                "may name a bundle: nothing was removed; run fleet gc with an edge-agent that reads it"
+            ) from exc
         except ProtocolError:
             continue  # not ours to judge; a device reports it
     strays, orphans = [], []

@@ -29,7 +29,7 @@ from agent.mqtt.control import sign
 from agent.mqtt.device_documents import DeploymentDocument, Unreadable
 from agent.mqtt.limits import fit_chunk_size, publish_packet_size
 from agent.mqtt.link import Message, MqttLink
-from agent.mqtt.protocol import DEFAULT_CHUNK_SIZE, MAX_CHUNKS, ChunkIndex, Desired, Release, Topics
+from agent.mqtt.protocol import DEFAULT_CHUNK_SIZE, MAX_CHUNKS, ChunkIndex, Desired, Release, Topics, written_protocol
 from agent.mqtt.quality_request import QualityRequest, ShadowRequest
 
 
@@ -108,6 +108,7 @@ def push(
         allow_downgrade=allow_downgrade,
         shadow=shadow,
         quality=quality,
+        protocol=written_protocol(),
     )
     now = time.time()
     if staging is not None:
@@ -149,7 +150,9 @@ def release(
 ) -> Release:
     """Hand `device` back to its group: a signed `Release` on its own desired topic (retained,
     replacing the device's own desired document)."""
-    document = Release(id=f"release-{uuid.uuid4().hex[:12]}", release=True, target=f"device:{device}")
+    document = Release(
+        id=f"release-{uuid.uuid4().hex[:12]}", release=True, target=f"device:{device}", protocol=written_protocol()
+    )
     if key is not None:
         document = sign(document, key, f"device:{device}")
     wait_acked([publish_retained(link, topics.desired(device), document.to_bytes())], link, timeout)

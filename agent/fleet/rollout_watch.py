@@ -39,7 +39,7 @@ from agent.fleet.state import quality_text
 from agent.mqtt.control import sign
 from agent.mqtt.device_documents import DeploymentDocument, StatusDocument, Unreadable
 from agent.mqtt.link import Message, MqttLink
-from agent.mqtt.protocol import Desired, ProtocolError, Topics
+from agent.mqtt.protocol import Desired, ProtocolError, ProtocolTooNew, Topics
 from agent.mqtt.rollout_schedule import FailureLimit, OnHalt, Rollout
 
 #: codes of deployments that ended for another reason than the version (not counted as failures)
@@ -217,16 +217,22 @@ def tally(
 def find_rollout(link: MqttLink, topics: Topics, deployment_id: str, wait: float = 2.0) -> tuple[str, Desired]:
     """The group and its desired document whose id is `deployment_id` and that carries a rollout;
     `FleetError` when no group's document is that rollout."""
+    newer = []  # a document of a newer protocol may be the rollout: say so rather than "none"
     for topic, payload in collect(link, [topics.group_desired("+")], wait).items():
         try:
             desired = Desired.parse(payload, topic)
+        except ProtocolTooNew:
+            newer.append(topic)
+            continue
         except ProtocolError:
             continue
         if desired.id == deployment_id:
             if desired.rollout is None:
                 raise FleetError(f"deployment {deployment_id} on {topic} was pushed without waves: it has no rollout")
             return topic.split("/")[-2], desired
-    raise FleetError(f"no group's desired document is deployment {deployment_id} (pushed over? see fleet status)")
+    unread = f"; this edge-agent cannot read the newer protocol of {', '.join(sorted(newer))}" if newer else ""
+    missing = f"no group's desired document is deployment {deployment_id} (pushed over? see fleet status)"
+    raise FleetError(missing + unread)
 
 
 def republish(

@@ -68,6 +68,7 @@ class StatusRow:
     fps: float | None
     temperature_c: float | None
     quality: str | None = None
+    version: str | None = None
 
 
 def fleet_state(link: MqttLink, topics: Topics, wait: float = 2.0) -> dict[str, DeviceReports]:
@@ -191,6 +192,7 @@ def status_rows(
                 fps=fps,
                 temperature_c=status.temperature_c if status else None,
                 quality=quality_text(record) if record else None,
+                version=status.agent_version if status else None,
             )
         )
     return rows

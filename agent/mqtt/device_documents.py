@@ -226,6 +226,9 @@ class StatusDocument(DeviceDocument):
     device: str | None = None
     group: str | None = None
     agent_version: str | None = None
+    protocol: int | None = Field(
+        default=None, description="The newest control protocol the agent reads (absent: an agent before 0.2.0, 1)."
+    )
     board: BoardRef | None = None
     bundle: BundleRef | None = None
     runtime: str | None = None
@@ -553,6 +556,7 @@ class TelemetryDocument(DeviceDocument):
 
     ts: float
     device: str
+    agent_version: str | None = Field(default=None, description="The agent's version (absent before 0.2.0).")
     fps: float | None = None
     dropped: int = 0
     cameras: tuple[CameraTelemetry, ...] = ()

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agent.errors import validation_problems
+from agent.errors import ErrorCode, validation_problems
 from agent.mqtt.commands import COMMAND_TABLE
 from agent.mqtt.quality_request import QualityRequest, ShadowRequest
 from agent.mqtt.rollout_schedule import Rollout
@@ -33,9 +33,51 @@ _SHA = r"^[0-9a-f]{64}$"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # bundle names, as in the manifest
 _TARGET = r"^(device|group):[A-Za-z0-9_.-]{1,128}$"
 
+# -- protocol versions (docs/fleet.md#protocol-versions) --------------------------------------
+#: the newest protocol of the documents a device reads (desired documents, releases, commands)
+#: that this agent understands, and the one its status says it speaks; a document without
+#: ``protocol`` is protocol 1 (what every operator wrote before the field existed)
+PROTOCOL = 1
+#: the highest ``protocol`` a document may state (anything higher is junk, not a future protocol)
+MAX_PROTOCOL = 1000
+
 
 class ProtocolError(ValueError):
     """A document on the broker that does not follow the protocol."""
+
+
+class ProtocolTooNew(ProtocolError):
+    """A control document of a protocol newer than `PROTOCOL`: refused unread, never half-read
+    (its str starts with ``PROTOCOL_TOO_NEW``, the code a command's answer carries)."""
+
+    code = ErrorCode.PROTOCOL_TOO_NEW
+
+    def __init__(self, what: str, protocol: int) -> None:
+        self.message = (
+            f"{what} is a protocol {protocol} document; this agent reads protocol {PROTOCOL} and older: "
+            "update edge-agent on this device"
+        )
+        super().__init__(f"{self.code}: {self.message}")
+        self.protocol = protocol
+
+
+def written_protocol() -> int | None:
+    """The ``protocol`` the operator writes in a control document: none while `PROTOCOL` is 1
+    (absent reads as 1, and agents before 0.2.0 refuse a document with a key they do not know),
+    `PROTOCOL` from protocol 2 on."""
+    return PROTOCOL if PROTOCOL > 1 else None
+
+
+def stated_protocol(payload: bytes | bytearray) -> int | None:
+    """The ``protocol`` a JSON object `payload` states when it is a whole number (None: absent,
+    not JSON, or not a number; the model's own check then says what is wrong). Callers bound
+    the payload's size first."""
+    try:
+        raw = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    value = raw.get("protocol") if isinstance(raw, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -174,12 +216,30 @@ class Signed(_Document):
     """A control document: what it is for (`target`), when it was issued, and by whom (`signature`).
 
     `target` and `issued_at` are required once signed; an unsigned document (accepted only where
-    the device allows unsigned control) may leave them out.
+    the device allows unsigned control) may leave them out. `protocol` (absent: 1) is inside
+    what is signed; a document of a protocol newer than `PROTOCOL` is refused by `parse` with
+    `ProtocolTooNew` before its members are read.
     """
 
+    protocol: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PROTOCOL,
+        strict=True,  # "2" or 2.0 is no protocol: it would slip past `parse`'s check of a newer one
+        description="The protocol this document follows (absent: 1); a device that reads an older one refuses it.",
+    )
     target: str | None = Field(default=None, pattern=_TARGET, description="device:ID or group:NAME it is for.")
     issued_at: float | None = Field(default=None, ge=0, description="When the operator issued it, Unix seconds.")
     signature: ControlSignature | None = Field(default=None, description="The operator's signature.")
+
+    @classmethod
+    def parse(cls, payload: bytes | bytearray, what: str) -> Any:
+        """As `_Document.parse`, but a document of a newer protocol is refused as such
+        (`ProtocolTooNew`), not as one with unknown keys."""
+        stated = stated_protocol(payload) if len(payload) <= cls.max_bytes else None
+        if stated is not None and PROTOCOL < stated <= MAX_PROTOCOL:
+            raise ProtocolTooNew(what, stated)
+        return super().parse(payload, what)
 
     def canonical_bytes(self) -> bytes:
         """What the signature covers: the document's kind and its members but `signature`, as

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from agent.bundles.record import QualityOutcome, ShadowOutcome, State
 from agent.governor.levels import BatteryLevel, ThermalLevel
+from agent.mqtt.protocol import PROTOCOL
 from agent.snapshot import AgentSnapshot, Health
 
 Metric = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily | StateSetMetricFamily
@@ -61,6 +62,7 @@ class SnapshotCollector(Collector):
                 "bundle_version": s.bundle.version if s.bundle else "",
             },
         )
+        yield from self._build(s)
         yield GaugeMetricFamily("edge_agent_healthy", "1 while every loop turns (/healthz 200).", self._health().ok)
         state = s.deployment.state if s.deployment else None
         yield StateSetMetricFamily(
@@ -93,6 +95,15 @@ class SnapshotCollector(Collector):
             s.events.classify_dropped,
         )
         yield from self._analytics(s)
+
+    def _build(self, s: AgentSnapshot) -> Iterator[Metric]:
+        """``edge_agent_build_info{version, protocol} 1``: the build, as Prometheus' convention
+        names it, so a query can count the fleet by version (docs/fleet.md#versions)."""
+        yield InfoMetricFamily(
+            "edge_agent_build",
+            "The agent's version and the newest control protocol it reads.",
+            value={"version": s.agent_version, "protocol": str(PROTOCOL)},
+        )
 
     def _quality(self, s: AgentSnapshot) -> Iterator[Metric]:
         """What the last deployment's shadow and probation quality check judged (docs/quality.md),

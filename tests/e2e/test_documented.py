@@ -10,13 +10,15 @@ from pathlib import Path
 import cv2
 import pytest
 from testkit.broker import Broker, Watcher
+from testkit.control import newer_protocol
 from testkit.fleet import cli, finished, online, publish_raw, push, request, serving, signed_request
 from testkit.media import write_video
 from testkit.net import wait_until
 
+from agent import __version__ as AGENT_VERSION
 from agent.bundles.signing import load_private_key
 from agent.mqtt.control import sign
-from agent.mqtt.protocol import ChunkIndex, Desired, Topics
+from agent.mqtt.protocol import PROTOCOL, ChunkIndex, Desired, Topics
 
 pytestmark = pytest.mark.usefixtures("operator_key")
 
@@ -156,6 +158,34 @@ def test_deployment_problem_while_an_index_is_awaited_then_cleared(
     assert finished(watcher, "dev1", "late-index")["state"] == "SUCCEEDED"
     status = serving(watcher, "dev1", "1.0.0")
     assert status["deployment_problem"] is None
+
+
+def test_a_document_of_a_newer_protocol_is_refused_with_the_reason_and_a_current_one_still_deploys(
+    capsys, broker: Broker, watcher: Watcher, agents, bundles, operator_key: Path
+) -> None:
+    """docs/fleet.md#protocol-versions: an agent process given a desired document and a command
+    of protocol 2 (each with a member protocol 1 does not know, signed by the operator) refuses
+    both, naming the protocols (the status' ``deployment_problem``, the answer's code), and
+    follows the next protocol 1 document; its status says which protocol and version it runs."""
+    agents("dev1")
+    status = online(watcher, "dev1")
+    assert (status["protocol"], status["agent_version"]) == (PROTOCOL, AGENT_VERSION)
+    key = load_private_key(operator_key)
+    fields = {"id": "newer", "name": "demo", "version": "1.0.0", "sha256": "ab" * 32, "size": 1, "chunk_size": 1}
+    newer = newer_protocol(key, "Desired", PROTOCOL + 1, **fields, chunks=1, target="device:dev1",
+                           issued_at=round(time.time(), 3), canary_percent=5)  # fmt: skip
+    publish_raw(broker, [("edge/dev1/desired", newer)])
+    refused = watcher.wait_json("edge/dev1/status", lambda d: "PROTOCOL_TOO_NEW" in (d.get("deployment_problem") or ""))
+    assert refused["deployment_problem"] == (
+        f"PROTOCOL_TOO_NEW: edge/dev1/desired is a protocol {PROTOCOL + 1} document; this agent reads protocol "
+        f"{PROTOCOL} and older: update edge-agent on this device"
+    )
+    command = newer_protocol(key, "CommandRequest", PROTOCOL + 1, id="newer-ping", command="ping", args={},
+                             target="device:dev1", issued_at=round(time.time(), 3), deadline_s=5)  # fmt: skip
+    answered = json.loads(request(broker, "dev1", "ping", command)[0])
+    assert (answered["ok"], answered["error"]["code"]) == (False, "PROTOCOL_TOO_NEW"), answered
+    assert finished(watcher, "dev1", push(capsys, broker, bundles["v1"], "device:dev1"))["state"] == "SUCCEEDED"
+    assert serving(watcher, "dev1", "1.0.0")["deployment_problem"] is None
 
 
 def test_the_status_error_names_why_the_current_version_cannot_serve(

@@ -31,11 +31,12 @@ from testkit.fleet import Requester, cli, finished, online, publish_raw, push, r
 from testkit.needs import missing
 from testkit.net import free_port, wait_until
 
+from agent import __version__ as AGENT_VERSION
 from agent.bundles.archive import build_bundle
 from agent.bundles.signing import load_private_key
 from agent.cli import main
 from agent.mqtt.control import sign
-from agent.mqtt.protocol import ChunkIndex, Desired, Topics
+from agent.mqtt.protocol import PROTOCOL, ChunkIndex, Desired, Topics
 
 pytestmark = pytest.mark.usefixtures("operator_key")
 
@@ -449,13 +450,15 @@ def test_junk_on_the_broker_does_not_break_the_fleet_side(capsys, broker: Broker
     assert "dev1: NO_PREVIOUS" in out, out
 
 
-def test_the_last_will_is_minimal(broker: Broker, watcher: Watcher, agents) -> None:
+def test_the_last_will_is_minimal_and_names_the_version(broker: Broker, watcher: Watcher, agents) -> None:
     agent = agents("dev1")
     online(watcher, "dev1")
     agent.kill()
     assert watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "offline", 15) == {
         "state": "offline",
         "device": "dev1",
+        "agent_version": AGENT_VERSION,  # fleet status --version-filter still knows a killed device
+        "protocol": PROTOCOL,
     }
 
 

@@ -23,10 +23,12 @@ from testkit.net import free_port, wait_until
 from testkit.page import basic, http, running
 from testkit.quality_records import quality, rate_camera, shadow
 
+from agent import __version__ as AGENT_VERSION
 from agent.bundles.record import Deployment, State
 from agent.daemon.agent import Agent
 from agent.errors import ErrorCode, ErrorInfo
 from agent.hardware.board import probe
+from agent.mqtt.protocol import PROTOCOL
 
 TREE = FAKES / "laptop-battery"
 
@@ -113,6 +115,7 @@ def test_the_page_in_chromium_shows_the_device_live_frames_and_charts(served: Se
     assert len(counts) >= 4  # temperature, power, one per camera
     assert page.evaluate("[...document.querySelectorAll('.chart-note')].map(n => n.hidden)") == [True, True]
     assert page.evaluate("document.getElementById('board').textContent").count("°C") == 1
+    assert f"edge-agent {AGENT_VERSION}" in page.evaluate("document.getElementById('identity').textContent")
     # a second load shows another FPS value: the numbers are live, not cached
     later = first
     deadline = time.monotonic() + 30
@@ -242,6 +245,8 @@ def test_metrics_parse_and_carry_cameras_board_governor_deployment_and_broker(se
     assert value("edge_agent_outbox_dropped_messages_total", kind="event") == 0
     assert value("edge_agent_info", device="page-1", group="lobby", version=status(served)["agent_version"],
                  board="generic x86_64", runtime="litert", bundle="demo", bundle_version="1.1.0") == 1  # fmt: skip
+    assert value("edge_agent_build_info", version=AGENT_VERSION, protocol=str(PROTOCOL)) == 1
+    assert status(served)["agent_version"] == AGENT_VERSION
 
 
 def test_problems_say_in_plain_words_that_the_broker_is_unreachable(served: Served) -> None:

@@ -16,6 +16,8 @@ from testkit.snapshots import snapshot
 from agent.bundles.record import Deployment, State
 from agent.cli.main import main
 from agent.daemon.documents import deployment_payload, status_payload
+from agent.mqtt import protocol
+from agent.mqtt.protocol import PROTOCOL
 
 
 def test_fleet_status_shows_junk_as_unreadable_and_the_rest_as_reported(
@@ -192,3 +194,81 @@ def test_fleet_push_signs_the_shadow_and_the_quality_threshold(
     assert document["quality"] == {"min_ratio": 0.6, "min_agreement": 0.7} and "signature" in document
     plain = push(capsys, broker, bundles["v1"], "device:d")
     assert watcher.wait_json("edge/d/desired", lambda d: d["id"] == plain, 30).get("shadow") is None
+
+
+def _status(device: str, version: str, group: str | None = "lobby", protocol: int | None = PROTOCOL) -> bytes:
+    """A device's status as an agent of `version` publishes it (`protocol` None: one before 0.2.0)."""
+    sent = json.loads(status_payload(snapshot(device=device, group=group, agent_version=version)))
+    return json.dumps(
+        {k: v for k, v in sent.items() if k != "protocol"} | ({"protocol": protocol} if protocol else {})
+    ).encode()
+
+
+def test_fleet_status_shows_each_devices_version_and_filters_by_it(
+    capsys: pytest.CaptureFixture[str], broker: Broker
+) -> None:
+    """The VERSION column is the status' agent version; ``--version-filter`` compares by SemVer
+    (0.10.0 is above 0.2.0), for the table and ``--json``; a device of unknown version (the will
+    of an agent before 0.2.0) matches no filter and is named on stderr; a bad filter is refused."""
+    publish_raw(
+        broker,
+        [
+            ("edge/old/status", _status("old", "0.1.0", protocol=None)),
+            ("edge/cur/status", _status("cur", "0.2.0")),
+            ("edge/next/status", _status("next", "0.10.0")),
+            ("edge/gone/status", b'{"state": "offline", "device": "gone"}'),
+        ],
+    )
+    base = ("fleet", "status", "--broker", broker.url, "--listen", "5")
+    status, out = cli(capsys, *base)
+    lines = out.splitlines()
+    assert status == 0 and lines[0].split()[-1] == "VERSION", out
+    versions = {line.split()[0]: line.split()[-1] for line in lines[1:]}
+    assert versions == {"cur": "0.2.0", "gone": "-", "next": "0.10.0", "old": "0.1.0"}
+    status, out = cli(capsys, *base, "--version-filter", "<0.2.0")
+    assert status == 0 and [line.split()[0] for line in out.splitlines()[1:] if "left out" not in line] == ["old"]
+    assert (
+        "left out 1 device(s) of unknown version (no readable status, or an agent before 0.2.0 that is "
+        "offline): gone" in out
+    )
+    assert main([*base, "--version-filter", ">=0.2.0", "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == ["cur", "next"]
+    with pytest.raises(SystemExit) as refused:
+        main([*base, "--version-filter", "<0.2"])
+    assert refused.value.code == 2 and "'0.2' in '<0.2' is not a SemVer version" in capsys.readouterr().err
+
+
+def test_fleet_push_and_commands_say_which_devices_are_too_old_for_the_protocol_they_write(
+    capsys: pytest.CaptureFixture[str],
+    broker: Broker,
+    watcher: Watcher,
+    bundles: dict[str, Path],
+    operator_key: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operator's CLI of protocol 2 (this one, its protocol raised) writes ``protocol: 2``
+    inside what it signs and names each target whose status reads an older protocol (an agent
+    before 0.2.0 names none: 1); a group still gets the document, a single device that is too
+    old gets nothing."""
+    monkeypatch.setattr(protocol, "PROTOCOL", 2)
+    publish_raw(
+        broker,
+        [
+            ("edge/old/status", _status("old", "0.1.0", protocol=None)),
+            ("edge/cur/status", _status("cur", "0.2.0", protocol=1)),
+            ("edge/next/status", _status("next", "0.3.0", protocol=2)),
+        ],
+    )
+    status, out = cli(capsys, "fleet", "push", str(bundles["v1"]), "--target", "group:lobby", "--broker", broker.url)
+    assert status == 0, out
+    deployment = out.split(" as deployment ")[1].split()[0]
+    document = watcher.wait_json("edge/groups/lobby/desired", lambda d: d["id"] == deployment, 30)
+    assert document["protocol"] == 2 and "signature" in document
+    assert "edge-agent: old runs edge-agent 0.1.0, which reads control documents of protocol 1 and older" in out
+    assert "edge-agent: cur runs edge-agent 0.2.0, which reads control documents of protocol 1" in out
+    assert "next runs" not in out
+    for args in (("rollback", "--target", "device:cur"), ("release", "--target", "device:old")):
+        status, out = cli(capsys, "fleet", *args, "--broker", broker.url)
+        assert status == 1 and f"nothing sent to {args[-1][7:]}: it is too old for a protocol 2 document" in out, out
+    watcher.sync("edge/sync")
+    assert watcher.json("edge/cur/cmd/rollback") is None and watcher.json("edge/old/desired") is None

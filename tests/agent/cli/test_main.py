@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,13 +125,22 @@ def test_help_without_the_commands_is_the_whole_parsers_help() -> None:
 
 
 def test_version(capsys) -> None:
-    """``--version`` prints `agent.__version__`, which must be the distribution's (pyproject.toml)."""
+    """``--version`` prints `agent.__version__`, and the distribution setuptools builds from
+    pyproject.toml carries that same version (``dynamic``, read from agent/__init__.py): a
+    literal ``version`` put back in pyproject.toml, or an ``attr`` naming something else, would
+    let the wheel and the running code disagree (docs/fleet.md#versions)."""
+    import semver
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    import agent
+
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0
-    declared = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
-    assert declared is not None
-    assert capsys.readouterr().out == f"edge-agent {declared[1]}\n"
+    built = read_configuration(REPO / "pyproject.toml")["project"]["version"]
+    assert capsys.readouterr().out == f"edge-agent {built}\n"
+    assert built == agent.__version__
+    assert semver.Version.is_valid(built), f"{built!r} is not SemVer"
 
 
 def test_each_handler_gets_one_credentials_filter_however_often_main_runs(tmp_path: Path) -> None:

@@ -308,6 +308,45 @@ def test_the_classify_thread_runs_with_the_agent_and_counts_in_health(tmp_path: 
     assert "classify" not in {t.name for t in threading.enumerate()}
 
 
+def test_the_agent_names_its_version_in_status_telemetry_and_home_assistant(
+    tmp_path: Path, broker: Broker, watcher: Watcher
+) -> None:
+    """Over a real mosquitto, every place the agent says its version says `agent.__version__`
+    (the code that runs), with the protocol it reads beside it in the status (the will: in
+    tests/agent/daemon/test_documents.py): the
+    daemon once read importlib.metadata, which an editable install keeps at the version it was
+    installed at (0.1.0 after a bump to 0.2.0)."""
+    import agent as package
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+    from agent.mqtt.protocol import PROTOCOL
+
+    config = AgentConfig.model_validate(
+        {
+            "device": {"id": "ver-1"},
+            "state_dir": str(tmp_path / "state"),
+            "mqtt": {"broker": broker.url},
+            "telemetry": {"interval_s": 0.5},
+            "cameras": [{"name": "cam0", "source": "synthetic"}],
+            "integrations": {"home_assistant": {"enabled": True}},
+        }
+    )
+    discovery = Watcher(broker, ["homeassistant/#"])
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        status = watcher.wait_json("edge/ver-1/status", lambda d: d["state"] == "online")
+        assert (status["agent_version"], status["protocol"]) == (package.__version__, PROTOCOL)
+        assert watcher.wait_json("edge/ver-1/telemetry", bool)["agent_version"] == package.__version__
+        fps = "homeassistant/sensor/ver_1/fps/config"  # the device id as an object id (slug)
+        assert discovery.wait_json(fps, bool, 30)["device"]["sw_version"] == package.__version__
+    finally:
+        agent.stop()
+        discovery.close()
+    stopped = watcher.wait_json("edge/ver-1/status", lambda d: d["state"] == "offline")
+    assert (stopped["agent_version"], stopped["protocol"]) == (package.__version__, PROTOCOL)
+
+
 def test_home_assistant_discovery_the_acl_refuses_is_a_problem_on_the_page(tmp_path: Path) -> None:
     """Issue 37, item 6: behind an ACL `fleet acl` wrote without ``--home-assistant``, the
     broker refused every discovery config (25 in 40 s) and the page said nothing. Now the

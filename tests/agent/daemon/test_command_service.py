@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from testkit.broker import Broker
-from testkit.control import Clock, gate, junk, request
+from testkit.control import NOW, Clock, gate, junk, newer_protocol, request
 from testkit.fleet import Requester
 from testkit.net import wait_until
 
@@ -24,7 +24,7 @@ from agent.daemon.command_service import CommandError, CommandService, RateLimit
 from agent.errors import CodedError, ErrorCode
 from agent.mqtt.commands import COMMAND_TABLE, CameraArgs, Command, CommandActions, NoArgs
 from agent.mqtt.link import MqttLink
-from agent.mqtt.protocol import MAX_CONTROL_BYTES, Topics
+from agent.mqtt.protocol import MAX_CONTROL_BYTES, PROTOCOL, Topics
 from agent.snapshot import judge_health
 
 
@@ -262,6 +262,27 @@ def test_a_request_over_16_kib_is_refused_unread(
         )
     assert restarted == []
     assert operator_client.ask("restart-pipeline", b'{"pipeline": "cam0"}')["result"] == {"restarted": ["cam0"]}
+
+
+def test_a_command_of_a_newer_protocol_is_answered_protocol_too_new_and_not_run(
+    served: Callable[..., CommandService], operator_client: Requester, operator: Ed25519PrivateKey
+) -> None:
+    """An operator of a newer protocol signs a restart with a member this agent does not know:
+    it is answered ``PROTOCOL_TOO_NEW`` naming both protocols, never run as a restart of what
+    protocol 1 would make of it; the operator's protocol 1 request after it runs."""
+    restarted: list[str | None] = []
+    served(actions(restart=lambda camera: restarted.append(camera) or ["cam0"]), allow_unsigned=False)
+    members = {"id": "newer", "command": "restart-camera", "args": {"camera": "cam0"}, "target": "device:cam-1"}
+    payload = newer_protocol(operator, "CommandRequest", PROTOCOL + 1, **members, issued_at=NOW, drain_s=30)
+    answer = operator_client.ask("restart-camera", payload)
+    assert (answer["ok"], answer["error"]["code"]) == (False, "PROTOCOL_TOO_NEW"), answer
+    assert answer["error"]["message"] == (
+        f"the restart-camera request is a protocol {PROTOCOL + 1} document; this agent reads protocol {PROTOCOL} "
+        "and older: update edge-agent on this device"
+    )
+    assert restarted == []
+    current = request(operator, "restart-camera", id="current", args={"camera": "cam0"}).to_bytes()
+    assert operator_client.ask("restart-camera", current)["result"] == {"restarted": ["cam0"]}
 
 
 def test_a_command_that_holds_the_thread_past_its_budget_shows_in_health(

@@ -36,6 +36,7 @@ from agent.mqtt.device_documents import (
     TelemetryDocument,
 )
 from agent.mqtt.outbox import MIB, Dropped, OutboxStats
+from agent.mqtt.protocol import PROTOCOL
 
 BEFORE = REPO / "tests" / "data" / "documents"
 
@@ -136,8 +137,10 @@ def test_the_read_back_values_are_typed() -> None:
 
 
 def test_the_last_will_is_the_minimal_status() -> None:
-    will = last_will("dev1")
-    assert json.loads(will) == {"state": "offline", "device": "dev1"}
+    """The will names the agent's version and protocol, so `fleet status --version-filter` and
+    the CLI's too-old check still know an offline device."""
+    will = last_will("dev1", "0.2.0")
+    assert json.loads(will) == {"state": "offline", "device": "dev1", "agent_version": "0.2.0", "protocol": PROTOCOL}
     status = StatusDocument.read(will, "edge/dev1/status")
     assert isinstance(status, StatusDocument) and (status.state, status.bundle, status.pipelines) == (
         "offline",

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from testkit.control import NOW, TOPICS, Clock, desired, gate
+from testkit.control import NOW, SHA, TOPICS, Clock, desired, gate, newer_protocol
 
 from agent.bundles.store import Followed
 from agent.deployment.desired import DesiredDocuments, latest
 from agent.mqtt.control import ControlRefused, sign
 from agent.mqtt.link import Message
-from agent.mqtt.protocol import ProtocolError, Release
+from agent.mqtt.protocol import PROTOCOL, ProtocolError, ProtocolTooNew, Release
 
 DEVICE_TOPIC, GROUP_TOPIC = TOPICS.desired("cam-1"), TOPICS.group_desired("lobby")
 
@@ -115,3 +115,27 @@ def test_unsigned_and_misplaced_documents(tmp_path: Path, keys, operator) -> Non
     with lab.lock:
         assert lab.device_doc is None
     assert lab.back_to_group and not lab.release_pending
+
+
+def test_a_desired_document_or_release_of_a_newer_protocol_is_refused_and_changes_nothing(
+    tmp_path: Path, keys, operator
+) -> None:
+    """The device keeps following what it followed: a newer operator's document (a member this
+    agent does not know) or release is refused as too new, naming the topic and both protocols
+    (the deployer shows it as the status' ``deployment_problem``), not read as protocol 1."""
+    documents = _documents(tmp_path, keys)
+    documents.accept(_signed(operator, DEVICE_TOPIC, NOW, id="followed"))
+    fields = {"id": "newer", "name": "demo", "version": "2.0.0", "sha256": SHA, "size": 10, "chunk_size": 10}
+    newer = newer_protocol(operator, "Desired", **fields, chunks=1, target="device:cam-1", issued_at=NOW + 1,
+                           canary_percent=5)  # fmt: skip
+    release = newer_protocol(operator, "Release", id="r2", release=True, target="device:cam-1", issued_at=NOW + 1)
+    for payload in (newer, release):
+        with pytest.raises(ProtocolTooNew) as refused:
+            documents.accept(Message(DEVICE_TOPIC, payload, retain=True))
+        assert str(refused.value).startswith(
+            f"PROTOCOL_TOO_NEW: {DEVICE_TOPIC} is a protocol {PROTOCOL + 1} document; this agent reads protocol "
+            f"{PROTOCOL} and older"
+        )
+    with documents.lock:
+        assert documents.device_doc is not None and documents.device_doc.id == "followed"
+    assert not documents.back_to_group and not documents.release_pending

@@ -9,20 +9,21 @@ from pathlib import Path
 
 import pytest
 from testkit.broker import Broker
-from testkit.control import desired
+from testkit.control import NOW, desired, newer_protocol
 from testkit.fleet import cli, publish_raw
 from testkit.quality_records import quality, shadow
 from testkit.rollouts import schedule
 from testkit.snapshots import snapshot
 
 from agent.bundles.record import Deployment, State
+from agent.bundles.signing import load_private_key
 from agent.config.models import MqttSection
 from agent.daemon.documents import deployment_document, deployment_payload, status_payload
 from agent.errors import ErrorCode, ErrorInfo
-from agent.fleet.client import connect
+from agent.fleet.client import FleetError, connect
 from agent.fleet.rollout_watch import FleetList, find_rollout, is_failure, tally, watch
 from agent.mqtt.device_documents import DeploymentDocument
-from agent.mqtt.protocol import Topics
+from agent.mqtt.protocol import PROTOCOL, Topics
 from agent.mqtt.rollout_schedule import FailureLimit
 
 SHA = "b" * 64
@@ -208,3 +209,22 @@ def test_a_forged_failure_of_a_device_not_in_the_fleet_list_does_not_halt_the_ro
         assert find_rollout(link, topics, "d1")[1].rollout.halted is not None  # type: ignore[union-attr]
     finally:
         link.stop()
+
+
+def test_a_rollout_in_a_document_of_a_newer_protocol_is_named_as_unread_not_as_missing(
+    broker: Broker, keys: dict[str, Path]
+) -> None:
+    """``rollout status|watch|halt ID`` cannot read a newer operator's group document, which may
+    be the rollout asked for: the error names it instead of saying no group has it."""
+    topics = Topics()
+    fields = {"id": "d9", "name": "demo", "version": "1.0.0", "sha256": SHA, "size": 1, "chunk_size": 1, "chunks": 1}
+    newer = newer_protocol(load_private_key(keys["operator"]), "Desired", PROTOCOL + 1, **fields,
+                           target="group:lobby", issued_at=NOW)  # fmt: skip
+    publish_raw(broker, [(topics.group_desired("lobby"), newer)])
+    link = connect(MqttSection(broker=broker.url))
+    try:
+        with pytest.raises(FleetError) as missing:
+            find_rollout(link, topics, "d9")
+    finally:
+        link.stop()
+    assert str(missing.value).endswith("; this edge-agent cannot read the newer protocol of edge/groups/lobby/desired")

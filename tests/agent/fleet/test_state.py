@@ -33,7 +33,8 @@ def record(payload: bytes) -> DeploymentDocument | Unreadable:
 
 def test_fleet_status_shows_the_last_bundle_after_a_will() -> None:
     succeeded = Deployment(id="d1", sha256=SHA, state=State.SUCCEEDED, name="demo", version="1.1.0")
-    rows = status_rows({"dev1": DeviceReports(status(last_will("dev1")), record(deployment_payload(succeeded)))})
+    will = status(last_will("dev1", "0.2.0"))
+    rows = status_rows({"dev1": DeviceReports(will, record(deployment_payload(succeeded)))})
     assert (rows[0].bundle, rows[0].state, rows[0].deployment) == ("demo 1.1.0", "offline", "SUCCEEDED")
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from testkit.control import NOW, TOPICS, Clock, desired, gate, request
+from testkit.control import NOW, TOPICS, Clock, desired, gate, newer_protocol, request
 
 from agent.bundles.signing import load_private_key, load_public_key
 from agent.mqtt.control import ControlRefused, sign, verify
-from agent.mqtt.protocol import ProtocolError, Release
+from agent.mqtt.protocol import CommandRequest, Desired, ProtocolError, ProtocolTooNew, Release
 
 
 @pytest.fixture
@@ -120,3 +120,20 @@ def test_a_signature_cannot_move_to_another_kind_of_document(operator, keys) -> 
 def test_a_target_that_is_not_device_or_group_is_refused_by_name(target: str) -> None:
     with pytest.raises(ProtocolError, match=re.escape(f"target {target!r} is not device:ID or group:NAME")):
         TOPICS.target_desired(target)
+
+
+def test_protocol_is_inside_what_is_signed_and_old_signed_documents_still_verify(operator, keys) -> None:
+    """A document signed before `protocol` existed (no such member) verifies as it did; one
+    that states it is signed over it, so changing it after signing breaks the signature."""
+    trusted = [load_public_key(keys["operator_pub"])]
+    old = sign(desired(), operator, "device:cam-1", now=NOW)
+    sent = json.loads(old.to_bytes())
+    assert "protocol" not in sent and verify(Desired.parse(json.dumps(sent).encode(), "t"), trusted)
+    stating = sign(desired(protocol=1), operator, "device:cam-1", now=NOW)
+    assert json.loads(stating.to_bytes())["protocol"] == 1 and verify(stating, trusted)
+    for changed in ({"protocol": None}, {"protocol": 2}):
+        with pytest.raises(ControlRefused, match="does not match"):
+            verify(stating.model_copy(update=changed), trusted)
+    newer = json.loads(newer_protocol(operator, "CommandRequest", id="c", command="ping", target="device:cam-1"))
+    with pytest.raises(ProtocolTooNew):  # refused before its signature is even looked at
+        CommandRequest.parse(json.dumps(newer).encode(), "t")

@@ -10,7 +10,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from testkit.control import NOW, SHA, TOPICS, unchecked_rollout
 from testkit.transfer import DATA
 
-from agent.mqtt.protocol import MAX_CONTROL_BYTES, ChunkIndex, Desired, ProtocolError, Topics
+from agent.mqtt.protocol import (
+    MAX_CONTROL_BYTES,
+    PROTOCOL,
+    ChunkIndex,
+    CommandRequest,
+    Desired,
+    ProtocolError,
+    ProtocolTooNew,
+    Release,
+    Topics,
+)
 from agent.mqtt.rollout_schedule import Halt
 
 
@@ -106,3 +116,34 @@ def test_a_signed_document_with_a_number_that_is_not_finite_is_refused(
     if start in payload:  # a number too large for a float is Infinity too
         with pytest.raises(ProtocolError, match=r"rollout\.start: Input should be a finite number"):
             Desired.parse(payload.replace(start, b'"start": 1e999'), "edge/groups/lobby/desired")
+
+
+DOCUMENT = {"id": "d", "name": "demo", "version": "1.0.0", "sha256": SHA, "size": 1, "chunk_size": 1, "chunks": 1}
+
+
+@pytest.mark.parametrize(
+    ("model", "members"),
+    [
+        (Desired, DOCUMENT),
+        (Release, {"id": "r", "release": True}),
+        (CommandRequest, {"id": "c", "command": "ping"}),
+    ],
+)
+def test_a_document_of_a_newer_protocol_is_refused_as_such_not_misread(
+    model: type[Desired] | type[Release] | type[CommandRequest], members: dict[str, object]
+) -> None:
+    """A protocol 2 document, with a key protocol 1 does not know, is refused as too new (its
+    code and the protocols named), not as a document with an unknown key; the same without the
+    new key is refused too: its meaning may have changed. Absent and 1 read as before."""
+    newer = {**members, "protocol": PROTOCOL + 1, "deadline_s": 30}
+    for payload in (newer, {**members, "protocol": PROTOCOL + 1}):
+        with pytest.raises(ProtocolTooNew) as refused:
+            model.parse(json.dumps(payload).encode(), "edge/cam-1/desired")
+        assert str(refused.value).startswith(f"PROTOCOL_TOO_NEW: edge/cam-1/desired is a protocol {PROTOCOL + 1} ")
+        assert f"reads protocol {PROTOCOL} and older" in str(refused.value) and refused.value.code == "PROTOCOL_TOO_NEW"
+    assert model.parse(json.dumps(members).encode(), "t").protocol is None, "absent: protocol 1"
+    assert model.parse(json.dumps({**members, "protocol": 1}).encode(), "t").protocol == 1
+    for junk in (0, -1, 10**9, "2", 1.5):
+        with pytest.raises(ProtocolError, match="protocol") as refused:
+            model.parse(json.dumps({**members, "protocol": junk}).encode(), "t")
+        assert not isinstance(refused.value, ProtocolTooNew), junk

@@ -11,6 +11,7 @@ from testkit.quality_records import quality, rate_camera, shadow, shadow_camera
 from testkit.snapshots import full_snapshot, snapshot
 
 from agent.bundles.record import State
+from agent.mqtt.protocol import PROTOCOL
 from agent.snapshot import DeploymentStatus, Health
 from agent.web.metrics import metrics_registry
 
@@ -71,6 +72,13 @@ def test_every_part_of_the_snapshot_in_base_units() -> None:
     assert (got[("edge_agent_zone_objects", till)], got[("edge_agent_zone_entries_total", till)]) == (1, 9)
     info = next(labels for name, labels in got if name == "edge_agent_info")
     assert dict(info) | {"device": "cam-1", "group": "lobby", "bundle": "demo", "bundle_version": "1.0.0"} == dict(info)
+
+
+def test_the_build_info_names_the_agents_version_and_protocol() -> None:
+    """``edge_agent_build_info{version, protocol} 1``, one series, the version the snapshot names."""
+    got = _scrape(snapshot(agent_version="0.2.0"))
+    builds = {labels: value for (name, labels), value in got.items() if name == "edge_agent_build_info"}
+    assert builds == {_labels(version="0.2.0", protocol=str(PROTOCOL)): 1.0}
 
 
 def test_the_deployment_state_and_health_and_what_is_unknown() -> None:

@@ -3,12 +3,13 @@ operator's key, signed requests, and requests nobody with an operator key sent."
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.bundles.signing import load_private_key, load_public_key
+from agent.bundles.signing import key_id, load_private_key, load_public_key
 from agent.mqtt.control import ControlGate, SeenIds, sign
 from agent.mqtt.protocol import MAX_CONTROL_BYTES, CommandRequest, Desired, Topics
 from agent.mqtt.rollout_schedule import FailureLimit, Rollout
@@ -88,3 +89,13 @@ def unchecked_rollout(
     document = Desired.model_construct(**fields, rollout=Rollout.model_construct(**schedule))  # type: ignore[arg-type]
     signed = sign(document, operator, target, now=issued_at)
     return json.dumps(signed.model_dump(mode="json", exclude_none=True)).encode()
+
+
+def newer_protocol(operator: Ed25519PrivateKey, kind: str, protocol: int = 2, **members: object) -> bytes:
+    """A control document of `kind` (``Desired``, ``CommandRequest``) as an operator of a newer
+    `protocol` signs it: its members, `protocol` and whatever the newer protocol added, signed
+    over the same canonical form (docs/fleet.md#protocol-versions)."""
+    members = {**members, "protocol": protocol}
+    body = json.dumps(members, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    value = base64.b64encode(operator.sign(f"edge-agent {kind} v1\n{body}".encode())).decode()
+    return json.dumps({**members, "signature": {"key_id": key_id(operator.public_key()), "value": value}}).encode()
