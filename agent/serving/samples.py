@@ -16,8 +16,9 @@ sample. Each camera's samples stay within its ``max_mb`` and ``max_age_h`` (the 
 
 The camera thread never waits: `sink` decides and copies the frame; a bounded queue
 (`QUEUE_FRAMES`) hands it to the ``samples`` thread (a `pipelines.worker.Worker`), which masks,
-encodes and writes. A full queue or a disk that refuses the write drops the sample (counted in
-`dropped`) with a throttled log line; detection goes on.
+encodes and writes (the labels of detections centred in a mask left out). A full queue or a disk
+that refuses the write drops the sample (counted in `dropped`) with a throttled log line;
+detection goes on.
 
 Threads: `sink`'s feed on each camera's inference thread, `offer` there or on the shadow's
 thread; the ``samples`` thread writes and prunes; `pack` (the commands thread) and `summary`
@@ -45,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.config.models import CameraSection, SamplesSection
+from agent.errors import CodedError, ErrorCode
 from agent.throttle import ThrottledLog
 from pipelines.decoding.detections import Detections
 from pipelines.sources.frames import Frame
@@ -121,6 +123,19 @@ def blank(image: npt.NDArray[np.uint8], polygons: Sequence[Sequence[Sequence[flo
     return image
 
 
+def unmasked(detections: Detections, polygons: Sequence[Sequence[Sequence[float]]]) -> Detections:
+    """`detections` less those whose box centre lies within one of `polygons` (blanked: a label
+    of an object nobody can see would teach a model black patches)."""
+    if not polygons or not len(detections):
+        return detections
+    centres = (detections.xyxy[:, :2] + detections.xyxy[:, 2:]) / 2
+    shapes = [np.asarray(p, np.float32).reshape(-1, 1, 2) for p in polygons]
+    hidden = np.array(
+        [any(cv2.pointPolygonTest(shape, (float(x), float(y)), False) >= 0 for shape in shapes) for x, y in centres]
+    )
+    return detections[~hidden]
+
+
 @dataclass(frozen=True)
 class Sample:
     """One kept sample: its camera, `id` (the files' stem), `time_ms` (Unix milliseconds) and
@@ -186,6 +201,7 @@ class SampleStore:
         self._queue: queue.Queue[Pending | None] = queue.Queue(maxsize=QUEUE_FRAMES)
         self._throttled = ThrottledLog(log, 60.0)
         self.kept = self.dropped = 0
+        self._packed: tuple[tuple[str | None, int, int | None, int], Pack] | None = None  # the last pack
         self._worker = Worker(NAME, self._turn, described="samples", budget_s=WRITE_BUDGET_S, monotonic=monotonic)
         for camera in self.settings:
             try:
@@ -285,6 +301,7 @@ class SampleStore:
         settings = self.settings[pending.camera]
         image = blank(pending.image, settings.privacy_masks)
         height, width = image.shape[:2]
+        detections = unmasked(pending.detections, settings.privacy_masks)
         ok, encoded = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, settings.quality])
         if not ok:
             self.dropped += 1
@@ -298,11 +315,11 @@ class SampleStore:
             "names": labels,
             "width": width,
             "height": height,
-            "detections": len(pending.detections),
+            "detections": len(detections),
         }
         files = {
             ".jpg": encoded.tobytes(),
-            ".txt": yolo_labels(pending.detections, width, height).encode(),
+            ".txt": yolo_labels(detections, width, height).encode(),
             ".json": json.dumps(meta, sort_keys=True).encode(),
         }
         folder = self.folder / _folder_name(pending.camera)
@@ -409,6 +426,30 @@ class SampleStore:
                         _add(tar, f"{kind}/{stem}{suffix}", files[suffix], sample.time_ms // 1000)
                     count, newest = count + 1, sample.time_ms
         return Pack(out.getvalue(), count, newest, more)
+
+    def packed(
+        self, camera: str | None, since: float, until: float | None, limit: int = PACK_MAX_COUNT
+    ) -> tuple[bytes, Mapping[str, Any]]:
+        """`pack` for the ``samples`` command (times in Unix seconds): the tar and what its
+        answer says (``count``, ``until``, ``more``). The last pack is kept, so a chunk asked
+        for with the first answer's ``until`` is cut from the same bytes, not packed again.
+        Raises `CodedError` ``NO_PIPELINE`` for a camera that keeps no samples."""
+        since_ms, until_ms = round(since * 1000), None if until is None else round(until * 1000)
+        key = (camera, since_ms, until_ms, limit)
+        with self._lock:
+            cached = self._packed
+        if cached is not None and cached[0] == key:
+            return cached[1].data, pack_info(cached[1])
+        try:
+            pack = self.pack(camera, since_ms, until_ms, limit)
+        except KeyError:
+            kept = ", ".join(sorted(self.settings)) or "none"
+            raise CodedError(
+                ErrorCode.NO_PIPELINE, f"camera {camera!r} keeps no samples here (cameras keeping samples: {kept})"
+            ) from None
+        with self._lock:  # the chunks ask with `until` set: found under that key
+            self._packed = ((camera, since_ms, pack.until_ms, limit), pack)
+        return pack.data, pack_info(pack)
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None:

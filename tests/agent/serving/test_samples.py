@@ -139,6 +139,18 @@ def test_privacy_masks_are_blank_in_the_kept_jpeg(tmp_path: Path) -> None:
     assert image[2:58, 2:78].max() <= 8  # blank, JPEG's ringing aside
     assert image[64:, 84:].min() >= 200  # the rest kept
     assert original.image.min() == 220  # the camera's frame itself untouched
+    labels = (tmp_path / "samples" / "cam-door" / f"{sample.id}.txt").read_text()
+    assert labels == "", "the detection centred in the mask has no label"
+
+
+def test_only_detections_centred_in_a_mask_lose_their_labels(tmp_path: Path) -> None:
+    store, _, _ = store_of(tmp_path, camera(privacy_masks=[[[0, 0], [80, 0], [80, 60], [0, 60]]]))
+    inside_and_out = Detections.from_arrays([[10, 20, 50, 80], [90, 70, 150, 110]], [0.5, 0.5], [0, 1])
+    store.offer("door", frame(), inside_and_out, "unsure")
+    sample = store.write(store._queue.get_nowait())  # type: ignore[arg-type]
+    assert sample is not None
+    labels = (tmp_path / "samples" / "cam-door" / f"{sample.id}.txt").read_text().splitlines()
+    assert [line.split()[0] for line in labels] == ["1"]
 
 
 def test_each_camera_stays_within_its_bytes_and_age(tmp_path: Path) -> None:
