@@ -62,7 +62,7 @@ from agent.serving.classifying import ClassifyingStage
 from agent.serving.events import EventSink
 from agent.serving.samples import samples_for
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
-from agent.web.controls import AgentControls
+from agent.web.controls import AgentControls, SamplesKept
 from pipelines.decoding.detections import Detections
 from pipelines.pipeline import Sink, use_one_opencv_thread
 from pipelines.sources.frames import Frame
@@ -338,6 +338,10 @@ class Agent:
             raise CodedError(ErrorCode.NO_MEDIA, "this device keeps no samples")
         return self.samples.packed(args.camera, args.since, args.until, args.limit)
 
+    def _samples_kept(self) -> dict[str, SamplesKept]:
+        found = self.samples.summary() if self.samples is not None else {}
+        return {name: SamplesKept(*kept) for name, kept in found.items()}
+
     # -- end of samples for retraining ----------------------------------------------------------
 
     def _camera_jpeg(self, name: str, quality: int) -> bytes:
@@ -403,7 +407,8 @@ class Agent:
     def page_controls(self) -> AgentControls:
         """What the status page may read and do (every callable from any thread)."""
         controls = self.actions.controls(self.snapshot, self.health, lambda: list(self.outgoing.recent))
-        return replace(controls, media=self.outgoing.page_media)
+        samples = self._samples_kept if self.samples is not None else None
+        return replace(controls, media=self.outgoing.page_media, samples=samples)
 
     def service_status(self) -> str:
         """One line for systemd's STATUS=: what is served, the cameras, the broker, the governor."""
