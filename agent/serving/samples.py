@@ -27,6 +27,7 @@ thread; the ``samples`` thread writes and prunes; `pack` (the commands thread) a
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -331,7 +332,8 @@ class SampleStore:
                     atomic_write(folder / f"{stem}{suffix}", files[suffix], mtime=pending.time_ms / 1000)
             except OSError as exc:
                 for suffix in SUFFIXES:
-                    (folder / f"{stem}{suffix}").unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):  # the disk that refused the write may refuse this too
+                        (folder / f"{stem}{suffix}").unlink(missing_ok=True)
                 self.dropped += 1
                 self._throttled.error("write", "samples: cannot keep a sample of %s: %s", pending.camera, exc)
                 return None

@@ -208,3 +208,19 @@ def test_a_pack_holds_the_samples_since_a_time_and_says_when_more_remain(tmp_pat
     assert meta["names"] == ["person", "car"] and meta["reason"] == "unsure" and meta["version"] == "1.2.0"
     with pytest.raises(KeyError):
         store.pack("gate", 0, None)
+
+
+def test_a_write_the_disk_refuses_drops_the_sample_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, wall, _ = store_of(tmp_path, camera(min_interval_s=0))
+    folder = tmp_path / "samples" / "cam-door"
+    folder.rmdir()
+    folder.write_bytes(b"")  # the camera's folder is gone: every write fails, as on a full disk
+    for _ in range(3):
+        wall.now += 1
+        assert store.write(Pending("door", frame().image, dets(0.5), "unsure", int(wall.now * 1000))) is None
+    assert (store.kept, store.dropped) == (0, 3)
+    refused = [r for r in caplog.records if "cannot keep a sample of door" in r.getMessage()]
+    assert len(refused) == 1, "throttled: one line a minute"
+    assert store.summary()["door"] == (0, 0, None)
