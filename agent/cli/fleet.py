@@ -1,5 +1,6 @@
-"""`edge-agent fleet push|status|rollback|snapshot|media|release|gc|acl|rollout`: the operator's side
-(docs/mqtt.md, docs/security.md); staged rollouts in agent/cli/fleet_rollout.py."""
+"""`edge-agent fleet push|status|rollback|snapshot|media|samples|release|gc|acl|rollout`: the
+operator's side (docs/mqtt.md, docs/security.md); staged rollouts in agent/cli/fleet_rollout.py,
+samples for retraining in agent/cli/fleet_samples.py."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from agent.cli.fleet_rollout import (
     follow_rollout,
     staging,
 )
+from agent.cli.fleet_samples import add_samples_parser, check_samples_arguments, fleet_samples
 
 if TYPE_CHECKING:
     from agent.config.models import MqttSection
@@ -240,6 +242,7 @@ def add_parser(commands: Any) -> None:
         help="with --clip: bytes per chunk, 1k .. 1m (default 96k); lower it for a broker with a small maximum packet",
     )
     media.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    samples = add_samples_parser(fleet_actions)  # samples for retraining (issue 40 item 3)
     release = fleet_actions.add_parser("release", help="hand a device back to its group's desired document")
     release.add_argument("--target", required=True, help="device:ID")
     acl = fleet_actions.add_parser(
@@ -269,9 +272,9 @@ def add_parser(commands: Any) -> None:
         help="with --home-assistant: Home Assistant's broker user (reads the devices' states, all of PREFIX/#)",
     )
     rollout_parsers, signing_rollout_parsers = add_rollout_commands(fleet_actions)
-    for parser in (push, status, rollback, gc, snapshot, media, release, *rollout_parsers):
+    for parser in (push, status, rollback, gc, snapshot, media, samples, release, *rollout_parsers):
         _broker_arguments(parser)
-    for parser in (push, rollback, snapshot, media, release, *signing_rollout_parsers):
+    for parser in (push, rollback, snapshot, media, samples, release, *signing_rollout_parsers):
         parser.add_argument(
             "--key",
             type=Path,
@@ -333,6 +336,7 @@ def run(args: argparse.Namespace) -> int:
         "gc": _fleet_gc,
         "snapshot": _fleet_snapshot,
         "media": _fleet_media,
+        "samples": fleet_samples,
         "release": _fleet_release,
         "rollout": fleet_rollout,
     }
@@ -398,6 +402,8 @@ def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
             raise CliError(f"--id must be 1 to 200 characters, not {len(args.deployment_id)}")
     if args.fleet_command in ("snapshot", "release") and not args.target.startswith("device:"):
         raise CliError(f"{args.fleet_command} needs --target device:ID, not {args.target!r}")
+    if args.fleet_command == "samples":
+        check_samples_arguments(args)
     if hasattr(args, "key"):
         args.signing_key = _operator_key(args.key)
 

@@ -275,6 +275,53 @@ class ClipSection(_Section):
     quality: int = Field(default=70, ge=10, le=100, description="JPEG quality of the buffered frames (10-100).")
 
 
+# -- samples for retraining (issue 40 item 3) ---------------------------------------------------
+
+
+class SamplesSection(_Section):
+    """A camera's samples for retraining (docs/cameras.md#samples-for-retraining): frames kept
+    with the serving model's detections as YOLO labels under ``<state_dir>/samples``, within
+    their own budget, fetched only by the operator's signed ``samples`` command."""
+
+    enabled: bool = Field(default=False, description="Keep samples of this camera (opt-in; off: nothing is kept).")
+    score_band: tuple[float, float] | None = Field(
+        default=(0.3, 0.6),
+        description="[lo, hi]: a frame with a detection scoring within it (model unsure) is kept; unset: none.",
+    )
+    random_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of the other frames kept at random (0..1; 0.001: one in a thousand).",
+    )
+    max_mb: float = Field(
+        default=256.0, gt=0, le=65536, description="Most MiB this camera's samples take (the oldest go)."
+    )
+    max_age_h: float = Field(
+        default=168.0, gt=0, le=8760, description="Samples older than this many hours are deleted."
+    )
+    min_interval_s: float = Field(
+        default=10.0, ge=0, le=86400, description="Fewest seconds between two kept frames of this camera."
+    )
+    quality: int = Field(default=90, ge=10, le=100, description="JPEG quality of a kept frame (10-100).")
+    privacy_masks: list[Annotated[list[Point], Field(min_length=3, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Polygons [[x, y], ...] in source-frame pixels (3 to 64 points each, at most 32) blanked "
+        "(black) in a frame before it is kept: windows, a neighbour's garden, a screen.",
+    )
+
+    @field_validator("score_band")
+    @classmethod
+    def _band(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not 0 <= value[0] < value[1] <= 1:
+            raise ValueError(f"score_band is [lo, hi] with 0 <= lo < hi <= 1, got [{value[0]}, {value[1]}]")
+        return value
+
+
+# -- end of samples for retraining ------------------------------------------------------------
+
+
 class MotionSection(_Section):
     """A camera's motion detection and the inference it gates (pipelines.motion,
     pipelines.motion_gate, pipelines.gating; docs/cameras.md#motion). The detector's defaults
@@ -408,6 +455,10 @@ class CameraSection(_Section):
     drift: DriftSection = Field(
         default_factory=DriftSection,
         description="The drift score: what the model reports now against the version's first hours.",
+    )
+    samples: SamplesSection = Field(  # samples for retraining (issue 40 item 3)
+        default_factory=SamplesSection,
+        description="Frames kept for retraining with the model's detections as labels (opt-in: enabled true).",
     )
     conf: float | None = Field(
         default=None,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,11 +45,12 @@ from agent.daemon.state_lock import StateDirLock
 from agent.daemon.totals import KeptTotals
 from agent.deployment.deployer import Deployer, deployment_status
 from agent.deployment.optimisation_report import Reports
-from agent.errors import BundleError, ConfigError
+from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
 from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor
+from agent.mqtt.commands import SamplesArgs
 from agent.mqtt.control import ControlGate
 from agent.mqtt.home_assistant import Identity
 from agent.mqtt.link import MqttLink, Will
@@ -60,9 +61,12 @@ from agent.serving.cameras import Cameras
 from agent.serving.classifying import ClassifyingStage
 from agent.serving.drift_watch import DriftWatch
 from agent.serving.events import EventSink
+from agent.serving.samples import samples_for
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
-from agent.web.controls import AgentControls
-from pipelines.pipeline import use_one_opencv_thread
+from agent.web.controls import AgentControls, SamplesKept
+from pipelines.decoding.detections import Detections
+from pipelines.pipeline import Sink, use_one_opencv_thread
+from pipelines.sources.frames import Frame
 from runtimes.base import RuntimeInfo, compact_malloc
 from runtimes.registry import available_runtimes, plugin_problems
 
@@ -129,6 +133,10 @@ class Agent:
             )
             self.sender = OutboxSender(self.outbox, self.link, config.outbox)
         media, self.clips = media_for(config)  # the events' snapshots and clips on disk
+        # samples for retraining (issue 40 item 3); `samples_flagged(camera)` is drift's verdict
+        self.samples = samples_for(
+            config.cameras, config.state_dir, lambda: self.cameras.labels(), self._serving_version, self.samples_flagged
+        )
         identity, jpeg = Identity(self.device, self.board.model, agent_version()), self._camera_jpeg
         self.home_assistant = feed_for(config, identity, self.topics, self.link, jpeg, time.monotonic)
         parts = (self.link, self.sender, media, self.clips, self.home_assistant)
@@ -145,13 +153,15 @@ class Agent:
             config.cameras,
             self.board,
             config.runtime,
-            lambda name: self.drift.after(name, with_clips(self.clips, name, self.events.for_pipeline(name))),
+            lambda name: self.drift.after(name, self._sink_for(name)),
             config.runtime_settings(),
             config.serving,
             locate=ConfigLines.read(self.config_path).where,
             stage=self.classifying,
             tracks_alive_for=lambda name: self.events.scene(name).tracks_alive,
         )
+        if self.samples is not None:  # frames a shadow disagreed on are samples too
+            self.cameras.shadow_disagreed = self._shadow_sample
         sensors = Sensors.from_config(config.sensors, self.root, self.board)
         governing = None
         if config.governor.enabled:
@@ -173,6 +183,7 @@ class Agent:
                 reset_counts=self.totals.reset,
                 media=self.outgoing.media_jpeg if media is not None else None,
                 clip=self.outgoing.media_clip if self.clips is not None else None,
+                samples=self._samples_answer if self.samples is not None else None,
             )
             self.commands = CommandService(self.link, self.topics, self.device, self.gate, actions)
             if config.deployments.report:
@@ -227,6 +238,8 @@ class Agent:
                 on_report=self.outgoing.deployment_report,
                 open_shadow=self.cameras.shadow,
             )
+        if self.samples is not None:
+            self.samples.start()
         for component in (self.clips, self.commands, self.home_assistant, self.link, self.sender, self.deployer):
             if component is not None:
                 component.start()
@@ -257,6 +270,8 @@ class Agent:
         if self.clips is not None:
             self.clips.finish()  # clips in the making are written with the frames they have
             self.clips.stop()
+        if self.samples is not None:
+            self.samples.stop()  # what is queued is written
         self.classifying.stop()
         self._state = "offline"
         if self.link is not None:
@@ -295,6 +310,38 @@ class Agent:
         self._state_lock = lock
         self._configure(config)
         self.start()
+
+    # -- samples for retraining (issue 40 item 3) -----------------------------------------------
+
+    def samples_flagged(self, camera: str) -> bool:
+        """Whether drift flagged `camera` (its score at its threshold), whose frames are then
+        kept as samples (reason ``flagged``). Camera health joins here once it is wired."""
+        return self.drift.drifted(camera)
+
+    def _sink_for(self, name: str) -> Sink:
+        """Camera `name`'s sink: the samples' choice, the clips' ring, then the events (the
+        drift watch follows them all: see `__init__`)."""
+        sink = with_clips(self.clips, name, self.events.for_pipeline(name))
+        return sink if self.samples is None else self.samples.sink(name, sink)
+
+    def _serving_version(self) -> str | None:
+        manifest = self.cameras.manifest
+        return None if manifest is None else manifest.version
+
+    def _shadow_sample(self, camera: str, frame: Frame, serving: Detections) -> None:
+        if self.samples is not None:
+            self.samples.offer(camera, frame, serving, "shadow")
+
+    def _samples_answer(self, args: SamplesArgs) -> tuple[bytes, Mapping[str, Any]]:
+        if self.samples is None:
+            raise CodedError(ErrorCode.NO_MEDIA, "this device keeps no samples")
+        return self.samples.packed(args.camera, args.since, args.until, args.limit)
+
+    def _samples_kept(self) -> dict[str, SamplesKept]:
+        found = self.samples.summary() if self.samples is not None else {}
+        return {name: SamplesKept(*kept) for name, kept in found.items()}
+
+    # -- end of samples for retraining ----------------------------------------------------------
 
     def _camera_jpeg(self, name: str, quality: int) -> bytes:
         return self.actions.camera_jpeg(name, quality)
@@ -354,10 +401,10 @@ class Agent:
 
     def health(self) -> Health:
         """Whether the cameras' threads, the MQTT link's loop, the sampler's, the classify, the
-        commands', the outbox sender's, the clips' and the deployer's threads turn, and none
+        commands', the outbox sender's, the clips', the samples' and the deployer's threads turn, and none
         fails its turns or would not stop (any thread)."""
         broker = self.link.stats() if self.link is not None else None
-        owners = (self.classifying, self.commands, self.outgoing, self.clips, self.deployer)
+        owners = (self.classifying, self.commands, self.outgoing, self.clips, self.samples, self.deployer)
         others = (c.loop() for c in owners if c is not None)
         loops = (self.sampler.loop(), *others)
         return judge_health(tuple(self.cameras.stats()), broker, loops, self.config.health.stall_s)
@@ -365,7 +412,8 @@ class Agent:
     def page_controls(self) -> AgentControls:
         """What the status page may read and do (every callable from any thread)."""
         controls = self.actions.controls(self.snapshot, self.health, lambda: list(self.outgoing.recent))
-        return replace(controls, media=self.outgoing.page_media)
+        samples = self._samples_kept if self.samples is not None else None
+        return replace(controls, media=self.outgoing.page_media, samples=samples)
 
     def service_status(self) -> str:
         """One line for systemd's STATUS=: what is served, the cameras, the broker, the governor."""

@@ -157,6 +157,8 @@ def command(
 #: for at most this often after the first `CLIP_BURST`, so none is dropped unanswered
 CLIP_PACE_S = 1 / 7
 CLIP_BURST = 12
+#: the most bytes a chunked answer may announce (a clip, the samples' archive: the device caps 64 MiB)
+CHUNKED_MAX_BYTES = 256 * 1024 * 1024
 
 
 def fetch_clip(
@@ -174,37 +176,68 @@ def fetch_clip(
     bytes; the whole is checked against the sha256. Raises `FleetError` naming what failed (no
     answer within `timeout` seconds, the device's error, a chunk of the wrong size, a wrong hash).
     `chunk_size` (bytes, 1 KiB .. 1 MiB) asks for chunks of that size (None: the device's 96 KiB)."""
+    args = {"event": event, "clip": True}
+    clip, _ = fetch_chunked(
+        link, topics, device, "media", args, "video/mp4", "the clip", key, timeout, chunk_size, sleep
+    )
+    return clip
+
+
+def fetch_chunked(
+    link: MqttLink,
+    topics: Topics,
+    device: str,
+    name: str,
+    args: dict[str, Any],
+    content_type: str,
+    what: str,
+    key: Ed25519PrivateKey | None = None,
+    timeout: float = 30.0,
+    chunk_size: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    max_size: int = CHUNKED_MAX_BYTES,
+    keep: tuple[str, ...] = (),
+) -> tuple[bytes, dict[str, Any]]:
+    """What command `name` with `args` answers in chunks (a clip, the samples' archive): the
+    first answer gives the size, chunk count and sha256 (and what else the command says, returned
+    with the bytes), then each ``chunk`` its bytes of `content_type`, asked for in turn paced under
+    the device's rate limit, with the first answer's `keep` keys added to `args` (the samples'
+    ``until``: every chunk is cut from the same archive); the whole is checked against the sha256.
+    The announced size must be at most `max_size`. Raises `FleetError` naming what failed."""
     import hashlib
     import json
 
-    def ask(args: dict[str, Any]) -> tuple[bytes, str]:
-        answer = command(link, topics, [device], "media", {"event": event, "clip": True, **args}, key, timeout)[device]
+    def ask(extra: dict[str, Any]) -> tuple[bytes, str]:
+        answer = command(link, topics, [device], name, {**args, **extra}, key, timeout)[device]
         if answer is None:
             raise FleetError(f"{device} did not answer within {timeout:.0f} s (offline?)")
-        body, content_type = answer
-        if content_type == "video/mp4":
-            return body, content_type
+        body, answered_type = answer
+        if answered_type == content_type:
+            return body, answered_type
         try:
             document = json.loads(body)
         except ValueError as exc:
-            raise FleetError(f"{device} answered {content_type or 'bytes'} that are neither the clip nor JSON") from exc
+            raise FleetError(f"{device} answered {answered_type or 'bytes'} that are neither {what} nor JSON") from exc
         if not document.get("ok"):
             raise FleetError(f"{device}: {document['error']['code']}: {document['error']['message']}")
-        return body, content_type
+        return body, answered_type
 
     body, _ = ask({} if chunk_size is None else {"chunk_size": chunk_size})
-    info = json.loads(body)["result"]
+    info = dict(json.loads(body)["result"])
     size, chunk_size, chunks = int(info["size"]), int(info["chunk_size"]), int(info["chunks"])
+    if size > max_size:
+        raise FleetError(f"{device}: {what} is {size} bytes, over the {max_size} this client takes")
+    follow = {name_: info[name_] for name_ in keep if name_ in info}
     parts = []
     for i in range(chunks):
         if i >= CLIP_BURST:
             sleep(CLIP_PACE_S)  # pacing for the device's rate limit, not a wait for an event
-        data, content_type = ask({"chunk": i, "chunk_size": chunk_size})
+        data, answered_type = ask({**follow, "chunk": i, "chunk_size": chunk_size})
         expected = min(chunk_size, size - i * chunk_size)
-        if content_type != "video/mp4" or len(data) != expected:
-            raise FleetError(f"{device}: chunk {i} of the clip has {len(data)} bytes, expected {expected}")
+        if answered_type != content_type or len(data) != expected:
+            raise FleetError(f"{device}: chunk {i} of {what} has {len(data)} bytes, expected {expected}")
         parts.append(data)
-    clip = b"".join(parts)
-    if hashlib.sha256(clip).hexdigest() != info["sha256"]:
-        raise FleetError(f"{device}: the clip's sha256 does not match what the device announced; run it again")
-    return clip
+    whole = b"".join(parts)
+    if hashlib.sha256(whole).hexdigest() != info["sha256"]:
+        raise FleetError(f"{device}: {what}'s sha256 does not match what the device announced; run it again")
+    return whole, info

@@ -34,6 +34,10 @@ PIPELINE_ARGUMENT = "the argument pipeline is deprecated: use camera (pipeline g
 ROLLBACK_WAIT_S = 60.0
 #: bytes per chunk of a clip sent by the ``media`` command (AWS IoT Core takes 128 KiB a message)
 CLIP_CHUNK = 96 * 1024
+#: the most samples one ``samples`` answer packs (the device also caps its bytes)
+SAMPLES_LIMIT = 1000
+#: how long packing the samples (reading up to 64 MiB of files) may hold the commands thread
+SAMPLES_BUDGET_S = 30.0
 
 
 def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
@@ -87,6 +91,29 @@ class MediaArgs(_Args):
     )
 
 
+# -- samples for retraining (issue 40 item 3) ---------------------------------------------------
+
+
+class SamplesArgs(_Args):
+    camera: str | None = Field(
+        default=None, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$", description="Camera name; default: every camera."
+    )
+    since: float = Field(default=0.0, ge=0, le=1e11, description="Samples kept after this time (Unix seconds).")
+    until: float | None = Field(
+        default=None, ge=0, le=1e11, description="Samples kept up to this time (the first answer's until)."
+    )
+    limit: int = Field(default=SAMPLES_LIMIT, ge=1, le=SAMPLES_LIMIT, description="Most samples in one answer.")
+    chunk: int | None = Field(
+        default=None, ge=0, description="The chunk to send (unset: the archive's size, chunks and sha256)."
+    )
+    chunk_size: int = Field(
+        default=CLIP_CHUNK, ge=1024, le=1024 * 1024, description="Bytes per chunk (1 KiB .. 1 MiB)."
+    )
+
+
+# -- end of samples for retraining ------------------------------------------------------------
+
+
 class SnapshotArgs(CameraArgs):
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
 
@@ -100,7 +127,9 @@ class CommandActions:
     `camera_jpeg(camera, quality)` is the camera's newest frame, annotated, as JPEG (None: the
     first camera); `clock()` is the wall clock (Unix seconds); `media(event)` is the snapshot
     kept for an event, as JPEG (``NO_MEDIA``; None: the device keeps none); `clip(event)` the
-    clip kept for an event (``NO_MEDIA``; None: no camera keeps clips); `reset_counts()` sets every line
+    clip kept for an event (``NO_MEDIA``; None: no camera keeps clips); `samples(args)` the tar of
+    the samples for retraining `args` select and what to say of it (``count``, ``until``, ``more``;
+    ``NO_PIPELINE`` for a camera that keeps none; None: no camera keeps samples); `reset_counts()` sets every line
     and zone total to zero and answers ``{"since", "before"}`` (None: the device keeps no
     totals, and the command fails). The actions raise
     `agent.errors.CodedError` (``NO_PREVIOUS``, ``BUSY``, ``NO_PIPELINE``, ``NO_FRAME``), which
@@ -114,6 +143,7 @@ class CommandActions:
     reset_counts: Callable[[], Mapping[str, Any]] | None = None
     media: Callable[[str], bytes] | None = None
     clip: Callable[[str], bytes] | None = None
+    samples: Callable[[SamplesArgs], tuple[bytes, Mapping[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,14 +202,30 @@ def _media_answer(device: CommandActions, args: MediaArgs) -> Answer:
         return Jpeg(_media(device, args.event))
     if device.clip is None:
         raise CodedError(ErrorCode.NO_MEDIA, "this device keeps no clips (no camera has clips set)")
-    data = device.clip(args.event)
-    chunks = max(1, -(-len(data) // args.chunk_size))
-    if args.chunk is None:
-        return {"size": len(data), "chunk_size": args.chunk_size, "chunks": chunks, "sha256": sha256(data).hexdigest()}
-    if args.chunk >= chunks:
-        raise CodedError(ErrorCode.BAD_PAYLOAD, f"chunk {args.chunk} is past the clip's last chunk ({chunks - 1})")
-    start = args.chunk * args.chunk_size
-    return Blob(data[start : start + args.chunk_size], "video/mp4")
+    return chunked(device.clip(args.event), args.chunk, args.chunk_size, "video/mp4", "the clip")
+
+
+def chunked(
+    data: bytes, chunk: int | None, chunk_size: int, content_type: str, what: str, info: Mapping[str, Any] | None = None
+) -> Answer:
+    """`data` sent in chunks: without `chunk`, its size, chunk count and sha256 (and `info`);
+    with `chunk`, that chunk's bytes as `content_type` (a clip, the samples' archive)."""
+    chunks = max(1, -(-len(data) // chunk_size))
+    if chunk is None:
+        digest = sha256(data).hexdigest()
+        return {**(info or {}), "size": len(data), "chunk_size": chunk_size, "chunks": chunks, "sha256": digest}
+    if chunk >= chunks:
+        raise CodedError(ErrorCode.BAD_PAYLOAD, f"chunk {chunk} is past {what}'s last chunk ({chunks - 1})")
+    start = chunk * chunk_size
+    return Blob(data[start : start + chunk_size], content_type)
+
+
+def _samples_answer(device: CommandActions, args: SamplesArgs) -> Answer:
+    """The ``samples`` command: the samples for retraining `args` select, as a tar in chunks."""
+    if device.samples is None:
+        raise CodedError(ErrorCode.NO_MEDIA, "this device keeps no samples (no camera has samples.enabled)")
+    data, info = device.samples(args)
+    return chunked(data, args.chunk, args.chunk_size, "application/x-tar", "the samples' archive", info)
 
 
 def _reset_counts(device: CommandActions) -> Mapping[str, Any]:
@@ -198,6 +244,7 @@ COMMAND_TABLE: tuple[Command[Any], ...] = (
     Command("snapshot", SnapshotArgs, lambda device, a: Jpeg(device.camera_jpeg(a.name, a.quality)), Rate(2.0, 4)),
     Command("ping", NoArgs, lambda device, _: {"pong": round(device.clock(), 3), "state": device.state()}),
     Command("media", MediaArgs, _media_answer, Rate(8.0, 16)),
+    Command("samples", SamplesArgs, _samples_answer, Rate(8.0, 16), budget_s=SAMPLES_BUDGET_S),
     Command("reset-counts", NoArgs, lambda device, _: _reset_counts(device), Rate(0.2, 2)),
     Command("restart-pipeline", CameraArgs, _restart, deprecated=RESTART_PIPELINE),
 )

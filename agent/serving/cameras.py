@@ -54,7 +54,7 @@ from agent.serving.camera_filter import Locate, camera_filter, dotted, in_force
 from agent.serving.classifying import ClassifyingStage
 from agent.serving.engine_builder import EngineBuilder
 from agent.serving.loader import Loaded, open_classifier, open_detector
-from agent.serving.shadow import ShadowCamera, ShadowSession, one_thread
+from agent.serving.shadow import Disagreed, ShadowCamera, ShadowSession, one_thread
 from agent.snapshot import EngineStatus, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
 from pipelines.decoding.decoders import DecoderError
@@ -170,6 +170,8 @@ class Cameras:
         self._lock = threading.Lock()
         self._pipelines: dict[str, Pipeline] = {}
         self._shadows: list[ShadowSession] = []  # open shadows, told of a camera's new pipeline
+        #: told of each frame a shadow's two versions disagreed on (the daemon's samples; None: none)
+        self.shadow_disagreed: Disagreed | None = None
         self.version: Path | None = None
         self.manifest: Manifest | None = None
         self.choice: Choice | None = None  # the runtime serving the first camera, and why
@@ -476,7 +478,9 @@ class Cameras:
             len(cameras),
         )
         stages = self._second_stages(version, manifest, loaded_is, settings)
-        session = ShadowSession(loaded.detector, cameras, share, loaded_is=loaded_is, stages=stages).start()
+        session = ShadowSession(
+            loaded.detector, cameras, share, loaded_is=loaded_is, stages=stages, disagreed=self.shadow_disagreed
+        ).start()
         with self._lock:  # a camera restarted while it runs hands the session its new pipeline
             self._shadows = [s for s in self._shadows if not s.closed] + [session]
         return session

@@ -148,18 +148,23 @@ class DriftWatch:
 
     def reports(self) -> tuple[CameraDrift, ...]:
         """Every watched camera's drift now (any thread)."""
-        found = []
-        for state in self._cameras.values():
-            tracker = state.tracker
-            baseline = tracker.baseline if tracker is not None else None
-            found.append(
-                CameraDrift(
-                    camera=state.name,
-                    version=baseline.version if baseline is not None else None,
-                    baseline_s=round(baseline.summary.seconds, 1) if baseline is not None else 0.0,
-                    complete=baseline is not None and baseline.complete,
-                    score=tracker.report() if tracker is not None else None,
-                    threshold=state.settings.threshold,
-                )
-            )
-        return tuple(found)
+        return tuple(self._report(state) for state in self._cameras.values())
+
+    def drifted(self, camera: str) -> bool:
+        """Whether `camera`'s score has reached its threshold (any thread; a score costs about
+        0.3 ms). False for a camera not watched."""
+        state = self._cameras.get(camera)
+        return state is not None and self._report(state).drifted
+
+    @staticmethod
+    def _report(state: _Camera) -> CameraDrift:
+        tracker = state.tracker
+        baseline = tracker.baseline if tracker is not None else None
+        return CameraDrift(
+            camera=state.name,
+            version=baseline.version if baseline is not None else None,
+            baseline_s=round(baseline.summary.seconds, 1) if baseline is not None else 0.0,
+            complete=baseline is not None and baseline.complete,
+            score=tracker.report() if tracker is not None else None,
+            threshold=state.settings.threshold,
+        )

@@ -32,6 +32,10 @@ it switches (docs/quality.md). `Cameras.shadow` opens a `ShadowSession`; the dep
   are the candidate's; the camera's latency is then the candidate's. A reference inference that
   raises is counted and its frame left out: it says nothing of the new version.
 
+- **Samples**: given `disagreed` (the daemon's samples for retraining), each frame on which the
+  two versions `disagree` (a box of either without a match of its class) is handed to it with
+  the serving detections, on the shadow's thread (the hook must not wait).
+
 Threads: the sinks run on the cameras' inference threads, the worker on its own; `reports`,
 `failures` and `close` may be called from any thread (one lock around the pending frames and
 the agreements).
@@ -49,6 +53,7 @@ from typing import Literal
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import CameraDetector, Detector
 from pipelines.measure.comparison import Agreement, AgreementReport
+from pipelines.measure.evaluate import match
 from pipelines.measure.second_stage import SecondStages, top1_same
 from pipelines.pipeline import Pipeline, Sink
 from pipelines.sources.frames import Frame
@@ -103,6 +108,16 @@ class ShadowCamera:
     model: CameraDetector
 
 
+#: the samples' hook: camera, the frame the two versions disagreed on, the serving detections
+Disagreed = Callable[[str, Frame, Detections], None]
+
+
+def disagree(serving: Detections, loaded: Detections, iou: float = 0.5) -> bool:
+    """Whether one frame's detections of both versions disagree: a box of either without a
+    match of its class in the other's at `iou` (the comparison's matching)."""
+    return len(match(loaded, serving, iou)) < max(len(serving), len(loaded))
+
+
 class ShadowSession:
     """The loaded `detector` on `cameras` (name -> `ShadowCamera`, each holding the same
     detector) at `share` of the time; `clock` times it (monotonic seconds). `loaded_is` says
@@ -117,11 +132,13 @@ class ShadowSession:
         clock: Callable[[], float] = time.monotonic,
         loaded_is: Literal["candidate", "reference"] = "candidate",
         stages: SecondStages | None = None,
+        disagreed: Disagreed | None = None,
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be within (0, 1], got {share}")
         self.detector, self.cameras, self.share, self._clock = detector, dict(cameras), share, clock
         self.loaded_is, self.stages = loaded_is, stages
+        self.disagreed = disagreed  # samples for retraining: told of each frame the two disagreed on
         self._stage_failed = False
         self._lock = threading.Lock()
         self._agreements = {name: Agreement() for name in self.cameras}
@@ -252,6 +269,8 @@ class ShadowSession:
                 )
         same = self._second_stage(frame, serving if self.loaded_is == "candidate" else loaded)
         took = self._clock() - start
+        if self.disagreed is not None and loaded is not None and disagree(serving, loaded):
+            self.disagreed(name, frame, serving)
         with self._lock:
             self._agreements[name].add_crops(same)
             if self.loaded_is == "candidate":

@@ -174,6 +174,7 @@ class StatusApp:
             Route("/api/history", self.history_points),
             Route("/api/events", self.events),
             Route("/api/logs", self.log_lines),
+            Route("/api/samples", self.samples),
             Route("/api/events/{event_id}/{kind}", self.event_media),
             Route("/api/cameras/{name}/snapshot.jpg", self.camera_jpeg),
             Route("/api/rollback", self.rollback, methods=["POST"]),
@@ -211,6 +212,13 @@ class StatusApp:
 
     async def log_lines(self, request: Request) -> Response:
         return JSONResponse(self.logs.to_json(), headers=NO_STORE)
+
+    async def samples(self, request: Request) -> Response:
+        """The samples for retraining kept per camera (``{}``: no camera keeps samples)."""
+        if self.controls.samples is None:
+            return JSONResponse({}, headers=NO_STORE)
+        kept = await self._in("read", self.controls.samples)
+        return JSONResponse({name: value.to_json() for name, value in kept.items()}, headers=NO_STORE)
 
     async def event_media(self, request: Request) -> Response:
         event_id, kind = request.path_params["event_id"], request.path_params["kind"]

@@ -24,7 +24,8 @@ class AgentControls:
     the detections drawn; `events` the recent object and governor events, oldest first, without
     their JPEG crops (each one's `to_json` is the ``events`` topic's document less ``device``);
     `media(event_id, kind)` an event's kept ``snapshot`` or ``clip`` with its content type
-    (None: not kept; the field None: the device keeps no media)."""
+    (None: not kept; the field None: the device keeps no media); `samples()` the samples for
+    retraining kept per camera, `SamplesKept` (the field None: no camera keeps samples)."""
 
     snapshot: Callable[[], AgentSnapshot]
     health: Callable[[], Health]
@@ -33,3 +34,20 @@ class AgentControls:
     camera_jpeg: Callable[[str, int], bytes]
     events: Callable[[], list[Event]]
     media: Callable[[str, str], tuple[bytes, str] | None] | None = None
+    samples: Callable[[], dict[str, SamplesKept]] | None = None  # samples for retraining (issue 40)
+
+
+# -- samples for retraining (issue 40 item 3) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SamplesKept:
+    """One camera's samples for retraining on the device: how many, their bytes, and the newest
+    one's time (Unix seconds; None: none kept yet)."""
+
+    count: int
+    bytes: int
+    newest: float | None
+
+    def to_json(self) -> dict[str, int | float | None]:
+        return {"count": self.count, "bytes": self.bytes, "newest": self.newest}

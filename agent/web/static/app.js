@@ -313,6 +313,17 @@ function renderEvents(events) {
   $("events").tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {}, "no events yet"))]));
 }
 
+// samples for retraining (issue 40 item 3): count, size and newest per camera keeping them
+function renderSamples(kept) {
+  const names = Object.keys(kept).sort();
+  $("samples-section").hidden = names.length === 0;
+  $("samples").tBodies[0].replaceChildren(...names.map((name) => {
+    const k = kept[name];
+    return el("tr", { "data-camera": name }, el("td", {}, name), el("td", { class: "count" }, String(k.count)),
+      el("td", {}, fmt(k.bytes / 1048576, 1, "MiB")), el("td", { class: "newest" }, k.newest === null ? "none yet" : ago(k.newest)));
+  }));
+}
+
 function renderLogs(lines) {
   // every audit line (the page's actions: a ring of their own) and the 60 newest others
   const shown = [...lines.filter((l) => l.audit), ...lines.filter((l) => !l.audit).slice(-60)].sort((a, b) => a.ts - b.ts);
@@ -355,9 +366,10 @@ async function refresh() {
 
 async function refreshSlow() {
   try {
-    const [events, logs] = await Promise.all([api("/api/events"), api("/api/logs")]);
+    const [events, logs, samples] = await Promise.all([api("/api/events"), api("/api/logs"), api("/api/samples")]);
     renderEvents(events);
     renderLogs(logs);
+    renderSamples(samples);
   } catch (error) { /* the fast loop says the agent is gone */ }
 }
 

@@ -19,6 +19,7 @@ from agent.mqtt.commands import (
     MediaArgs,
     NoArgs,
     Rate,
+    SamplesArgs,
     SnapshotArgs,
 )
 from agent.mqtt.protocol import COMMANDS
@@ -37,6 +38,7 @@ def test_each_command_is_one_row_and_the_protocol_names_come_from_the_table() ->
             "snapshot",
             "ping",
             "media",
+            "samples",
             "reset-counts",
             "restart-pipeline",
         )
@@ -48,6 +50,7 @@ def test_each_command_is_one_row_and_the_protocol_names_come_from_the_table() ->
         "snapshot": (Rate(2.0, 4), SnapshotArgs),
         "ping": (Rate(5.0, 10), NoArgs),
         "media": (Rate(8.0, 16), MediaArgs),
+        "samples": (Rate(8.0, 16), SamplesArgs),
         "reset-counts": (Rate(0.2, 2), NoArgs),
         "restart-pipeline": (Rate(5.0, 10), CameraArgs),
     }
@@ -186,3 +189,44 @@ def test_media_with_clip_answers_the_size_then_each_chunk() -> None:
             MediaArgs(event="00ab00cd00ef0012", clip=True),
         )
     assert raised.value.code is ErrorCode.NO_MEDIA and "clips" in raised.value.message
+
+
+def test_samples_are_answered_in_chunks_with_what_the_device_says_of_them() -> None:
+    import hashlib
+
+    from agent.errors import CodedError, ErrorCode
+    from agent.mqtt.commands import Blob
+
+    archive = bytes(range(256)) * 6  # 1536 bytes: chunks of 1024 and 512
+    asked: list[SamplesArgs] = []
+
+    def packed(args: SamplesArgs) -> tuple[bytes, dict[str, object]]:
+        asked.append(args)
+        return archive, {"count": 2, "until": 1700000000.5, "more": False}
+
+    device = Device()
+    actions = CommandActions(lambda: "online", device.rollback, device.restart, device.camera_jpeg, samples=packed)
+    row = ROWS["samples"]
+    info = row.run(actions, SamplesArgs(camera="cam0", since=5.0, chunk_size=1024))
+    digest = hashlib.sha256(archive).hexdigest()
+    assert info == {"count": 2, "until": 1700000000.5, "more": False, "size": 1536, "chunk_size": 1024} | {
+        "chunks": 2,
+        "sha256": digest,
+    }
+    second = row.run(actions, SamplesArgs(camera="cam0", since=5.0, until=1700000000.5, chunk=1, chunk_size=1024))
+    assert second == Blob(archive[1024:], "application/x-tar")
+    assert [(a.camera, a.since, a.until) for a in asked] == [("cam0", 5.0, None), ("cam0", 5.0, 1700000000.5)]
+    with pytest.raises(CodedError) as raised:
+        row.run(CommandActions(lambda: "online", device.rollback, device.restart, device.camera_jpeg), SamplesArgs())
+    assert raised.value.code is ErrorCode.NO_MEDIA and "samples.enabled" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"camera": "a/b"}, {"since": -1}, {"limit": 0}, {"limit": 1001}, {"chunk_size": 100}, {"camera": "x" * 65}],
+)
+def test_samples_arguments_are_bounded(args: dict[str, object]) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        SamplesArgs.model_validate(args)

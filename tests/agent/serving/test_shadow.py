@@ -30,8 +30,9 @@ from agent.hardware.board import probe
 from agent.mqtt.quality_request import ShadowRequest
 from agent.serving.cameras import Cameras
 from agent.serving.loader import open_detector
-from agent.serving.shadow import ShadowCamera, ShadowSession, one_thread, rest_s
+from agent.serving.shadow import ShadowCamera, ShadowSession, disagree, one_thread, rest_s
 from pipelines.decoding.detection_filter import DetectionFilter
+from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import CameraDetector
 from pipelines.measure.comparison import AgreementReport
 from pipelines.sources.synthetic import CLASS_NAMES, SyntheticScene
@@ -71,6 +72,8 @@ def test_the_same_version_agrees_with_itself_under_each_cameras_filter(
         CameraSection(name="circles", source="synthetic:2", fps=30, classes=["circle"], conf=0.4),
     ]
     cameras = Cameras(sections, probe(), "onnxruntime")
+    disagreed: list[str] = []
+    cameras.shadow_disagreed = lambda name, frame, serving: disagreed.append(name)  # the samples' hook
     try:
         cameras.activate(versions[0])
         session = cameras.shadow(versions[0], share=0.5)
@@ -93,6 +96,53 @@ def test_the_same_version_agrees_with_itself_under_each_cameras_filter(
     assert {c.class_id for c in reports["circles"].classes} == {0}  # the camera's own classes, both sides
     assert len(reports["all"].classes) > 1
     assert session.failures() == {"all": 0, "circles": 0}
+    assert disagreed == []  # no frame of a version against itself is a sample
+
+
+@pytest.mark.parametrize(
+    ("serving", "loaded", "expected"),
+    [
+        ([], [], False),
+        ([(0, 0, 10, 10, 0)], [(0, 0, 10, 10, 0)], False),
+        ([(0, 0, 10, 10, 0)], [(1, 1, 10, 10, 0)], False),  # IoU 0.68
+        ([(0, 0, 10, 10, 0)], [(0, 0, 10, 10, 1)], True),  # another class
+        ([(0, 0, 10, 10, 0)], [], True),  # the loaded one missed it
+        ([], [(0, 0, 10, 10, 0)], True),  # the loaded one found more
+        ([(0, 0, 10, 10, 0)], [(5, 5, 15, 15, 0)], True),  # IoU 0.14
+    ],
+)
+def test_a_frame_disagrees_when_a_box_of_either_has_no_match(
+    serving: list[tuple[int, ...]], loaded: list[tuple[int, ...]], expected: bool
+) -> None:
+    def of(rows: list[tuple[int, ...]]) -> Detections:
+        return Detections.from_arrays([r[:4] for r in rows], [0.9] * len(rows), [r[4] for r in rows])
+
+    assert disagree(of(serving), of(loaded)) is expected
+
+
+def test_a_frame_the_candidate_disagrees_on_is_handed_to_the_hook(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    versions = install_versions(tmp_path / "state", keys, bundles)
+    cameras = Cameras([CameraSection(name="a", source="synthetic:1", fps=30)], probe(), "onnxruntime")
+    handed: list[tuple[str, int, int]] = []
+    try:
+        cameras.activate(versions[0])
+        loaded = open_detector(versions[0], probe(), "onnxruntime")
+        blind = CameraDetector(loaded.detector, DetectionFilter(conf=0.999, iou=0.45, max_det=100))
+        session = ShadowSession(
+            loaded.detector,
+            {"a": ShadowCamera(cameras.get("a"), blind)},
+            1.0,
+            disagreed=lambda name, frame, serving: handed.append((name, frame.index, len(serving))),
+        ).start()
+        try:
+            wait_until(lambda: len(handed) >= 2, 60, "frames handed to the samples' hook")
+        finally:
+            session.close()
+    finally:
+        cameras.stop()
+    assert all(name == "a" and count > 0 for name, _, count in handed)
 
 
 def test_frames_offered_while_it_rests_are_skipped(
