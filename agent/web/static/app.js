@@ -270,6 +270,7 @@ function drawMotion(entry) {
   ctx.strokeStyle = "#ff2bd6";
   ctx.fillStyle = "rgba(255, 43, 214, 0.18)";
   ctx.lineWidth = 2;
+  ctx.setLineDash([6, 4]);  // dashed: not one of the detections' solid boxes drawn into the frame
   for (const [x0, y0, x1, y1] of motion.regions) {
     const box = [dx + x0 * scale, dy + y0 * scale, (x1 - x0) * scale, (y1 - y0) * scale];
     ctx.fillRect(...box);
