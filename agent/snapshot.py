@@ -308,16 +308,16 @@ class AgentSnapshot:
             }
             for c in self.analytics
         }
-        in_force = {t.camera: dataclasses.asdict(t) for t in self.thresholds}
-        del document["thresholds"]
-        for camera in document["cameras"]:  # each camera's entry: {..., "thresholds": {conf, iou, ...} | null}
-            found = in_force.get(camera["name"])
-            camera["thresholds"] = {k: v for k, v in found.items() if k != "camera"} if found else None
-        seen = {m.camera: dataclasses.asdict(m) for m in self.motion}
-        del document["motion"]
-        for camera in document["cameras"]:  # {..., "motion": {regions, masks, changed, ...} | null (not gated)}
-            found_motion = seen.get(camera["name"])
-            camera["motion"] = {k: v for k, v in found_motion.items() if k != "camera"} if found_motion else None
+        # each camera's entry: {..., "thresholds": {conf, iou, ...} | null, "motion": {regions, masks, ...} | null}
+        per_camera = {
+            "thresholds": {t.camera: dataclasses.asdict(t) for t in self.thresholds},
+            "motion": {m.camera: dataclasses.asdict(m) for m in self.motion},  # null: no motion gate
+        }
+        for key, found in per_camera.items():
+            del document[key]
+            for camera in document["cameras"]:
+                mine = found.get(camera["name"])
+                camera[key] = {k: v for k, v in mine.items() if k != "camera"} if mine else None
         return document
 
 
