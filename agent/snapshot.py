@@ -185,6 +185,25 @@ class ThresholdsInForce:
 
 
 @dataclass(frozen=True)
+class MotionView:
+    """What a motion-gated camera's detector (``cameras[].motion.enabled``) saw on its newest
+    frame, for the status page to draw over the live frame: `regions` (at most
+    `pipelines.motion.MAX_REGIONS`) as xyxy boxes and `masks` (agent.yaml's) as polygons, both in
+    frame pixels; `changed` the fraction (0..1) of unmasked pixels that differed from the
+    background; `recalibrated` when that frame was a global change (lights, IR). `regions` is
+    empty and `changed` 0 before the first frame (or on a frame the detector failed on). The
+    gate's shares of frames inferred and with motion since the camera started, 0..1."""
+
+    camera: str
+    regions: tuple[tuple[float, float, float, float], ...]
+    masks: tuple[tuple[tuple[float, float], ...], ...]
+    changed: float
+    recalibrated: bool
+    inferred_ratio: float
+    motion_ratio: float
+
+
+@dataclass(frozen=True)
 class MediaUsage:
     """The events' snapshots and clips kept on disk (`agent.daemon.media`): `files`, their
     `bytes`, the oldest one's age (seconds; None when there is none); the clips written and
@@ -237,6 +256,7 @@ class AgentSnapshot:
     media: MediaUsage | None = None  # the events' snapshots kept (None: events.snapshots is off)
     runtime_plugins: tuple[str, ...] = ()  # each runtime plugin left out, and why (runtimes.registry)
     drift: tuple[CameraDrift, ...] = ()  # each camera's drift score (drift.enabled; agent.serving.drift_watch)
+    motion: tuple[MotionView, ...] = ()  # each motion-gated camera's newest motion (the page draws it)
 
     def analytics_json(self) -> dict[str, Any]:
         """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}, "since"}`` over
@@ -290,11 +310,16 @@ class AgentSnapshot:
             }
             for c in self.analytics
         }
-        in_force = {t.camera: dataclasses.asdict(t) for t in self.thresholds}
-        del document["thresholds"]
-        for camera in document["cameras"]:  # each camera's entry: {..., "thresholds": {conf, iou, ...} | null}
-            found = in_force.get(camera["name"])
-            camera["thresholds"] = {k: v for k, v in found.items() if k != "camera"} if found else None
+        # each camera's entry: {..., "thresholds": {conf, iou, ...} | null, "motion": {regions, masks, ...} | null}
+        per_camera = {
+            "thresholds": {t.camera: dataclasses.asdict(t) for t in self.thresholds},
+            "motion": {m.camera: dataclasses.asdict(m) for m in self.motion},  # null: no motion gate
+        }
+        for key, found in per_camera.items():
+            del document[key]
+            for camera in document["cameras"]:
+                mine = found.get(camera["name"])
+                camera[key] = {k: v for k, v in mine.items() if k != "camera"} if mine else None
         return document
 
 

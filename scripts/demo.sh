@@ -41,8 +41,9 @@ echo; echo "== edge-agent bench (pipeline on a 150-frame clip)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --source "$out/scene.mp4"
 echo; echo "== edge-agent bench --against: the INT8 variant against the FP32 model on the same clip (docs/quality.md)"
 .venv/bin/edge-agent bench agent/demo/demo_detector.onnx --against agent/demo/demo_detector_int8.tflite --source "$out/scene.mp4"
-echo; echo "== edge-agent detect --track: objects followed through the clip, crossings of a line (the last line)"
-.venv/bin/edge-agent detect agent/demo/demo_detector.onnx "$out/scene.mp4" --track --line 0,240,640,240 --json | tail -1
+echo; echo "== edge-agent detect --track --motion: objects followed through the clip, crossings of a line, the model"
+echo "   run only on frames worth looking at (the last line: inferred_frames of frames; docs/cameras.md#motion)"
+.venv/bin/edge-agent detect agent/demo/demo_detector.onnx "$out/scene.mp4" --track --motion --line 0,240,640,240 --json | tail -1
 if command -v gst-launch-1.0 >/dev/null; then
   echo; echo "== edge-agent bench on a camera pipe (gst-launch-1.0 writing raw frames, docs/cameras.md)"
   .venv/bin/edge-agent bench agent/demo/demo_detector.onnx \
@@ -102,14 +103,16 @@ page="http://127.0.0.1:$page_port"
 sed -i 's/probation_s: 120 /probation_s: 5   /' "$out/agent.yaml"  # a short probation, for the demo
 # a second camera: both share one loaded model (docs/cameras.md); cam1 keeps only squares scoring
 # above 0.6, cam0 what the bundle says (docs/configuration.md#detection-thresholds-per-camera)
-# cam1 also keeps a short clip around each object's start (docs/analytics.md#clips)
-sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15, conf: 0.6, classes: [square], clips: {pre_s: 1, post_s: 2}}|' "$out/agent.yaml"
+# cam1 also keeps a short clip around each object's start (docs/analytics.md#clips), and infers
+# only where something moves, its top right masked (docs/cameras.md#motion: the page draws both)
+sed -i 's|^    max_fps: 15$|&\n  - {name: cam1, source: "synthetic:7", max_fps: 15, conf: 0.6, classes: [square], clips: {pre_s: 1, post_s: 2}, motion: {enabled: true, masks: [[[480, 0], [640, 0], [640, 120], [480, 120]]]}}|' "$out/agent.yaml"
 .venv/bin/edge-agent config check "$out/agent.yaml"
 .venv/bin/edge-agent run --config "$out/agent.yaml" > "$out/agent.log" 2>&1 &
 echo $! > "$out/agent.pid"
 mosquitto_sub -p "$port" -t edge/demo-cam/status -C 1 -W 30 > /dev/null  # the agent is online
 .venv/bin/edge-agent fleet push "$out/demo-1.0.0.bundle" --target group:demo --broker "$broker" --wait 60
-echo; echo "== what each camera keeps, on one shared model: the bundle's conf on cam0, agent.yaml's conf and classes on cam1"
+echo; echo "== what each camera keeps, on one shared model: the bundle's conf on cam0, agent.yaml's conf and classes on cam1;"
+echo "   cam1's motion gate (inferred_ratio: the share of its frames the model ran on)"
 curl -s "$page/api/status" | .venv/bin/python -c "
 import json, sys
 for c in json.load(sys.stdin)['cameras']:
@@ -117,6 +120,10 @@ for c in json.load(sys.stdin)['cameras']:
     classes = ', '.join(t['classes']) if t.get('classes') else 'all'
     print(f\"{c['name']}: conf {t.get('conf')}, iou {t.get('iou')}, max_det {t.get('max_det')}, classes {classes}\"
           f\" (set in agent.yaml: {', '.join(t.get('configured', [])) or 'none'})\")
+    m = c.get('motion')
+    if m:
+        print(f\"{c['name']}: motion gate: {m['inferred_ratio']:.0%} of frames inferred, {m['motion_ratio']:.0%} with\"
+              f\" motion, {len(m['regions'])} region(s) now, {len(m['masks'])} mask(s) (drawn on the page: $page)\")
 "
 echo; echo "== an unsigned command, as any client of the broker could send it: refused"
 # mosquitto_rr subscribes to the response topic before it publishes: the answer cannot come first

@@ -2,9 +2,10 @@
 """Screenshot the status page as a technician sees it: docs/status-page.png.
 
 A daemon in this process on the Jetson Orin Nano's fake sensor tree (temperature, power rails),
-two synthetic cameras, the demo bundle installed twice (so a rollback is offered), a broker
-configured that nobody runs (the page lists it as a problem), and the page with credentials;
-headless chromium (Debian's) loads it, waits for a minute of charts, and saves a full-page PNG.
+two synthetic cameras (one motion-gated with a mask: the page draws its regions and the mask),
+the demo bundle installed twice (so a rollback is offered), a broker configured that nobody runs
+(the page lists it as a problem), and the page with credentials; headless chromium (Debian's)
+loads it, waits for a minute of charts, and saves a full-page PNG.
 
 Usage: python scripts/screenshot_status_page.py [--out docs/status-page.png] [--seconds 60]
 """
@@ -51,7 +52,13 @@ def main() -> int:
             "allow_unsigned": True,
             "mqtt": {"broker": f"mqtt://127.0.0.1:{free_port()}", "reconnect_max_s": 5},
             "cameras": [
-                {"name": "dock", "source": "synthetic:1", "fps": 12, "max_fps": 10},
+                {
+                    "name": "dock",
+                    "source": "synthetic:1",
+                    "fps": 12,
+                    "max_fps": 10,
+                    "motion": {"enabled": True, "masks": [[[440, 0], [640, 0], [640, 120], [440, 120]]]},
+                },
                 {"name": "gate", "source": "synthetic:2", "fps": 8},
             ],
             "telemetry": {"interval_s": 2},
@@ -73,6 +80,7 @@ def main() -> int:
                 )
                 page.wait_for("[...document.querySelectorAll('img.snapshot')].every(i => i.complete && i.naturalWidth)")
                 time.sleep(6)  # the events and the log (every 5 s)
+                page.wait_for("[...document.querySelectorAll('canvas.motion-overlay')].some(c => +c.dataset.regions)")
                 page.screenshot(args.out)
             finally:
                 browser.close()

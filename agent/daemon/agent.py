@@ -391,6 +391,7 @@ class Agent:
             runtimes=self._runtimes,
             engine=self.cameras.engine_status(),
             thresholds=tuple(self.cameras.thresholds()) if state != "offline" else (),
+            motion=tuple(self.cameras.motion()) if state != "offline" else (),
             outbox=self.outbox.stats() if self.link is not None else None,
             analytics_since=self.events.since,
             media=self.outgoing.media_usage(),

@@ -55,7 +55,7 @@ from agent.serving.classifying import ClassifyingStage
 from agent.serving.engine_builder import EngineBuilder
 from agent.serving.loader import Loaded, open_classifier, open_detector
 from agent.serving.shadow import Disagreed, ShadowCamera, ShadowSession, one_thread
-from agent.snapshot import EngineStatus, ThresholdsInForce
+from agent.snapshot import EngineStatus, MotionView, ThresholdsInForce
 from pipelines.annotate import BoxAnnotator
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import CameraDetector, FrameDetector
@@ -557,6 +557,17 @@ class Cameras:
                 if (pipeline := self._pipelines.get(s.name)) is not None
             ]
 
+    def motion(self) -> list[MotionView]:
+        """Each running motion-gated camera's newest motion and its masks (any thread: a
+        camera's `Gating.last` is a frozen `Motion` its inference thread replaces whole, so this
+        reads one frame's or the next's, never a mix)."""
+        with self._lock:
+            return [
+                motion_view(s, gating)
+                for s in self.sections
+                if (pipeline := self._pipelines.get(s.name)) is not None and (gating := pipeline.gating) is not None
+            ]
+
     def stats(self) -> list[PipelineStats]:
         """Each camera's numbers; `shared_by` and `mean_batch` from its shared model."""
         with self._lock:
@@ -568,3 +579,20 @@ class Cameras:
                     stats = replace(stats, shared_by=model.cameras, mean_batch=model.mean_batch)
                 found.append(stats)
             return found
+
+
+def motion_view(section: CameraSection, gating: Gating) -> MotionView:
+    """The snapshot's account of `section`'s gate: its newest `Motion` (regions rounded to a
+    tenth of a pixel) with agent.yaml's masks and the gate's ratios."""
+    motion, ratios = gating.last, gating.ratios()
+    regions = motion.regions.tolist() if motion is not None else []
+    masks = section.motion.masks if section.motion is not None else []
+    return MotionView(
+        camera=section.name,
+        regions=tuple((round(x0, 1), round(y0, 1), round(x1, 1), round(y1, 1)) for x0, y0, x1, y1 in regions),
+        masks=tuple(tuple((x, y) for x, y in polygon) for polygon in masks),
+        changed=round(motion.changed, 4) if motion is not None else 0.0,
+        recalibrated=motion.recalibrated if motion is not None else False,
+        inferred_ratio=ratios.inferred_ratio,
+        motion_ratio=ratios.motion_ratio,
+    )

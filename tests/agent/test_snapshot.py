@@ -1,5 +1,5 @@
 """`agent.snapshot`: health judged from the cameras, the link and the daemon's own loops; each camera's
-thresholds in force in its entry of the JSON."""
+thresholds in force and motion gate in its entry of the JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from testkit.snapshots import camera, link, snapshot
 
 from agent.mqtt.link import LinkStats
-from agent.snapshot import ThresholdsInForce, judge_health
+from agent.snapshot import MotionView, ThresholdsInForce, judge_health
 from pipelines.pipeline import PipelineStats
 from pipelines.worker import LoopState
 
@@ -56,6 +56,26 @@ def test_each_cameras_thresholds_go_into_its_entry_of_the_json() -> None:
         "configured": ["conf", "max_det", "classes"],
         "problems": [],
     }
+
+
+def test_a_gated_cameras_motion_goes_into_its_entry_of_the_json_and_an_ungated_one_has_null() -> None:
+    import json
+
+    door = MotionView(
+        "door", ((10.0, 20.0, 50.5, 80.0),), (((0.0, 0.0), (9.0, 0.0), (9.0, 9.0)),), 0.02, False, 0.4, 0.3
+    )
+    document = json.loads(json.dumps(snapshot(cameras=(camera(), camera("door")), motion=(door,)).to_json()))
+    assert "motion" not in document, "no list beside the cameras"
+    assert document["cameras"][0]["motion"] is None, "a camera without a gate draws nothing"
+    assert document["cameras"][1]["motion"] == {
+        "regions": [[10.0, 20.0, 50.5, 80.0]],
+        "masks": [[[0.0, 0.0], [9.0, 0.0], [9.0, 9.0]]],
+        "changed": 0.02,
+        "recalibrated": False,
+        "inferred_ratio": 0.4,
+        "motion_ratio": 0.3,
+    }
+    assert document["cameras"][0]["thresholds"] is None, "and the thresholds still go beside it"
 
 
 def test_the_json_carries_each_cameras_detection_rates_and_the_deployments_quality() -> None:

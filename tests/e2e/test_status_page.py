@@ -34,6 +34,8 @@ TREE = FAKES / "laptop-battery"
 
 
 AUTH = basic("tech", "s3cret pass")
+#: cam0's motion mask, frame pixels: the top right of its 640x480 frames
+MASK = [[480, 0], [640, 0], [640, 160], [480, 160]]
 
 
 @dataclass
@@ -66,6 +68,7 @@ def served(
                 "max_fps": 10,
                 "lines": [{"name": "mid", "points": [[0, 240], [640, 240]]}],
                 "zones": [{"name": "left", "polygon": [[0, 0], [320, 0], [320, 480], [0, 480]]}],
+                "motion": {"enabled": True, "masks": [MASK]},
             },
             {"name": "door", "source": camera.url, "max_fps": 10, "conf": 0.5, "classes": ["square", "hexagon"]},
         ],
@@ -107,7 +110,7 @@ def test_the_page_in_chromium_shows_the_device_live_frames_and_charts(served: Se
     image = cv2.imdecode(np.frombuffer(jpeg.body, np.uint8), cv2.IMREAD_COLOR)
     assert image is not None and image.shape[2] == 3
     # the charts: uPlot drew lines on canvases (non-blank pixels), with points from the history
-    painted = """[...document.querySelectorAll('canvas')].map(c => {
+    painted = """[...document.querySelectorAll('.chart canvas')].map(c => {
         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
         let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; })"""
     page.wait_for("window.edgeAgent.history.ts.length >= 3")
@@ -175,6 +178,61 @@ def test_the_page_shows_each_cameras_line_and_zone_counters(served: Served, chro
         ("edge_agent_line_crossings_total", (("camera", "cam0"), ("direction", "in"), ("line", "mid")))
     ]
     assert crossed_in >= line["in"] and ("edge_agent_zone_objects", (("camera", "cam0"), ("zone", "left"))) in samples
+
+
+#: cam0's overlay read back in the page: how much of the mask's box is painted, how many painted
+#: pixels lie outside both the mask and every motion region, and how many are the regions' colour;
+#: null until the regions drawn are those of the status the page holds
+OVERLAY = """(() => {
+    const card = document.querySelector('[data-camera=cam0]');
+    if (!card) return null;
+    const image = card.querySelector('img'), canvas = card.querySelector('canvas.motion-overlay');
+    const motion = window.edgeAgent.status.cameras.find(c => c.name === 'cam0').motion;
+    if (!motion || !image.naturalWidth || !motion.regions.length || +canvas.dataset.regions !== motion.regions.length)
+        return null;
+    const s = Math.min(canvas.width / image.naturalWidth, canvas.height / image.naturalHeight);
+    const dx = (canvas.width - image.naturalWidth * s) / 2, dy = (canvas.height - image.naturalHeight * s) / 2;
+    const box = ([x0, y0, x1, y1], pad) => [dx + x0 * s - pad, dy + y0 * s - pad, dx + x1 * s + pad, dy + y1 * s + pad];
+    const inside = ([x0, y0, x1, y1], x, y) => x >= x0 && x <= x1 && y >= y0 && y <= y1;
+    const mask = box([480, 0, 640, 160], 2), regions = motion.regions.map(r => box(r, 3));
+    const d = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    let maskPixels = 0, maskPainted = 0, outside = 0, magenta = 0;
+    for (let y = 0; y < canvas.height; y++) for (let x = 0; x < canvas.width; x++) {
+        const i = (y * canvas.width + x) * 4, painted = d[i + 3] > 0;
+        if (d[i] > 200 && d[i + 1] < 120 && d[i + 2] > 150 && d[i + 3] > 200) magenta++;
+        if (inside(box([480, 0, 640, 160], -2), x, y)) { maskPixels++; if (painted) maskPainted++; }
+        else if (painted && !inside(mask, x, y) && !regions.some(r => inside(r, x, y))) outside++;
+    }
+    return {mask: maskPainted / maskPixels, outside, magenta, legend: !card.querySelector('.motion-legend').hidden};
+})()"""
+
+
+def test_a_gated_cameras_frame_shows_its_motion_regions_and_masks_and_an_ungated_one_nothing(
+    served: Served, chromium: Chromium
+) -> None:
+    """cam0's motion gate (one mask over the top right) on the synthetic scene's moving shapes:
+    /api/status carries its regions and mask in frame pixels, and the page draws both over the
+    frame as shown (letterboxed in its box), in their place and nowhere else; door, without a
+    gate, has nothing drawn and no legend."""
+    document = status(served)
+    cameras = {c["name"]: c for c in document["cameras"]}
+    assert cameras["door"]["motion"] is None
+    motion = cameras["cam0"]["motion"]
+    assert motion["masks"] == [MASK] and 0 < motion["inferred_ratio"] <= 1 and 0 <= motion["changed"] <= 1
+    assert all(0 <= x0 < x1 <= 640 and 0 <= y0 < y1 <= 480 for x0, y0, x1, y1 in motion["regions"])
+    page = chromium.page()
+    page.headers(AUTH)
+    page.open(served.url + "/")
+    drawn = page.wait_for(f"(o => o && o.magenta > 0 && o)({OVERLAY})")
+    assert drawn["mask"] > 0.95 and drawn["outside"] == 0 and drawn["legend"], drawn
+    door = "document.querySelector('[data-camera=door]')"
+    page.wait_for(f"{door} && {door}.querySelector('img').naturalWidth")
+    blank = f"""(c => c.width > 0 && c.dataset.regions === '0'
+        && c.getContext('2d').getImageData(0, 0, c.width, c.height).data.every((v, i) => i % 4 !== 3 || v === 0)
+    )({door}.querySelector('canvas.motion-overlay'))"""
+    assert page.evaluate(blank) and page.evaluate(f"{door}.querySelector('.motion-legend').hidden")
+    gate_row = f"[...{door}.querySelectorAll('dt')].some(d => d.textContent === 'motion gate')"
+    assert page.evaluate(gate_row) is False
 
 
 def test_each_cameras_card_shows_the_thresholds_in_force_and_a_class_the_model_lacks_is_a_problem(

@@ -169,15 +169,21 @@ function renderCamera(c, analytics) {
   let entry = cameraCards[c.name];
   if (!entry) {
     const image = el("img", { alt: `camera ${c.name}`, class: "snapshot" });
+    // the motion gate's regions and masks, drawn over the frame (drawMotion); its legend below
+    const overlay = el("canvas", { class: "motion-overlay", "aria-hidden": "true" });
+    const legend = el("div", { class: "motion-legend muted" },
+      el("span", { class: "key region" }), "motion", el("span", { class: "key mask" }), "masked (ignored)", el("span", { class: "motion-state" }));
+    legend.hidden = true;
+    const frame = el("div", { class: "frame" }, image, overlay);
     const stats = el("dl", {});
     const restart = el("button", { type: "button" }, "Restart camera");
     restart.addEventListener("click", () => act(`/api/cameras/${encodeURIComponent(c.name)}/restart`, `restart camera ${c.name}`));
     const chart = el("div", { class: "chart" });
     const card = el("div", { class: "camera card", "data-camera": c.name },
-      el("h3", {}, `Camera ${c.name}`), image, stats, restart, chart);
+      el("h3", {}, `Camera ${c.name}`), frame, legend, stats, restart, chart);
     $("cameras").append(card);
-    entry = cameraCards[c.name] = { card, image, stats, chart, loading: false };
-    image.addEventListener("load", () => { entry.loading = false; });
+    entry = cameraCards[c.name] = { card, image, overlay, legend, stats, chart, loading: false, motion: null };
+    image.addEventListener("load", () => { entry.loading = false; drawMotion(entry); });
     image.addEventListener("error", () => { entry.loading = false; });
   }
   const total = c.latency_ms.total || {};
@@ -190,8 +196,11 @@ function renderCamera(c, analytics) {
     ["source", `${c.source_status.state}${c.source_status.error ? ": " + c.source_status.error : ""}`],
     ["model", `${c.model} on ${c.runtime}${c.paused ? " (paused)" : ""}`],
     ...thresholdRows(c.thresholds),
+    ...motionRows(c.motion),
     ...analyticsRows(analytics),
   ]);
+  entry.motion = c.motion || null;
+  drawMotion(entry);
   if (!entry.loading) {
     entry.loading = true;
     entry.image.src = here(`/api/cameras/${encodeURIComponent(c.name)}/snapshot.jpg?t=${Date.now()}`);
@@ -207,6 +216,68 @@ function thresholdRows(t) {
     ["thresholds", `conf ${fmt(t.conf, 2)} · iou ${fmt(t.iou, 2)} · max_det ${t.max_det} (${from})`],
     ["classes", classes],
   ];
+}
+
+// The motion gate's shares of frames (docs/cameras.md#motion); nothing for a camera without one.
+function motionRows(m) {
+  if (!m) return [];
+  return [["motion gate", `${fmt(m.inferred_ratio * 100, 0, "%")} of frames inferred, ${fmt(m.motion_ratio * 100, 0, "%")} with motion`]];
+}
+
+// A diagonal hatch for the masks: grey lines over a dimmed frame.
+let maskPattern = null;
+function hatch(ctx) {
+  if (maskPattern) return maskPattern;
+  const tile = document.createElement("canvas");
+  tile.width = tile.height = 8;
+  const t = tile.getContext("2d");
+  t.fillStyle = "rgba(0, 0, 0, 0.45)";
+  t.fillRect(0, 0, 8, 8);
+  t.strokeStyle = "rgba(220, 220, 220, 0.8)";
+  t.lineWidth = 1.5;
+  t.beginPath(); t.moveTo(0, 8); t.lineTo(8, 0); t.moveTo(-2, 2); t.lineTo(2, -2); t.moveTo(6, 10); t.lineTo(10, 6); t.stroke();
+  maskPattern = ctx.createPattern(tile, "repeat");
+  return maskPattern;
+}
+
+// Draws the newest motion of a gated camera (entry.motion: /api/status's cameras[].motion, in
+// frame pixels) over its live frame as shown: the image is letterboxed in its box (object-fit:
+// contain), so the frame's pixels map to the box by one scale and an offset. The canvas is
+// cleared for a camera without a gate, and its legend hidden. What it drew is kept in the
+// canvas's data-regions and data-masks (the page test reads them beside the pixels).
+function drawMotion(entry) {
+  const { image, overlay, legend } = entry;
+  const motion = entry.motion;
+  overlay.width = image.clientWidth;
+  overlay.height = image.clientHeight;  // setting the size clears the canvas
+  overlay.dataset.regions = overlay.dataset.masks = "0";
+  legend.hidden = !motion;
+  if (!motion || !image.naturalWidth) return;
+  legend.querySelector(".motion-state").textContent = motion.recalibrated
+    ? "lighting changed: background recalibrated"
+    : `${fmt(motion.changed * 100, 1, "%")} of the frame changed`;
+  const scale = Math.min(overlay.width / image.naturalWidth, overlay.height / image.naturalHeight);
+  const dx = (overlay.width - image.naturalWidth * scale) / 2;
+  const dy = (overlay.height - image.naturalHeight * scale) / 2;
+  const ctx = overlay.getContext("2d");
+  ctx.fillStyle = hatch(ctx);
+  for (const polygon of motion.masks) {
+    ctx.beginPath();
+    polygon.forEach(([x, y], i) => (i ? ctx.lineTo : ctx.moveTo).call(ctx, dx + x * scale, dy + y * scale));
+    ctx.closePath();
+    ctx.fill();
+  }
+  ctx.strokeStyle = "#ff2bd6";
+  ctx.fillStyle = "rgba(255, 43, 214, 0.18)";
+  ctx.lineWidth = 2;
+  ctx.setLineDash([6, 4]);  // dashed: not one of the detections' solid boxes drawn into the frame
+  for (const [x0, y0, x1, y1] of motion.regions) {
+    const box = [dx + x0 * scale, dy + y0 * scale, (x1 - x0) * scale, (y1 - y0) * scale];
+    ctx.fillRect(...box);
+    ctx.strokeRect(...box);
+  }
+  overlay.dataset.regions = String(motion.regions.length);
+  overlay.dataset.masks = String(motion.masks.length);
 }
 
 // The camera's tracked objects, line crossings and zone occupancy (docs/analytics.md).

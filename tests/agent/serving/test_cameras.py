@@ -394,3 +394,32 @@ def test_a_camera_with_motion_enabled_is_gated_and_its_keepalive_asks_its_tracke
     assert stats.inferred is not None and stats.inferred < stats.frames, stats
     assert stats.gate is not None and stats.gate.inferred_ratio < 0.9
     assert plain.stats().inferred is None and plain.stats().gate is None
+
+
+def test_a_gated_cameras_motion_view_has_its_newest_regions_and_its_masks_in_frame_pixels() -> None:
+    """What the status page draws (`motion_view`): a square that moved on a 1280x720 frame (the
+    detector judges a 320-wide copy) is a region around it in frame pixels, beside agent.yaml's
+    mask and the gate's ratios; before a frame, none."""
+    from agent.config.models import MotionSection
+    from agent.serving.cameras import motion_view
+    from pipelines.gating import Gating
+    from pipelines.motion import MotionDetector
+    from pipelines.motion_gate import MotionGate
+
+    mask = [[0.0, 0.0], [200.0, 0.0], [200.0, 100.0]]
+    section = CameraSection(name="yard", source="synthetic", motion=MotionSection(enabled=True, masks=[mask]))
+    assert section.motion is not None
+    gating = Gating(MotionDetector(section.motion.settings()), MotionGate())
+    before = motion_view(section, gating)
+    polygon = ((0.0, 0.0), (200.0, 0.0), (200.0, 100.0))
+    assert (before.regions, before.masks, before.changed) == ((), (polygon,), 0.0)
+    still = np.full((720, 1280, 3), 90, np.uint8)
+    moved = still.copy()
+    moved[400:560, 800:960] = 250
+    gating.admit(still, 0.0)
+    gating.admit(moved, 0.1)
+    view = motion_view(section, gating)
+    ((x0, y0, x1, y1),) = view.regions
+    assert abs(x0 - 800) <= 12 and abs(y0 - 400) <= 12 and abs(x1 - 960) <= 12 and abs(y1 - 560) <= 12, view.regions
+    assert view.masks == (polygon,) and view.camera == "yard"
+    assert 0 < view.changed < 0.1 and not view.recalibrated and view.inferred_ratio == 1.0
