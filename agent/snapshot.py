@@ -156,6 +156,8 @@ class GovernorState:
             "since": round(self.since_ts, 3),
             "actions": {
                 "fps_cap": actions.fps_cap,
+                "gate_slowdown": actions.gate_slowdown,
+                "gated_fps_cap": actions.gated_fps_cap,
                 "paused": actions.paused,
                 "fan": self.fan_percent,
                 "artifact": actions.artifact,

@@ -336,10 +336,13 @@ class SourceBrief(_Part):
 
 class GateBrief(_Part):
     """A camera's motion gate (docs/cameras.md "Motion"): the share of frames inferred and the
-    share with motion since its pipeline started, 0..1."""
+    share with motion since its pipeline started, 0..1; its idle interval (s) and keepalive
+    (FPS) in force, agent.yaml's stretched by the governor's slowdown (docs/telemetry.md)."""
 
     inferred_ratio: float
     motion_ratio: float
+    idle_interval_s: float | None = None
+    keepalive_fps: float | None = None
 
 
 class CameraTelemetry(_Part):
@@ -436,6 +439,8 @@ class SensorsTelemetry(_Part):
 
 class ActionsTelemetry(_Part):
     fps_cap: float | None = None
+    gate_slowdown: float = 1.0
+    gated_fps_cap: float | None = None
     paused: bool = False
     fan: float | None = None
     artifact: str = "default"
