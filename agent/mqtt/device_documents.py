@@ -551,7 +551,9 @@ class AnalyticsTelemetry(_Part):
 
 class TelemetryDocument(DeviceDocument):
     """``<root>/<device>/telemetry`` (not retained), every ``telemetry.interval_s``. `system` is
-    ``{}`` on the wire until the first sample (None here)."""
+    ``{}`` on the wire until the first sample (None here). `energy_wh` is the board's input
+    energy since the agent started and `energy_wh_per_h` that over the hours measured (absent
+    where the power is not measured, docs/telemetry.md)."""
 
     ts: float
     device: str
@@ -564,6 +566,8 @@ class TelemetryDocument(DeviceDocument):
     system: SystemTelemetry | None = None
     sensors: SensorsTelemetry = SensorsTelemetry()
     energy_mj_per_frame: float | None = None
+    energy_wh: float | None = None
+    energy_wh_per_h: float | None = None
     governor: GovernorTelemetry | None = None
     mqtt: MqttTelemetry | None = None
     outbox: OutboxTelemetry | None = None
@@ -577,8 +581,10 @@ class TelemetryDocument(DeviceDocument):
 
     @model_serializer(mode="wrap")
     def _outbox_when_kept(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """A device without an outbox (no broker) sends no ``outbox`` key, as before it had one."""
-        return _without_unset(handler(self), self, "outbox")
+        """A device without an outbox (no broker) sends no ``outbox`` key, as before it had one;
+        one whose power is not measured no ``energy_wh`` and ``energy_wh_per_h``."""
+        document = _without_unset(handler(self), self, "outbox")
+        return _without_unset(_without_unset(document, self, "energy_wh"), self, "energy_wh_per_h")
 
     @field_serializer("system", mode="wrap")
     def _empty_without_sample(self, value: SystemTelemetry | None, handler: SerializerFunctionWrapHandler) -> Any:
