@@ -717,8 +717,8 @@ class LevelActions(_Section):
     gated_fps_cap: float | None = Field(
         default=None,
         gt=0,
-        description="Most frames per second inferred per camera with a motion gate (while it moves); "
-        "by default only CRITICAL's pause limits them (docs/telemetry.md, The governor).",
+        description="Most frames per second taken per camera with a motion gate; unset: no cap, only "
+        "CRITICAL's pause limits them (docs/telemetry.md, The governor).",
     )
     fan_percent: float | None = Field(default=None, ge=0, le=100, description="Fan duty in percent (with a fan).")
     lighter_artifact: bool = Field(default=False, description="Serve the bundle's lightest artifact (e.g. INT8).")
