@@ -10,8 +10,9 @@ already has readings.
 Threads: the ticks run on the ``sampler`` thread (a `pipelines.worker.Worker`: a tick that fails,
 say because the process ran out of file descriptors and `/proc/meminfo` cannot be opened, is
 logged and counted and the next one comes after a backoff; the thread goes on); `system`,
-`readings`, `energy.energy` and `governor` are one reference each, read from any thread. `loop()` says when the
-thread promised to turn again, whether its ticks fail and whether it ended, for `Agent.health()`.
+`readings`, `energy.energy` and `governor` are one reference each, read from any thread.
+`loop()` says when the thread promised to turn again, whether its ticks fail and whether it
+ended, for `Agent.health()`.
 """
 
 from __future__ import annotations

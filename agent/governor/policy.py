@@ -16,10 +16,11 @@ HOT 5 °C before the lowest passive trip (where the kernel starts throttling), C
 before the lowest critical trip (where it powers off) but at most 10 °C above HOT, WARM 10 °C
 below HOT; without trip points, 65 / 75 / 85 °C. The actions of the thermal and the battery level are merged: the
 lower FPS caps, the longer motion-gate slowdown, the faster fan, either one's pause, lighter
-artifact or stop. Energy before detections (docs/telemetry.md "The governor"): by default a camera with a motion
-gate is first slowed where nothing moves (WARM x2, HOT and battery LOW x4: a longer idle
-interval and keepalive period) and its FPS is not capped before CRITICAL pauses it; a camera
-without one is capped at HOT as before. The reason names what the gates are told.
+artifact or stop. Energy before detections (docs/telemetry.md "The governor"): by default a
+camera with a motion gate is first slowed where nothing moves (WARM x2, HOT and battery LOW
+x4: a longer idle interval and keepalive period) and its FPS is not capped before CRITICAL
+pauses it; a camera without one is capped at HOT as before. The reason names what the gates
+are told (whether or not a camera here has a gate: the policy does not know the cameras).
 
 No I/O, no clock of its own, no threads: `now` is the caller's (monotonic) time in seconds.
 """

@@ -25,11 +25,11 @@ each camera keeps now.
 
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
 ``max_fps``; a camera with a motion gate by the gated cap, and its gate slowed down: a longer
-idle interval and keepalive period) and pauses or resumes inference, `use_lighter` re-activates the version with its
-lightest artifact (or back; the second stage's classifier too), `halt` stops inference cleanly
-and `resume` starts it again. The governor's settings outlive restarts and deployments: a
-camera started later gets them too. Each version activated hands the second stage
-(`agent.serving.classifying`) its classifier, or None.
+idle interval and keepalive period) and pauses or resumes inference, `use_lighter`
+re-activates the version with its lightest artifact (or back; the second stage's classifier
+too), `halt` stops inference cleanly and `resume` starts it again. The governor's settings
+outlive restarts and deployments: a camera started later gets them too. Each version
+activated hands the second stage (`agent.serving.classifying`) its classifier, or None.
 
 Thread safety: every method may be called from any thread (one lock around the pipelines).
 """
