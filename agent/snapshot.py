@@ -19,6 +19,7 @@ from agent.bundles.store import VersionInfo
 from agent.errors import ErrorInfo
 from agent.governor.levels import Decision
 from agent.hardware.board import Board
+from agent.hardware.energy import Energy
 from agent.hardware.readings import SensorReadings
 from agent.hardware.system import SystemReadings
 from agent.mqtt.device_documents import DownloadProgress
@@ -157,6 +158,8 @@ class GovernorState:
             "since": round(self.since_ts, 3),
             "actions": {
                 "fps_cap": actions.fps_cap,
+                "gate_slowdown": actions.gate_slowdown,
+                "gated_fps_cap": actions.gated_fps_cap,
                 "paused": actions.paused,
                 "fan": self.fan_percent,
                 "artifact": actions.artifact,
@@ -257,6 +260,7 @@ class AgentSnapshot:
     runtime_plugins: tuple[str, ...] = ()  # each runtime plugin left out, and why (runtimes.registry)
     drift: tuple[CameraDrift, ...] = ()  # each camera's drift score (drift.enabled; agent.serving.drift_watch)
     motion: tuple[MotionView, ...] = ()  # each motion-gated camera's newest motion (the page draws it)
+    energy: Energy | None = None  # the input power integrated since the start (None: not measured)
 
     def analytics_json(self) -> dict[str, Any]:
         """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}, "since"}`` over
@@ -288,6 +292,19 @@ class AgentSnapshot:
         fps = self.fps
         return round(power_w / fps * 1000, 1) if power_w is not None and fps > 0 else None
 
+    def energy_json(self) -> dict[str, float | None] | None:
+        """``{"energy_wh", "energy_wh_per_h", "measured_s"}`` since the agent started, rounded
+        (None: the power is not measured here)."""
+        energy = self.energy
+        if energy is None:
+            return None
+        per_h = energy.wh_per_h
+        return {
+            "energy_wh": round(energy.wh, 4),
+            "energy_wh_per_h": round(per_h, 3) if per_h is not None else None,
+            "measured_s": round(energy.measured_s, 1),
+        }
+
     def to_json(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (the status page's ``/api/status``)."""
         # each camera's rates hold their classes in a read-only mapping, which `asdict`'s deep
@@ -301,6 +318,7 @@ class AgentSnapshot:
         document["governor"] = self.governor.to_json() if self.governor else None
         document["fps"] = self.fps
         document["energy_mj_per_frame"] = self.energy_mj_per_frame
+        document["energy"] = self.energy_json()
         document["analytics"] = self.analytics_json()
         document["cameras_analytics"] = {
             c.camera: {

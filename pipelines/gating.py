@@ -34,10 +34,13 @@ def _no_tracks() -> bool:
 
 @dataclass(frozen=True)
 class GateRatios:
-    """What a camera's gate did: the share of frames inferred and the share with motion (0..1)."""
+    """What a camera's gate did: the share of frames inferred and the share with motion (0..1),
+    and its idle interval (s) and keepalive (FPS) in force (the governor's slowdown applied)."""
 
     inferred_ratio: float
     motion_ratio: float
+    idle_interval_s: float
+    keepalive_fps: float
 
 
 class Gating:
@@ -66,4 +69,10 @@ class Gating:
         return self.gate.decide(now, motion, self.tracks_alive())
 
     def ratios(self) -> GateRatios:
-        return GateRatios(round(self.gate.inferred_ratio, 4), round(self.gate.motion_ratio, 4))
+        gate = self.gate
+        return GateRatios(
+            round(gate.inferred_ratio, 4),
+            round(gate.motion_ratio, 4),
+            round(gate.idle_interval_in_force_s, 3),
+            round(gate.keepalive_fps_in_force, 3),
+        )

@@ -30,11 +30,20 @@ view leaves no motion behind: the background never held it). The gate caps nothi
 It counts frames `offered`, `inferred` and `moving` (with motion): `inferred_ratio` and
 `motion_ratio` are those over `offered` (0.0 before any frame).
 
-Threads: not thread-safe; the camera's thread that runs its detector asks. No global state.
+The governor slows a gate down under heat or a low battery (`slow_down(factor)`, docs/
+telemetry.md "The governor"): its idle interval and its keepalive period are both `factor` times
+longer (`factor` >= 1; 1 restores agent.yaml's values). Motion, the frame after it and a lighting
+change are still inferred at once: a slowdown costs only still frames.
+
+Threads: `decide` is not thread-safe: the camera's thread that runs its detector asks.
+`slow_down` may be called from any other thread (the governor's, the daemon's sampler): it
+replaces one float, which `decide` reads once per frame, so a frame sees either factor whole.
+No global state.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the gate imports no OpenCV: agent.config reads its defaults
@@ -58,7 +67,30 @@ class MotionGate:
         self.keepalive_fps, self.idle_interval_s = keepalive_fps, idle_interval_s
         self._last: float | None = None
         self._was_moving = False  # the frame before had motion
+        self._slowdown = 1.0  # the governor's factor (any thread replaces it, `decide` reads it)
         self.offered = self.inferred = self.moving = 0
+
+    def slow_down(self, factor: float) -> None:
+        """Stretch the idle interval and the keepalive period `factor` times (>= 1, finite; 1:
+        as configured), from the next frame offered. Any thread."""
+        if not (math.isfinite(factor) and factor >= 1.0):
+            raise ValueError(f"slow_down: expected a finite factor >= 1, got {factor}")
+        self._slowdown = float(factor)
+
+    @property
+    def slowdown(self) -> float:
+        """The factor in force (1.0: as configured)."""
+        return self._slowdown
+
+    @property
+    def idle_interval_in_force_s(self) -> float:
+        """`idle_interval_s` stretched by the slowdown in force."""
+        return self.idle_interval_s * self._slowdown
+
+    @property
+    def keepalive_fps_in_force(self) -> float:
+        """`keepalive_fps` slowed by the slowdown in force."""
+        return self.keepalive_fps / self._slowdown
 
     def decide(self, now: float, motion: Motion | None, tracks_alive: bool) -> bool:
         """Whether to infer the frame offered at `now` (see the module's table); counts it."""
@@ -76,10 +108,10 @@ class MotionGate:
     def _wanted(self, now: float, motion: Motion | None, tracks_alive: bool) -> bool:
         if self._last is None or motion is None or motion.moving or motion.recalibrated or self._was_moving:
             return True
-        since = now - self._last
-        if since >= self.idle_interval_s:
+        since, slowdown = now - self._last, self._slowdown  # one read of the governor's factor
+        if since >= self.idle_interval_s * slowdown:
             return True
-        return tracks_alive and since >= 1.0 / self.keepalive_fps
+        return tracks_alive and since >= slowdown / self.keepalive_fps
 
     @property
     def inferred_ratio(self) -> float:

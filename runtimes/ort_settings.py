@@ -49,10 +49,10 @@ class OnnxRuntimeConfig(BackendConfig):
         "with no consistent speed difference (docs/benchmarks.md).",
     )
     spinning: bool = Field(
-        default=True,
-        description="Let idle ORT threads spin-wait for work instead of sleeping (ONNX Runtime's "
-        "default). Off leaves that CPU to capture, other cameras and the board's temperature: "
-        "YOLOv8n on two cores used 21-26 % less CPU per frame at the same latency "
+        default=False,
+        description="Let idle ORT threads spin-wait for work instead of sleeping (ONNX Runtime's own "
+        "default; true brings it back). Off, the default, leaves that CPU to capture, other cameras and "
+        "the board's temperature: on two cores 0.5-0.79x the CPU per frame at the same or lower latency "
         "(docs/benchmarks.md, core budgets).",
     )
 

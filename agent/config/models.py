@@ -786,10 +786,29 @@ class BatteryGovernorSection(_Section):
         return self
 
 
+#: the most a governor level may stretch a motion gate's idle interval and keepalive period
+MAX_GATE_SLOWDOWN = 10.0
+
+
 class LevelActions(_Section):
     """What the governor does at one level."""
 
-    fps_cap: float | None = Field(default=None, gt=0, description="Most frames per second inferred per camera.")
+    fps_cap: float | None = Field(
+        default=None, gt=0, description="Most frames per second inferred per camera without a motion gate."
+    )
+    gate_slowdown: float = Field(
+        default=1.0,
+        ge=1.0,
+        le=MAX_GATE_SLOWDOWN,
+        description="Cameras with a motion gate: multiply its idle_interval_s and divide its keepalive_fps by "
+        "this (1: as configured); the first thing the governor does (docs/telemetry.md, The governor).",
+    )
+    gated_fps_cap: float | None = Field(
+        default=None,
+        gt=0,
+        description="Most frames per second taken per camera with a motion gate; unset: no cap, only "
+        "CRITICAL's pause limits them (docs/telemetry.md, The governor).",
+    )
     fan_percent: float | None = Field(default=None, ge=0, le=100, description="Fan duty in percent (with a fan).")
     lighter_artifact: bool = Field(default=False, description="Serve the bundle's lightest artifact (e.g. INT8).")
     pause: bool = Field(default=False, description="Pause inference (capture goes on).")
@@ -798,15 +817,19 @@ class LevelActions(_Section):
 
 class GovernorActionsSection(_Section):
     normal: LevelActions = Field(default_factory=lambda: LevelActions(fan_percent=0), description="At NORMAL.")
-    warm: LevelActions = Field(default_factory=lambda: LevelActions(fan_percent=50), description="At WARM.")
+    warm: LevelActions = Field(
+        default_factory=lambda: LevelActions(fan_percent=50, gate_slowdown=2), description="At WARM."
+    )
     hot: LevelActions = Field(
-        default_factory=lambda: LevelActions(fan_percent=100, fps_cap=5, lighter_artifact=True), description="At HOT."
+        default_factory=lambda: LevelActions(fan_percent=100, fps_cap=5, gate_slowdown=4, lighter_artifact=True),
+        description="At HOT.",
     )
     critical: LevelActions = Field(
         default_factory=lambda: LevelActions(fan_percent=100, pause=True), description="At CRITICAL."
     )
     battery_low: LevelActions = Field(
-        default_factory=lambda: LevelActions(fps_cap=2, lighter_artifact=True), description="At battery LOW."
+        default_factory=lambda: LevelActions(fps_cap=2, gate_slowdown=4, lighter_artifact=True),
+        description="At battery LOW.",
     )
     battery_critical: LevelActions = Field(
         default_factory=lambda: LevelActions(stop=True), description="At battery CRITICAL."

@@ -386,6 +386,7 @@ class Agent:
             events=EventCounts(self.events.published, self.events.suppressed, stage.classified, stage.dropped),
             analytics=tuple(self.events.counts()),
             sensors=self.sampler.readings,
+            energy=self.sampler.energy.energy,
             governor=self.sampler.governor,
             rollout=deployer.rollout if deployer is not None else None,
             runtimes=self._runtimes,

@@ -67,7 +67,7 @@ def status_document(snapshot: AgentSnapshot) -> StatusDocument:
 
 def telemetry_document(snapshot: AgentSnapshot) -> TelemetryDocument:
     """One ``telemetry`` message: per-camera numbers, system readings, sensors (all null until
-    the first reading), energy per frame, the governor, the link."""
+    the first reading), energy per frame and per hour, the governor, the link."""
     broker = snapshot.broker
     return TelemetryDocument(
         ts=round(snapshot.ts, 3),
@@ -80,6 +80,8 @@ def telemetry_document(snapshot: AgentSnapshot) -> TelemetryDocument:
         system=SystemTelemetry.model_validate(snapshot.system) if snapshot.system else None,
         sensors=SensorsTelemetry.model_validate((snapshot.sensors or SensorReadings()).to_json()),
         energy_mj_per_frame=snapshot.energy_mj_per_frame,
+        energy_wh=(energy := snapshot.energy_json() or {}).get("energy_wh"),
+        energy_wh_per_h=energy.get("energy_wh_per_h"),
         governor=GovernorTelemetry.model_validate(snapshot.governor.to_json()) if snapshot.governor else None,
         mqtt=MqttTelemetry.model_validate(broker) if broker else None,
         outbox=OutboxTelemetry.model_validate(snapshot.outbox) if snapshot.outbox else None,

@@ -3,7 +3,8 @@ decision is carried out on the cameras and the fan.
 
 - fan: set to the level's duty when it changes (a fan that fails is logged once per problem,
   reported in the governor's state, and the other actions still apply);
-- FPS cap and pause: `Cameras.govern`;
+- FPS caps, motion-gate slowdown and pause: `Cameras.govern` (a camera with a motion gate is
+  slowed where nothing moves before its FPS is capped: energy before detections);
 - lighter artifact: `Cameras.use_lighter` (re-activates the version; a failure is logged and
   the running model kept);
 - stop (battery CRITICAL): `Cameras.halt`, then `on_stop` (the daemon publishes its status at
@@ -111,7 +112,7 @@ class Governing:
                 if str(exc) != self._fan_error:
                     log.error("governor: fan %s: %s", self.fan.name, exc)
                 self._fan_error = str(exc)
-        self.cameras.govern(actions.fps_cap, actions.paused)
+        self.cameras.govern(actions.fps_cap, actions.paused, actions.gated_fps_cap, actions.gate_slowdown)
         try:
             if self.cameras.use_lighter(actions.artifact == "lighter"):
                 log.info("governor: serving the %s artifact", actions.artifact)

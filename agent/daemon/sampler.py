@@ -1,7 +1,8 @@
 """The sampler: the daemon's thread ``sampler``, one tick every ``telemetry.interval_s``.
 
 A tick samples the system (CPU, memory, the state directory's disk, the clock), reads the
-sensors, steps the governor (`agent.daemon.governing.Governing`, which carries its decision
+sensors, adds the input power to the energy meter (`agent.hardware.energy`, on `monotonic`),
+steps the governor (`agent.daemon.governing.Governing`, which carries its decision
 out on the cameras and the fan), then calls `after` (the daemon publishes telemetry and the
 status there, when it has a broker). `start` takes one sample at once, so the first snapshot
 already has readings.
@@ -9,8 +10,9 @@ already has readings.
 Threads: the ticks run on the ``sampler`` thread (a `pipelines.worker.Worker`: a tick that fails,
 say because the process ran out of file descriptors and `/proc/meminfo` cannot be opened, is
 logged and counted and the next one comes after a backoff; the thread goes on); `system`,
-`readings` and `governor` are one reference each, read from any thread. `loop()` says when the
-thread promised to turn again, whether its ticks fail and whether it ended, for `Agent.health()`.
+`readings`, `energy.energy` and `governor` are one reference each, read from any thread.
+`loop()` says when the thread promised to turn again, whether its ticks fail and whether it
+ended, for `Agent.health()`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from agent.daemon.governing import Governing
+from agent.hardware.energy import EnergyMeter
 from agent.hardware.readings import SensorReadings
 from agent.hardware.sensors import Sensors
 from agent.hardware.system import SystemMonitor, SystemReadings
@@ -53,6 +56,7 @@ class Sampler:
         self._after, self._monotonic = after, monotonic
         self.system: SystemReadings | None = None  # the latest system sample
         self.readings: SensorReadings | None = None  # the latest sensor reading
+        self.energy = EnergyMeter()  # the input power integrated over `monotonic` since the start
         self._worker = Worker(
             "sampler", self._tick, described=NAME, budget_s=interval_s, monotonic=monotonic, backoff=backoff
         )
@@ -66,6 +70,7 @@ class Sampler:
         """One tick: the system and sensor readings, then the governor's step."""
         self.system = self.monitor.sample()
         self.readings = self.sensors.read()
+        self.energy.add(self.readings.power_w, self._monotonic())
         if self.governing is not None:
             self.governing.step(self.readings)
 

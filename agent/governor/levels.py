@@ -74,19 +74,27 @@ class TemperatureThresholds:
 
 @dataclass(frozen=True)
 class Actions:
-    """What the cameras and the fan should do: an FPS cap per camera (None: none), paused
-    inference, the fan's duty in percent (None: leave it), the artifact to serve (``default``
-    as the runtime policy chooses, or the bundle's ``lighter`` one), and a clean stop."""
+    """What the cameras and the fan should do: an FPS cap per camera without a motion gate
+    (None: none), the slowdown of the motion gates (their idle interval and keepalive period
+    times `gate_slowdown`, >= 1) and the FPS cap of the cameras with one (`gated_fps_cap`),
+    paused inference, the fan's duty in percent (None: leave it), the artifact to serve
+    (``default`` as the runtime policy chooses, or the bundle's ``lighter`` one), and a clean
+    stop."""
 
     fps_cap: float | None = None
     paused: bool = False
     fan_percent: float | None = None
     artifact: Literal["default", "lighter"] = "default"
     stopped: bool = False
+    gate_slowdown: float = 1.0
+    gated_fps_cap: float | None = None
 
     def __post_init__(self) -> None:
-        if self.fps_cap is not None and not self.fps_cap > 0:
-            raise ValueError(f"Actions.fps_cap: expected a positive number or None, got {self.fps_cap}")
+        for name, cap in (("fps_cap", self.fps_cap), ("gated_fps_cap", self.gated_fps_cap)):
+            if cap is not None and not cap > 0:
+                raise ValueError(f"Actions.{name}: expected a positive number or None, got {cap}")
+        if not 1.0 <= self.gate_slowdown < float("inf"):
+            raise ValueError(f"Actions.gate_slowdown: expected a finite number >= 1, got {self.gate_slowdown}")
         if self.fan_percent is not None and not 0 <= self.fan_percent <= 100:
             raise ValueError(f"Actions.fan_percent: expected 0..100 or None, got {self.fan_percent}")
 

@@ -15,7 +15,12 @@ Thresholds not set in agent.yaml come from the board's trip points (`resolve_thr
 HOT 5 °C before the lowest passive trip (where the kernel starts throttling), CRITICAL 5 °C
 before the lowest critical trip (where it powers off) but at most 10 °C above HOT, WARM 10 °C
 below HOT; without trip points, 65 / 75 / 85 °C. The actions of the thermal and the battery level are merged: the
-lower FPS cap, the faster fan, either one's pause, lighter artifact or stop.
+lower FPS caps, the longer motion-gate slowdown, the faster fan, either one's pause, lighter
+artifact or stop. Energy before detections (docs/telemetry.md "The governor"): by default a
+camera with a motion gate is first slowed where nothing moves (WARM x2, HOT and battery LOW
+x4: a longer idle interval and keepalive period) and its FPS is not capped before CRITICAL
+pauses it; a camera without one is capped at HOT as before. The reason names what the gates
+are told (whether or not a camera here has a gate: the policy does not know the cameras).
 
 No I/O, no clock of its own, no threads: `now` is the caller's (monotonic) time in seconds.
 """
@@ -152,19 +157,36 @@ def _battery_actions(section: GovernorSection, level: BatteryLevel) -> LevelActi
     }[level]
 
 
+def _lowest(values: list[float | None]) -> float | None:
+    given = [v for v in values if v is not None]
+    return min(given) if given else None
+
+
 def merge_actions(*levels: LevelActions | None) -> Actions:
-    """One set of actions for several levels: the lowest cap, the fastest fan, any pause,
-    lighter artifact or stop."""
+    """One set of actions for several levels: the lowest caps, the longest gate slowdown, the
+    fastest fan, any pause, lighter artifact or stop."""
     given = [a for a in levels if a is not None]
-    caps = [a.fps_cap for a in given if a.fps_cap is not None]
     fans = [a.fan_percent for a in given if a.fan_percent is not None]
     return Actions(
-        fps_cap=min(caps) if caps else None,
+        fps_cap=_lowest([a.fps_cap for a in given]),
         paused=any(a.pause for a in given),
         fan_percent=max(fans) if fans else None,
         artifact="lighter" if any(a.lighter_artifact for a in given) else "default",
         stopped=any(a.stop for a in given),
+        gate_slowdown=max([a.gate_slowdown for a in given], default=1.0),
+        gated_fps_cap=_lowest([a.gated_fps_cap for a in given]),
     )
+
+
+def gate_clause(actions: Actions) -> str:
+    """What the actions do to motion-gated cameras, in words for the decision's reason ("" when
+    nothing: no slowdown and no cap)."""
+    parts = []
+    if actions.gate_slowdown > 1.0:
+        parts.append(f"idle interval and keepalive period x{actions.gate_slowdown:g}")
+    if actions.gated_fps_cap is not None:
+        parts.append(f"FPS capped at {actions.gated_fps_cap:g}")
+    return f"; motion-gated cameras: {', '.join(parts)}" if parts else ""
 
 
 def decide(section: GovernorSection, previous: Decision | None, readings: SensorReadings, now: float) -> Decision:
@@ -192,6 +214,8 @@ def decide(section: GovernorSection, previous: Decision | None, readings: Sensor
         reason += f"; {t_reason}"
     elif not battery_governs and battery != BatteryLevel.OK:
         reason += f"; {b_reason}"
+    actions = merge_actions(_thermal_actions(section, thermal), _battery_actions(section, battery))
+    reason += gate_clause(actions)
     return Decision(
         level=level.value,
         thermal=thermal,
@@ -200,7 +224,7 @@ def decide(section: GovernorSection, previous: Decision | None, readings: Sensor
         since=b_since if battery_governs else t_since,
         thermal_since=t_since,
         battery_since=b_since,
-        actions=merge_actions(_thermal_actions(section, thermal), _battery_actions(section, battery)),
+        actions=actions,
         thresholds=thresholds,
         changed=thermal != thermal0 or battery != battery0,
         temp_c=temp_c,

@@ -339,10 +339,13 @@ class SourceBrief(_Part):
 
 class GateBrief(_Part):
     """A camera's motion gate (docs/cameras.md "Motion"): the share of frames inferred and the
-    share with motion since its pipeline started, 0..1."""
+    share with motion since its pipeline started, 0..1; its idle interval (s) and keepalive
+    (FPS) in force, agent.yaml's stretched by the governor's slowdown (docs/telemetry.md)."""
 
     inferred_ratio: float
     motion_ratio: float
+    idle_interval_s: float | None = None
+    keepalive_fps: float | None = None
 
 
 class CameraTelemetry(_Part):
@@ -442,6 +445,8 @@ class SensorsTelemetry(_Part):
 
 class ActionsTelemetry(_Part):
     fps_cap: float | None = None
+    gate_slowdown: float = 1.0
+    gated_fps_cap: float | None = None
     paused: bool = False
     fan: float | None = None
     artifact: str = "default"
@@ -552,7 +557,9 @@ class AnalyticsTelemetry(_Part):
 
 class TelemetryDocument(DeviceDocument):
     """``<root>/<device>/telemetry`` (not retained), every ``telemetry.interval_s``. `system` is
-    ``{}`` on the wire until the first sample (None here)."""
+    ``{}`` on the wire until the first sample (None here). `energy_wh` is the board's input
+    energy since the agent started and `energy_wh_per_h` that over the hours measured (absent
+    where the power is not measured, docs/telemetry.md)."""
 
     ts: float
     device: str
@@ -566,6 +573,8 @@ class TelemetryDocument(DeviceDocument):
     system: SystemTelemetry | None = None
     sensors: SensorsTelemetry = SensorsTelemetry()
     energy_mj_per_frame: float | None = None
+    energy_wh: float | None = None
+    energy_wh_per_h: float | None = None
     governor: GovernorTelemetry | None = None
     mqtt: MqttTelemetry | None = None
     outbox: OutboxTelemetry | None = None
@@ -579,8 +588,10 @@ class TelemetryDocument(DeviceDocument):
 
     @model_serializer(mode="wrap")
     def _outbox_when_kept(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """A device without an outbox (no broker) sends no ``outbox`` key, as before it had one."""
-        return _without_unset(handler(self), self, "outbox")
+        """A device without an outbox (no broker) sends no ``outbox`` key, as before it had one;
+        one whose power is not measured no ``energy_wh`` and ``energy_wh_per_h``."""
+        document = _without_unset(handler(self), self, "outbox")
+        return _without_unset(_without_unset(document, self, "energy_wh"), self, "energy_wh_per_h")
 
     @field_serializer("system", mode="wrap")
     def _empty_without_sample(self, value: SystemTelemetry | None, handler: SerializerFunctionWrapHandler) -> Any:

@@ -24,11 +24,12 @@ deployment, a rollback, the lighter artifact, a TensorRT engine), and `threshold
 each camera keeps now.
 
 The governor reaches the cameras here: `govern` caps every camera's FPS (below its own
-``max_fps``) and pauses or resumes inference, `use_lighter` re-activates the version with its
-lightest artifact (or back; the second stage's classifier too), `halt` stops inference cleanly
-and `resume` starts it again. The governor's settings outlive restarts and deployments: a
-camera started later gets them too. Each version activated hands the second stage
-(`agent.serving.classifying`) its classifier, or None.
+``max_fps``; a camera with a motion gate by the gated cap, and its gate slowed down: a longer
+idle interval and keepalive period) and pauses or resumes inference, `use_lighter`
+re-activates the version with its lightest artifact (or back; the second stage's classifier
+too), `halt` stops inference cleanly and `resume` starts it again. The governor's settings
+outlive restarts and deployments: a camera started later gets them too. Each version
+activated hands the second stage (`agent.serving.classifying`) its classifier, or None.
 
 Thread safety: every method may be called from any thread (one lock around the pipelines).
 """
@@ -180,6 +181,8 @@ class Cameras:
         self._stopped = False
         self.builder = EngineBuilder(self._engine_done)
         self.fps_cap: float | None = None  # the governor's settings (see `govern`)
+        self.gated_fps_cap: float | None = None
+        self.gate_slowdown = 1.0
         self.paused = False
         self.lighter = False
         self.halted = False
@@ -362,6 +365,7 @@ class Cameras:
             return None
         alive = self._tracks_alive_for(section.name) if self._tracks_alive_for is not None else None
         gate = MotionGate(motion.keepalive_fps, motion.idle_interval_s)
+        gate.slow_down(self.gate_slowdown)
         return Gating(MotionDetector(motion.settings()), gate, alive)
 
     def _start(self, section: CameraSection, detector: FrameDetector, workers: int) -> Pipeline:
@@ -371,7 +375,7 @@ class Cameras:
             section.name,
             source_for(section, self._pipe_settings()),
             detector,
-            max_fps=_capped(section.max_fps, self.fps_cap),
+            max_fps=_capped(section.max_fps, self._cap_for(section)),
             sinks=sinks,
             annotator=annotator,
             workers=workers,
@@ -386,16 +390,28 @@ class Cameras:
 
     # -- the governor's actions -----------------------------------------------------------------
 
-    def govern(self, fps_cap: float | None, paused: bool) -> None:
-        """Cap every camera at `fps_cap` (None: its own ``max_fps`` only) and pause or resume
-        inference (capture goes on)."""
+    def _cap_for(self, section: CameraSection) -> float | None:
+        """The governor's FPS cap for `section`: the gated cap where its motion gate is on."""
+        gated = section.motion is not None and section.motion.enabled
+        return self.gated_fps_cap if gated else self.fps_cap
+
+    def govern(
+        self, fps_cap: float | None, paused: bool, gated_fps_cap: float | None = None, gate_slowdown: float = 1.0
+    ) -> None:
+        """Cap every camera without a motion gate at `fps_cap` and every camera with one at
+        `gated_fps_cap` (None: its own ``max_fps`` only), stretch the gates' idle interval and
+        keepalive period `gate_slowdown` times (>= 1), and pause or resume inference (capture
+        goes on)."""
         with self._lock:
             self.fps_cap, self.paused = fps_cap, paused
+            self.gated_fps_cap, self.gate_slowdown = gated_fps_cap, gate_slowdown
             for section in self.sections:
                 pipeline = self._pipelines.get(section.name)
                 if pipeline is None:
                     continue
-                pipeline.max_fps = _capped(section.max_fps, fps_cap)
+                pipeline.max_fps = _capped(section.max_fps, self._cap_for(section))
+                if pipeline.gating is not None:
+                    pipeline.gating.gate.slow_down(gate_slowdown)
                 if paused:
                     pipeline.pause()
                 else:

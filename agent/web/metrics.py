@@ -248,6 +248,12 @@ class SnapshotCollector(Collector):
 
     def _board(self, s: AgentSnapshot) -> Iterator[Metric]:
         sensors, system, governor = s.sensors, s.system, s.governor
+        if s.energy is not None:
+            yield CounterMetricFamily(
+                "edge_agent_energy_joules",
+                "The board's input energy since the agent started (power integrated, trapezoid rule).",
+                s.energy.joules,
+            )
         if sensors is not None:
             zones = GaugeMetricFamily("edge_agent_temperature_celsius", "Each thermal zone.", labels=["zone"])
             for zone in sensors.thermal_zones:
@@ -282,6 +288,11 @@ class SnapshotCollector(Collector):
                 value={level.value: level == decision.battery for level in BatteryLevel},
             )
             yield from _gauge("edge_agent_governor_fps_cap", "The FPS cap in force.", decision.actions.fps_cap)
+            yield from _gauge(
+                "edge_agent_governor_gate_slowdown",
+                "How many times longer the motion gates' idle interval and keepalive period are.",
+                decision.actions.gate_slowdown,
+            )
             if decision.thresholds is not None:
                 starts = GaugeMetricFamily(
                     "edge_agent_governor_threshold_celsius",

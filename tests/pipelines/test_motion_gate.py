@@ -84,6 +84,43 @@ def test_bad_settings_are_refused(keepalive_fps: float, idle_interval_s: float, 
         MotionGate(keepalive_fps, idle_interval_s)
 
 
+@pytest.mark.parametrize(
+    ("now", "motion", "tracks_alive", "infer"),
+    [
+        (0.1, MOVING, False, True),  # motion is never slowed down
+        (0.1, LIGHTS, False, True),
+        (14.999, STILL, False, False),  # idle 5 s x3: just under 15 s
+        (15.0, STILL, False, True),  # >=, not >
+        (1.499, STILL, True, False),  # keepalive period 0.5 s x3
+        (1.5, STILL, True, True),
+    ],
+)
+def test_a_slowdown_stretches_the_idle_interval_and_the_keepalive_period(
+    now: float, motion: Motion, tracks_alive: bool, infer: bool
+) -> None:
+    gate = _gate()
+    gate.slow_down(3.0)
+    assert (gate.slowdown, gate.idle_interval_in_force_s, gate.keepalive_fps_in_force) == (3.0, 15.0, 2.0 / 3)
+    assert gate.decide(now, motion, tracks_alive) is infer
+
+
+def test_a_slowdown_of_one_restores_the_configured_gate() -> None:
+    gate = _gate()
+    gate.slow_down(4.0)
+    assert not gate.decide(5.0, STILL, tracks_alive=False)
+    gate.slow_down(1.0)
+    assert gate.decide(5.0, STILL, tracks_alive=False)  # the next frame offered sees it
+    assert (gate.idle_interval_in_force_s, gate.keepalive_fps_in_force) == (5.0, 2.0)
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.0, -1.0, float("nan"), float("inf")])
+def test_a_slowdown_that_would_speed_up_or_stop_the_gate_is_refused(factor: float) -> None:
+    gate = _gate()
+    with pytest.raises(ValueError, match="expected a finite factor >= 1"):
+        gate.slow_down(factor)
+    assert gate.slowdown == 1.0
+
+
 def test_noise_and_a_lighting_change_do_not_keep_inference_on() -> None:
     clip = MotionClip(seed=21, light_at=45)
     detector, gate = MotionDetector(), MotionGate(keepalive_fps=2.0, idle_interval_s=2.0)

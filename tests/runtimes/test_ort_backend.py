@@ -32,10 +32,13 @@ def test_ort_session_options_follow_the_config(constant_model) -> None:
     with OnnxRuntimeBackend(path) as rt:
         options = rt._session.get_session_options()
         assert not options.enable_mem_pattern and options.intra_op_num_threads == 0
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0", "idle threads sleep"
         assert rt.concurrent
-    with OnnxRuntimeBackend(path, OnnxRuntimeConfig(memory_pattern=True, intra_op_threads=1)) as rt:
+    config = OnnxRuntimeConfig(memory_pattern=True, intra_op_threads=1, spinning=True)
+    with OnnxRuntimeBackend(path, config) as rt:
         options = rt._session.get_session_options()
         assert options.enable_mem_pattern and options.intra_op_num_threads == 1
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1", "the old way, when set"
 
 
 def test_ort_dynamic_axes_are_none(constant_model) -> None:

@@ -236,6 +236,20 @@ def test_telemetry_carries_the_outbox_when_there_is_one() -> None:
     assert "outbox" not in json.loads(telemetry_payload(snapshot())), "no outbox (no broker): no key"
 
 
+def test_telemetry_carries_the_energy_per_hour_only_where_the_power_is_measured() -> None:
+    from agent.hardware.energy import Energy
+
+    sent = json.loads(telemetry_payload(full_snapshot(energy=Energy(joules=10800.0, measured_s=1800.0))))
+    assert (sent["energy_wh"], sent["energy_wh_per_h"]) == (3.0, 6.0)  # 6 W for half an hour
+    assert (
+        TelemetryDocument.read(telemetry_payload(full_snapshot(energy=Energy(10800.0, 1800.0))), "t").energy_wh == 3.0
+    )
+    unmeasured = json.loads(telemetry_payload(full_snapshot()))
+    assert "energy_wh" not in unmeasured and "energy_wh_per_h" not in unmeasured
+    status = full_snapshot(energy=Energy(10800.0, 1800.0)).to_json()["energy"]
+    assert status == {"energy_wh": 3.0, "energy_wh_per_h": 6.0, "measured_s": 1800.0}
+
+
 def test_the_analytics_say_since_when_they_count() -> None:
     sent = json.loads(telemetry_payload(full_snapshot(analytics_since=1234.5678)))["analytics"]
     assert sent["since"] == 1234.568 and sent["lines"]["door"] == {"in": 5, "out": 2}

@@ -1,5 +1,6 @@
 """The governor at work in a running agent (`agent.daemon.governing`): a heating fake zone caps the FPS,
-sets the fan and pauses, a critical battery stops inference cleanly."""
+sets the fan and pauses, a critical battery stops inference cleanly; a camera with a motion gate is
+slowed where nothing moves before its FPS is capped."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ def install_two_artifacts(state_dir: Path, keys: dict[str, Path], tmp_path: Path
     assert deployment.state == "SUCCEEDED", deployment.error
 
 
-def camera(document: dict[str, Any]) -> dict[str, Any]:
-    return dict(document["cameras"][0]) if document["cameras"] else {}
+def camera(document: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """The document's first camera, or the one called `name` ({} when there is none)."""
+    found = [c for c in document["cameras"] if name is None or c["name"] == name]
+    return dict(found[0]) if found else {}
 
 
 def test_temperature_caps_fps_sets_the_fan_pauses_and_recovers(
@@ -80,6 +83,8 @@ def test_temperature_caps_fps_sets_the_fan_pauses_and_recovers(
         hot = watcher.wait_json(topic, lambda d: d["governor"]["level"] == "HOT" and camera(d).get("fps", 99) <= 3.2)
         assert hot["governor"]["actions"] == {
             "fps_cap": 3.0,
+            "gate_slowdown": 1.0,  # `hot:` set here replaces the default's x4 whole
+            "gated_fps_cap": None,
             "paused": False,
             "fan": 100.0,
             "artifact": "lighter",
@@ -151,3 +156,65 @@ def test_a_critical_battery_stops_inference_cleanly_with_a_final_status(
     assert "governor: stopping inference (battery 4 % at or below 5 %: CRITICAL)" in output
     assert "governor: starting inference again" in output
     assert wait_until(lambda: watcher.json("edge/bat-1/status")["state"] == "offline", 10, "offline")
+
+
+def gate_of(document: dict[str, Any]) -> tuple[float, float, float | None] | None:
+    """The gated camera's idle interval and keepalive in force and its FPS cap (None: no gate yet)."""
+    gated = camera(document, "gated")
+    gate = gated.get("gate")
+    return (gate["idle_interval_s"], gate["keepalive_fps"], gated["max_fps"]) if gate else None
+
+
+def test_heat_slows_a_motion_gate_before_it_caps_the_fps_and_cooling_restores_it(
+    tmp_path: Path, broker: Broker, watcher: Watcher, keys: dict[str, Path]
+) -> None:
+    """The default actions on a fake Orin Nano: WARM stretches the gated camera's idle interval and
+    keepalive period x2 and caps nothing; HOT x4, and caps the camera without a gate only."""
+    tree = tree_copy(tmp_path, "jetson-orin-nano")
+    hottest = tree / "sys/class/thermal/thermal_zone8/temp"  # tj-thermal
+    board = probe(tree)
+    state_dir = tmp_path / "state"
+    install_two_artifacts(state_dir, keys, tmp_path, board)
+    motion = {"enabled": True, "idle_interval_s": 2.0, "keepalive_fps": 2.0}
+    config = AgentConfig.model_validate(
+        {
+            "device": {"id": "gate-1"},
+            "state_dir": str(state_dir),
+            "trust_keys": [str(keys["public"])],
+            "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2},
+            "cameras": [
+                {"name": "gated", "source": "synthetic", "fps": 10, "max_fps": 8, "motion": motion},
+                {"name": "plain", "source": "synthetic", "fps": 10, "max_fps": 8},
+            ],
+            "telemetry": {"interval_s": 0.3},
+            "governor": {"thermal": {"warm_c": 60, "hot_c": 70, "critical_c": 85, "hysteresis_c": 3, "min_dwell_s": 0}},
+        }
+    )
+    agent = Agent(config, board, root=tree, pin_factory=MockFactory(pin_class=MockPWMPin))
+    topic = "edge/gate-1/telemetry"
+    agent.start()
+    try:
+        normal = watcher.wait_json(topic, lambda d: d["governor"] is not None and gate_of(d) is not None)
+        assert gate_of(normal) == (2.0, 2.0, 8.0) and camera(normal, "plain")["max_fps"] == 8.0
+
+        hottest.write_text("65000\n")
+        warm = watcher.wait_json(topic, lambda d: d["governor"]["level"] == "WARM" and gate_of(d) == (4.0, 1.0, 8.0))
+        assert camera(warm, "plain")["max_fps"] == 8.0  # nothing capped yet
+        assert warm["governor"]["actions"]["gate_slowdown"] == 2.0 and warm["governor"]["actions"]["fps_cap"] is None
+        assert warm["governor"]["reason"].endswith("motion-gated cameras: idle interval and keepalive period x2")
+
+        hottest.write_text("75000\n")
+        hot = watcher.wait_json(topic, lambda d: d["governor"]["level"] == "HOT" and gate_of(d) == (8.0, 0.5, 8.0))
+        assert camera(hot, "plain")["max_fps"] == 5.0  # the camera without a gate is capped as before
+        assert (hot["governor"]["actions"]["fps_cap"], hot["governor"]["actions"]["gated_fps_cap"]) == (5.0, None)
+
+        hottest.write_text("40000\n")
+        cooled = watcher.wait_json(
+            topic, lambda d: d["governor"]["level"] == "NORMAL" and gate_of(d) == (2.0, 2.0, 8.0)
+        )
+        assert camera(cooled, "plain")["max_fps"] == 8.0 and cooled["governor"]["actions"]["gate_slowdown"] == 1.0
+    finally:
+        agent.stop()
+    events = [e for e in watcher.all_json("edge/gate-1/events") if e.get("type") == "governor"]
+    assert [(e["previous"], e["level"]) for e in events] == [("NORMAL", "WARM"), ("WARM", "HOT"), ("HOT", "NORMAL")]
+    assert "motion-gated cameras: idle interval and keepalive period x4" in events[1]["reason"]

@@ -1,5 +1,6 @@
 """`agent.daemon.sampler`: a fake board's readings at start and on every tick, the governor stepped
-with them, and the thread's turns and its end as `Health` sees them (an injected clock)."""
+with them, the input power integrated into energy, and the thread's turns and its end as `Health`
+sees them (an injected clock)."""
 
 from __future__ import annotations
 
@@ -122,3 +123,35 @@ def test_a_failing_tick_costs_that_tick_not_the_sampler(
     exhausted.clear()
     wait_until(lambda: ticks and sampler.loop().failing is None, 10, "a good tick")
     assert sampler.system is not None and judge_health((), None, (sampler.loop(),), 60.0).ok
+
+
+def test_each_sample_adds_the_boards_input_power_to_its_energy(tree: Path) -> None:
+    """The laptop's battery: power_now absent, so voltage_now (µV) x current_now (µA) in watts,
+    integrated on the sampler's clock; a reading that fails is a gap, not a guess."""
+    bat = tree / "sys/class/power_supply/BAT0"
+    clock = Clock(100.0)
+    sampler = sampler_of(tree, lambda: None, clock)  # sampled by hand: no thread
+    try:
+        assert sampler.energy.energy is None
+        steps = [(12_000_000, 1_000_000, 0.0), (12_000_000, 1_000_000, 10.0), (12_000_000, 2_000_000, 20.0)]
+        for volts_u, amps_u, at in steps:  # 12 W, 12 W, 24 W
+            (bat / "voltage_now").write_text(f"{volts_u}\n")
+            (bat / "current_now").write_text(f"{amps_u}\n")
+            clock.now = 100.0 + at
+            sampler.sample()
+        assert sampler.readings is not None and sampler.readings.power_w == 24.0
+        energy = sampler.energy.energy
+        assert energy is not None and (energy.joules, energy.measured_s) == pytest.approx((120.0 + 180.0, 20.0))
+        assert energy.wh_per_h == pytest.approx(15.0)  # 300 J over 20 s: 15 W, 15 Wh an hour
+
+        (bat / "current_now").write_text("garbage\n")
+        clock.now = 130.0
+        sampler.sample()  # no power: the interval from 120 s is not counted
+        (bat / "current_now").write_text("1000000\n")
+        for at in (140.0, 150.0):
+            clock.now = at
+            sampler.sample()
+        energy = sampler.energy.energy
+        assert energy is not None and (energy.joules, energy.measured_s) == pytest.approx((300.0 + 120.0, 30.0))
+    finally:
+        sampler.stop()

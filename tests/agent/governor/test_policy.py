@@ -76,7 +76,9 @@ def test_vanished_sensors_hold_the_level_and_say_so() -> None:
     for now in (20.0, 40.0):
         decision = governor.step(SensorReadings(), now)  # every zone gone
         assert (decision.level, decision.since, decision.temp_c) == ("HOT", 0.0, None)
-        assert decision.reason == "no temperature can be read: holding HOT"
+        assert decision.reason == (
+            "no temperature can be read: holding HOT; motion-gated cameras: idle interval and keepalive period x4"
+        )
         assert decision.actions.fps_cap == 5.0
     unknown = SensorReadings(thermal_zones=(ThermalZone("cpu-thermal", None), ThermalZone("gpu-thermal", None)))
     assert governor.step(unknown, 50.0).level == "HOT"
@@ -134,7 +136,9 @@ def test_no_battery_is_ok_and_a_vanished_battery_holds() -> None:
 def test_actions_of_both_axes_are_merged() -> None:
     decision = Governor(section()).step(reading(72.0, 15.0), 0.0)
     assert decision.level == "HOT" and decision.battery == "LOW"
-    assert decision.actions == Actions(fps_cap=2.0, paused=False, fan_percent=100.0, artifact="lighter")
+    assert decision.actions == Actions(
+        fps_cap=2.0, paused=False, fan_percent=100.0, artifact="lighter", gate_slowdown=4.0, gated_fps_cap=None
+    )
     assert "battery 15 % at or below 20 %: LOW" in decision.reason
     assert Governor(section()).step(reading(30.0), 0.0).actions == Actions(fan_percent=0.0)
     critical = Governor(section()).step(reading(85.0), 0.0).actions
@@ -215,8 +219,49 @@ def test_trip_points_drive_the_levels_when_nothing_is_configured() -> None:
         ({"fan": {"kind": "gpio"}}, "a gpio fan needs its pin"),
         ({"actions": {"hot": {"fps_cap": 0}}}, "greater than 0"),
         ({"thermal": {"hot": 70}}, "Extra inputs are not permitted"),
+        ({"actions": {"warm": {"gate_slowdown": 0.5}}}, "greater than or equal to 1"),
+        ({"actions": {"warm": {"gate_slowdown": 11}}}, "less than or equal to 10"),
+        ({"actions": {"hot": {"gated_fps_cap": 0}}}, "greater than 0"),
     ],
 )
 def test_bad_governor_config_names_the_problem(config: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
         GovernorSection.model_validate(config)
+
+
+# (temp °C, level, gate slowdown, FPS cap without a gate, FPS cap with one, paused): the defaults
+ENERGY_ORDER = [
+    (50.0, "NORMAL", 1.0, None, None, False),
+    (62.0, "WARM", 2.0, None, None, False),  # still frames skipped longer: nothing capped yet
+    (71.0, "HOT", 4.0, 5.0, None, False),  # cameras without a gate capped, as before; gated ones not
+    (81.0, "CRITICAL", 1.0, None, None, True),  # everything paused
+]
+
+
+def test_heat_slows_the_motion_gates_before_it_caps_a_gated_cameras_fps() -> None:
+    governor = Governor(section(min_dwell_s=0))
+    seen = []
+    for temp, *_ in ENERGY_ORDER:
+        d = governor.step(reading(temp), 0.0)
+        seen.append(
+            (temp, d.level, d.actions.gate_slowdown, d.actions.fps_cap, d.actions.gated_fps_cap, d.actions.paused)
+        )
+    assert seen == ENERGY_ORDER
+    warm = decide(section(), None, reading(62.0), 0.0)
+    assert warm.reason == "62.0 °C reached WARM at 60.0 °C; motion-gated cameras: idle interval and keepalive period x2"
+    cooled = governor.step(reading(40.0), 100.0)
+    assert (cooled.level, cooled.actions.gate_slowdown, cooled.reason) == (
+        "NORMAL",
+        1.0,
+        "40.0 °C fell below 77.0 °C: NORMAL",
+    )
+
+
+def test_the_longer_gate_slowdown_and_the_lower_gated_cap_of_both_axes_win() -> None:
+    config = section().model_dump()
+    config["actions"]["warm"].update(gate_slowdown=2, gated_fps_cap=8)
+    config["actions"]["battery_low"].update(gate_slowdown=3, gated_fps_cap=10)
+    decision = Governor(GovernorSection.model_validate(config)).step(reading(62.0, 15.0), 0.0)
+    assert (decision.thermal, decision.battery) == ("WARM", "LOW")
+    assert (decision.actions.gate_slowdown, decision.actions.gated_fps_cap) == (3.0, 8.0)
+    assert decision.reason.endswith("; motion-gated cameras: idle interval and keepalive period x3, FPS capped at 8")

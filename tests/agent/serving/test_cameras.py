@@ -423,3 +423,29 @@ def test_a_gated_cameras_motion_view_has_its_newest_regions_and_its_masks_in_fra
     assert abs(x0 - 800) <= 12 and abs(y0 - 400) <= 12 and abs(x1 - 960) <= 12 and abs(y1 - 560) <= 12, view.regions
     assert view.masks == (polygon,) and view.camera == "yard"
     assert 0 < view.changed < 0.1 and not view.recalibrated and view.inferred_ratio == 1.0
+
+
+def test_the_governor_slows_a_gated_camera_and_caps_only_the_plain_one_even_on_a_later_start(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """`govern` before the cameras start (a restart, a deployment) reaches them when they do: the
+    gated camera's gate slowed and its FPS left to `gated_fps_cap`, the plain one capped."""
+    versions = install_versions(tmp_path / "state", keys, bundles)
+    motion = {"enabled": True, "idle_interval_s": 2.0, "keepalive_fps": 2.0}
+    sections = [
+        CameraSection.model_validate({"name": "gated", "source": "synthetic", "max_fps": 8, "motion": motion}),
+        CameraSection.model_validate({"name": "plain", "source": "synthetic", "max_fps": 8}),
+    ]
+    cameras = Cameras(sections, probe(), "onnxruntime")
+    try:
+        cameras.govern(fps_cap=3, paused=False, gated_fps_cap=None, gate_slowdown=4.0)
+        cameras.activate(versions[0])
+        gated, plain = cameras.get("gated"), cameras.get("plain")
+        assert gated.gating is not None and gated.gating.gate.idle_interval_in_force_s == 8.0
+        assert (gated.max_fps, plain.max_fps, plain.gating) == (8, 3, None)
+        cameras.govern(fps_cap=3, paused=False, gated_fps_cap=5, gate_slowdown=2.0)
+        assert (gated.max_fps, gated.gating.gate.keepalive_fps_in_force) == (5, 1.0)
+        cameras.govern(fps_cap=None, paused=False)  # cooled: as configured
+        assert (gated.gating.gate.slowdown, gated.max_fps, plain.max_fps) == (1.0, 8, 8)
+    finally:
+        cameras.stop()

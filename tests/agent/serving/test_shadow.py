@@ -251,7 +251,7 @@ def test_no_camera_serving_is_shadow_unavailable(
 
 
 def test_the_candidate_runs_on_one_thread() -> None:
-    settings = one_thread(RuntimeSettings(onnxruntime=OnnxRuntimeConfig(intra_op_threads=4)))
+    settings = one_thread(RuntimeSettings(onnxruntime=OnnxRuntimeConfig(intra_op_threads=4, spinning=True)))
     ort = settings.of(OnnxRuntimeConfig)
     assert (ort.intra_op_threads, ort.inter_op_threads, ort.spinning) == (1, 1, False)
 

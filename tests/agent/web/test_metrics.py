@@ -11,6 +11,7 @@ from testkit.quality_records import quality, rate_camera, shadow, shadow_camera
 from testkit.snapshots import full_snapshot, snapshot
 
 from agent.bundles.record import State
+from agent.hardware.energy import Energy
 from agent.mqtt.protocol import PROTOCOL
 from agent.snapshot import DeploymentStatus, Health
 from agent.web.metrics import metrics_registry
@@ -55,6 +56,7 @@ def test_every_part_of_the_snapshot_in_base_units() -> None:
     assert got[("edge_agent_governor_thermal", (("edge_agent_governor_thermal", "NORMAL"),))] == 0
     assert got[("edge_agent_governor_battery", (("edge_agent_governor_battery", "OK"),))] == 1
     assert got[("edge_agent_governor_fps_cap", ())] == 10.0
+    assert got[("edge_agent_governor_gate_slowdown", ())] == 1.0
     assert got[("edge_agent_process_rss_bytes", ())] == full.system.process_rss_mb * 2**20  # type: ignore[union-attr]
     assert got[("edge_agent_disk_free_bytes", ())] == 50_000 * 2**20
     assert got[("edge_agent_disk_size_bytes", ())] == 100_000 * 2**20
@@ -89,7 +91,12 @@ def test_the_deployment_state_and_health_and_what_is_unknown() -> None:
     assert states == {state.value: float(state is State.FAILED) for state in State}
     assert got[("edge_agent_healthy", ())] == 0
     names = {name for name, _ in got}
-    for absent in ("edge_agent_power_watts", "edge_agent_temperature_max_celsius", "edge_agent_broker_connected"):
+    for absent in (
+        "edge_agent_power_watts",
+        "edge_agent_energy_joules_total",
+        "edge_agent_temperature_max_celsius",
+        "edge_agent_broker_connected",
+    ):
         assert absent not in names, "no sensors, no broker: nothing made up"
     no_disk = dataclasses.replace(snapshot().system, disk_free_mb=None, disk_total_mb=None)  # type: ignore[type-var]
     no_disk_names = {name for name, _ in _scrape(snapshot(system=no_disk))}
@@ -103,6 +110,12 @@ JUDGED = DeploymentStatus(
     quality=quality("blind", cameras=(rate_camera("cam0", 0.05), rate_camera("door", None)),
                     agreement=shadow("disagrees", cameras=(shadow_camera("cam0", 0.12),))),
 )  # fmt: skip
+
+
+def test_the_energy_counter_is_in_joules_where_the_power_is_measured() -> None:
+    got = _scrape(full_snapshot(energy=Energy(joules=7200.0, measured_s=1800.0)))
+    assert got[("edge_agent_energy_joules_total", ())] == 7200.0  # 2 Wh, not 2 nor 7.2
+    assert "edge_agent_energy_joules_total" not in {name for name, _ in _scrape(full_snapshot())}
 
 
 def test_the_shadow_and_probation_quality_per_camera_and_their_outcomes() -> None:
@@ -167,7 +180,9 @@ def test_every_metric_is_documented_with_its_type() -> None:
     from agent.snapshot import MediaUsage
 
     outbox = OutboxStats(3, 4096, 2**20, 1.5, Dropped(telemetry=2, full=2), 1000.0, 9)
-    every = full_snapshot(outbox=outbox, media=MediaUsage(2, 2048, 60.0, 1, 0), deployment=JUDGED)
+    every = full_snapshot(
+        outbox=outbox, media=MediaUsage(2, 2048, 60.0, 1, 0), deployment=JUDGED, energy=Energy(300.0, 20.0)
+    )
     text = generate_latest(metrics_registry(lambda: every, lambda: Health(True))).decode()
     for family in text_string_to_metric_families(text):
         exposed = family.name + ("_total" if family.type == "counter" else "")
