@@ -46,6 +46,7 @@ from agent.daemon.totals import KeptTotals
 from agent.deployment.deployer import Deployer, deployment_status
 from agent.deployment.optimisation_report import Reports
 from agent.errors import BundleError, ConfigError
+from agent.event_values import CameraEvent
 from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
@@ -61,6 +62,7 @@ from agent.serving.classifying import ClassifyingStage
 from agent.serving.events import EventSink
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls
+from pipelines.health_watch import ProblemSeen
 from pipelines.pipeline import use_one_opencv_thread
 from runtimes.base import RuntimeInfo, compact_malloc
 from runtimes.registry import available_runtimes, plugin_problems
@@ -151,6 +153,7 @@ class Agent:
             locate=ConfigLines.read(self.config_path).where,
             stage=self.classifying,
             tracks_alive_for=lambda name: self.events.scene(name).tracks_alive,
+            health_changed=self._camera_health_changed,
         )
         sensors = Sensors.from_config(config.sensors, self.root, self.board)
         governing = None
@@ -298,6 +301,17 @@ class Agent:
 
     def _camera_jpeg(self, name: str, quality: int) -> bytes:
         return self.actions.camera_jpeg(name, quality)
+
+    def _camera_health_changed(
+        self, camera: str, started: tuple[ProblemSeen, ...], cleared: tuple[ProblemSeen, ...]
+    ) -> None:
+        """A camera's health problems that started or cleared (its capture thread): a ``camera``
+        event each, on the ``events`` topic and the page."""
+        now = self.clock()
+        for problem in started:
+            self.outgoing.event(CameraEvent.of(camera, problem, "start", now))
+        for problem in cleared:
+            self.outgoing.event(CameraEvent.of(camera, problem, "end", now))
 
     def _on_deployed(self, deployment: Deployment) -> None:
         self.actions.serve_current()

@@ -392,3 +392,51 @@ def test_a_config_in_the_old_names_is_served_the_same_and_the_agent_warns_of_it(
         assert [m for m in found if "serving:" in m], found
     finally:
         agent.stop()
+
+
+def test_a_camera_health_problem_is_an_event_and_in_telemetry(
+    tmp_path: Path, broker: Broker, watcher: Watcher, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """Over a real mosquitto: a camera whose picture is darker than its ``health.dark_luma`` (the
+    synthetic scene under a threshold of 250, held for 0 s) sends a ``camera`` event on
+    ``events`` and its telemetry says ``dark``; a camera with the check off has no ``health``."""
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+
+    install_versions(tmp_path / "state", keys, bundles)
+    dark = {"interval_s": 0.1, "hold_s": 0, "dark_luma": 250, "bright_luma": 255}
+    config = AgentConfig.model_validate(
+        {
+            "device": {"id": "eye-1"},
+            "state_dir": str(tmp_path / "state"),
+            "trust_keys": [str(keys["public"])],
+            "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2},
+            "telemetry": {"interval_s": 0.3},
+            "cameras": [
+                {"name": "gate", "source": "synthetic:3", "fps": 20, "health": dark},
+                {"name": "yard", "source": "synthetic:4", "fps": 20, "health": {"enabled": False}},
+            ],
+        }
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+
+        def camera_event() -> dict[str, object] | None:
+            documents = [json.loads(m.payload) for m in list(watcher.messages) if m.topic == "edge/eye-1/events"]
+            return next((d for d in documents if d["type"] == "camera"), None)
+
+        event = wait_until(camera_event, 60, "a camera event")
+        telemetry = watcher.wait_json("edge/eye-1/telemetry", lambda d: "health" in d["cameras"][0])
+    finally:
+        agent.stop()
+    assert event is not None
+    assert {k: event[k] for k in ("device", "camera", "problem", "change")} == {
+        "device": "eye-1",
+        "camera": "gate",
+        "problem": "dark",
+        "change": "start",
+    }
+    assert "lighting" in str(event["action"]) and float(str(event["since"])) <= float(str(event["ts"]))
+    assert telemetry["cameras"][0]["health"]["problems"] == ["dark"]
+    assert "health" not in telemetry["cameras"][1]
