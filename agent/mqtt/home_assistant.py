@@ -8,9 +8,9 @@ Every state is read with a value template from the existing topics: the retained
 (fps, temperature, governor, version, problems; also the availability, whose last will is
 ``{"state": "offline"}``), ``telemetry`` (each camera, lines, zones, power, battery) and
 ``events`` (the last object event); each checked camera's "picture problem" (frozen, dark,
-covered, moved, ...: docs/cameras.md "Camera health") from its telemetry. The one topic added is each camera's annotated frame
-(`image_topic`, JPEG bytes, at a bounded rate). No control entity: control is signed by the
-operator and Home Assistant cannot sign (docs/security.md).
+covered, moved, ...: docs/cameras.md "Camera health") from its telemetry. The one topic added
+is each camera's annotated frame (`image_topic`, JPEG bytes, at a bounded rate). No control
+entity: control is signed by the operator and Home Assistant cannot sign (docs/security.md).
 
 Line crossings and zone entries are ``total_increasing``: they only grow until the signed
 ``reset-counts`` command sets them to zero, which Home Assistant's statistics read as a new

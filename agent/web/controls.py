@@ -24,7 +24,9 @@ class AgentControls:
     the detections drawn; `events` the recent object and governor events, oldest first, without
     their JPEG crops (each one's `to_json` is the ``events`` topic's document less ``device``);
     `media(event_id, kind)` an event's kept ``snapshot`` or ``clip`` with its content type
-    (None: not kept; the field None: the device keeps no media)."""
+    (None: not kept; the field None: the device keeps no media); `camera_reference(camera)` the
+    camera's health reference image as JPEG and `accept_view(camera)` makes its next frame the
+    new reference (docs/cameras.md "Camera health"; the fields None: no health checks)."""
 
     snapshot: Callable[[], AgentSnapshot]
     health: Callable[[], Health]
@@ -33,3 +35,5 @@ class AgentControls:
     camera_jpeg: Callable[[str, int], bytes]
     events: Callable[[], list[Event]]
     media: Callable[[str, str], tuple[bytes, str] | None] | None = None
+    camera_reference: Callable[[str], bytes] | None = None
+    accept_view: Callable[[str], None] | None = None
