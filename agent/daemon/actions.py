@@ -124,7 +124,9 @@ class DeviceActions:
 
     def commands(self, state: Callable[[], str], clock: Callable[[], float]) -> CommandActions:
         """The actions as the MQTT commands take them (`state()`: the agent's lifecycle state)."""
-        return CommandActions(state, self.rollback, self.restart_camera, self.camera_jpeg, clock)
+        return CommandActions(
+            state, self.rollback, self.restart_camera, self.camera_jpeg, clock, accept_view=self.accept_view
+        )
 
     def controls(
         self, snapshot: Callable[[], AgentSnapshot], health: Callable[[], Health], events: Callable[[], list[Event]]

@@ -394,12 +394,22 @@ def test_a_config_in_the_old_names_is_served_the_same_and_the_agent_warns_of_it(
         agent.stop()
 
 
-def test_a_camera_health_problem_is_an_event_and_in_telemetry(
-    tmp_path: Path, broker: Broker, watcher: Watcher, keys: dict[str, Path], bundles: dict[str, Path]
+def test_a_camera_health_problem_is_an_event_and_in_telemetry_and_a_signed_command_resets_its_reference(
+    tmp_path: Path,
+    broker: Broker,
+    watcher: Watcher,
+    keys: dict[str, Path],
+    bundles: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Over a real mosquitto: a camera whose picture is darker than its ``health.dark_luma`` (the
     synthetic scene under a threshold of 250, held for 0 s) sends a ``camera`` event on
-    ``events`` and its telemetry says ``dark``; a camera with the check off has no ``health``."""
+    ``events`` and its telemetry says ``dark``; a camera with the check off has no ``health``.
+    ``fleet camera-reference`` (signed) makes the camera's next frame its reference (a dark
+    picture never becomes one by itself); unsigned it is refused, and a camera without the check
+    is ``NO_PIPELINE``."""
+    from testkit.fleet import cli
+
     from agent.config.models import AgentConfig
     from agent.daemon.agent import Agent
 
@@ -410,6 +420,7 @@ def test_a_camera_health_problem_is_an_event_and_in_telemetry(
             "device": {"id": "eye-1"},
             "state_dir": str(tmp_path / "state"),
             "trust_keys": [str(keys["public"])],
+            "operator_keys": [str(keys["operator_pub"])],
             "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2},
             "telemetry": {"interval_s": 0.3},
             "cameras": [
@@ -428,6 +439,18 @@ def test_a_camera_health_problem_is_an_event_and_in_telemetry(
 
         event = wait_until(camera_event, 60, "a camera event")
         telemetry = watcher.wait_json("edge/eye-1/telemetry", lambda d: "health" in d["cameras"][0])
+
+        gate = agent.cameras.health_watch("gate")
+        assert gate.reference is None, "a dark picture is no reference"
+        fleet = ("--broker", broker.url, "--timeout", "20")
+        status, out = cli(capsys, "fleet", "camera-reference", "eye-1", "gate", *fleet)
+        assert status == 1 and "UNAUTHORIZED" in out and gate.reference is None, out
+        signed = (*fleet, "--key", str(keys["operator"]))
+        status, out = cli(capsys, "fleet", "camera-reference", "eye-1", "yard", *signed)
+        assert status == 1 and "NO_PIPELINE" in out, out
+        status, out = cli(capsys, "fleet", "camera-reference", "eye-1", "gate", *signed)
+        assert status == 0 and "camera gate's next frame becomes its reference view" in out, out
+        wait_until(lambda: gate.reference is not None, 30, "the next frame kept as the reference")
     finally:
         agent.stop()
     assert event is not None
