@@ -222,14 +222,15 @@ class SnapshotCollector(Collector):
 
     def _camera_health(self, s: AgentSnapshot) -> Iterator[Metric]:
         """Each checked camera's health problems (docs/cameras.md "Camera health"): 1 for each
-        kind it has now, 0 for the others; no series for a camera without the check."""
+        kind it has now, 0 for the others; no series for a camera without the check, nor while its
+        source is not running (its last picture is stale: `edge_agent_camera_source_up` says)."""
         problem = GaugeMetricFamily(
             "edge_agent_camera_problem",
             "1 while the camera's picture has this problem (frozen, dark, covered, moved, ...).",
             labels=["camera", "kind"],
         )
         for camera in s.cameras:
-            if camera.health is not None:
+            if camera.health is not None and camera.source_status.state == "running":
                 kinds = set(camera.health.kinds)
                 for kind in KINDS:
                     problem.add_metric([camera.name, kind], kind in kinds)
