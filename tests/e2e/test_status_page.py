@@ -603,6 +603,8 @@ def test_a_moved_camera_shows_its_reference_beside_the_live_view_in_chromium(
                               f"{card}.querySelector('img.reference').naturalWidth")  # fmt: skip
         assert width == 160, "the check's grey copy"
         assert "Accept the new view" in page.evaluate(f"{card}.querySelector('.moved').textContent")
+        listed = "document.getElementById('events').textContent"
+        assert page.wait_for(f"{listed}.includes('camera gate: moved since') && {listed}")
         jpeg = http(url + "/api/cameras/gate/reference.jpg", headers=AUTH)
         assert jpeg.status == 200 and jpeg.headers["content-type"] == "image/jpeg"
         assert http(url + "/api/cameras/gate/reference.jpg").status == 401

@@ -316,6 +316,8 @@ function renderEvents(events) {
     const time = new Date(e.ts * 1000).toLocaleTimeString();
     const what = e.type === "governor"
       ? `governor ${e.previous} → ${e.level}: ${e.reason}`
+      : e.type === "camera"  // a camera health problem that started or cleared
+      ? `camera ${e.camera}: ${e.problem.replace("_", " ")} ${e.change === "start" ? "since" : "cleared after"} ${new Date(e.since * 1000).toLocaleTimeString()} (${e.detail})`
       : `${e.camera ?? e.pipeline}: ${e.label}${e.classification ? ` → ${e.classification.label}` : ""} #${e.track_id} ${e.type}${e.type === "end" ? ` after ${fmt(e.duration_s, 1, "s")}` : ""} (${fmt(e.confidence, 2)})`;
     const media = [];  // the kept snapshot and clip, served by /api/events/<id>/... with the page's credentials
     if (e.snapshot) media.push(el("a", { href: `/api/events/${e.object_id}/snapshot`, target: "_blank", class: "snapshot" }, "snapshot"));
