@@ -7,7 +7,8 @@ judgement as a `HealthState` (problems with the Unix time each began, and the nu
 a source that delivers are judged (a source that is down is a problem of its own) and a paused
 or failing inference does not stop the check. A frame not due costs one comparison. When the
 problems change, `changed(camera, started, cleared)` is called on that thread (the daemon's
-``camera`` events). A check that raises on a frame is logged once and the frame is skipped.
+``camera`` events). A check that raises on a frame is logged once and the frame is skipped; a
+`changed` that raises is logged once too.
 
 Threads: `offer` on the capture thread only; `state`, `reference` and `reset_reference` from any
 thread (`state` and `reference` are values replaced whole by one assignment; a reset is a flag the
@@ -94,6 +95,7 @@ class HealthWatch:
         self._due: float | None = None  # the capture time of the next frame judged
         self._reset = False
         self._failed = False
+        self._report_failed = False
 
     def reset_reference(self) -> None:
         """The next frame judged becomes the camera's reference image (its new normal view):
@@ -125,7 +127,9 @@ class HealthWatch:
             try:
                 self._changed(self.camera, started, cleared)
             except Exception:
-                log.exception("camera %s: reporting a change of its health failed", self.camera)
+                if not self._report_failed:  # logged once, as a failing check
+                    self._report_failed = True
+                    log.exception("camera %s: reporting a change of its health failed", self.camera)
 
     def _state(self, report: HealthReport, now: float) -> HealthState:
         wall = self._wall()
