@@ -152,3 +152,15 @@ def test_the_pipeline_offers_every_frame_read_and_reports_the_state() -> None:
     state = pipeline.stats().health
     assert state is not None and state.kinds == ("covered",)
     assert [[p.kind for p in started] for _, started, _ in changes.seen] == [["covered"]]
+
+
+def test_a_change_report_that_fails_is_logged_once_and_the_check_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    changes = Changes()
+
+    def broken(camera: str, started: tuple[ProblemSeen, ...], cleared: tuple[ProblemSeen, ...]) -> None:
+        raise RuntimeError("the outbox is gone")
+
+    health = HealthWatch("gate", HealthThresholds(), broken, wall=lambda: WALL + changes.now)
+    feed(health, changes, range(60), covered_from=20, covered_to=40)  # a start and an end: two reports
+    assert sum("reporting a change" in r.message for r in caplog.records) == 1
+    assert health.state is not None and health.state.problems == () and health.state.at == WALL + 59
