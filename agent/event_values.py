@@ -1,6 +1,8 @@
 """The events a device reports, as frozen values: `ObjectEvent` (a tracked object's ``start``,
-``update`` and ``end``, made by `agent.serving.events.EventSink`) and `GovernorEvent` (a
-governor transition, made by `agent.daemon.governing.Governing`); `Event` is either.
+``update`` and ``end``, made by `agent.serving.events.EventSink`), `GovernorEvent` (a
+governor transition, made by `agent.daemon.governing.Governing`) and `CameraEvent` (a camera
+health problem's start and end, made by the daemon from `pipelines.health_watch`); `Event` is
+any of them.
 
 They travel typed from the thread that made them (a camera's inference thread, the sampler)
 through the daemon to the ``events`` topic and the status page, and become JSON once, at that
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agent.governor.levels import BatteryLevel, ThermalLevel
+from pipelines.camera_health import ProblemKind
+from pipelines.health_watch import ACTIONS, ProblemSeen
 from pipelines.tracking.shapes import ObjectShape
 
 ObjectEventKind = Literal["start", "update", "end"]
@@ -181,4 +185,42 @@ class GovernorEvent:
         }
 
 
-Event = ObjectEvent | GovernorEvent
+@dataclass(frozen=True)
+class CameraEvent:
+    """A camera health problem (docs/cameras.md "Camera health") that started (`change`
+    ``start``) or cleared (``end``): `ts` when (Unix seconds), the `camera`, the `problem`'s
+    kind, `since` when its condition began (Unix seconds), `detail` (the numbers, in words) and
+    `action` (what a technician does about it)."""
+
+    ts: float
+    camera: str
+    problem: ProblemKind
+    change: Literal["start", "end"]
+    since: float
+    detail: str
+    action: str
+    kind: Literal["camera"] = "camera"
+
+    @staticmethod
+    def of(camera: str, problem: ProblemSeen, change: Literal["start", "end"], ts: float) -> CameraEvent:
+        """The event of `camera`'s `problem` starting or clearing (`change`) at `ts`."""
+        return CameraEvent(ts, camera, problem.kind, change, problem.since, problem.detail, ACTIONS[problem.kind])
+
+    def without_crop(self) -> CameraEvent:
+        return self
+
+    def to_json(self) -> dict[str, object]:
+        """``{"type": "camera", "ts", "camera", "problem", "change", "since", "detail", "action"}``."""
+        return {
+            "type": self.kind,
+            "ts": round(self.ts, 3),
+            "camera": self.camera,
+            "problem": self.problem,
+            "change": self.change,
+            "since": round(self.since, 3),
+            "detail": self.detail,
+            "action": self.action,
+        }
+
+
+Event = ObjectEvent | GovernorEvent | CameraEvent

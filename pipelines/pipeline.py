@@ -18,6 +18,11 @@ nothing moved, with no track due for its keepalive nor the idle interval, is not
 sinks get it with the last inferred frame's detections (`Frame.inferred` False), so trackers,
 lines, zones and rates go on as for a still scene.
 
+Camera health (optional, `Pipeline(health=...)`, docs/cameras.md "Camera health"): every frame
+the source delivers is offered, on the capture thread, to the camera's
+`pipelines.health_watch.HealthWatch`, which judges one every `interval_s`; its newest state is in
+`PipelineStats.health`.
+
 Unusable output: a frame whose inference output is all NaN (a floating output with no finite
 value) or cannot be decoded (the wrong shape for the decoder, a runtime or plugin that returns
 garbage) counts as failed and as a bad output (`PipelineStats.bad_outputs`, the last reason in
@@ -52,6 +57,7 @@ from pipelines.decoding.detector import FrameDetector
 from pipelines.decoding.preprocess import Transform
 from pipelines.detection_rates import DetectionRates, Rates
 from pipelines.gating import GateRatios, Gating
+from pipelines.health_watch import HealthState, HealthWatch
 from pipelines.latency import FpsMeter, LatencyWindow, Percentiles
 from pipelines.sources.frames import Frame, FrameSource, SourceError, SourceState, SourceStatus
 from pipelines.worker import DONE, Worker
@@ -165,6 +171,7 @@ class PipelineStats:
     rates: Rates = field(default_factory=Rates)  # confident detections lately, under the model serving now
     inferred: int | None = None  # frames the model ran on (None: as `frames`, no gate)
     gate: GateRatios | None = None
+    health: HealthState | None = None  # the camera's health check's newest state (None: off, or not yet)
 
 
 class Pipeline:
@@ -187,6 +194,9 @@ class Pipeline:
     the FPS cap: a frame it does not admit is not prepared nor inferred, and is handed to the
     sinks in its place in the order with the last inferred frame's detections (`Frame.inferred`
     False); a file's frames are then judged on the file's own time (index / its FPS).
+
+    `health`, a camera's health check (`pipelines.health_watch`), is offered every frame read,
+    on the capture thread, before the frame is handed on.
     """
 
     def __init__(
@@ -203,6 +213,7 @@ class Pipeline:
         workers: int = 1,
         retire: Callable[[FrameDetector], None] = lambda detector: detector.close(),
         gating: Gating | None = None,
+        health: HealthWatch | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"pipeline {name}: workers must be at least 1, got {workers}")
@@ -226,6 +237,7 @@ class Pipeline:
         self.latency = LatencyWindow()
         self.fps_meter = FpsMeter(clock=clock)
         self.gating = gating
+        self.health = health
         self.frames = 0
         self.inferred = 0
         self.dropped = 0
@@ -368,6 +380,7 @@ class Pipeline:
             rates=self._rates.rates(),
             inferred=self.inferred if self.gating is not None else None,
             gate=self.gating.ratios() if self.gating is not None else None,
+            health=self.health.state if self.health is not None else None,
         )
 
     def _in_view(self) -> dict[str, int]:
@@ -426,6 +439,8 @@ class Pipeline:
                 self.source_status.set("ended")
                 self._deliver(_END)
                 return
+            if self.health is not None and not self._stop.is_set():  # a restarted camera's new thread has it
+                self.health.offer(frame)
             self._hand_over(frame)
             del frame  # not held while the next read waits: the inference threads may be done with it
 

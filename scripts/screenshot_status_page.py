@@ -7,7 +7,11 @@ the demo bundle installed twice (so a rollback is offered), a broker configured 
 (the page lists it as a problem), and the page with credentials; headless chromium (Debian's)
 loads it, waits for a minute of charts, and saves a full-page PNG.
 
-Usage: python scripts/screenshot_status_page.py [--out docs/status-page.png] [--seconds 60]
+With ``--moved`` the camera "gate" is a rendered clip of a fixed camera knocked 10 % sideways
+after 4 seconds (testkit.health_clips, judged on every frame with no hold): its card shows the
+reference view under the live one (docs/status-page-moved.png).
+
+Usage: python scripts/screenshot_status_page.py [--out docs/status-page.png] [--seconds 60] [--moved]
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ TREE = REPO / "tests/fakes/jetson-orin-nano"
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs/status-page.png")
+    parser.add_argument("--out", type=Path, default=None, help="default docs/status-page.png (--moved: -moved.png)")
+    parser.add_argument("--moved", action="store_true", help="the camera gate's view moved (camera health)")
     parser.add_argument("--seconds", type=float, default=60.0, help="history gathered before the screenshot")
     args = parser.parse_args()
+    args.out = args.out or REPO / ("docs/status-page-moved.png" if args.moved else "docs/status-page.png")
     board = probe(TREE)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -44,6 +50,15 @@ def main() -> int:
             bundle = folder / f"demo-{version}.bundle"
             build_bundle([REPO / "agent/demo" / model], bundle, name="demo", version=version, key=None)
             install(bundle, Store(folder / "state"), board, InstallPolicy(allow_unsigned=True))
+        gate: dict[str, object] = {"name": "gate", "source": "synthetic:2", "fps": 8}
+        if args.moved:
+            from testkit.health_clips import clip
+            from testkit.real_models import write_clip
+
+            frames = (frame for frame, _ in clip("shifted", 3000, at=32, width=640, height=360))
+            video = write_clip(folder / "knocked.avi", frames, fps=8)
+            health = {"interval_s": 0.001, "hold_s": 0, "reference_after_s": 0}
+            gate = {"name": "gate", "source": str(video), "loop": False, "max_fps": 8, "health": health}
         (folder / "password").write_text("technician\n")
         port = free_port()
         config = {
@@ -59,7 +74,7 @@ def main() -> int:
                     "max_fps": 10,
                     "motion": {"enabled": True, "masks": [[[440, 0], [640, 0], [640, 120], [440, 120]]]},
                 },
-                {"name": "gate", "source": "synthetic:2", "fps": 8},
+                gate,
             ],
             "telemetry": {"interval_s": 2},
             "status_page": {
@@ -78,7 +93,10 @@ def main() -> int:
                 page.wait_for(
                     "window.edgeAgent.history.ts.length > 5 && document.querySelectorAll('canvas').length >= 4"
                 )
-                page.wait_for("[...document.querySelectorAll('img.snapshot')].every(i => i.complete && i.naturalWidth)")
+                if args.moved:
+                    page.wait_for("!document.querySelector('[data-camera=gate] .moved').hidden")
+                shown = "[...document.querySelectorAll('img.snapshot')].filter(i => !i.closest('.moved[hidden]'))"
+                page.wait_for(f"{shown}.every(i => i.complete && i.naturalWidth)")
                 time.sleep(6)  # the events and the log (every 5 s)
                 page.wait_for("[...document.querySelectorAll('canvas.motion-overlay')].some(c => +c.dataset.regions)")
                 page.screenshot(args.out)

@@ -243,6 +243,13 @@ def add_parser(commands: Any) -> None:
     )
     media.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     samples = add_samples_parser(fleet_actions)  # samples for retraining (issue 40 item 3)
+    reference = fleet_actions.add_parser(
+        "camera-reference",
+        help="accept a camera's new view: its next frame becomes its health reference, so 'moved' clears (signed)",
+    )
+    reference.add_argument("device", help="the device's id")
+    reference.add_argument("camera", help="the camera's name")
+    reference.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     release = fleet_actions.add_parser("release", help="hand a device back to its group's desired document")
     release.add_argument("--target", required=True, help="device:ID")
     acl = fleet_actions.add_parser(
@@ -272,9 +279,9 @@ def add_parser(commands: Any) -> None:
         help="with --home-assistant: Home Assistant's broker user (reads the devices' states, all of PREFIX/#)",
     )
     rollout_parsers, signing_rollout_parsers = add_rollout_commands(fleet_actions)
-    for parser in (push, status, rollback, gc, snapshot, media, samples, release, *rollout_parsers):
+    for parser in (push, status, rollback, gc, snapshot, media, samples, reference, release, *rollout_parsers):
         _broker_arguments(parser)
-    for parser in (push, rollback, snapshot, media, samples, release, *signing_rollout_parsers):
+    for parser in (push, rollback, snapshot, media, samples, reference, release, *signing_rollout_parsers):
         parser.add_argument(
             "--key",
             type=Path,
@@ -337,6 +344,7 @@ def run(args: argparse.Namespace) -> int:
         "snapshot": _fleet_snapshot,
         "media": _fleet_media,
         "samples": fleet_samples,
+        "camera-reference": _fleet_camera_reference,
         "release": _fleet_release,
         "rollout": fleet_rollout,
     }
@@ -598,6 +606,21 @@ def _fleet_media(args: argparse.Namespace, link: MqttLink, topics: Topics) -> in
         return 0
     out = args.out or Path(f"{args.event}.jpg")
     return _save_jpeg(args, link, topics, args.device, "media", {"event": args.event}, out)
+
+
+def _fleet_camera_reference(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
+    from agent.fleet.client import command
+
+    arguments = {"camera": args.camera}
+    answer = command(link, topics, [args.device], "camera-reference", arguments, args.signing_key, args.timeout)
+    found = answer[args.device]
+    if found is None:
+        raise CliError(f"{args.device} did not answer within {args.timeout:.0f} s (offline?)")
+    body = json.loads(found[0])
+    if not body.get("ok"):
+        raise CliError(f"{args.device}: {body['error']['code']}: {body['error']['message']}")
+    print(f"{args.device}: camera {args.camera}'s next frame becomes its reference view ('moved' clears)")
+    return 0
 
 
 def _save_jpeg(

@@ -32,6 +32,7 @@ from runtimes.registry import RUNTIME_NAMES, RuntimeSettings
 from runtimes.selection import Preference
 
 if TYPE_CHECKING:
+    from pipelines.camera_health import HealthThresholds
     from pipelines.motion import MotionSettings
 
 _TOPIC_WORD = re.compile(r"^[A-Za-z0-9_.-]+$")  # no MQTT wildcards, separators or spaces
@@ -417,6 +418,94 @@ class DriftSection(_Section):
 # -- end of drift ------------------------------------------------------------------------------------
 
 
+class CameraHealthSection(_Section):
+    """A camera's health check (pipelines.camera_health, docs/cameras.md#camera-health): frozen,
+    dark, overexposed, low contrast, defocused, covered or moved. The thresholds' defaults are
+    `pipelines.camera_health.HealthThresholds`'s (a test holds them equal; that module imports
+    OpenCV, which loading the config does not). On by default: one small grey frame a second
+    costs about 0.2 % of a core (bench/camera_health.py)."""
+
+    enabled: bool = Field(default=True, description="Judge the camera's picture (false: no health check).")
+    interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Seconds between two frames judged (0-60]; the check's cost scales with 1/interval_s.",
+    )
+    width: int = Field(default=160, ge=32, le=640, description="Width in pixels of the grey copy judged (32-640).")
+    frozen_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds of near-identical frames from a running source before the camera is frozen.",
+    )
+    frozen_diff: float = Field(
+        default=0.1,
+        gt=0,
+        le=255,
+        description="Mean absolute difference (grey levels) below which two frames are near-identical.",
+    )
+    hold_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="Seconds every condition but frozen must hold before it is a problem (a passing truck is not).",
+    )
+    dark_luma: float = Field(default=35.0, ge=0, le=255, description="Mean luminance (0-255) below which: dark.")
+    bright_luma: float = Field(
+        default=220.0, ge=0, le=255, description="Mean luminance (0-255) above which: overexposed."
+    )
+    min_contrast: float = Field(
+        default=8.0, ge=0, le=128, description="Luminance spread (std, grey levels) below which: low contrast."
+    )
+    defocus_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="Sharpness below this share (0-1) of the camera's own baseline: defocused (defocus, fog).",
+    )
+    covered_fraction: float = Field(
+        default=0.25,
+        gt=0,
+        lt=1,
+        description="Spread and edges both suddenly below this share (0-1) of their baselines: covered.",
+    )
+    baseline_frames: int = Field(
+        default=120,
+        ge=10,
+        le=10_000,
+        description="Good frames whose median is the sharpness, spread and edge baseline.",
+    )
+    moved_fraction: float = Field(
+        default=0.05,
+        gt=0,
+        lt=1,
+        description="A shift against the reference image above this share (0-1) of the width: moved.",
+    )
+    moved_degrees: float = Field(
+        default=3.0, gt=0, lt=90, description="A rotation against the reference image above this (degrees): moved."
+    )
+    reference_after_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=86_400,
+        description="Seconds a camera must be good before its frame becomes the reference image (again every "
+        "reference_after_s while it stays good).",
+    )
+
+    @model_validator(mode="after")
+    def _dark_below_bright(self) -> CameraHealthSection:
+        if self.dark_luma >= self.bright_luma:
+            raise ValueError(f"dark_luma ({self.dark_luma}) must be below bright_luma ({self.bright_luma})")
+        return self
+
+    def thresholds(self) -> HealthThresholds:
+        """The health check's thresholds from this section."""
+        from pipelines.camera_health import HealthThresholds  # OpenCV, only where a check is built
+
+        return HealthThresholds(**self.model_dump(exclude={"enabled"}))
+
+
 class CameraSection(_Section):
     name: TopicWord = Field(default="cam0", description="Camera name, used in telemetry, events and commands.")
     source: str = Field(
@@ -459,6 +548,11 @@ class CameraSection(_Section):
     samples: SamplesSection = Field(  # samples for retraining (issue 40 item 3)
         default_factory=SamplesSection,
         description="Frames kept for retraining with the model's detections as labels (opt-in: enabled true).",
+    )
+    health: CameraHealthSection = Field(
+        default_factory=CameraHealthSection,
+        description="The camera's health check: frozen, dark, overexposed, low contrast, defocused, covered, moved "
+        "(docs/cameras.md#camera-health).",
     )
     conf: float | None = Field(
         default=None,

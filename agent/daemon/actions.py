@@ -29,6 +29,8 @@ from agent.mqtt.commands import CommandActions, shorten
 from agent.serving.cameras import Cameras
 from agent.snapshot import AgentSnapshot, Health
 from agent.web.controls import AgentControls
+from pipelines.annotate import encode_jpeg
+from pipelines.health_watch import HealthWatch
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +100,33 @@ class DeviceActions:
             raise CodedError(ErrorCode.NO_FRAME, f"camera {pipeline.name} has not processed a frame yet")
         return jpeg
 
+    def _health_watch(self, name: str) -> HealthWatch:
+        try:
+            return self.cameras.health_watch(name)
+        except KeyError as exc:
+            raise CodedError(ErrorCode.NO_PIPELINE, shorten(str(exc.args[0]), 300)) from exc
+
+    def camera_reference(self, name: str) -> bytes:
+        """The camera's health reference image (the check's grey copy) as JPEG. Raises
+        `CodedError` ``NO_PIPELINE`` (no such camera, or its check is off) or ``NO_FRAME``."""
+        reference = self._health_watch(name).reference
+        if reference is None:
+            raise CodedError(
+                ErrorCode.NO_FRAME, f"camera {name} has no reference image yet (kept once it has been good a while)"
+            )
+        return encode_jpeg(reference, 90)
+
+    def accept_view(self, name: str) -> None:
+        """The camera's next frame judged becomes its health reference (its new normal view):
+        "moved" clears. Raises `CodedError` ``NO_PIPELINE``."""
+        self._health_watch(name).reset_reference()
+        log.warning("camera %s: its next frame becomes its reference image (a new view accepted)", name)
+
     def commands(self, state: Callable[[], str], clock: Callable[[], float]) -> CommandActions:
         """The actions as the MQTT commands take them (`state()`: the agent's lifecycle state)."""
-        return CommandActions(state, self.rollback, self.restart_camera, self.camera_jpeg, clock)
+        return CommandActions(
+            state, self.rollback, self.restart_camera, self.camera_jpeg, clock, accept_view=self.accept_view
+        )
 
     def controls(
         self, snapshot: Callable[[], AgentSnapshot], health: Callable[[], Health], events: Callable[[], list[Event]]
@@ -113,4 +139,6 @@ class DeviceActions:
             restart=self.restart_camera,
             camera_jpeg=self.camera_jpeg,
             events=events,
+            camera_reference=self.camera_reference,
+            accept_view=self.accept_view,
         )

@@ -46,6 +46,7 @@ from agent.daemon.totals import KeptTotals
 from agent.deployment.deployer import Deployer, deployment_status
 from agent.deployment.optimisation_report import Reports
 from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
+from agent.event_values import CameraEvent
 from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
@@ -65,6 +66,7 @@ from agent.serving.samples import samples_for
 from agent.snapshot import AgentSnapshot, AgentState, EventCounts, Health, Serving, VersionRef, judge_health
 from agent.web.controls import AgentControls, SamplesKept
 from pipelines.decoding.detections import Detections
+from pipelines.health_watch import ProblemSeen
 from pipelines.pipeline import Sink, use_one_opencv_thread
 from pipelines.sources.frames import Frame
 from runtimes.base import RuntimeInfo, compact_malloc
@@ -133,7 +135,7 @@ class Agent:
             )
             self.sender = OutboxSender(self.outbox, self.link, config.outbox)
         media, self.clips = media_for(config)  # the events' snapshots and clips on disk
-        # samples for retraining (issue 40 item 3); `samples_flagged(camera)` is drift's verdict
+        # samples for retraining (issue 40 item 3); `samples_flagged(camera)`: drift's and health's verdict
         self.samples = samples_for(
             config.cameras, config.state_dir, lambda: self.cameras.labels(), self._serving_version, self.samples_flagged
         )
@@ -159,6 +161,7 @@ class Agent:
             locate=ConfigLines.read(self.config_path).where,
             stage=self.classifying,
             tracks_alive_for=lambda name: self.events.scene(name).tracks_alive,
+            health_changed=self._camera_health_changed,
         )
         if self.samples is not None:  # frames a shadow disagreed on are samples too
             self.cameras.shadow_disagreed = self._shadow_sample
@@ -314,9 +317,15 @@ class Agent:
     # -- samples for retraining (issue 40 item 3) -----------------------------------------------
 
     def samples_flagged(self, camera: str) -> bool:
-        """Whether drift flagged `camera` (its score at its threshold), whose frames are then
-        kept as samples (reason ``flagged``). Camera health joins here once it is wired."""
-        return self.drift.drifted(camera)
+        """Whether drift (its score at its threshold) or camera health (a problem now) flagged
+        `camera`, whose frames are then kept as samples (reason ``flagged``)."""
+        if self.drift.drifted(camera):
+            return True
+        try:
+            state = self.cameras.health_watch(camera).state
+        except KeyError:  # no health check on this camera
+            return False
+        return state is not None and bool(state.problems)
 
     def _sink_for(self, name: str) -> Sink:
         """Camera `name`'s sink: the samples' choice, the clips' ring, then the events (the
@@ -350,6 +359,17 @@ class Agent:
         """The drift's key of the version serving: its folder in the store, named by its digest."""
         version = self.cameras.version
         return version.name if version is not None else None
+
+    def _camera_health_changed(
+        self, camera: str, started: tuple[ProblemSeen, ...], cleared: tuple[ProblemSeen, ...]
+    ) -> None:
+        """A camera's health problems that started or cleared (its capture thread): a ``camera``
+        event each, on the ``events`` topic and the page."""
+        now = self.clock()
+        for problem in started:
+            self.outgoing.event(CameraEvent.of(camera, problem, "start", now))
+        for problem in cleared:
+            self.outgoing.event(CameraEvent.of(camera, problem, "end", now))
 
     def _on_deployed(self, deployment: Deployment) -> None:
         self.actions.serve_current()

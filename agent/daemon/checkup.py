@@ -11,7 +11,8 @@ outbox's backlog (messages, the oldest's age, dropped; read only) -> the event s
 lacks the programs or GStreamer elements for fails with what to install, unopened:
 `agent.hardware.camera_tools.source_problems`, the check ``config check`` and the daemon's start
 share) -> a runtime loads the active version -> sensors readable (power, battery) -> clock
-synchronised -> the running agent's ``/healthz`` (when the page is configured).
+synchronised -> the running agent's ``/healthz`` and its cameras' health problems (frozen, dark,
+covered, moved, ...: its page's problem list; when the page is configured).
 
 `check_startable` is the daemon's own check of a config before a SIGHUP applies it.
 
@@ -23,7 +24,9 @@ a broker that ties client ids to user names disconnects the daemon for a moment.
 
 from __future__ import annotations
 
+import base64
 import errno
+import json
 import os
 import sqlite3
 import ssl
@@ -60,6 +63,7 @@ from agent.serving.cameras import pipe_settings, source_for
 from agent.serving.loader import open_detector
 from agent.snapshot import MediaUsage
 from agent.web.problems import (
+    HEALTH_CHECK,
     MEDIA_FIX,
     Finding,
     judge_battery,
@@ -129,6 +133,7 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
     found.append(judge_clock(clock_synchronised(SysFS(root))))
     if config.status_page is not None:
         found.append(check_running_agent(config.status_page))
+        found += check_camera_health(config.status_page)
     return found
 
 
@@ -359,15 +364,55 @@ def check_sensors(config: AgentConfig, root: Path) -> list[Finding]:
     ]
 
 
-def check_running_agent(page: StatusPageSection, timeout_s: float = 5.0) -> Finding:
-    """The running agent's own verdict, from its ``/healthz`` on this device."""
+def _agent_url(page: StatusPageSection, path: str) -> tuple[str, ssl.SSLContext | None]:
+    """The running agent's page at `path` on this device, and the TLS context to reach it."""
     host = "127.0.0.1" if page.host in ("0.0.0.0", "localhost") else "[::1]" if page.host == "::" else page.host
     host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    url = f"{'https' if page.tls else 'http'}://{host}:{page.port}/healthz"
+    url = f"{'https' if page.tls else 'http'}://{host}:{page.port}{path}"
     context = None
     if page.tls:  # our own certificate, on this device: its name need not be 127.0.0.1
         context = ssl.create_default_context()
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return url, context
+
+
+#: the most bytes of the running agent's problem list read
+MAX_PROBLEMS_BYTES = 1024 * 1024
+
+
+def check_camera_health(page: StatusPageSection, timeout_s: float = 5.0) -> list[Finding]:
+    """The running agent's camera health problems (frozen, dark, covered, moved, ...), from its
+    page's problem list (``/api/problems``, with the page's credentials), the page's words. None
+    when no agent answers (`check_running_agent` says so) or its answer is not a problem list."""
+    url, context = _agent_url(page, "/api/problems")
+    request = urllib.request.Request(url)
+    try:
+        password = page.password()
+    except ConfigError:  # the config's check says which file or variable is missing
+        return []
+    if page.username is not None and password is not None:
+        token = base64.b64encode(f"{page.username}:{password}".encode()).decode("ascii")
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+            body = response.read(MAX_PROBLEMS_BYTES + 1)
+        listed = json.loads(body) if len(body) <= MAX_PROBLEMS_BYTES else {}
+    except (OSError, ValueError):
+        return []
+    found = []
+    for item in listed.get("problems", []) if isinstance(listed, dict) else []:
+        try:
+            finding = Finding(**item)
+        except TypeError:
+            continue
+        if finding.check.startswith("camera ") and finding.check.endswith(f" {HEALTH_CHECK}"):
+            found.append(finding)
+    return found
+
+
+def check_running_agent(page: StatusPageSection, timeout_s: float = 5.0) -> Finding:
+    """The running agent's own verdict, from its ``/healthz`` on this device."""
+    url, context = _agent_url(page, "/healthz")
     try:
         with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
             response.read()

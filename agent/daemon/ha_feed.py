@@ -45,9 +45,16 @@ IMAGE_QUALITY = 70
 
 
 def cameras_of(config: AgentConfig) -> tuple[Camera, ...]:
-    """Each camera of `config` with its lines' and zones' names and its ``classes`` filter."""
+    """Each camera of `config` with its lines' and zones' names, its ``classes`` filter and
+    whether its health is checked."""
     return tuple(
-        Camera(p.name, tuple(line.name for line in p.lines), tuple(zone.name for zone in p.zones), tuple(p.classes))
+        Camera(
+            p.name,
+            tuple(line.name for line in p.lines),
+            tuple(zone.name for zone in p.zones),
+            tuple(p.classes),
+            p.health.enabled,
+        )
         for p in config.cameras
     )
 

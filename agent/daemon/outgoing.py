@@ -8,8 +8,8 @@ name instead of carrying.
 Without a broker (`link` None) nothing is sent; the page's recent events and the media store
 still fill.
 
-Threads: `event` runs on the cameras' inference threads and the sampler's, `deployment_report`
-on the deployer's, `telemetry` on the sampler's, `status`, `media_jpeg`, `media_clip`,
+Threads: `event` runs on the cameras' inference and capture threads (camera health) and the
+sampler's, `deployment_report` on the deployer's, `telemetry` on the sampler's, `status`, `media_jpeg`, `media_clip`,
 `page_media` and `media_usage` on any. The link, the
 outbox and the media store lock themselves; `_reported` is written by the deployer's thread only.
 """
@@ -73,7 +73,7 @@ class Outgoing:
             self.link.publish_state(self.topics.status(self.device), status_payload(self.snapshot()))
 
     def event(self, event: Event) -> None:
-        """An object or governor event: its snapshot into the media store (the event names it),
+        """An object, governor or camera event: its snapshot into the media store (the event names it),
         the event into the page's recent events, and on the ``events`` topic with the device
         first, through the outbox. On a camera with clips an object's ``start`` opens its clip
         (on the camera's inference thread, right after the frame went into the ring) and its

@@ -114,6 +114,10 @@ class SamplesArgs(_Args):
 # -- end of samples for retraining ------------------------------------------------------------
 
 
+class CameraReferenceArgs(_Args):
+    camera: str = Field(min_length=1, max_length=64, description="The camera whose new view is accepted.")
+
+
 class SnapshotArgs(CameraArgs):
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
 
@@ -131,7 +135,8 @@ class CommandActions:
     the samples for retraining `args` select and what to say of it (``count``, ``until``, ``more``;
     ``NO_PIPELINE`` for a camera that keeps none; None: no camera keeps samples); `reset_counts()` sets every line
     and zone total to zero and answers ``{"since", "before"}`` (None: the device keeps no
-    totals, and the command fails). The actions raise
+    totals, and the command fails); `accept_view(camera)` makes the camera's next frame its
+    health reference image (None: the device checks no camera's health). The actions raise
     `agent.errors.CodedError` (``NO_PREVIOUS``, ``BUSY``, ``NO_PIPELINE``, ``NO_FRAME``), which
     the answer carries."""
 
@@ -144,6 +149,7 @@ class CommandActions:
     media: Callable[[str], bytes] | None = None
     clip: Callable[[str], bytes] | None = None
     samples: Callable[[SamplesArgs], tuple[bytes, Mapping[str, Any]]] | None = None
+    accept_view: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,15 @@ def _reset_counts(device: CommandActions) -> Mapping[str, Any]:
     return device.reset_counts()
 
 
+def _camera_reference(device: CommandActions, args: CameraReferenceArgs) -> Answer:
+    """The ``camera-reference`` command: the camera's next frame becomes its health reference
+    (its new normal view), so "moved" clears (docs/cameras.md "Camera health")."""
+    if device.accept_view is None:
+        raise CodedError(ErrorCode.NO_PIPELINE, "this device checks no camera's health")
+    device.accept_view(args.camera)
+    return {"camera": args.camera, "reference": "the next frame"}
+
+
 def _restart(device: CommandActions, args: CameraArgs) -> Answer:
     return {"restarted": device.restart(args.name)}
 
@@ -247,4 +262,5 @@ COMMAND_TABLE: tuple[Command[Any], ...] = (
     Command("samples", SamplesArgs, _samples_answer, Rate(8.0, 16), budget_s=SAMPLES_BUDGET_S),
     Command("reset-counts", NoArgs, lambda device, _: _reset_counts(device), Rate(0.2, 2)),
     Command("restart-pipeline", CameraArgs, _restart, deprecated=RESTART_PIPELINE),
+    Command("camera-reference", CameraReferenceArgs, _camera_reference, Rate(0.5, 4)),
 )

@@ -348,10 +348,33 @@ class GateBrief(_Part):
     keepalive_fps: float | None = None
 
 
+class HealthBrief(_Part):
+    """A camera's health check (docs/cameras.md "Camera health"): the kinds of its `problems` now
+    (empty: healthy), the newest frame's mean `luminance` and its spread (`contrast`), grey
+    levels, its `sharpness` (normalised Laplacian variance), and its `shift_px` (pixels of the
+    grey copy) and `rotation_deg` against the reference image."""
+
+    problems: list[str] = Field(default_factory=list)
+    luminance: float
+    contrast: float
+    sharpness: float
+    shift_px: float = 0.0
+    rotation_deg: float = 0.0
+
+    @field_validator("problems", mode="before")
+    @classmethod
+    def _kinds(cls, value: Any) -> Any:
+        """From a camera's `HealthState`, its problems' kinds."""
+        if isinstance(value, tuple | list):
+            return [getattr(item, "kind", item) for item in value]
+        return value
+
+
 class CameraTelemetry(_Part):
     """One camera: fps now and its cap, counters since start, latency per stage (ms), the
     newest frame's objects by label (`in_view`); with a motion gate, the frames inferred of
-    `frames` (`inferred`) and the gate's ratios (`gate`), both absent without one."""
+    `frames` (`inferred`) and the gate's ratios (`gate`), both absent without one; with a health
+    check, its newest state (`health`), absent without one."""
 
     name: str
     fps: float
@@ -369,11 +392,12 @@ class CameraTelemetry(_Part):
     gate: GateBrief | None = None
     # drift (issue 40): the camera's drift score 0..1 (pipelines.drift), absent until it has one
     drift: float | None = Field(default=None, ge=0, le=1)
+    health: HealthBrief | None = None  # absent while the camera's health check is off (or has judged nothing)
 
     @model_serializer(mode="wrap")
     def _gate_when_gated(self, handler: SerializerFunctionWrapHandler) -> Any:
         document = _without_unset(_without_unset(handler(self), self, "inferred"), self, "gate")
-        return _without_unset(document, self, "drift")
+        return _without_unset(_without_unset(document, self, "drift"), self, "health")
 
 
 class SystemTelemetry(_Part):

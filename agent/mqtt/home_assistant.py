@@ -7,9 +7,10 @@ config document Home Assistant reads from ``<prefix>/<component>/<device>/<objec
 Every state is read with a value template from the existing topics: the retained ``status``
 (fps, temperature, governor, version, problems; also the availability, whose last will is
 ``{"state": "offline"}``), ``telemetry`` (each camera, lines, zones, power, battery) and
-``events`` (the last object event). The one topic added is each camera's annotated frame
-(`image_topic`, JPEG bytes, at a bounded rate). No control entity: control is signed by the
-operator and Home Assistant cannot sign (docs/security.md).
+``events`` (the last object event); each checked camera's "picture problem" (frozen, dark,
+covered, moved, ...: docs/cameras.md "Camera health") from its telemetry. The one topic added
+is each camera's annotated frame (`image_topic`, JPEG bytes, at a bounded rate). No control
+entity: control is signed by the operator and Home Assistant cannot sign (docs/security.md).
 
 Line crossings and zone entries are ``total_increasing``: they only grow until the signed
 ``reset-counts`` command sets them to zero, which Home Assistant's statistics read as a new
@@ -34,14 +35,16 @@ GOVERNOR_LEVELS = tuple(dict.fromkeys([*(t.value for t in ThermalLevel), *(b.val
 
 @dataclass(frozen=True)
 class Camera:
-    """A camera as discovery needs it: its name, its lines' and zones' names, and the labels
+    """A camera as discovery needs it: its name, its lines' and zones' names, the labels
     that get an "in view" sensor of their own (its ``classes`` filter; every label's count is
-    also an attribute of the camera's "objects in view" sensor)."""
+    also an attribute of the camera's "objects in view" sensor), and whether its picture's
+    health is checked (``health.enabled``: a "picture problem" binary sensor)."""
 
     name: str
     lines: tuple[str, ...] = ()
     zones: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
+    health: bool = True
 
 
 @dataclass(frozen=True)
@@ -249,6 +252,18 @@ def discovery(identity: Identity, topics: Topics, prefix: str, cameras: tuple[Ca
             image_topic=image_topic(topics, device, camera.name),
             content_type="image/jpeg",
         )
+        if camera.health:
+            problems = "p.health.problems if p.health is defined and p.health else []"
+            add(
+                "binary_sensor",
+                f"{c}_picture_problem",
+                f"{camera.name} picture problem",
+                state_topic=telemetry,
+                value_template=_camera_value(camera.name, f"'ON' if ({problems}) else 'OFF'"),
+                device_class="problem",
+                json_attributes_topic=telemetry,
+                json_attributes_template=_camera_value(camera.name, f"{{'problems': {problems}}} | tojson"),
+            )
         for line in camera.lines:
             for direction in ("in", "out"):
                 add(

@@ -61,6 +61,7 @@ from pipelines.annotate import BoxAnnotator
 from pipelines.decoding.decoders import DecoderError
 from pipelines.decoding.detector import CameraDetector, FrameDetector
 from pipelines.gating import Gating
+from pipelines.health_watch import HealthChanged, HealthWatch
 from pipelines.measure.second_stage import SecondStages
 from pipelines.motion import MotionDetector
 from pipelines.motion_gate import MotionGate
@@ -152,11 +153,13 @@ class Cameras:
         locate: Locate = dotted,
         stage: ClassifyingStage | None = None,
         tracks_alive_for: Callable[[str], Callable[[], bool]] | None = None,
+        health_changed: HealthChanged | None = None,
     ) -> None:
         """`stage` is the second stage: each version activated hands it the version's
         classifier (its lightest artifact under the governor's `use_lighter`), or None.
         `tracks_alive_for(name)` says whether that camera's tracker holds a confirmed track (the
-        motion gate's keepalive, for a camera whose ``motion.enabled``)."""
+        motion gate's keepalive, for a camera whose ``motion.enabled``). `health_changed` is
+        told (on the camera's capture thread) when a camera's health problems start or clear."""
         self.sections, self.board, self.preference = list(sections), board, preference
         self.stage = stage
         self._locate = locate
@@ -168,6 +171,8 @@ class Cameras:
         self._pipe: PipeSettings | None = None  # made at the first start (it may ask the tools)
         self._sink_for = sink_for
         self._tracks_alive_for = tracks_alive_for
+        self._health_changed = health_changed
+        self._watches: dict[str, HealthWatch] = {}  # per camera with health.enabled, kept across restarts
         self._lock = threading.Lock()
         self._pipelines: dict[str, Pipeline] = {}
         self._shadows: list[ShadowSession] = []  # open shadows, told of a camera's new pipeline
@@ -368,6 +373,24 @@ class Cameras:
         gate.slow_down(self.gate_slowdown)
         return Gating(MotionDetector(motion.settings()), gate, alive)
 
+    def _watch(self, section: CameraSection) -> HealthWatch | None:
+        """`section`'s health check (None unless its ``health.enabled``): one per camera, kept
+        across its pipeline's restarts (its baselines and reference image go on)."""
+        if not section.health.enabled:
+            return None
+        if section.name not in self._watches:
+            thresholds = section.health.thresholds()
+            self._watches[section.name] = HealthWatch(section.name, thresholds, self._health_changed)
+        return self._watches[section.name]
+
+    def health_watch(self, name: str) -> HealthWatch:
+        """The named camera's health check (its `reference` image, `reset_reference`); raises
+        `KeyError` for a camera without one (any thread)."""
+        with self._lock:
+            if name not in self._watches:
+                raise KeyError(f"no camera named {name!r} with a health check; checked: {', '.join(self._watches)}")
+            return self._watches[name]
+
     def _start(self, section: CameraSection, detector: FrameDetector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
@@ -380,6 +403,7 @@ class Cameras:
             annotator=annotator,
             workers=workers,
             gating=self._gating(section),
+            health=self._watch(section),
         )
         if self.paused:
             pipeline.pause()

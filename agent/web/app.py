@@ -113,7 +113,11 @@ class Pace:
 
 #: the pace of each page action (a technician clicks; a script holding the password cannot
 #: restart a camera 200 times in a row or roll back and forth)
-PACES = {"rollback": Pace(burst=2, every_s=30.0), "restart": Pace(burst=5, every_s=5.0)}
+PACES = {
+    "rollback": Pace(burst=2, every_s=30.0),
+    "restart": Pace(burst=5, every_s=5.0),
+    "accept-view": Pace(burst=5, every_s=5.0),
+}
 
 
 class RecentSnapshot:
@@ -179,6 +183,8 @@ class StatusApp:
             Route("/api/cameras/{name}/snapshot.jpg", self.camera_jpeg),
             Route("/api/rollback", self.rollback, methods=["POST"]),
             Route("/api/cameras/{name}/restart", self.restart, methods=["POST"]),
+            Route("/api/cameras/{name}/reference.jpg", self.camera_reference),
+            Route("/api/cameras/{name}/accept-view", self.accept_view, methods=["POST"]),
             Route("/metrics", self.metrics),
             Route("/healthz", self.healthz),
         ]
@@ -242,6 +248,17 @@ class StatusApp:
             return _error(exc)
         return Response(jpeg, media_type="image/jpeg", headers=NO_STORE)
 
+    async def camera_reference(self, request: Request) -> Response:
+        """The camera's health reference image (JPEG, the check's small grey copy): what "moved"
+        compares the live view with."""
+        if self.controls.camera_reference is None:
+            return _error(CodedError(ErrorCode.NO_PIPELINE, "this agent checks no camera's health"))
+        try:
+            jpeg = await self._in("read", self.controls.camera_reference, request.path_params["name"])
+        except CodedError as exc:
+            return _error(exc)
+        return Response(jpeg, media_type="image/jpeg", headers=NO_STORE)
+
     async def metrics(self, request: Request) -> Response:
         body = await self._in("read", generate_latest, self._registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
@@ -289,6 +306,22 @@ class StatusApp:
         finally:
             self.snapshot.forget()
         return JSONResponse({"ok": True, "restarted": restarted}, headers=NO_STORE)
+
+    async def accept_view(self, request: Request) -> Response:
+        """The camera's next frame becomes its health reference ("accept the new view": a camera
+        moved on purpose is no longer reported as moved)."""
+        refused = self._too_soon("accept-view", request)
+        if refused is not None:
+            return refused
+        name = request.path_params["name"]
+        log.warning("status page: new view of camera %r accepted from %s", name[:64], _client(request), extra=AUDIT)
+        if self.controls.accept_view is None:
+            return _error(CodedError(ErrorCode.NO_PIPELINE, "this agent checks no camera's health"))
+        try:
+            await self._in("act", self.controls.accept_view, name)
+        except CodedError as exc:
+            return _error(exc)
+        return JSONResponse({"ok": True, "camera": name}, headers=NO_STORE)
 
 
 def _client(request: Request) -> str:

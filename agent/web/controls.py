@@ -25,7 +25,10 @@ class AgentControls:
     their JPEG crops (each one's `to_json` is the ``events`` topic's document less ``device``);
     `media(event_id, kind)` an event's kept ``snapshot`` or ``clip`` with its content type
     (None: not kept; the field None: the device keeps no media); `samples()` the samples for
-    retraining kept per camera, `SamplesKept` (the field None: no camera keeps samples)."""
+    retraining kept per camera, `SamplesKept` (the field None: no camera keeps samples);
+    `camera_reference(camera)` the camera's health reference image as JPEG and
+    `accept_view(camera)` makes its next frame the new reference (docs/cameras.md "Camera
+    health"; the fields None: no health checks)."""
 
     snapshot: Callable[[], AgentSnapshot]
     health: Callable[[], Health]
@@ -35,6 +38,8 @@ class AgentControls:
     events: Callable[[], list[Event]]
     media: Callable[[str, str], tuple[bytes, str] | None] | None = None
     samples: Callable[[], dict[str, SamplesKept]] | None = None  # samples for retraining (issue 40)
+    camera_reference: Callable[[str], bytes] | None = None
+    accept_view: Callable[[str], None] | None = None
 
 
 # -- samples for retraining (issue 40 item 3) -----------------------------------------------------

@@ -23,6 +23,7 @@ from agent.bundles.record import QualityOutcome, ShadowOutcome, State
 from agent.governor.levels import BatteryLevel, ThermalLevel
 from agent.mqtt.protocol import PROTOCOL
 from agent.snapshot import AgentSnapshot, Health
+from pipelines.camera_health import KINDS
 
 Metric = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily | StateSetMetricFamily
 
@@ -229,6 +230,23 @@ class SnapshotCollector(Collector):
             up.add_metric(name, camera.source_status.state == "running")
             stalled.add_metric(name, camera.stalled_s)
         yield from (fps, latency, frames, dropped, errors, up, stalled, shared_by, batch, in_view)
+        yield from self._camera_health(s)
+
+    def _camera_health(self, s: AgentSnapshot) -> Iterator[Metric]:
+        """Each checked camera's health problems (docs/cameras.md "Camera health"): 1 for each
+        kind it has now, 0 for the others; no series for a camera without the check, nor while its
+        source is not running (its last picture is stale: `edge_agent_camera_source_up` says)."""
+        problem = GaugeMetricFamily(
+            "edge_agent_camera_problem",
+            "1 while the camera's picture has this problem (frozen, dark, covered, moved, ...).",
+            labels=["camera", "kind"],
+        )
+        for camera in s.cameras:
+            if camera.health is not None and camera.source_status.state == "running":
+                kinds = set(camera.health.kinds)
+                for kind in KINDS:
+                    problem.add_metric([camera.name, kind], kind in kinds)
+        yield problem
 
     # -- drift (issue 40) ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from agent.governor.levels import BatteryLevel
@@ -18,6 +19,7 @@ from agent.mqtt.link import LinkStats, Refused
 from agent.mqtt.outbox import OutboxStats
 from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, Health, MediaUsage
 from pipelines.drift import CameraDrift
+from pipelines.health_watch import ACTIONS
 from pipelines.pipeline import PipelineStats
 
 Status = Literal["pass", "warn", "fail"]
@@ -227,6 +229,40 @@ def judge_camera(camera: PipelineStats, reference_fps: float | None) -> Finding:
     return Finding(check, "pass", f"camera {camera.name}: {camera.fps:.1f} FPS, {source.state}")
 
 
+#: camera health problems that leave the camera blind (a failure); the others are warnings
+#: (a finding's check is ``camera NAME health``: `edge-agent doctor` picks them from the page's list)
+HEALTH_CHECK = "health"
+BLIND_KINDS = frozenset({"frozen", "covered"})
+
+
+def _lasting(seconds: float) -> str:
+    if seconds < 120:
+        return f"{max(seconds, 0):.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def judge_camera_health(camera: PipelineStats, now: float) -> list[Finding]:
+    """A camera's health problems (docs/cameras.md "Camera health"), one finding each: its kind,
+    since when (UTC, and for how long at `now`, Unix seconds), the numbers and what to do. None
+    while its source is not running (a lost camera is `judge_camera`'s to say)."""
+    health = camera.health
+    if health is None or camera.source_status.state != "running":
+        return []
+    found = []
+    for problem in health.problems:
+        since = datetime.fromtimestamp(problem.since, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        found.append(
+            Finding(
+                f"camera {camera.name} {HEALTH_CHECK}",
+                "fail" if problem.kind in BLIND_KINDS else "warn",
+                f"camera {camera.name} {problem.kind.replace('_', ' ')} since {since} "
+                f"({_lasting(now - problem.since)}): {problem.detail}",
+                ACTIONS[problem.kind],
+            )
+        )
+    return found
+
+
 #: what to do about a version that did not see what the serving one saw (docs/quality.md)
 QUALITY_FIX = (
     "the version before it keeps serving; the deployment's shadow and quality say which camera and class: check "
@@ -340,6 +376,9 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
             )
         )
     found += [judge_camera(c, reference_fps.get(c.name)) for c in snapshot.cameras if f"camera {c.name}" not in hung]
+    found += [
+        f for c in snapshot.cameras if f"camera {c.name}" not in hung for f in judge_camera_health(c, snapshot.ts)
+    ]
     governor = snapshot.governor
     if governor is not None and governor.decision.thermal in ("HOT", "CRITICAL"):
         decision = governor.decision

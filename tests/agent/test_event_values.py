@@ -8,9 +8,10 @@ import dataclasses
 
 import pytest
 
-from agent.event_values import GovernorEvent, LineCrossing, ObjectEvent
+from agent.event_values import CameraEvent, GovernorEvent, LineCrossing, ObjectEvent
 from agent.governor.levels import BatteryLevel, ThermalLevel
 from agent.mqtt.protocol import json_payload
+from pipelines.camera_health import KINDS
 
 END = ObjectEvent(
     kind="end",
@@ -102,3 +103,18 @@ def test_a_kept_snapshot_is_a_reference_in_place_of_the_crop() -> None:
     assert document["snapshot"] == f"{END.object_id}.jpg" and "snapshot_jpeg" not in document
     assert list(document)[-1] == "snapshot", "after the documented keys"
     assert kept.without_crop().to_json() == document, "the page's list keeps the reference"
+
+
+def test_a_camera_event_is_the_documented_document_byte_for_byte() -> None:
+    from pipelines.health_watch import ACTIONS, ProblemSeen
+
+    problem = ProblemSeen("moved", 1_700_000_000.12345, "shifted 10.0% of the width, turned 0.1 degrees")
+    event = CameraEvent.of("gate", problem, "start", 1_700_000_010.98765)
+    assert json_payload({"device": "cam-1", **event.to_json()}) == (
+        b'{"device":"cam-1","type":"camera","ts":1700000010.988,"camera":"gate","problem":"moved",'
+        b'"change":"start","since":1700000000.123,"detail":"shifted 10.0% of the width, turned 0.1 degrees",'
+        b'"action":"the view moved: check the mount and point the camera back, or accept the new view"}'
+    )
+    assert CameraEvent.of("gate", problem, "end", 1.0).to_json()["change"] == "end"
+    assert event.without_crop() is event
+    assert set(ACTIONS) == set(KINDS), "every kind has a technician's action"

@@ -622,3 +622,56 @@ def test_on_a_board_without_sensors_the_temperature_and_power_charts_say_there_i
         assert why("temp", none, [None, 41.5]) is None
         assert why("temp", {**none, "temp_c": 41.5}, []) is None
         assert why("power", {**none, "battery": {"percent": 80, "status": "Full"}}, [None], [None]) is None
+
+
+def test_a_moved_camera_shows_its_reference_beside_the_live_view_in_chromium(
+    tmp_path: Path, bundles: dict[str, Path], keys: dict[str, Path], chromium: Chromium
+) -> None:
+    """A clip of a fixed camera knocked 10 % sideways halfway (testkit.health_clips), judged on
+    every frame with no hold: its card in the browser shows the reference view, the JPEG is the
+    check's grey copy, "moved" is a problem with what to do, and accepting the new view is an
+    action of the page (refused without the login)."""
+    from testkit.health_clips import clip
+    from testkit.real_models import write_clip
+
+    board = probe(TREE)
+    install_versions(tmp_path / "state", keys, bundles, board)
+    video = write_clip(tmp_path / "knocked.avi", (frame for frame, _ in clip("shifted", 80, at=40)), fps=10)
+    (tmp_path / "password").write_text("s3cret pass\n")
+    port = free_port()
+    health = {"interval_s": 0.001, "hold_s": 0, "reference_after_s": 0}  # every frame, the last good one kept
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "cameras": [{"name": "gate", "source": str(video), "loop": False, "health": health}],
+        "status_page": {"listen": f"127.0.0.1:{port}", "username": "tech", "password_file": str(tmp_path / "password")},
+    }
+    url = f"http://127.0.0.1:{port}"
+    with running(config, board, TREE):
+        wait_until(lambda: http(url + "/healthz").status == 200, 30, "the page to answer")
+
+        def moved() -> bool:
+            cameras = http(url + "/api/status", headers=AUTH).json()["cameras"]
+            return bool(cameras and cameras[0]["health"] and cameras[0]["health"]["problems"])
+
+        wait_until(moved, 60, "the camera judged moved")
+        (camera,) = http(url + "/api/status", headers=AUTH).json()["cameras"]
+        assert [p["kind"] for p in camera["health"]["problems"]] == ["moved"]
+        page = chromium.page()
+        page.headers(AUTH)
+        page.open(url + "/")
+        card = "document.querySelector('[data-camera=gate]')"
+        assert page.wait_for(f"{card} && !{card}.querySelector('.moved').hidden") is True
+        width = page.wait_for(f"{card}.querySelector('img.reference').complete && "
+                              f"{card}.querySelector('img.reference').naturalWidth")  # fmt: skip
+        assert width == 160, "the check's grey copy"
+        assert "Accept the new view" in page.evaluate(f"{card}.querySelector('.moved').textContent")
+        listed = "document.getElementById('events').textContent"
+        assert page.wait_for(f"{listed}.includes('camera gate: moved since') && {listed}")
+        jpeg = http(url + "/api/cameras/gate/reference.jpg", headers=AUTH)
+        assert jpeg.status == 200 and jpeg.headers["content-type"] == "image/jpeg"
+        assert http(url + "/api/cameras/gate/reference.jpg").status == 401
+        accept = url + "/api/cameras/gate/accept-view"
+        assert http(accept, "POST", body=b"{}").status == 401
+        done = http(accept, "POST", {**AUTH, "Content-Type": "application/json"}, b"{}")
+        assert done.status == 200 and done.json() == {"ok": True, "camera": "gate"}

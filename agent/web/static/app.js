@@ -179,10 +179,16 @@ function renderCamera(c, analytics) {
     const restart = el("button", { type: "button" }, "Restart camera");
     restart.addEventListener("click", () => act(`/api/cameras/${encodeURIComponent(c.name)}/restart`, `restart camera ${c.name}`));
     const chart = el("div", { class: "chart" });
+    // camera health's "moved": the reference image beside the live one, and accepting the new view
+    const reference = el("img", { alt: `camera ${c.name}'s reference view`, class: "snapshot reference" });
+    const accept = el("button", { type: "button" }, "Accept the new view");
+    accept.addEventListener("click", () => act(`/api/cameras/${encodeURIComponent(c.name)}/accept-view`, `accept the new view of camera ${c.name}`));
+    const moved = el("div", { class: "moved", hidden: true },
+      el("p", {}, "The view moved. What the live view above is compared with (the reference, grey):"), reference, accept);
     const card = el("div", { class: "camera card", "data-camera": c.name },
-      el("h3", {}, `Camera ${c.name}`), frame, legend, stats, restart, chart);
+      el("h3", {}, `Camera ${c.name}`), frame, legend, moved, stats, restart, chart);
     $("cameras").append(card);
-    entry = cameraCards[c.name] = { card, image, overlay, legend, stats, chart, loading: false, motion: null };
+    entry = cameraCards[c.name] = { card, image, overlay, legend, stats, chart, moved, reference, loading: false, motion: null };
     image.addEventListener("load", () => { entry.loading = false; drawMotion(entry); });
     image.addEventListener("error", () => { entry.loading = false; });
   }
@@ -195,6 +201,7 @@ function renderCamera(c, analytics) {
     ["frames", `${c.frames} inferred, ${c.dropped} dropped, ${c.errors} failed`],
     ["source", `${c.source_status.state}${c.source_status.error ? ": " + c.source_status.error : ""}`],
     ["model", `${c.model} on ${c.runtime}${c.paused ? " (paused)" : ""}`],
+    ...(c.health ? [["picture", c.health.problems.length ? c.health.problems.map((p) => p.kind.replace("_", " ")).join(", ") : "good"]] : []),
     ...thresholdRows(c.thresholds),
     ...motionRows(c.motion),
     ...analyticsRows(analytics),
@@ -205,6 +212,11 @@ function renderCamera(c, analytics) {
     entry.loading = true;
     entry.image.src = here(`/api/cameras/${encodeURIComponent(c.name)}/snapshot.jpg?t=${Date.now()}`);
   }
+  const moved = Boolean(c.health && c.health.problems.some((p) => p.kind === "moved"));
+  if (moved && entry.moved.hidden) {  // the reference only changes when accepted: fetched as it shows
+    entry.reference.src = here(`/api/cameras/${encodeURIComponent(c.name)}/reference.jpg?t=${Date.now()}`);
+  }
+  entry.moved.hidden = !moved;
 }
 
 // What the camera keeps of its model's detections: agent.yaml's cameras[] over the bundle's.
@@ -375,6 +387,8 @@ function renderEvents(events) {
     const time = new Date(e.ts * 1000).toLocaleTimeString();
     const what = e.type === "governor"
       ? `governor ${e.previous} → ${e.level}: ${e.reason}`
+      : e.type === "camera"  // a camera health problem that started or cleared
+      ? `camera ${e.camera}: ${e.problem.replace("_", " ")} ${e.change === "start" ? "since" : "cleared after"} ${new Date(e.since * 1000).toLocaleTimeString()} (${e.detail})`
       : `${e.camera ?? e.pipeline}: ${e.label}${e.classification ? ` → ${e.classification.label}` : ""} #${e.track_id} ${e.type}${e.type === "end" ? ` after ${fmt(e.duration_s, 1, "s")}` : ""} (${fmt(e.confidence, 2)})`;
     const media = [];  // the kept snapshot and clip, served by /api/events/<id>/... with the page's credentials
     if (e.snapshot) media.push(el("a", { href: `/api/events/${e.object_id}/snapshot`, target: "_blank", class: "snapshot" }, "snapshot"));

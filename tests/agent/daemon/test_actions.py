@@ -26,6 +26,8 @@ def test_refusals_carry_their_codes(tmp_path: Path) -> None:
         (actions.rollback, "NO_PREVIOUS"),
         (lambda: actions.restart_camera("ghost"), "NO_PIPELINE"),
         (lambda: actions.camera_jpeg(None), "NO_PIPELINE"),
+        (lambda: actions.camera_reference("ghost"), "NO_PIPELINE"),
+        (lambda: actions.accept_view("ghost"), "NO_PIPELINE"),
     ]:
         with pytest.raises(CodedError) as refused:
             act()

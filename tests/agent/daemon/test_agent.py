@@ -433,6 +433,77 @@ def test_a_config_in_the_old_names_is_served_the_same_and_the_agent_warns_of_it(
         agent.stop()
 
 
+def test_a_camera_health_problem_is_an_event_and_in_telemetry_and_a_signed_command_resets_its_reference(
+    tmp_path: Path,
+    broker: Broker,
+    watcher: Watcher,
+    keys: dict[str, Path],
+    bundles: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Over a real mosquitto: a camera whose picture is darker than its ``health.dark_luma`` (the
+    synthetic scene under a threshold of 250, held for 0 s) sends a ``camera`` event on
+    ``events`` and its telemetry says ``dark``; a camera with the check off has no ``health``.
+    ``fleet camera-reference`` (signed) makes the camera's next frame its reference (a dark
+    picture never becomes one by itself); unsigned it is refused, and a camera without the check
+    is ``NO_PIPELINE``."""
+    from testkit.fleet import cli
+
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+
+    install_versions(tmp_path / "state", keys, bundles)
+    dark = {"interval_s": 0.1, "hold_s": 0, "dark_luma": 250, "bright_luma": 255}
+    config = AgentConfig.model_validate(
+        {
+            "device": {"id": "eye-1"},
+            "state_dir": str(tmp_path / "state"),
+            "trust_keys": [str(keys["public"])],
+            "operator_keys": [str(keys["operator_pub"])],
+            "mqtt": {"broker": broker.url, "reconnect_min_s": 0.2},
+            "telemetry": {"interval_s": 0.3},
+            "cameras": [
+                {"name": "gate", "source": "synthetic:3", "fps": 20, "health": dark},
+                {"name": "yard", "source": "synthetic:4", "fps": 20, "health": {"enabled": False}},
+            ],
+        }
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+
+        def camera_event() -> dict[str, object] | None:
+            documents = [json.loads(m.payload) for m in list(watcher.messages) if m.topic == "edge/eye-1/events"]
+            return next((d for d in documents if d["type"] == "camera"), None)
+
+        event = wait_until(camera_event, 60, "a camera event")
+        telemetry = watcher.wait_json("edge/eye-1/telemetry", lambda d: "health" in d["cameras"][0])
+
+        gate = agent.cameras.health_watch("gate")
+        assert gate.reference is None, "a dark picture is no reference"
+        fleet = ("--broker", broker.url, "--timeout", "20")
+        status, out = cli(capsys, "fleet", "camera-reference", "eye-1", "gate", *fleet)
+        assert status == 1 and "UNAUTHORIZED" in out and gate.reference is None, out
+        signed = (*fleet, "--key", str(keys["operator"]))
+        status, out = cli(capsys, "fleet", "camera-reference", "eye-1", "yard", *signed)
+        assert status == 1 and "NO_PIPELINE" in out, out
+        status, out = cli(capsys, "fleet", "camera-reference", "eye-1", "gate", *signed)
+        assert status == 0 and "camera gate's next frame becomes its reference view" in out, out
+        wait_until(lambda: gate.reference is not None, 30, "the next frame kept as the reference")
+    finally:
+        agent.stop()
+    assert event is not None
+    assert {k: event[k] for k in ("device", "camera", "problem", "change")} == {
+        "device": "eye-1",
+        "camera": "gate",
+        "problem": "dark",
+        "change": "start",
+    }
+    assert "lighting" in str(event["action"]) and float(str(event["since"])) <= float(str(event["ts"]))
+    assert telemetry["cameras"][0]["health"]["problems"] == ["dark"]
+    assert "health" not in telemetry["cameras"][1]
+
+
 # -- drift (issue 40) ----------------------------------------------------------------------------------
 
 
@@ -463,3 +534,34 @@ def test_the_agent_keeps_each_cameras_drift_against_the_version_serving(
     assert found.camera == "door" and found.version == current and found.complete
     assert (tmp_path / "state" / "drift" / f"door@{current}.json").is_file()
     assert 0 <= found.score.score < 1  # type: ignore[union-attr]
+
+
+def test_a_camera_with_a_health_problem_is_flagged_for_samples_and_one_without_the_check_is_not(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """`samples_flagged` (the samples' ``flagged`` reason) asks camera health and drift: a
+    camera whose picture is darker than its ``dark_luma`` is flagged once judged; a camera
+    without the health check, whose drift has no score yet, is not."""
+    from agent.config.models import AgentConfig
+    from agent.daemon.agent import Agent
+
+    install_versions(tmp_path / "state", keys, bundles)
+    dark = {"interval_s": 0.1, "hold_s": 0, "dark_luma": 250, "bright_luma": 255}
+    config = AgentConfig.model_validate(
+        {
+            "state_dir": str(tmp_path / "state"),
+            "trust_keys": [str(keys["public"])],
+            "cameras": [
+                {"name": "gate", "source": "synthetic:3", "fps": 20, "health": dark},
+                {"name": "yard", "source": "synthetic:4", "fps": 20, "health": {"enabled": False}},
+            ],
+        }
+    )
+    agent = Agent(config, probe())
+    agent.start()
+    try:
+        wait_until(lambda: agent.samples_flagged("gate"), 60, "the dark camera flagged")
+        assert not agent.samples_flagged("yard")
+        assert not agent.samples_flagged("nowhere")
+    finally:
+        agent.stop()

@@ -10,12 +10,13 @@ import pytest
 from testkit import FAKES
 from testkit.media import write_video
 from testkit.net import free_port
-from testkit.snapshots import snapshot
+from testkit.snapshots import camera, snapshot
 
 from agent.bundles.signing import generate_keypair
 from agent.config.models import AgentConfig, CameraSection, StatusPageSection
 from agent.daemon.checkup import (
     check_camera,
+    check_camera_health,
     check_keys,
     check_running_agent,
     check_sensors,
@@ -136,3 +137,35 @@ def test_a_sighup_applies_only_a_config_that_loads_starts_and_has_its_files(tmp_
     path.write_text(text(video) + f"trust_keys: [{tmp_path / 'missing.pub'}]\n")
     with pytest.raises((ConfigError, BundleError), match=r"missing\.pub"):
         reloadable(path)
+
+
+def test_doctor_lists_the_running_agent_s_camera_health_problems_with_the_page_s_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over real HTTP, logged in as the page's user: the page's camera health findings, in its
+    words, and nothing else of its list; nothing when no agent answers."""
+    from pipelines.health_watch import HealthState, ProblemSeen
+
+    health = HealthState((ProblemSeen("covered", 900.0, "spread 1.2"),), 80.0, 1.2, 0.1, 0.0, 0.0, 1000.0)
+    cameras = (camera("gate", health=health), camera("yard"))
+    controls = AgentControls(
+        snapshot=lambda: snapshot(cameras=cameras, serving_error="parity 0.5"),
+        health=lambda: Health(True),
+        rollback=_never,
+        restart=list,
+        camera_jpeg=lambda *a: b"",
+        events=list,
+    )  # type: ignore[arg-type]
+    monkeypatch.setenv("PAGE_PASSWORD", "s3cret-pass")
+    port = free_port()
+    page = StatusPageSection(listen=f"127.0.0.1:{port}", username="tech", password_env="PAGE_PASSWORD")
+    server = StatusServer(page, controls).start()
+    try:
+        found = check_camera_health(page)
+        wrong = check_camera_health(page.model_copy(update={"username": "intruder"}))
+    finally:
+        server.stop()
+    assert [(f.check, f.status) for f in found] == [("camera gate health", "fail")]
+    assert "camera gate covered since" in found[0].message and "remove what covers it" in found[0].fix
+    assert wrong == [], "refused (401): no list"
+    assert check_camera_health(page, timeout_s=2) == [], "no agent answers"

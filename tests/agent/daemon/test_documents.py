@@ -282,3 +282,38 @@ def test_telemetry_carries_each_cameras_drift_score_once_it_has_one() -> None:
     assert sent["cameras"][0]["drift"] == 0.42  # bug: the score left out of the camera's telemetry
     waiting = (CameraDrift("cam0", "a" * 64, 600.0, False, None, 0.3),)
     assert "drift" not in json.loads(telemetry_payload(snapshot(drift=waiting)))["cameras"][0]
+
+
+def test_telemetry_carries_a_camera_s_health_while_it_is_checked() -> None:
+    """The problem kinds and the numbers; no ``health`` key while the check is off (the documents
+    of cameras without one stay byte for byte the same)."""
+    from testkit.snapshots import camera
+
+    from pipelines.health_watch import HealthState, ProblemSeen
+
+    state = HealthState(
+        problems=(
+            ProblemSeen("defocused", 990.0, "sharpness 0.10, 20% of its baseline"),
+            ProblemSeen("moved", 995, ""),
+        ),
+        luminance=101.5,
+        contrast=30.2,
+        sharpness=0.104,
+        shift_px=12.5,
+        rotation_deg=0.3,
+        at=1000.0,
+    )
+    cameras = (camera("gate", health=state), camera("yard"))
+    sent = json.loads(telemetry_payload(snapshot(cameras=cameras)))["cameras"]
+    assert sent[0]["health"] == {
+        "problems": ["defocused", "moved"],
+        "luminance": 101.5,
+        "contrast": 30.2,
+        "sharpness": 0.104,
+        "shift_px": 12.5,
+        "rotation_deg": 0.3,
+    }
+    assert "health" not in sent[1]
+    read = TelemetryDocument.read(telemetry_payload(snapshot(cameras=cameras)), "t")
+    assert isinstance(read, TelemetryDocument) and read.cameras[0].health is not None
+    assert read.cameras[0].health.problems == ["defocused", "moved"] and read.cameras[1].health is None

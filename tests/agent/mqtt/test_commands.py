@@ -14,6 +14,7 @@ from agent.bundles.record import Deployment, State
 from agent.mqtt.commands import (
     COMMAND_TABLE,
     CameraArgs,
+    CameraReferenceArgs,
     CommandActions,
     Jpeg,
     MediaArgs,
@@ -41,6 +42,7 @@ def test_each_command_is_one_row_and_the_protocol_names_come_from_the_table() ->
             "samples",
             "reset-counts",
             "restart-pipeline",
+            "camera-reference",
         )
     )
     assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", name) for name in names), "one plain topic level each"
@@ -53,6 +55,7 @@ def test_each_command_is_one_row_and_the_protocol_names_come_from_the_table() ->
         "samples": (Rate(8.0, 16), SamplesArgs),
         "reset-counts": (Rate(0.2, 2), NoArgs),
         "restart-pipeline": (Rate(5.0, 10), CameraArgs),
+        "camera-reference": (Rate(0.5, 4), CameraReferenceArgs),
     }
     assert [row.name for row in COMMAND_TABLE if row.deprecated] == ["restart-pipeline"], "kept for one release"
 

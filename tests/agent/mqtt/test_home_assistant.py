@@ -68,6 +68,11 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
         "sensor",
         {"state_topic": TELEMETRY, "unit_of_measurement": "objects", "state_class": "measurement"},
     ),
+    (
+        "front_door_picture_problem",
+        "binary_sensor",
+        {"state_topic": TELEMETRY, "device_class": "problem", "json_attributes_topic": TELEMETRY},
+    ),
     ("front_door_image", "image", {"image_topic": "edge/cam-7/ha/Front Door/image", "content_type": "image/jpeg"}),
     (
         "line_gate_in",
@@ -148,3 +153,10 @@ def test_prefix_topics_and_slugs() -> None:
     assert image_topic(Topics("site"), "d", "c") == "site/d/ha/c/image"
     assert slug("Front Door-2") == "front_door_2"
     assert GOVERNOR_LEVELS == ("NORMAL", "WARM", "HOT", "CRITICAL", "OK", "LOW")
+
+
+def test_a_camera_s_picture_problem_reads_its_health_and_only_while_it_is_checked() -> None:
+    template = ENTITIES["front_door_picture_problem"].config["value_template"]
+    assert '"Front Door"' in template and "p.health.problems" in template and "'ON'" in template
+    unchecked = discovery(IDENTITY, TOPICS, "homeassistant", (Camera("Front Door", health=False),))
+    assert "front_door_picture_problem" not in {e.object_id for e in unchecked}

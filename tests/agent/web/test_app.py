@@ -268,3 +268,71 @@ def test_page_actions_are_paced_with_retry_after(acting: Acting, caplog: pytest.
     paced = [r.getMessage() for r in caplog.records if "asked too often" in r.getMessage()]
     # rollback at 0 s and 29.5 s, restart at 30 s (203 refused): a line per action and 10 s, not per refusal
     assert len(paced) == 3, paced
+
+
+def test_a_camera_s_reference_image_is_read_behind_the_login_and_a_new_view_accepted_as_an_action(
+    tmp_path: Path,
+) -> None:
+    """A real health check whose view moved: ``reference.jpg`` is its reference (401 without the
+    page's login, 404 ``NO_PIPELINE`` for a camera without one); ``accept-view`` is an action
+    (refused cross-site), and the check's next frame is the new reference: "moved" clears."""
+    import cv2
+    import numpy as np
+    from testkit.health_clips import HealthScene, warped
+
+    from pipelines.annotate import encode_jpeg
+    from pipelines.camera_health import HealthThresholds
+    from pipelines.health_watch import HealthWatch
+    from pipelines.sources.frames import Frame
+
+    scene, watch = HealthScene(320, 180, seed=5), HealthWatch("gate", HealthThresholds(reference_after_s=5, hold_s=1))
+    for second in range(20):
+        picture = scene.render(second) if second < 12 else warped(scene.render(second), shift_fraction=0.1)
+        watch.offer(Frame(second, float(second), picture))
+    assert watch.state is not None and watch.state.kinds == ("moved",)
+
+    def reference(camera: str) -> bytes:
+        if camera != "gate" or watch.reference is None:
+            raise CodedError(ErrorCode.NO_PIPELINE, f"no camera named {camera!r} with a health check")
+        return encode_jpeg(watch.reference)
+
+    def accept(camera: str) -> None:
+        reference(camera)
+        watch.reset_reference()
+
+    controls = AgentControls(
+        snapshot=snapshot,
+        health=lambda: Health(True),
+        rollback=refuse,
+        restart=lambda camera: [camera],
+        camera_jpeg=no_frame,
+        events=list,
+        camera_reference=reference,
+        accept_view=accept,
+    )
+    (tmp_path / "password").write_text("s3cret-pw\n")
+    section = StatusPageSection(listen=f"127.0.0.1:{free_port()}", username="tech", password_file=tmp_path / "password")
+    server = StatusServer(section, controls).start()
+    login, url = basic("tech", "s3cret-pw"), server.url
+    try:
+        assert http(url + "api/cameras/gate/reference.jpg").status == 401
+        image = http(url + "api/cameras/gate/reference.jpg", headers=login)
+        assert image.status == 200 and image.headers["content-type"] == "image/jpeg"
+        decoded = cv2.imdecode(np.frombuffer(image.body, np.uint8), cv2.IMREAD_GRAYSCALE)
+        assert watch.reference is not None and decoded.shape == watch.reference.shape
+        ghost = http(url + "api/cameras/ghost/reference.jpg", headers=login)
+        assert ghost.status == 404 and ghost.json()["error"]["code"] == "NO_PIPELINE"
+
+        host = url.split("/")[2]
+        cross = http(url + "api/cameras/gate/accept-view", "POST", {**login, "Origin": "http://evil"}, b"")
+        assert cross.status == 403 and cross.json()["error"]["code"] == "CROSS_SITE"
+        watch.offer(Frame(20, 20.0, warped(scene.render(20), shift_fraction=0.1)))
+        assert watch.state.kinds == ("moved",), "refused: the reference stands"
+        same = http(url + "api/cameras/gate/accept-view", "POST", {**login, "Origin": f"http://{host}"}, b"")
+        assert same.status == 200 and same.json() == {"ok": True, "camera": "gate"}
+        watch.offer(Frame(21, 21.0, warped(scene.render(21), shift_fraction=0.1)))
+        assert watch.state.kinds == (), "the new view is the reference"
+        unknown = http(url + "api/cameras/ghost/accept-view", "POST", {**login, "Origin": f"http://{host}"}, b"")
+        assert unknown.status == 404 and unknown.json()["error"]["code"] == "NO_PIPELINE"
+    finally:
+        server.stop()

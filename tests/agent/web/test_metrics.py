@@ -204,3 +204,19 @@ def test_each_cameras_drift_score_where_it_has_one() -> None:
     found = _scrape(snapshot(drift=drift))
     assert found[("edge_agent_drift_score", _labels(camera="cam0"))] == 0.42
     assert ("edge_agent_drift_score", _labels(camera="cam1")) not in found, "no score yet is not a score of 0"
+
+
+def test_each_checked_camera_s_health_problems_one_series_per_kind() -> None:
+    from testkit.snapshots import camera
+
+    from pipelines.camera_health import KINDS
+    from pipelines.health_watch import HealthState, ProblemSeen
+    from pipelines.sources.frames import SourceState
+
+    state = HealthState((ProblemSeen("moved", 900.0, "shifted"),), 100.0, 30.0, 0.5, 12.0, 0.0, 1000.0)
+    scraped = _scrape(snapshot(cameras=(camera("gate", health=state), camera("yard"))))
+    gate = {kind: scraped[("edge_agent_camera_problem", _labels(camera="gate", kind=kind))] for kind in KINDS}
+    assert gate == {kind: float(kind == "moved") for kind in KINDS}
+    assert not [key for key in scraped if key[0] == "edge_agent_camera_problem" and ("camera", "yard") in key[1]]
+    lost = camera("gate", health=state, source_status=SourceState("reconnecting", "no frame", 1))
+    assert not [key for key in _scrape(snapshot(cameras=(lost,))) if key[0] == "edge_agent_camera_problem"]

@@ -290,3 +290,33 @@ def test_a_drifted_camera_is_on_the_page() -> None:
     found = page_problems(snapshot(drift=(_drift(0.5),)), Health(True), {})
     assert [(f.check, f.status) for f in found] == [("drift cam0", "warn")]
     assert page_problems(snapshot(drift=(_drift(0.1),)), Health(True), {}) == []
+
+
+def _health(*problems: tuple[str, float, str]) -> Any:
+    from pipelines.health_watch import HealthState, ProblemSeen
+
+    seen = tuple(ProblemSeen(kind, since, detail) for kind, since, detail in problems)  # type: ignore[arg-type]
+    return HealthState(seen, 100.0, 30.0, 0.5, 0.0, 0.0, 1000.0)
+
+
+def test_a_camera_s_health_problems_are_on_the_page_with_since_when_and_what_to_do() -> None:
+    health = _health(("covered", 880.0, "spread 1.2 and edges 3 (baselines 30.0, 900)"), ("moved", 999.5, "shifted"))
+    problems = page_problems(snapshot(ts=1000.0, cameras=(camera("gate", health=health),)), Health(True), {})
+    mine = [p for p in problems if p.check == "camera gate health"]
+    assert [(p.status, p.message) for p in mine] == [
+        (
+            "fail",
+            "camera gate covered since 1970-01-01 00:14:40 UTC (2 min): spread 1.2 and edges 3 (baselines 30.0, 900)",
+        ),
+        ("warn", "camera gate moved since 1970-01-01 00:16:39 UTC (0 s): shifted"),
+    ]
+    assert "remove what covers it" in mine[0].fix and "check the mount" in mine[1].fix
+    healthy = camera("gate", health=_health())
+    assert not [p for p in page_problems(snapshot(cameras=(healthy,)), Health(True), {}) if "gate" in p.check]
+
+
+def test_a_lost_camera_is_not_also_judged_on_its_last_picture() -> None:
+    lost = camera("gate", health=_health(("dark", 900.0, "mean luminance 3")))
+    lost = dataclasses.replace(lost, source_status=SourceState("reconnecting", "no frame", 1))
+    mine = [p for p in page_problems(snapshot(cameras=(lost,)), Health(True), {}) if "gate" in p.check]
+    assert [p.message for p in mine] == ["camera gate lost: no frame"]

@@ -33,7 +33,7 @@ def alerts() -> list[str]:
 def test_promtool_checks_the_rules() -> None:
     answer = promtool("check", "rules", RULES.name)
     assert answer.returncode == 0, answer.stdout + answer.stderr
-    assert "SUCCESS: 14 rules found" in answer.stdout
+    assert "SUCCESS: 15 rules found" in answer.stdout
 
 
 def test_the_unit_tests_pass_and_see_every_alert_firing_and_not_firing() -> None:
@@ -66,6 +66,8 @@ PLANTED = [
     ("EdgeAgentVersionNotSeeing", 'shadow_outcome="disagrees"', 'shadow_outcome="agrees"'),
     ("EdgeAgentVersionNotSeeing", "\n          or edge_agent_probation", "\n          and edge_agent_probation"),
     ("EdgeAgentCameraDown", "edge_agent_camera_source_up == 0", "edge_agent_camera_source_up == 1"),
+    ("EdgeAgentCameraProblem", "edge_agent_camera_problem == 1", "edge_agent_camera_problem >= 0"),
+    ("EdgeAgentCameraProblem", "problem == 1\n        for: 5m", "problem == 1\n        for: 3m"),
     ("EdgeAgentDiskNearlyFull", "edge_agent_disk_free_bytes < 0.1 *", "edge_agent_disk_free_bytes <= 0.1 *"),
     ("EdgeAgentDiskNearlyFull", "0.1 * edge_agent_disk_size_bytes", "0.01 * edge_agent_disk_size_bytes"),
 ]  # fmt: skip
