@@ -65,6 +65,7 @@ from pipelines.measure.second_stage import SecondStages
 from pipelines.motion import MotionDetector
 from pipelines.motion_gate import MotionGate
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
+from pipelines.regions import RegionSchedule
 from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
 from pipelines.sources.frames import FrameSource
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
@@ -368,6 +369,14 @@ class Cameras:
         gate.slow_down(self.gate_slowdown)
         return Gating(MotionDetector(motion.settings()), gate, alive)
 
+    @staticmethod
+    def _regions(section: CameraSection) -> RegionSchedule | None:
+        """`section`'s region schedule (None unless its ``motion.regions``)."""
+        motion = section.motion
+        if motion is None or not motion.enabled or not motion.regions:
+            return None
+        return RegionSchedule(motion.full_frame_interval_s)
+
     def _start(self, section: CameraSection, detector: FrameDetector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
@@ -380,6 +389,7 @@ class Cameras:
             annotator=annotator,
             workers=workers,
             gating=self._gating(section),
+            regions=self._regions(section),
         )
         if self.paused:
             pipeline.pause()
