@@ -8,10 +8,12 @@ frames at 0.25-0.45, missed on some)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
+from testkit import DEMO_MODELS
 from testkit.motion_clips import MotionClip, far_away_scene
 from testkit.real_models import COCO_MODEL, write_clip
 
@@ -25,6 +27,8 @@ from pipelines.pipeline import Pipeline
 from pipelines.regions import Crop, RegionSchedule, carry_over, merge_crop_detections, plan_crops
 from pipelines.sources.capture import FileSource
 from pipelines.sources.frames import Frame
+from pipelines.sources.scene_source import SyntheticSource
+from pipelines.sources.synthetic import SyntheticScene
 from runtimes.registry import load_runtime
 
 HD = (1080, 1920)  # frame (height, width)
@@ -219,3 +223,25 @@ def test_a_pipeline_with_regions_finds_the_far_person_on_its_frames_with_motion(
     found = [score >= 0.5 for score in scores[True]]
     assert sum(found) >= 0.9 * len(found), scores[True]  # a JPEG frame or two scores lower
     assert max(scores[False]) < 0.5, scores[False]
+
+
+@pytest.mark.parametrize(("model", "crops"), [("demo_detector.onnx", True), ("demo_pose.onnx", False)])
+def test_only_a_box_detector_is_inferred_on_crops(model: str, crops: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """The demo's shapes moving on a 1280x720 scene: the box detector (320 input) gets crops,
+    the pose model full frames (its keypoints kept) and one log line saying so."""
+    source = SyntheticSource(SyntheticScene(width=1280, height=720, num_shapes=3), frames=12)
+    detector = Detector(load_runtime("onnxruntime", DEMO_MODELS / model))
+    seen: list[Detections] = []
+    schedule = RegionSchedule(full_frame_interval_s=60.0)
+    gating = Gating(MotionDetector(), MotionGate(2.0, 60.0))
+    pipeline = Pipeline("cam", source, detector, sinks=[lambda f, d: seen.append(d)], gating=gating, regions=schedule)
+    with caplog.at_level(logging.WARNING, logger="pipelines.pipeline"):
+        pipeline.start()
+        assert pipeline.wait(120)
+        pipeline.stop()
+    detector.close()
+    assert (schedule.crop_frames > 0) is crops, (schedule.crop_frames, schedule.full_frames)
+    refused = [r for r in caplog.records if "motion.regions is for box detectors" in r.getMessage()]
+    assert len(refused) == (0 if crops else 1)
+    if not crops:
+        assert all(d.keypoints is not None for d in seen if len(d)), "the pose model's keypoints kept"
