@@ -39,16 +39,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.nms import nms_indices
-
-if TYPE_CHECKING:
-    from pipelines.motion import Motion
+from pipelines.motion import Motion, merge_boxes
 
 #: most crops one frame is inferred on; more regions than this: one full-frame pass
 MAX_CROPS = 4
@@ -90,32 +87,6 @@ class Crop:
         return Detections.from_arrays(detections.xyxy + offset, detections.confidence, detections.class_id)
 
 
-def _near(a: tuple[int, int, int, int], b: tuple[int, int, int, int], gap: int, side: int) -> bool:
-    """Regions `a`, `b` (xyxy) overlap, lie within `gap` pixels, or fit in one `side` square."""
-    if a[0] - gap <= b[2] and b[0] - gap <= a[2] and a[1] - gap <= b[3] and b[1] - gap <= a[3]:
-        return True
-    return max(a[2], b[2]) - min(a[0], b[0]) <= side and max(a[3], b[3]) - min(a[1], b[1]) <= side
-
-
-def merge_regions(boxes: Sequence[tuple[int, int, int, int]], gap: int, side: int) -> list[tuple[int, int, int, int]]:
-    """xyxy `boxes` with any two that `_near` says belong together replaced by their union, until none do."""
-    merged = list(boxes)
-    changed = True
-    while changed:
-        changed = False
-        for i in range(len(merged)):
-            for j in range(i + 1, len(merged)):
-                a, b = merged[i], merged[j]
-                if _near(a, b, gap, side):
-                    merged[i] = (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
-                    del merged[j]
-                    changed = True
-                    break
-            if changed:
-                break
-    return merged
-
-
 def _square(box: tuple[int, int, int, int], side_min: int, frame_hw: tuple[int, int]) -> Crop | None:
     """The square crop around `box`, at least `side_min` on a side, shifted inside the frame;
     None when it cannot fit (larger than the frame's shorter side)."""
@@ -151,7 +122,8 @@ def plan_crops(
         (max(0, math.floor(x1)), max(0, math.floor(y1)), min(w, math.ceil(x2)), min(h, math.ceil(y2)))
         for x1, y1, x2, y2 in np.asarray(regions, np.float64).reshape(-1, 4)
     ]
-    merged = merge_regions([b for b in boxes if b[2] > b[0] and b[3] > b[1]], gap, side)
+    # merged when close, or when one crop of the input's side sees them both at 1:1
+    merged = merge_boxes([b for b in boxes if b[2] > b[0] and b[3] > b[1]], gap, side)
     if not merged or len(merged) > max_crops:
         return None
     merged.sort(key=lambda b: (b[2] - b[0]) * (b[3] - b[1]), reverse=True)
