@@ -60,6 +60,7 @@ from pipelines.latency import FpsMeter, LatencyWindow, Percentiles
 from pipelines.regions import Crop, RegionSchedule, carry_over, merge_crop_detections
 from pipelines.sources.frames import Frame, FrameSource, SourceError, SourceState, SourceStatus
 from pipelines.worker import DONE, Worker
+from runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +238,7 @@ class Pipeline:
         self.fps_meter = FpsMeter(clock=clock)
         self.gating = gating
         self.regions = regions if gating is not None else None
-        self._regions_refused = False  # a model of another task than boxes: logged once, full frames
+        self._regions_refused = False  # a model of another task than boxes was logged (once)
         self.frames = 0
         self.inferred = 0
         self.dropped = 0
@@ -585,19 +586,25 @@ class Pipeline:
     def _with_crops(self, item: _Prepared, now: float, gating: Gating) -> _Prepared:
         """`item` with the crops `regions` plans for its motion (unchanged: a full frame)."""
         regions = self.regions
-        if regions is None or self._regions_refused:
-            return item
         runtime = self._detector.runtime
-        task = runtime.metadata.task
-        if task not in (None, "detect"):
-            self._regions_refused = True
-            log.warning(
-                "pipeline %s: motion.regions is for box detectors; this %s model runs on full frames", self.name, task
-            )
+        if regions is None or not self._boxes_only(runtime):
             return item
         image = item.frame.image
         crops = regions.plan(now, gating.last, image.shape[:2], model_input_hw(runtime))
         return item if crops is None else replace(item, crops=crops, tensor=None, transform=None, detector=None)
+
+    def _boxes_only(self, runtime: Runtime) -> bool:
+        """Whether `runtime`'s model is a box detector (task ``detect``, or none named), whose
+        crops' boxes map back by an offset; another task's is logged, once, and runs full frames."""
+        task = runtime.metadata.task
+        if task in (None, "detect"):
+            return True
+        if not self._regions_refused:
+            self._regions_refused = True
+            log.warning(
+                "pipeline %s: motion.regions is for box detectors; this %s model runs on full frames", self.name, task
+            )
+        return False
 
     def _release(self, detector: FrameDetector) -> None:
         """One frame on `detector` is done; retire the swapped-out detectors no frame uses."""
@@ -623,6 +630,8 @@ class Pipeline:
         image = item.frame.image
         parts: list[tuple[Crop | None, Detections]] = []
         spent = [0.0, 0.0, 0.0]  # seconds preprocessing, inferring, decoding
+        if item.crops is not None and not self._boxes_only(detector.runtime):  # swapped to another task
+            item = replace(item, crops=None)
         for crop in item.crops or (None,):
             pieces = image if crop is None else crop.cut(image)
             prepared_item = item if crop is None else _Prepared(item.frame)
