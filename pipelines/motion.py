@@ -26,6 +26,7 @@ Threads: not thread-safe; one camera's thread calls its own detector. No global 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import cv2
@@ -107,8 +108,15 @@ class Motion:
         return len(self.regions) > 0 and not self.recalibrated
 
 
-def merge_boxes(boxes: list[tuple[int, int, int, int]], gap: int) -> list[tuple[int, int, int, int]]:
-    """xyxy `boxes` with those closer than `gap` pixels (on both axes) merged, until none are."""
+def _near(a: tuple[int, int, int, int], b: tuple[int, int, int, int], gap: int, side: int) -> bool:
+    if a[0] - gap <= b[2] and b[0] - gap <= a[2] and a[1] - gap <= b[3] and b[1] - gap <= a[3]:
+        return True
+    return max(a[2], b[2]) - min(a[0], b[0]) <= side and max(a[3], b[3]) - min(a[1], b[1]) <= side
+
+
+def merge_boxes(boxes: Sequence[tuple[int, int, int, int]], gap: int, side: int = 0) -> list[tuple[int, int, int, int]]:
+    """xyxy `boxes` with those closer than `gap` pixels (on both axes), or whose union fits in a
+    `side` square (0: never), merged, until none are."""
     merged = list(boxes)
     changed = True
     while changed:
@@ -116,7 +124,7 @@ def merge_boxes(boxes: list[tuple[int, int, int, int]], gap: int) -> list[tuple[
         for i in range(len(merged)):
             for j in range(i + 1, len(merged)):
                 a, b = merged[i], merged[j]
-                if a[0] - gap <= b[2] and b[0] - gap <= a[2] and a[1] - gap <= b[3] and b[1] - gap <= a[3]:
+                if _near(a, b, gap, side):
                     merged[i] = (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
                     del merged[j]
                     changed = True

@@ -16,7 +16,11 @@ source is reopened with jittered backoff; nothing here raises into the caller's 
 Motion gate (optional, `Pipeline(gating=...)`, docs/cameras.md "Motion"): a frame in which
 nothing moved, with no track due for its keepalive nor the idle interval, is not inferred; its
 sinks get it with the last inferred frame's detections (`Frame.inferred` False), so trackers,
-lines, zones and rates go on as for a still scene.
+lines, zones and rates go on as for a still scene. With `regions` too (`pipelines.regions`), a
+frame admitted with motion is inferred on crops around what moved, one inference per crop, and
+their boxes are mapped back and merged, with the last frame's detections outside every crop kept;
+a full frame on `RegionSchedule`'s schedule and whenever the gate admits without motion. Box
+detectors only: a model of another task runs on full frames (logged once).
 
 Camera health (optional, `Pipeline(health=...)`, docs/cameras.md "Camera health"): every frame
 the source delivers is offered, on the capture thread, to the camera's
@@ -53,14 +57,16 @@ import numpy.typing as npt
 from pipelines.annotate import BoxAnnotator, encode_jpeg
 from pipelines.backoff import Backoff
 from pipelines.decoding.detections import Detections
-from pipelines.decoding.detector import FrameDetector
+from pipelines.decoding.detector import FrameDetector, model_input_hw
 from pipelines.decoding.preprocess import Transform
 from pipelines.detection_rates import DetectionRates, Rates
 from pipelines.gating import GateRatios, Gating
 from pipelines.health_watch import HealthState, HealthWatch
 from pipelines.latency import FpsMeter, LatencyWindow, Percentiles
+from pipelines.regions import Crop, RegionSchedule, carry_over, merge_crop_detections
 from pipelines.sources.frames import Frame, FrameSource, SourceError, SourceState, SourceStatus
 from pipelines.worker import DONE, Worker
+from runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +95,7 @@ class _Prepared:
     transform: Transform | None = None
     detector: FrameDetector | None = None  # the detector whose preprocessing made `tensor`
     prepare_s: float = 0.0  # how long that preprocessing took
+    crops: tuple[Crop, ...] | None = None  # inferred on these crops (regions), not the whole frame
 
 
 _END = object()  # the source has no more frames
@@ -102,6 +109,7 @@ class _Result:
     bad_output: str | None = None  # why the model's output was unusable (None: it was, or it failed before)
     detector: FrameDetector | None = None  # the detector that inferred it
     replay: bool = False  # not inferred (the motion gate): the sinks get the last inferred frame's detections
+    crops: tuple[Crop, ...] | None = None  # inferred on these crops: the last detections outside them stand
 
 
 class _FailureLog:
@@ -197,6 +205,9 @@ class Pipeline:
 
     `health`, a camera's health check (`pipelines.health_watch`), is offered every frame read,
     on the capture thread, before the frame is handed on.
+
+    `regions` (with `gating` only) infers the frames it admits with motion on crops around the
+    motion (`pipelines.regions.RegionSchedule`, box detectors only).
     """
 
     def __init__(
@@ -214,6 +225,7 @@ class Pipeline:
         retire: Callable[[FrameDetector], None] = lambda detector: detector.close(),
         gating: Gating | None = None,
         health: HealthWatch | None = None,
+        regions: RegionSchedule | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"pipeline {name}: workers must be at least 1, got {workers}")
@@ -238,6 +250,8 @@ class Pipeline:
         self.fps_meter = FpsMeter(clock=clock)
         self.gating = gating
         self.health = health
+        self.regions = regions if gating is not None else None
+        self._regions_refused = False  # a model of another task than boxes was logged (once)
         self.frames = 0
         self.inferred = 0
         self.dropped = 0
@@ -545,7 +559,9 @@ class Pipeline:
                 if self._ended or self._stop.is_set() or item is None:
                     return None
                 self._pace()
-                if self._admitted(item):
+                admitted = self._admitted(item)
+                if admitted is not None:
+                    item = admitted
                     break
             with self._lock:
                 if self._pending_detector is not None:
@@ -567,19 +583,43 @@ class Pipeline:
                 self._stop.wait(delay)
             self._next_due = max(self._next_due + 1.0 / self.max_fps, self._clock() - 1.0 / self.max_fps)
 
-    def _admitted(self, item: _Prepared) -> bool:
-        """Whether the motion gate lets `item` be inferred (always without a gate). A frame it
-        does not is handed on in order, with the last inferred frame's detections."""
+    def _admitted(self, item: _Prepared) -> _Prepared | None:
+        """`item` if the motion gate lets it be inferred (always without a gate), with the crops
+        to infer it on (regions); None for a frame it does not, handed on in order with the last
+        inferred frame's detections."""
         gating = self.gating
         if gating is None:
-            return True
+            return item
         frame = item.frame
         fps = None if self.source.live else getattr(self.source, "fps", None)
         now = frame.index / fps if fps else frame.timestamp  # a file's own time: its frames are not paced
         if gating.admit(frame.image, now):
-            return True
+            return self._with_crops(item, now, gating)
         self._taken += 1
         self._finish(self._taken - 1, _Result(replace(frame, inferred=False), None, {}, replay=True))
+        return None
+
+    def _with_crops(self, item: _Prepared, now: float, gating: Gating) -> _Prepared:
+        """`item` with the crops `regions` plans for its motion (unchanged: a full frame)."""
+        regions = self.regions
+        runtime = self._detector.runtime
+        if regions is None or not self._boxes_only(runtime):
+            return item
+        image = item.frame.image
+        crops = regions.plan(now, gating.last, image.shape[:2], model_input_hw(runtime))
+        return item if crops is None else replace(item, crops=crops, tensor=None, transform=None, detector=None)
+
+    def _boxes_only(self, runtime: Runtime) -> bool:
+        """Whether `runtime`'s model is a box detector (task ``detect``, or none named), whose
+        crops' boxes map back by an offset; another task's is logged, once, and runs full frames."""
+        task = runtime.metadata.task
+        if task in (None, "detect"):
+            return True
+        if not self._regions_refused:
+            self._regions_refused = True
+            log.warning(
+                "pipeline %s: motion.regions is for box detectors; this %s model runs on full frames", self.name, task
+            )
         return False
 
     def _release(self, detector: FrameDetector) -> None:
@@ -601,12 +641,47 @@ class Pipeline:
                 log.exception("pipeline %s: retiring %s failed", self.name, detector.runtime.model_path.name)
 
     def _process(self, item: _Prepared, detector: FrameDetector) -> _Result:
+        """Infer `item`'s frame, or each of its crops (their boxes mapped back and merged)."""
+        start = self._clock()
+        image = item.frame.image
+        parts: list[tuple[Crop | None, Detections]] = []
+        spent = [0.0, 0.0, 0.0]  # seconds preprocessing, inferring, decoding
+        if item.crops is not None and not self._boxes_only(detector.runtime):  # swapped to another task
+            item = replace(item, crops=None)
+        for crop in item.crops or (None,):
+            pieces = image if crop is None else crop.cut(image)
+            prepared_item = item if crop is None else _Prepared(item.frame)
+            part = self._infer_one(prepared_item, pieces, detector, spent)
+            if isinstance(part, _Result):
+                return part
+            parts.append((crop, part))
+        if item.crops is None:
+            detections = parts[0][1]
+        else:
+            keep = detector.detection_filter
+            per_crop = [(crop, found) for crop, found in parts if crop is not None]
+            detections = merge_crop_detections(per_crop, image.shape[:2], keep.iou, keep.max_det)
+        done = self._clock()
+        latency_ms = {
+            "capture_age": (start - item.frame.timestamp) * 1000,
+            "preprocess": spent[0] * 1000,
+            "inference": spent[1] * 1000,
+            "postprocess": spent[2] * 1000,
+            "total": (done - item.frame.timestamp) * 1000,
+        }
+        return _Result(item.frame, detections, latency_ms, detector=detector, crops=item.crops)
+
+    def _infer_one(
+        self, item: _Prepared, image: npt.NDArray[Any], detector: FrameDetector, spent: list[float]
+    ) -> Detections | _Result:
+        """`image` (the frame, or a crop of it) through `detector`: its detections in its own
+        pixels, with the seconds of each stage added to `spent`; a failed `_Result` instead."""
         start = self._clock()
         try:
             if item.detector is detector and item.tensor is not None and item.transform is not None:
                 tensor, transform, prepare_s = item.tensor, item.transform, item.prepare_s
             else:
-                tensor, transform = detector.prepare(item.frame.image)
+                tensor, transform = detector.prepare(image)
                 prepare_s = self._clock() - start
             prepared = self._clock()
             outputs = detector.infer(tensor)
@@ -623,15 +698,10 @@ class Pipeline:
         if bad is not None:
             self._failures.failed("unusable model output", item.frame.index, bad, error)
             return _Result(item.frame, None, {}, bad)
-        done = self._clock()
-        latency_ms = {
-            "capture_age": (start - item.frame.timestamp) * 1000,
-            "preprocess": prepare_s * 1000,
-            "inference": (inferred - prepared) * 1000,
-            "postprocess": (done - inferred) * 1000,
-            "total": (done - item.frame.timestamp) * 1000,
-        }
-        return _Result(item.frame, detections, latency_ms, detector=detector)
+        spent[0] += prepare_s
+        spent[1] += inferred - prepared
+        spent[2] += self._clock() - inferred
+        return detections
 
     def _finish(self, seq: int, result: _Result) -> None:
         """Hand results to the sinks in frame order: a frame finished early waits for the
@@ -653,6 +723,9 @@ class Pipeline:
             return
         else:
             detections = result.detections
+            if result.crops is not None and self._latest is not None and result.detector is not None:
+                max_det = result.detector.detection_filter.max_det  # nothing moved outside the crops
+                detections = carry_over(detections, self._latest[1], result.crops, max_det)
             self.latency.record(**result.latency_ms)
             self.inferred += 1
             if result.detector is not self._rates_of:  # the first result of a detector swapped in

@@ -375,6 +375,24 @@ class MotionSection(_Section):
         description="Polygons [[x, y], ...] in source-frame pixels (3 to 64 points each, at most 32) where "
         "movement is ignored: an on-screen clock, trees.",
     )
+    regions: bool = Field(
+        default=False,
+        description="Infer frames with motion on square crops around what moved (at most 4, each at least the "
+        "model's input), not the whole frame: finds small objects far away on 1080p and 4K cameras (box "
+        "detectors only; docs/cameras.md#regions).",
+    )
+    full_frame_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="With regions: most seconds between two full-frame inferences while crops are inferred.",
+    )
+
+    @model_validator(mode="after")
+    def _regions_need_motion(self) -> MotionSection:
+        if self.regions and not self.enabled:
+            raise ValueError("regions: true needs enabled: true (crops follow the motion the gate finds)")
+        return self
 
     def settings(self) -> MotionSettings:
         """The detector's settings from this section."""

@@ -66,6 +66,7 @@ from pipelines.measure.second_stage import SecondStages
 from pipelines.motion import MotionDetector
 from pipelines.motion_gate import MotionGate
 from pipelines.pipeline import Pipeline, PipelineStats, Sink
+from pipelines.regions import RegionSchedule
 from pipelines.shared_model import BatchPolicy, CameraModel, SharedModel
 from pipelines.sources.frames import FrameSource
 from pipelines.sources.pipe_commands import PipeSettings, pipe_tool
@@ -391,6 +392,14 @@ class Cameras:
                 raise KeyError(f"no camera named {name!r} with a health check; checked: {', '.join(self._watches)}")
             return self._watches[name]
 
+    @staticmethod
+    def _regions(section: CameraSection) -> RegionSchedule | None:
+        """`section`'s region schedule (None unless its ``motion.regions``)."""
+        motion = section.motion
+        if motion is None or not motion.enabled or not motion.regions:
+            return None
+        return RegionSchedule(motion.full_frame_interval_s)
+
     def _start(self, section: CameraSection, detector: FrameDetector, workers: int) -> Pipeline:
         sinks = [self._sink_for(section.name)] if self._sink_for else []
         annotator = BoxAnnotator(label=self.label)
@@ -404,6 +413,7 @@ class Cameras:
             workers=workers,
             gating=self._gating(section),
             health=self._watch(section),
+            regions=self._regions(section),
         )
         if self.paused:
             pipeline.pause()

@@ -64,6 +64,12 @@ def _input_size(spec: TensorSpec, runtime: Runtime) -> tuple[int, int]:
     return h or imgsz[0], w or imgsz[1]
 
 
+def model_input_hw(runtime: Runtime) -> tuple[int, int]:
+    """The (height, width) in pixels the model's image input takes (a dynamic one: its metadata's
+    `imgsz`, else `DEFAULT_INPUT_SIZE`); `DecoderError` for a model without one image input."""
+    return _input_size(_image_input(runtime), runtime)
+
+
 def _input_quantization(spec: TensorSpec, mean: float, std: float) -> Quantization | None:
     """The model's own quantization, or for an integer input without one: raw pixels."""
     if not np.issubdtype(spec.dtype, np.integer):

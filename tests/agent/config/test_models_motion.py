@@ -15,6 +15,7 @@ from agent.config.models import AgentConfig, MotionSection
 from agent.errors import ConfigError, validation_problems
 from pipelines.motion import MotionSettings
 from pipelines.motion_gate import MotionGate
+from pipelines.regions import RegionSchedule
 
 SQUARE = [[0, 0], [100, 0], [100, 100], [0, 100]]
 
@@ -32,6 +33,7 @@ def test_the_defaults_are_the_detector_s_and_the_gate_s() -> None:
     }
     assert (section.keepalive_fps, section.idle_interval_s) == (gate.keepalive_fps, gate.idle_interval_s)
     assert AgentConfig.model_validate({"cameras": [{"source": "synthetic"}]}).cameras[0].motion is None
+    assert (section.regions, section.full_frame_interval_s) == (False, RegionSchedule().full_frame_interval_s)
 
 
 def test_a_section_maps_onto_the_detector_s_settings() -> None:
@@ -62,6 +64,9 @@ def test_a_section_maps_onto_the_detector_s_settings() -> None:
         ({"masks": [SQUARE] * 33}, "cameras.0.motion.masks: List should have at most 32 items"),
         ({"masks": [[[0, 0], [1], [1, 1]]]}, "cameras.0.motion.masks.0.1: Value error, a point is [x, y]"),
         ({"threshhold": 20}, "cameras.0.motion.threshhold: Extra inputs are not permitted"),
+        ({"full_frame_interval_s": 0}, "cameras.0.motion.full_frame_interval_s: Input should be greater than 0"),
+        ({"full_frame_interval_s": 61}, "cameras.0.motion.full_frame_interval_s: Input should be less than or equal"),
+        ({"regions": True}, "cameras.0.motion: Value error, regions: true needs enabled: true"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_its_key(motion: dict[str, Any], error: str) -> None:

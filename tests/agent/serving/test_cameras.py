@@ -375,7 +375,7 @@ def test_a_camera_with_motion_enabled_is_gated_and_its_keepalive_asks_its_tracke
         asked.append(name)
         return lambda: False
 
-    motion = {"enabled": True, "idle_interval_s": 5.0}
+    motion = {"enabled": True, "idle_interval_s": 5.0, "regions": True, "full_frame_interval_s": 3.0}
     sections = [
         CameraSection.model_validate({"name": "gated", "source": str(clip), "max_fps": 200, "motion": motion}),
         CameraSection.model_validate({"name": "plain", "source": str(clip), "max_fps": 200}),
@@ -387,6 +387,7 @@ def test_a_camera_with_motion_enabled_is_gated_and_its_keepalive_asks_its_tracke
         wait_until(lambda: gated.stats().frames >= 150 and plain.stats().frames >= 150, 120, "frames on both")
         assert gated.gating is not None and plain.gating is None
         assert gated.gating.detector.settings.width == 320 and gated.gating.gate.idle_interval_s == 5.0
+        assert gated.regions is not None and gated.regions.full_frame_interval_s == 3.0 and plain.regions is None
         stats = gated.stats()
     finally:
         cameras.stop()

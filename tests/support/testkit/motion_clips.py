@@ -5,12 +5,14 @@ A `MotionClip` draws, per frame, its background texture (noise blurred into blot
 seed), each `Mover` visible at that frame (a filled rectangle moved along its keyframes), then
 multiplies the whole frame by `light_gain` from frame `light_at` on (lights switched on), adds
 Gaussian sensor noise (`noise_sigma` grey levels, drawn anew per frame) and clips to 0..255.
-`boxes(i)` are the true xyxy boxes (frame pixels) of the movers visible in frame `i`.
+`boxes(i)` are the true xyxy boxes (frame pixels) of the movers visible in frame `i`. A mover
+with a `picture` pastes that photo (resized to its size) instead of a rectangle: `far_away_scene`
+walks a small photo of a person across a 1080p frame, for regions (pipelines.regions).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -22,12 +24,14 @@ class Mover:
     """A filled `size` (w, h) rectangle of `colour` (BGR) whose centre follows `keyframes`
     ((frame, x, y), frames ascending; linear between them), visible from the first keyframe's
     frame to the last's. A keyframe repeated at a later frame is a stop. `blink`: the colour
-    alternates with its inverse every frame (an on-screen clock's digits)."""
+    alternates with its inverse every frame (an on-screen clock's digits). `picture`: a BGR
+    ``(h, w, 3) uint8`` photo pasted, resized to `size`, in place of the rectangle."""
 
     keyframes: tuple[tuple[int, float, float], ...]
     size: tuple[int, int] = (60, 120)
     colour: tuple[int, int, int] = (40, 200, 230)
     blink: bool = False
+    picture: npt.NDArray[np.uint8] | None = field(default=None, compare=False)
 
     def box(self, index: int) -> tuple[float, float, float, float] | None:
         frames = [k[0] for k in self.keyframes]
@@ -78,11 +82,23 @@ class MotionClip:
                 continue
             colour = tuple(255 - c for c in mover.colour) if mover.blink and index % 2 else mover.colour
             x0, y0, x1, y1 = (round(v) for v in box)
+            if mover.picture is not None:
+                self._paste(image, np.asarray(cv2.resize(mover.picture, mover.size), np.uint8), x0, y0)
+                continue
             cv2.rectangle(image, (x0, y0), (x1, y1), tuple(float(c) for c in colour), thickness=-1)
         if self.light_at is not None and index >= self.light_at:
             image *= self.light_gain
         noise = np.random.default_rng((self.seed, index)).normal(0, self.noise_sigma, image.shape)
         return np.asarray(np.clip(image + noise, 0, 255), np.uint8)
+
+    @staticmethod
+    def _paste(image: npt.NDArray[np.float32], picture: npt.NDArray[np.uint8], x0: int, y0: int) -> None:
+        """`picture` onto `image` with its top-left corner at (`x0`, `y0`), cut at the frame's edges."""
+        h, w = image.shape[:2]
+        ph, pw = picture.shape[:2]
+        left, top, right, bottom = max(0, x0), max(0, y0), min(w, x0 + pw), min(h, y0 + ph)
+        if right > left and bottom > top:
+            image[top:bottom, left:right] = picture[top - y0 : bottom - y0, left - x0 : right - x0]
 
     def frames(self, count: int) -> list[npt.NDArray[np.uint8]]:
         texture = self.texture()
@@ -111,3 +127,14 @@ def busy_scene(width: int = 640, height: int = 360, seed: int = 0, objects: int 
         b, g, r = (int(c) for c in rng.integers(0, 256, 3))
         movers.append(Mover(((first, start, y0), (first + span, end, y1)), size=(w, h), colour=(b, g, r)))
     return MotionClip(width, height, seed, tuple(movers))
+
+
+def far_away_scene(
+    picture: npt.NDArray[np.uint8], width: int = 1920, height: int = 1080, size: int = 144, frames: int = 40
+) -> MotionClip:
+    """A 1080p still scene in which `picture` (a photo of a person, `size` pixels square: a third
+    of that once the frame is letterboxed into a 640 input) walks from the left third to the
+    right third along the lower half, from frame 0 to `frames` - 1."""
+    y = height * 0.65
+    walker = Mover(((0, width * 0.3, y), (frames - 1, width * 0.7, y)), size=(size, size), picture=picture)
+    return MotionClip(width, height, seed=3, movers=(walker,), noise_sigma=2.0)
