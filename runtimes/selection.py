@@ -96,8 +96,8 @@ class BoardFacts(Protocol):
 
 
 #: file suffixes whose format is not the suffix itself: OpenVINO's IR is ``model.xml`` (its
-#: weights ``model.bin`` beside it), format ``openvino``
-SUFFIX_FORMATS: Mapping[str, ArtifactFormat] = {".xml": "openvino"}
+#: weights ``model.bin`` beside it), format ``openvino``; a compiled TVM module is ``model.so``
+SUFFIX_FORMATS: Mapping[str, ArtifactFormat] = {".xml": "openvino", ".so": "tvm"}
 
 
 @dataclass(frozen=True)
