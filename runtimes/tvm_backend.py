@@ -94,10 +94,10 @@ def parse_target(text: str) -> dict[str, Any]:
     if len(text) > 1000:
         raise ValueError(f"a target of {len(text)} characters: at most 1000")
     if text.startswith("{"):
-        target = json.loads(text)
-        if not isinstance(target, dict) or not isinstance(target.get("kind"), str):
+        given = json.loads(text)
+        if not isinstance(given, dict) or not isinstance(given.get("kind"), str):
             raise ValueError(f"target {text!r}: expected a JSON object with a kind")
-        return target
+        return {str(k): v for k, v in given.items()}
     words = shlex.split(text)
     if not words or words[0].startswith("-"):
         raise ValueError(f"target {text!r}: expected a kind first, e.g. llvm -mtriple=aarch64-linux-gnu")

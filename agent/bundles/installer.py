@@ -95,6 +95,18 @@ class InstallPolicy:
         )
 
 
+def refuse_unsigned_code(verified: Verified) -> None:
+    """`BundleError` ``COMPILED_UNSIGNED`` when an unsigned bundle (``allow_unsigned``) ships a
+    compiled module (format ``tvm``: native code): only a trusted signer's bundle may."""
+    compiled = [a.path for a in verified.manifest.artifacts if a.format == "tvm"]
+    if compiled and verified.signer is None:
+        raise BundleError(
+            ErrorCode.COMPILED_UNSIGNED,
+            f"{', '.join(compiled)}: compiled modules (native code) are installed only from a bundle signed by a "
+            "trusted key; sign it (bundle build --key) or build it without --tvm-target",
+        )
+
+
 @dataclass(frozen=True)
 class Activation:
     runtime: str
@@ -365,6 +377,7 @@ def install(
             )
         checkpoint("unpacked")
         verified = verify_unpacked(staging, policy.trusted, policy.allow_unsigned, unpacked.files)
+        refuse_unsigned_code(verified)
         if not allow_downgrade:
             refuse_downgrade(store, verified.manifest)
     except BundleError as exc:
