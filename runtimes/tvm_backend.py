@@ -225,7 +225,7 @@ def compile_module(model_path: Path, target: Mapping[str, Any], out: Path) -> Mo
     record beside it. Another architecture than this machine's links with that triple's gcc
     (``aarch64-linux-gnu-gcc``: Debian's ``gcc-aarch64-linux-gnu``). Raises `RuntimeUnavailable`
     (no tvm, no cross compiler) or `ModelLoadError` (TVM cannot import or compile the model)."""
-    from runtimes.ort_backend import OnnxRuntimeBackend, OnnxRuntimeConfig
+    from runtimes.registry import load_runtime
 
     tvm = _import_tvm()
     try:
@@ -246,7 +246,7 @@ def compile_module(model_path: Path, target: Mapping[str, Any], out: Path) -> Mo
             )
         fcompile = cc.cross_compiler(gcc)
     # the inputs, outputs and metadata as ONNX Runtime reads them: the decoding is the ONNX model's
-    with OnnxRuntimeBackend(model_path, OnnxRuntimeConfig(), warmup=False) as reference:
+    with load_runtime("onnxruntime", model_path, warmup=False) as reference:
         inputs, outputs, raw = reference.inputs, reference.outputs, dict(reference.metadata.raw)
         size = max(reference.metadata.imgsz or (640,))
     shapes = {spec.name: _fixed_shape(spec, size) for spec in inputs}

@@ -173,7 +173,14 @@ def test_reason_names_the_board_and_fallbacks() -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "fmt"), [("a/b.onnx", "onnx"), ("x.TFLITE", "tflite"), ("ir/model.xml", "openvino"), ("M.XML", "openvino")]
+    ("path", "fmt"),
+    [
+        ("a/b.onnx", "onnx"),
+        ("x.TFLITE", "tflite"),
+        ("ir/model.xml", "openvino"),
+        ("M.XML", "openvino"),
+        ("m.so", "tvm"),
+    ],
 )
 def test_artifact_format_from_suffix(path: str, fmt: str) -> None:
     assert Artifact.from_path(path).format == fmt
@@ -268,14 +275,14 @@ def test_a_plugin_s_reasons_name_it_and_ties_keep_the_table_s_order() -> None:
 
 
 def test_formats_and_probing_follow_the_table() -> None:
-    assert known_formats() == ("onnx", "tflite", "openvino")
-    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "npumodel")
-    assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime", "openvino")
+    assert known_formats() == ("onnx", "tflite", "openvino", "tvm")
+    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "tvm", "npumodel")
+    assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime", "openvino", "tvm")
     assert runtimes_for([NPU_ART, TFLITE8], WITH_NPU) == ("litert", "npu")
     assert Artifact.from_path("a/m.NPUMODEL", "int8", known_formats(WITH_NPU)) == Artifact(
         "a/m.NPUMODEL", "npumodel", "int8"
     )
-    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml$"):
+    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml or \.so$"):
         Artifact.from_path("m.npumodel")
 
 
@@ -289,7 +296,7 @@ def test_board_classes(board: Board, expected: str) -> None:
 def test_the_configured_preference_is_checked_against_the_table() -> None:
     adapter = TypeAdapter(Preference)
     assert adapter.validate_python("litert") == "litert" and adapter.validate_python("auto") == "auto"
-    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino"]
+    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino", "tvm"]
     with pytest.raises(ValidationError, match=f"unknown runtime 'npu': expected {', '.join(names)}"):
         adapter.validate_python("npu")
     assert adapter.json_schema() == {"enum": names, "type": "string"}
