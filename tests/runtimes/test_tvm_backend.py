@@ -75,6 +75,7 @@ def test_the_arch_is_the_triple_s_first_part() -> None:
     assert not TVMConfig().allow_compiled, "native code is off by default"
 
 
+@pytest.mark.tvm
 def test_same_detections_as_onnx_runtime_on_the_demo_detector(tmp_path: Path) -> None:
     needs_tvm()
     frames = [SyntheticScene(seed=7, width=640, height=480).render(i)[0] for i in range(0, 40, 8)]
@@ -94,6 +95,7 @@ def test_same_detections_as_onnx_runtime_on_the_demo_detector(tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.models
+@pytest.mark.tvm
 def test_same_detections_as_onnx_runtime_on_the_coco_model(shared_models: Path, photos, tmp_path: Path) -> None:
     """The FP32 COCO model (YOLOX nano): the same boxes, confidences to float error."""
     import cv2
@@ -112,6 +114,7 @@ def test_same_detections_as_onnx_runtime_on_the_coco_model(shared_models: Path, 
 
 
 @pytest.mark.models
+@pytest.mark.tvm
 def test_a_dynamically_quantized_model_is_refused_naming_the_operator(shared_models: Path, tmp_path: Path) -> None:
     """TVM 0.27's ONNX frontend has no ConvInteger (ONNX Runtime's dynamic quantization, the
     shared YOLOv8n int8): refused with the operator named, never a crash."""
@@ -121,6 +124,7 @@ def test_a_dynamically_quantized_model_is_refused_naming_the_operator(shared_mod
     assert not list(tmp_path.glob("*.so")), "nothing cached"
 
 
+@pytest.mark.tvm
 def test_the_compiled_module_is_cached_by_model_target_and_version(tmp_path: Path, caplog) -> None:
     needs_tvm()
     config = TVMConfig(cache_dir=tmp_path)
@@ -150,6 +154,7 @@ def test_a_shipped_module_is_refused_before_anything_is_opened(tmp_path: Path) -
         load_runtime("tvm", module, TVMConfig(allow_compiled=True))
 
 
+@pytest.mark.tvm
 def test_a_compiled_module_is_refused_unless_allowed(tmp_path: Path) -> None:
     needs_tvm()
     with load(DEMO, TVMConfig(cache_dir=tmp_path), LoadOptions(warmup=False)):
@@ -165,6 +170,7 @@ def test_a_compiled_module_is_refused_unless_allowed(tmp_path: Path) -> None:
         assert out.shape == (1, 7, 2100)
 
 
+@pytest.mark.tvm
 def test_a_module_for_another_cpu_is_a_target_mismatch(pi5: Path) -> None:
     record = ModuleRecord.read(pi5)
     assert (record.arch, record.target["mcpu"]) == ("aarch64", "cortex-a76")
@@ -175,6 +181,7 @@ def test_a_module_for_another_cpu_is_a_target_mismatch(pi5: Path) -> None:
     assert row.unavailable is not None and row.unavailable.startswith("TARGET_MISMATCH")
 
 
+@pytest.mark.tvm
 def test_a_module_of_another_tvm_release_is_a_target_mismatch(tmp_path: Path) -> None:
     needs_tvm()
     with load(DEMO, TVMConfig(cache_dir=tmp_path), LoadOptions(warmup=False)):

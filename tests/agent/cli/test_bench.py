@@ -109,6 +109,7 @@ def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: p
 
 
 @pytest.mark.slow
+@pytest.mark.tvm
 def test_bench_matrix_shows_a_module_for_another_cpu_as_a_target_mismatch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
