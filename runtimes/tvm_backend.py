@@ -15,7 +15,8 @@ An ONNX model is compiled here (``llvm`` with this CPU's triple and name, TVM's
 ``Target.from_device``), which takes seconds to a minute, and cached like OpenVINO's compiled
 models: ``<cache_dir>/<digest>.so`` and its record ``<digest>.so.json``, the digest of the key
 (the model's sha256, the target, the TVM version). Without ``cache_dir`` (the agent fills in
-``<state_dir>/tvm``) the module is compiled into a temporary folder and dropped after loading.
+``<state_dir>/tvm``; a command line has none) the cache is the user's, `user_cache`; where that
+cannot be written the module is compiled into a temporary folder and dropped after loading.
 The dynamic axes of an input (a dynamic batch) are fixed at compile time: batch 1, and the size
 of the model's ``imgsz`` metadata (else 640) for a dynamic height or width.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
 import shlex
 import shutil
@@ -341,12 +343,16 @@ def load(model_path: Path, config: TVMConfig, options: LoadOptions) -> TVMBacken
     tvm = _import_tvm()
     target = host_target()
     digest = cache_key(sha256_file(model_path), target, str(tvm.__version__))
-    if config.cache_dir is None:
+    folder = config.cache_dir or user_cache()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("cannot cache TVM modules in %s (%s): compiling into a temporary folder", folder, exc)
         with tempfile.TemporaryDirectory(prefix="edge-agent-tvm-") as work:
             module = Path(work) / f"{digest}.so"
             record = compile_module(model_path, target, module)
             return TVMBackend(model_path, module, record, options.warmup)  # loaded: the files may go
-    module = config.cache_dir / f"{digest}.so"
+    module = folder / f"{digest}.so"
     if module.is_file():
         try:
             backend = TVMBackend(model_path, module, ModuleRecord.read(module), options.warmup)
@@ -355,10 +361,16 @@ def load(model_path: Path, config: TVMConfig, options: LoadOptions) -> TVMBacken
         except ModelLoadError as exc:
             log.warning("discarding the cached TVM module %s: %s", module, exc)
             _remove(module)
-    config.cache_dir.mkdir(parents=True, exist_ok=True)
     record = compile_module(model_path, target, module)
     log.info("tvm compiled %s for %s into %s", model_path, json.dumps(target), module)
     return TVMBackend(model_path, module, record, options.warmup)
+
+
+def user_cache(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where a command line without a state directory (``detect``, ``bench``) caches the modules
+    it compiles: ``$XDG_CACHE_HOME/edge-agent/tvm``, else ``~/.cache/edge-agent/tvm``."""
+    base = environ.get("XDG_CACHE_HOME", "")[:4096]
+    return (Path(base) if base else Path.home() / ".cache") / "edge-agent" / "tvm"
 
 
 def _remove(module: Path) -> None:

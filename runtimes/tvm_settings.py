@@ -27,7 +27,8 @@ class TVMConfig(BackendConfig):
     )
     cache_dir: Path | None = Field(
         default=None,
-        description="Directory where modules compiled here are cached; unset in agent.yaml = <state_dir>/tvm.",
+        description="Directory where modules compiled here are cached; unset in agent.yaml = <state_dir>/tvm "
+        "(a command line without a state directory: ~/.cache/edge-agent/tvm).",
     )
     cache_max_mb: int = Field(
         default=CACHE_MAX_MB,

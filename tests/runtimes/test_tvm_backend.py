@@ -29,6 +29,7 @@ from runtimes.tvm_backend import (
     load,
     parse_target,
     target_arch,
+    user_cache,
 )
 from runtimes.tvm_settings import TVMConfig, with_state_dir
 
@@ -73,6 +74,11 @@ def test_the_arch_is_the_triple_s_first_part() -> None:
     assert target_arch({"kind": "llvm", "mtriple": "x86_64-pc-linux-gnu"}) == "x86_64"
     assert with_state_dir(TVMConfig(), Path("/s")).cache_dir == Path("/s/tvm")
     assert not TVMConfig().allow_compiled, "native code is off by default"
+
+
+def test_a_command_line_caches_in_the_user_s_cache() -> None:
+    assert user_cache({"XDG_CACHE_HOME": "/c"}) == Path("/c/edge-agent/tvm")
+    assert user_cache({}) == Path.home() / ".cache" / "edge-agent" / "tvm"
 
 
 @pytest.mark.tvm

@@ -111,10 +111,11 @@ def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: p
 @pytest.mark.slow
 @pytest.mark.tvm
 def test_bench_matrix_shows_a_module_for_another_cpu_as_a_target_mismatch(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bundle with the demo detector cross-compiled for a Pi 5 (`bundle build --tvm-target`):
     its row cannot run here and says why, naming both CPUs; the ONNX rows are measured."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # TVM's ONNX row compiles into it
     model = DEMO_MODELS / "demo_detector.onnx"
     build_bundle([model], tmp_path / "pi5.bundle", name="demo", modules=[pi5_module(model, tmp_path)])
     assert main(["bench", str(tmp_path / "pi5.bundle"), "--matrix", "--json", "--frames", "2"]) == 0
