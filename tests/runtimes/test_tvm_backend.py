@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +18,13 @@ from testkit.tvm_modules import PI5_TARGET, fake_module, needs_tvm, pi5_module
 from pipelines.decoding.detector import Detector
 from pipelines.measure.parity import detection_agreement
 from pipelines.sources.synthetic import SyntheticScene
-from runtimes.base import BundleModel, LoadOptions, ModelLoadError, RuntimeInfo
+from runtimes.base import BundleModel, LoadOptions, ModelLoadError, RuntimeInfo, RuntimeUnavailable
 from runtimes.ort_backend import OnnxRuntimeBackend
-from runtimes.registry import load_runtime
+from runtimes.registry import available_runtimes, load_runtime
 from runtimes.tvm_backend import (
     ModuleRecord,
     TargetMismatch,
+    availability,
     cache_entries,
     cache_key,
     candidates,
@@ -74,6 +76,18 @@ def test_the_arch_is_the_triple_s_first_part() -> None:
     assert target_arch({"kind": "llvm", "mtriple": "x86_64-pc-linux-gnu"}) == "x86_64"
     assert with_state_dir(TVMConfig(), Path("/s")).cache_dir == Path("/s/tvm")
     assert not TVMConfig().allow_compiled, "native code is off by default"
+
+
+def test_a_tvm_that_does_not_import_disables_this_backend_only(monkeypatch, caplog) -> None:
+    monkeypatch.setitem(sys.modules, "tvm", None)  # what a missing or broken install looks like to import
+    info = availability()
+    assert not info.available and info.reason is not None and info.reason.startswith("tvm does not import")
+    with caplog.at_level(logging.INFO, "runtimes.registry"):
+        found = available_runtimes(["onnxruntime", "tvm"], isolated=False)
+    assert found["onnxruntime"].available and not found["tvm"].available
+    assert [r.message for r in caplog.records].count(f"runtime tvm unavailable: {info.reason}") == 1
+    with pytest.raises(RuntimeUnavailable, match="tvm does not import"):
+        load_runtime("tvm", DEMO)
 
 
 def test_a_command_line_caches_in_the_user_s_cache() -> None:
