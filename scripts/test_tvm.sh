@@ -19,4 +19,5 @@ export PYTHONPATH="$PWD:$PWD/tests/support${PYTHONPATH:+:$PYTHONPATH}"
 EDGE_AGENT_REQUIRE=${EDGE_AGENT_REQUIRE:-tvm} "$venv/bin/pytest" -n 0 -q \
   tests/runtimes/test_tvm_backend.py \
   "tests/agent/cli/test_bench.py::test_bench_matrix_shows_a_module_for_another_cpu_as_a_target_mismatch" \
+  "tests/agent/cli/test_bundle.py::test_tvm_modules_and_their_target_are_in_the_manifest" \
   "tests/agent/bundles/test_installer.py::test_a_compiled_module_is_installed_only_from_a_signed_bundle" "$@"

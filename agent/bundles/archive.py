@@ -652,10 +652,10 @@ def compile_tvm_modules(model: Path, targets: Sequence[Mapping[str, Any]], folde
 
 
 def _module_entry(
-    path: Path, models: Sequence[Path], entries: Sequence[ArtifactEntry], reference: dict[str, npt.NDArray[Any]]
+    path: Path, entries: Sequence[ArtifactEntry], reference: dict[str, npt.NDArray[Any]]
 ) -> ArtifactEntry:
     """The artifact of the TVM module `path`, its target from its record; its reference arrays are
-    those of the ONNX model of `models` it was compiled from."""
+    those of the ONNX artifact of `entries` it was compiled from (by its sha256)."""
     from runtimes.base import ModelLoadError
     from runtimes.tvm_backend import ModuleRecord
 
@@ -770,7 +770,7 @@ def build_bundle(
             )
         )
     assert first is not None
-    entries += [_module_entry(path, models, entries, reference) for path in modules]
+    entries += [_module_entry(path, entries, reference) for path in modules]
     config, kept = first.preprocess_config, first.detection_filter
     if labels is None:
         labels = [names[i] if names and i in names else str(i) for i in range(max(names) + 1)] if names else ["0"]

@@ -142,7 +142,7 @@ def tvm_targets(texts: list[str]) -> list[dict[str, Any]]:
 
 
 def tvm_modules(models: list[Path], targets: list[dict[str, Any]], workdir: Path) -> list[Path]:
-    """The first ONNX model of `models` compiled for each target into `workdir` (one line each)."""
+    """The first ONNX model of `models` compiled for each target into `workdir` (one line says so)."""
     from agent.bundles.archive import compile_tvm_modules
 
     onnx = next((m for m in models if m.suffix == ".onnx"), None)
