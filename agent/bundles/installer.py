@@ -171,7 +171,9 @@ def runtime_choices(
     from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
 
     listed = manifest.artifacts if entries is None else entries
-    artifacts = [Artifact(str(folder / a.path), a.format, a.precision) for a in listed]
+    artifacts = [
+        Artifact(str(folder / a.path), a.format, a.precision, a.target.arch if a.target else None) for a in listed
+    ]
     try:
         return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)
     except SelectionError as exc:

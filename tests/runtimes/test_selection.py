@@ -300,3 +300,27 @@ def test_the_configured_preference_is_checked_against_the_table() -> None:
     with pytest.raises(ValidationError, match=f"unknown runtime 'npu': expected {', '.join(names)}"):
         adapter.validate_python("npu")
     assert adapter.json_schema() == {"enum": names, "type": "string"}
+
+
+TVM = RuntimeInfo("tvm", True, "0.27.0.post1", ("CPU",))
+PI5_MODULE = Artifact("m.aarch64-cortex-a76.so", "tvm", "fp32", "aarch64")
+
+
+@pytest.mark.parametrize(
+    ("board", "artifacts", "expected"),
+    [
+        (PI5, [ONNX, PI5_MODULE], "m.aarch64-cortex-a76.so"),  # the module first, on its own CPU
+        (X86, [ONNX, PI5_MODULE], "m.onnx"),  # elsewhere the ONNX model, compiled there
+        (X86, [ONNX, Artifact("m.x86.so", "tvm", "fp32", "x86_64")], "m.x86.so"),
+    ],
+)
+def test_a_compiled_artifact_is_chosen_only_on_its_own_cpu(board: Board, artifacts: list, expected: str) -> None:
+    (choice,) = select_runtimes(board, runtimes(TVM), artifacts, "tvm")
+    assert choice.artifact.path == expected
+
+
+def test_only_a_module_for_another_cpu_is_a_target_mismatch_naming_both() -> None:
+    with pytest.raises(
+        SelectionError, match=r"tvm: TARGET_MISMATCH: m\.aarch64-cortex-a76\.so for aarch64, this board is x86_64"
+    ):
+        select_runtimes(X86, runtimes(TVM), [PI5_MODULE], "tvm")
