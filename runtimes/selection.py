@@ -96,18 +96,20 @@ class BoardFacts(Protocol):
 
 
 #: file suffixes whose format is not the suffix itself: OpenVINO's IR is ``model.xml`` (its
-#: weights ``model.bin`` beside it), format ``openvino``
-SUFFIX_FORMATS: Mapping[str, ArtifactFormat] = {".xml": "openvino"}
+#: weights ``model.bin`` beside it), format ``openvino``; a compiled TVM module is ``model.so``
+SUFFIX_FORMATS: Mapping[str, ArtifactFormat] = {".xml": "openvino", ".so": "tvm"}
 
 
 @dataclass(frozen=True)
 class Artifact:
     """One model file a runtime could load; `format` is its suffix without the dot (``.xml``:
-    ``openvino``, `SUFFIX_FORMATS`)."""
+    ``openvino``, `SUFFIX_FORMATS`); `arch`, the CPU architecture a compiled artifact was built
+    for (a TVM module: ``aarch64``; None: any board)."""
 
     path: str
     format: ArtifactFormat
     precision: Precision = "fp32"
+    arch: str | None = None
 
     @classmethod
     def from_path(
@@ -190,10 +192,15 @@ def select_runtimes(
     why_not: list[str] = []
     for rank, runtime in enumerate(order):
         entry = backends[runtime]
+        loadable = [a for a in artifacts if a.format in entry.formats]
         usable = sorted(
-            (a for a in artifacts if a.format in entry.formats),
+            (a for a in loadable if a.arch is None or a.arch == board.arch),
             key=lambda a: (precision_rank[a.precision], entry.formats.index(a.format)),
         )
+        if not usable and loadable:
+            built = ", ".join(f"{PurePath(a.path).name} for {a.arch}" for a in loadable)
+            why_not.append(f"{runtime}: TARGET_MISMATCH: {built}, this board is {board.arch}")
+            continue
         if not usable:
             why_not.append(f"{runtime}: needs a {' or '.join(f'.{f}' for f in entry.formats)} artifact")
             continue

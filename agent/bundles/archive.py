@@ -23,6 +23,7 @@ import io
 import json
 import lzma
 import os
+import re
 import tarfile
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -45,6 +46,7 @@ from agent.bundles.manifest import (
     ArtifactEntry,
     Calibration,
     ClassifierStage,
+    CompiledTarget,
     DetectionThresholds,
     FileEntry,
     InputSpec,
@@ -66,10 +68,19 @@ MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 #: a detector's model files by suffix: the manifest's format, and the runtime `build_bundle` runs them on
 FORMATS: Mapping[str, ModelFormat] = {".onnx": "onnx", ".tflite": "tflite", ".xml": "openvino"}
 #: the CPU runtime that computes a format's reference outputs (at build) and reference detections
-REFERENCE_RUNTIMES: Mapping[ModelFormat, str] = {"onnx": "onnxruntime", "tflite": "litert", "openvino": "openvino"}
+REFERENCE_RUNTIMES: Mapping[ModelFormat, str] = {
+    "onnx": "onnxruntime",
+    "tflite": "litert",
+    "openvino": "openvino",
+    "tvm": "tvm",
+}
 #: what a bundle's top level may hold besides its manifest, signature, labels and reference:
-#: models, OpenVINO IRs' weights, prebuilt TensorRT engines (data to their runtimes, never code)
-MODEL_FILE_SUFFIXES = (*FORMATS, ".bin", ".engine")
+#: models, OpenVINO IRs' weights, prebuilt TensorRT engines (data to their runtimes), and TVM
+#: modules with their records (native code: loaded only from a signed bundle, with
+#: ``runtimes.tvm.allow_compiled``)
+MODEL_FILE_SUFFIXES = (*FORMATS, ".bin", ".engine", ".so")
+#: a TVM module's record, beside it (``model.so.json``)
+TVM_RECORD_SUFFIX = ".so.json"
 _CHUNK = 1 << 20
 
 
@@ -213,14 +224,20 @@ def _member_path(name: str) -> PurePosixPath:
 
 
 def _allowed(path: PurePosixPath) -> bool:
-    """Only data files a bundle may carry: never anything the device would execute. (A TensorRT
-    engine is data to TensorRT's runtime, which refuses engines with embedded host code unless
-    told otherwise; edge-agent never tells it.)"""
+    """Only data files a bundle may carry, and TVM modules: nothing else the device would execute.
+    (A TensorRT engine is data to TensorRT's runtime, which refuses engines with embedded host
+    code unless told otherwise; edge-agent never tells it. A TVM module is native code: the
+    installer takes it only from a signed bundle, the TVM backend loads it only where agent.yaml
+    allows it.)"""
     if len(path.parts) == 2 and path.parts[0] == "calibration":
         return path.suffix.lower() in (".jpg", ".jpeg", ".png")
     if len(path.parts) != 1:
         return False
-    return path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz") or path.suffix in MODEL_FILE_SUFFIXES
+    return (
+        path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz")
+        or path.suffix in MODEL_FILE_SUFFIXES
+        or path.name.endswith(TVM_RECORD_SUFFIX)
+    )
 
 
 def _next_file(tar: tarfile.TarFile, seen: Mapping[str, str], limits: Limits) -> tuple[tarfile.TarInfo, str] | None:
@@ -608,6 +625,58 @@ def _classifier_entries(
     )
 
 
+def compile_tvm_modules(model: Path, targets: Sequence[Mapping[str, Any]], folder: Path) -> list[Path]:
+    """`bundle build --tvm-target`: the ONNX `model` compiled by Apache TVM for each target (its
+    JSON dict, `runtimes.tvm_backend.parse_target`) into `folder`, ``<stem>.<arch>-<cpu>.so`` with
+    its record beside it. Raises `BundleError` ``BUILD_TOOLS_MISSING`` (no tvm, no cross linker for
+    the target's triple) or ``MODEL_CHECK_FAILED`` (TVM cannot compile the model)."""
+    from runtimes.base import ModelLoadError, RuntimeUnavailable
+    from runtimes.tvm_backend import compile_module, target_arch
+
+    if model.suffix != ".onnx":
+        raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"--tvm-target compiles an ONNX model, not {model.name}")
+    made: list[Path] = []
+    for target in targets:
+        cpu = re.sub(r"[^A-Za-z0-9_-]", "_", str(target.get("mcpu", "generic")))[:40]
+        out = folder / f"{model.stem}.{target_arch(target)}-{cpu}.so"
+        if out in made:
+            out = out.with_name(f"{out.stem}-{len(made)}.so")
+        try:
+            compile_module(model, target, out)
+        except RuntimeUnavailable as exc:
+            raise BundleError(ErrorCode.BUILD_TOOLS_MISSING, f"--tvm-target: {exc}") from exc
+        except ModelLoadError as exc:
+            raise BundleError(ErrorCode.MODEL_CHECK_FAILED, f"--tvm-target: {exc}") from exc
+        made.append(out)
+    return made
+
+
+def _module_entry(
+    path: Path, entries: Sequence[ArtifactEntry], reference: dict[str, npt.NDArray[Any]]
+) -> ArtifactEntry:
+    """The artifact of the TVM module `path`, its target from its record; its reference arrays are
+    those of the ONNX artifact of `entries` it was compiled from (by its sha256)."""
+    from runtimes.base import ModelLoadError
+    from runtimes.tvm_backend import ModuleRecord
+
+    try:
+        record = ModuleRecord.read(path)
+    except ModelLoadError as exc:
+        raise BundleError(ErrorCode.UNKNOWN_FORMAT, str(exc)) from exc
+    source = next((e for e in entries if e.format == "onnx" and e.sha256 == record.model_sha256), None)
+    if source is None:
+        raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"{path.name} was compiled from none of the bundle's ONNX models")
+    for key in [k for k in reference if k.startswith(f"{source.path}__")]:
+        reference[path.name + key[len(source.path) :]] = reference[key]
+    target = CompiledTarget(
+        target=json.dumps(record.target, sort_keys=True), arch=record.arch, runtime_version=record.tvm_version
+    )
+    size = path.stat().st_size
+    return ArtifactEntry(
+        path=path.name, format="tvm", precision=source.precision, sha256=sha256_file(path), size=size, target=target
+    )
+
+
 def _file_entry(name: str, content: bytes | Path) -> FileEntry:
     data = content.read_bytes() if isinstance(content, Path) else content
     return FileEntry(path=name, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
@@ -628,6 +697,7 @@ def build_bundle(
     engines: Sequence[tuple[Path, EngineKey]] = (),
     thresholds: DetectionThresholds | ThresholdChoice | None = None,
     classifier: ClassifierInput | None = None,
+    modules: Sequence[Path] = (),
 ) -> Manifest:
     """Write a bundle of `models` to `out`: decoder, input settings and labels come from the first
     model (its metadata) unless given; reference outputs are computed by running each model.
@@ -638,6 +708,9 @@ def build_bundle(
     `engines` are prebuilt TensorRT engines with the keys they were built for (``edge-agent
     engine build --out`` writes both); each must come from one of the ONNX `models`.
     `classifier` adds the second stage (its models, labels, the detector labels it applies to).
+    `modules` are TVM modules (`compile_tvm_modules`), each compiled from one of the ONNX
+    `models`, its record beside it: its reference is that model's (it may be for a CPU that
+    cannot run it here).
 
     Raises `BundleError` ``DECODER_MISMATCH`` when the decoder does not fit a model or the
     plausibility guard finds its detections impossible (on a blank frame or the reference input);
@@ -697,6 +770,7 @@ def build_bundle(
             )
         )
     assert first is not None
+    entries += [_module_entry(path, entries, reference) for path in modules]
     config, kept = first.preprocess_config, first.detection_filter
     if labels is None:
         labels = [names[i] if names and i in names else str(i) for i in range(max(names) + 1)] if names else ["0"]
@@ -717,6 +791,7 @@ def build_bundle(
         *((f"calibration/{i:04d}{p.suffix.lower()}", p) for i, p in enumerate(calibration)),
         *((p.name, p) for p, _ in engines),
         *((p.name, p) for p in weights),
+        *((p.name + ".json", p.with_name(p.name + ".json")) for p in modules),
     ]
     try:
         manifest = Manifest(
@@ -751,7 +826,7 @@ def build_bundle(
     files: list[tuple[str, bytes | Path]] = [(MANIFEST, manifest_bytes)]
     if key is not None:
         files.append((SIGNATURE, signature_file(manifest_bytes, key)))
-    files += [(p.name, p) for p in models]
+    files += [(p.name, p) for p in [*models, *modules]]
     files += [(p.name, p) for p in (classifier.models if classifier is not None else ())]
     files += data
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -95,6 +95,18 @@ class InstallPolicy:
         )
 
 
+def refuse_unsigned_code(verified: Verified) -> None:
+    """`BundleError` ``COMPILED_UNSIGNED`` when an unsigned bundle (``allow_unsigned``) ships a
+    compiled module (format ``tvm``: native code): only a trusted signer's bundle may."""
+    compiled = [a.path for a in verified.manifest.artifacts if a.format == "tvm"]
+    if compiled and verified.signer is None:
+        raise BundleError(
+            ErrorCode.COMPILED_UNSIGNED,
+            f"{', '.join(compiled)}: compiled modules (native code) are installed only from a bundle signed by a "
+            "trusted key; sign it (bundle build --key) or build it without --tvm-target",
+        )
+
+
 @dataclass(frozen=True)
 class Activation:
     runtime: str
@@ -159,7 +171,9 @@ def runtime_choices(
     from runtimes.selection import Artifact, SelectionError, runtimes_for, select_runtimes
 
     listed = manifest.artifacts if entries is None else entries
-    artifacts = [Artifact(str(folder / a.path), a.format, a.precision) for a in listed]
+    artifacts = [
+        Artifact(str(folder / a.path), a.format, a.precision, a.target.arch if a.target else None) for a in listed
+    ]
     try:
         return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)
     except SelectionError as exc:
@@ -365,6 +379,7 @@ def install(
             )
         checkpoint("unpacked")
         verified = verify_unpacked(staging, policy.trusted, policy.allow_unsigned, unpacked.files)
+        refuse_unsigned_code(verified)
         if not allow_downgrade:
             refuse_downgrade(store, verified.manifest)
     except BundleError as exc:

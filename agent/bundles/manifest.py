@@ -44,8 +44,10 @@ def _bounded_labels(value: list[str], what: str) -> list[str]:
     return value
 
 
-#: a model file's format: ONNX, LiteRT's flatbuffer, or OpenVINO's IR (``.xml`` + ``.bin``)
-ModelFormat = Literal["onnx", "tflite", "openvino"]
+#: a model file's format: ONNX, LiteRT's flatbuffer, OpenVINO's IR (``.xml`` + ``.bin``), or a
+#: module compiled by Apache TVM (``.so`` + its record ``.so.json``)
+ModelFormat = Literal["onnx", "tflite", "openvino", "tvm"]
+_SUFFIXES: dict[str, str] = {"onnx": ".onnx", "tflite": ".tflite", "openvino": ".xml", "tvm": ".so"}
 
 
 class _Strict(BaseModel):
@@ -100,13 +102,27 @@ class Agreement(_Strict):
     min_agreement: float = Field(ge=0, le=1, description="The gate it passed (bundle build --min-agreement).")
 
 
+class CompiledTarget(_Strict):
+    """What a compiled artifact (format ``tvm``) was built for: a device whose architecture or
+    runtime release differs refuses it (``TARGET_MISMATCH``)."""
+
+    target: str = Field(
+        max_length=1000,
+        description='The compiler\'s target as JSON, e.g. {"kind": "llvm", "mtriple": "aarch64-linux-gnu", '
+        '"mcpu": "cortex-a76"}.',
+    )
+    arch: str = Field(pattern=r"^[a-z0-9_]{1,32}$", description="CPU architecture it runs on: x86_64, aarch64, ...")
+    runtime_version: str = Field(max_length=64, description="The runtime release that compiled it, e.g. '0.27.0'.")
+
+
 class ArtifactEntry(_Strict):
     """One model file in the bundle."""
 
     path: str = Field(description="File name inside the bundle (no folders).")
     format: ModelFormat = Field(
-        description="Model format: onnx, tflite, or openvino (OpenVINO's IR: the path names the .xml, whose "
-        "weights, the .bin of the same name, are listed in files; agents older than the format refuse it).",
+        description="Model format: onnx, tflite, openvino (OpenVINO's IR: the path names the .xml, whose "
+        "weights, the .bin of the same name, are listed in files; agents older than the format refuse it), or "
+        "tvm (a module compiled by Apache TVM, a .so whose record, the .so.json, is listed in files).",
     )
     precision: Precision = Field(description="Numeric precision of the weights.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")
@@ -115,14 +131,20 @@ class ArtifactEntry(_Strict):
         default=None,
         description="Measured against the FP32 model at build time (variants of bundle build --precisions).",
     )
+    target: CompiledTarget | None = Field(
+        default=None, description="What a compiled artifact (format tvm) was built for; none for the other formats."
+    )
 
     @model_serializer(mode="wrap")
     def _omit_unmeasured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No ``agreement`` key when nothing was measured: such a manifest stays readable by agents
-        older than the field (they refuse unknown keys)."""
+        """No ``agreement`` key when nothing was measured, no ``target`` on an artifact that is not
+        compiled: such a manifest stays readable by agents older than the fields (they refuse
+        unknown keys)."""
         data: dict[str, Any] = handler(self)
         if self.agreement is None:
             data.pop("agreement", None)
+        if self.target is None:
+            data.pop("target", None)
         return data
 
     @field_validator("path")
@@ -134,15 +156,23 @@ class ArtifactEntry(_Strict):
 
     @model_validator(mode="after")
     def _suffix_fits_format(self) -> ArtifactEntry:
-        suffix = {"onnx": ".onnx", "tflite": ".tflite", "openvino": ".xml"}[self.format]
+        suffix = _SUFFIXES[self.format]
         if not self.path.lower().endswith(suffix):
             raise ValueError(f"artifact {self.path!r} of format {self.format} must be a {suffix} file")
+        if (self.format == "tvm") != (self.target is not None):
+            raise ValueError(f"artifact {self.path!r}: a target is recorded for a tvm artifact, and only for one")
         return self
 
     @property
     def weights(self) -> str | None:
         """An OpenVINO IR's weights file (``model.bin`` beside ``model.xml``); None for other formats."""
         return self.path[: -len(".xml")] + ".bin" if self.format == "openvino" else None
+
+    @property
+    def companion(self) -> str | None:
+        """The file the artifact needs beside it: an IR's weights, a TVM module's record
+        (``model.so.json``); None for other formats."""
+        return self.path + ".json" if self.format == "tvm" else self.weights
 
 
 class FileEntry(_Strict):
@@ -348,9 +378,10 @@ class Manifest(_Strict):
         stage = self.classifier.artifacts if self.classifier is not None else []
         files = {f.path for f in self.files}
         for artifact in [*self.artifacts, *stage]:
-            if artifact.weights is not None and artifact.weights not in files:
+            if artifact.companion is not None and artifact.companion not in files:
+                kind, what = ("TVM module", "record") if artifact.format == "tvm" else ("OpenVINO IR", "weights")
                 raise ValueError(
-                    f"OpenVINO IR {artifact.path}: its weights {artifact.weights} must also be listed in files "
+                    f"{kind} {artifact.path}: its {what} {artifact.companion} must also be listed in files "
                     "(their sha256 and size)"
                 )
         return self

@@ -53,6 +53,16 @@ def add_parser(commands: Any) -> None:
         default=[],
         help="a prebuilt TensorRT engine from `edge-agent engine build --out` (its tags in ENGINE.json; repeatable)",
     )
+    build.add_argument(
+        "--tvm-target",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="also the first ONNX model compiled by Apache TVM for TARGET (e.g. 'llvm -mtriple=aarch64-linux-gnu "
+        "-mcpu=cortex-a76', or TVM's JSON form), recorded with its target; native code, so loaded only from a "
+        "signed bundle where runtimes.tvm.allow_compiled is on (repeatable; pip install 'edge-agent[tvm]', "
+        "a cross gcc for another CPU; docs/tvm.md)",
+    )
     build.add_argument("-o", "--out", type=Path, required=True, help="bundle file to write")
     add_threshold_arguments(build)
     add_classifier_arguments(build)
@@ -94,8 +104,10 @@ def _bundle_build(args: argparse.Namespace) -> int:
     key = load_private_key(args.key) if args.key else None
     engines = [_engine_file(path) for path in args.engine]
     classifier = classifier_input(args)
+    targets = tvm_targets(args.tvm_target)
     with tempfile.TemporaryDirectory(prefix="edge-agent-build-") as workdir:
         models, notes = prepare_models(args, calibration, Path(workdir))
+        modules = tvm_modules(models, targets, Path(workdir)) if targets else []
         manifest = build_bundle(
             models,
             args.out,
@@ -110,12 +122,34 @@ def _bundle_build(args: argparse.Namespace) -> int:
             engines=engines,
             thresholds=ThresholdChoice(conf=args.conf, iou=args.iou, max_det=args.max_det),
             classifier=classifier,
+            modules=modules,
         )
     signed = "signed" if key else "unsigned"
     print(f"wrote {args.out}: {manifest.name} {manifest.version}, {len(manifest.artifacts)} artifact(s), {signed}")
     if manifest.classifier is not None:
         print(f"  second stage: {stage_line(manifest)}")
     return 0
+
+
+def tvm_targets(texts: list[str]) -> list[dict[str, Any]]:
+    """``--tvm-target`` values as TVM's JSON targets; `CliError` names a malformed one."""
+    from runtimes.tvm_backend import parse_target
+
+    try:
+        return [parse_target(text) for text in texts]
+    except ValueError as exc:
+        raise CliError(f"--tvm-target: {exc}") from exc
+
+
+def tvm_modules(models: list[Path], targets: list[dict[str, Any]], workdir: Path) -> list[Path]:
+    """The first ONNX model of `models` compiled for each target into `workdir` (one line says so)."""
+    from agent.bundles.archive import compile_tvm_modules
+
+    onnx = next((m for m in models if m.suffix == ".onnx"), None)
+    if onnx is None:
+        raise CliError("--tvm-target compiles an ONNX model: give one")
+    print(f"compiling {onnx.name} with TVM for {len(targets)} target(s)...")
+    return compile_tvm_modules(onnx, targets, workdir)
 
 
 def _engine_file(path: Path) -> tuple[Path, EngineKey]:
@@ -166,7 +200,10 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
     sizes = {f.path: f.size for f in manifest.files}
     for a in manifest.artifacts:
         weights = f" (+ weights {a.weights}, {sizes[a.weights]} bytes)" if a.weights in sizes else ""
-        print(f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes{weights}, sha256 {a.sha256[:16]}...")
+        target = f", for {a.target.arch} {a.target.target} (TVM {a.target.runtime_version})" if a.target else ""
+        print(
+            f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes{weights}{target}, sha256 {a.sha256[:16]}..."
+        )
     for line in agreement_table(manifest):
         print(line)
     if manifest.classifier is not None:

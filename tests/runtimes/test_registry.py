@@ -28,6 +28,7 @@ from runtimes.registry import (
     plugins,
 )
 from runtimes.tensorrt_settings import TensorRTConfig
+from runtimes.tvm_settings import TVMConfig
 
 #: a plugin module: a backend named NAME whose settings model is `NpuConfig`
 PLUGIN = """
@@ -83,7 +84,7 @@ def test_plugins_join_the_table_and_the_bad_ones_are_logged_and_left_out(
     ]
     with caplog.at_level(logging.ERROR, logger="runtimes.registry"):
         registry = collect(IN_TREE, points)
-    assert list(registry.backends) == ["tensorrt", "onnxruntime", "litert", "openvino", "npu"]
+    assert list(registry.backends) == ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "npu"]
     assert registry.backends["onnxruntime"] is IN_TREE[1], "an in-tree backend is never replaced"
     assert registry.backends["npu"].config.__module__ == "npu_again"
     errors = {(p.name, p.target): p.error for p in registry.plugins}
@@ -204,8 +205,11 @@ def test_settings_are_replaced_by_section_and_filled_in_from_the_state_dir(tmp_p
     assert filled.of(TensorRTConfig) == TensorRTConfig(precision="int8", engine_cache_dir=tmp_path / "engines")
     assert filled.of(OnnxRuntimeConfig) == tuned.of(OnnxRuntimeConfig) and filled.of(LiteRTConfig) == LiteRTConfig()
     assert filled.of(OpenVINOConfig) == OpenVINOConfig(cache_dir=tmp_path / "openvino")
+    assert filled.of(TVMConfig) == TVMConfig(cache_dir=tmp_path / "tvm")
     chosen = RuntimeSettings(
-        tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "mine"), openvino=OpenVINOConfig(cache_dir=tmp_path / "ov")
+        tensorrt=TensorRTConfig(engine_cache_dir=tmp_path / "mine"),
+        openvino=OpenVINOConfig(cache_dir=tmp_path / "ov"),
+        tvm=TVMConfig(cache_dir=tmp_path / "tvm"),
     )
     assert chosen.with_state_dir(tmp_path) == chosen, "a cache the config names is kept"
     with pytest.raises(RuntimeUnavailable, match="unknown runtime 'hailo'"):

@@ -173,7 +173,14 @@ def test_reason_names_the_board_and_fallbacks() -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "fmt"), [("a/b.onnx", "onnx"), ("x.TFLITE", "tflite"), ("ir/model.xml", "openvino"), ("M.XML", "openvino")]
+    ("path", "fmt"),
+    [
+        ("a/b.onnx", "onnx"),
+        ("x.TFLITE", "tflite"),
+        ("ir/model.xml", "openvino"),
+        ("M.XML", "openvino"),
+        ("m.so", "tvm"),
+    ],
 )
 def test_artifact_format_from_suffix(path: str, fmt: str) -> None:
     assert Artifact.from_path(path).format == fmt
@@ -268,14 +275,14 @@ def test_a_plugin_s_reasons_name_it_and_ties_keep_the_table_s_order() -> None:
 
 
 def test_formats_and_probing_follow_the_table() -> None:
-    assert known_formats() == ("onnx", "tflite", "openvino")
-    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "npumodel")
-    assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime", "openvino")
+    assert known_formats() == ("onnx", "tflite", "openvino", "tvm")
+    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "tvm", "npumodel")
+    assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime", "openvino", "tvm")
     assert runtimes_for([NPU_ART, TFLITE8], WITH_NPU) == ("litert", "npu")
     assert Artifact.from_path("a/m.NPUMODEL", "int8", known_formats(WITH_NPU)) == Artifact(
         "a/m.NPUMODEL", "npumodel", "int8"
     )
-    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml$"):
+    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml or \.so$"):
         Artifact.from_path("m.npumodel")
 
 
@@ -289,7 +296,31 @@ def test_board_classes(board: Board, expected: str) -> None:
 def test_the_configured_preference_is_checked_against_the_table() -> None:
     adapter = TypeAdapter(Preference)
     assert adapter.validate_python("litert") == "litert" and adapter.validate_python("auto") == "auto"
-    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino"]
+    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino", "tvm"]
     with pytest.raises(ValidationError, match=f"unknown runtime 'npu': expected {', '.join(names)}"):
         adapter.validate_python("npu")
     assert adapter.json_schema() == {"enum": names, "type": "string"}
+
+
+TVM = RuntimeInfo("tvm", True, "0.27.0.post1", ("CPU",))
+PI5_MODULE = Artifact("m.aarch64-cortex-a76.so", "tvm", "fp32", "aarch64")
+
+
+@pytest.mark.parametrize(
+    ("board", "artifacts", "expected"),
+    [
+        (PI5, [ONNX, PI5_MODULE], "m.aarch64-cortex-a76.so"),  # the module first, on its own CPU
+        (X86, [ONNX, PI5_MODULE], "m.onnx"),  # elsewhere the ONNX model, compiled there
+        (X86, [ONNX, Artifact("m.x86.so", "tvm", "fp32", "x86_64")], "m.x86.so"),
+    ],
+)
+def test_a_compiled_artifact_is_chosen_only_on_its_own_cpu(board: Board, artifacts: list, expected: str) -> None:
+    (choice,) = select_runtimes(board, runtimes(TVM), artifacts, "tvm")
+    assert choice.artifact.path == expected
+
+
+def test_only_a_module_for_another_cpu_is_a_target_mismatch_naming_both() -> None:
+    with pytest.raises(
+        SelectionError, match=r"tvm: TARGET_MISMATCH: m\.aarch64-cortex-a76\.so for aarch64, this board is x86_64"
+    ):
+        select_runtimes(X86, runtimes(TVM), [PI5_MODULE], "tvm")

@@ -17,6 +17,7 @@ from testkit.bad_bundles import CASES, without
 from testkit.bundles import read_files, write_tar
 from testkit.needs import missing
 from testkit.store import A, B, C, fake_version, two_versions, walked_to
+from testkit.tvm_modules import fake_module
 
 from agent.bundles.archive import Limits, build_bundle
 from agent.bundles.installer import InstallPolicy, end_probation, install, rollback
@@ -101,6 +102,25 @@ def test_unsigned_bundle_only_when_allowed(tmp_path: Path, bundles) -> None:
     assert (refused.state, refused.error and refused.error.code) == ("REJECTED", "NO_TRUSTED_KEYS")
     accepted = install(unsigned, store, probe(), InstallPolicy(allow_unsigned=True))
     assert accepted.state == "SUCCEEDED"
+    assert_serving(store, accepted.sha256)
+
+
+@pytest.mark.install
+def test_a_compiled_module_is_installed_only_from_a_signed_bundle(tmp_path: Path, keys) -> None:
+    """A TVM module is native code: an unsigned bundle (``allow_unsigned``) with one is refused
+    (``COMPILED_UNSIGNED``); signed by a trusted key it installs (ONNX Runtime serves its ONNX)."""
+    model = DEMO_MODELS / "demo_detector.onnx"
+    module = fake_module(model, tmp_path)
+    signed, unsigned = tmp_path / "signed.bundle", tmp_path / "unsigned.bundle"
+    build_bundle([model], unsigned, name="demo", modules=[module])
+    build_bundle([model], signed, name="demo", modules=[module], key=load_private_key(keys["private"]))
+    store = Store(tmp_path / "state")
+    refused = install(unsigned, store, probe(), InstallPolicy(allow_unsigned=True))
+    assert (refused.state, refused.error and refused.error.code) == ("REJECTED", "COMPILED_UNSIGNED")
+    assert "demo_detector.so" in str(refused.error and refused.error.message)
+    policy = InstallPolicy(trusted=[load_public_key(keys["public"])], allow_unsigned=True)
+    accepted = install(signed, store, probe(), policy)
+    assert accepted.state == "SUCCEEDED", accepted.error
     assert_serving(store, accepted.sha256)
 
 

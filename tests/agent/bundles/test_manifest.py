@@ -24,6 +24,18 @@ GOOD = {
 
 #: an OpenVINO IR artifact: the .xml, its weights .bin listed in files
 IR = {"path": "m.xml", "format": "openvino", "precision": "int8", "sha256": "c" * 64, "size": 10}
+MODULE = {
+    "path": "m.so",
+    "format": "tvm",
+    "precision": "fp32",
+    "sha256": "e" * 64,
+    "size": 30,
+    "target": {
+        "target": '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}',
+        "arch": "aarch64",
+        "runtime_version": "0.27.0",
+    },
+}
 
 
 def test_a_valid_manifest_round_trips() -> None:
@@ -57,6 +69,11 @@ def test_a_valid_manifest_round_trips() -> None:
         ({"artifacts": [{**GOOD["artifacts"][0], "format": "openvino"}]}, "of format openvino must be a .xml file"),
         ({"artifacts": [IR]}, r"OpenVINO IR m\.xml: its weights m\.bin must also be listed in files"),
         ({"artifacts": [IR], "files": [{"path": "n.bin", "sha256": "b" * 64, "size": 1}]}, r"its weights m\.bin"),
+        ({"artifacts": [{**MODULE, "target": None}]}, "a target is recorded for a tvm artifact, and only for one"),
+        ({"artifacts": [{**GOOD["artifacts"][0], "target": MODULE["target"]}]}, "and only for one"),
+        ({"artifacts": [{**MODULE, "path": "m.onnx"}]}, "of format tvm must be a .so file"),
+        ({"artifacts": [MODULE]}, r"TVM module m\.so: its record m\.so\.json must also be listed in files"),
+        ({"artifacts": [{**MODULE, "target": {**MODULE["target"], "arch": "AArch64!"}}]}, "arch"),
     ],
 )
 def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
@@ -66,6 +83,16 @@ def test_invalid_manifests_name_the_field(change: dict, message: str) -> None:
 
 def test_a_label_of_the_longest_length_is_valid() -> None:
     assert Manifest.model_validate({**GOOD, "labels": ["x" * 128]}).labels == ["x" * 128]
+
+
+def test_a_tvm_module_with_its_target_and_record_is_valid() -> None:
+    record = {"path": "m.so.json", "sha256": "d" * 64, "size": 20}
+    manifest = Manifest.model_validate({**GOOD, "artifacts": [GOOD["artifacts"][0], MODULE], "files": [record]})
+    assert [a.companion for a in manifest.artifacts] == [None, "m.so.json"]
+    assert manifest.artifacts[1].target is not None and manifest.artifacts[1].target.arch == "aarch64"
+    data = json.loads(manifest.to_bytes())
+    assert "target" not in data["artifacts"][0], "no key on an artifact that is not compiled (older agents)"
+    assert Manifest.model_validate(data) == manifest
 
 
 def test_an_openvino_ir_with_its_weights_listed_is_valid() -> None:

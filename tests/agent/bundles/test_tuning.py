@@ -3,6 +3,7 @@ rows built then measured, autotune at activation, each configuration checked in 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -43,6 +44,7 @@ def test_candidates_cover_every_runtime_and_say_why_not(unpacked) -> None:
         ("tensorrt", "GPU", "demo_detector.onnx", "int8", 1, False),
         *[("onnxruntime", "CPUExecutionProvider", "demo_detector.onnx", "fp32", w, True) for w, _ in variants],
         *[("openvino", "CPU", "demo_detector.onnx", "fp32", w, True) for w, _ in variants],
+        ("tvm", "CPU", "demo_detector.onnx", "fp32", 1, importlib.util.find_spec("tvm") is not None),
         ("litert", "xnnpack", "demo_detector_int8.tflite", "int8", 1, True),
         ("litert", "libedgetpu.so.1", "demo_detector_int8.tflite", "int8", 1, True),
     ]

@@ -13,6 +13,7 @@ import pytest
 from testkit import DEMO_MODELS
 from testkit.media import write_video
 from testkit.onnx_models import altered
+from testkit.tvm_modules import pi5_module
 
 from agent.bundles.archive import build_bundle
 from agent.cli import main
@@ -86,12 +87,15 @@ def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: p
     rows = json.loads(capsys.readouterr().out)
     variants = len(worker_variants(usable_cores()))
     openvino = variants if importlib.util.find_spec("openvino") else 0  # the openvino extra: CPU rows
-    assert len(rows) == 3 + variants + openvino + 1
+    assert len(rows) == 3 + variants + openvino + 1 + 1  # TVM's one row: measured, or why it cannot run
     assert [r["workers"] for r in rows if r["runtime"] == "openvino"] == [w for w, _ in worker_variants(2)][:openvino]
     for row in rows:
         assert set(row) >= ROW_FIELDS and row["energy_mj_per_frame"] is None
         if row["runtime"] == "tensorrt":
             assert row["latency_ms"] is None and "not installed" in row["error"]
+            continue
+        if row["runtime"] == "tvm" and importlib.util.find_spec("tvm") is None:  # the tvm extra: scripts/test_tvm.sh
+            assert row["latency_ms"] is None and "tvm does not import" in row["error"]
             continue
         assert row["error"] is None, row
         assert row["latency_ms"]["p95"] >= row["latency_ms"]["p50"] > 0 and row["fps"] > 0
@@ -102,6 +106,24 @@ def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: p
     assert main(["bench", str(demo_bundle), "--matrix", "--frames", "5"]) == 0
     table = capsys.readouterr().out
     assert "autotune would serve:" in table and "p50 ms" in table.splitlines()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.tvm
+def test_bench_matrix_shows_a_module_for_another_cpu_as_a_target_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bundle with the demo detector cross-compiled for a Pi 5 (`bundle build --tvm-target`):
+    its row cannot run here and says why, naming both CPUs; the ONNX rows are measured."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # TVM's ONNX row compiles into it
+    model = DEMO_MODELS / "demo_detector.onnx"
+    build_bundle([model], tmp_path / "pi5.bundle", name="demo", modules=[pi5_module(model, tmp_path)])
+    assert main(["bench", str(tmp_path / "pi5.bundle"), "--matrix", "--json", "--frames", "2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in rows if r["artifact"].endswith(".so")]
+    assert row["runtime"] == "tvm" and row["latency_ms"] is None
+    assert row["error"].startswith("TARGET_MISMATCH:") and "aarch64" in row["error"] and "x86_64" in row["error"]
+    assert any(r["runtime"] == "onnxruntime" and r["error"] is None for r in rows)
 
 
 def test_bench_workers_auto_takes_the_faster_measured_variant(capsys: pytest.CaptureFixture[str]) -> None:

@@ -117,3 +117,31 @@ def test_the_guard_judges_the_model_with_the_bundles_thresholds(tmp_path: Path, 
     status, _, err = _build(capsys, *argv, "--iou", "0.7", "--max-det", "1")
     assert status == 1 and "DECODER_MISMATCH" in err and "more than max_det 1" in err, err
     assert _build(capsys, *argv)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [("llvm mcpu", "'mcpu' is not an option like -mcpu=cortex-a76"), ('{"mcpu": "x"}', "a JSON object with a kind")],
+)
+def test_a_malformed_tvm_target_is_refused_before_any_work(target: str, words: str, tmp_path: Path, capsys) -> None:
+    status, _, err = _build(capsys, "--model", FP32, "--tvm-target", target, "-o", tmp_path / "x.bundle")
+    assert status == 1 and "--tvm-target: target" in err and words in err, err
+    assert not (tmp_path / "x.bundle").exists()
+
+
+@pytest.mark.tvm
+def test_tvm_modules_and_their_target_are_in_the_manifest(tmp_path: Path, capsys) -> None:
+    """`bundle build --tvm-target` for a Pi 5 (cross-compiled here): the module and its record are
+    in the bundle, its target in the manifest, printed by inspect."""
+    from testkit.tvm_modules import PI5_TARGET, needs_cross_gcc, needs_tvm
+
+    from agent.cli import main
+
+    needs_tvm()
+    needs_cross_gcc()
+    out = tmp_path / "pi5.bundle"
+    status, _, err = _build(capsys, "--model", FP32, "--tvm-target", PI5_TARGET, "-o", out)
+    assert status == 0, err
+    assert main(["bundle", "inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "artifact demo_detector.aarch64-cortex-a76.so: tvm fp32" in shown and "for aarch64" in shown, shown
