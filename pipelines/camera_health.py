@@ -7,7 +7,9 @@ wide (aspect kept, at least 16 rows) and judged for
 
 - **frozen**: near-identical to the frame before (mean absolute difference below `frozen_diff`
   grey levels) for `frozen_s`; the caller feeds only frames of a running source;
-- **dark**, **overexposed**: mean luminance below `dark_luma` or above `bright_luma`;
+- **dark**, **overexposed**: mean luminance below `dark_luma` or above `bright_luma`; also
+  overexposed when more than half the picture is brighter than `bright_luma` (the sun washing out
+  a scene whose dark part keeps the mean down);
 - **low_contrast**: luminance spread (standard deviation) below `min_contrast`;
 - **defocused** (defocus, fog): sharpness (variance of the Laplacian of the frame normalised to
   unit spread, so brightness does not change it) below `defocus_fraction` of the camera's own
@@ -52,6 +54,8 @@ ProblemKind = Literal["frozen", "dark", "overexposed", "low_contrast", "defocuse
 KINDS: tuple[ProblemKind, ...] = ("frozen", "dark", "overexposed", "low_contrast", "defocused", "covered", "moved")
 #: good frames a baseline needs before defocus and covered are judged
 MIN_BASELINE = 10
+#: a picture with more than this share of its pixels above `bright_luma` is overexposed
+WASHED_OUT_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,8 @@ class CameraHealth:
             present["dark"] = f"mean luminance {luminance:.0f} (< {t.dark_luma:.0f})"
         elif luminance > t.bright_luma:
             present["overexposed"] = f"mean luminance {luminance:.0f} (> {t.bright_luma:.0f})"
+        elif (washed := np.count_nonzero(grey8 > t.bright_luma) / grey8.size) > WASHED_OUT_SHARE:
+            present["overexposed"] = f"{washed:.0%} of the picture brighter than {t.bright_luma:.0f}"
         else:
             if (
                 base_contrast is not None

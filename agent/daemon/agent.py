@@ -311,7 +311,9 @@ class Agent:
         if self._state_lock is not None and self._state_lock is not lock:
             self._state_lock.release()
         self._state_lock = lock
+        previous = self.cameras
         self._configure(config)
+        self.cameras.keep_health_of(previous)  # a problem still present is not announced again
         self.start()
 
     # -- samples for retraining (issue 40 item 3) -----------------------------------------------

@@ -384,6 +384,21 @@ class Cameras:
             self._watches[section.name] = HealthWatch(section.name, thresholds, self._health_changed)
         return self._watches[section.name]
 
+    def keep_health_of(self, previous: Cameras) -> None:
+        """Take over `previous`'s health checks (the cameras a reload replaces, stopped) for each
+        camera whose source and ``health:`` section did not change: its baselines, reference image
+        and problems go on, so a problem still present is not announced again as it would be by
+        a new check. Called before `activate`."""
+        before = {section.name: section for section in previous.sections}
+        with previous._lock:
+            watches = dict(previous._watches)
+        with self._lock:
+            for section in self.sections:
+                was = before.get(section.name)
+                same = was is not None and (was.source, was.health) == (section.source, section.health)
+                if same and section.name in watches:
+                    self._watches[section.name] = watches[section.name]
+
     def health_watch(self, name: str) -> HealthWatch:
         """The named camera's health check (its `reference` image, `reset_reference`); raises
         `KeyError` for a camera without one (any thread)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -69,8 +70,17 @@ def served(
                 "lines": [{"name": "mid", "points": [[0, 240], [640, 240]]}],
                 "zones": [{"name": "left", "polygon": [[0, 0], [320, 0], [320, 480], [0, 480]]}],
                 "motion": {"enabled": True, "masks": [MASK]},
+                # a baseline and a window of 3.6 s: a score within the module; never a problem
+                "drift": {"baseline_h": 0.001, "window_h": 0.001, "threshold": 1.0},
             },
-            {"name": "door", "source": camera.url, "max_fps": 10, "conf": 0.5, "classes": ["square", "hexagon"]},
+            {
+                "name": "door",
+                "source": camera.url,
+                "max_fps": 10,
+                "conf": 0.5,
+                "classes": ["square", "hexagon"],
+                "drift": {"enabled": False},
+            },
         ],
         "telemetry": {"interval_s": 0.5},
         "health": {"stall_s": 2},
@@ -260,6 +270,24 @@ def test_each_cameras_card_shows_the_thresholds_in_force_and_a_class_the_model_l
     assert lacking["check"] == "config" and lacking["status"] == "warn"
     assert lacking["message"].startswith("cameras.1.classes.1: 'hexagon' is not a label of demo 1.1.0")
     assert "cameras[].classes" in lacking["fix"]
+
+
+def test_each_cameras_card_shows_its_drift_score_and_one_without_drift_nothing(
+    served: Served, chromium: Chromium
+) -> None:
+    """cam0 keeps a drift score (its baseline and window a few seconds long): its card's "drift"
+    row reads the score /api/status carries, under its threshold; door, with drift off, has no row."""
+    page = chromium.page()
+    page.headers(AUTH)
+    page.open(served.url + "/")
+    row = """(camera => { const dt = [...document.querySelectorAll(`[data-camera=${camera}] dt`)]
+        .find(d => d.textContent === 'drift'); return dt ? dt.nextElementSibling.textContent : null; })"""
+    shown = page.wait_for(f"(t => t && !t.startsWith('no score') && t)({row}('cam0'))")
+    (drift,) = status(served)["drift"]
+    assert drift["camera"] == "cam0" and drift["score"] is not None and drift["threshold"] == 1.0
+    assert re.fullmatch(r"0\.\d\d \(threshold 1\.00\)", shown), shown
+    page.wait_for("!!document.querySelector('[data-camera=door] dt')")
+    assert page.evaluate(f"{row}('door')") is None
 
 
 def test_api_status_is_the_agent_snapshot_and_needs_the_credentials(served: Served) -> None:

@@ -1,15 +1,18 @@
 """`pipelines.camera_health`: rendered clips (`testkit.health_clips`, one frame a second on an
-injected clock) gone wrong are reported with the right kind within the stated time; normal clips,
-a gradual dusk and a light switched on raise nothing; bad thresholds are refused by name."""
+injected clock: the synthetic scene, and COCO photos seen by a camera panning slowly across them)
+gone wrong are reported with the right kind within the stated time; normal clips, a gradual dusk
+and a light switched on raise nothing; bad thresholds are refused by name."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from testkit.health_clips import clip
+from testkit.health_clips import PhotoScene, Scene, clip
+from testkit.real_models import photo_frame
 
 from pipelines.camera_health import MIN_BASELINE, CameraHealth, HealthReport, HealthThresholds
 
@@ -21,11 +24,29 @@ AFTER_REFERENCE = int(DEFAULTS.reference_after_s) + 5
 
 
 def run(
-    variant: str, frames: int, at: int, seed: int = 0, health: CameraHealth | None = None, start: float = 0.0
+    variant: str,
+    frames: int,
+    at: int,
+    seed: int = 0,
+    health: CameraHealth | None = None,
+    start: float = 0.0,
+    scene: Scene | None = None,
 ) -> list[HealthReport]:
-    """`frames` frames of the clip through `health` (a new one by default), its clock from `start`."""
+    """`frames` frames of the clip (of `scene`, the synthetic one of `seed` by default) through
+    `health` (a new one by default), its clock from `start`."""
     health = health or CameraHealth()
-    return [health.observe(frame, start + now) for frame, now in clip(variant, frames, at=at, seed=seed)]
+    frames_ = clip(variant, frames, at=at, seed=seed, scene=scene)
+    return [health.observe(frame, start + now) for frame, now in frames_]
+
+
+@pytest.fixture(scope="module")
+def photo_scene(request: pytest.FixtureRequest) -> PhotoScene:
+    """astronaut, chelsea and coffee side by side (`photo_frame`'s top row, 1536 x 512), seen
+    through a 16:9 window panning 0.2 pixels of the photo a second: a real picture (dark
+    background, skin, fur, a cup) rather than rendered texture. Skips without scikit-image."""
+    pytest.importorskip("skimage")
+    photos: dict[str, Path] = request.getfixturevalue("photos")
+    return PhotoScene(photo_frame(photos)[:512])
 
 
 def first_seen(reports: list[HealthReport]) -> dict[str, int]:
@@ -69,8 +90,34 @@ def test_a_clip_gone_wrong_is_reported_with_its_kind_in_time(
 
 
 @pytest.mark.parametrize(
-    ("variant", "frames", "at"), [("normal", 150, 0), ("dusk", 150, 20), ("light_on", 100, AFTER_REFERENCE)]
+    ("variant", "kind", "at", "within_s"), BAD_CLIPS, ids=[f"{row[0]}@{row[2]}" for row in BAD_CLIPS]
 )
+def test_a_photo_gone_wrong_is_reported_with_its_kind_in_time(
+    variant: str, kind: str, at: int, within_s: float, photo_scene: PhotoScene
+) -> None:
+    """The same as on the synthetic scene, on real photos while the camera creeps: overexposed
+    here is a third of the picture still darker than `bright_luma` (the astronaut's black sky),
+    blurred is a photo's soft focus, shifted and rotated are on top of the creep."""
+    deadline = at + int(within_s)
+    reports = run(variant, deadline + 3, at, scene=photo_scene)
+    assert first_seen(reports) == {kind: deadline}, "held exactly hold_s (frozen_s), then reported, and nothing else"
+    assert reports[-1].problems[0].since == (at + 1 if variant == "frozen" else at)
+
+
+GOOD_CLIPS = [("normal", 150, 0), ("dusk", 150, 20), ("light_on", 100, AFTER_REFERENCE)]
+
+
+@pytest.mark.parametrize(("variant", "frames", "at"), GOOD_CLIPS)
+def test_a_photo_panned_slowly_raises_nothing(variant: str, frames: int, at: int, photo_scene: PhotoScene) -> None:
+    """A camera creeping 0.2 photo pixels a second (a mount settling) for minutes, through dusk or
+    a light switched on: no alarm, since the reference follows a camera that stays good."""
+    reports = run(variant, frames, at, scene=photo_scene)
+    assert first_seen(reports) == {}
+    assert reports[-1].reference is not None, "the clip was long enough to keep a reference and compare with it"
+    assert max(r.shift_px for r in reports) > 0.5, "the creep was seen, and stayed below moved_fraction"
+
+
+@pytest.mark.parametrize(("variant", "frames", "at"), GOOD_CLIPS)
 def test_a_good_clip_raises_nothing_over_its_length(variant: str, frames: int, at: int) -> None:
     reports = run(variant, frames, at)
     assert first_seen(reports) == {}

@@ -147,7 +147,8 @@ function renderStatus(s) {
   ]);
   $("rollback-target").textContent = s.previous ? `(back to ${s.previous.name} ${s.previous.version})` : "(no previous version)";
   $("rollback").disabled = !s.previous;
-  for (const camera of s.cameras) renderCamera(camera, (s.cameras_analytics || {})[camera.name]);
+  const drift = Object.fromEntries((s.drift || []).map((d) => [d.camera, d]));
+  for (const camera of s.cameras) renderCamera(camera, (s.cameras_analytics || {})[camera.name], drift[camera.name]);
   for (const name of Object.keys(cameraCards)) {
     if (!s.cameras.some((c) => c.name === name)) { cameraCards[name].card.remove(); delete cameraCards[name]; }
   }
@@ -165,7 +166,7 @@ function renderProblems(p) {
 
 // -- cameras ---------------------------------------------------------------------------------
 
-function renderCamera(c, analytics) {
+function renderCamera(c, analytics, drift) {
   let entry = cameraCards[c.name];
   if (!entry) {
     const image = el("img", { alt: `camera ${c.name}`, class: "snapshot" });
@@ -204,6 +205,7 @@ function renderCamera(c, analytics) {
     ...(c.health ? [["picture", c.health.problems.length ? c.health.problems.map((p) => p.kind.replace("_", " ")).join(", ") : "good"]] : []),
     ...thresholdRows(c.thresholds),
     ...motionRows(c.motion),
+    ...driftRows(drift),
     ...analyticsRows(analytics),
   ]);
   entry.motion = c.motion || null;
@@ -234,6 +236,18 @@ function thresholdRows(t) {
 function motionRows(m) {
   if (!m) return [];
   return [["motion gate", `${fmt(m.inferred_ratio * 100, 0, "%")} of frames inferred, ${fmt(m.motion_ratio * 100, 0, "%")} with motion`]];
+}
+
+// The camera's drift score against its version's baseline (docs/cameras.md#drift); nothing with
+// drift off. A problem only past its threshold (/api/problems); the row shows it either way.
+function driftRows(d) {
+  if (!d) return [];
+  if (!d.score) {
+    const hours = fmt(d.baseline_s / 3600, 1, "h");
+    return [["drift", d.complete ? "no score yet (baseline complete)" : `no score yet (baseline ${hours} so far)`]];
+  }
+  const over = d.score.score >= d.threshold ? `: ${d.score.changed}` : "";
+  return [["drift", `${fmt(d.score.score, 2)} (threshold ${fmt(d.threshold, 2)})${over}`]];
 }
 
 // A diagonal hatch for the masks: grey lines over a dimmed frame.

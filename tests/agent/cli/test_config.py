@@ -1,5 +1,6 @@
 """`edge-agent config example`: a config that serves the status page, and the options it needs;
-`config check`: a camera's classes against the installed version's labels, with their lines."""
+`config check`: a camera's classes against the installed version's labels, and bad health, drift
+and privacy mask settings, with their lines."""
 
 from __future__ import annotations
 
@@ -56,3 +57,32 @@ def test_config_check_names_a_class_the_installed_version_lacks_with_its_line(
     path.write_text(path.read_text().replace("sqare", "square"))
     assert main(["config", "check", str(path)]) == 0
     assert capsys.readouterr().out == f"{path}: no problems found\n"
+
+
+def test_config_check_names_a_bad_health_threshold_drift_threshold_and_privacy_mask_with_their_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40's settings as a technician mistypes them: each is refused (exit 1) on its own
+    line, by its key, all three in one run."""
+    from agent.cli import main
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"state_dir: {tmp_path / 'state'}\n"
+        "cameras:\n"
+        "  - name: door\n"
+        "    source: synthetic\n"
+        "    health:\n"
+        "      dark_luma: 300\n"
+        "    drift:\n"
+        "      threshold: 1.5\n"
+        "    samples:\n"
+        "      enabled: true\n"
+        "      privacy_masks:\n"
+        "        - [[0, 0], [100], [100, 100]]\n"
+    )
+    assert main(["config", "check", str(path)]) == 1
+    said = capsys.readouterr()
+    text = said.out + said.err
+    for line, key in ((6, "health.dark_luma"), (8, "drift.threshold"), (12, "samples.privacy_masks.0.1")):
+        assert f"{path}:{line}: cameras.0.{key}" in text, text

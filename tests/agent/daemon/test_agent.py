@@ -504,6 +504,56 @@ def test_a_camera_health_problem_is_an_event_and_in_telemetry_and_a_signed_comma
     assert "health" not in telemetry["cameras"][1]
 
 
+def test_a_reload_keeps_a_cameras_health_check_so_a_problem_still_present_is_not_announced_again(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """Two dark cameras (the synthetic scene under ``dark_luma`` 250) each send one ``start``.
+    A SIGHUP's reload that changes only yard's ``health:`` keeps gate's check (its problem still
+    present, no second ``start``) and gives yard a new one, whose ``start`` comes again."""
+    from agent.config.loading import load_config
+    from agent.daemon.agent import Agent
+    from agent.event_values import CameraEvent
+
+    install_versions(tmp_path / "state", keys, bundles)
+    dark = {"interval_s": 0.1, "hold_s": 0, "dark_luma": 250, "bright_luma": 255}
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "cameras": [
+            {"name": "gate", "source": "synthetic:3", "fps": 20, "health": dark},
+            {"name": "yard", "source": "synthetic:4", "fps": 20, "health": dark},
+        ],
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    agent = Agent(load_config(path), probe(), config_path=path)
+
+    def starts(camera: str) -> int:
+        found = list(agent.outgoing.recent)  # a reload starts a new list
+        return sum(isinstance(e, CameraEvent) and e.camera == camera and e.change == "start" for e in found)
+
+    agent.start()
+    try:
+        wait_until(lambda: starts("gate") == 1 and starts("yard") == 1, 60, "both cameras dark")
+        gate = agent.cameras.health_watch("gate")
+        config["cameras"][1]["health"] = {**dark, "dark_luma": 251}  # type: ignore[index]
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        agent.reload()
+        judged = gate.state.at if gate.state is not None else 0.0
+        wait_until(lambda: starts("yard") == 1, 60, "yard's new check announcing its problem")
+
+        def judged_again() -> bool:
+            state = agent.cameras.health_watch("gate").state
+            return state is not None and state.at > judged
+
+        wait_until(judged_again, 30, "gate judged after the reload")
+        assert starts("gate") == 0, "gate's problem, still present, was not announced again"
+        assert agent.cameras.health_watch("gate") is gate, "gate's health section did not change: its check goes on"
+        assert gate.state is not None and gate.state.kinds == ("dark",)
+    finally:
+        agent.stop()
+
+
 # -- drift (issue 40) ----------------------------------------------------------------------------------
 
 

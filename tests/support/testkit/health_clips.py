@@ -1,5 +1,6 @@
 """Rendered camera clips for `pipelines.camera_health`: a fixed camera's textured scene with a few
-moving objects and sensor noise, and the same clip gone wrong from frame `at` on (frozen, dark,
+moving objects and sensor noise (`HealthScene`), or real photos seen through a camera that pans
+slowly across them (`PhotoScene`), and the same clip gone wrong from frame `at` on (frozen, dark,
 overexposed, blurred, covered, shifted, rotated) or changed in ways that must raise nothing (a
 gradual dusk, a light switched on).
 
@@ -10,6 +11,7 @@ Deterministic: frame ``i`` of a clip is a pure function of ``(seed, i)``. Frames
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import cv2
 import numpy as np
@@ -18,6 +20,12 @@ import numpy.typing as npt
 Frame = npt.NDArray[np.uint8]
 #: how a variant changes frame ``i`` (>= the clip's `at`) of the normal clip
 Change = Callable[[Frame, int], Frame]
+
+
+class Scene(Protocol):
+    """What a clip shows: frame `index` (>= 0) of a camera's view, BGR ``(h, w, 3) uint8``."""
+
+    def render(self, index: int) -> Frame: ...
 
 
 class HealthScene:
@@ -58,6 +66,44 @@ class HealthScene:
         for start, speed, radius, colour in self._movers:
             x, y = (start + speed * index) % (self.width, self.height)
             cv2.circle(image, (int(x), int(y)), int(radius), colour, -1, cv2.LINE_AA)
+        noise = np.random.default_rng((self.seed, index)).normal(0, self.noise, image.shape[:2])
+        image += noise.astype(np.float32)[..., None]
+        return np.asarray(np.clip(image, 0, 255), np.uint8)
+
+
+class PhotoScene:
+    """A camera looking at a still `photo` (BGR, larger than the view): the view, a `view`-wide
+    16:9 window of it scaled to `width` x `height`, pans right by `pan_px` pixels of the photo a
+    frame (a camera's mount creeping, well below anything called "moved"), with per-frame sensor
+    noise of std `noise` grey levels. The window starts at the photo's left edge, centred
+    vertically; a pan past the right edge stops there."""
+
+    def __init__(
+        self,
+        photo: Frame,
+        width: int = 640,
+        height: int = 360,
+        seed: int = 0,
+        view: int = 864,
+        pan_px: float = 0.2,
+        noise: float = 3.0,
+    ) -> None:
+        rows, columns = photo.shape[:2]
+        if view > columns or view * height / width > rows:
+            raise ValueError(f"a {view}-wide window does not fit a {columns}x{rows} photo")
+        self.width, self.height, self.seed, self.noise = width, height, seed, noise
+        self._photo, self._view, self._pan = photo, view, pan_px
+        self._top = (rows - view * height / width) / 2
+        self._last_left = float(columns - view)
+
+    def render(self, index: int) -> Frame:
+        """Frame `index` (>= 0), BGR ``(height, width, 3) uint8``."""
+        scale = self.width / self._view
+        left = min(self._pan * index, self._last_left)
+        matrix = np.array([[scale, 0, -scale * left], [0, scale, -scale * self._top]], np.float32)
+        image = cv2.warpAffine(self._photo, matrix, (self.width, self.height), flags=cv2.INTER_LINEAR).astype(
+            np.float32
+        )
         noise = np.random.default_rng((self.seed, index)).normal(0, self.noise, image.shape[:2])
         image += noise.astype(np.float32)[..., None]
         return np.asarray(np.clip(image, 0, 255), np.uint8)
@@ -104,12 +150,18 @@ VARIANTS: dict[str, Change] = {
 
 
 def clip(
-    variant: str, frames: int, at: int = 0, seed: int = 0, width: int = 640, height: int = 360
+    variant: str,
+    frames: int,
+    at: int = 0,
+    seed: int = 0,
+    width: int = 640,
+    height: int = 360,
+    scene: Scene | None = None,
 ) -> Iterator[tuple[Frame, float]]:
-    """`frames` frames of the scene of `seed`, one a second (``(frame, seconds)``), changed by
-    `variant` (a key of `VARIANTS`, ``"frozen"``: frame `at` repeated, byte for byte, or
-    ``"dusk"``: `dusk` over the frames after `at`) from frame `at` on."""
-    scene = HealthScene(width, height, seed)
+    """`frames` frames of `scene` (by default the `HealthScene` of `seed`, `width` x `height`), one
+    a second (``(frame, seconds)``), changed by `variant` (a key of `VARIANTS`, ``"frozen"``: frame
+    `at` repeated, byte for byte, or ``"dusk"``: `dusk` over the frames after `at`) from frame `at` on."""
+    scene = scene or HealthScene(width, height, seed)
     change = dusk(frames - at) if variant == "dusk" else None if variant == "frozen" else VARIANTS[variant]
     held: Frame | None = None
     for index in range(frames):
