@@ -194,11 +194,11 @@ class HailoBackend(Runtime):
     ) -> None:
         super().__init__(model_path)
         self.config = config or HailoConfig()
+        hailo = _import_hailo()
         arch = hef_hw_arch(model_path)
         device = _device(root)
         check_target(model_path, arch, device)  # before HailoRT opens the device
         raw = read_metadata(model_path)
-        hailo = _import_hailo()
         self._vdevice: Any = None
         self._configured: Any = None
         try:
