@@ -128,6 +128,8 @@ def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
         try:
             key, pos = _varint(data, pos)
             number, wire = key >> 3, key & 7
+            if number == 0:  # no field is numbered 0: not a message here (the header misread)
+                return fields
             if wire == 0:
                 value, pos = _varint(data, pos)
                 fields.append((number, wire, value))
