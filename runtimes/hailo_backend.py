@@ -226,7 +226,9 @@ class HailoBackend(Runtime):
                     f"TARGET_MISMATCH: {model_path.name} was compiled for {arch} (runs on {hef_family(arch)}), "
                     f"HailoRT refuses it on {device.node} ({device.family}): {first_line(exc)}"
                 ) from exc
-            raise ModelLoadError(f"HailoRT cannot load {model_path.name}: {type(exc).__name__}: {first_line(exc)}") from exc
+            raise ModelLoadError(
+                f"HailoRT cannot load {model_path.name}: {type(exc).__name__}: {first_line(exc)}"
+            ) from exc
         self.arch, self.chip = arch, device.family
         image = self.inputs[0]
         self.input_hw = (int(image.shape[1] or 0), int(image.shape[2] or 0))
@@ -274,7 +276,9 @@ class HailoBackend(Runtime):
             ) from exc
         if any(self._nms.values()):
             return [nms_rows(results[self._output_names[0]], self.input_hw)]
-        return [np.asarray(results[name], np.float32).reshape(1, *self._output_shapes[name]) for name in self._output_names]
+        return [
+            np.asarray(results[name], np.float32).reshape(1, *self._output_shapes[name]) for name in self._output_names
+        ]
 
 
 def load(model_path: Path, config: HailoConfig, options: LoadOptions) -> HailoBackend:
@@ -300,4 +304,3 @@ def target_problem(hef: Path, root: Path = Path("/")) -> str | None:
     except (ModelLoadError, RuntimeUnavailable) as exc:
         return str(exc)
     return None
-

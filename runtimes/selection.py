@@ -221,7 +221,9 @@ def select_runtimes(
         elif not passed_over and not choices:
             reason = f"{_board_label(board)}: {runtime} on {device} is preferred for a .{fmt} artifact"
         else:
-            reason = f"{_board_label(board)}: fallback to {runtime} on {device} ({'; '.join(passed_over) or 'lower rank'})"
+            reason = (
+                f"{_board_label(board)}: fallback to {runtime} on {device} ({'; '.join(passed_over) or 'lower rank'})"
+            )
         if len(usable) > 1:
             reason += f", {artifact.precision} artifact preferred"
         choices.append(Choice(runtime, artifact, device, reason))

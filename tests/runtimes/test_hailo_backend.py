@@ -94,7 +94,7 @@ def test_the_chip_is_read_from_every_header_version(tmp_path: Path, version: int
 def test_a_file_that_is_not_a_hef_is_refused(tmp_path: Path) -> None:
     junk = tmp_path / "m.hef"
     junk.write_bytes(b"\x7fELF" + bytes(100))
-    with pytest.raises(NotAModelError, match="m.hef is not a HEF: magic 0x7f454c46"):
+    with pytest.raises(NotAModelError, match=r"m\.hef is not a HEF: magic 0x7f454c46"):
         hef_hw_arch(junk)
 
 

@@ -7,8 +7,9 @@ from typing import Literal
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
+from testkit import FAKES
 
-from agent.hardware.board import Board
+from agent.hardware.board import Board, probe
 from runtimes.base import Backend, BackendConfig, RuntimeInfo
 from runtimes.registry import BACKENDS
 from runtimes.selection import (
@@ -333,9 +334,6 @@ HEF = Artifact("m.hef", "hef", "int8")
 
 def test_a_pi_5_with_the_ai_hat_runs_the_hef_on_it() -> None:
     # fails on: hailo unranked on ARM (auto never picks it), or ranked below LiteRT and ONNX Runtime
-    from agent.hardware.board import probe
-    from testkit import FAKES
-
     board = probe(FAKES / "rpi5-hailo8l", arch="aarch64")
     first, *rest = select_runtimes(board, runtimes(HAILO, ORT_CPU, LITERT), [ONNX, TFLITE8, HEF])
     assert (first.runtime, first.artifact.path, first.device) == ("hailo", "m.hef", "Hailo-8/8L")

@@ -6,7 +6,7 @@ Names, parameters and behaviour follow ``hailo-ai/hailort``'s
 and v5.2.0 (the InferModel API, in both) and the pybind11 bindings beside it
 (``bindings_common.hpp``'s ``get_pybind_shape``: an input or output is ``(H, W, C)``, an
 ``NHW`` output ``(H, W)``, an NMS output the flat size of its per-class buffer);
-``API`` lists the signatures as read, and tests/runtimes/test_hailo_double.py checks this module
+``API`` lists the signatures as read, and tests/runtimes/test_hailo_backend_double.py checks this module
 against it. Use it with `installed` (``sys.modules["hailo_platform"]``).
 
 What the double does:
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnxruntime as ort
@@ -266,7 +266,9 @@ class HEF:
         else:
             shape = tuple(int(d) for d in fixed[1:])
             self._outputs = [
-                VStreamInfo(f"hef/{output.name}", shape, Format(FormatType.UINT8, FormatOrder.NHW), QuantInfo(0.0, 1 / 255))
+                VStreamInfo(
+                    f"hef/{output.name}", shape, Format(FormatType.UINT8, FormatOrder.NHW), QuantInfo(0.0, 1 / 255)
+                )
             ]
 
     @property
@@ -292,7 +294,7 @@ class VDeviceParams:
 class VDevice:
     """A virtual device of one chip of `DEVICE_ARCH`."""
 
-    opened: list[VDevice] = []
+    opened: ClassVar[list[VDevice]] = []
 
     def __init__(self, params: VDeviceParams | None = None, *, device_ids: list[str] | None = None) -> None:
         if params is not None and device_ids is not None:
@@ -346,7 +348,7 @@ class InferModel:
         def format(self) -> Format:
             return Format(self._type, self._info.format.order)
 
-        def set_format_type(self, type: FormatType) -> None:  # noqa: A002 (HailoRT's name)
+        def set_format_type(self, type: FormatType) -> None:  # HailoRT names it type
             if not isinstance(type, FormatType):
                 raise HailoRTException(f"expected a FormatType, got {type!r}")
             self._type = type
