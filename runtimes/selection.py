@@ -6,8 +6,9 @@ on the board's class, its device label). With the in-tree backends:
 
 - Jetson or NVIDIA GPU: TensorRT with an ONNX artifact, then ONNX Runtime with its best
   execution provider (TensorRT EP, CUDA EP), then LiteRT.
-- ARM CPU (Raspberry Pi, other ARM boards): LiteRT with a .tflite artifact (int8 first), then
-  ONNX Runtime on the CPU.
+- ARM CPU (Raspberry Pi, other ARM boards): Hailo with a .hef artifact (where the probe finds
+  a Hailo chip and HailoRT), then LiteRT with a .tflite artifact (int8 first), then ONNX Runtime
+  on the CPU.
 - x86 CPU: ONNX Runtime (OpenVINO EP when present, else CPU), then LiteRT.
 
 A registered plugin takes its place in that order by its own rank. An explicit preference keeps
