@@ -417,7 +417,7 @@ class Backend(Generic[ConfigT]):
       first (ties in registry order); on a class it lacks, ``auto`` never picks it (naming it in
       ``runtime:`` still does). In-tree: tensorrt 10 on nvidia; onnxruntime 20 on nvidia and
       arm, 10 on x86; litert 30 on nvidia, 10 on arm, 20 on x86; openvino 25 on arm, 15 on x86;
-      tvm none (named only).
+      tvm none (named only); hailo 5 on arm (only a .hef artifact and a Hailo chip make it usable).
     - `libraries`: the top-level modules of its native library, so that a check process killed
       importing it names that library's distribution and version (`runtimes.isolation`).
     - `availability`: whether it can run here, its version and devices, or why not; imports the

@@ -17,8 +17,8 @@ This is the only module outside a backend's own that names a backend's settings 
 module imports no backend's code, nor the check processes' until one is started), and one item
 of `IN_TREE`.
 
-Plugins: each entry point of the group names a `Backend` object (``hailo =
-"edge_agent_hailo:BACKEND"`` in a package's ``[project.entry-points."edge_agent.runtimes"]``),
+Plugins: each entry point of the group names a `Backend` object (``coral =
+"edge_agent_coral:BACKEND"`` in a package's ``[project.entry-points."edge_agent.runtimes"]``),
 the entry point's name equal to the backend's. Importing this module imports no plugin: a
 plugin's import is third-party code that may raise `SystemExit`, kill the process (SIGSEGV,
 ``abort``) or never return, so plugins are loaded only when a backend is needed, by
@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
 from pydantic_core import CoreSchema, core_schema
 
-from runtimes import litert_settings, openvino_settings, ort_settings, tensorrt_settings, tvm_settings
+from runtimes import hailo_settings, litert_settings, openvino_settings, ort_settings, tensorrt_settings, tvm_settings
 from runtimes.base import (
     Backend,
     BackendConfig,
@@ -96,13 +96,14 @@ IN_TREE: tuple[Backend[Any], ...] = (
     litert_settings.BACKEND,
     openvino_settings.BACKEND,
     tvm_settings.BACKEND,
+    hailo_settings.BACKEND,
 )
 
 
 @dataclass(frozen=True)
 class Plugin:
     """One entry point of the group: its name, the object it names (``module:attribute``), the
-    distribution that declares it (``"edge-agent-hailo 1.2.0"``), and why it was left out (None:
+    distribution that declares it (``"edge-agent-coral 1.2.0"``), and why it was left out (None:
     it is in the table under its name)."""
 
     name: str

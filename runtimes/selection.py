@@ -6,8 +6,9 @@ on the board's class, its device label). With the in-tree backends:
 
 - Jetson or NVIDIA GPU: TensorRT with an ONNX artifact, then ONNX Runtime with its best
   execution provider (TensorRT EP, CUDA EP), then LiteRT.
-- ARM CPU (Raspberry Pi, other ARM boards): LiteRT with a .tflite artifact (int8 first), then
-  ONNX Runtime on the CPU.
+- ARM CPU (Raspberry Pi, other ARM boards): Hailo with a .hef artifact (where the probe finds
+  a Hailo chip and HailoRT), then LiteRT with a .tflite artifact (int8 first), then ONNX Runtime
+  on the CPU.
 - x86 CPU: ONNX Runtime (OpenVINO EP when present, else CPU), then LiteRT.
 
 A registered plugin takes its place in that order by its own rank. An explicit preference keeps
@@ -190,7 +191,8 @@ def select_runtimes(
     precision_rank = {p: i for i, p in enumerate(_precision_order(board))}
     choices: list[Choice] = []
     why_not: list[str] = []
-    for rank, runtime in enumerate(order):
+    passed_over: list[str] = []  # backends that had an artifact but cannot run it: a fallback's reason
+    for runtime in order:
         entry = backends[runtime]
         loadable = [a for a in artifacts if a.format in entry.formats]
         usable = sorted(
@@ -200,23 +202,29 @@ def select_runtimes(
         if not usable and loadable:
             built = ", ".join(f"{PurePath(a.path).name} for {a.arch}" for a in loadable)
             why_not.append(f"{runtime}: TARGET_MISMATCH: {built}, this board is {board.arch}")
+            passed_over.append(why_not[-1])
             continue
         if not usable:
+            # no artifact of its formats: not a fallback from it (a Pi without a .hef is not
+            # "falling back" from Hailo), only a reason when nothing can run
             why_not.append(f"{runtime}: needs a {' or '.join(f'.{f}' for f in entry.formats)} artifact")
             continue
         info = available.get(runtime)
         if info is None or not info.available:
             why_not.append(f"{runtime}: {info.reason if info else 'not probed'}")
+            passed_over.append(why_not[-1])
             continue
         artifact = usable[0]
         device = entry.device_label(info)
         fmt = artifact.format
         if preference != "auto":
             reason = f"runtime {runtime} requested by configuration"
-        elif rank == 0:
+        elif not passed_over and not choices:
             reason = f"{_board_label(board)}: {runtime} on {device} is preferred for a .{fmt} artifact"
         else:
-            reason = f"{_board_label(board)}: fallback to {runtime} on {device} ({'; '.join(why_not) or 'lower rank'})"
+            reason = (
+                f"{_board_label(board)}: fallback to {runtime} on {device} ({'; '.join(passed_over) or 'lower rank'})"
+            )
         if len(usable) > 1:
             reason += f", {artifact.precision} artifact preferred"
         choices.append(Choice(runtime, artifact, device, reason))

@@ -44,10 +44,11 @@ def _bounded_labels(value: list[str], what: str) -> list[str]:
     return value
 
 
-#: a model file's format: ONNX, LiteRT's flatbuffer, OpenVINO's IR (``.xml`` + ``.bin``), or a
-#: module compiled by Apache TVM (``.so`` + its record ``.so.json``)
-ModelFormat = Literal["onnx", "tflite", "openvino", "tvm"]
-_SUFFIXES: dict[str, str] = {"onnx": ".onnx", "tflite": ".tflite", "openvino": ".xml", "tvm": ".so"}
+#: a model file's format: ONNX, LiteRT's flatbuffer, OpenVINO's IR (``.xml`` + ``.bin``), a
+#: module compiled by Apache TVM (``.so`` + its record ``.so.json``), or a HEF compiled for a Hailo
+#: chip (``.hef``: the chip is in its own header, checked on the device, docs/hailo.md)
+ModelFormat = Literal["onnx", "tflite", "openvino", "tvm", "hef"]
+_SUFFIXES: dict[str, str] = {"onnx": ".onnx", "tflite": ".tflite", "openvino": ".xml", "tvm": ".so", "hef": ".hef"}
 
 
 class _Strict(BaseModel):
@@ -122,7 +123,8 @@ class ArtifactEntry(_Strict):
     format: ModelFormat = Field(
         description="Model format: onnx, tflite, openvino (OpenVINO's IR: the path names the .xml, whose "
         "weights, the .bin of the same name, are listed in files; agents older than the format refuse it), or "
-        "tvm (a module compiled by Apache TVM, a .so whose record, the .so.json, is listed in files).",
+        "tvm (a module compiled by Apache TVM, a .so whose record, the .so.json, is listed in files), or hef "
+        "(a HEF compiled for a Hailo chip; its chip is in its header, checked against the device's before loading).",
     )
     precision: Precision = Field(description="Numeric precision of the weights.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")

@@ -7,6 +7,8 @@ at fake trees under ``tests/fakes/<board>/`` shaped like the real boards':
 - ``etc/nv_tegra_release``, e.g. ``# R36 (release), REVISION: 3.0, ...`` on Jetson (L4T)
 - ``proc/driver/nvidia/gpus/*/information`` with a ``Model:`` line on a discrete NVIDIA GPU
 - ``sys/devices/system/cpu/online``, e.g. ``0-3``
+- ``dev/hailo0`` and its PCIe id (``sys/class/*/hailo0/device/device``, ``0x2864``): a Hailo
+  chip, the Raspberry Pi AI HAT+ (`runtimes.hailo_device.find_devices`)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent.hardware.sysfs import SysFS
+from runtimes.hailo_device import find_devices
 
 BoardKind = Literal["jetson", "raspberry_pi", "generic"]
 
@@ -30,7 +33,8 @@ class Board:
     """The device as the probe found it.
 
     `model` is the device-tree model string (or ``generic <arch>``); `l4t_release` is the Jetson
-    Linux release such as ``36.3.0``; `gpu_name` names the NVIDIA GPU when there is one.
+    Linux release such as ``36.3.0``; `gpu_name` names the NVIDIA GPU when there is one; `hailo`
+    the first Hailo chip (``Hailo-8/8L``: the AI HAT+; ``Hailo-10H``: the AI HAT+ 2).
     """
 
     kind: BoardKind
@@ -40,6 +44,7 @@ class Board:
     nvidia_gpu: bool
     gpu_name: str | None = None
     l4t_release: str | None = None
+    hailo: str | None = None
 
 
 def _count_cpus(spec: str) -> int:
@@ -83,9 +88,10 @@ def probe(root: Path | SysFS = Path("/"), arch: str | None = None) -> Board:
     model = fs.read_text("proc/device-tree/model") or fs.read_text("sys/firmware/devicetree/base/model")
     l4t = _l4t_release(fs.read_text("etc/nv_tegra_release"))
     cpus = _count_cpus(fs.read_text("sys/devices/system/cpu/online") or "") or os.cpu_count() or 1
+    hailo = next((device.family for device in find_devices(fs.root)), None)
     if l4t is not None or (model and "jetson" in model.lower()):
-        return Board("jetson", model or "NVIDIA Jetson", arch, cpus, True, model or "Tegra", l4t)
+        return Board("jetson", model or "NVIDIA Jetson", arch, cpus, True, model or "Tegra", l4t, hailo)
     gpu = _discrete_gpu(fs)
     if model and model.startswith("Raspberry Pi"):
-        return Board("raspberry_pi", model, arch, cpus, gpu is not None, gpu)
-    return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu)
+        return Board("raspberry_pi", model, arch, cpus, gpu is not None, gpu, hailo=hailo)
+    return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu, hailo=hailo)

@@ -84,7 +84,7 @@ def test_plugins_join_the_table_and_the_bad_ones_are_logged_and_left_out(
     ]
     with caplog.at_level(logging.ERROR, logger="runtimes.registry"):
         registry = collect(IN_TREE, points)
-    assert list(registry.backends) == ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "npu"]
+    assert list(registry.backends) == ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo", "npu"]
     assert registry.backends["onnxruntime"] is IN_TREE[1], "an in-tree backend is never replaced"
     assert registry.backends["npu"].config.__module__ == "npu_again"
     errors = {(p.name, p.target): p.error for p in registry.plugins}
@@ -186,14 +186,14 @@ def test_the_runtimes_section_has_one_section_per_backend_and_refuses_unknown_ke
         adapter.validate_python({"onnxruntime": {"providers": ["rocm"]}})
     with pytest.raises(ValidationError, match=r"litert\.threads\n  Extra inputs are not permitted"):
         adapter.validate_python({"litert": {"threads": 2}})
-    with pytest.raises(ValidationError, match=r"hailo\n  Extra inputs are not permitted"):
-        adapter.validate_python({"hailo": {}})
+    with pytest.raises(ValidationError, match=r"edgetpu\n  Extra inputs are not permitted"):
+        adapter.validate_python({"edgetpu": {}})
     with pytest.raises(ValidationError, match="Input should be 'litert'"):
         adapter.validate_python({"litert": {"type": "onnxruntime"}})
     with pytest.raises(TypeError, match=r"runtimes\.litert takes a LiteRTConfig, got OnnxRuntimeConfig"):
         RuntimeSettings(litert=OnnxRuntimeConfig())
-    with pytest.raises(TypeError, match="unknown runtime section 'hailo'"):
-        RuntimeSettings(hailo=OnnxRuntimeConfig())
+    with pytest.raises(TypeError, match="unknown runtime section 'edgetpu'"):
+        RuntimeSettings(edgetpu=OnnxRuntimeConfig())
 
 
 def test_settings_are_replaced_by_section_and_filled_in_from_the_state_dir(tmp_path: Path) -> None:
@@ -212,8 +212,8 @@ def test_settings_are_replaced_by_section_and_filled_in_from_the_state_dir(tmp_p
         tvm=TVMConfig(cache_dir=tmp_path / "tvm"),
     )
     assert chosen.with_state_dir(tmp_path) == chosen, "a cache the config names is kept"
-    with pytest.raises(RuntimeUnavailable, match="unknown runtime 'hailo'"):
-        settings.config_for("hailo")
+    with pytest.raises(RuntimeUnavailable, match="unknown runtime 'edgetpu'"):
+        settings.config_for("edgetpu")
 
 
 def test_registry_reports_what_is_installed() -> None:

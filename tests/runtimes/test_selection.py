@@ -7,8 +7,9 @@ from typing import Literal
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
+from testkit import FAKES
 
-from agent.hardware.board import Board
+from agent.hardware.board import Board, probe
 from runtimes.base import Backend, BackendConfig, RuntimeInfo
 from runtimes.registry import BACKENDS
 from runtimes.selection import (
@@ -275,14 +276,14 @@ def test_a_plugin_s_reasons_name_it_and_ties_keep_the_table_s_order() -> None:
 
 
 def test_formats_and_probing_follow_the_table() -> None:
-    assert known_formats() == ("onnx", "tflite", "openvino", "tvm")
-    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "tvm", "npumodel")
+    assert known_formats() == ("onnx", "tflite", "openvino", "tvm", "hef")
+    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "tvm", "hef", "npumodel")
     assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime", "openvino", "tvm")
     assert runtimes_for([NPU_ART, TFLITE8], WITH_NPU) == ("litert", "npu")
     assert Artifact.from_path("a/m.NPUMODEL", "int8", known_formats(WITH_NPU)) == Artifact(
         "a/m.NPUMODEL", "npumodel", "int8"
     )
-    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml or \.so$"):
+    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml or \.so or \.hef$"):
         Artifact.from_path("m.npumodel")
 
 
@@ -296,7 +297,7 @@ def test_board_classes(board: Board, expected: str) -> None:
 def test_the_configured_preference_is_checked_against_the_table() -> None:
     adapter = TypeAdapter(Preference)
     assert adapter.validate_python("litert") == "litert" and adapter.validate_python("auto") == "auto"
-    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino", "tvm"]
+    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo"]
     with pytest.raises(ValidationError, match=f"unknown runtime 'npu': expected {', '.join(names)}"):
         adapter.validate_python("npu")
     assert adapter.json_schema() == {"enum": names, "type": "string"}
@@ -324,3 +325,22 @@ def test_only_a_module_for_another_cpu_is_a_target_mismatch_naming_both() -> Non
         SelectionError, match=r"tvm: TARGET_MISMATCH: m\.aarch64-cortex-a76\.so for aarch64, this board is x86_64"
     ):
         select_runtimes(X86, runtimes(TVM), [PI5_MODULE], "tvm")
+
+
+HAILO = RuntimeInfo("hailo", True, "4.23.0", ("Hailo-8/8L",))
+NO_HAILO = RuntimeInfo("hailo", False, reason="no Hailo device: no /dev/hailo*")
+HEF = Artifact("m.hef", "hef", "int8")
+
+
+def test_a_pi_5_with_the_ai_hat_runs_the_hef_on_it() -> None:
+    # fails on: hailo unranked on ARM (auto never picks it), or ranked below LiteRT and ONNX Runtime
+    board = probe(FAKES / "rpi5-hailo8l", arch="aarch64")
+    first, *rest = select_runtimes(board, runtimes(HAILO, ORT_CPU, LITERT), [ONNX, TFLITE8, HEF])
+    assert (first.runtime, first.artifact.path, first.device) == ("hailo", "m.hef", "Hailo-8/8L")
+    assert first.reason == "Raspberry Pi aarch64: hailo on Hailo-8/8L is preferred for a .hef artifact"
+    assert [c.runtime for c in rest] == ["litert", "onnxruntime"]
+
+
+def test_without_the_chip_the_hef_is_passed_over_saying_why() -> None:
+    first, _ = select_runtimes(PI5, runtimes(NO_HAILO, ORT_CPU, LITERT), [ONNX, TFLITE8, HEF])
+    assert first.runtime == "litert" and "hailo: no Hailo device: no /dev/hailo*" in first.reason

@@ -95,6 +95,18 @@ def test_a_tvm_module_with_its_target_and_record_is_valid() -> None:
     assert Manifest.model_validate(data) == manifest
 
 
+def test_a_hef_beside_its_onnx_model_is_valid_and_carries_no_target() -> None:
+    # fails on: the format hef refused (a HAT+ bundle cannot ship its HEF), or a target accepted on it
+    hef = {"path": "m.hef", "format": "hef", "precision": "int8", "sha256": "f" * 64, "size": 40}
+    manifest = Manifest.model_validate({**GOOD, "artifacts": [GOOD["artifacts"][0], hef]})
+    assert [a.format for a in manifest.artifacts] == ["onnx", "hef"] and manifest.artifacts[1].companion is None
+    assert Manifest.model_validate(json.loads(manifest.to_bytes())) == manifest
+    with pytest.raises(ValidationError, match="a target is recorded for a tvm artifact, and only for one"):
+        Manifest.model_validate({**GOOD, "artifacts": [{**hef, "target": MODULE["target"]}]})
+    with pytest.raises(ValidationError, match=r"artifact 'm\.onnx' of format hef must be a \.hef file"):
+        Manifest.model_validate({**GOOD, "artifacts": [{**hef, "path": "m.onnx"}]})
+
+
 def test_an_openvino_ir_with_its_weights_listed_is_valid() -> None:
     weights = {"path": "m.bin", "sha256": "d" * 64, "size": 20}
     manifest = Manifest.model_validate({**GOOD, "artifacts": [GOOD["artifacts"][0], IR], "files": [weights]})

@@ -62,3 +62,20 @@ def test_probe_lists_the_sensors_found(monkeypatch: pytest.MonkeyPatch, capsys) 
     }
     assert main(["probe", "--root", str(FAKES / "x86-generic")]) == 0
     assert "sensors: none found" in capsys.readouterr().out
+
+
+def test_probe_names_the_hailo_chip_and_why_a_hef_cannot_run_without_hailort(capsys) -> None:
+    # fails on: the chip left out of the report, or the .hef row saying nothing of hailo
+    assert main(["probe", "--json", "--root", str(FAKES / "rpi5-hailo8l"), "--arch", "aarch64"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["board"]["hailo"] == "Hailo-8/8L"
+    hailo = report["runtimes"]["hailo"]
+    assert (
+        hailo["available"]
+        or "hailo_platform does not import" in hailo["reason"]
+        or "no Hailo device" in hailo["reason"]
+    )
+    assert report["selection"]["hef"]["runtime"] == ("hailo" if hailo["available"] else None)
+    assert "hailo: " in report["selection"]["hef"]["reason"]
+    assert main(["probe", "--root", str(FAKES / "rpi5-hailo10h"), "--arch", "aarch64"]) == 0
+    assert "hailo:    Hailo-10H" in capsys.readouterr().out

@@ -40,6 +40,16 @@ from agent.hardware.board import Board, probe
             ),
         ),
         ("rpi5", "aarch64", Board("raspberry_pi", "Raspberry Pi 5 Model B Rev 1.0", "aarch64", 4, False)),
+        (
+            "rpi5-hailo8l",  # the AI HAT+: /dev/hailo0, PCIe 1e60:2864 under HailoRT 4's hailo_chardev class
+            "aarch64",
+            Board("raspberry_pi", "Raspberry Pi 5 Model B Rev 1.0", "aarch64", 4, False, hailo="Hailo-8/8L"),
+        ),
+        (
+            "rpi5-hailo10h",  # the AI HAT+ 2: PCIe 1e60:45c4 under HailoRT 5's hailo1x class
+            "aarch64",
+            Board("raspberry_pi", "Raspberry Pi 5 Model B Rev 1.0", "aarch64", 4, False, hailo="Hailo-10H"),
+        ),
         ("rpi4", "armv7l", Board("raspberry_pi", "Raspberry Pi 4 Model B Rev 1.4", "armv7l", 4, False)),
         ("x86-nvidia", "x86_64", Board("generic", "generic x86_64", "x86_64", 16, True, "NVIDIA GeForce RTX 3060")),
         ("x86-generic", "x86_64", Board("generic", "generic x86_64", "x86_64", 4, False)),
@@ -66,3 +76,17 @@ def test_probe_ignores_a_malformed_tegra_release(tmp_path: Path) -> None:
     assert board.kind == "generic"
     assert board.l4t_release is None
     assert board.cpu_count >= 1  # unparsable list: falls back to os.cpu_count()
+
+
+def test_a_hailo_node_without_its_class_folder_takes_the_pci_bus_s_id(tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "hailo0").touch()
+    pci = tmp_path / "sys/bus/pci/devices/0001:01:00.0"
+    pci.mkdir(parents=True)
+    (pci / "vendor").write_text("0x1e60\n")
+    (pci / "device").write_text("0x45c4\n")
+    assert probe(tmp_path, arch="aarch64").hailo == "Hailo-10H"
+    (pci / "vendor").write_text("0x10de\n")  # another vendor's device is not the chip
+    assert probe(tmp_path, arch="aarch64").hailo == "a Hailo device of unknown PCIe id"
+    (tmp_path / "dev" / "hailo0").unlink()
+    assert probe(tmp_path, arch="aarch64").hailo is None, "no node, no chip: the PCIe device alone is no driver"
