@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.cli.args import unit_interval
 from agent.cli.failure import CliError
-from agent.cli.fleet_enrol import add_enrol_parsers, fleet_enrol, fleet_retire
+from agent.cli.fleet_enrol import add_enrol_parsers, fleet_enrol, fleet_retire, write_policy
 from agent.cli.fleet_rollout import (
     add_rollout_commands,
     add_staging_arguments,
@@ -341,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fleet_command == "acl":
         return _fleet_acl(args)
+    if args.fleet_command == "enrol" and args.enrol_command == "policy":
+        return write_policy(args)
     actions = {
         "push": _fleet_push,
         "status": _fleet_status,

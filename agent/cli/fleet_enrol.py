@@ -46,9 +46,23 @@ def add_enrol_parsers(fleet_actions: Any) -> tuple[list[argparse.ArgumentParser]
     deny = actions.add_parser("deny", help="refuse a request (the device is told, signed)")
     deny.add_argument("request_id", metavar="ID")
     deny.add_argument("--reason", default="denied by the operator")
+    policy = actions.add_parser("policy", help="write a signed auto-approval policy for a claim (no broker needed)")
+    policy.add_argument("claim", help="the claim whose requests it approves")
+    policy.add_argument("--board", action="append", default=[], metavar="GLOB", help="board pattern (repeatable)")
+    policy.add_argument("--serial", action="append", default=[], metavar="GLOB", help="serial pattern (repeatable)")
+    policy.add_argument("--count", type=int, required=True, help="most devices approved on the claim in all")
+    policy.add_argument("--expires", type=duration, required=True, metavar="DURATION", help="valid this long")
+    policy.add_argument("--out", type=Path, required=True, help="the policy file to write")
+    auto = actions.add_parser("auto", help="approve the requests a signed policy matches, every --every seconds")
+    auto.add_argument("--policy", type=Path, required=True, help="the policy file (fleet enrol policy)")
+    auto.add_argument(
+        "--operator-key", type=Path, action="append", default=[], help="a public key the policy may be signed by"
+    )
+    auto.add_argument("--every", type=duration, default=10.0, metavar="DURATION", help="between passes (10s)")
+    auto.add_argument("--once", action="store_true", help="one pass, then exit")
     retire = fleet_actions.add_parser("retire", help="delete a device's broker client and role (it cannot connect)")
     retire.add_argument("device")
-    return [claim, listing, approve, deny, retire], [claim, approve, deny]
+    return [claim, listing, approve, deny, policy, auto, retire], [claim, approve, deny, policy, auto]
 
 
 def fleet_enrol(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
@@ -77,6 +91,8 @@ def fleet_enrol(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
                 link, Dynsec(link), topics, args.request_id, key, now, trust, operators, args.listen, args.max_age
             )
             print(f"approved {answer.device_id}" + (f" in group {answer.group}" if answer.group else ""))
+        elif args.enrol_command == "auto":
+            return _auto(args, link, topics, key)
         else:
             deny(link, topics, args.request_id, key, now, args.reason)
             print(f"denied request {args.request_id}")
@@ -118,3 +134,47 @@ def fleet_retire(args: argparse.Namespace, link: MqttLink, topics: Topics) -> in
     retire(Dynsec(link), args.device)
     print(f"retired {args.device}: its broker client and role are deleted")
     return 0
+
+
+def write_policy(args: argparse.Namespace) -> int:
+    """``fleet enrol policy``: sign and write the policy (before any broker is contacted)."""
+    from agent.bundles.signing import load_private_key
+    from agent.fleet.enrol_policy import EnrolPolicy, sign_policy
+    from runtimes.files import atomic_write
+
+    if args.key is None:
+        raise CliError("fleet enrol policy signs: give --key (or $EDGE_AGENT_OPERATOR_KEY)")
+    now = time.time()
+    try:
+        policy = EnrolPolicy(
+            claim=args.claim,
+            boards=args.board,
+            serials=args.serial,
+            count=args.count,
+            expires_at=now + args.expires,
+            issued_at=round(now, 3),
+        )
+    except ValueError as exc:
+        raise CliError(f"the policy: {exc}") from exc
+    atomic_write(args.out, sign_policy(policy, load_private_key(Path(args.key))).model_dump_json(indent=2).encode())
+    until = time.ctime(policy.expires_at)
+    print(f"wrote the policy for claim {args.claim} to {args.out}: at most {args.count}, until {until}")
+    return 0
+
+
+def _auto(args: argparse.Namespace, link: MqttLink, topics: Topics, key: Any) -> int:
+    from agent.bundles.signing import load_public_key
+    from agent.fleet.enrol import Dynsec
+    from agent.fleet.enrol_policy import auto_approve, load_policy
+
+    keys = [load_public_key(path) for path in args.operator_key] or [key.public_key()]
+    policy = load_policy(args.policy, keys)
+    dynsec = Dynsec(link)
+    while True:
+        for outcome in auto_approve(link, dynsec, topics, policy, key, time.time(), args.listen):
+            print(
+                f"{outcome.request_id}  {outcome.device}  {'approved' if outcome.approved else 'left'}: {outcome.why}"
+            )
+        if args.once:
+            return 0
+        time.sleep(args.every)

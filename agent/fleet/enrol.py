@@ -155,12 +155,13 @@ class Pending:
     request: EnrolRequest | None
     problem: str | None
     answered: bool
+    approved: bool = False
 
 
 def requests(link: MqttLink, topics: Topics, wait: float) -> list[Pending]:
-    """Every retained request under ``<root>/enrol/``, and whether it was answered."""
+    """Every retained request under ``<root>/enrol/``, and whether it was answered (yes or no)."""
     found = collect(link, [f"{topics.root}/enrol/+/+/request", f"{topics.root}/enrol/+/+/answer"], wait)
-    answered = {topic.rsplit("/", 1)[0] for topic in found if topic.endswith("/answer")}
+    answered = {topic.rsplit("/", 1)[0]: payload for topic, payload in found.items() if topic.endswith("/answer")}
     pending = []
     for topic, payload in sorted(found.items()):
         if not topic.endswith("/request"):
@@ -171,8 +172,18 @@ def requests(link: MqttLink, topics: Topics, wait: float) -> list[Pending]:
             request = EnrolRequest.parse(payload, topic)
         except EnrolRefused as exc:
             problem = str(exc)
-        pending.append(Pending(claim, request_id, request, problem, topic.rsplit("/", 1)[0] in answered))
+        answer = answered.get(topic.rsplit("/", 1)[0])
+        approved = answer is not None and _approved(answer)
+        pending.append(Pending(claim, request_id, request, problem, answer is not None, approved))
     return pending
+
+
+def _approved(payload: bytes) -> bool:
+    """Whether a retained answer is an approval (read, not trusted: it only counts approvals)."""
+    try:
+        return bool(EnrolAnswer.parse(payload, "an answer").approved)
+    except EnrolRefused:
+        return False
 
 
 def _find(link: MqttLink, topics: Topics, request_id: str, wait: float) -> Pending:

@@ -84,6 +84,36 @@ def test_an_operator_makes_a_claim_approves_its_device_and_retires_it(
     assert "retired cam-7" in capsys.readouterr().out
 
 
+def test_a_signed_policy_approves_a_device_without_a_person(
+    tmp_path: Path, broker: Broker, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DYNSEC_PASSWORD", DYNSEC_OPERATOR[1])
+    key, _ = generate_keypair(tmp_path / "operator")
+    claim, policy = tmp_path / "claim.json", tmp_path / "policy.json"
+    made = main(
+        [*operator(broker, "enrol", "claim", "site-a", "--expires", "1d"), "--key", str(key), "--out", str(claim)]
+    )
+    words = ["enrol", "policy", "site-a", "--serial", "*", "--count", "1", "--expires", "1d", "--out", str(policy)]
+    assert made == 0 and main(["fleet", *words, "--key", str(key)]) == 0
+    device = tmp_path / "device"
+    words = ["enrol", "--claim", str(claim), "--state-dir", str(device), "--config", str(device / "agent.yaml")]
+    outcome: list[int] = []
+    worker = Worker.once(
+        "enrol", lambda: outcome.append(main([*words, "--device-id", "cam-8", "--wait", "60"])), described="enrol"
+    )
+    worker.start()
+    auto = [*operator(broker, "enrol", "auto", "--policy", str(policy), "--once"), "--key", str(key), "--listen", "1"]
+
+    def approved() -> bool:
+        capsys.readouterr()
+        assert main(auto) == 0
+        return "approved" in capsys.readouterr().out
+
+    wait_until(approved, 30, "the policy to approve the device")
+    assert worker.join(60) and outcome == [0]
+    assert yaml.safe_load((device / "agent.yaml").read_text())["device"] == {"id": "cam-8"}
+
+
 def test_a_claim_file_is_bounded_and_checked_before_it_is_used(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
     big.write_text("a: " + "x" * MAX_CLAIM_BYTES)
