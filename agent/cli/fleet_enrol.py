@@ -1,5 +1,5 @@
 """`edge-agent fleet enrol claim|list|approve|deny` and `fleet retire`: enrolment by claim, the
-operator's side (`agent.fleet.enrol`; docs/fleet.md#enrolment). The broker user given must hold
+operator's side (`agent.fleet.enrolments`; docs/fleet.md#enrolment). The broker user given must hold
 the dynamic security plugin's admin role."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def add_enrol_parsers(fleet_actions: Any) -> tuple[list[argparse.ArgumentParser]
 
 
 def fleet_enrol(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    from agent.fleet.enrol import Dynsec, approve, create_claim, deny, requests
+    from agent.fleet.enrolments import Dynsec, approve, create_claim, deny, requests
     from agent.mqtt.enrolment import EnrolRefused, pem
     from runtimes.files import atomic_write
 
@@ -129,7 +129,7 @@ def _list(args: argparse.Namespace, found: list[Any]) -> int:
 
 
 def fleet_retire(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int:
-    from agent.fleet.enrol import Dynsec, retire
+    from agent.fleet.enrolments import Dynsec, retire
 
     retire(Dynsec(link), args.device)
     print(f"retired {args.device}: its broker client and role are deleted")
@@ -164,8 +164,8 @@ def write_policy(args: argparse.Namespace) -> int:
 
 def _auto(args: argparse.Namespace, link: MqttLink, topics: Topics, key: Any) -> int:
     from agent.bundles.signing import load_public_key
-    from agent.fleet.enrol import Dynsec
     from agent.fleet.enrol_policy import auto_approve, load_policy
+    from agent.fleet.enrolments import Dynsec
 
     keys = [load_public_key(path) for path in args.operator_key] or [key.public_key()]
     policy = load_policy(args.policy, keys)

@@ -6,7 +6,7 @@ approve on that claim in all (`count`, the approved answers already on the broke
 ones too) and when it expires. It is signed by an operator key (`sign_policy`), and `load_policy`
 reads it only when one of the operator keys given signed it, so a policy file edited on the
 machine that runs `fleet enrol auto` approves nothing. `auto_approve` makes one pass: each
-waiting request of the claim that matches is approved (`agent.fleet.enrol.approve`, with all its
+waiting request of the claim that matches is approved (`agent.fleet.enrolments.approve`, with all its
 checks) while the count lasts; the others wait for a person.
 """
 
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agent.bundles.signing import key_id
 from agent.config.models import TopicWord
 from agent.errors import ErrorCode, validation_problems
-from agent.fleet.enrol import Dynsec, approve, requests
+from agent.fleet.enrolments import Dynsec, approve, requests
 from agent.mqtt.enrolment import EnrolRefused, EnrolRequest
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import ControlSignature, Topics

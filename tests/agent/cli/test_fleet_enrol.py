@@ -3,6 +3,7 @@ enrol`, over a real mosquitto with the dynamic security plugin loaded."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +14,10 @@ from testkit.broker import DYNSEC_OPERATOR, Broker, dynsec_broker
 from testkit.net import wait_until
 
 from agent.bundles.signing import generate_keypair
+from agent.cli.fleet_enrol import fleet_enrol
 from agent.cli.main import main
 from agent.mqtt.enrolment import MAX_CLAIM_BYTES, Claim, EnrolRefused
+from agent.mqtt.protocol import Topics
 from pipelines.worker import Worker
 
 
@@ -112,6 +115,12 @@ def test_a_signed_policy_approves_a_device_without_a_person(
     wait_until(approved, 30, "the policy to approve the device")
     assert worker.join(60) and outcome == [0]
     assert yaml.safe_load((device / "agent.yaml").read_text())["device"] == {"id": "cam-8"}
+
+
+def test_enrol_list_prints_the_waiting_requests_only(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(enrol_command="list", listen=0.0, all=False, json=False)
+    assert fleet_enrol(args, None, Topics()) == 0  # type: ignore[arg-type]  # --listen 0 reads nothing
+    assert capsys.readouterr().out == "no requests waiting\n"
 
 
 def test_a_claim_file_is_bounded_and_checked_before_it_is_used(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from testkit.broker import DYNSEC_OPERATOR, Broker, dynsec_broker
 from agent.config.models import MqttSection
 from agent.errors import ErrorCode
 from agent.fleet.client import connect, publish_retained, wait_acked
-from agent.fleet.enrol import Dynsec, create_claim
 from agent.fleet.enrol_policy import EnrolPolicy, auto_approve, load_policy, sign_policy
+from agent.fleet.enrolments import Dynsec, create_claim
 from agent.mqtt.enrolment import Claim, DeviceKeys, EnrolRefused, Hardware, enrol_topics, make_request, pem
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import Topics

@@ -78,7 +78,7 @@ def dynsec_broker(folder: Path) -> Broker:
     ``edge/#``; ``admin`` reads everything), as docs/fleet.md#enrolment sets up an operator."""
     from agent.config.models import MqttSection
     from agent.fleet.client import connect
-    from agent.fleet.enrol import Dynsec
+    from agent.fleet.enrolments import Dynsec
 
     for tool in (Path(MOSQUITTO_CTRL), DYNSEC_PLUGIN):
         if not tool.exists():

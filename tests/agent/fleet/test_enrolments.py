@@ -1,4 +1,4 @@
-"""`agent.fleet.enrol` with `agent.mqtt.enrol_device`, over a real mosquitto with the dynamic
+"""`agent.fleet.enrolments` with `agent.mqtt.enrol_device`, over a real mosquitto with the dynamic
 security plugin loaded: a claim-only device enrols after approval and is held to its own topics;
 forged, replayed, expired and duplicate-id requests get nothing; retire revokes."""
 
@@ -17,7 +17,7 @@ from testkit.broker import DYNSEC_OPERATOR, Broker, dynsec_broker
 from agent.config.models import AgentConfig, MqttSection
 from agent.errors import ErrorCode
 from agent.fleet.client import connect, publish_retained, wait_acked
-from agent.fleet.enrol import Dynsec, approve, create_claim, deny, requests, retire
+from agent.fleet.enrolments import Dynsec, approve, create_claim, deny, requests, retire
 from agent.mqtt.enrol_device import enrol
 from agent.mqtt.enrolment import (
     Claim,
