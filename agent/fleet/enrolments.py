@@ -231,15 +231,16 @@ def approve(
     role = f"edge-device-{device}"
     acls = device_role_acls(device, request.group, topics)
     created_role = dynsec.call("createRole", rolename=role, acls=acls)
+    if created_role.get("error"):  # never a role left by someone else: its ACL may be another group's
+        _refuse(link, topics, pending, key, now, f"the id {device} is taken ({role}: {created_role['error']})")
     password = secrets.token_urlsafe(24)
     client_id = f"edge-agent-{device}"
     created = dynsec.call(
         "createClient", username=device, password=password, clientid=client_id, roles=[{"rolename": role}]
     )
     if created.get("error"):
-        if not created_role.get("error"):
-            dynsec.call("deleteRole", rolename=role)
-        _refuse(link, topics, pending, key, now, f"the broker refused the client {device}: {created['error']}")
+        dynsec.call("deleteRole", rolename=role)
+        _refuse(link, topics, pending, key, now, f"the id {device} is taken ({created['error']})")
     answer = EnrolAnswer(
         request_id=request_id,
         device_key=request.public_key,

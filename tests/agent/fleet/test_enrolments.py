@@ -159,7 +159,7 @@ def test_expired_requests_and_claims_get_nothing(tmp_path: Path, broker: Broker,
     deny(admin, TOPICS, old.request_id, KEY, NOW, "expired")
     fresh = Device(tmp_path / "fresh", claim, device_id="cam-2")
     with pytest.raises(EnrolRefused) as refused:
-        approve(admin, Dynsec(admin), TOPICS, fresh.request_id, KEY, NOW + 3601)  # the claim has expired
+        approve(admin, Dynsec(admin), TOPICS, fresh.request_id, KEY, NOW + 3600)  # the claim has just expired
     assert refused.value.code == ErrorCode.ENROL_EXPIRED
     deny(admin, TOPICS, fresh.request_id, KEY, NOW, "expired")
     assert Dynsec(admin).client("cam-1") is None and Dynsec(admin).client("cam-2") is None
@@ -168,7 +168,7 @@ def test_expired_requests_and_claims_get_nothing(tmp_path: Path, broker: Broker,
         assert isinstance(outcome, EnrolRefused) and outcome.code == ErrorCode.ENROL_DENIED
         assert not device.config.exists()
     with pytest.raises(EnrolRefused, match="expired"):
-        enrol(claim, tmp_path / "late", tmp_path / "late.yaml", "cam-3", None, HARDWARE, 1, lambda: NOW + 3601)
+        enrol(claim, tmp_path / "late", tmp_path / "late.yaml", "cam-3", None, HARDWARE, 1, lambda: NOW + 3600)
 
 
 def test_two_devices_asking_for_one_id_do_not_both_get_it(tmp_path: Path, broker: Broker, admin: MqttLink) -> None:
