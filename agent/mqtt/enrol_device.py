@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from agent.config.models import MqttSection, TlsSection
+from agent.config.models import MqttSection, Secret, TlsSection
 from agent.errors import ErrorCode
 from agent.hardware.board import probe
 from agent.mqtt.enrolment import (
@@ -73,13 +73,12 @@ def hardware_identity(root: Path = Path("/")) -> Hardware:
 
 def claim_settings(claim: Claim) -> MqttSection:
     """The broker settings of the claim's credentials."""
-    tls = TlsSection(ca_file=claim.ca_file) if claim.ca_file is not None else None
+    tls = None
+    if claim.ca_file is not None or claim.cert_file is not None:
+        tls = TlsSection(ca_file=claim.ca_file, cert_file=claim.cert_file, key_file=claim.key_file)
+    password = Secret(value=claim.password) if claim.password is not None else None
     return MqttSection(
-        broker=claim.broker,
-        topic_root=claim.topic_root,
-        username=claim.username,
-        password={"value": claim.password},  # type: ignore[arg-type]  # pydantic validates it into a Secret
-        tls=tls,
+        broker=claim.broker, topic_root=claim.topic_root, username=claim.username, password=password, tls=tls
     )
 
 

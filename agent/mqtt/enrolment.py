@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent.bundles.signing import key_id
 from agent.config.models import TopicWord
@@ -84,13 +84,25 @@ class Claim(_Strict):
     topic_root: TopicWord = Field(default="edge", description="First level of every topic.")
     claim: TopicWord = Field(description="The claim's name: its topics are <root>/enrol/<claim>/...")
     username: str = Field(min_length=1, max_length=200, description="The claim's broker user name.")
-    password: str = Field(min_length=1, max_length=500, description="The claim's broker password.")
+    password: str | None = Field(
+        default=None, min_length=1, max_length=500, description="The claim's broker password (or cert_file)."
+    )
     ca_file: Path | None = Field(default=None, description="CA certificate(s) of an mqtts:// broker.")
+    cert_file: Path | None = Field(default=None, description="The claim's client certificate (PEM), for mutual TLS.")
+    key_file: Path | None = Field(default=None, description="Its private key (PEM).")
     operator_keys: list[str] = Field(
         min_length=1, max_length=16, description="PEM Ed25519 public keys whose signed answer the device trusts."
     )
     group: TopicWord | None = Field(default=None, description="The group a device of this claim asks for.")
     expires_at: float = Field(ge=0, description="Unix seconds after which the claim is void.")
+
+    @model_validator(mode="after")
+    def _credential(self) -> Claim:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        if self.password is None and self.cert_file is None:
+            raise ValueError("give the claim's password, or its cert_file and key_file")
+        return self
 
     @classmethod
     def load(cls, path: Path) -> Claim:
