@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,7 +27,7 @@ from agent.bundles.signing import key_id
 from agent.config.models import TopicWord
 from agent.errors import ErrorCode, validation_problems
 from agent.fleet.enrolments import Dynsec, approve, requests
-from agent.mqtt.enrolment import EnrolRefused, EnrolRequest
+from agent.mqtt.enrolment import EnrolRefused, EnrolRequest, read_bounded, verify_signed
 from agent.mqtt.link import MqttLink
 from agent.mqtt.protocol import ControlSignature, Topics
 
@@ -68,26 +67,13 @@ def sign_policy(policy: EnrolPolicy, key: Ed25519PrivateKey) -> EnrolPolicy:
 
 def load_policy(path: Path, keys: Sequence[Ed25519PublicKey]) -> EnrolPolicy:
     """A policy file (bounded before it is parsed) signed by one of `keys`; `EnrolRefused` otherwise."""
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_POLICY_BYTES + 1)
-    except OSError as exc:
-        raise EnrolRefused(ErrorCode.ENROL_INVALID, f"cannot read the policy {path}: {exc.strerror}") from exc
-    if len(data) > MAX_POLICY_BYTES:
-        raise EnrolRefused(ErrorCode.ENROL_INVALID, f"the policy {path} is larger than {MAX_POLICY_BYTES} bytes")
+    data = read_bounded(path, MAX_POLICY_BYTES, "the policy")
     try:
         policy = EnrolPolicy.model_validate_json(data)
     except ValidationError as exc:
         problems = "; ".join(validation_problems(exc))
         raise EnrolRefused(ErrorCode.ENROL_INVALID, f"the policy {path}: {problems}") from exc
-    signature = policy.signature
-    key = {key_id(k): k for k in keys}.get(signature.key_id) if signature is not None else None
-    if signature is None or key is None:
-        raise EnrolRefused(ErrorCode.ENROL_FORGED, f"the policy {path} is not signed by an operator key given")
-    try:
-        key.verify(base64.b64decode(signature.value, validate=True), policy.canonical_bytes())
-    except (InvalidSignature, ValueError) as exc:
-        raise EnrolRefused(ErrorCode.ENROL_FORGED, f"the policy {path} changed after it was signed") from exc
+    verify_signed(policy.canonical_bytes(), policy.signature, keys, f"the policy {path}")
     return policy
 
 

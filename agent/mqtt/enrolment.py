@@ -19,6 +19,7 @@ import base64
 import json
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -107,13 +108,7 @@ class Claim(_Strict):
     @classmethod
     def load(cls, path: Path) -> Claim:
         """Read a claim file (bounded before it is parsed); `EnrolRefused` says what is wrong."""
-        try:
-            with path.open("rb") as f:
-                data = f.read(MAX_CLAIM_BYTES + 1)
-        except OSError as exc:
-            raise EnrolRefused(ErrorCode.ENROL_INVALID, f"cannot read the claim {path}: {exc.strerror}") from exc
-        if len(data) > MAX_CLAIM_BYTES:
-            raise EnrolRefused(ErrorCode.ENROL_INVALID, f"the claim {path} is larger than {MAX_CLAIM_BYTES} bytes")
+        data = read_bounded(path, MAX_CLAIM_BYTES, "the claim")
         try:
             raw = yaml.safe_load(data)
         except yaml.YAMLError as exc:
@@ -308,18 +303,33 @@ def sign_answer(answer: EnrolAnswer, key: Ed25519PrivateKey) -> EnrolAnswer:
 def accept_answer(answer: EnrolAnswer, request: EnrolRequest, trusted: list[Ed25519PublicKey]) -> EnrolAnswer:
     """The device's checks: one of the claim's operator keys signed `answer`, for this request
     and this device's key. `EnrolRefused` otherwise (the device keeps waiting)."""
-    if answer.signature is None:
-        raise EnrolRefused(ErrorCode.ENROL_FORGED, "the answer is not signed")
-    by_id = {key_id(k): k for k in trusted}
-    key = by_id.get(answer.signature.key_id)
-    if key is None:
-        raise EnrolRefused(
-            ErrorCode.ENROL_FORGED, f"the answer is signed by {answer.signature.key_id}, not the claim's"
-        )
-    try:
-        key.verify(base64.b64decode(answer.signature.value, validate=True), answer.canonical_bytes())
-    except (InvalidSignature, ValueError) as exc:
-        raise EnrolRefused(ErrorCode.ENROL_FORGED, "the answer's signature does not match") from exc
+    verify_signed(answer.canonical_bytes(), answer.signature, trusted, "the answer")
     if answer.request_id != request.request_id or answer.device_key != request.public_key:
         raise EnrolRefused(ErrorCode.ENROL_FORGED, "the answer is for another request")
     return answer
+
+
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """A file's bytes, refused (``ENROL_INVALID``) when it cannot be read or is over `limit`
+    bytes, which are all that is read."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise EnrolRefused(ErrorCode.ENROL_INVALID, f"cannot read {what} {path}: {exc.strerror}") from exc
+    if len(data) > limit:
+        raise EnrolRefused(ErrorCode.ENROL_INVALID, f"{what} {path} is larger than {limit} bytes")
+    return data
+
+
+def verify_signed(data: bytes, signature: ControlSignature | None, keys: Sequence[Ed25519PublicKey], what: str) -> None:
+    """`signature` is one of `keys`' over `data`; `EnrolRefused` (``ENROL_FORGED``) otherwise."""
+    key = {key_id(k): k for k in keys}.get(signature.key_id) if signature is not None else None
+    if signature is None or key is None:
+        raise EnrolRefused(ErrorCode.ENROL_FORGED, f"{what} is not signed by a key given for it")
+    try:
+        key.verify(base64.b64decode(signature.value, validate=True), data)
+    except (InvalidSignature, ValueError) as exc:
+        raise EnrolRefused(
+            ErrorCode.ENROL_FORGED, f"{what}: the signature does not match (changed after signing?)"
+        ) from exc
