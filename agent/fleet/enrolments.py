@@ -7,7 +7,7 @@ the operator's broker user must hold the plugin's admin role (`mosquitto_ctrl dy
 - A claim (`create_claim`) is a broker client ``claim-<name>`` with the role ``edge-claim-<name>``:
   it may publish only ``<root>/enrol/<name>/+/request`` and read ``.../answer``. Its expiry and
   group live in the client's text description, which `approve` reads: a request through an
-  expired or deleted claim is refused.
+  expired or deleted claim, or asking for another group than the claim's, is refused.
 - `approve` checks the request (`check_request`: the topic's claim and id, the device's own
   signature, its age), that no answer was given to it before (a replay) and that no broker client
   has the device id (``ENROL_TAKEN``; the plugin's createClient refuses a second one too, so two
@@ -225,6 +225,11 @@ def approve(
         raise EnrolRefused(ErrorCode.ENROL_INVALID, f"the claim {pending.claim} has no readable expiry") from exc
     if now >= expires_at:
         raise EnrolRefused(ErrorCode.ENROL_EXPIRED, f"the claim {pending.claim} expired")
+    group = record.get("group")
+    if group is not None and request.group != group:  # a claim's devices join its group, no other
+        raise EnrolRefused(
+            ErrorCode.ENROL_INVALID, f"request {request_id} asks for group {request.group}; its claim is for {group}"
+        )
     device = request.device_id
     if dynsec.client(device) is not None:
         _refuse(link, topics, pending, key, now, f"the id {device} is taken: enrol with another --device-id")

@@ -200,3 +200,15 @@ def test_retire_revokes_and_a_replayed_request_gets_nothing_after(
         approve(admin, Dynsec(admin), TOPICS, device.request_id, KEY, NOW)
     assert refused.value.code == ErrorCode.ENROL_REPLAYED
     assert Dynsec(admin).client("cam-1") is None
+
+
+def test_a_device_cannot_ask_for_another_group_than_its_claim_s(
+    tmp_path: Path, broker: Broker, admin: MqttLink
+) -> None:
+    claim = new_claim(admin, broker)  # for the group yard
+    request = make_request(DeviceKeys.load_or_make(tmp_path), claim, "cam-1", HARDWARE, NOW, group="prod")
+    topic = enrol_topics(TOPICS, "line-1", request.request_id)[0]
+    wait_acked([publish_retained(admin, topic, request.to_bytes())], admin, 10)
+    with pytest.raises(EnrolRefused, match="its claim is for yard"):
+        approve(admin, Dynsec(admin), TOPICS, request.request_id, KEY, NOW)
+    assert Dynsec(admin).client("cam-1") is None
