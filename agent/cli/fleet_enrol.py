@@ -97,7 +97,8 @@ def fleet_enrol(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
             deny(link, topics, args.request_id, key, now, args.reason)
             print(f"denied request {args.request_id}")
     except EnrolRefused as exc:
-        raise CliError(str(exc)) from exc
+        hint = f" (fleet enrol deny {args.request_id} tells the device)" if args.enrol_command == "approve" else ""
+        raise CliError(f"{exc}{hint}") from exc
     except OSError as exc:
         raise CliError(f"cannot read or write a file: {exc}") from exc
     return 0

@@ -60,7 +60,8 @@ class Dynsec:
 
     def __init__(self, link: MqttLink, timeout: float = 10.0) -> None:
         self.link, self.timeout = link, timeout
-        self._answers: dict[str, dict[str, Any]] = {}
+        self._answers: dict[object, dict[str, Any]] = {}
+        self._waiting: set[object] = set()
         self._arrived = threading.Condition()
         link.subscribe(f"{CONTROL}/response", self._on_response).wait(timeout)
 
@@ -73,19 +74,27 @@ class Dynsec:
             return
         with self._arrived:
             for response in responses if isinstance(responses, list) else []:
-                if isinstance(response, dict) and isinstance(response.get("correlationData"), str):
-                    self._answers[response["correlationData"]] = response
+                token = response.get("correlationData") if isinstance(response, dict) else None
+                if token in self._waiting:  # not other administrators' answers: kept only when asked for
+                    self._answers[token] = response
             self._arrived.notify_all()
 
     def call(self, command: str, **fields: Any) -> dict[str, Any]:
         """One command; its response (``error`` set when the plugin refused it)."""
         token = uuid.uuid4().hex
         payload = json.dumps({"commands": [{"command": command, "correlationData": token, **fields}]}).encode()
-        wait_acked([publish_retained(self.link, CONTROL, payload, retain=False)], self.link, self.timeout)
         with self._arrived:
-            if not self._arrived.wait_for(lambda: token in self._answers, self.timeout):
-                raise FleetError(f"the broker's dynamic security plugin did not answer {command}: is it loaded?")
-            return self._answers.pop(token)
+            self._waiting.add(token)
+        try:
+            wait_acked([publish_retained(self.link, CONTROL, payload, retain=False)], self.link, self.timeout)
+            with self._arrived:
+                if not self._arrived.wait_for(lambda: token in self._answers, self.timeout):
+                    raise FleetError(f"the broker's dynamic security plugin did not answer {command}: is it loaded?")
+                return self._answers.pop(token)
+        finally:
+            with self._arrived:
+                self._waiting.discard(token)
+                self._answers.pop(token, None)
 
     def must(self, command: str, **fields: Any) -> dict[str, Any]:
         response = self.call(command, **fields)
