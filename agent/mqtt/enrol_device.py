@@ -162,6 +162,7 @@ def write_credentials(config_path: Path, claim: Claim, answer: EnrolAnswer, pass
     mqtt: dict[str, Any] = dict(config.get("mqtt") or {})
     mqtt |= {"broker": claim.broker, "topic_root": claim.topic_root, "username": answer.username}
     mqtt["password"] = {"file": str(password_file)}
+    mqtt.pop("client_id", None)  # its broker user may connect only as edge-agent-<id>, the default
     if claim.ca_file is not None:
         mqtt["tls"] = {"ca_file": str(claim.ca_file)}
     config |= {"device": device, "state_dir": str(state_dir), "mqtt": mqtt}

@@ -96,10 +96,10 @@ class Device:
 
 
 def device_link(config_path: Path) -> MqttLink:
-    """A link with the credentials `enrol` wrote into agent.yaml (the daemon's client id)."""
+    """A link with the credentials `enrol` wrote into agent.yaml, its client id as the daemon picks it."""
     config = AgentConfig.model_validate(yaml.safe_load(config_path.read_text()))
     assert config.mqtt is not None
-    return MqttLink(config.mqtt, f"edge-agent-{config.device_id()}").start()
+    return MqttLink(config.mqtt, config.mqtt.client_id or f"edge-agent-{config.device_id()}").start()
 
 
 def refusal(publish: Any) -> str | None:
@@ -112,6 +112,10 @@ def test_a_claim_only_device_enrols_after_approval_and_then_uses_only_its_own_to
 ) -> None:
     claim_file = tmp_path / "claim.yaml"
     claim_file.write_text(yaml.safe_dump(new_claim(admin, broker).model_dump(mode="json")))
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/agent.yaml").write_text(
+        "mqtt: {broker: 'mqtt://old', client_id: mine}\ncameras: [{source: synthetic}]\n"
+    )
     device = Device(tmp_path / "dev", Claim.load(claim_file))
     seen = requests(admin, TOPICS, 5)
     assert [(p.request_id, p.answered) for p in seen] == [(device.request_id, False)]  # pending, no credentials yet
@@ -121,6 +125,7 @@ def test_a_claim_only_device_enrols_after_approval_and_then_uses_only_its_own_to
     assert isinstance(answer, EnrolAnswer) and answer.device_id == "cam-1"
     config = yaml.safe_load(device.config.read_text())
     assert config["device"] == {"id": "cam-1", "group": "yard"} and config["mqtt"]["username"] == "cam-1"
+    assert config["cameras"] == [{"source": "synthetic"}]  # the rest of agent.yaml kept
     assert "password" not in device.config.read_text() or config["mqtt"]["password"].keys() == {"file"}
     for secret in ("device.key", "box.key", "mqtt.password"):
         assert (tmp_path / "dev/state/enrol" / secret).stat().st_mode & 0o777 == 0o600
