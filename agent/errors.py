@@ -93,6 +93,13 @@ class ErrorCode(str, Enum):
     NO_FRAME = "NO_FRAME"
     NO_MEDIA = "NO_MEDIA"
     PROTOCOL_TOO_NEW = "PROTOCOL_TOO_NEW"
+    # enrolment by claim (docs/fleet.md#enrolment)
+    ENROL_INVALID = "ENROL_INVALID"
+    ENROL_FORGED = "ENROL_FORGED"
+    ENROL_EXPIRED = "ENROL_EXPIRED"
+    ENROL_DENIED = "ENROL_DENIED"
+    ENROL_TAKEN = "ENROL_TAKEN"
+    ENROL_REPLAYED = "ENROL_REPLAYED"
     # the status page's actions
     CROSS_SITE = "CROSS_SITE"
     WRONG_HOST = "WRONG_HOST"

@@ -1,6 +1,6 @@
-"""`edge-agent fleet push|status|rollback|snapshot|media|samples|release|gc|acl|rollout`: the
-operator's side (docs/mqtt.md, docs/security.md); staged rollouts in agent/cli/fleet_rollout.py,
-samples for retraining in agent/cli/fleet_samples.py."""
+"""`edge-agent fleet push|status|rollback|snapshot|media|samples|release|gc|acl|rollout|enrol|retire`:
+the operator's side (docs/mqtt.md, docs/security.md); staged rollouts in agent/cli/fleet_rollout.py,
+samples for retraining in agent/cli/fleet_samples.py, enrolment in agent/cli/fleet_enrol.py."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.cli.args import unit_interval
 from agent.cli.failure import CliError
+from agent.cli.fleet_enrol import add_enrol_parsers, fleet_enrol, fleet_retire, write_policy
 from agent.cli.fleet_rollout import (
     add_rollout_commands,
     add_staging_arguments,
@@ -279,9 +280,13 @@ def add_parser(commands: Any) -> None:
         help="with --home-assistant: Home Assistant's broker user (reads the devices' states, all of PREFIX/#)",
     )
     rollout_parsers, signing_rollout_parsers = add_rollout_commands(fleet_actions)
+    enrol_parsers, signing_enrol_parsers = add_enrol_parsers(fleet_actions)
     for parser in (push, status, rollback, gc, snapshot, media, samples, reference, release, *rollout_parsers):
         _broker_arguments(parser)
-    for parser in (push, rollback, snapshot, media, samples, reference, release, *signing_rollout_parsers):
+    for parser in enrol_parsers:
+        _broker_arguments(parser)
+    signing = (*signing_rollout_parsers, *signing_enrol_parsers)
+    for parser in (push, rollback, snapshot, media, samples, reference, release, *signing):
         parser.add_argument(
             "--key",
             type=Path,
@@ -336,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fleet_command == "acl":
         return _fleet_acl(args)
+    if args.fleet_command == "enrol" and args.enrol_command == "policy":
+        return write_policy(args)
     actions = {
         "push": _fleet_push,
         "status": _fleet_status,
@@ -347,6 +354,8 @@ def run(args: argparse.Namespace) -> int:
         "camera-reference": _fleet_camera_reference,
         "release": _fleet_release,
         "rollout": fleet_rollout,
+        "enrol": fleet_enrol,
+        "retire": fleet_retire,
     }
     settings = _broker_settings(args)
     topics = Topics(settings.topic_root)

@@ -65,6 +65,44 @@ def secured_broker(folder: Path, users: dict[str, str], acl: str) -> Broker:
     return Broker(folder, listener=listener).start()
 
 
+MOSQUITTO_CTRL = shutil.which("mosquitto_ctrl") or "/usr/bin/mosquitto_ctrl"
+DYNSEC_PLUGIN = Path("/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so")
+#: the dynamic security broker's operator: the plugin's admin role, and everything under edge/
+DYNSEC_OPERATOR = ("operator", "operator-password")
+
+
+def dynsec_broker(folder: Path) -> Broker:
+    """A started `Broker` with mosquitto's dynamic security plugin loaded and no anonymous
+    clients: ``dynamic-security.json`` made by ``mosquitto_ctrl dynsec init`` (user ``admin``),
+    and the user `DYNSEC_OPERATOR` with the plugin's ``admin`` role and ``edge-operator`` (write
+    ``edge/#``; ``admin`` reads everything), as docs/fleet.md#enrolment sets up an operator."""
+    from agent.config.models import MqttSection
+    from agent.fleet.client import connect
+    from agent.fleet.enrolments import Dynsec
+
+    for tool in (Path(MOSQUITTO_CTRL), DYNSEC_PLUGIN):
+        if not tool.exists():
+            missing("mosquitto-dynsec", f"{tool} is not installed (apt-get install mosquitto mosquitto-clients)")
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "dynamic-security.json"
+    init = [MOSQUITTO_CTRL, "dynsec", "init", str(config), "admin", "admin-password"]
+    subprocess.run(init, check=True, capture_output=True)
+    listener = f"allow_anonymous false\nplugin {DYNSEC_PLUGIN}\nplugin_opt_config_file {config}\n"
+    broker = Broker(folder, listener=listener).start()
+    settings = MqttSection(broker=broker.url, username="admin", password={"value": "admin-password"})  # type: ignore[arg-type]
+    link = connect(settings)
+    try:
+        dynsec = Dynsec(link)
+        acls = [{"acltype": "publishClientSend", "topic": "edge/#", "allow": True}]
+        dynsec.must("createRole", rolename="edge-operator", acls=acls)
+        user, password = DYNSEC_OPERATOR
+        roles = [{"rolename": "admin"}, {"rolename": "edge-operator"}]
+        dynsec.must("createClient", username=user, password=password, roles=roles)
+    finally:
+        link.stop()
+    return broker
+
+
 class Watcher:
     """A test's own MQTT client: records every message on `filters` (newest per topic too),
     logged in as `username` with `password` when given."""
