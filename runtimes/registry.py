@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
 from pydantic_core import CoreSchema, core_schema
 
-from runtimes import litert_settings, openvino_settings, ort_settings, tensorrt_settings, tvm_settings
+from runtimes import litert_settings, openvino_settings, ort_settings, rknn_settings, tensorrt_settings, tvm_settings
 from runtimes.base import (
     Backend,
     BackendConfig,
@@ -96,6 +96,7 @@ IN_TREE: tuple[Backend[Any], ...] = (
     litert_settings.BACKEND,
     openvino_settings.BACKEND,
     tvm_settings.BACKEND,
+    rknn_settings.BACKEND,
 )
 
 

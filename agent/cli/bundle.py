@@ -200,7 +200,8 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
     sizes = {f.path: f.size for f in manifest.files}
     for a in manifest.artifacts:
         weights = f" (+ weights {a.weights}, {sizes[a.weights]} bytes)" if a.weights in sizes else ""
-        target = f", for {a.target.arch} {a.target.target} (TVM {a.target.runtime_version})" if a.target else ""
+        tool = "rknn-toolkit2" if a.format == "rknn" else "TVM"
+        target = f", for {a.target.arch} {a.target.target} ({tool} {a.target.runtime_version})" if a.target else ""
         print(
             f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes{weights}{target}, sha256 {a.sha256[:16]}..."
         )

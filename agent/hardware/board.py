@@ -7,6 +7,8 @@ at fake trees under ``tests/fakes/<board>/`` shaped like the real boards':
 - ``etc/nv_tegra_release``, e.g. ``# R36 (release), REVISION: 3.0, ...`` on Jetson (L4T)
 - ``proc/driver/nvidia/gpus/*/information`` with a ``Model:`` line on a discrete NVIDIA GPU
 - ``sys/devices/system/cpu/online``, e.g. ``0-3``
+- ``proc/device-tree/compatible`` (NUL-separated), e.g. ``radxa,rock-5b`` ``rockchip,rk3588``: a
+  Rockchip SoC whose NPU the ``rknn`` runtime drives (`Board.soc`)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent.hardware.sysfs import SysFS
+from runtimes.rknn_settings import rockchip_soc
 
 BoardKind = Literal["jetson", "raspberry_pi", "generic"]
 
@@ -30,7 +33,8 @@ class Board:
     """The device as the probe found it.
 
     `model` is the device-tree model string (or ``generic <arch>``); `l4t_release` is the Jetson
-    Linux release such as ``36.3.0``; `gpu_name` names the NVIDIA GPU when there is one.
+    Linux release such as ``36.3.0``; `gpu_name` names the NVIDIA GPU when there is one; `soc`
+    is the Rockchip SoC with an NPU (``rk3588``, ``rk3566``, ``rk3568``) when the board has one.
     """
 
     kind: BoardKind
@@ -40,6 +44,7 @@ class Board:
     nvidia_gpu: bool
     gpu_name: str | None = None
     l4t_release: str | None = None
+    soc: str | None = None
 
 
 def _count_cpus(spec: str) -> int:
@@ -88,4 +93,5 @@ def probe(root: Path | SysFS = Path("/"), arch: str | None = None) -> Board:
     gpu = _discrete_gpu(fs)
     if model and model.startswith("Raspberry Pi"):
         return Board("raspberry_pi", model, arch, cpus, gpu is not None, gpu)
-    return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu)
+    soc = rockchip_soc((fs.read_text_raw("proc/device-tree/compatible") or "").split("\x00"))
+    return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu, soc=soc)
