@@ -95,6 +95,19 @@ def spec_shaped(array: npt.NDArray[Any], shape: tuple[int | None, ...]) -> npt.N
     return array.reshape(tuple(int(d) for d in shape if d is not None))
 
 
+def read_images(paths: Sequence[Path], role: str) -> list[npt.NDArray[Any]]:
+    """The BGR images at `paths`; `BundleError` naming one that cannot be read."""
+    import cv2
+
+    images = []
+    for path in paths:
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is None:
+            raise BundleError(ErrorCode.VALIDATION_REQUIRED, f"{role} image {path} cannot be read as an image")
+        images.append(image)
+    return images
+
+
 def _digest(array: npt.NDArray[Any]) -> str:
     return hashlib.sha256(np.ascontiguousarray(array, dtype=np.float32).tobytes()).hexdigest()
 

@@ -106,6 +106,20 @@ class RKNNLite:
         self._session = self._onnx = None
 
 
+def toolkit_python() -> Path:
+    """The python of rknn-toolkit2's own venv (``$EDGE_AGENT_RKNN_PYTHON``, else ``.venv-rknn``):
+    skips (or fails, where ``EDGE_AGENT_REQUIRE`` lists ``rknn``: scripts/test_rknn.sh) without one."""
+    import os
+
+    from testkit import REPO
+    from testkit.needs import missing
+
+    python = Path(os.environ.get("EDGE_AGENT_RKNN_PYTHON") or REPO / ".venv-rknn" / "bin" / "python")
+    if not python.is_file():
+        missing("rknn", f"no rknn-toolkit2 venv at {python}: scripts/test_rknn.sh makes one")
+    return python
+
+
 def install(monkeypatch: pytest.MonkeyPatch, compatible: Path) -> type[RKNNLite]:
     """Make ``from rknnlite.api import RKNNLite`` give the double, on the board whose device
     tree's ``compatible`` is the file `compatible` (for the backend and the double alike)."""
