@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,9 +60,9 @@ class _Recording(Runtime):
 
     def __init__(self, inner: Runtime) -> None:
         super().__init__(inner.model_path)
-        self.inner, self.seen = inner, []
+        self.inner = inner
+        self.seen: list[npt.NDArray[Any]] = []
         self.inputs, self.outputs, self.metadata = inner.inputs, inner.outputs, inner.metadata
-        self.seen: list[npt.NDArray[Any]]
 
     def infer(self, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         self.seen.append(np.array(arrays[0]))
@@ -174,18 +173,3 @@ def convert(
         simulated = Detector(Simulated(out, ort_rt, answers), baseline.decoder)
         measured = measure(Detector(ort_rt, decoder), simulated, validation)
     return Converted(out, record, measured)
-
-
-def main() -> int:  # pragma: no cover - a manual check: python -m agent.optimise.rknn_build MODEL.onnx PYTHON IMAGES...
-    import cv2
-
-    model, python, *images = sys.argv[1:]
-    frames = [cv2.imread(p) for p in images]
-    with tempfile.TemporaryDirectory() as work:
-        done = convert(Path(model), "rk3588", Path(work) / "m.rknn", Path(python), frames, frames)
-    print(done.measured)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
