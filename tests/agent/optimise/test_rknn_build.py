@@ -6,6 +6,7 @@ simulator's outputs decoded by the ONNX model's path and measured against ONNX R
 from __future__ import annotations
 
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,16 @@ def test_no_toolkit_venv_is_build_tools_missing_saying_how(monkeypatch, tmp_path
     monkeypatch.setenv("EDGE_AGENT_RKNN_PYTHON", str(tmp_path / "nowhere" / "python"))
     with pytest.raises(BundleError, match="BUILD_TOOLS_MISSING"):
         find_toolkit(None)
+
+
+def test_the_toolkit_side_refuses_int8_without_a_dataset_before_importing_the_toolkit(capsys) -> None:
+    """The side script checks its arguments first: no rknn import (absent here) for a bad call."""
+    from agent.optimise import rknn_convert
+
+    with pytest.raises(SystemExit) as exited:
+        rknn_convert.main(["--onnx", "m.onnx", "--platform", "rk3588", "--out", "m.rknn", "--inputs", "[]"])
+    assert exited.value.code == 2 and "INT8 needs --dataset (or --fp16)" in capsys.readouterr().err
+    assert "rknn" not in sys.modules and "rknn.api" not in sys.modules
 
 
 def test_a_toolkit_that_refuses_the_model_is_model_check_failed_quoting_its_log(tmp_path: Path) -> None:
