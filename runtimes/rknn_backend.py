@@ -251,13 +251,15 @@ def load(model_path: Path, config: RKNNConfig, options: LoadOptions) -> RKNNBack
 
 
 def candidates(config: RKNNConfig, model: BundleModel, info: RuntimeInfo, variants: bool) -> list[TuneCandidate]:
-    """One row: the model on this board's NPU, or why not (``TARGET_MISMATCH`` for another SoC's)."""
-    why = None if info.available else info.reason or "unavailable"
-    if why is None:
-        try:
-            check_target(RKNNRecord.read(model.path), model.path, host_platform())
-        except ModelLoadError as exc:
-            why = str(exc)
+    """One row: the model on this board's NPU, or why not: ``TARGET_MISMATCH`` first for another
+    SoC's (whether or not rknnlite imports here), else why the backend is unavailable."""
+    why = None
+    try:
+        check_target(RKNNRecord.read(model.path), model.path, host_platform())
+    except ModelLoadError as exc:
+        why = str(exc)
+    if why is None and not info.available:
+        why = info.reason or "unavailable"
     device = info.devices[0] if info.devices else "NPU"
     return [TuneCandidate(device, model.precision, config, unavailable=why)]
 

@@ -80,6 +80,9 @@ def test_a_model_for_another_soc_is_a_target_mismatch_before_rknnlite_opens_it(m
     row = BundleModel(model, "rknn", "int8", "0" * 64)
     (found,) = candidates(RKNNConfig(), row, RuntimeInfo("rknn", True, "2.3.2", ("RK3588 NPU",)), False)
     assert found.unavailable is not None and "TARGET_MISMATCH" in found.unavailable
+    # the matrix's row on a machine without rknnlite names the mismatch, not the missing library
+    (missing,) = candidates(RKNNConfig(), row, RuntimeInfo("rknn", False, reason="no rknnlite"), False)
+    assert missing.unavailable is not None and missing.unavailable.startswith("TARGET_MISMATCH")
 
 
 def test_a_failed_init_runtime_is_a_model_load_error(monkeypatch, tmp_path: Path) -> None:
