@@ -164,12 +164,20 @@ def convert(
             if run.returncode != 0:
                 tail = (run.stderr or run.stdout)[-_TAIL:].strip()
                 raise BundleError(ErrorCode.MODEL_CHECK_FAILED, f"--rknn {platform}: rknn-toolkit2 failed: {tail}")
-            done = json.loads(run.stdout.strip().splitlines()[-1])
-            with np.load(folder / "out.npz") as found:
-                answers = {
-                    _digest(t): [found[f"{i}_{j}"] for j in range(len(ort_rt.outputs))] for i, t in enumerate(probes)
-                }
-        record = write_record(onnx_model, out, platform, str(done["toolkit_version"]), str(done["quantization"]))
+            try:  # its last line (bounded), then its outputs: anything else is a toolkit that misbehaved
+                done = json.loads((run.stdout.strip().splitlines() or [""])[-1][:_TAIL])
+                with np.load(folder / "out.npz") as found:
+                    answers = {
+                        _digest(t): [found[f"{i}_{j}"] for j in range(len(ort_rt.outputs))]
+                        for i, t in enumerate(probes)
+                    }
+                version, quantization = str(done["toolkit_version"])[:64], str(done["quantization"])
+            except (ValueError, KeyError, TypeError, OSError) as exc:
+                raise BundleError(
+                    ErrorCode.MODEL_CHECK_FAILED,
+                    f"--rknn {platform}: rknn-toolkit2 exited 0 without its report ({type(exc).__name__}: {exc})",
+                ) from exc
+        record = write_record(onnx_model, out, platform, version, quantization)
         simulated = Detector(Simulated(out, ort_rt, answers), baseline.decoder)
         measured = measure(Detector(ort_rt, decoder), simulated, validation)
     return Converted(out, record, measured)

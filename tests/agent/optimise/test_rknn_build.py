@@ -52,6 +52,16 @@ def test_a_toolkit_that_refuses_the_model_is_model_check_failed_quoting_its_log(
     assert not (tmp_path / "m.rknn.json").exists(), "no record for a model that was not made"
 
 
+def test_a_toolkit_that_exits_0_without_its_report_is_model_check_failed(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'I rknn building done.'\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    with pytest.raises(
+        BundleError, match=r"MODEL_CHECK_FAILED: --rknn rk3588: rknn-toolkit2 exited 0 without its report"
+    ):
+        convert(FP32, "rk3588", tmp_path / "m.rknn", python, CALIBRATION[:2], VALIDATION[:1])
+
+
 @pytest.mark.rknn
 @pytest.mark.slow
 @pytest.mark.parametrize(("fp16", "gate"), [(True, 1.0), (False, 0.9)])
