@@ -417,7 +417,8 @@ class Backend(Generic[ConfigT]):
       first (ties in registry order); on a class it lacks, ``auto`` never picks it (naming it in
       ``runtime:`` still does). In-tree: tensorrt 10 on nvidia; onnxruntime 20 on nvidia and
       arm, 10 on x86; litert 30 on nvidia, 10 on arm, 20 on x86; openvino 25 on arm, 15 on x86;
-      tvm none (named only); hailo 5 on arm (only a .hef artifact and a Hailo chip make it usable).
+      tvm none (named only); hailo 5 on arm (only a .hef artifact and a Hailo chip make it usable);
+      rknn 5 on arm, on its SoCs only (`socs`).
     - `libraries`: the top-level modules of its native library, so that a check process killed
       importing it names that library's distribution and version (`runtimes.isolation`).
     - `availability`: whether it can run here, its version and devices, or why not; imports the
@@ -442,6 +443,8 @@ class Backend(Generic[ConfigT]):
     - `measured_apart`: autotune measures its rows wholly in a child process, never in the
       agent's (loading its library there keeps memory after the row: OpenVINO).
     - `caches`: the caches it keeps on disk (`Cache`), pruned with the store's versions.
+    - `socs`: the SoCs it runs on (the board's `soc`: rknn's ``rk3588``, ``rk3566``, ``rk3568``),
+      where ``runtime: auto`` ranks it only on such a board; empty: any board of its `rank`.
 
     The module holding it must import its native library only inside these callables, never at
     import: the agent imports every registered module, and only check processes import libraries.
@@ -466,6 +469,7 @@ class Backend(Generic[ConfigT]):
     prepare: Callable[[ConfigT, BundleModel, Callable[[Progress], None]], None] | None = None
     measured_apart: bool = False
     caches: tuple[Cache[ConfigT], ...] = ()
+    socs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse an entry that the rest of the agent could not derive from: `ValueError` names the field."""

@@ -61,7 +61,15 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
 from pydantic_core import CoreSchema, core_schema
 
-from runtimes import hailo_settings, litert_settings, openvino_settings, ort_settings, tensorrt_settings, tvm_settings
+from runtimes import (
+    hailo_settings,
+    litert_settings,
+    openvino_settings,
+    ort_settings,
+    rknn_settings,
+    tensorrt_settings,
+    tvm_settings,
+)
 from runtimes.base import (
     Backend,
     BackendConfig,
@@ -97,6 +105,7 @@ IN_TREE: tuple[Backend[Any], ...] = (
     openvino_settings.BACKEND,
     tvm_settings.BACKEND,
     hailo_settings.BACKEND,
+    rknn_settings.BACKEND,
 )
 
 

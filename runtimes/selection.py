@@ -95,9 +95,13 @@ class BoardFacts(Protocol):
     @property
     def nvidia_gpu(self) -> bool: ...
 
+    @property
+    def soc(self) -> str | None: ...  # a Rockchip NPU's RKNN platform ("rk3588"), else None
+
 
 #: file suffixes whose format is not the suffix itself: OpenVINO's IR is ``model.xml`` (its
 #: weights ``model.bin`` beside it), format ``openvino``; a compiled TVM module is ``model.so``
+#: (a converted RKNN model is ``model.rknn``, format ``rknn``, its suffix)
 SUFFIX_FORMATS: Mapping[str, ArtifactFormat] = {".xml": "openvino", ".so": "tvm"}
 
 
@@ -105,12 +109,22 @@ SUFFIX_FORMATS: Mapping[str, ArtifactFormat] = {".xml": "openvino", ".so": "tvm"
 class Artifact:
     """One model file a runtime could load; `format` is its suffix without the dot (``.xml``:
     ``openvino``, `SUFFIX_FORMATS`); `arch`, the CPU architecture a compiled artifact was built
-    for (a TVM module: ``aarch64``; None: any board)."""
+    for (a TVM module: ``aarch64``; None: any board); `soc`, the SoC an RKNN model was converted
+    for (``rk3588``; None: any board)."""
 
     path: str
     format: ArtifactFormat
     precision: Precision = "fp32"
     arch: str | None = None
+    soc: str | None = None
+
+    def runs_on(self, board: BoardFacts) -> bool:
+        """Whether `board` is the CPU and SoC this artifact was built for (any board where it names none)."""
+        return (self.arch is None or self.arch == board.arch) and (self.soc is None or self.soc == board.soc)
+
+    def built_for(self) -> str:
+        """What it was built for, in words (``rk3588 aarch64``)."""
+        return " ".join(t for t in (self.soc, self.arch) if t)
 
     @classmethod
     def from_path(
@@ -155,9 +169,12 @@ def board_class(board: BoardFacts) -> BoardClass:
 
 
 def _runtime_order(board: BoardFacts, backends: Mapping[RuntimeName, Backend[Any]]) -> tuple[RuntimeName, ...]:
-    """The backends ranked on `board`'s class, by rank (ties in the table's order)."""
+    """The backends ranked on `board`'s class, by rank (ties in the table's order); one bound to
+    SoCs (`Backend.socs`: rknn) only on a board with one of them."""
     cls = board_class(board)
-    ranked = [name for name, entry in backends.items() if cls in entry.rank]
+    ranked = [
+        name for name, entry in backends.items() if cls in entry.rank and (not entry.socs or board.soc in entry.socs)
+    ]
     return tuple(sorted(ranked, key=lambda name: backends[name].rank[cls]))
 
 
@@ -196,12 +213,13 @@ def select_runtimes(
         entry = backends[runtime]
         loadable = [a for a in artifacts if a.format in entry.formats]
         usable = sorted(
-            (a for a in loadable if a.arch is None or a.arch == board.arch),
+            (a for a in loadable if a.runs_on(board)),
             key=lambda a: (precision_rank[a.precision], entry.formats.index(a.format)),
         )
         if not usable and loadable:
-            built = ", ".join(f"{PurePath(a.path).name} for {a.arch}" for a in loadable)
-            why_not.append(f"{runtime}: TARGET_MISMATCH: {built}, this board is {board.arch}")
+            built = ", ".join(f"{PurePath(a.path).name} for {a.built_for()}" for a in loadable)
+            here = " ".join(t for t in (board.soc, board.arch) if t)
+            why_not.append(f"{runtime}: TARGET_MISMATCH: {built}, this board is {here}")
             passed_over.append(why_not[-1])
             continue
         if not usable:

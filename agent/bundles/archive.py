@@ -73,14 +73,17 @@ REFERENCE_RUNTIMES: Mapping[ModelFormat, str] = {
     "tflite": "litert",
     "openvino": "openvino",
     "tvm": "tvm",
+    "rknn": "rknn",
 }
 #: what a bundle's top level may hold besides its manifest, signature, labels and reference:
 #: models, OpenVINO IRs' weights, prebuilt TensorRT engines (data to their runtimes), and TVM
 #: modules with their records (native code: loaded only from a signed bundle, with
 #: ``runtimes.tvm.allow_compiled``)
-MODEL_FILE_SUFFIXES = (*FORMATS, ".bin", ".engine", ".so")
+MODEL_FILE_SUFFIXES = (*FORMATS, ".bin", ".engine", ".so", ".rknn")
 #: a TVM module's record, beside it (``model.so.json``)
 TVM_RECORD_SUFFIX = ".so.json"
+#: an RKNN model's record, beside it (``model.rknn.json``); the model is data to the NPU's runtime
+RKNN_RECORD_SUFFIX = ".rknn.json"
 _CHUNK = 1 << 20
 
 
@@ -236,7 +239,7 @@ def _allowed(path: PurePosixPath) -> bool:
     return (
         path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz")
         or path.suffix in MODEL_FILE_SUFFIXES
-        or path.name.endswith(TVM_RECORD_SUFFIX)
+        or path.name.endswith((TVM_RECORD_SUFFIX, RKNN_RECORD_SUFFIX))
     )
 
 
@@ -652,15 +655,20 @@ def compile_tvm_modules(model: Path, targets: Sequence[Mapping[str, Any]], folde
 
 
 def _module_entry(
-    path: Path, entries: Sequence[ArtifactEntry], reference: dict[str, npt.NDArray[Any]]
+    path: Path,
+    entries: Sequence[ArtifactEntry],
+    reference: dict[str, npt.NDArray[Any]],
+    notes: Mapping[str, ArtifactNotes] | None = None,
 ) -> ArtifactEntry:
-    """The artifact of the TVM module `path`, its target from its record; its reference arrays are
-    those of the ONNX artifact of `entries` it was compiled from (by its sha256)."""
+    """The artifact of the TVM module or RKNN model `path`, its target from its record; its
+    reference arrays are those of the ONNX artifact of `entries` it was made from (by its sha256);
+    an RKNN model's precision is its quantization, its agreement the simulator's (`notes`)."""
     from runtimes.base import ModelLoadError
+    from runtimes.rknn_backend import RKNNRecord
     from runtimes.tvm_backend import ModuleRecord
 
     try:
-        record = ModuleRecord.read(path)
+        record = RKNNRecord.read(path) if path.suffix == ".rknn" else ModuleRecord.read(path)
     except ModelLoadError as exc:
         raise BundleError(ErrorCode.UNKNOWN_FORMAT, str(exc)) from exc
     source = next((e for e in entries if e.format == "onnx" and e.sha256 == record.model_sha256), None)
@@ -668,12 +676,26 @@ def _module_entry(
         raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"{path.name} was compiled from none of the bundle's ONNX models")
     for key in [k for k in reference if k.startswith(f"{source.path}__")]:
         reference[path.name + key[len(source.path) :]] = reference[key]
+    size, digest = path.stat().st_size, sha256_file(path)
+    if isinstance(record, RKNNRecord):
+        # rknn-toolkit-lite2 runs on aarch64 only; the SoC is what the NPU checks
+        target = CompiledTarget(target=record.platform, arch="aarch64", runtime_version=record.toolkit_version)
+        precision: Precision = "int8" if record.quantization == "i8" else "fp16"
+        agreement = (notes or {}).get(path.name, ArtifactNotes()).agreement
+        return ArtifactEntry(
+            path=path.name,
+            format="rknn",
+            precision=precision,
+            sha256=digest,
+            size=size,
+            target=target,
+            agreement=agreement,
+        )
     target = CompiledTarget(
         target=json.dumps(record.target, sort_keys=True), arch=record.arch, runtime_version=record.tvm_version
     )
-    size = path.stat().st_size
     return ArtifactEntry(
-        path=path.name, format="tvm", precision=source.precision, sha256=sha256_file(path), size=size, target=target
+        path=path.name, format="tvm", precision=source.precision, sha256=digest, size=size, target=target
     )
 
 
@@ -708,9 +730,9 @@ def build_bundle(
     `engines` are prebuilt TensorRT engines with the keys they were built for (``edge-agent
     engine build --out`` writes both); each must come from one of the ONNX `models`.
     `classifier` adds the second stage (its models, labels, the detector labels it applies to).
-    `modules` are TVM modules (`compile_tvm_modules`), each compiled from one of the ONNX
-    `models`, its record beside it: its reference is that model's (it may be for a CPU that
-    cannot run it here).
+    `modules` are TVM modules (`compile_tvm_modules`) and RKNN models
+    (`agent.optimise.rknn_build.convert`), each made from one of the ONNX `models`, its record
+    beside it: its reference is that model's (it may be for a CPU or NPU that cannot run it here).
 
     Raises `BundleError` ``DECODER_MISMATCH`` when the decoder does not fit a model or the
     plausibility guard finds its detections impossible (on a blank frame or the reference input);
@@ -770,7 +792,7 @@ def build_bundle(
             )
         )
     assert first is not None
-    entries += [_module_entry(path, entries, reference) for path in modules]
+    entries += [_module_entry(path, entries, reference, notes) for path in modules]
     config, kept = first.preprocess_config, first.detection_filter
     if labels is None:
         labels = [names[i] if names and i in names else str(i) for i in range(max(names) + 1)] if names else ["0"]

@@ -172,7 +172,14 @@ def runtime_choices(
 
     listed = manifest.artifacts if entries is None else entries
     artifacts = [
-        Artifact(str(folder / a.path), a.format, a.precision, a.target.arch if a.target else None) for a in listed
+        Artifact(
+            str(folder / a.path),
+            a.format,
+            a.precision,
+            a.target.arch if a.target else None,
+            a.target.target if a.target and a.format == "rknn" else None,
+        )
+        for a in listed
     ]
     try:
         return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)

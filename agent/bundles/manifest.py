@@ -45,10 +45,20 @@ def _bounded_labels(value: list[str], what: str) -> list[str]:
 
 
 #: a model file's format: ONNX, LiteRT's flatbuffer, OpenVINO's IR (``.xml`` + ``.bin``), a
-#: module compiled by Apache TVM (``.so`` + its record ``.so.json``), or a HEF compiled for a Hailo
-#: chip (``.hef``: the chip is in its own header, checked on the device, docs/hailo.md)
-ModelFormat = Literal["onnx", "tflite", "openvino", "tvm", "hef"]
-_SUFFIXES: dict[str, str] = {"onnx": ".onnx", "tflite": ".tflite", "openvino": ".xml", "tvm": ".so", "hef": ".hef"}
+#: module compiled by Apache TVM (``.so`` + its record ``.so.json``), a model converted by
+#: rknn-toolkit2 for a Rockchip NPU (``.rknn`` + its record ``.rknn.json``), or a HEF compiled for a
+#: Hailo chip (``.hef``: the chip is in its own header, checked on the device, docs/hailo.md)
+ModelFormat = Literal["onnx", "tflite", "openvino", "tvm", "rknn", "hef"]
+_SUFFIXES: dict[str, str] = {
+    "onnx": ".onnx",
+    "tflite": ".tflite",
+    "openvino": ".xml",
+    "tvm": ".so",
+    "rknn": ".rknn",
+    "hef": ".hef",
+}
+#: the formats built for one target (`CompiledTarget`), each with its record beside it (``.json``)
+COMPILED_FORMATS = frozenset({"tvm", "rknn"})
 
 
 class _Strict(BaseModel):
@@ -104,16 +114,18 @@ class Agreement(_Strict):
 
 
 class CompiledTarget(_Strict):
-    """What a compiled artifact (format ``tvm``) was built for: a device whose architecture or
-    runtime release differs refuses it (``TARGET_MISMATCH``)."""
+    """What a compiled artifact (format ``tvm`` or ``rknn``) was built for: a device whose
+    architecture, SoC (rknn) or runtime release (tvm) differs refuses it (``TARGET_MISMATCH``)."""
 
     target: str = Field(
         max_length=1000,
-        description='The compiler\'s target as JSON, e.g. {"kind": "llvm", "mtriple": "aarch64-linux-gnu", '
-        '"mcpu": "cortex-a76"}.',
+        description='The compiler\'s target: TVM\'s as JSON, e.g. {"kind": "llvm", "mtriple": '
+        '"aarch64-linux-gnu", "mcpu": "cortex-a76"}; for rknn the SoC rknn-toolkit2 converted for, e.g. "rk3588".',
     )
     arch: str = Field(pattern=r"^[a-z0-9_]{1,32}$", description="CPU architecture it runs on: x86_64, aarch64, ...")
-    runtime_version: str = Field(max_length=64, description="The runtime release that compiled it, e.g. '0.27.0'.")
+    runtime_version: str = Field(
+        max_length=64, description="The release that compiled it, e.g. '0.27.0' (TVM), '2.3.2' (rknn-toolkit2)."
+    )
 
 
 class ArtifactEntry(_Strict):
@@ -123,7 +135,8 @@ class ArtifactEntry(_Strict):
     format: ModelFormat = Field(
         description="Model format: onnx, tflite, openvino (OpenVINO's IR: the path names the .xml, whose "
         "weights, the .bin of the same name, are listed in files; agents older than the format refuse it), or "
-        "tvm (a module compiled by Apache TVM, a .so whose record, the .so.json, is listed in files), or hef "
+        "tvm (a module compiled by Apache TVM, a .so whose record, the .so.json, is listed in files), rknn (a "
+        "model converted by rknn-toolkit2 for a Rockchip NPU, its record, the .rknn.json, listed in files), or hef "
         "(a HEF compiled for a Hailo chip; its chip is in its header, checked against the device's before loading).",
     )
     precision: Precision = Field(description="Numeric precision of the weights.")
@@ -134,7 +147,8 @@ class ArtifactEntry(_Strict):
         description="Measured against the FP32 model at build time (variants of bundle build --precisions).",
     )
     target: CompiledTarget | None = Field(
-        default=None, description="What a compiled artifact (format tvm) was built for; none for the other formats."
+        default=None,
+        description="What a compiled artifact (format tvm or rknn) was built for; none for the other formats.",
     )
 
     @model_serializer(mode="wrap")
@@ -161,8 +175,10 @@ class ArtifactEntry(_Strict):
         suffix = _SUFFIXES[self.format]
         if not self.path.lower().endswith(suffix):
             raise ValueError(f"artifact {self.path!r} of format {self.format} must be a {suffix} file")
-        if (self.format == "tvm") != (self.target is not None):
-            raise ValueError(f"artifact {self.path!r}: a target is recorded for a tvm artifact, and only for one")
+        if (self.format in COMPILED_FORMATS) != (self.target is not None):
+            raise ValueError(
+                f"artifact {self.path!r}: a target is recorded for a tvm or rknn artifact, and only for one"
+            )
         return self
 
     @property
@@ -174,7 +190,7 @@ class ArtifactEntry(_Strict):
     def companion(self) -> str | None:
         """The file the artifact needs beside it: an IR's weights, a TVM module's record
         (``model.so.json``); None for other formats."""
-        return self.path + ".json" if self.format == "tvm" else self.weights
+        return self.path + ".json" if self.format in COMPILED_FORMATS else self.weights
 
 
 class FileEntry(_Strict):
@@ -381,7 +397,9 @@ class Manifest(_Strict):
         files = {f.path for f in self.files}
         for artifact in [*self.artifacts, *stage]:
             if artifact.companion is not None and artifact.companion not in files:
-                kind, what = ("TVM module", "record") if artifact.format == "tvm" else ("OpenVINO IR", "weights")
+                kind, what = {"tvm": ("TVM module", "record"), "rknn": ("RKNN model", "record")}.get(
+                    artifact.format, ("OpenVINO IR", "weights")
+                )
                 raise ValueError(
                     f"{kind} {artifact.path}: its {what} {artifact.companion} must also be listed in files "
                     "(their sha256 and size)"

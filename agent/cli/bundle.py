@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 from typing import TYPE_CHECKING, get_args
 
 from runtimes.base import Precision
+from runtimes.rknn_settings import PLATFORMS as RKNN_PLATFORMS
 
 if TYPE_CHECKING:
     from agent.bundles.archive import ArtifactNotes, ClassifierInput
@@ -62,6 +63,22 @@ def add_parser(commands: Any) -> None:
         "-mcpu=cortex-a76', or TVM's JSON form), recorded with its target; native code, so loaded only from a "
         "signed bundle where runtimes.tvm.allow_compiled is on (repeatable; pip install 'edge-agent[tvm]', "
         "a cross gcc for another CPU; docs/tvm.md)",
+    )
+    build.add_argument(
+        "--rknn",
+        action="append",
+        default=[],
+        choices=RKNN_PLATFORMS,
+        metavar="SOC",
+        help="also the first ONNX model converted by rknn-toolkit2 for a Rockchip NPU (rk3588, rk3566, rk3568): "
+        "INT8 on --calibration, proven in the toolkit's simulator on --validation against --min-agreement "
+        "(repeatable; the toolkit in its own venv, --rknn-python; docs/rknn.md)",
+    )
+    build.add_argument("--rknn-fp16", action="store_true", help="--rknn converts to FP16 instead of INT8")
+    build.add_argument(
+        "--rknn-python",
+        type=Path,
+        help="the python of the venv holding rknn-toolkit2 (default: $EDGE_AGENT_RKNN_PYTHON)",
     )
     build.add_argument("-o", "--out", type=Path, required=True, help="bundle file to write")
     add_threshold_arguments(build)
@@ -108,6 +125,9 @@ def _bundle_build(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="edge-agent-build-") as workdir:
         models, notes = prepare_models(args, calibration, Path(workdir))
         modules = tvm_modules(models, targets, Path(workdir)) if targets else []
+        if args.rknn:
+            converted, rknn_notes = rknn_models(args, models, calibration, Path(workdir))
+            modules, notes = [*modules, *converted], {**notes, **rknn_notes}
         manifest = build_bundle(
             models,
             args.out,
@@ -150,6 +170,45 @@ def tvm_modules(models: list[Path], targets: list[dict[str, Any]], workdir: Path
         raise CliError("--tvm-target compiles an ONNX model: give one")
     print(f"compiling {onnx.name} with TVM for {len(targets)} target(s)...")
     return compile_tvm_modules(onnx, targets, workdir)
+
+
+def rknn_models(
+    args: argparse.Namespace, models: list[Path], calibration: list[Path], workdir: Path
+) -> tuple[list[Path], dict[str, ArtifactNotes]]:
+    """The first ONNX model of `models` converted for each ``--rknn`` SoC in the toolkit's own
+    venv, each proven in its simulator on the validation images (default: the calibration
+    images) against ONNX Runtime: one below ``--min-agreement`` is left out, a line says why."""
+    from agent.bundles.archive import ArtifactNotes
+    from agent.errors import BundleError, ErrorCode
+    from agent.optimise.rknn_build import convert, read_images, toolkit_python
+
+    onnx = next((m for m in models if m.suffix == ".onnx"), None)
+    if onnx is None:
+        raise CliError("--rknn converts an ONNX model: give one")
+    validation = image_files(args.validation, "validation") if args.validation else calibration
+    if not calibration and not args.rknn_fp16:
+        raise BundleError(ErrorCode.CALIBRATION_REQUIRED, "--rknn (INT8) needs --calibration DIR, or --rknn-fp16")
+    if not validation:
+        raise BundleError(ErrorCode.VALIDATION_REQUIRED, "--rknn is proven before it ships: give --validation DIR")
+    python = toolkit_python(args.rknn_python)
+    cal, val = read_images(calibration, "calibration"), read_images(validation, "validation")
+    kept: list[Path] = []
+    notes: dict[str, ArtifactNotes] = {}
+    for soc in dict.fromkeys(args.rknn):
+        out = workdir / f"{onnx.stem}.{soc}.rknn"
+        kind = "fp16" if args.rknn_fp16 else "int8"
+        print(f"converting {onnx.name} with rknn-toolkit2 for {soc} ({kind}) and running its simulator...")
+        done = convert(onnx, soc, out, python, [] if args.rknn_fp16 else cal, val, args.rknn_fp16, args.decoder)
+        agreement = done.measured.agreement
+        counts = f"{done.measured.matched} of {done.measured.baseline_detections} ONNX Runtime detections matched"
+        if agreement is None or agreement < args.min_agreement:
+            shown = "nothing to compare" if agreement is None else f"agreement {agreement:.3f}"
+            print(f"{out.name}: left out: {shown} below --min-agreement {args.min_agreement:.2f} ({counts})")
+            continue
+        print(f"{out.name}: kept: detection agreement {agreement:.3f} in the simulator ({counts})")
+        kept.append(out)
+        notes[out.name] = ArtifactNotes(agreement=done.measured.to_manifest(onnx.name, args.min_agreement))
+    return kept, notes
 
 
 def _engine_file(path: Path) -> tuple[Path, EngineKey]:
@@ -200,7 +259,8 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
     sizes = {f.path: f.size for f in manifest.files}
     for a in manifest.artifacts:
         weights = f" (+ weights {a.weights}, {sizes[a.weights]} bytes)" if a.weights in sizes else ""
-        target = f", for {a.target.arch} {a.target.target} (TVM {a.target.runtime_version})" if a.target else ""
+        tool = "rknn-toolkit2" if a.format == "rknn" else "TVM"
+        target = f", for {a.target.arch} {a.target.target} ({tool} {a.target.runtime_version})" if a.target else ""
         print(
             f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes{weights}{target}, sha256 {a.sha256[:16]}..."
         )

@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"board:    {board['model']} ({board['kind']}, {board['arch']}, {board['cpu_count']} CPUs)")
     print(f"gpu:      {gpu}" + (f", L4T {board['l4t_release']}" if board["l4t_release"] else ""))
     print(f"hailo:    {board['hailo'] or 'none'}")
+    if board["soc"]:
+        print(f"npu:      {board['soc'].upper()} (runtime rknn, .rknn models converted for {board['soc']})")
     print("runtimes:")
     for name, info in report["runtimes"].items():
         if info["available"]:

@@ -9,6 +9,8 @@ at fake trees under ``tests/fakes/<board>/`` shaped like the real boards':
 - ``sys/devices/system/cpu/online``, e.g. ``0-3``
 - ``dev/hailo0`` and its PCIe id (``sys/class/*/hailo0/device/device``, ``0x2864``): a Hailo
   chip, the Raspberry Pi AI HAT+ (`runtimes.hailo_device.find_devices`)
+- ``proc/device-tree/compatible`` (NUL-separated), e.g. ``radxa,rock-5b`` ``rockchip,rk3588``: a
+  Rockchip SoC whose NPU the ``rknn`` runtime drives (`Board.soc`)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Literal
 
 from agent.hardware.sysfs import SysFS
 from runtimes.hailo_device import find_devices
+from runtimes.rknn_settings import rockchip_soc
 
 BoardKind = Literal["jetson", "raspberry_pi", "generic"]
 
@@ -34,7 +37,8 @@ class Board:
 
     `model` is the device-tree model string (or ``generic <arch>``); `l4t_release` is the Jetson
     Linux release such as ``36.3.0``; `gpu_name` names the NVIDIA GPU when there is one; `hailo`
-    the first Hailo chip (``Hailo-8/8L``: the AI HAT+; ``Hailo-10H``: the AI HAT+ 2).
+    the first Hailo chip (``Hailo-8/8L``: the AI HAT+; ``Hailo-10H``: the AI HAT+ 2); `soc` the
+    Rockchip SoC with an NPU (``rk3588``, ``rk3566``, ``rk3568``) when the board has one.
     """
 
     kind: BoardKind
@@ -45,6 +49,7 @@ class Board:
     gpu_name: str | None = None
     l4t_release: str | None = None
     hailo: str | None = None
+    soc: str | None = None
 
 
 def _count_cpus(spec: str) -> int:
@@ -94,4 +99,5 @@ def probe(root: Path | SysFS = Path("/"), arch: str | None = None) -> Board:
     gpu = _discrete_gpu(fs)
     if model and model.startswith("Raspberry Pi"):
         return Board("raspberry_pi", model, arch, cpus, gpu is not None, gpu, hailo=hailo)
-    return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu, hailo=hailo)
+    soc = rockchip_soc((fs.read_text_raw("proc/device-tree/compatible") or "").split("\x00"))
+    return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu, hailo=hailo, soc=soc)

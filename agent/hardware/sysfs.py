@@ -35,6 +35,15 @@ class SysFS:
         except (OSError, ValueError):
             return None
 
+    def read_text_raw(self, relative: str, limit: int = 4096) -> str | None:
+        """The file's first `limit` characters as they are, NULs kept (a device tree's
+        ``compatible`` is a NUL-separated list); None when it cannot be read."""
+        try:
+            with open(os.path.join(self._root, relative.lstrip("/")), errors="replace") as file:
+                return file.read(limit)
+        except (OSError, ValueError):
+            return None
+
     def read_int(self, relative: str) -> int | None:
         """The file as one integer (``45000``); None when missing or not an integer."""
         text = self.read_text(relative)

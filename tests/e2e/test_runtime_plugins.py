@@ -128,7 +128,16 @@ def test_an_installed_plugin_is_probed_and_ranked_like_the_in_tree_backends(plug
     report = json.loads(proc.stdout)
     toy = report["runtimes"]["toynpu"]
     assert toy["available"] and toy["devices"] == ["toy-npu0"], "probed in the check process, as the others"
-    assert list(report["runtimes"]) == ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo", "toynpu"]
+    assert list(report["runtimes"]) == [
+        "tensorrt",
+        "onnxruntime",
+        "litert",
+        "openvino",
+        "tvm",
+        "hailo",
+        "rknn",
+        "toynpu",
+    ]
     onnx = report["selection"]["onnx"]
     assert onnx["runtime"] == "toynpu" and onnx["device"] == "toy-npu0"
     assert onnx["reason"] == "generic x86_64: toynpu on toy-npu0 is preferred for a .onnx artifact"
@@ -146,7 +155,7 @@ def test_an_installed_plugin_is_probed_and_ranked_like_the_in_tree_backends(plug
     assert "runtime plugin brokennpu (broken_npu:BACKEND, from edge-agent-broken-npu 0.1.0) left out" in proc.stderr
 
     without = json.loads(edge_agent("probe", "--json", *X86, site=None).stdout)
-    assert list(without["runtimes"]) == ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo"]
+    assert list(without["runtimes"]) == ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo", "rknn"]
     assert without["runtime_plugins"] == []
     assert without["selection"]["onnx"]["runtime"] == "onnxruntime"
 
@@ -186,7 +195,7 @@ def test_the_config_takes_a_plugin_section_and_preference_only_where_it_is_insta
 
     # the schema describes the in-tree backends: writing it imports no plugin (runtimes.registry)
     schema = json.loads(python_module("agent.config", site=plugin_site).stdout)
-    in_tree = ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo"]
+    in_tree = ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo", "rknn"]
     assert schema["properties"]["runtime"]["enum"] == ["auto", *in_tree]
     assert list(schema["$defs"]["RuntimeSettings"]["properties"]) == in_tree
 

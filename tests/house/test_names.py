@@ -95,7 +95,7 @@ def _choices(*path: str) -> tuple[str, ...]:
 
 
 def test_runtime_names_come_from_one_table() -> None:
-    in_tree = ("tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo")
+    in_tree = ("tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo", "rknn")
     assert in_tree == RUNTIME_NAMES, "the in-tree backends, in the table's order"
     assert tuple(BACKENDS) == RUNTIME_NAMES
     assert tuple(c.type for c in RuntimeSettings().configs) == RUNTIME_NAMES

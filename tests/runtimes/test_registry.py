@@ -84,7 +84,7 @@ def test_plugins_join_the_table_and_the_bad_ones_are_logged_and_left_out(
     ]
     with caplog.at_level(logging.ERROR, logger="runtimes.registry"):
         registry = collect(IN_TREE, points)
-    assert list(registry.backends) == ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo", "npu"]
+    assert list(registry.backends) == ["tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo", "rknn", "npu"]
     assert registry.backends["onnxruntime"] is IN_TREE[1], "an in-tree backend is never replaced"
     assert registry.backends["npu"].config.__module__ == "npu_again"
     errors = {(p.name, p.target): p.error for p in registry.plugins}

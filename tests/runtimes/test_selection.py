@@ -276,14 +276,14 @@ def test_a_plugin_s_reasons_name_it_and_ties_keep_the_table_s_order() -> None:
 
 
 def test_formats_and_probing_follow_the_table() -> None:
-    assert known_formats() == ("onnx", "tflite", "openvino", "tvm", "hef")
-    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "tvm", "hef", "npumodel")
+    assert known_formats() == ("onnx", "tflite", "openvino", "tvm", "hef", "rknn")
+    assert known_formats(WITH_NPU) == ("onnx", "tflite", "openvino", "tvm", "hef", "rknn", "npumodel")
     assert runtimes_for([ONNX]) == ("tensorrt", "onnxruntime", "openvino", "tvm")
     assert runtimes_for([NPU_ART, TFLITE8], WITH_NPU) == ("litert", "npu")
     assert Artifact.from_path("a/m.NPUMODEL", "int8", known_formats(WITH_NPU)) == Artifact(
         "a/m.NPUMODEL", "npumodel", "int8"
     )
-    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml or \.so or \.hef$"):
+    with pytest.raises(SelectionError, match=r"expected \.onnx or \.tflite or \.xml or \.so or \.hef or \.rknn$"):
         Artifact.from_path("m.npumodel")
 
 
@@ -297,7 +297,7 @@ def test_board_classes(board: Board, expected: str) -> None:
 def test_the_configured_preference_is_checked_against_the_table() -> None:
     adapter = TypeAdapter(Preference)
     assert adapter.validate_python("litert") == "litert" and adapter.validate_python("auto") == "auto"
-    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo"]
+    names = ["auto", "tensorrt", "onnxruntime", "litert", "openvino", "tvm", "hailo", "rknn"]
     with pytest.raises(ValidationError, match=f"unknown runtime 'npu': expected {', '.join(names)}"):
         adapter.validate_python("npu")
     assert adapter.json_schema() == {"enum": names, "type": "string"}
@@ -344,3 +344,54 @@ def test_a_pi_5_with_the_ai_hat_runs_the_hef_on_it() -> None:
 def test_without_the_chip_the_hef_is_passed_over_saying_why() -> None:
     first, _ = select_runtimes(PI5, runtimes(NO_HAILO, ORT_CPU, LITERT), [ONNX, TFLITE8, HEF])
     assert first.runtime == "litert" and "hailo: no Hailo device: no /dev/hailo*" in first.reason
+
+
+ROCK5B = Board("generic", "Radxa ROCK 5B", "aarch64", 8, False, soc="rk3588")
+RK3566_BOARD = Board("generic", "Pine64 Quartz64 Model A", "aarch64", 4, False, soc="rk3566")
+RKNN = RuntimeInfo("rknn", True, "2.3.2", ("RK3588 NPU",))
+NO_RKNN = RuntimeInfo("rknn", False, reason="rknnlite does not import")
+RK3588_MODEL = Artifact("m.rk3588.rknn", "rknn", "int8", "aarch64", "rk3588")
+
+
+@pytest.mark.parametrize(
+    ("board", "available", "expected"),
+    [
+        # the NPU first on its own SoC, then the CPU runtimes
+        (
+            ROCK5B,
+            runtimes(RKNN, ORT_CPU, LITERT),
+            [
+                ("rknn", "m.rk3588.rknn", "RK3588 NPU"),
+                ("litert", "m_int8.tflite", "xnnpack"),
+                ("onnxruntime", "m.onnx", "CPU"),
+            ],
+        ),
+        # rknnlite missing: the CPU runtimes, as on any ARM board
+        (
+            ROCK5B,
+            runtimes(NO_RKNN, ORT_CPU, LITERT),
+            [("litert", "m_int8.tflite", "xnnpack"), ("onnxruntime", "m.onnx", "CPU")],
+        ),
+        # another SoC (an RK3566) or a Pi: the rk3588 model is never chosen
+        (
+            RK3566_BOARD,
+            runtimes(RKNN, ORT_CPU, LITERT),
+            [("litert", "m_int8.tflite", "xnnpack"), ("onnxruntime", "m.onnx", "CPU")],
+        ),
+        (
+            PI5,
+            runtimes(RKNN, ORT_CPU, LITERT),
+            [("litert", "m_int8.tflite", "xnnpack"), ("onnxruntime", "m.onnx", "CPU")],
+        ),
+    ],
+)
+def test_an_rknn_model_is_chosen_first_on_its_own_soc_only(board: Board, available: dict, expected: list) -> None:
+    chosen = select_runtimes(board, available, [*ALL, RK3588_MODEL])
+    assert [(c.runtime, c.artifact.path, c.device) for c in chosen] == expected
+
+
+def test_an_rknn_model_for_another_soc_is_a_target_mismatch_naming_both() -> None:
+    with pytest.raises(
+        SelectionError, match=r"rknn: TARGET_MISMATCH: m\.rk3588\.rknn for rk3588 aarch64, this board is rk3566 aarch64"
+    ):
+        select_runtimes(RK3566_BOARD, runtimes(RKNN), [RK3588_MODEL], "rknn")

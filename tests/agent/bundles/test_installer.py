@@ -125,6 +125,27 @@ def test_a_compiled_module_is_installed_only_from_a_signed_bundle(tmp_path: Path
 
 
 @pytest.mark.install
+def test_an_rknn_model_is_data_an_unsigned_bundle_may_carry_and_another_board_serves_its_onnx(
+    tmp_path: Path,
+) -> None:
+    """An .rknn is data to the NPU's runtime (not native code): an unsigned bundle carries it
+    and its record; on this x86 machine selection leaves it out and ONNX Runtime serves."""
+    from testkit.rknn_double import double_rknn
+
+    model = DEMO_MODELS / "demo_detector.onnx"
+    converted = double_rknn(model, tmp_path)
+    bundle = tmp_path / "rock5b.bundle"
+    manifest = build_bundle([model], bundle, name="demo", modules=[converted])
+    (entry,) = [a for a in manifest.artifacts if a.format == "rknn"]
+    assert entry.target is not None and (entry.target.target, entry.target.arch) == ("rk3588", "aarch64")
+    assert entry.precision == "int8"
+    store = Store(tmp_path / "state")
+    done = install(bundle, store, probe(), InstallPolicy(allow_unsigned=True))
+    assert done.state == "SUCCEEDED", done.error
+    assert_serving(store, done.sha256)
+
+
+@pytest.mark.install
 def test_install_switch_rollback_and_gc(tmp_path: Path, keys, bundles) -> None:
     store, v1 = installed_store(tmp_path, bundles["v1"], keys)
     v2 = install(bundles["v2"], store, probe(), InstallPolicy(trusted=[load_public_key(keys["public"])]))

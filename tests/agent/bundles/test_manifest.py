@@ -69,7 +69,10 @@ def test_a_valid_manifest_round_trips() -> None:
         ({"artifacts": [{**GOOD["artifacts"][0], "format": "openvino"}]}, "of format openvino must be a .xml file"),
         ({"artifacts": [IR]}, r"OpenVINO IR m\.xml: its weights m\.bin must also be listed in files"),
         ({"artifacts": [IR], "files": [{"path": "n.bin", "sha256": "b" * 64, "size": 1}]}, r"its weights m\.bin"),
-        ({"artifacts": [{**MODULE, "target": None}]}, "a target is recorded for a tvm artifact, and only for one"),
+        (
+            {"artifacts": [{**MODULE, "target": None}]},
+            "a target is recorded for a tvm or rknn artifact, and only for one",
+        ),
         ({"artifacts": [{**GOOD["artifacts"][0], "target": MODULE["target"]}]}, "and only for one"),
         ({"artifacts": [{**MODULE, "path": "m.onnx"}]}, "of format tvm must be a .so file"),
         ({"artifacts": [MODULE]}, r"TVM module m\.so: its record m\.so\.json must also be listed in files"),
@@ -101,7 +104,7 @@ def test_a_hef_beside_its_onnx_model_is_valid_and_carries_no_target() -> None:
     manifest = Manifest.model_validate({**GOOD, "artifacts": [GOOD["artifacts"][0], hef]})
     assert [a.format for a in manifest.artifacts] == ["onnx", "hef"] and manifest.artifacts[1].companion is None
     assert Manifest.model_validate(json.loads(manifest.to_bytes())) == manifest
-    with pytest.raises(ValidationError, match="a target is recorded for a tvm artifact, and only for one"):
+    with pytest.raises(ValidationError, match="a target is recorded for a tvm or rknn artifact, and only for one"):
         Manifest.model_validate({**GOOD, "artifacts": [{**hef, "target": MODULE["target"]}]})
     with pytest.raises(ValidationError, match=r"artifact 'm\.onnx' of format hef must be a \.hef file"):
         Manifest.model_validate({**GOOD, "artifacts": [{**hef, "path": "m.onnx"}]})

@@ -145,3 +145,29 @@ def test_tvm_modules_and_their_target_are_in_the_manifest(tmp_path: Path, capsys
     assert main(["bundle", "inspect", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "artifact demo_detector.aarch64-cortex-a76.so: tvm fp32" in shown and "for aarch64" in shown, shown
+
+
+@pytest.mark.rknn
+@pytest.mark.slow
+def test_an_rknn_model_is_converted_proven_in_the_simulator_and_recorded(tmp_path: Path, scenes: Path, capsys) -> None:
+    """`bundle build --rknn rk3588`: rknn-toolkit2 converts the demo detector (INT8 on the
+    calibration scenes) in its own venv, its simulator's detections pass the agreement gate
+    against ONNX Runtime's, and the model, its record, target and agreement are in the bundle."""
+    from testkit.rknn_double import toolkit_python
+
+    from agent.bundles.archive import read_bundle_manifest
+    from agent.cli import main
+
+    python = toolkit_python()
+    out = tmp_path / "rock5b.bundle"
+    argv = ["--model", FP32, "--calibration", scenes, "--rknn", "rk3588", "--rknn-python", python, "-o", out]
+    status, said, err = _build(capsys, *argv)
+    assert status == 0, err
+    assert "demo_detector.rk3588.rknn: kept: detection agreement" in said, said
+    manifest = read_bundle_manifest(out).manifest
+    (rknn,) = [a for a in manifest.artifacts if a.format == "rknn"]
+    assert rknn.precision == "int8" and rknn.target is not None and rknn.target.target == "rk3588"
+    assert rknn.agreement is not None and rknn.agreement.detections >= rknn.agreement.min_agreement == 0.9
+    assert "demo_detector.rk3588.rknn.json" in {f.path for f in manifest.files}
+    assert main(["bundle", "inspect", str(out)]) == 0
+    assert "for aarch64 rk3588 (rknn-toolkit2 2." in capsys.readouterr().out

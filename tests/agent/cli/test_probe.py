@@ -46,6 +46,18 @@ def test_probe_text(capsys) -> None:
     assert ".tflite  -> litert: Raspberry Pi aarch64: litert on xnnpack is preferred" in out
 
 
+def test_probe_on_a_rock_5b_names_its_npu_and_why_rknn_cannot_run_here(capsys) -> None:
+    """The RK3588 from the tree's device tree; rknnlite (aarch64 only) does not import here."""
+    assert main(["probe", "--json", "--root", str(FAKES / "rock5b"), "--arch", "aarch64"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["board"]["soc"] == "rk3588" and report["board"]["model"] == "Radxa ROCK 5B"
+    assert not report["runtimes"]["rknn"]["available"]
+    assert report["selection"]["rknn"]["runtime"] is None
+    assert "rknn: rknnlite does not import" in report["selection"]["rknn"]["reason"]
+    assert main(["probe", "--root", str(FAKES / "rock5b"), "--arch", "aarch64"]) == 0
+    assert "npu:      RK3588 (runtime rknn" in capsys.readouterr().out
+
+
 def on_path(monkeypatch: pytest.MonkeyPatch, tree: Path) -> None:
     """The tree's fake ``vcgencmd`` first on PATH, as a technician would put another one."""
     monkeypatch.setenv("PATH", f"{tree / 'usr/bin'}{os.pathsep}{os.environ['PATH']}")

@@ -53,6 +53,8 @@ from agent.hardware.board import Board, probe
         ("rpi4", "armv7l", Board("raspberry_pi", "Raspberry Pi 4 Model B Rev 1.4", "armv7l", 4, False)),
         ("x86-nvidia", "x86_64", Board("generic", "generic x86_64", "x86_64", 16, True, "NVIDIA GeForce RTX 3060")),
         ("x86-generic", "x86_64", Board("generic", "generic x86_64", "x86_64", 4, False)),
+        # the SoC from the device tree's NUL-separated compatible list, not from the model string
+        ("rock5b", "aarch64", Board("generic", "Radxa ROCK 5B", "aarch64", 8, False, soc="rk3588")),
     ],
 )
 def test_probe_fake_boards(tree: str, arch: str, expected: Board) -> None:

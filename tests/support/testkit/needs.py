@@ -2,7 +2,8 @@
 
 A test that needs something this machine may lack (mosquitto, the COCO models, root, chromium,
 systemd-analyze, gst-launch-1.0 with y4menc, ffmpeg, Debian's prometheus with promtool, Home
-Assistant core in build/ha-env, qemu and debootstrap for the booted VM, Apache TVM) calls
+Assistant core in build/ha-env, qemu and debootstrap for the booted VM, Apache TVM, rknn-toolkit2's
+own venv) calls
 `missing(what, reason)`: it skips, unless `what` is listed in the ``EDGE_AGENT_REQUIRE``
 environment variable (comma-separated, or ``all``), where it fails instead. `.ci/run` lists what
 CI installs, so a CI run cannot pass with those tests silently skipped.
@@ -29,6 +30,7 @@ NEEDS = (
     "home_assistant",
     "vm",
     "tvm",
+    "rknn",
 )
 
 
