@@ -20,13 +20,37 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import logging
+    import os
+    import sys
+    import time
 
     from agent.config.loading import load_config
     from agent.daemon.agent import Agent
+    from agent.deployment.agent_switch import (
+        BASE_ENV,
+        LAUNCHED_ENV,
+        RESTART,
+        AgentDirs,
+        AgentWatch,
+        Probation,
+        exec_agent,
+        launch,
+        running_environment,
+    )
     from agent.hardware.board import probe
 
     config = load_config(args.config)
+    running = running_environment()
+    dirs = AgentDirs(config.state_dir, Path(os.environ.pop(BASE_ENV, "") or running))
+    target = launch(dirs, running, launched=os.environ.pop(LAUNCHED_ENV, None) is not None)
+    if target is not None:  # the agent's own version switch (docs/fleet.md#agent-updates)
+        exec_agent(dirs, target, sys.argv[1:])
     root = logging.getLogger()
     root.setLevel(min(root.level, logging.getLevelName(config.log_level.upper())))  # -v can only add detail
     agent = Agent(config, probe(args.root), config_path=args.config, root=args.root)
-    return agent.run()
+    watch = AgentWatch(dirs, running, Probation.for_running(dirs, running, time.monotonic()))
+    code = agent.run(watch)
+    if code == RESTART:
+        target = launch(dirs, running, launched=True)
+        exec_agent(dirs, target or running, sys.argv[1:])
+    return code
