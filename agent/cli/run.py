@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     dirs = AgentDirs(config.state_dir, Path(os.environ.pop(BASE_ENV, "") or running))
     target = launch(dirs, running, launched=os.environ.pop(LAUNCHED_ENV, None) is not None)
     if target is not None:  # the agent's own version switch (docs/fleet.md#agent-updates)
+        logging.getLogger(__name__).info("edge-agent: running the environment %s", target)
         exec_agent(dirs, target, sys.argv[1:])
     root = logging.getLogger()
     root.setLevel(min(root.level, logging.getLevelName(config.log_level.upper())))  # -v can only add detail
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     watch = AgentWatch(dirs, running, Probation.for_running(dirs, running, time.monotonic()))
     code = agent.run(watch)
     if code == RESTART:
+        record = dirs.record()
+        logging.getLogger(__name__).warning("edge-agent: restarting for the switch %s", record)
         target = launch(dirs, running, launched=True)
         exec_agent(dirs, target or running, sys.argv[1:])
     return code

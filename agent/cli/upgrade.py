@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
             raise AgentUpdateError(ErrorCode.AGENT_UPDATE_DOWNGRADE, reason)
         if version == dirs.current_version() or dirs.env(version) == running:
             raise AgentUpdateError(ErrorCode.AGENT_UPDATE_RUNNING, f"{version} is the running version")
+        for old in dirs.prune(keep=version):
+            print(f"removed edge-agent {old}'s environment")
         install_env(dirs.root, version, args.wheels, dirs.base)  # again if it was: the wheels given
     except AgentUpdateError as exc:
         raise CliError(str(exc)) from exc

@@ -86,7 +86,10 @@ def install_env(root: Path, version: str, wheels: list[Path], running: Path) -> 
     system_site = "include-system-site-packages = true" in _read(running / "pyvenv.cfg")
     site = ["--system-site-packages"] if system_site else []
     make = [_base_python(running), "-m", "venv", "--without-pip", *site, str(incoming)]
-    subprocess.run(make, check=True, capture_output=True)
+    made = subprocess.run(make, capture_output=True, text=True)
+    if made.returncode != 0:
+        detail = made.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise AgentUpdateError(ErrorCode.AGENT_UPDATE_INSTALL_FAILED, f"venv: {detail[0]}")
     (_purelib(incoming) / BASE_PTH).write_text(f"{base_site_packages(running)}\n")
     pip = [str(incoming / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
     for args in (["install", "--no-index", "--no-deps", "--ignore-installed", *map(str, wheels)], ["check"]):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -143,6 +144,19 @@ class AgentDirs:
         on_step("record")
         self.write(done)
         return done
+
+    def prune(self, keep: str) -> list[str]:
+        """Remove every version's environment but `keep`, the current one and the record's two
+        (the way back stays); returns the versions removed."""
+        record = self.record()
+        kept = {keep, self.current_version(), *((record.version, record.previous) if record else ())}
+        removed = []
+        for folder in sorted(self.root.iterdir()) if self.root.is_dir() else ():
+            if folder.is_dir() and not folder.is_symlink() and folder.name not in kept:
+                (folder / INSTALLED_MARK).unlink(missing_ok=True)  # unmarked first: never run half removed
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder.name)
+        return removed
 
     def confirm(self) -> None:
         record = self.record()

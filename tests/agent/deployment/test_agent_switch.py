@@ -165,3 +165,12 @@ def test_sigkill_at_each_step_of_a_rollback_ends_on_the_previous_version(dirs: A
     for _ in range(MAX_STARTS + 1):
         last = runs(dirs)
     assert last == dirs.root / "1.0.1" and dirs.record().state == "rolled_back"  # type: ignore[union-attr]
+
+
+def test_prune_keeps_the_way_back_and_removes_the_rest(dirs: AgentDirs) -> None:
+    make_env(dirs.root / "1.0.0")
+    dirs.switch("1.0.1")
+    dirs.confirm()
+    dirs.switch("1.0.2")
+    assert dirs.prune(keep="1.0.3") == ["1.0.0"]
+    assert sorted(p.name for p in dirs.root.iterdir()) == ["1.0.1", "1.0.2", "current", "switch.json"]
