@@ -157,8 +157,8 @@ def run_until_signalled(daemon: Daemon, service: Service | None = None, restarts
     """Start `daemon`, tell systemd READY, then wait on the main thread (signal handlers can only
     be set there): SIGHUP reloads it (RELOADING, then READY again), SIGTERM or SIGINT stops it
     (STOPPING); between signals `Service.tick` pings the watchdog while it is healthy, and
-    `restarts` is asked whether the agent switched versions (then it stops and returns
-    `RESTART`). Returns the exit status, 0 or `RESTART`."""
+    `restarts` is asked whether the agent switched versions (then it stops, telling systemd
+    RELOADING rather than STOPPING, and returns `RESTART`). Returns 0 or `RESTART`."""
     service = service or Service.from_environment()
     stop, reload = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -180,7 +180,10 @@ def run_until_signalled(daemon: Daemon, service: Service | None = None, restarts
                 code = RESTART
                 break
     finally:
-        service.stopping()
+        if code == RESTART:  # the same pid execs the new version, which says READY=1 again
+            service.notifier.send("RELOADING=1", "STATUS=restarting into another edge-agent version")
+        else:
+            service.stopping()
         daemon.stop()
     return code
 
