@@ -73,7 +73,7 @@ def base_site_packages(running: Path) -> Path:
     """The installed environment's site-packages: where `running` layers on, or its own."""
     pth = _purelib(running) / BASE_PTH
     if pth.exists():
-        return Path(pth.read_text().strip())
+        return Path(_read(pth).strip())
     return _purelib(running)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.deployment.agent_env import AgentUpdateError, check_wheels
+from agent.deployment.agent_env import BASE_PTH, AgentUpdateError, base_site_packages, check_wheels
 
 AGENT = "edge_agent-0.3.0-py3-none-any.whl"
 
@@ -35,3 +35,15 @@ def test_wheels_must_fit_this_python_and_architecture(names: list[str], expected
         assert raised.value.code.value == expected
     else:
         assert check_wheels(wheels, python=(3, 11), machine="aarch64") == expected
+
+
+def test_a_new_environment_layers_on_the_installed_one_never_on_another_layer(tmp_path: Path) -> None:
+    import sysconfig
+
+    base, layered = tmp_path / "venv", tmp_path / "agents" / "0.3.0"
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(base), "platbase": str(base)}))
+    assert base_site_packages(base) == purelib, "the installed environment: its own site-packages"
+    own = Path(sysconfig.get_path("purelib", vars={"base": str(layered), "platbase": str(layered)}))
+    own.mkdir(parents=True)
+    (own / BASE_PTH).write_text(f"{purelib}\n")
+    assert base_site_packages(layered) == purelib, "an agent version's: the one it layers on"
