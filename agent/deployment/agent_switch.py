@@ -93,9 +93,10 @@ class AgentDirs:
     def current_version(self) -> str | None:
         """The version `current` names (None: no symlink, the installed environment)."""
         try:
-            return os.readlink(self.current)
-        except FileNotFoundError:
+            name = os.readlink(self.current)
+        except (FileNotFoundError, OSError):
             return None
+        return name if name and "/" not in name and name not in (".", "..") else None  # only a sibling
 
     def record(self) -> SwitchRecord | None:
         """The record, or None when there is none or it cannot be read (then the symlink rules)."""

@@ -81,6 +81,9 @@ def test_the_first_version_rolls_back_to_the_installed_environment(dirs: AgentDi
 def test_a_symlink_to_a_version_that_is_gone_or_unfinished_runs_the_installed_environment(dirs: AgentDirs) -> None:
     dirs.point("9.9.9")
     assert runs(dirs) == dirs.base
+    dirs.current.unlink()
+    dirs.current.symlink_to(dirs.root / "1.0.1")  # not a version's name: an absolute path
+    assert dirs.current_version() is None and runs(dirs) == dirs.base
     (dirs.root / "1.0.2" / INSTALLED_MARK).unlink()  # killed mid-install
     dirs.point("1.0.2")
     assert runs(dirs) == dirs.base
