@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.paths import DEFAULT_CONFIG
+
+if TYPE_CHECKING:
+    from agent.deployment.agent_switch import AgentDirs
 
 
 def add_parser(commands: Any) -> None:
@@ -20,13 +23,49 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import logging
+    import os
+    import sys
+    import time
 
     from agent.config.loading import load_config
     from agent.daemon.agent import Agent
+    from agent.deployment.agent_switch import (
+        BASE_ENV,
+        LAUNCHED_ENV,
+        RESTART,
+        AgentDirs,
+        AgentWatch,
+        Probation,
+        exec_agent,
+        launch,
+        running_environment,
+    )
     from agent.hardware.board import probe
 
     config = load_config(args.config)
+    running = running_environment()
+    dirs = AgentDirs(config.state_dir, Path(os.environ.pop(BASE_ENV, "") or running))
+    target = launch(dirs, running, launched=os.environ.pop(LAUNCHED_ENV, None) is not None)
+    if target is not None:  # the agent's own version switch (docs/fleet.md#agent-updates)
+        _say_switch(dirs, target)
+        exec_agent(dirs, target, sys.argv[1:])
     root = logging.getLogger()
     root.setLevel(min(root.level, logging.getLevelName(config.log_level.upper())))  # -v can only add detail
     agent = Agent(config, probe(args.root), config_path=args.config, root=args.root)
-    return agent.run()
+    watch = AgentWatch(dirs, running, Probation.for_running(dirs, running, time.monotonic()))
+    code = agent.run(watch)
+    if code == RESTART:
+        target = launch(dirs, running, launched=True) or running
+        _say_switch(dirs, target)
+        exec_agent(dirs, target, sys.argv[1:])
+    return code
+
+
+def _say_switch(dirs: AgentDirs, target: Path) -> None:
+    """Log the environment about to be exec'd, and why when it is a way back."""
+    import logging
+
+    log, record = logging.getLogger(__name__), dirs.record()
+    if record is not None and record.state == "rolled_back" and record.reason:
+        log.error("edge-agent %s rolled back: %s", record.version, record.reason)
+    log.info("edge-agent: restarting into the environment %s", target)

@@ -40,7 +40,7 @@ from agent.daemon.ha_feed import feed_for
 from agent.daemon.outgoing import Outgoing
 from agent.daemon.page import service_line, start_page
 from agent.daemon.sampler import Sampler
-from agent.daemon.service import run_until_signalled
+from agent.daemon.service import Restarts, run_until_signalled
 from agent.daemon.state_lock import StateDirLock
 from agent.daemon.totals import KeptTotals
 from agent.deployment.deployer import Deployer, deployment_status
@@ -203,9 +203,10 @@ class Agent:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def run(self) -> int:
-        """Serve until SIGTERM / SIGINT, reloading on SIGHUP, under systemd or not."""
-        return run_until_signalled(self)
+    def run(self, restarts: Restarts | None = None) -> int:
+        """Serve until SIGTERM / SIGINT, reloading on SIGHUP, under systemd or not; `restarts`:
+        the agent's own version switch (returns `agent_switch.RESTART` when it asks)."""
+        return run_until_signalled(self, restarts=restarts)
 
     def start(self) -> None:
         use_one_opencv_thread()

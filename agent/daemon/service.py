@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from agent.deployment.agent_switch import RESTART
 from agent.mqtt.link import MqttLink
 from agent.snapshot import Health
 
@@ -146,11 +147,18 @@ class Daemon(Protocol):
     def service_status(self) -> str: ...
 
 
-def run_until_signalled(daemon: Daemon, service: Service | None = None) -> int:
+class Restarts(Protocol):
+    """Whether the agent must restart into another version (`agent_switch.AgentWatch`)."""
+
+    def restart(self, healthy: Callable[[], bool], now: float) -> bool: ...
+
+
+def run_until_signalled(daemon: Daemon, service: Service | None = None, restarts: Restarts | None = None) -> int:
     """Start `daemon`, tell systemd READY, then wait on the main thread (signal handlers can only
     be set there): SIGHUP reloads it (RELOADING, then READY again), SIGTERM or SIGINT stops it
-    (STOPPING); between signals `Service.tick` pings the watchdog while it is healthy. Returns
-    the exit status, 0."""
+    (STOPPING); between signals `Service.tick` pings the watchdog while it is healthy, and
+    `restarts` is asked whether the agent switched versions (then it stops, telling systemd
+    RELOADING rather than STOPPING, and returns `RESTART`). Returns 0 or `RESTART`."""
     service = service or Service.from_environment()
     stop, reload = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -158,6 +166,7 @@ def run_until_signalled(daemon: Daemon, service: Service | None = None) -> int:
     signal.signal(signal.SIGHUP, lambda *_: reload.set())
     daemon.start()
     service.ready(daemon.link, daemon.service_status)
+    code = 0
     try:
         while not stop.wait(service.tick_s):
             if reload.is_set():
@@ -167,7 +176,18 @@ def run_until_signalled(daemon: Daemon, service: Service | None = None) -> int:
                 service.ready(daemon.link, daemon.service_status)
             if service.notifier.enabled:
                 service.tick(daemon.health, daemon.service_status)
+            if restarts is not None and restarts.restart(lambda: _serving(daemon), time.monotonic()):
+                code = RESTART
+                break
     finally:
-        service.stopping()
+        if code == RESTART:  # the same pid execs the new version, which says READY=1 again
+            service.notifier.send("RELOADING=1", "STATUS=restarting into another edge-agent version")
+        else:
+            service.stopping()
         daemon.stop()
-    return 0
+    return code
+
+
+def _serving(daemon: Daemon) -> bool:
+    """A new version's probation passes: every loop turns and the broker (if any) is connected."""
+    return daemon.health().ok and (daemon.link is None or daemon.link.connected)

@@ -10,6 +10,7 @@ import socket
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from testkit.camera_stream import MjpegStream
 from testkit.net import wait_until
 
 from agent.daemon.service import Notifier, Service, run_until_signalled, watchdog_interval_s
+from agent.deployment.agent_switch import RESTART
 from agent.snapshot import Health
 
 
@@ -225,3 +227,34 @@ def test_the_main_thread_reloads_on_sighup_and_stops_on_sigterm() -> None:
     sent = [lines[0] for _, lines in notifier.sent]
     assert sent[0] == "READY=1" and sent[-1] == "STOPPING=1"
     assert sent[sent.index("RELOADING=1") + 1] == "READY=1", "ready again after the reload"
+
+
+class Stalled(Signalled):
+    """Sends no signal, and a camera of it has stalled."""
+
+    def start(self) -> None:
+        self._then("start", None)
+
+    def health(self) -> Health:
+        self.calls.append("health")
+        return Health(False, ("cam0 stalled",))
+
+
+class RestartOnSecondAsk:
+    """`agent_switch.AgentWatch`'s seam: asks `healthy` each time, restarts the second time."""
+
+    def __init__(self) -> None:
+        self.healthy: list[bool] = []
+
+    def restart(self, healthy: Callable[[], bool], now: float) -> bool:
+        self.healthy.append(healthy())
+        return len(self.healthy) == 2
+
+
+def test_a_version_switch_stops_the_daemon_as_reloading_and_returns_restart() -> None:
+    daemon, notifier, restarts = Stalled(), Recorder(), RestartOnSecondAsk()
+    assert run_until_signalled(daemon, Service(notifier, watchdog_s=None), restarts) == RESTART
+    assert [c for c in daemon.calls if c != "health"] == ["start", "stop"]
+    assert restarts.healthy == [False, False], "a stalled camera: a new version is not confirmed"
+    sent = [lines[0] for _, lines in notifier.sent]
+    assert "STOPPING=1" not in sent and sent[-1] == "RELOADING=1", "systemd keeps the unit active across the exec"

@@ -1,0 +1,152 @@
+"""End to end: the agent updates itself (docs/fleet.md#agent-updates). A throwaway installed
+environment runs version A of this checkout over a real mosquitto; ``edge-agent upgrade``
+switches it to A+1 (the same code, its version bumped, built as a wheel here), then to an A+2
+that raises at import, which is rolled back to A+1 after `MAX_STARTS` starts; a model bundle
+pushed afterwards still activates. The test restarts the agent when it exits, as systemd's
+``Restart=on-failure`` does. A SIGKILL at each step of the switch: test_agent_switch.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import semver
+from testkit import REPO
+from testkit.agent_process import agent_config
+from testkit.broker import Broker, Watcher
+from testkit.fleet import finished, online, push, serving
+
+import agent
+from agent.deployment.agent_env import BASE_PTH
+from agent.deployment.agent_switch import MAX_STARTS, AgentDirs
+
+pytestmark = pytest.mark.usefixtures("operator_key")
+
+A = agent.__version__
+A1 = str(semver.Version.parse(A).bump_patch())
+A2 = str(semver.Version.parse(A1).bump_patch())
+
+
+@pytest.fixture(scope="session")
+def agent_wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """This checkout as wheels: A, A+1 and an A+2 whose package raises at import (built once
+    per session: about 20 s)."""
+    folder = tmp_path_factory.mktemp("agent-wheels")
+    wheels = {}
+    for version, broken in ((A, False), (A1, False), (A2, True)):
+        source = folder / f"src-{version}"
+        for name in ("agent", "pipelines", "runtimes"):
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(REPO / name, source / name)
+        init = source / "agent" / "__init__.py"
+        text = init.read_text().replace(f'__version__ = "{A}"', f'__version__ = "{version}"')
+        init.write_text(text + ('\nraise RuntimeError("this edge-agent is broken")\n' if broken else ""))
+        pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+        subprocess.run([*pip, "-w", str(folder), str(source)], check=True, env=clean_env())
+        (wheels[version],) = folder.glob(f"edge_agent-{version}-*.whl")
+    return wheels
+
+
+def clean_env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+class Installed:
+    """``edge-agent run`` from the installed environment `base`, restarted when it exits."""
+
+    def __init__(self, base: Path, config: Path) -> None:
+        self.base, self.config, self.log = base, config, config.with_suffix(".log")
+        self.exits: list[int] = []
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        with self.log.open("ab") as log:
+            command = [str(self.base / "bin" / "edge-agent"), "-v", "run", "--config", str(self.config)]
+            return subprocess.Popen(command, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
+
+    def supervise(self, done: Callable[[], bool], timeout: float = 120) -> None:
+        """Restart the agent each time it exits until `done()` holds (systemd's Restart=)."""
+        for _ in range(int(timeout / 0.5)):
+            if done():
+                return
+            try:
+                self.exits.append(self.process.wait(0.5))
+                self.process = self._start()
+            except subprocess.TimeoutExpired:
+                pass
+        raise AssertionError(f"not done after {timeout} s:\n{self.log.read_text(errors='replace')[-4000:]}")
+
+    def upgrade(self, wheel: Path) -> str:
+        command = [str(self.base / "bin" / "edge-agent"), "upgrade", str(wheel), "--config", str(self.config)]
+        done = subprocess.run(command, env=clean_env(), capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(30)
+
+
+@pytest.fixture
+def installed(
+    tmp_path: Path, broker: Broker, keys: dict[str, Path], agent_wheels: dict[str, Path]
+) -> Iterator[Installed]:
+    """Version A installed as install.sh would: a venv (layered on this test's site-packages for
+    the dependencies) with edge-agent's wheel in it, and its agent running."""
+    base = tmp_path / "opt" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(base), "platbase": str(base)}))
+    (purelib / BASE_PTH).write_text(sysconfig.get_path("purelib") + "\n")
+    pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed"]
+    subprocess.run([*pip, str(agent_wheels[A])], check=True, env=clean_env())
+    config = agent_config(tmp_path, broker, "dev1", keys["public"], None, keys["operator_pub"])
+    agent = Installed(base, config)
+    yield agent
+    agent.stop()
+
+
+def switch_state(dirs: AgentDirs) -> str | None:
+    record = dirs.record()
+    return None if record is None else record.state
+
+
+@pytest.mark.long(seconds=60)
+def test_the_agent_updates_itself_rolls_a_broken_version_back_and_still_deploys_models(
+    capsys,
+    tmp_path: Path,
+    broker: Broker,
+    watcher: Watcher,
+    installed: Installed,
+    agent_wheels: dict[str, Path],
+    bundles: dict[str, Path],
+) -> None:
+    dirs = AgentDirs(tmp_path / "dev1" / "state", installed.base)
+    assert online(watcher, "dev1")["agent_version"] == A
+
+    installed.upgrade(agent_wheels[A1])
+    watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "online" and d["agent_version"] == A1, 60)
+    installed.supervise(lambda: switch_state(dirs) == "confirmed")
+    assert installed.exits == [], "the switch to A+1 is an exec, not a crash"
+    assert dirs.current_version() == A1 and (dirs.root / A1 / "bin" / "edge-agent").exists()
+
+    installed.upgrade(agent_wheels[A2])
+    watcher.wait_json("edge/dev1/status", lambda d: d["state"] == "offline", 30)  # A+1 stopped for A+2
+    installed.supervise(lambda: (watcher.json("edge/dev1/status") or {}).get("state") == "online")
+    record = dirs.record()
+    assert record is not None and record.state == "rolled_back" and record.version == A2, record
+    assert watcher.json("edge/dev1/status")["agent_version"] == A1
+    assert dirs.current_version() == A1
+    assert len(installed.exits) == MAX_STARTS, f"A+2 crashed at each of its {MAX_STARTS} starts, then no more"
+
+    deployment = push(capsys, broker, bundles["v1"], "device:dev1")
+    assert finished(watcher, "dev1", deployment)["state"] == "SUCCEEDED"
+    serving(watcher, "dev1", "1.0.0")
