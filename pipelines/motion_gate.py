@@ -49,8 +49,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the gate imports no OpenCV: agent.config reads its defaults
     from pipelines.motion import Motion
 
-#: inferred frames per second while a confirmed track is alive and nothing moves (agent.yaml's default)
-KEEPALIVE_FPS = 2.0
+#: inferred frames per second while a confirmed track is alive and nothing moves (agent.yaml's
+#: default): 1/s keeps a still scene with a standing object within 0.25x the ungated CPU at 720p
+#: (2/s did not), and keeps the tracking clip's starts, lines and zones (0.5/s did not: a shape
+#: motion barely sees was 2 s stale at the clip's end); docs/benchmarks.md, the motion gate
+KEEPALIVE_FPS = 1.0
 #: the longest a camera goes without an inferred frame, seconds (agent.yaml's default)
 IDLE_INTERVAL_S = 2.0
 

@@ -129,3 +129,13 @@ def test_noise_and_a_lighting_change_do_not_keep_inference_on() -> None:
     # the first frame, the idle interval (20 frames), the lighting change once, the idle interval after it
     assert [i for i, infer in enumerate(decided) if infer] == [0, 20, 40, 45, 65]
     assert gate.inferred_ratio == 5 / 80 and gate.motion_ratio == 0.0
+
+
+def test_the_default_keepalive_infers_a_still_tracked_scene_at_most_once_a_second() -> None:
+    """The default is what keeps the still clip within 0.25x the ungated CPU (docs/benchmarks.md):
+    a minute at 10 FPS of a standing, tracked object with nothing moving infers the first frame
+    and one a second after it, no more (the default raised back to 2/s infers 121)."""
+    gate = MotionGate()
+    decided = [gate.decide(i / 10, STILL, tracks_alive=True) for i in range(601)]
+    assert sum(decided) == 61, sum(decided)
+    assert [i for i, infer in enumerate(decided) if infer][:3] == [0, 10, 20]
