@@ -16,7 +16,7 @@ class, within 1 s. Medians over the rounds, and the gated/ungated ratio of each 
 machine's 1-minute load average before and after (on a shared machine, what else ran).
 
     python bench/motion_cost.py [--model MODEL] [--seconds 30] [--rounds 3] [--sizes 1280x720,1920x1080]
-        [--clips still,busy] [--keepalive-fps 2] [--json]
+        [--clips still,busy] [--keepalive-fps 1] [--json]
 """
 
 from __future__ import annotations
