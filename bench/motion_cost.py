@@ -12,16 +12,18 @@ Each round runs every (clip, resolution) once without and once with the gate (th
 every other round), each in this process with its own pipeline; it reports the process's CPU
 seconds (user + system, all threads) per minute of video, the frames inferred, and the event
 recall: the share of the ungated run's track starts that the gated run also has, of the same
-class, within 1 s. Medians over the rounds, and the gated/ungated ratio of each round's CPU.
+class, within 1 s. Medians over the rounds, and the gated/ungated ratio of each round's CPU; the
+machine's 1-minute load average before and after (on a shared machine, what else ran).
 
     python bench/motion_cost.py [--model MODEL] [--seconds 30] [--rounds 3] [--sizes 1280x720,1920x1080]
-        [--clips still,busy] [--keepalive-fps 2] [--json]
+        [--clips still,busy] [--keepalive-fps 1] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import sys
@@ -45,6 +47,7 @@ from pipelines.sources.capture import FileSource  # noqa: E402
 from pipelines.sources.frames import Frame  # noqa: E402
 from pipelines.sources.tracking_scene import Mover, TrackingScene  # noqa: E402
 from pipelines.tracking.analytics import SceneAnalytics  # noqa: E402
+from pipelines.tracking.tracker import TrackerSettings  # noqa: E402
 from runtimes.registry import load_runtime  # noqa: E402
 
 FPS = 10.0
@@ -97,7 +100,8 @@ def run(model: Path, clip: Path, gated: bool, keepalive_fps: float = KEEPALIVE_F
 
     detector = Detector(load_runtime("onnxruntime", model))
     camera = CameraDetector(detector, detector.detection_filter)
-    gating = Gating(MotionDetector(), MotionGate(keepalive_fps), analytics.tracks_alive) if gated else None
+    gate = MotionGate(keepalive_fps, track_hold_frames=TrackerSettings().lost_frames)  # as the daemon's
+    gating = Gating(MotionDetector(), gate, analytics.tracks_alive) if gated else None
     pipeline = Pipeline("bench", FileSource(clip), camera, sinks=[sink], gating=gating)
     before = resource.getrusage(resource.RUSAGE_SELF)
     pipeline.start()
@@ -138,6 +142,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     use_one_opencv_thread()
+    load_before = os.getloadavg()[0]  # the machine may be shared: what else ran is part of the numbers
     frames = int(args.seconds * FPS)
     sizes = [tuple(int(v) for v in size.split("x")) for size in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
@@ -170,13 +175,15 @@ def main() -> int:
                     "events": len(pairs[0][0].starts),
                 }
             )
+    load = (round(load_before, 2), round(os.getloadavg()[0], 2))
     if args.json:
         report = {"model": args.model.name, "seconds": args.seconds, "rounds": args.rounds, "rows": rows}
+        report["load_avg_1min"] = load  # before and after
         print(json.dumps({**report, "keepalive_fps": args.keepalive_fps}))
         return 0
     print(
         f"{args.model.name}, {args.seconds:g} s clips at {FPS:g} FPS, keepalive {args.keepalive_fps:g}/s, "
-        f"{args.rounds} rounds (medians)"
+        f"{args.rounds} rounds (medians), 1-min load average {load[0]:g} before, {load[1]:g} after"
     )
     print(f"{'clip':<7}{'size':<11}{'inferred':>14}{'CPU s/min':>11}{'gated':>9}{'ratio':>8}{'recall':>8}{'events':>8}")
     for r in rows:

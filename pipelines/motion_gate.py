@@ -16,8 +16,19 @@ lighting change                ``motion.recalibrated``           yes (the scene 
 idle interval due              ``since >= idle_interval_s``      yes
 keepalive due                  ``tracks_alive`` and              yes
                                ``since >= 1 / keepalive_fps``
+track hold due                 ``tracks_alive`` and              yes
+                               ``track_hold_frames`` offered
+                               since the last inferred frame
 otherwise                      (a still scene, no track due)     no
 =============================  ================================  =========================
+
+``track_hold_frames`` (None: no such bound) is the camera's tracker's ``lost_frames``: a track
+missing at an inferred frame (the detector missed a stopped object once) ages one frame per
+frame not inferred (`ByteTracker.coast`) and ends past ``lost_frames``, so while a track is
+alive the gate never leaves more frames uninferred in a row than that, whatever the keepalive,
+the idle interval, the camera's FPS or the governor's slowdown: the object is looked at again
+while its track is still kept. (A track seen at the last inferred frame does not age while it
+coasts, however long.)
 
 So an object that appears without motion (after a reconnect, or standing still when the camera
 starts) is found within `idle_interval_s`, and an object that stops keeps its track at
@@ -49,23 +60,36 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the gate imports no OpenCV: agent.config reads its defaults
     from pipelines.motion import Motion
 
-#: inferred frames per second while a confirmed track is alive and nothing moves (agent.yaml's default)
-KEEPALIVE_FPS = 2.0
+#: inferred frames per second while a confirmed track is alive and nothing moves (agent.yaml's
+#: default): 1/s keeps a still scene with a standing object within 0.25x the ungated CPU at 720p
+#: (2/s did not), and keeps the tracking clip's starts, lines and zones (0.5/s did not: a shape
+#: motion barely sees was 2 s stale at the clip's end); docs/benchmarks.md, the motion gate
+KEEPALIVE_FPS = 1.0
 #: the longest a camera goes without an inferred frame, seconds (agent.yaml's default)
 IDLE_INTERVAL_S = 2.0
 
 
 class MotionGate:
     """One camera's gate: `keepalive_fps` (> 0) the rate of inference while a confirmed track is
-    alive and nothing moves, `idle_interval_s` (> 0) the longest a camera goes uninferred."""
+    alive and nothing moves, `idle_interval_s` (> 0) the longest a camera goes uninferred,
+    `track_hold_frames` (>= 1, or None) the most frames offered in a row while a track is alive."""
 
-    def __init__(self, keepalive_fps: float = KEEPALIVE_FPS, idle_interval_s: float = IDLE_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        keepalive_fps: float = KEEPALIVE_FPS,
+        idle_interval_s: float = IDLE_INTERVAL_S,
+        track_hold_frames: int | None = None,
+    ) -> None:
+        if track_hold_frames is not None and track_hold_frames < 1:
+            raise ValueError(f"track_hold_frames: expected >= 1 frames or None, got {track_hold_frames}")
         if not keepalive_fps > 0:
             raise ValueError(f"keepalive_fps: expected > 0, got {keepalive_fps}")
         if not idle_interval_s > 0:
             raise ValueError(f"idle_interval_s: expected > 0 seconds, got {idle_interval_s}")
         self.keepalive_fps, self.idle_interval_s = keepalive_fps, idle_interval_s
+        self.track_hold_frames = track_hold_frames
         self._last: float | None = None
+        self._uninferred = 0  # frames offered since the last inferred one (this one counted)
         self._was_moving = False  # the frame before had motion
         self._slowdown = 1.0  # the governor's factor (any thread replaces it, `decide` reads it)
         self.offered = self.inferred = self.moving = 0
@@ -97,10 +121,11 @@ class MotionGate:
         self.offered += 1
         moving = motion is not None and motion.moving
         self.moving += moving
+        self._uninferred += 1
         wanted = self._wanted(now, motion, tracks_alive)
         self._was_moving = moving
         if wanted:
-            self._last = now
+            self._last, self._uninferred = now, 0
             self.inferred += 1
             return True
         return False
@@ -111,7 +136,10 @@ class MotionGate:
         since, slowdown = now - self._last, self._slowdown  # one read of the governor's factor
         if since >= self.idle_interval_s * slowdown:
             return True
-        return tracks_alive and since >= slowdown / self.keepalive_fps
+        if not tracks_alive:
+            return False
+        hold = self.track_hold_frames
+        return since >= slowdown / self.keepalive_fps or (hold is not None and self._uninferred >= hold)
 
     @property
     def inferred_ratio(self) -> float:

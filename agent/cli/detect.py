@@ -285,9 +285,13 @@ class _MotionGated:
         from pipelines.gating import Gating
         from pipelines.motion import MotionDetector
         from pipelines.motion_gate import MotionGate
+        from pipelines.tracking.tracker import TrackerSettings
 
         self.fps = 30.0
-        self.gating = Gating(MotionDetector(), MotionGate(), tracking.tracks_alive if tracking else None)
+        hold = TrackerSettings().lost_frames if tracking else None  # the tracker `_Tracking` builds
+        self.gating = Gating(
+            MotionDetector(), MotionGate(track_hold_frames=hold), tracking.tracks_alive if tracking else None
+        )
         self.last = Detections.empty()
 
     def opened(self, source: FileSource) -> None:

@@ -370,7 +370,9 @@ class Cameras:
         if motion is None or not motion.enabled:
             return None
         alive = self._tracks_alive_for(section.name) if self._tracks_alive_for is not None else None
-        gate = MotionGate(motion.keepalive_fps, motion.idle_interval_s)
+        # never more frames uninferred in a row while a track is alive than its tracker keeps a
+        # missing track for (0: a missing track ends at once, nothing to hold)
+        gate = MotionGate(motion.keepalive_fps, motion.idle_interval_s, section.tracker.lost_frames or None)
         gate.slow_down(self.gate_slowdown)
         return Gating(MotionDetector(motion.settings()), gate, alive)
 

@@ -64,6 +64,8 @@ class _Track:
     score: float
     track_id: int = 0  # 0 while tentative
     missed: int = 0  # frames since the last match
+    #: xyxy where the last inferred frame left it, while it coasts (`ByteTracker.coast`); else None
+    seen: npt.NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,17 @@ def match(
 ) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     """Hungarian matching of `tracks` (by predicted box) to `boxes` (of the same class when
     `class_aware`) with IoU >= `min_iou`; returns ``(pairs (track index, box index), unmatched
-    tracks, unmatched boxes)``."""
+    tracks, unmatched boxes)``. A track that coasted since it was last seen is matched by the
+    better of its predicted box and the box it was last seen at: the frames it coasted over had
+    no motion, so an object that stopped is still where it was, while its filter, whose
+    velocity had not yet settled to zero, predicted it on."""
     if not tracks or len(boxes) == 0:
         return [], list(range(len(tracks))), list(range(len(boxes)))
     predicted = to_xyxy(np.stack([t.mean[:4] for t in tracks]))
     iou = pairwise_iou(predicted, boxes)
+    for row, track in enumerate(tracks):
+        if track.seen is not None:
+            iou[row] = np.maximum(iou[row], pairwise_iou(track.seen[None, :], boxes)[0])
     if class_aware:
         iou[np.array([t.class_id for t in tracks])[:, None] != classes[None, :]] = 0.0
     rows, cols = linear_sum_assignment(-iou)
@@ -171,10 +179,14 @@ class ByteTracker:
     def coast(self) -> tuple[int, ...]:
         """A frame not inferred (the motion gate: nothing moved enough to look): every track's
         filter predicts one frame on, so the next inferred frame finds a moving track where it
-        went; a track seen at the last inferred frame is taken as still in view (no miss), one
+        went, and one that stopped where it was (the box it was last seen at, see `match`); a
+        track seen at the last inferred frame is taken as still in view (no miss), one
         missing then stays missing (a miss, so it ends when it would have). Returns the ids that
         ended."""
         tracks = self._tracks + self._tentative
+        for track in tracks:
+            if track.seen is None:  # the first frame not inferred since it was last corrected
+                track.seen = to_xyxy(track.mean[None, :4])[0].astype(np.float64)
         if tracks:
             means, covs = self._kalman.predict(np.stack([t.mean for t in tracks]), np.stack([t.cov for t in tracks]))
             for track, mean, cov in zip(tracks, means, covs, strict=True):
@@ -226,7 +238,7 @@ class ByteTracker:
         )
         self._filtered[[d for _, d in pairs]] = to_xyxy(means[:, :4])
         for (track, detection), mean, cov in zip(pairs, means, covs, strict=True):
-            track.mean, track.cov, track.missed = mean, cov, 0
+            track.mean, track.cov, track.missed, track.seen = mean, cov, 0, None
             track.score = float(detections.confidence[detection])
             ids[detection] = track.track_id
 

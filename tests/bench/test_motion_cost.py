@@ -22,4 +22,6 @@ def test_a_short_run_reports_each_clip_and_the_frames_the_gate_left() -> None:
     assert still["frames"] == 60 and 0 < still["inferred"] < still["frames"], still
     assert still["cpu_s_per_min"] > 0 and still["gated_cpu_s_per_min"] > 0
     assert still["ratio"] == round(still["ratio"], 3) and 0 <= still["event_recall"] <= 1
-    assert report["keepalive_fps"] == 2.0 and report["model"] == "demo_detector.onnx"
+    assert report["keepalive_fps"] == 1.0 and report["model"] == "demo_detector.onnx"  # the gate's default
+    before, after = report["load_avg_1min"]  # a shared machine: what else ran is part of the numbers
+    assert before >= 0 and after >= 0

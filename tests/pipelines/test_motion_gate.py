@@ -129,3 +129,57 @@ def test_noise_and_a_lighting_change_do_not_keep_inference_on() -> None:
     # the first frame, the idle interval (20 frames), the lighting change once, the idle interval after it
     assert [i for i, infer in enumerate(decided) if infer] == [0, 20, 40, 45, 65]
     assert gate.inferred_ratio == 5 / 80 and gate.motion_ratio == 0.0
+
+
+def test_the_default_keepalive_infers_a_still_tracked_scene_at_most_once_a_second() -> None:
+    """The default is what keeps the still clip within 0.25x the ungated CPU (docs/benchmarks.md):
+    a minute at 10 FPS of a standing, tracked object with nothing moving infers the first frame
+    and one a second after it, no more (the default raised back to 2/s infers 121)."""
+    gate = MotionGate()
+    decided = [gate.decide(i / 10, STILL, tracks_alive=True) for i in range(601)]
+    assert sum(decided) == 61, sum(decided)
+    assert [i for i, infer in enumerate(decided) if infer][:3] == [0, 10, 20]
+
+
+def test_while_a_track_is_alive_no_slowdown_leaves_more_frames_uninferred_than_the_tracker_keeps() -> None:
+    """The longest keepalive and idle interval, slowed down the most (x10): at 15 FPS a tracked
+    still scene would go 10 s (150 frames) uninferred; the hold (the tracker's 30 lost frames)
+    looks every 30 frames instead. Without a track the idle interval alone applies."""
+    gate = MotionGate(keepalive_fps=0.1, idle_interval_s=60.0, track_hold_frames=30)
+    gate.slow_down(10.0)
+    decided = [gate.decide(i / 15, STILL, tracks_alive=True) for i in range(151)]
+    assert [i for i, infer in enumerate(decided) if infer] == [0, 30, 60, 90, 120, 150]
+    assert not any(gate.decide(10 + i / 15, STILL, tracks_alive=False) for i in range(1, 151))
+
+
+def test_a_track_hold_below_one_frame_is_refused() -> None:
+    with pytest.raises(ValueError, match="track_hold_frames: expected >= 1"):
+        MotionGate(track_hold_frames=0)
+
+
+def test_a_stopped_object_missed_once_keeps_its_track_under_the_longest_slowdown() -> None:
+    """The realistic case behind the hold: HOT's x4 on the default gate (a keepalive every 4 s,
+    60 frames at 15 FPS) and the default tracker (30 lost frames); the detector misses a stopped
+    object at one keepalive frame. Its track must go on (one start, no end) for the minute it
+    stands, as it does without the gate; without the hold it ends while coasting and restarts."""
+    from pipelines.decoding.detections import Detections
+    from pipelines.sources.frames import Frame
+    from pipelines.tracking.analytics import SceneAnalytics
+    from pipelines.tracking.tracker import TrackerSettings
+
+    analytics = SceneAnalytics("cam")
+    gate = MotionGate(track_hold_frames=TrackerSettings().lost_frames)
+    gate.slow_down(4.0)
+    seen = Detections.from_arrays([[100.0, 100.0, 160.0, 220.0]], [0.9], [0])
+    image = np.zeros((8, 8, 3), np.uint8)
+    started, ended, inferred = [], [], 0
+    for index in range(15 * 60):
+        now = index / 15
+        infer = gate.decide(now, MOVING if index < 3 else STILL, analytics.tracks_alive())
+        if infer:
+            inferred += 1
+        missed = infer and inferred == 8  # one keepalive frame, well into the stop, finds nothing
+        step = analytics.update(Frame(index, now, image, inferred=infer), Detections.empty() if missed else seen)
+        started += [r.track_id for r in step.started]
+        ended += [r.track_id for r in step.ended]
+    assert (started, ended) == ([1], []), (started, ended)

@@ -155,3 +155,53 @@ def test_lines_zones_and_track_starts_are_what_they_are_without_the_gate(tmp_pat
     for (_, a), (_, b) in zip(sorted(plain_starts.items()), sorted(gated_starts.items()), strict=True):
         assert abs(a - b) <= 1.0
     assert gated.counts().zones == plain.counts().zones
+
+
+@pytest.mark.slow
+def test_an_object_that_stops_for_a_minute_keeps_its_one_track_under_the_default_gate(tmp_path: Path) -> None:
+    """A square walks in (1.5 s), stands for a minute, walks out (1.5 s) on the textured scene at
+    10 FPS; the default gate (keepalive 1/s, the tracker's 30 lost frames held) asks the
+    camera's analytics, as the daemon's does. Its track starts within a second of the ungated
+    run's, is in view on every frame of the stop, and is the only one, as without the gate."""
+    from pipelines.sources.tracking_scene import Mover, TrackingScene
+    from pipelines.tracking.analytics import SceneAnalytics
+    from pipelines.tracking.tracker import TrackerSettings
+
+    width, height, walk, stand = 640, 360, 15, 600
+    frames = walk + stand + walk
+    size, colour, y, stop_x = 64.0, (40, 40, 220), 220.0, 320.0
+    speed = (stop_x + size / 2) / walk
+    movers = [
+        Mover(1, 1, size, 0, walk - 1, (-size / 2, y), (speed, 0.0), colour),
+        Mover(2, 1, size, walk, walk + stand - 1, (stop_x, y), (0.0, 0.0), colour),
+        Mover(3, 1, size, walk + stand, frames - 1, (stop_x, y), (speed, 0.0), colour),
+    ]
+    scene = TrackingScene(width, height, seed=3, movers=movers)
+    clip = write_clip(tmp_path / "stop.avi", (scene.render(i)[0] for i in range(frames)), fps=FPS)
+
+    def analysed(gated: bool) -> tuple[list[float], list[set[int]], int]:
+        analytics = SceneAnalytics("cam")
+        gate = MotionGate(track_hold_frames=TrackerSettings().lost_frames)
+        gating = Gating(MotionDetector(), gate, analytics.tracks_alive) if gated else None
+        starts: list[float] = []
+        live: list[set[int]] = []
+
+        def sink(frame: Frame, detections: Detections) -> None:
+            starts.extend(frame.index / FPS for _ in analytics.update(frame, detections).started)
+            live.append({r.track_id for r in analytics.live()})
+
+        detector = Detector(load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx"))
+        pipeline = Pipeline("cam", FileSource(clip), detector, sinks=[sink], gating=gating)
+        pipeline.start()
+        assert pipeline.wait(300)
+        pipeline.stop()
+        detector.close()
+        return starts, live, gate.inferred
+
+    plain_starts, _, _ = analysed(gated=False)
+    gated_starts, live, inferred = analysed(gated=True)
+    assert len(plain_starts) == len(gated_starts) == 1, (plain_starts, gated_starts)
+    assert abs(plain_starts[0] - gated_starts[0]) <= 1.0
+    assert len(live) == frames and inferred < frames // 5, inferred  # mostly coasted: about 1 a second
+    standing = live[walk + 5 : walk + stand]
+    assert all(ids == standing[0] and len(ids) == 1 for ids in standing), "the stopped square's one track, in view"

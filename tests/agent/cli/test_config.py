@@ -86,3 +86,28 @@ def test_config_check_names_a_bad_health_threshold_drift_threshold_and_privacy_m
     text = said.out + said.err
     for line, key in ((6, "health.dark_luma"), (8, "drift.threshold"), (12, "samples.privacy_masks.0.1")):
         assert f"{path}:{line}: cameras.0.{key}" in text, text
+
+
+def test_config_check_names_each_bad_motion_setting_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A keepalive of 0 and a mask of two points: both refused, each on its own line (exit 1)."""
+    from agent.cli import main
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        "cameras:\n"
+        "  - source: synthetic\n"
+        "    motion:\n"
+        "      enabled: true\n"
+        "      keepalive_fps: 0\n"
+        "      masks:\n"
+        "        - [[0, 0], [10, 10]]\n"
+    )
+    assert main(["config", "check", str(path)]) == 1
+    captured = capsys.readouterr()
+    said = (captured.out + captured.err).splitlines()
+    assert f"{path}:5: cameras.0.motion.keepalive_fps: Input should be greater than 0" in said, said
+    assert any(
+        line.startswith(f"{path}:7: cameras.0.motion.masks.0: List should have at least 3 items") for line in said
+    )

@@ -387,6 +387,7 @@ def test_a_camera_with_motion_enabled_is_gated_and_its_keepalive_asks_its_tracke
         wait_until(lambda: gated.stats().frames >= 150 and plain.stats().frames >= 150, 120, "frames on both")
         assert gated.gating is not None and plain.gating is None
         assert gated.gating.detector.settings.width == 320 and gated.gating.gate.idle_interval_s == 5.0
+        assert gated.gating.gate.track_hold_frames == 30, "the camera's tracker's lost_frames"
         assert gated.regions is not None and gated.regions.full_frame_interval_s == 3.0 and plain.regions is None
         stats = gated.stats()
     finally:

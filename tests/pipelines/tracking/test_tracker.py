@@ -208,3 +208,26 @@ def test_without_coasting_the_moving_track_is_lost() -> None:
     (track_id,) = tracker.active_ids
     step = tracker.update(box_at(170.0))
     assert step.detections.tracker_id is not None and step.detections.tracker_id.tolist() != [track_id]
+
+
+def test_an_object_that_stopped_is_found_where_it_stopped_after_the_frames_not_inferred() -> None:
+    """The motion gate's case: an object walks (23 px a frame), stops, is inferred for the few
+    frames while its motion fades, then a second of frames is not inferred (nothing moved) and
+    the keepalive frame finds it where it stopped. Its filter's velocity has not settled, so the
+    prediction walked on without it; the track must still match (same id, nothing started), or
+    the object would start again and its first track end as gone."""
+    tracker = ByteTracker()
+    for x in range(0, 230, 23):  # walking in
+        tracker.update(box_at(float(x), size=80.0))
+    (track_id,) = tracker.active_ids
+    for _ in range(4):  # stopped at 230, inferred while its motion fades
+        tracker.update(box_at(230.0, size=80.0))
+    for _ in range(10):  # a second at 10 FPS without inference
+        assert tracker.coast() == ()
+    for _ in range(3):  # the keepalive frames, a second apart
+        step = tracker.update(box_at(230.0, size=80.0))
+        assert step.detections.tracker_id is not None and step.detections.tracker_id.tolist() == [track_id]
+        assert step.started == () and step.ended == ()
+        for _ in range(9):
+            assert tracker.coast() == ()
+    assert tracker.active_ids == [track_id] and tracker.confirmed == 1
