@@ -28,7 +28,7 @@ def test_the_daemon_publishes_its_report_and_the_tuning(
         assert choice is not None and choice["runtime"] in ("onnxruntime", "litert", "openvino")
         report = watcher.wait_json("edge/dev1/report", lambda d: len(d["rows"]) > 0, 120)
         assert report["bundle"]["name"] == "demo" and report["choice"] == choice
-        assert {r["runtime"] for r in report["rows"]} == {"tensorrt", "onnxruntime", "litert", "openvino"}
+        assert {r["runtime"] for r in report["rows"]} == {"tensorrt", "onnxruntime", "litert", "openvino", "tvm"}
         assert watcher.wait_json("edge/dev1/status", lambda d: d.get("runtime") == choice["runtime"], 60)
     finally:
         agent.stop()
