@@ -41,6 +41,21 @@ def sha256_file(path: Path, *more: Path) -> str:
     return digest.hexdigest()
 
 
+class FileTooLarge(ValueError):
+    """A file holds more bytes than its reader takes (`read_at_most`)."""
+
+
+def read_at_most(path: Path, limit: int) -> bytes:
+    """The bytes of `path`, never more than `limit` + 1 of them read: bounded before anything
+    parses them. Raises `FileTooLarge` (its message: ``NAME is larger than LIMIT bytes``) when
+    the file holds more than `limit`, and `OSError` when it cannot be read."""
+    with path.open("rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLarge(f"{path.name} is larger than {limit} bytes")
+    return data
+
+
 def temporary_path(path: Path) -> Path:
     """Where the new content of `path` is written before the rename: ``.<name>.tmp`` beside it,
     hidden, in the same folder (a rename is atomic only within one file system); what a crash

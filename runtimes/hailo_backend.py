@@ -61,6 +61,7 @@ from runtimes.base import (
     check_inputs,
     first_line,
 )
+from runtimes.files import FileTooLarge, read_at_most
 from runtimes.hailo_device import HailoDevice, TargetMismatch, check_target, find_devices, hef_family, hef_hw_arch
 from runtimes.hailo_settings import KEY as KEY
 from runtimes.hailo_settings import HailoConfig as HailoConfig
@@ -116,14 +117,13 @@ def read_metadata(hef: Path) -> dict[str, str]:
     `ModelLoadError` when it is too large or not a record."""
     path = hef.with_name(hef.name + RECORD_SUFFIX)
     try:
-        with path.open("rb") as file:
-            data = file.read(MAX_RECORD_BYTES + 1)
+        data = read_at_most(path, MAX_RECORD_BYTES)
     except FileNotFoundError:
         return {}
+    except FileTooLarge as exc:
+        raise ModelLoadError(str(exc)) from exc
     except OSError as exc:
         raise ModelLoadError(f"cannot read {path.name}: {exc}") from exc
-    if len(data) > MAX_RECORD_BYTES:
-        raise ModelLoadError(f"{path.name} is larger than {MAX_RECORD_BYTES} bytes")
     try:
         doc = json.loads(data)
         return {str(k): str(v) for k, v in dict(doc["metadata"]).items()}

@@ -44,6 +44,7 @@ from runtimes.base import (
     first_line,
     guess_layout,
 )
+from runtimes.files import FileTooLarge, read_at_most
 from runtimes.metadata import parse_metadata
 from runtimes.rknn_settings import CORE_MASKS, PLATFORMS, rockchip_soc
 from runtimes.rknn_settings import KEY as KEY
@@ -85,12 +86,11 @@ class RKNNRecord:
         """The record beside `model`; `ModelLoadError` when it is missing, too large or wrong."""
         path = model.with_name(model.name + RECORD_SUFFIX)
         try:
-            with path.open("rb") as file:
-                data = file.read(MAX_RECORD_BYTES + 1)
+            data = read_at_most(path, MAX_RECORD_BYTES)
+        except FileTooLarge as exc:
+            raise ModelLoadError(str(exc)) from exc
         except OSError as exc:
             raise ModelLoadError(f"RKNN model {model.name} needs its record {path.name} beside it: {exc}") from exc
-        if len(data) > MAX_RECORD_BYTES:
-            raise ModelLoadError(f"{path.name} is larger than {MAX_RECORD_BYTES} bytes")
         try:
             doc = json.loads(data)
             record = cls(

@@ -58,7 +58,7 @@ from runtimes.base import (
     guess_layout,
     return_freed_memory,
 )
-from runtimes.files import atomic_write, move_into_place, sha256_file
+from runtimes.files import FileTooLarge, atomic_write, move_into_place, read_at_most, sha256_file
 from runtimes.metadata import parse_metadata
 from runtimes.tvm_settings import KEY as KEY
 from runtimes.tvm_settings import TVMConfig as TVMConfig
@@ -143,12 +143,11 @@ class ModuleRecord:
         """The record beside `module`; `ModelLoadError` when it is missing, too large or wrong."""
         path = module.with_name(module.name + RECORD_SUFFIX)
         try:
-            with path.open("rb") as file:
-                data = file.read(MAX_RECORD_BYTES + 1)
+            data = read_at_most(path, MAX_RECORD_BYTES)
+        except FileTooLarge as exc:
+            raise ModelLoadError(str(exc)) from exc
         except OSError as exc:
             raise ModelLoadError(f"TVM module {module.name} needs its record {path.name} beside it: {exc}") from exc
-        if len(data) > MAX_RECORD_BYTES:
-            raise ModelLoadError(f"{path.name} is larger than {MAX_RECORD_BYTES} bytes")
         try:
             doc = json.loads(data)
             return cls(

@@ -37,6 +37,7 @@ from agent.bundles.signing import key_id
 from agent.config.models import TopicWord
 from agent.errors import CodedError, ErrorCode, validation_problems
 from agent.mqtt.protocol import ControlSignature, Topics
+from runtimes.files import FileTooLarge, read_at_most
 
 #: a claim file larger than this is refused before it is parsed
 MAX_CLAIM_BYTES = 64 * 1024
@@ -313,13 +314,11 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
     """A file's bytes, refused (``ENROL_INVALID``) when it cannot be read or is over `limit`
     bytes, which are all that is read."""
     try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
+        return read_at_most(path, limit)
+    except FileTooLarge as exc:
+        raise EnrolRefused(ErrorCode.ENROL_INVALID, f"{what} {path} is larger than {limit} bytes") from exc
     except OSError as exc:
         raise EnrolRefused(ErrorCode.ENROL_INVALID, f"cannot read {what} {path}: {exc.strerror}") from exc
-    if len(data) > limit:
-        raise EnrolRefused(ErrorCode.ENROL_INVALID, f"{what} {path} is larger than {limit} bytes")
-    return data
 
 
 def verify_signed(data: bytes, signature: ControlSignature | None, keys: Sequence[Ed25519PublicKey], what: str) -> None:

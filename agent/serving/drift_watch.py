@@ -31,7 +31,7 @@ from pipelines.decoding.detections import Detections
 from pipelines.drift import MAX_DOCUMENT_BYTES, Baseline, CameraDrift, DriftTracker
 from pipelines.pipeline import Sink
 from pipelines.sources.frames import Frame
-from runtimes.files import atomic_write
+from runtimes.files import atomic_write, read_at_most
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +108,8 @@ class DriftWatch:
         path = self._path(state.name, version)
         baseline = Baseline(version)
         try:
-            with path.open("rb") as file:
-                data = file.read(MAX_DOCUMENT_BYTES + 1)
-            if len(data) > MAX_DOCUMENT_BYTES:
-                raise ValueError(f"more than {MAX_DOCUMENT_BYTES} bytes")
-            baseline = Baseline.from_json(json.loads(data))
+            # FileTooLarge is a ValueError: a file too large is unreadable, as broken JSON is
+            baseline = Baseline.from_json(json.loads(read_at_most(path, MAX_DOCUMENT_BYTES)))
             if baseline.version != version:
                 raise ValueError(f"it is the baseline of version {baseline.version[:12]}")
         except FileNotFoundError:

@@ -162,3 +162,16 @@ def test_a_file_moved_into_place_is_fsynced_renamed_and_its_folder_fsynced(
     folder = tmp_path.stat().st_ino
     assert recorder.steps == [("fsync", inode), ("replace", "0000000000000001.mp4"), ("fsync", folder)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0000000000000001.mp4"]
+
+
+@pytest.mark.parametrize(("size", "refused"), [(0, False), (16, False), (17, True)])
+def test_read_at_most_takes_up_to_its_limit_and_refuses_one_byte_more(tmp_path: Path, size: int, refused: bool) -> None:
+    path = tmp_path / "record.json"
+    path.write_bytes(b"x" * size)
+    if refused:  # fails on: `>=` for `>` (a file of exactly the limit refused), or no check at all
+        with pytest.raises(files.FileTooLarge, match=r"^record\.json is larger than 16 bytes$"):
+            files.read_at_most(path, 16)
+    else:
+        assert files.read_at_most(path, 16) == b"x" * size
+    with pytest.raises(FileNotFoundError):
+        files.read_at_most(tmp_path / "missing.json", 16)
