@@ -396,8 +396,7 @@ class CameraTelemetry(_Part):
 
     @model_serializer(mode="wrap")
     def _gate_when_gated(self, handler: SerializerFunctionWrapHandler) -> Any:
-        document = _without_unset(_without_unset(handler(self), self, "inferred"), self, "gate")
-        return _without_unset(_without_unset(document, self, "drift"), self, "health")
+        return _without_unset(handler(self), self, "inferred", "gate", "drift", "health")
 
 
 class SystemTelemetry(_Part):
@@ -557,12 +556,14 @@ class ZoneCount(_Part):
     total: int
 
 
-def _without_unset(document: Any, model: BaseModel, key: str) -> Any:
-    """`document` (a model serialized) without `key` while the model's value is None: a field
-    added after the documents were typed is left off the wire until it has a value, so what a
-    device sent before stays byte for byte the same (tests/data/documents)."""
-    if getattr(model, key) is None and isinstance(document, dict):
-        document.pop(key, None)
+def _without_unset(document: Any, model: BaseModel, *keys: str) -> Any:
+    """`document` (a model serialized) without each of `keys` whose value in the model is None:
+    a field added after the documents were typed is left off the wire until it has a value, so
+    what a device sent before stays byte for byte the same (tests/data/documents)."""
+    if isinstance(document, dict):
+        for key in keys:
+            if getattr(model, key) is None:
+                document.pop(key, None)
     return document
 
 
@@ -614,8 +615,7 @@ class TelemetryDocument(DeviceDocument):
     def _outbox_when_kept(self, handler: SerializerFunctionWrapHandler) -> Any:
         """A device without an outbox (no broker) sends no ``outbox`` key, as before it had one;
         one whose power is not measured no ``energy_wh`` and ``energy_wh_per_h``."""
-        document = _without_unset(handler(self), self, "outbox")
-        return _without_unset(_without_unset(document, self, "energy_wh"), self, "energy_wh_per_h")
+        return _without_unset(handler(self), self, "outbox", "energy_wh", "energy_wh_per_h")
 
     @field_serializer("system", mode="wrap")
     def _empty_without_sample(self, value: SystemTelemetry | None, handler: SerializerFunctionWrapHandler) -> Any:
