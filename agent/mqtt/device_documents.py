@@ -395,7 +395,8 @@ class CameraTelemetry(_Part):
     health: HealthBrief | None = None  # absent while the camera's health check is off (or has judged nothing)
 
     @model_serializer(mode="wrap")
-    def _gate_when_gated(self, handler: SerializerFunctionWrapHandler) -> Any:
+    def _optional_when_set(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The motion gate's, drift's and health's keys only on a camera that has them."""
         return _without_unset(handler(self), self, "inferred", "gate", "drift", "health")
 
 
