@@ -21,14 +21,12 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from agent.bundles.wheels import platform_fits, python_fits, wheel_tags
 from agent.deployment.agent_switch import INSTALLED_MARK
 from agent.errors import ErrorCode
 from runtimes.files import atomic_write, fsync_tree
 
 BASE_PTH = "edge-agent-base.pth"
-_WHEEL = re.compile(
-    r"^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
-)
 _SEMVER = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,4}([-+.][0-9A-Za-z.+-]{1,40})?$")
 
 
@@ -47,20 +45,18 @@ def check_wheels(wheels: list[Path], python: tuple[int, int] | None = None, mach
     arch = (machine or platform.machine()).lower()
     versions = []
     for wheel in wheels:
-        match = _WHEEL.match(wheel.name)
-        if match is None:
+        tags = wheel_tags(wheel.name)
+        if tags is None:
             raise AgentUpdateError(ErrorCode.AGENT_UPDATE_MALFORMED, f"{wheel.name} is not a wheel's file name")
-        pythons = match["py"].split(".")
-        if not any(tag in (f"py{major}", "py2.py3", f"py{major}{minor}", f"cp{major}{minor}") for tag in pythons):
+        if not any(python_fits(tag, major, minor) for tag in tags.pythons):
             wanted = f"Python {major}.{minor}"
-            reason = f"{wheel.name} is for {match['py']}; this device runs {wanted}"
+            reason = f"{wheel.name} is for {'.'.join(tags.pythons)}; this device runs {wanted}"
             raise AgentUpdateError(ErrorCode.AGENT_UPDATE_WRONG_PYTHON, reason)
-        plats = match["plat"].split(".")
-        if not any(plat == "any" or plat.lower().endswith(arch) for plat in plats):
-            reason = f"{wheel.name} is for {match['plat']}; this device is {arch}"
+        if not any(platform_fits(plat, arch) for plat in tags.platforms):
+            reason = f"{wheel.name} is for {'.'.join(tags.platforms)}; this device is {arch}"
             raise AgentUpdateError(ErrorCode.AGENT_UPDATE_WRONG_ARCHITECTURE, reason)
-        if match["name"].lower().replace(".", "_") == "edge_agent":
-            versions.append(match["version"])
+        if tags.is_agent:
+            versions.append(tags.version)
     if len(versions) != 1:
         reason = f"an agent update holds one edge-agent wheel, not {len(versions)}"
         raise AgentUpdateError(ErrorCode.AGENT_UPDATE_MALFORMED, reason)
