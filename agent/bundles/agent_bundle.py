@@ -25,8 +25,8 @@ from agent.bundles.archive import (
     SIGNATURE,
     Limits,
     Trust,
-    model_member,
     manifest_json,
+    model_member,
     opened_bundle,
     write_tar,
 )
