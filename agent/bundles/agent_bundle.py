@@ -45,6 +45,11 @@ def _agent_member(path: PurePosixPath) -> bool:
     return len(path.parts) == 1 and (path.name in (MANIFEST, SIGNATURE) or path.suffix == ".whl")
 
 
+def _any_member(path: PurePosixPath) -> bool:
+    """What either kind of bundle may carry: for reading a head, before the kind is known."""
+    return model_member(path) or _agent_member(path)
+
+
 @dataclass(frozen=True)
 class AgentHead:
     """An agent bundle's manifest (its exact bytes, parsed) and manifest.sig's bytes (None: unsigned)."""
@@ -72,7 +77,7 @@ def parse_agent_manifest(data: bytes) -> AgentManifest:
 
 def bundle_kind(bundle: Path) -> BundleKind:
     """Whether the bundle file is a model bundle or an agent bundle, from its manifest alone."""
-    with opened_bundle(bundle, Limits(), False, lambda p: model_member(p) or _agent_member(p)) as (opened, _):
+    with opened_bundle(bundle, Limits(), False, _any_member) as (opened, _):
         data, _signature, _next = opened.raw_head(None)
     raw = manifest_json(data)
     return "agent" if isinstance(raw, dict) and raw.get("kind") == "agent" else "model"
@@ -80,7 +85,7 @@ def bundle_kind(bundle: Path) -> BundleKind:
 
 def read_agent_head(bundle: Path) -> AgentHead:
     """The manifest and signature (unchecked) of an agent bundle file, nothing else inflated."""
-    with opened_bundle(bundle, Limits(), False, _agent_member) as (opened, _):
+    with opened_bundle(bundle, Limits(), False, _any_member) as (opened, _):
         data, signature, _next = opened.raw_head(None)
     return AgentHead(data, parse_agent_manifest(data), signature)
 

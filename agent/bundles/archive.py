@@ -294,6 +294,7 @@ class _Bundle:
     ) -> None:
         self.limits, self.tar, self.inflated, self.allowed = limits, tar, inflated, allowed
         self.seen: dict[str, str] = {}  # name -> sha256 of each file read
+        self.manifest_data: bytes | None = None  # manifest.json's bytes once read
 
     def _next(self) -> tuple[tarfile.TarInfo, str] | None:
         return _next_file(self.tar, self.seen, self.limits, self.allowed)
@@ -302,7 +303,12 @@ class _Bundle:
         """Read manifest.json (the first file) and manifest.sig (right after it, if signed),
         check the signature with `trust` (None: not here), then parse the manifest. Returns the
         head and the next file's header."""
-        data, signature, after = self.raw_head(trust)
+        try:
+            data, signature, after = self.raw_head(trust)
+        except BundleError as exc:  # a wheel where a model file belongs: say it is an agent bundle
+            if exc.code == ErrorCode.UNEXPECTED_FILE and self.manifest_data is not None:
+                _refuse_agent_manifest(manifest_json(self.manifest_data))
+            raise
         return BundleHead(data, parse_manifest(data), signature), after
 
     def raw_head(self, trust: Trust | None) -> tuple[bytes, bytes | None, tuple[tarfile.TarInfo, str] | None]:
@@ -316,7 +322,7 @@ class _Bundle:
                 + (f" as its first file (it begins with {first[1]!r})" if first else "")
                 + "; build bundles with edge-agent bundle build",
             )
-        data = self._small(first, MAX_MANIFEST_BYTES)
+        data = self.manifest_data = self._small(first, MAX_MANIFEST_BYTES)
         signature, after = None, self._next()
         if after is not None and after[1] == SIGNATURE:
             signature, after = self._small(after, MAX_SIGNATURE_BYTES), self._next()
@@ -469,17 +475,22 @@ def read_bundle_manifest(bundle: Path) -> BundleHead:
 def parse_manifest(data: bytes) -> Manifest:
     """manifest.json's bytes as a `Manifest`; `BundleError` ``MANIFEST_NOT_JSON`` or ``MANIFEST_INVALID``."""
     raw = manifest_json(data)
+    _refuse_agent_manifest(raw)
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(validation_problems(exc)[:5])
+        raise BundleError(ErrorCode.MANIFEST_INVALID, f"manifest.json: {problems}") from exc
+
+
+def _refuse_agent_manifest(raw: Any) -> None:
+    """`BundleError` ``WRONG_BUNDLE_KIND`` when the manifest `raw` is an agent bundle's."""
     if isinstance(raw, dict) and raw.get("kind") == "agent":
         raise BundleError(
             ErrorCode.WRONG_BUNDLE_KIND,
             f"this is an agent bundle (edge-agent {str(raw.get('version'))[:40]}), not a model bundle: "
             "push it with `edge-agent fleet push --agent`",
         )
-    try:
-        return Manifest.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(validation_problems(exc)[:5])
-        raise BundleError(ErrorCode.MANIFEST_INVALID, f"manifest.json: {problems}") from exc
 
 
 def manifest_json(data: bytes) -> Any:
