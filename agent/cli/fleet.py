@@ -420,6 +420,8 @@ def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
         bundle_manifest(args.bundle, args.agent)  # BundleError for a file that is not a bundle of that kind
         args.staging = staging(args)  # raises CliError for a bad schedule or a target that is no group
         args.shadow_request, args.quality_request = quality_requests(args)
+        if args.agent and (args.shadow_request is not None or args.quality_request is not None):
+            raise CliError("an agent bundle has no shadow or quality check: those judge a model")
         if args.deployment_id is not None and not 1 <= len(args.deployment_id) <= 200:
             raise CliError(f"--id must be 1 to 200 characters, not {len(args.deployment_id)}")
     if args.fleet_command in ("snapshot", "release") and not args.target.startswith("device:"):
