@@ -462,7 +462,9 @@ class Deployer:
                 self._step(self._step(record, State.ACTIVATING), State.SUCCEEDED)
                 self._finish(desired, kind)
                 return
-            allow_downgrade = desired.allow_downgrade or (kind == "group" and self.documents.back_to_group)
+            # an older agent is older code: only an operator's signed document may send the fleet back to it
+            signed = desired.signature is not None
+            allow_downgrade = signed and (desired.allow_downgrade or (kind == "group" and self.documents.back_to_group))
             install_update(self.agents, wheels, running_environment(), allow_downgrade)
         except BundleError as exc:
             self._step(record, State.REJECTED, exc)
