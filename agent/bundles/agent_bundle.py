@@ -28,6 +28,7 @@ from agent.bundles.archive import (
     manifest_json,
     model_member,
     opened_bundle,
+    validated,
     write_tar,
 )
 from agent.bundles.manifest import MAX_WHEELS, SCHEMA_VERSION, AgentManifest, WheelEntry
@@ -68,11 +69,7 @@ def parse_agent_manifest(data: bytes) -> AgentManifest:
             ErrorCode.WRONG_BUNDLE_KIND,
             "this is a model bundle, not an agent bundle (kind: agent): push it without --agent",
         )
-    try:
-        return AgentManifest.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(validation_problems(exc)[:5])
-        raise BundleError(ErrorCode.MANIFEST_INVALID, f"manifest.json: {problems}") from exc
+    return validated(AgentManifest, raw)
 
 
 def bundle_kind(bundle: Path) -> BundleKind:

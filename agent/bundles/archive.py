@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agent.bundles.engine_settings import engine_tags
 from agent.bundles.manifest import (
@@ -85,6 +85,7 @@ TVM_RECORD_SUFFIX = ".so.json"
 #: an RKNN model's record, beside it (``model.rknn.json``); the model is data to the NPU's runtime
 RKNN_RECORD_SUFFIX = ".rknn.json"
 _CHUNK = 1 << 20
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -476,8 +477,13 @@ def parse_manifest(data: bytes) -> Manifest:
     """manifest.json's bytes as a `Manifest`; `BundleError` ``MANIFEST_NOT_JSON`` or ``MANIFEST_INVALID``."""
     raw = manifest_json(data)
     _refuse_agent_manifest(raw)
+    return validated(Manifest, raw)
+
+
+def validated(model: type[_M], raw: Any) -> _M:
+    """The manifest `raw` (JSON) as `model`; `BundleError` ``MANIFEST_INVALID`` naming the problems."""
     try:
-        return Manifest.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(validation_problems(exc)[:5])
         raise BundleError(ErrorCode.MANIFEST_INVALID, f"manifest.json: {problems}") from exc

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -34,6 +35,16 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 #: the longest class label (characters): a label goes into every event, the page's events and a
 #: Prometheus label value, so a longer one refuses the manifest (docs/bundles.md)
 MAX_LABEL_CHARS = 128
+
+
+def _semver(value: str) -> str:
+    if not _SEMVER.match(value):
+        raise ValueError(f"version {value!r} is not a semantic version like 1.2.3")
+    return value
+
+
+#: a version string checked to be SemVer
+SemVer = Annotated[str, AfterValidator(_semver)]
 
 
 def _bounded_labels(value: list[str], what: str) -> list[str]:
@@ -317,7 +328,7 @@ class Manifest(_Strict):
         description="A model bundle (left out when written, so agents older than the field read it).",
     )
     name: str = Field(pattern=_SAFE_NAME.pattern, description="Bundle name, e.g. 'people-counter'.")
-    version: str = Field(description="Semantic version of the bundle, e.g. '1.4.0'.")
+    version: SemVer = Field(description="Semantic version of the bundle, e.g. '1.4.0'.")
     task: BundleTask = Field(
         default="detect",
         description="What the model does: detect (boxes), segment (boxes and masks), pose (boxes and keypoints) "
@@ -362,13 +373,6 @@ class Manifest(_Strict):
     @classmethod
     def _short_labels(cls, value: list[str]) -> list[str]:
         return _bounded_labels(value, "labels")
-
-    @field_validator("version")
-    @classmethod
-    def _semver(cls, value: str) -> str:
-        if not _SEMVER.match(value):
-            raise ValueError(f"version {value!r} is not a semantic version like 1.2.3")
-        return value
 
     @model_validator(mode="after")
     def _task_fits_decoder(self) -> Manifest:
@@ -449,7 +453,7 @@ class AgentManifest(_Strict):
     schema_version: Literal[1] = Field(description="Manifest format version.")
     kind: Literal["agent"] = Field(description="An agent bundle: edge-agent itself, not a model.")
     name: Literal["edge-agent"] = Field(default="edge-agent", description="Always edge-agent.")
-    version: str = Field(description="The edge-agent version its edge-agent wheel carries, e.g. '0.2.1'.")
+    version: SemVer = Field(description="The edge-agent version its edge-agent wheel carries, e.g. '0.2.1'.")
     description: str = Field(default="", max_length=1000, description="Free text for operators.")
     created: str = Field(description="When the bundle was built, ISO 8601 UTC.")
     python: str = Field(
@@ -465,13 +469,6 @@ class AgentManifest(_Strict):
         max_length=MAX_WHEELS,
         description="edge-agent's wheel and any dependency's whose version changes.",
     )
-
-    @field_validator("version")
-    @classmethod
-    def _semver(cls, value: str) -> str:
-        if not _SEMVER.match(value):
-            raise ValueError(f"version {value!r} is not a semantic version like 1.2.3")
-        return value
 
     @model_validator(mode="after")
     def _unique_wheels(self) -> AgentManifest:
