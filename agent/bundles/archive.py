@@ -3,7 +3,8 @@
 A bundle is a tar file (optionally gzip-compressed) holding ``manifest.json``, ``manifest.sig``
 (Ed25519 over the exact manifest bytes), the model artifacts, ``labels.txt``, optional
 ``calibration/`` images and ``reference.npz`` (per artifact: an input and the raw outputs it gave
-when the bundle was built, for the device's parity check). It never carries code.
+when the bundle was built, for the device's parity check). It never carries code but a signed
+TVM module; an agent bundle (agent_bundle.py) is this archive with edge-agent's wheels instead.
 
 Unpacking streams the tar once: manifest.json and manifest.sig first, the signature checked
 before anything else is decompressed, then only the files the manifest lists with their sizes.

@@ -35,6 +35,7 @@ from agent.bundles.wheels import platform_fits, python_version
 from agent.deployment.agent_env import AgentUpdateError, check_wheels
 from agent.deployment.agent_switch import AgentDirs
 from agent.errors import BundleError, ErrorCode
+from agent.mqtt.protocol import Desired
 
 #: the states in which an agent deployment waits for the switch to end (the switch happened, or was about to)
 SWITCHING = frozenset({State.ACTIVATING, State.PROBATION})
@@ -82,6 +83,14 @@ def verify(
         reason = f"the manifest says edge-agent {manifest.version}, its wheel is {carried}"
         raise AgentUpdateError(ErrorCode.AGENT_UPDATE_MALFORMED, reason)
     return manifest, wheels
+
+
+def downgrade_allowed(desired: Desired, back_to_group: bool) -> bool:
+    """Whether `desired` may install an older edge-agent: as for model bundles (its
+    ``allow_downgrade``, or a release handing the device back to its group's version), and only
+    when an operator signed it: an older version is older code, with the holes since fixed, and
+    a document replayed on a broker without signed control must not send the fleet back to it."""
+    return desired.signature is not None and (desired.allow_downgrade or back_to_group)
 
 
 def settle(record: Deployment, dirs: AgentDirs) -> Deployment | None:

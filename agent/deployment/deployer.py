@@ -462,9 +462,8 @@ class Deployer:
                 self._step(self._step(record, State.ACTIVATING), State.SUCCEEDED)
                 self._finish(desired, kind)
                 return
-            # an older agent is older code: only an operator's signed document may send the fleet back to it
-            signed = desired.signature is not None
-            allow_downgrade = signed and (desired.allow_downgrade or (kind == "group" and self.documents.back_to_group))
+            back_to_group = kind == "group" and self.documents.back_to_group
+            allow_downgrade = agent_deploy.downgrade_allowed(desired, back_to_group)
             install_update(self.agents, wheels, running_environment(), allow_downgrade)
         except BundleError as exc:
             self._step(record, State.REJECTED, exc)

@@ -96,3 +96,27 @@ def test_the_deployment_ends_as_its_switch_ended(
     assert (ended.error.code if ended and ended.error else None) == code
     if code == "AGENT_UPDATE_ROLLED_BACK":
         assert ended is not None and ended.error is not None and "within 3 starts" in ended.error.message
+
+
+@pytest.mark.parametrize(
+    ("signed", "allow", "back_to_group", "allowed"),
+    [
+        (True, True, False, True),
+        (True, False, True, True),  # a release hands the device back to its group's (older) version
+        (True, False, False, False),
+        (False, True, False, False),  # a replay on a broker without signed control sends no one back
+        (False, False, True, False),
+    ],
+)
+def test_an_older_agent_only_from_a_signed_document_that_allows_it(
+    keys: dict[str, Path], signed: bool, allow: bool, back_to_group: bool, allowed: bool
+) -> None:
+    from testkit.control import desired
+
+    from agent.deployment.agent_deploy import downgrade_allowed
+    from agent.mqtt.control import sign
+
+    document = desired(name="edge-agent", version="0.1.0", allow_downgrade=allow)
+    if signed:
+        document = sign(document, load_private_key(keys["operator"]), "device:cam-1")
+    assert downgrade_allowed(document, back_to_group) is allowed
