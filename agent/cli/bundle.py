@@ -1,5 +1,6 @@
 """`edge-agent bundle build|inspect|verify`: signed model bundles at the operator (docs/bundles.md),
-with ``bundle build``'s optimisation options and ``inspect``'s agreement table (docs/optimising.md).
+with ``bundle build``'s optimisation options and ``inspect``'s agreement table (docs/optimising.md),
+and (``build --agent``) signed agent bundles of edge-agent's own wheels (docs/fleet.md#agent-updates).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from agent.cli.failure import CliError
 
 def add_parser(commands: Any) -> None:
     """Add ``edge-agent bundle`` to the subparsers."""
-    bundle = commands.add_parser("bundle", help="build, inspect and verify model bundles")
+    bundle = commands.add_parser("bundle", help="build, inspect and verify model bundles and agent bundles")
     bundle_commands = bundle.add_subparsers(dest="bundle_command", required=True, metavar="ACTION")
     build = bundle_commands.add_parser(
         "build", help="write a bundle from models, or (--agent) from edge-agent's wheels"
