@@ -185,7 +185,7 @@ def pushed_agent(capsys, broker: Broker, watcher: Watcher, bundle: Path) -> dict
     return finished(watcher, "dev1", push(capsys, broker, bundle, "device:dev1", "--agent"), timeout=120)
 
 
-@pytest.mark.long(seconds=60)
+@pytest.mark.long(seconds=75)
 def test_a_signed_agent_bundle_pushed_over_mqtt_updates_the_agent_and_a_bad_one_is_refused_or_rolled_back(
     capsys,
     tmp_path: Path,
@@ -193,6 +193,7 @@ def test_a_signed_agent_bundle_pushed_over_mqtt_updates_the_agent_and_a_bad_one_
     watcher: Watcher,
     keys: dict[str, Path],
     agent_wheels: dict[str, Path],
+    bundles: dict[str, Path],
 ) -> None:
     # the device takes unsigned model bundles: an agent bundle is code and must be signed all the same
     installed = install_a(tmp_path, broker, keys, agent_wheels[A], allow_unsigned=True)
@@ -204,6 +205,8 @@ def test_a_signed_agent_bundle_pushed_over_mqtt_updates_the_agent_and_a_bad_one_
         broken = agent_bundle(capsys, folder / "a2.bundle", keys["private"], agent_wheels[A2])
         assert online(watcher, "dev1")["agent_version"] == A
         dirs = AgentDirs(tmp_path / "dev1" / "state", installed.base)
+        model = push(capsys, broker, bundles["v1"], "device:dev1")
+        assert finished(watcher, "dev1", model)["state"] == "SUCCEEDED"
 
         for bundle, code in (
             (unsigned(good, folder / "unsigned.bundle"), "SIGNATURE_MISSING"),
@@ -219,6 +222,7 @@ def test_a_signed_agent_bundle_pushed_over_mqtt_updates_the_agent_and_a_bad_one_
         assert (record["state"], record["version"]) == ("SUCCEEDED", A1), record
         assert watcher.json("edge/dev1/status")["agent_version"] == A1
         assert switch_state(dirs) == "confirmed" and installed.exits == []
+        serving(watcher, "dev1", "1.0.0")  # the model bundle survived the update, no deployment needed
 
         deployment = push(capsys, broker, broken, "device:dev1", "--agent")
         installed.supervise(lambda: (watcher.json("edge/dev1/deployment") or {}).get("state") == "ROLLED_BACK")
@@ -227,5 +231,6 @@ def test_a_signed_agent_bundle_pushed_over_mqtt_updates_the_agent_and_a_bad_one_
         assert record["error"]["code"] == "AGENT_UPDATE_ROLLED_BACK", record
         assert f"{A2} did not confirm within {MAX_STARTS} starts" in record["error"]["message"]
         assert online(watcher, "dev1")["agent_version"] == A1 and dirs.current_version() == A1
+        serving(watcher, "dev1", "1.0.0")
     finally:
         installed.stop()
