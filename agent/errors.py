@@ -77,6 +77,9 @@ class ErrorCode(str, Enum):
     AGENT_UPDATE_DOWNGRADE = "AGENT_UPDATE_DOWNGRADE"
     AGENT_UPDATE_RUNNING = "AGENT_UPDATE_RUNNING"
     AGENT_UPDATE_INSTALL_FAILED = "AGENT_UPDATE_INSTALL_FAILED"
+    AGENT_UPDATE_ROLLED_BACK = "AGENT_UPDATE_ROLLED_BACK"
+    # an agent bundle where a model bundle is expected, or the other way round
+    WRONG_BUNDLE_KIND = "WRONG_BUNDLE_KIND"
     # building, signing and pushing bundles (operator side)
     NO_MODEL = "NO_MODEL"
     UNKNOWN_FORMAT = "UNKNOWN_FORMAT"

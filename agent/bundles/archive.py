@@ -3,7 +3,8 @@
 A bundle is a tar file (optionally gzip-compressed) holding ``manifest.json``, ``manifest.sig``
 (Ed25519 over the exact manifest bytes), the model artifacts, ``labels.txt``, optional
 ``calibration/`` images and ``reference.npz`` (per artifact: an input and the raw outputs it gave
-when the bundle was built, for the device's parity check). It never carries code.
+when the bundle was built, for the device's parity check). It never carries code but a signed
+TVM module; an agent bundle (agent_bundle.py) is this archive with edge-agent's wheels instead.
 
 Unpacking streams the tar once: manifest.json and manifest.sig first, the signature checked
 before anything else is decompressed, then only the files the manifest lists with their sizes.
@@ -26,18 +27,18 @@ import os
 import re
 import tarfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agent.bundles.engine_settings import engine_tags
 from agent.bundles.manifest import (
@@ -85,6 +86,7 @@ TVM_RECORD_SUFFIX = ".so.json"
 #: an RKNN model's record, beside it (``model.rknn.json``); the model is data to the NPU's runtime
 RKNN_RECORD_SUFFIX = ".rknn.json"
 _CHUNK = 1 << 20
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,7 @@ def _member_path(name: str) -> PurePosixPath:
     return PurePosixPath(*parts)
 
 
-def _allowed(path: PurePosixPath) -> bool:
+def model_member(path: PurePosixPath) -> bool:
     """Only data files a bundle may carry, and TVM modules: nothing else the device would execute.
     (A TensorRT engine is data to TensorRT's runtime, which refuses engines with embedded host
     code unless told otherwise; edge-agent never tells it. A TVM module is native code: the
@@ -243,9 +245,14 @@ def _allowed(path: PurePosixPath) -> bool:
     )
 
 
-def _next_file(tar: tarfile.TarFile, seen: Mapping[str, str], limits: Limits) -> tuple[tarfile.TarInfo, str] | None:
+def _next_file(
+    tar: tarfile.TarFile,
+    seen: Mapping[str, str],
+    limits: Limits,
+    allowed: Callable[[PurePosixPath], bool] = model_member,
+) -> tuple[tarfile.TarInfo, str] | None:
     """The next regular file of `tar` and its name in the bundle (folders are skipped), checked
-    for what a bundle may carry; None at the end."""
+    for what a bundle of its kind may carry (`allowed`); None at the end."""
     while (member := tar.next()) is not None:
         path = _member_path(member.name)
         if member.issym() or member.islnk():
@@ -258,7 +265,7 @@ def _next_file(tar: tarfile.TarFile, seen: Mapping[str, str], limits: Limits) ->
             )
         if str(path) in seen:
             raise BundleError(ErrorCode.DUPLICATE_ENTRY, f"bundle entry {member.name!r} appears twice")
-        if not _allowed(path):
+        if not allowed(path):
             raise BundleError(
                 ErrorCode.UNEXPECTED_FILE, f"bundle entry {member.name!r} is not a file a bundle may carry"
             )
@@ -284,15 +291,32 @@ def check_signature(data: bytes, signature: bytes | None, trust: Trust) -> str |
 class _Bundle:
     """One pass over a bundle file: its head (manifest, signature) first, then the other files."""
 
-    def __init__(self, limits: Limits, tar: tarfile.TarFile, inflated: _Inflated) -> None:
-        self.limits, self.tar, self.inflated = limits, tar, inflated
+    def __init__(
+        self, limits: Limits, tar: tarfile.TarFile, inflated: _Inflated, allowed: Callable[[PurePosixPath], bool]
+    ) -> None:
+        self.limits, self.tar, self.inflated, self.allowed = limits, tar, inflated, allowed
         self.seen: dict[str, str] = {}  # name -> sha256 of each file read
+        self.manifest_data: bytes | None = None  # manifest.json's bytes once read
+
+    def _next(self) -> tuple[tarfile.TarInfo, str] | None:
+        return _next_file(self.tar, self.seen, self.limits, self.allowed)
 
     def head(self, trust: Trust | None) -> tuple[BundleHead, tuple[tarfile.TarInfo, str] | None]:
         """Read manifest.json (the first file) and manifest.sig (right after it, if signed),
         check the signature with `trust` (None: not here), then parse the manifest. Returns the
         head and the next file's header."""
-        first = _next_file(self.tar, self.seen, self.limits)
+        try:
+            data, signature, after = self.raw_head(trust)
+        except BundleError as exc:  # a wheel where a model file belongs: say it is an agent bundle
+            if exc.code == ErrorCode.UNEXPECTED_FILE and self.manifest_data is not None:
+                _refuse_agent_manifest(manifest_json(self.manifest_data))
+            raise
+        return BundleHead(data, parse_manifest(data), signature), after
+
+    def raw_head(self, trust: Trust | None) -> tuple[bytes, bytes | None, tuple[tarfile.TarInfo, str] | None]:
+        """manifest.json's and manifest.sig's bytes, the signature checked with `trust` (None:
+        not here), and the next file's header: `head` before the manifest is parsed."""
+        first = self._next()
         if first is None or first[1] != MANIFEST:
             raise BundleError(
                 ErrorCode.MANIFEST_MISSING,
@@ -300,13 +324,13 @@ class _Bundle:
                 + (f" as its first file (it begins with {first[1]!r})" if first else "")
                 + "; build bundles with edge-agent bundle build",
             )
-        data = self._small(first, MAX_MANIFEST_BYTES)
-        signature, after = None, _next_file(self.tar, self.seen, self.limits)
+        data = self.manifest_data = self._small(first, MAX_MANIFEST_BYTES)
+        signature, after = None, self._next()
         if after is not None and after[1] == SIGNATURE:
-            signature, after = self._small(after, MAX_SIGNATURE_BYTES), _next_file(self.tar, self.seen, self.limits)
+            signature, after = self._small(after, MAX_SIGNATURE_BYTES), self._next()
         if trust is not None:
             check_signature(data, signature, trust)
-        return BundleHead(data, parse_manifest(data), signature), after
+        return data, signature, after
 
     def _small(self, member: tuple[tarfile.TarInfo, str], most: int) -> bytes:
         info, name = member
@@ -325,11 +349,22 @@ class _Bundle:
         """Write head's files and every other file (from `member` on) into `dest`; each must be
         listed in the manifest with its size, within the limits, before a byte of it is read."""
         entries: list[ArtifactEntry | FileEntry] = [*all_artifacts(head.manifest), *head.manifest.files]
-        sizes = {e.path: e.size for e in entries}
-        _write(dest / MANIFEST, [head.data], fsync)
-        if head.signature is not None:
-            _write(dest / SIGNATURE, [head.signature], fsync)
-        total = len(head.data) + len(head.signature or b"")
+        return self.extract_listed(head.data, head.signature, {e.path: e.size for e in entries}, member, dest, fsync)
+
+    def extract_listed(
+        self,
+        data: bytes,
+        signature: bytes | None,
+        sizes: Mapping[str, int],
+        member: tuple[tarfile.TarInfo, str] | None,
+        dest: Path,
+        fsync: bool,
+    ) -> dict[str, str]:
+        """`extract` for any kind of bundle: `sizes` are the files its manifest lists."""
+        _write(dest / MANIFEST, [data], fsync)
+        if signature is not None:
+            _write(dest / SIGNATURE, [signature], fsync)
+        total = len(data) + len(signature or b"")
         while member is not None:
             info, name = member
             if name == SIGNATURE:
@@ -347,7 +382,7 @@ class _Bundle:
             source = self.tar.extractfile(info)
             assert source is not None  # a regular file always has content
             self.seen[name] = _write(dest / name, iter(partial(source.read, _CHUNK), b""), fsync)
-            member = _next_file(self.tar, self.seen, self.limits)
+            member = self._next()
         return dict(self.seen)
 
 
@@ -366,15 +401,18 @@ def _write(target: Path, chunks: Iterable[bytes], fsync: bool) -> str:
 
 
 @contextmanager
-def _opened(bundle: Path, limits: Limits, hash_bundle: bool) -> Iterator[tuple[_Bundle, _RawReader]]:
-    """`bundle` open for one pass, its errors as `BundleError` codes."""
+def opened_bundle(
+    bundle: Path, limits: Limits, hash_bundle: bool, allowed: Callable[[PurePosixPath], bool] = model_member
+) -> Iterator[tuple[_Bundle, _RawReader]]:
+    """`bundle` open for one pass (its members checked by `allowed`: a model bundle's files by
+    default), its errors as `BundleError` codes."""
     seen: dict[str, str] = {}
     try:
         with bundle.open("rb") as raw:
             source = _RawReader(raw, hash_bundle)
             inflated = _Inflated(raw, source, bundle.name, limits.max_compression_ratio)
             with tarfile.open(fileobj=inflated, mode="r|", bufsize=_TAR_BUFSIZE) as tar:
-                opened = _Bundle(limits, tar, inflated)
+                opened = _Bundle(limits, tar, inflated, allowed)
                 seen = opened.seen
                 yield opened, source
     except BundleError:
@@ -421,7 +459,7 @@ def unpack(
     ``MANIFEST_INVALID``, ``ARTIFACT_HASH_MISMATCH`` (a size), the signature's codes (with
     `trust`), ``DISK_FULL``); `dest` may then hold a partial extraction.
     """
-    with _opened(bundle, limits, hash_bundle) as (opened, source):
+    with opened_bundle(bundle, limits, hash_bundle) as (opened, source):
         head, member = opened.head(trust)
         files = opened.extract(head, member, dest, fsync)
         sha256 = source.drain()
@@ -431,22 +469,43 @@ def unpack(
 def read_bundle_manifest(bundle: Path) -> BundleHead:
     """The manifest (and signature, unchecked) of a bundle file, read without inflating the
     rest: what ``fleet push`` and ``bundle inspect`` need. Raises `BundleError` as `unpack` does."""
-    with _opened(bundle, Limits(), hash_bundle=False) as (opened, _):
+    with opened_bundle(bundle, Limits(), hash_bundle=False) as (opened, _):
         head, _ = opened.head(None)
     return head
 
 
 def parse_manifest(data: bytes) -> Manifest:
     """manifest.json's bytes as a `Manifest`; `BundleError` ``MANIFEST_NOT_JSON`` or ``MANIFEST_INVALID``."""
+    raw = manifest_json(data)
+    _refuse_agent_manifest(raw)
+    return validated(Manifest, raw)
+
+
+def validated(model: type[_M], raw: Any) -> _M:
+    """The manifest `raw` (JSON) as `model`; `BundleError` ``MANIFEST_INVALID`` naming the problems."""
     try:
-        raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BundleError(ErrorCode.MANIFEST_NOT_JSON, f"manifest.json is not JSON: {exc}") from exc
-    try:
-        return Manifest.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(validation_problems(exc)[:5])
         raise BundleError(ErrorCode.MANIFEST_INVALID, f"manifest.json: {problems}") from exc
+
+
+def _refuse_agent_manifest(raw: Any) -> None:
+    """`BundleError` ``WRONG_BUNDLE_KIND`` when the manifest `raw` is an agent bundle's."""
+    if isinstance(raw, dict) and raw.get("kind") == "agent":
+        raise BundleError(
+            ErrorCode.WRONG_BUNDLE_KIND,
+            f"this is an agent bundle (edge-agent {str(raw.get('version'))[:40]}), not a model bundle: "
+            "push it with `edge-agent fleet push --agent`",
+        )
+
+
+def manifest_json(data: bytes) -> Any:
+    """manifest.json's bytes as JSON; `BundleError` ``MANIFEST_NOT_JSON``."""
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(ErrorCode.MANIFEST_NOT_JSON, f"manifest.json is not JSON: {exc}") from exc
 
 
 def read_manifest(folder: Path) -> tuple[bytes, Manifest]:
@@ -851,11 +910,17 @@ def build_bundle(
     files += [(p.name, p) for p in [*models, *modules]]
     files += [(p.name, p) for p in (classifier.models if classifier is not None else ())]
     files += data
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_writer(out) as file, tarfile.open(fileobj=file, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for arcname, content in files:
-            payload = content.read_bytes() if isinstance(content, Path) else content
-            info = tarfile.TarInfo(arcname)
-            info.size, info.mode, info.mtime = len(payload), 0o644, int(datetime.now(timezone.utc).timestamp())
-            tar.addfile(info, io.BytesIO(payload))
+    write_tar(out, files)
     return manifest
+
+
+def write_tar(out: Path, members: Sequence[tuple[str, bytes | Path]]) -> None:
+    """Write a bundle file: `members` (name, content) in that order, atomically."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    now = int(datetime.now(timezone.utc).timestamp())
+    with atomic_writer(out) as file, tarfile.open(fileobj=file, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, content in members:
+            payload = content.read_bytes() if isinstance(content, Path) else content
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(payload), 0o644, now
+            tar.addfile(info, io.BytesIO(payload))

@@ -1,4 +1,6 @@
-"""The bundle manifest: what a model bundle holds and how to run it.
+"""The bundle manifest: what a model bundle holds and how to run it (`Manifest`), or what an
+agent bundle holds, edge-agent's own wheels and the target they are for (`AgentManifest`,
+``kind: agent``; a manifest without ``kind`` is a model bundle's, as every one was before).
 
 Pydantic models with unknown keys forbidden and every field described; the JSON Schema is
 exported to ``docs/manifest.schema.json`` (``python -m agent.bundles.manifest > docs/manifest.schema.json``).
@@ -9,13 +11,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    TypeAdapter,
     field_validator,
     model_serializer,
     model_validator,
@@ -31,6 +35,16 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 #: the longest class label (characters): a label goes into every event, the page's events and a
 #: Prometheus label value, so a longer one refuses the manifest (docs/bundles.md)
 MAX_LABEL_CHARS = 128
+
+
+def _semver(value: str) -> str:
+    if not _SEMVER.match(value):
+        raise ValueError(f"version {value!r} is not a semantic version like 1.2.3")
+    return value
+
+
+#: a version string checked to be SemVer
+SemVer = Annotated[str, AfterValidator(_semver)]
 
 
 def _bounded_labels(value: list[str], what: str) -> list[str]:
@@ -309,8 +323,12 @@ class Manifest(_Strict):
     """manifest.json of a model bundle."""
 
     schema_version: Literal[1] = Field(description="Manifest format version.")
+    kind: Literal["model"] = Field(
+        default="model",
+        description="A model bundle (left out when written, so agents older than the field read it).",
+    )
     name: str = Field(pattern=_SAFE_NAME.pattern, description="Bundle name, e.g. 'people-counter'.")
-    version: str = Field(description="Semantic version of the bundle, e.g. '1.4.0'.")
+    version: SemVer = Field(description="Semantic version of the bundle, e.g. '1.4.0'.")
     task: BundleTask = Field(
         default="detect",
         description="What the model does: detect (boxes), segment (boxes and masks), pose (boxes and keypoints) "
@@ -348,19 +366,13 @@ class Manifest(_Strict):
         data: dict[str, Any] = handler(self)
         if self.classifier is None:
             data.pop("classifier", None)
+        data.pop("kind", None)  # "model" is what a manifest without kind is
         return data
 
     @field_validator("labels")
     @classmethod
     def _short_labels(cls, value: list[str]) -> list[str]:
         return _bounded_labels(value, "labels")
-
-    @field_validator("version")
-    @classmethod
-    def _semver(cls, value: str) -> str:
-        if not _SEMVER.match(value):
-            raise ValueError(f"version {value!r} is not a semantic version like 1.2.3")
-        return value
 
     @model_validator(mode="after")
     def _task_fits_decoder(self) -> Manifest:
@@ -422,8 +434,59 @@ class Manifest(_Strict):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=2).encode() + b"\n"
 
 
+_WHEEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}\.whl$"
+#: how many wheels an agent bundle may carry (edge-agent's and the dependencies it changes)
+MAX_WHEELS = 50
+
+
+class WheelEntry(_Strict):
+    """One wheel of an agent bundle."""
+
+    path: str = Field(pattern=_WHEEL_NAME, description="The wheel's file name (PEP 427: name-version-tags.whl).")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")
+    size: int = Field(ge=1, description="File size in bytes.")
+
+
+class AgentManifest(_Strict):
+    """manifest.json of an agent bundle: edge-agent's own wheels for one target (docs/fleet.md)."""
+
+    schema_version: Literal[1] = Field(description="Manifest format version.")
+    kind: Literal["agent"] = Field(description="An agent bundle: edge-agent itself, not a model.")
+    name: Literal["edge-agent"] = Field(default="edge-agent", description="Always edge-agent.")
+    version: SemVer = Field(description="The edge-agent version its edge-agent wheel carries, e.g. '0.2.1'.")
+    description: str = Field(default="", max_length=1000, description="Free text for operators.")
+    created: str = Field(description="When the bundle was built, ISO 8601 UTC.")
+    python: str = Field(
+        pattern=r"^(py3|cp3\d{1,2}|py3\d{1,2})$",
+        description="The Python it is for: py3 (any Python 3: every wheel is py3) or one version, e.g. cp311.",
+    )
+    arch: str = Field(
+        pattern=r"^[a-z0-9_]{1,32}$",
+        description="The architecture it is for: any (every wheel is pure Python) or one, e.g. aarch64, x86_64.",
+    )
+    wheels: list[WheelEntry] = Field(
+        min_length=1,
+        max_length=MAX_WHEELS,
+        description="edge-agent's wheel and any dependency's whose version changes.",
+    )
+
+    @model_validator(mode="after")
+    def _unique_wheels(self) -> AgentManifest:
+        paths = [wheel.path for wheel in self.wheels]
+        if len(set(paths)) != len(paths):
+            raise ValueError(f"wheel paths must be unique, got {paths}")
+        return self
+
+    def to_bytes(self) -> bytes:
+        """The canonical bytes that are signed and stored (sorted keys, UTF-8)."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=2).encode() + b"\n"
+
+
 def schema_json() -> str:
-    return json.dumps(Manifest.model_json_schema(), indent=2, sort_keys=True) + "\n"
+    """The JSON Schema of manifest.json: a model bundle's or (``kind: agent``) an agent bundle's."""
+    schema = TypeAdapter(Manifest | AgentManifest).json_schema()
+    schema["title"] = "manifest.json of an edge-agent bundle"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
 if __name__ == "__main__":

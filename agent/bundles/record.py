@@ -320,6 +320,7 @@ class Deployment:
     tuning: TuningRecord | None = None  # autotune at activation: the choice and the measured rows
     shadow: ShadowRecord | None = None  # the candidate judged on live frames before the switch
     quality: QualityRecord | None = None  # what the new version saw on probation against the previous
+    kind: Literal["model", "agent"] = "model"  # an agent bundle's: edge-agent itself (its switch.json decides)
 
     def to(self, state: State, error: BundleError | None = None) -> Deployment:
         """The record in `state` (added to the history); `error` becomes its code and message.

@@ -395,6 +395,8 @@ class Store:
             self.problems.append(problem)
         if deployment is None or deployment.state in FINAL_STATES | RESUMABLE_STATES:
             return None  # nothing in flight, or a download that touched no version (the daemon resumes it)
+        if deployment.kind == "agent" and deployment.state in (State.ACTIVATING, State.PROBATION):
+            return None  # edge-agent's own switch: agents/switch.json says how it ended (the deployer reads it)
         switched = self.current_sha() == deployment.sha256 and deployment.from_sha != deployment.sha256
         if deployment.state in (State.VERIFYING, State.INSTALLING, State.SHADOW):  # nothing switched yet
             if deployment.sha256 not in (deployment.from_sha, deployment.previous_before):

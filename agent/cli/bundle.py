@@ -1,5 +1,6 @@
 """`edge-agent bundle build|inspect|verify`: signed model bundles at the operator (docs/bundles.md),
-with ``bundle build``'s optimisation options and ``inspect``'s agreement table (docs/optimising.md).
+with ``bundle build``'s optimisation options and ``inspect``'s agreement table (docs/optimising.md),
+and (``build --agent``) signed agent bundles of edge-agent's own wheels (docs/fleet.md#agent-updates).
 """
 
 from __future__ import annotations
@@ -31,10 +32,27 @@ from agent.cli.failure import CliError
 
 def add_parser(commands: Any) -> None:
     """Add ``edge-agent bundle`` to the subparsers."""
-    bundle = commands.add_parser("bundle", help="build, inspect and verify model bundles")
+    bundle = commands.add_parser("bundle", help="build, inspect and verify model bundles and agent bundles")
     bundle_commands = bundle.add_subparsers(dest="bundle_command", required=True, metavar="ACTION")
-    build = bundle_commands.add_parser("build", help="write a bundle from models")
-    build.add_argument("--model", type=Path, action="append", required=True, help=".onnx or .tflite (repeatable)")
+    build = bundle_commands.add_parser(
+        "build", help="write a bundle from models, or (--agent) from edge-agent's wheels"
+    )
+    build.add_argument("--model", type=Path, action="append", default=[], help=".onnx or .tflite (repeatable)")
+    agent = build.add_argument_group("agent bundles (docs/fleet.md#agent-updates)")
+    agent.add_argument(
+        "--agent", action="store_true", help="an agent bundle: edge-agent's own wheels (--wheel), signed (--key)"
+    )
+    agent.add_argument(
+        "--wheel",
+        type=Path,
+        action="append",
+        default=[],
+        help="edge-agent's wheel, and any dependency's whose version it changes (repeatable)",
+    )
+    agent.add_argument("--python", help="the Python it is for: py3 (any) or e.g. cp311 (default: from the wheels)")
+    agent.add_argument(
+        "--arch", help="the architecture it is for: any, aarch64, x86_64, ... (default: from the wheels)"
+    )
     build.add_argument("--labels", type=Path, help="labels file (default: the model's metadata)")
     build.add_argument(
         "--decoder",
@@ -102,6 +120,35 @@ def run(args: argparse.Namespace) -> int:
     return {"build": _bundle_build, "inspect": _bundle_inspect, "verify": _bundle_verify}[args.bundle_command](args)
 
 
+def _agent_build(args: argparse.Namespace) -> int:
+    """``bundle build --agent``: edge-agent's wheels as a signed agent bundle."""
+    from agent.bundles.agent_bundle import build_agent_bundle
+    from agent.bundles.signing import load_private_key
+
+    if args.model:
+        raise CliError("an agent bundle carries wheels (--wheel), not models (--model)")
+    if not args.wheel:
+        raise CliError("bundle build --agent needs edge-agent's wheel: --wheel PATH")
+    if args.key is None:
+        raise CliError("an agent bundle is code: devices install it only signed; give the signing key with --key")
+    for wheel in args.wheel:
+        if not wheel.is_file():
+            raise CliError(f"wheel not found: {wheel}")
+    manifest = build_agent_bundle(
+        args.wheel,
+        args.out,
+        load_private_key(args.key),
+        python=args.python,
+        arch=args.arch,
+        description=args.description,
+    )
+    print(
+        f"wrote {args.out}: edge-agent {manifest.version} for {manifest.python} on {manifest.arch}, "
+        f"{len(manifest.wheels)} wheel(s), signed"
+    )
+    return 0
+
+
 def _bundle_build(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -110,6 +157,12 @@ def _bundle_build(args: argparse.Namespace) -> int:
     from pipelines.decoding.detection_filter import ThresholdChoice
     from pipelines.decoding.labels import Labels
 
+    if args.agent:
+        return _agent_build(args)
+    if args.wheel or args.python or args.arch:
+        raise CliError("--wheel, --python and --arch build agent bundles: add --agent")
+    if not args.model:
+        raise CliError("bundle build needs at least one --model (or --agent with --wheel)")
     for model in args.model:
         if not model.is_file():
             raise CliError(f"model file not found: {model}")
@@ -239,10 +292,23 @@ def _unpacked(bundle: Path, trust: Trust) -> Iterator[Path]:
 
 
 def _bundle_inspect(args: argparse.Namespace) -> int:
+    from agent.bundles.agent_bundle import bundle_kind, read_agent_head
     from agent.bundles.archive import read_bundle_manifest
 
     if not args.bundle.is_file():
         raise CliError(f"bundle not found: {args.bundle}")
+    if bundle_kind(args.bundle) == "agent":
+        agent = read_agent_head(args.bundle)
+        if args.json:
+            print(json.dumps(agent.manifest.model_dump(mode="json")))
+            return 0
+        print(
+            f"agent bundle: edge-agent {agent.manifest.version}, for {agent.manifest.python} on {agent.manifest.arch}"
+        )
+        print(f"  built {agent.manifest.created}, signed: {'yes' if agent.signature is not None else 'no'}")
+        for wheel in agent.manifest.wheels:
+            print(f"  wheel {wheel.path}: {wheel.size} bytes, sha256 {wheel.sha256[:16]}...")
+        return 0
     head = read_bundle_manifest(args.bundle)  # the manifest alone: nothing else is inflated
     manifest, signed = head.manifest, head.signature is not None
     if args.json:

@@ -178,6 +178,11 @@ def add_parser(commands: Any) -> None:
     push.add_argument("bundle", type=Path)
     push.add_argument("--target", required=True, help="device:ID or group:NAME")
     push.add_argument(
+        "--agent",
+        action="store_true",
+        help="the bundle is an agent bundle (bundle build --agent): the targets update edge-agent itself",
+    )
+    push.add_argument(
         "--chunk-size",
         type=_chunk_size,
         help="bytes per chunk (default 256k); lowered to fit the broker's maximum packet size (MQTT 5 CONNACK)",
@@ -412,9 +417,11 @@ def _check_before_connecting(args: argparse.Namespace, topics: Topics) -> None:
     if args.fleet_command == "push":
         if not args.bundle.is_file():
             raise CliError(f"bundle file not found: {args.bundle}")
-        bundle_manifest(args.bundle)  # raises BundleError for a file that is not a bundle
+        bundle_manifest(args.bundle, args.agent)  # BundleError for a file that is not a bundle of that kind
         args.staging = staging(args)  # raises CliError for a bad schedule or a target that is no group
         args.shadow_request, args.quality_request = quality_requests(args)
+        if args.agent and (args.shadow_request is not None or args.quality_request is not None):
+            raise CliError("an agent bundle has no shadow or quality check: those judge a model")
         if args.deployment_id is not None and not 1 <= len(args.deployment_id) <= 200:
             raise CliError(f"--id must be 1 to 200 characters, not {len(args.deployment_id)}")
     if args.fleet_command in ("snapshot", "release") and not args.target.startswith("device:"):
@@ -465,6 +472,7 @@ def _fleet_push(args: argparse.Namespace, link: MqttLink, topics: Topics) -> int
             quality=args.quality_request,
             progress=progress,
             notice=lambda text: print(f"edge-agent: {text}", file=sys.stderr),
+            agent=args.agent,
         )
     print(
         f"pushed {desired.name} {desired.version} ({desired.size} bytes, {desired.chunks} chunks, "

@@ -57,7 +57,7 @@ SUMMARIES: dict[str, str] = {
     "bench": "measure FPS, latency and memory of a model, or with --matrix every way to run a bundle",
     "probe": "show the hardware, runtimes, sensors and camera tools found, and the runtime policy's choice",
     "keygen": "create an Ed25519 signing key pair for bundles",
-    "bundle": "build, inspect and verify model bundles",
+    "bundle": "build, inspect and verify model bundles and agent bundles",
     "install": "install and activate a bundle on this device",
     "rollback": "return to the previous version",
     "upgrade": "update edge-agent itself on this device from wheels",

@@ -30,12 +30,12 @@ def run(args: argparse.Namespace) -> int:
     from agent.config.loading import load_config
     from agent.daemon.agent import Agent
     from agent.deployment.agent_switch import (
-        BASE_ENV,
         LAUNCHED_ENV,
         RESTART,
         AgentDirs,
         AgentWatch,
         Probation,
+        base_environment,
         exec_agent,
         launch,
         running_environment,
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     running = running_environment()
-    dirs = AgentDirs(config.state_dir, Path(os.environ.pop(BASE_ENV, "") or running))
+    dirs = AgentDirs(config.state_dir, base_environment())  # BASE_ENV stays: the deployer reads it too
     target = launch(dirs, running, launched=os.environ.pop(LAUNCHED_ENV, None) is not None)
     if target is not None:  # the agent's own version switch (docs/fleet.md#agent-updates)
         _say_switch(dirs, target)

@@ -22,31 +22,23 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    import semver
-
     from agent import __version__
-    from agent.deployment.agent_env import AgentUpdateError, check_wheels, install_env
-    from agent.deployment.agent_switch import BASE_ENV, AgentDirs, running_environment
-    from agent.errors import ErrorCode
+    from agent.deployment.agent_env import AgentUpdateError, install_update
+    from agent.deployment.agent_switch import AgentDirs, base_environment, running_environment
 
     config = device_config(args)
     if len(args.wheels) > MAX_WHEELS:
         raise CliError(f"AGENT_UPDATE_MALFORMED: at most {MAX_WHEELS} wheels, not {len(args.wheels)}")
-    running = running_environment()
-    dirs = AgentDirs(config.state_dir, Path(os.environ.get(BASE_ENV) or running))
+    dirs = AgentDirs(config.state_dir, base_environment())
+    now = dirs.current_version() or __version__
     try:
-        version = check_wheels(args.wheels)
-        now = dirs.current_version() or __version__
-        if semver.Version.parse(version) <= semver.Version.parse(now) and not args.allow_downgrade:
-            reason = f"{version} is not newer than {now} (--allow-downgrade to switch back)"
-            raise AgentUpdateError(ErrorCode.AGENT_UPDATE_DOWNGRADE, reason)
-        if version == dirs.current_version() or dirs.env(version) == running:
-            raise AgentUpdateError(ErrorCode.AGENT_UPDATE_RUNNING, f"{version} is the running version")
-        for old in dirs.prune(keep=version):
-            print(f"removed edge-agent {old}'s environment")
-        install_env(dirs.root, version, args.wheels, dirs.base)  # again if it was: the wheels given
+        version = install_update(
+            dirs,
+            args.wheels,
+            running_environment(),
+            args.allow_downgrade,
+            on_removed=lambda old: print(f"removed edge-agent {old}'s environment"),
+        )
     except AgentUpdateError as exc:
         raise CliError(str(exc)) from exc
     dirs.switch(version)

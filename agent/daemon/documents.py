@@ -114,6 +114,7 @@ def deployment_document(deployment: Deployment, progress: DownloadProgress | Non
         progress=progress,
         shadow=bounded_shadow(deployment.shadow),
         quality=bounded_quality(deployment.quality),
+        kind="agent" if deployment.kind == "agent" else None,
     )
 
 

@@ -19,25 +19,20 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
-from agent.deployment.agent_switch import INSTALLED_MARK
-from agent.errors import ErrorCode
+from agent.bundles.wheels import platform_fits, python_fits, wheel_tags
+from agent.deployment.agent_switch import INSTALLED_MARK, AgentDirs
+from agent.errors import BundleError, ErrorCode
 from runtimes.files import atomic_write, fsync_tree
 
 BASE_PTH = "edge-agent-base.pth"
-_WHEEL = re.compile(
-    r"^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
-)
 _SEMVER = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,4}([-+.][0-9A-Za-z.+-]{1,40})?$")
 
 
-class AgentUpdateError(Exception):
+class AgentUpdateError(BundleError):
     """An agent update refused: `code` (docs/fleet.md#agent-update-error-codes) and the reason."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(f"{code.value}: {message}")
-        self.code = code
 
 
 def check_wheels(wheels: list[Path], python: tuple[int, int] | None = None, machine: str | None = None) -> str:
@@ -47,26 +42,51 @@ def check_wheels(wheels: list[Path], python: tuple[int, int] | None = None, mach
     arch = (machine or platform.machine()).lower()
     versions = []
     for wheel in wheels:
-        match = _WHEEL.match(wheel.name)
-        if match is None:
+        tags = wheel_tags(wheel.name)
+        if tags is None:
             raise AgentUpdateError(ErrorCode.AGENT_UPDATE_MALFORMED, f"{wheel.name} is not a wheel's file name")
-        pythons = match["py"].split(".")
-        if not any(tag in (f"py{major}", "py2.py3", f"py{major}{minor}", f"cp{major}{minor}") for tag in pythons):
+        if not any(python_fits(tag, major, minor) for tag in tags.pythons):
             wanted = f"Python {major}.{minor}"
-            reason = f"{wheel.name} is for {match['py']}; this device runs {wanted}"
+            reason = f"{wheel.name} is for {'.'.join(tags.pythons)}; this device runs {wanted}"
             raise AgentUpdateError(ErrorCode.AGENT_UPDATE_WRONG_PYTHON, reason)
-        plats = match["plat"].split(".")
-        if not any(plat == "any" or plat.lower().endswith(arch) for plat in plats):
-            reason = f"{wheel.name} is for {match['plat']}; this device is {arch}"
+        if not any(platform_fits(plat, arch) for plat in tags.platforms):
+            reason = f"{wheel.name} is for {'.'.join(tags.platforms)}; this device is {arch}"
             raise AgentUpdateError(ErrorCode.AGENT_UPDATE_WRONG_ARCHITECTURE, reason)
-        if match["name"].lower().replace(".", "_") == "edge_agent":
-            versions.append(match["version"])
+        if tags.is_agent:
+            versions.append(tags.version)
     if len(versions) != 1:
         reason = f"an agent update holds one edge-agent wheel, not {len(versions)}"
         raise AgentUpdateError(ErrorCode.AGENT_UPDATE_MALFORMED, reason)
     if not _SEMVER.match(versions[0]):
         raise AgentUpdateError(ErrorCode.AGENT_UPDATE_MALFORMED, f"{versions[0]!r} is not a SemVer version")
     return versions[0]
+
+
+def install_update(
+    dirs: AgentDirs,
+    wheels: list[Path],
+    running: Path,
+    allow_downgrade: bool,
+    on_removed: Callable[[str], None] = lambda version: None,
+) -> str:
+    """Check `wheels` against this device and the running version, remove the environments no
+    longer needed (`on_removed` is told each version) and install `agents/<version>`; returns the
+    version, ready for `AgentDirs.switch`. `AgentUpdateError` for each refusal."""
+    import semver
+
+    from agent import __version__
+
+    version = check_wheels(wheels)
+    now = dirs.current_version() or __version__
+    if semver.Version.parse(version) <= semver.Version.parse(now) and not allow_downgrade:
+        reason = f"{version} is not newer than {now} (allow a downgrade to switch back)"
+        raise AgentUpdateError(ErrorCode.AGENT_UPDATE_DOWNGRADE, reason)
+    if version == dirs.current_version() or dirs.env(version) == running:
+        raise AgentUpdateError(ErrorCode.AGENT_UPDATE_RUNNING, f"{version} is the running version")
+    for old in dirs.prune(keep=version):
+        on_removed(old)
+    install_env(dirs.root, version, wheels, dirs.base)  # again if it was: the wheels given
+    return version
 
 
 def base_site_packages(running: Path) -> Path:

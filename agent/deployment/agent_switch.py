@@ -61,6 +61,7 @@ class SwitchRecord:
     state: SwitchState
     starts: int = 0
     reason: str = ""
+    deployment: str = ""  # the fleet deployment that switched (empty: `edge-agent upgrade`, or an older agent)
 
 
 class AgentDirs:
@@ -109,6 +110,7 @@ class AgentDirs:
                 state=data["state"] if data["state"] in ("pending", "confirmed", "rolled_back") else "rolled_back",
                 starts=int(data.get("starts", 0)),
                 reason=str(data.get("reason", ""))[:500],
+                deployment=str(data.get("deployment", ""))[:200],
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -123,9 +125,14 @@ class AgentDirs:
         else:
             atomic_symlink(self.current, Path(version))
 
-    def switch(self, version: str, on_step: Callable[[str], None] = lambda step: None) -> SwitchRecord:
-        """Switch to the installed `agents/<version>`: the record first, then the symlink."""
-        record = SwitchRecord(version=version, previous=self.current_version(), state="pending", starts=1)
+    def switch(
+        self, version: str, on_step: Callable[[str], None] = lambda step: None, deployment: str = ""
+    ) -> SwitchRecord:
+        """Switch to the installed `agents/<version>`: the record first, then the symlink;
+        `deployment` names the fleet deployment that asked (kept through the way back)."""
+        record = SwitchRecord(
+            version=version, previous=self.current_version(), state="pending", starts=1, deployment=deployment
+        )
         self.root.mkdir(parents=True, exist_ok=True)
         on_step("record")
         self.write(record)
@@ -194,6 +201,11 @@ def exec_agent(dirs: AgentDirs, env: Path, argv: list[str]) -> None:
 
 def running_environment() -> Path:
     return Path(sys.prefix)
+
+
+def base_environment() -> Path:
+    """The installed environment: the one the launcher exec'd this one from, else this one."""
+    return Path(os.environ.get(BASE_ENV) or running_environment())
 
 
 def _same(one: Path, other: Path) -> bool:

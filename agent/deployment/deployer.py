@@ -34,6 +34,7 @@ probation in progress. The ``deployment`` topic (retained) carries the record wi
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,11 +44,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Protocol
 
+from agent import __version__
+from agent.bundles.agent_bundle import bundle_kind
 from agent.bundles.archive import Verified, read_manifest
 from agent.bundles.installer import InstallPolicy, checkpoint, end_probation, install, rollback
 from agent.bundles.record import FINAL_STATES, RESUMABLE_STATES, Deployment, State
 from agent.bundles.store import Followed, Store
 from agent.config.models import AgentConfig
+from agent.deployment import agent_deploy
+from agent.deployment.agent_deploy import SWITCHING
+from agent.deployment.agent_env import install_update
+from agent.deployment.agent_switch import AgentDirs, base_environment, running_environment
 from agent.deployment.desired import DesiredDocuments, latest
 from agent.deployment.download import BundleDownload
 from agent.deployment.probation import PASSED, ProbationJudge, QualityCheck
@@ -139,6 +146,7 @@ class Deployer:
         self._throttled = ThrottledLog(log, clock=clock)  # refusals anyone on the broker can cause
         self._on_report = on_report  # every record published (the daemon keeps each new state)
         self._open_shadow = open_shadow
+        self.agents = AgentDirs(config.state_dir, base_environment())  # edge-agent's own versions
         self._followed = store.followed()
         self.documents = DesiredDocuments(device, topics, gate, lambda: self._followed)
         self._lock = self.documents.lock
@@ -365,6 +373,9 @@ class Deployer:
         last = store.last_deployment()
         same = last if last is not None and last.id == desired.id else None
         again = self._retry_after_crash(same) or halted_by_rollout(same, desired.id) if same else False
+        if same is not None and same.kind == "agent" and same.state in SWITCHING:
+            self._await_agent(desired, kind, same)  # this process, or the one before it, switched edge-agent
+            return
         if same is not None and same.state in FINAL_STATES and not again:
             self._publish(same)
             self._finish(desired, kind)
@@ -392,6 +403,12 @@ class Deployer:
         if bundle is None:
             if deployment.error is None or deployment.error.code != ErrorCode.SUPERSEDED:
                 self._finish(desired, kind)  # a superseded one is not followed: a release's downgrade holds
+            return
+        if _is_agent_bundle(bundle.path):
+            try:
+                self._deploy_agent(desired, kind, deployment, bundle.path)
+            finally:
+                bundle.remove()
             return
         shadow = shadow_plan(desired.shadow, settings.shadow)
         if shadow is not None and store.current_sha() is None:
@@ -428,6 +445,59 @@ class Deployer:
             self._on_succeeded(result)
         if result.error is None or result.error.code != ErrorCode.SUPERSEDED:
             self._finish(desired, kind)  # a superseded one is not followed (as after a download)
+
+    def _deploy_agent(self, desired: Desired, kind: Kind, deployment: Deployment, bundle: Path) -> None:
+        """An agent bundle: verify it, install it beside the running version and switch to it
+        as ``edge-agent upgrade`` does (agent/deployment/agent_deploy.py), then wait for the
+        switch to end (in this process: until the daemon stops to exec the new version)."""
+        record = self._step(replace(deployment, kind="agent", name="edge-agent"), State.VERIFYING)
+        staging = self.store.versions / f"{record.sha256}.tmp"  # Store.recover removes it after a crash
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            staging.mkdir(parents=True)
+            manifest, wheels = agent_deploy.verify(bundle, staging, self.policy.limits, self.policy.trusted)
+            record = self._step(replace(record, version=manifest.version), State.INSTALLING)
+            if manifest.version == __version__ and self.agents.current_version() in (None, manifest.version):
+                log.info("deployment %s: edge-agent %s is already running", desired.id, manifest.version)
+                self._step(self._step(record, State.ACTIVATING), State.SUCCEEDED)
+                self._finish(desired, kind)
+                return
+            back_to_group = kind == "group" and self.documents.back_to_group
+            allow_downgrade = agent_deploy.downgrade_allowed(desired, back_to_group)
+            install_update(self.agents, wheels, running_environment(), allow_downgrade)
+        except BundleError as exc:
+            self._step(record, State.REJECTED, exc)
+            log.error("deployment %s rejected: %s", desired.id, exc)
+            self._finish(desired, kind)
+            return
+        except OSError as exc:
+            error = BundleError(ErrorCode.AGENT_UPDATE_INSTALL_FAILED, f"cannot install it: {exc.strerror}")
+            self._step(record, State.REJECTED, error)
+            self._finish(desired, kind)
+            return
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        record = self._step(record, State.ACTIVATING)
+        self.agents.switch(manifest.version, deployment=record.id)
+        record = self._step(record, State.PROBATION)
+        log.warning(
+            "deployment %s: switched to edge-agent %s; the agent restarts into it", desired.id, manifest.version
+        )
+        self._await_agent(desired, kind, record)
+
+    def _await_agent(self, desired: Desired, kind: Kind, record: Deployment) -> None:
+        """Wait for edge-agent's switch to `record.version` to end (the new version confirms,
+        or is switched back), then end the deployment so; a stop leaves it to the next process."""
+        while (ended := agent_deploy.settle(record, self.agents)) is None:
+            with self._lock:
+                self._lock.wait(1.0)
+            if self._stop.is_set():
+                return
+        self._publish(ended)
+        self.store.record(ended)
+        self._finish(desired, kind)
+        problem = f" ({ended.error.code}: {ended.error.message})" if ended.error is not None else ""
+        log.warning("deployment %s: edge-agent %s %s%s", desired.id, ended.version, ended.state, problem)
 
     def _undo(self, desired: Desired, kind: Kind) -> None:
         """``on_halt: rollback``: undo the deployment of `desired` this device had taken."""
@@ -668,6 +738,15 @@ class Deployer:
         interrupted = last.error is not None and last.error.code == ErrorCode.INTERRUPTED
         shadowed = any(state == State.SHADOW for state, _ in last.history)  # the candidate ran: it may be the cause
         return interrupted and last.state == State.REJECTED and last.attempt < 2 and not shadowed
+
+
+def _is_agent_bundle(path: Path) -> bool:
+    """Whether the downloaded bundle is an agent bundle (one that cannot be read: the model
+    path's unpack says why)."""
+    try:
+        return bundle_kind(path) == "agent"
+    except (BundleError, OSError):
+        return False
 
 
 def _halts_with_rollback(desired: Desired | None) -> bool:

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from agent.bundles.agent_bundle import read_agent_head
 from agent.bundles.archive import read_bundle_manifest
-from agent.bundles.manifest import Manifest
+from agent.bundles.manifest import AgentManifest, Manifest
 from agent.bundles.record import FINAL_STATES
 from agent.errors import BundleError, ErrorCode
 from agent.fleet.client import FleetError, publish_retained, wait_acked
@@ -33,10 +34,11 @@ from agent.mqtt.protocol import DEFAULT_CHUNK_SIZE, MAX_CHUNKS, ChunkIndex, Desi
 from agent.mqtt.quality_request import QualityRequest, ShadowRequest
 
 
-def bundle_manifest(bundle: Path) -> Manifest:
-    """Read the manifest out of a bundle file (plain or compressed) without inflating the rest."""
+def bundle_manifest(bundle: Path, agent: bool = False) -> Manifest | AgentManifest:
+    """Read the manifest out of a bundle file (plain or compressed) without inflating the rest:
+    a model bundle's, or with `agent` an agent bundle's (each refuses the other kind, saying so)."""
     try:
-        return read_bundle_manifest(bundle).manifest
+        return read_agent_head(bundle).manifest if agent else read_bundle_manifest(bundle).manifest
     except OSError as exc:
         raise BundleError(ErrorCode.NOT_A_BUNDLE, f"{bundle} cannot be read: {exc.strerror}") from exc
     except BundleError as exc:
@@ -60,19 +62,24 @@ def push(
     progress: Callable[[int], None] = lambda n: None,
     notice: Callable[[str], None] = lambda text: None,
     timeout: float = 600.0,
+    agent: bool = False,
 ) -> Desired:
     """Publish the bundle's chunks (unless `url` serves it) and index, then, once the broker has
     acknowledged them, the desired document for `target` (``device:ID`` or ``group:NAME``),
     signed by the operator's `key`; all retained, QoS 1. `chunk_size` (None: the default) is
     lowered to fit the broker's maximum packet size, and `notice` says so; `staging` makes it a
     staged rollout (a group only); `deployment_id` names the deployment (default: name, version
-    and a random suffix); `shadow` and `quality` are signed with it (docs/quality.md).
+    and a random suffix); `shadow` and `quality` are signed with it (docs/quality.md). `agent`:
+    the bundle is an agent bundle (edge-agent itself, docs/fleet.md#agent-updates), sent the
+    same way; a shadow or quality check is for models only.
     `progress` gets the bytes acknowledged so far."""
     desired_topic = topics.target_desired(target)
     if staging is not None and not target.startswith("group:"):
         raise FleetError(f"a staged rollout (--waves) goes to a group, not to {target}")
     chunk_size = _chunk_size(link, topics, chunk_size, url, notice)
-    manifest = bundle_manifest(bundle)
+    if agent and (shadow is not None or quality is not None):
+        raise FleetError("an agent bundle has no shadow or quality check: those judge a model")
+    manifest = bundle_manifest(bundle, agent)
     data = memoryview(bundle.read_bytes())
     sha256 = hashlib.sha256(data).hexdigest()  # names the chunk topics, so it comes first
     chunks, infos = [], []

@@ -316,8 +316,9 @@ class DeploymentDocument(DeviceDocument):
     progress: DownloadProgress | None = None
     shadow: ShadowRecord | None = None
     quality: QualityRecord | None = None
+    kind: Literal["agent"] | None = None  # an agent bundle's deployment (absent: a model bundle's)
 
-    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"progress", "shadow", "quality"})
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"progress", "shadow", "quality", "kind"})
 
 
 # -- telemetry ------------------------------------------------------------------------------------

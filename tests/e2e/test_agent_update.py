@@ -2,28 +2,34 @@
 environment runs version A of this checkout over a real mosquitto; ``edge-agent upgrade``
 switches it to A+1 (the same code, its version bumped, built as a wheel here), then to an A+2
 that raises at import, which is rolled back to A+1 after `MAX_STARTS` starts; a model bundle
-pushed afterwards still activates. The test restarts the agent when it exits, as systemd's
-``Restart=on-failure`` does. A SIGKILL at each step of the switch: test_agent_switch.py."""
+pushed afterwards still activates. The same from the fleet: signed agent bundles pushed with
+``fleet push --agent`` (an unsigned, a forged and another architecture's refused). The test
+restarts the agent when it exits, as systemd's ``Restart=on-failure`` does. A SIGKILL at each
+step of the switch: test_agent_switch.py."""
 
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import signal
 import subprocess
 import sys
 import sysconfig
+import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import semver
 from testkit import REPO
 from testkit.agent_process import agent_config
 from testkit.broker import Broker, Watcher
-from testkit.fleet import finished, online, push, serving
+from testkit.fleet import cli, finished, online, push, serving
 
 import agent
+from agent.bundles.archive import write_tar
 from agent.deployment.agent_env import BASE_PTH
 from agent.deployment.agent_switch import MAX_STARTS, AgentDirs
 
@@ -96,20 +102,25 @@ class Installed:
             self.process.wait(30)
 
 
-@pytest.fixture
-def installed(
-    tmp_path: Path, broker: Broker, keys: dict[str, Path], agent_wheels: dict[str, Path]
-) -> Iterator[Installed]:
+def install_a(tmp_path: Path, broker: Broker, keys: dict[str, Path], wheel: Path, **config: Any) -> Installed:
     """Version A installed as install.sh would: a venv (layered on this test's site-packages for
-    the dependencies) with edge-agent's wheel in it, and its agent running."""
+    the dependencies) with edge-agent's wheel in it, and its agent running (`config`: agent.yaml's
+    keys over the test device's)."""
     base = tmp_path / "opt" / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True)
     purelib = Path(sysconfig.get_path("purelib", vars={"base": str(base), "platbase": str(base)}))
     (purelib / BASE_PTH).write_text(sysconfig.get_path("purelib") + "\n")
     pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed"]
-    subprocess.run([*pip, str(agent_wheels[A])], check=True, env=clean_env())
-    config = agent_config(tmp_path, broker, "dev1", keys["public"], None, keys["operator_pub"])
-    agent = Installed(base, config)
+    subprocess.run([*pip, str(wheel)], check=True, env=clean_env())
+    return Installed(base, agent_config(tmp_path, broker, "dev1", keys["public"], None, keys["operator_pub"], **config))
+
+
+@pytest.fixture
+def installed(
+    tmp_path: Path, broker: Broker, keys: dict[str, Path], agent_wheels: dict[str, Path]
+) -> Iterator[Installed]:
+    """Version A installed and running (`install_a`)."""
+    agent = install_a(tmp_path, broker, keys, agent_wheels[A])
     yield agent
     agent.stop()
 
@@ -150,3 +161,76 @@ def test_the_agent_updates_itself_rolls_a_broken_version_back_and_still_deploys_
     deployment = push(capsys, broker, bundles["v1"], "device:dev1")
     assert finished(watcher, "dev1", deployment)["state"] == "SUCCEEDED"
     serving(watcher, "dev1", "1.0.0")
+
+
+def agent_bundle(capsys, out: Path, key: Path, wheel: Path, *extra: str) -> Path:
+    """`edge-agent bundle build --agent` of one wheel, signed by `key`."""
+    status, said = cli(
+        capsys, "bundle", "build", "--agent", "--wheel", str(wheel), "--key", str(key), "-o", str(out), *extra
+    )
+    assert status == 0, said
+    return out
+
+
+def unsigned(bundle: Path, out: Path) -> Path:
+    """`bundle` without its manifest.sig (the manifest and wheels as they were)."""
+    with tarfile.open(bundle) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers() if m.name != "manifest.sig"]  # type: ignore[union-attr]
+    write_tar(out, members)
+    return out
+
+
+def pushed_agent(capsys, broker: Broker, watcher: Watcher, bundle: Path) -> dict[str, Any]:
+    """Push the agent bundle to dev1 with the CLI; its deployment's record once it ends."""
+    return finished(watcher, "dev1", push(capsys, broker, bundle, "device:dev1", "--agent"), timeout=120)
+
+
+@pytest.mark.long(seconds=75)
+def test_a_signed_agent_bundle_pushed_over_mqtt_updates_the_agent_and_a_bad_one_is_refused_or_rolled_back(
+    capsys,
+    tmp_path: Path,
+    broker: Broker,
+    watcher: Watcher,
+    keys: dict[str, Path],
+    agent_wheels: dict[str, Path],
+    bundles: dict[str, Path],
+) -> None:
+    # the device takes unsigned model bundles: an agent bundle is code and must be signed all the same
+    installed = install_a(tmp_path, broker, keys, agent_wheels[A], allow_unsigned=True)
+    try:
+        folder = tmp_path / "out"
+        good = agent_bundle(capsys, folder / "a1.bundle", keys["private"], agent_wheels[A1])
+        forged = agent_bundle(capsys, folder / "forged.bundle", keys["other"], agent_wheels[A1])
+        riscv = agent_bundle(capsys, folder / "riscv.bundle", keys["private"], agent_wheels[A1], "--arch", "riscv64")
+        broken = agent_bundle(capsys, folder / "a2.bundle", keys["private"], agent_wheels[A2])
+        assert online(watcher, "dev1")["agent_version"] == A
+        dirs = AgentDirs(tmp_path / "dev1" / "state", installed.base)
+        model = push(capsys, broker, bundles["v1"], "device:dev1")
+        assert finished(watcher, "dev1", model)["state"] == "SUCCEEDED"
+
+        for bundle, code in (
+            (unsigned(good, folder / "unsigned.bundle"), "SIGNATURE_MISSING"),
+            (forged, "UNKNOWN_SIGNER"),
+            (riscv, "AGENT_UPDATE_WRONG_ARCHITECTURE"),
+        ):
+            record = pushed_agent(capsys, broker, watcher, bundle)
+            assert (record["state"], record["error"]["code"], record["kind"]) == ("REJECTED", code, "agent"), record
+            assert dirs.record() is None and not (dirs.root / A1).exists(), "nothing installed, nothing switched"
+        assert "riscv64" in record["error"]["message"] and platform.machine() in record["error"]["message"]
+
+        record = pushed_agent(capsys, broker, watcher, good)
+        assert (record["state"], record["version"]) == ("SUCCEEDED", A1), record
+        assert watcher.json("edge/dev1/status")["agent_version"] == A1
+        assert switch_state(dirs) == "confirmed" and installed.exits == []
+        serving(watcher, "dev1", "1.0.0")  # the model bundle survived the update, no deployment needed
+
+        deployment = push(capsys, broker, broken, "device:dev1", "--agent")
+        installed.supervise(lambda: (watcher.json("edge/dev1/deployment") or {}).get("state") == "ROLLED_BACK")
+        record = watcher.json("edge/dev1/deployment")
+        assert record["id"] == deployment and record["version"] == A2, record
+        assert record["error"]["code"] == "AGENT_UPDATE_ROLLED_BACK", record
+        assert f"{A2} did not confirm within {MAX_STARTS} starts" in record["error"]["message"]
+        assert online(watcher, "dev1")["agent_version"] == A1 and dirs.current_version() == A1
+        serving(watcher, "dev1", "1.0.0")
+    finally:
+        installed.stop()

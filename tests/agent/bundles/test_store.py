@@ -399,3 +399,16 @@ def test_caches_are_left_alone_when_what_a_version_uses_cannot_be_read(
     assert store.gc() == [A]
     assert EngineCache(folder).lookup(key) is not None
     assert "caches not pruned: cannot tell what the installed versions use" in caplog.text
+
+
+@pytest.mark.parametrize("state", [State.ACTIVATING, State.PROBATION])
+def test_recovery_leaves_an_agent_switch_to_the_deployer_and_the_models_alone(tmp_path: Path, state: State) -> None:
+    store = two_versions(tmp_path)
+    before = (store.current_sha(), store.previous_sha())
+    record = Deployment(id="d1", sha256=C, name="edge-agent", version="0.3.0", kind="agent", from_sha=before[0])
+    record = record.to(State.VERIFYING).to(State.INSTALLING).to(State.ACTIVATING)
+    store.record(record.to(State.PROBATION) if state == State.PROBATION else record)
+    assert store.recover() is None, "the new edge-agent runs: the switch record, not a crash, ends it"
+    last = store.last_deployment()
+    assert last is not None and (last.state, last.kind) == (state, "agent")
+    assert (store.current_sha(), store.previous_sha()) == before

@@ -171,3 +171,49 @@ def test_an_rknn_model_is_converted_proven_in_the_simulator_and_recorded(tmp_pat
     assert "demo_detector.rk3588.rknn.json" in {f.path for f in manifest.files}
     assert main(["bundle", "inspect", str(out)]) == 0
     assert "for aarch64 rk3588 (rknn-toolkit2 2." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["--agent", "--wheel", "{wheel}"],
+            "an agent bundle is code: devices install it only signed; give the signing key with --key",
+        ),
+        (["--agent", "--key", "{key}"], "bundle build --agent needs edge-agent's wheel: --wheel PATH"),
+        (
+            ["--agent", "--key", "{key}", "--wheel", "{wheel}", "--model", "{wheel}"],
+            "carries wheels (--wheel), not models",
+        ),
+        (["--wheel", "{wheel}", "--key", "{key}"], "--wheel, --python and --arch build agent bundles: add --agent"),
+        (["--agent", "--key", "{key}", "--wheel", "{wheel}", "--python", "cp310", "--arch", "aarch64"], ""),
+        (
+            ["--agent", "--key", "{key}", "--wheel", "{numpy}", "--wheel", "{wheel}", "--arch", "x86_64"],
+            "AGENT_UPDATE_WRONG_ARCHITECTURE: numpy-2.1.0-cp311-cp311-manylinux_2_17_aarch64.whl does not fit "
+            "the bundle's target: it is for manylinux_2_17_aarch64, the bundle for x86_64",
+        ),
+        (
+            ["--agent", "--key", "{key}", "--wheel", "{numpy}"],
+            "AGENT_UPDATE_MALFORMED: an agent bundle holds one edge-agent wheel, not 0",
+        ),
+    ],
+)
+def test_bundle_build_agent(argv: list[str], words: str, tmp_path: Path, keys: dict[str, Path], capsys) -> None:
+    from agent.cli import main
+
+    wheel, numpy = (
+        tmp_path / "edge_agent-0.3.0-py3-none-any.whl",
+        tmp_path / "numpy-2.1.0-cp311-cp311-manylinux_2_17_aarch64.whl",
+    )
+    wheel.write_bytes(b"a wheel")
+    numpy.write_bytes(b"numpy")
+    names = {"{wheel}": str(wheel), "{numpy}": str(numpy), "{key}": str(keys["private"])}
+    out = tmp_path / "agent.bundle"
+    status = main(["bundle", "build", *[names.get(a, a) for a in argv], "-o", str(out)])
+    said = capsys.readouterr()
+    if not words:
+        assert status == 0 and "edge-agent 0.3.0 for cp310 on aarch64, 1 wheel(s), signed" in said.out, said
+        assert main(["bundle", "inspect", str(out)]) == 0
+        assert "agent bundle: edge-agent 0.3.0, for cp310 on aarch64" in capsys.readouterr().out
+        return
+    assert status == 1 and words in said.err and not out.exists(), said

@@ -272,3 +272,38 @@ def test_fleet_push_and_commands_say_which_devices_are_too_old_for_the_protocol_
         assert status == 1 and f"nothing sent to {args[-1][7:]}: it is too old for a protocol 2 document" in out, out
     watcher.sync("edge/sync")
     assert watcher.json("edge/cur/cmd/rollback") is None and watcher.json("edge/old/desired") is None
+
+
+@pytest.mark.parametrize(
+    ("which", "flags", "refusal"),
+    [
+        (
+            "agent",
+            [],
+            "WRONG_BUNDLE_KIND: this is an agent bundle (edge-agent 0.3.0), not a model bundle: push it with",
+        ),
+        ("model", ["--agent"], "WRONG_BUNDLE_KIND: this is a model bundle, not an agent bundle (kind: agent)"),
+        ("agent", ["--agent", "--shadow", "20s"], "an agent bundle has no shadow or quality check"),
+    ],
+)
+def test_fleet_push_says_which_kind_of_bundle_it_was_given_before_connecting(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    keys: dict[str, Path],
+    bundles: dict[str, Path],
+    which: str,
+    flags: list[str],
+    refusal: str,
+) -> None:
+    from agent.bundles.agent_bundle import build_agent_bundle
+    from agent.bundles.signing import load_private_key
+
+    wheel = tmp_path / "edge_agent-0.3.0-py3-none-any.whl"
+    wheel.write_bytes(b"a wheel")
+    agent = build_agent_bundle([wheel], tmp_path / "agent.bundle", load_private_key(keys["private"]))
+    assert agent.version == "0.3.0"
+    bundle = tmp_path / "agent.bundle" if which == "agent" else bundles["v1"]
+    status, out = cli(
+        capsys, "fleet", "push", str(bundle), "--target", "device:d", "--broker", "mqtt://127.0.0.1:1", *flags
+    )
+    assert status == 1 and refusal in out and "Traceback" not in out, out

@@ -159,8 +159,9 @@ def test_the_records_fields_are_all_on_the_wire() -> None:
     from dataclasses import fields
 
     assert {f.name for f in fields(Deployment)} | {"progress"} == set(DeploymentDocument.model_fields)
-    judged = dataclasses.replace(_record(), shadow=shadow(), quality=quality())
+    judged = dataclasses.replace(_record(), shadow=shadow(), quality=quality(), kind="agent")
     assert set(json.loads(deployment_payload(judged, PROGRESS))) == set(DeploymentDocument.model_fields)
+    assert "kind" not in json.loads(deployment_payload(_record())), "a model bundle's record says no kind"
 
 
 def test_the_shadow_and_quality_results_go_out_and_read_back_as_the_record_has_them() -> None:
