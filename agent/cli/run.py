@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 def add_parser(commands: Any) -> None:
     """Add ``edge-agent run`` to the subparsers."""
-    run = commands.add_parser("run", help="run the agent daemon")
+    run = commands.add_parser(
+        "run", help="run the agent daemon (enrolling first when agent.yaml has a claim and no broker)"
+    )
     run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="agent.yaml")
     run.add_argument(
         "--root", type=Path, default=Path("/"), help="filesystem root to probe and read sensors from (for fake trees)"
