@@ -171,13 +171,14 @@ def enrol_on_start(
         service.tick(lambda: Health(ok=True), lambda: status)
         stop.wait(service.tick_s)
     worker.stop(10.0, finish=True)
+    if stop.is_set() and (not outcome or isinstance(outcome[0], _Stopped)):  # SIGTERM, the attempt unfinished
+        service.stopping()
+        return 0
     error = outcome[0] if outcome else RuntimeError("the enrolment worker ended without an outcome")
     if error is None:
         log.warning("enrolment: approved; %s now holds this device's credentials", config_path)
         service.notifier.send("STATUS=enrolled; starting")
         return None
-    if isinstance(error, _Stopped):
-        return 0
     if isinstance(error, EnrolRefused):
         refusal = Refusal(claim.claim, str(error.code), error.message)
         refusal.write(state_dir)

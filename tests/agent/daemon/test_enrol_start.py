@@ -73,7 +73,6 @@ def listed(broker: Broker, capsys: pytest.CaptureFixture[str], count: int, *extr
     return wait_until(rows, 30, f"{count} request(s) to be listed")  # type: ignore[no-any-return]
 
 
-@pytest.mark.long(seconds=25)
 def test_a_device_with_only_a_claim_waits_keeps_its_request_and_serves_once_approved(
     tmp_path: Path, broker: Broker, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -90,6 +89,7 @@ def test_a_device_with_only_a_claim_waits_keeps_its_request_and_serves_once_appr
         first = listed(broker, capsys, 1)
         keys = (state / "device.key").read_bytes(), (state / "box.key").read_bytes()
         assert device.stop() == 0  # SIGTERM while waiting
+        notify.wait("STOPPING=1", since=ready)
 
         device = AgentProcess(config, env=env).start()
         wait_until(lambda: device.output().count("asked to join as cam-9") == 2, 30, "the second start's request")
