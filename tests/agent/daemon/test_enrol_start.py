@@ -6,33 +6,23 @@ is final; a claim file that does not read is refused and changes nothing."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from testkit.agent_process import AgentProcess
-from testkit.broker import DYNSEC_OPERATOR, Broker, Watcher, dynsec_broker
+from testkit.broker import DYNSEC_OPERATOR, Broker, Watcher
 from testkit.net import wait_until
 
 from agent.bundles.signing import generate_keypair
 from agent.cli.main import main
 from agent.config.models import AgentConfig
 from agent.daemon.enrol_start import NOT_ENROLLED, backoff, claim_to_use
+from tests.agent.cli.test_fleet_enrol import broker, operator
 from tests.agent.daemon.test_service import NotifySocket
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    started = dynsec_broker(tmp_path / "broker")
-    yield started
-    started.stop()
-
-
-def fleet(broker: Broker, *words: str) -> list[str]:
-    user, _ = DYNSEC_OPERATOR
-    return ["fleet", *words, "--broker", broker.url, "--username", user, "--password-env", "DYNSEC_PASSWORD"]
+__all__ = ["broker"]  # the dynamic security broker fixture, shared
 
 
 def claim_file(tmp_path: Path, broker: Broker, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
@@ -40,7 +30,7 @@ def claim_file(tmp_path: Path, broker: Broker, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("DYNSEC_PASSWORD", DYNSEC_OPERATOR[1])
     key, _ = generate_keypair(tmp_path / "operator")
     claim = tmp_path / "claim.json"
-    words = fleet(broker, "enrol", "claim", "site-a", "--expires", "1d", "--group", "yard")
+    words = operator(broker, "enrol", "claim", "site-a", "--expires", "1d", "--group", "yard")
     assert main([*words, "--key", str(key), "--out", str(claim)]) == 0
     return key, claim
 
@@ -66,7 +56,7 @@ def listed(broker: Broker, capsys: pytest.CaptureFixture[str], count: int, *extr
 
     def rows() -> list[dict[str, Any]] | None:
         capsys.readouterr()
-        main([*fleet(broker, "enrol", "list", "--json", *extra), "--listen", "1"])
+        main([*operator(broker, "enrol", "list", "--json", *extra), "--listen", "1"])
         found: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
         return found if len(found) >= count else None
 
@@ -98,7 +88,7 @@ def test_a_device_with_only_a_claim_waits_keeps_its_request_and_serves_once_appr
         assert ((state / "device.key").read_bytes(), (state / "box.key").read_bytes()) == keys
 
         watcher = Watcher(broker, ["edge/cam-9/status"], *DYNSEC_OPERATOR)
-        approve = fleet(broker, "enrol", "approve", str(first[0]["request"]))
+        approve = operator(broker, "enrol", "approve", str(first[0]["request"]))
         assert main([*approve, "--key", str(key)]) == 0
         status = watcher.wait_json("edge/cam-9/status", lambda doc: doc.get("state") == "online")
         assert status["group"] == "yard"
@@ -121,7 +111,7 @@ def test_a_denied_device_says_why_and_never_serves(
     before = config.read_text()
     device = AgentProcess(config).start()
     rows = listed(broker, capsys, 1)
-    deny = fleet(broker, "enrol", "deny", str(rows[0]["request"]), "--reason", "not one of ours")
+    deny = operator(broker, "enrol", "deny", str(rows[0]["request"]), "--reason", "not one of ours")
     assert main([*deny, "--key", str(key)]) == 0
     wait_until(lambda: not device.alive(), 30, "the denied device to exit")
     assert device.stop() == NOT_ENROLLED
