@@ -150,11 +150,13 @@ def enrol(
     finally:
         link.stop()
     answer = answers[0]
+    kept = state_dir / "enrol" / PENDING  # forgotten once answered: a denial, or the credentials written
     if not answer.approved or answer.password is None or answer.username is None or answer.device_id is None:
+        kept.unlink(missing_ok=True)
         raise EnrolRefused(ErrorCode.ENROL_DENIED, f"the operator denied request {request.request_id}: {answer.reason}")
     password = unseal(answer.password, keys.box, request.request_id)
     write_credentials(config_path, claim, answer, password, state_dir)
-    (state_dir / "enrol" / PENDING).unlink(missing_ok=True)
+    kept.unlink(missing_ok=True)
     return answer
 
 

@@ -45,9 +45,11 @@ def device_config(tmp_path: Path, claim: Path) -> Path:
         "cameras": [{"name": "cam0", "source": "synthetic", "max_fps": 5}],
         "telemetry": {"interval_s": 0.5},
     }
+    written = tmp_path / "device" / "writable" / "agent.yaml"
+    written.parent.mkdir(parents=True)
+    written.write_text(yaml.safe_dump(config))
     path = tmp_path / "device" / "agent.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(yaml.safe_dump(config))
+    path.symlink_to(written)  # as install.sh links /etc/edge-agent/agent.yaml into the state directory
     return path
 
 
@@ -92,6 +94,7 @@ def test_a_device_with_only_a_claim_waits_keeps_its_request_and_serves_once_appr
         assert main([*approve, "--key", str(key)]) == 0
         status = watcher.wait_json("edge/cam-9/status", lambda doc: doc.get("state") == "online")
         assert status["group"] == "yard"
+        assert config.is_symlink()  # written through the link: /etc/edge-agent is read-only to the service
         written = yaml.safe_load(config.read_text())
         assert written["mqtt"]["username"] == "cam-9" and written["device"] == {"id": "cam-9", "group": "yard"}
         assert not (state / "request.json").exists()
@@ -117,6 +120,7 @@ def test_a_denied_device_says_why_and_never_serves(
     assert device.stop() == NOT_ENROLLED
     assert "enrolment refused: ENROL_DENIED" in device.output() and "not one of ours" in device.output()
     assert config.read_text() == before and "online" not in device.output()
+    assert not (tmp_path / "device" / "state" / "enrol" / "request.json").exists()  # `enrol` by hand asks anew
     again = AgentProcess(config).start()  # a restart with the same claim does not ask again
     wait_until(lambda: not again.alive(), 30, "the restarted device to exit")
     assert again.stop() == NOT_ENROLLED and "recorded before" in again.output()
