@@ -165,3 +165,29 @@ def test_the_claim_is_agent_yaml_s_else_the_first_on_the_boot_partition_and_none
 
 def test_retries_back_off_doubling_to_a_bound() -> None:
     assert [backoff(n) for n in (1, 2, 3, 7, 8, 100)] == [5.0, 10.0, 20.0, 300.0, 300.0, 300.0]
+
+
+def test_an_attempt_the_broker_refuses_is_tried_again_after_a_backoff(
+    tmp_path: Path, broker: Broker, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.config.models import MqttSection
+    from agent.fleet.client import connect
+    from agent.fleet.enrolments import Dynsec
+
+    _, claim = claim_file(tmp_path, broker, monkeypatch)
+    admin = connect(
+        MqttSection.model_validate({"broker": broker.url, "username": "admin", "password": {"value": "admin-password"}})
+    )
+    dynsec, role = Dynsec(admin), {"username": "claim-site-a", "rolename": "edge-claim-site-a"}
+    device = AgentProcess(device_config(tmp_path, claim))
+    try:
+        dynsec.must("removeClientRole", **role)  # the claim may not publish its request for now
+        device.start()
+        wait_until(lambda: "trying again in 5 s" in device.output(), 60, "the refused attempt's retry")
+        assert "asked to join" not in device.output()
+        dynsec.must("addClientRole", **role)
+        assert len(listed(broker, capsys, 1)) == 1  # the next attempt, 5 s on, is taken
+        assert "asked to join as cam-9" in device.output()
+    finally:
+        assert device.stop() == 0, device.output()
+        admin.stop()
