@@ -4,6 +4,7 @@
 # safe (it upgrades the package and keeps the configuration).
 #
 #   sudo scripts/install.sh [--broker mqtt://HOST:PORT] [--device-id ID] [--status-listen HOST:PORT]
+#   sudo scripts/install.sh --claim claim.json  # the device enrols itself on its first start
 #   sudo scripts/install.sh --uninstall        # everything but the state directory
 #
 # What it does, each step skipped when already done:
@@ -14,7 +15,10 @@
 #      a venv in /opt/edge-agent/venv (with --system-site-packages on a Jetson, so JetPack's
 #      TensorRT and OpenCV are visible), and the package with the board's extras in it;
 #   4. /etc/edge-agent/agent.yaml from `edge-agent config example` when there is none (an
-#      existing one is never touched);
+#      existing one is never touched); with --claim, the claim in /etc/edge-agent/claim.json
+#      (0600, the user edge-agent's) and, when there is no agent.yaml, a minimal one naming it,
+#      in /var/lib/edge-agent/agent.yaml with /etc/edge-agent/agent.yaml a link to it (the
+#      service may write only its state directory, and enrolment writes the credentials there);
 #   5. /etc/systemd/system/edge-agent.service, enabled and (re)started.
 #
 # Options:
@@ -26,6 +30,8 @@
 #   --python PY        the Python that makes the venv (default: python3; 3.10 or newer)
 #   --broker URL, --device-id ID, --status-listen HOST:PORT, --source SRC
 #                      passed to `edge-agent config example` for a new agent.yaml
+#   --claim FILE       a claim from `edge-agent fleet enrol claim`: the device asks to join on
+#                      its first start and serves once the operator approves (docs/fleet.md)
 #   --no-start         enable the service but do not (re)start it
 #   --uninstall        stop, disable and remove the unit, the venv, /etc/edge-agent and the user;
 #                      the state directory (/var/lib/edge-agent: installed versions) stays
@@ -36,7 +42,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 prefix="" board="" spec="" python=python3 uninstall=no start=yes
 apt_get=${EDGE_AGENT_APT_GET:-apt-get}
-broker="mqtt://localhost:1883" device_id="" status_listen="127.0.0.1:8080" source=""
+broker="mqtt://localhost:1883" device_id="" status_listen="127.0.0.1:8080" source="" claim=""
 
 die() { echo "install.sh: $*" >&2; exit 1; }
 say() { echo "edge-agent install: $*"; }
@@ -51,12 +57,14 @@ while [ $# -gt 0 ]; do
     --device-id) device_id=${2:?--device-id ID}; shift 2 ;;
     --status-listen) status_listen=${2:?--status-listen HOST:PORT}; shift 2 ;;
     --source) source=${2:?--source SRC}; shift 2 ;;
+    --claim) claim=$(realpath -m "${2:?--claim FILE}"); shift 2 ;;
     --no-start) start=no; shift ;;
     --uninstall) uninstall=yes; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
+[ -z "$claim" ] || [ -f "$claim" ] || die "--claim $claim: no such file"
 [ -n "$prefix" ] || [ "$(id -u)" = 0 ] || die "run it as root (sudo), or with --prefix DIR to try it"
 
 venv=$prefix/opt/edge-agent/venv
@@ -68,6 +76,7 @@ shadow_root=(); [ -z "$prefix" ] || { shadow_root=(--prefix "$prefix"); mkdir -p
 
 has_user() { if [ -n "$prefix" ]; then grep -qs "^$1:" "$prefix/etc/passwd"; else getent passwd "$1" >/dev/null; fi; }
 has_group() { if [ -n "$prefix" ]; then grep -qs "^$1:" "$prefix/etc/group"; else getent group "$1" >/dev/null; fi; }
+uid_of() { if [ -n "$prefix" ]; then awk -F: -v u="$1" '$1 == u {print $3}' "$prefix/etc/passwd"; else id -u "$1"; fi; }
 gid_of() { if [ -n "$prefix" ]; then awk -F: -v g="$1" '$1 == g {print $3}' "$prefix/etc/group"; else getent group "$1" | cut -d: -f3; fi; }
 
 if [ "$uninstall" = yes ]; then
@@ -134,8 +143,36 @@ say "installed $("$venv/bin/python" -c 'import importlib.metadata as m; print("e
 # 4. the configuration (never overwritten) -------------------------------------------------
 install -d -m 0750 "$etc"
 chgrp "$(gid_of edge-agent)" "$etc"
-if [ -e "$etc/agent.yaml" ]; then
+if [ -n "$claim" ]; then
+  # a claim that does not read stops here, before anything of the configuration changes
+  (cd / && "$venv/bin/python" -c 'import sys; from pathlib import Path; from agent.mqtt.enrolment import Claim, EnrolRefused
+try: Claim.load(Path(sys.argv[1]))
+except EnrolRefused as exc: sys.exit(f"install.sh: --claim: {exc.message}")' "$claim")
+  install -m 0600 -o "$(uid_of edge-agent)" -g "$(gid_of edge-agent)" "$claim" "$etc/claim.json"
+  say "copied the claim to $etc/claim.json"
+fi
+if [ -e "$etc/agent.yaml" ] || [ -L "$etc/agent.yaml" ]; then
   say "kept the existing $etc/agent.yaml"
+  [ -z "$claim" ] || say "to enrol with the claim, agent.yaml needs enrolment: {claim: /etc/edge-agent/claim.json} and no mqtt: section"
+elif [ -n "$claim" ]; then
+  camera=${source:-$([ -e "$prefix/dev/video0" ] && echo /dev/video0 || echo synthetic)}
+  install -d -m 0750 -o "$(uid_of edge-agent)" -g "$(gid_of edge-agent)" "$state"
+  printf '%s\n' \
+    "# written by install.sh --claim: on its first start the device asks to join the fleet with the" \
+    "# claim and, once the operator approves, adds its broker credentials and keys here (docs/fleet.md)" \
+    'state_dir: "/var/lib/edge-agent"' \
+    'enrolment:' \
+    '  claim: "/etc/edge-agent/claim.json"' \
+    'cameras:' \
+    '  - name: "cam0"' \
+    "    source: \"$camera\"" \
+    'status_page:' \
+    "  listen: \"$status_listen\"" > "$state/agent.yaml.new"
+  chmod 0600 "$state/agent.yaml.new"
+  chown "$(uid_of edge-agent):$(gid_of edge-agent)" "$state/agent.yaml.new"
+  mv "$state/agent.yaml.new" "$state/agent.yaml"
+  ln -s /var/lib/edge-agent/agent.yaml "$etc/agent.yaml"
+  say "wrote /var/lib/edge-agent/agent.yaml (linked from $etc/agent.yaml): the device enrols on its first start"
 else
   camera=${source:-$([ -e "$prefix/dev/video0" ] && echo /dev/video0 || echo synthetic)}
   "$venv/bin/edge-agent" config example --device-id "${device_id:-$(hostname -s | tr -c 'A-Za-z0-9_.\n-' -)}" \

@@ -63,7 +63,7 @@ SUMMARIES: dict[str, str] = {
     "upgrade": "update edge-agent itself on this device from wheels",
     "status": "current and previous versions, last deployment",
     "config": "check agent.yaml or print an example",
-    "run": "run the agent daemon",
+    "run": "run the agent daemon (enrolling first when agent.yaml has a claim and no broker)",
     "fleet": "push bundles to devices and watch them (operator side)",
     "enrol": "join the fleet with a claim: ask, wait for approval, write agent.yaml",
     "engine": "TensorRT engines: build them ahead of time on a device",

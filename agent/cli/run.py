@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING, Any
 from agent.paths import DEFAULT_CONFIG
 
 if TYPE_CHECKING:
+    from agent.config.models import AgentConfig
     from agent.deployment.agent_switch import AgentDirs
 
 
 def add_parser(commands: Any) -> None:
     """Add ``edge-agent run`` to the subparsers."""
-    run = commands.add_parser("run", help="run the agent daemon")
+    run = commands.add_parser(
+        "run", help="run the agent daemon (enrolling first when agent.yaml has a claim and no broker)"
+    )
     run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="agent.yaml")
     run.add_argument(
         "--root", type=Path, default=Path("/"), help="filesystem root to probe and read sensors from (for fake trees)"
@@ -43,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
     from agent.hardware.board import probe
 
     config = load_config(args.config)
+    enrolled = _enrol_first(config, args.config)
+    if enrolled is not None:
+        return enrolled
+    config = load_config(args.config)  # with the credentials enrolment wrote, if it ran
     running = running_environment()
     dirs = AgentDirs(config.state_dir, base_environment())  # BASE_ENV stays: the deployer reads it too
     target = launch(dirs, running, launched=os.environ.pop(LAUNCHED_ENV, None) is not None)
@@ -59,6 +66,30 @@ def run(args: argparse.Namespace) -> int:
         _say_switch(dirs, target)
         exec_agent(dirs, target, sys.argv[1:])
     return code
+
+
+def _enrol_first(config: AgentConfig, config_path: Path) -> int | None:
+    """Enrol first when agent.yaml has no broker but a claim is named or found (docs/fleet.md#enrolment);
+    None to go on serving, else the exit status."""
+    import signal
+    import threading
+
+    from agent.cli.failure import CliError
+    from agent.daemon.enrol_start import claim_to_use, enrol_on_start
+    from agent.daemon.service import Service
+    from agent.mqtt.enrolment import Claim, EnrolRefused
+
+    path = claim_to_use(config)
+    if path is None:
+        return None
+    try:
+        claim = Claim.load(path)  # one that does not read changes nothing
+    except EnrolRefused as exc:
+        raise CliError(f"cannot enrol: {exc.message}") from exc
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return enrol_on_start(config, config_path, claim, path, Service.from_environment(), stop)
 
 
 def _say_switch(dirs: AgentDirs, target: Path) -> None:

@@ -217,6 +217,8 @@ def check_files(config: AgentConfig) -> list[str]:
             named.append(("mqtt.password.file", mqtt.password.file))
             if mqtt.password.env is not None and mqtt.password.env not in os.environ:
                 problems.append(f"mqtt.password.env: the environment variable {mqtt.password.env} is not set")
+    if mqtt is None and config.enrolment.claim is not None:  # enrolled, the claim is no longer read
+        named.append(("enrolment.claim", config.enrolment.claim))
     page = config.status_page
     if page is not None:
         named.append(("status_page.password_file", page.password_file))

@@ -1134,6 +1134,25 @@ class HealthSection(_Section):
     )
 
 
+#: where a claim on the boot partition is looked for, in this order (docs/fleet.md#enrolment)
+BOOT_CLAIMS = (Path("/boot/firmware/edge-agent-claim.json"), Path("/boot/edge-agent-claim.json"))
+
+
+class EnrolmentSection(_Section):
+    """Enrolment on start (docs/fleet.md#enrolment): used only while agent.yaml has no ``mqtt:``."""
+
+    claim: Path | None = Field(
+        default=None,
+        description="The claim file (fleet enrol claim) `edge-agent run` enrols with while agent.yaml has no "
+        "mqtt: section; absent: the first of boot_claims that exists.",
+    )
+    boot_claims: list[Path] = Field(
+        default_factory=lambda: list(BOOT_CLAIMS),
+        max_length=8,
+        description="Where a claim on the boot partition is looked for, in this order, when claim is absent.",
+    )
+
+
 class HomeAssistantSection(_Section):
     """Home Assistant MQTT discovery (docs/integrations.md): one HA device with its entities."""
 
@@ -1196,6 +1215,9 @@ class AgentConfig(_Section):
     keep_versions: int = Field(default=3, ge=2, description="Installed versions kept, current and previous included.")
     bundle_limits: BundleLimitsConfig = Field(default_factory=BundleLimitsConfig, description="Unpack limits.")
     mqtt: MqttSection | None = Field(default=None, description="The fleet broker; without it the agent runs alone.")
+    enrolment: EnrolmentSection = Field(
+        default_factory=EnrolmentSection, description="Enrolment by claim on start, while there is no mqtt: section."
+    )
     deployments: DeploymentSection = Field(default_factory=DeploymentSection, description="Bundle downloads.")
     cameras: list[CameraSection] = Field(default_factory=list, description="Cameras to run the active model on.")
     telemetry: TelemetrySection = Field(default_factory=TelemetrySection, description="Telemetry topic.")

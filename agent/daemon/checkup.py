@@ -4,6 +4,7 @@ Each check answers a `Finding` (pass, warn or fail, with the fix), judged by the
 as the page's problem list (`agent.web.problems`), so a technician reads the same words in both:
 
 config valid -> state directory writable and disk free -> trusted and operator keys readable ->
+(without a broker but with a claim) enrolment refused, waiting or not begun ->
 broker reachable with the configured TLS and credentials -> its ACL takes what the device
 publishes (with Home Assistant enabled: a probe on its discovery and frame topics) -> the
 outbox's backlog (messages, the oldest's age, dropped; read only) -> the event snapshots kept
@@ -46,6 +47,7 @@ from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store
 from agent.config.loading import check_files, load_config, security_warnings
 from agent.config.models import AgentConfig, CameraSection, StatusPageSection
+from agent.daemon.enrol_start import Refusal, claim_to_use
 from agent.daemon.media import FOLDER as MEDIA_FOLDER
 from agent.daemon.media import disk_free, usage_of
 from agent.errors import BundleError, ConfigError
@@ -54,6 +56,7 @@ from agent.hardware.camera_tools import CameraTools, find_camera_tools, source_p
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
 from agent.hardware.sysfs import SysFS
+from agent.mqtt.enrol_device import PENDING
 from agent.mqtt.home_assistant import slug
 from agent.mqtt.link import Delivery, MqttLink
 from agent.mqtt.outbox import FILE_NAME as OUTBOX_FILE
@@ -122,6 +125,8 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
     found += [Finding("config", "warn", note, "rename it (docs/changelog.md)") for note in config.deprecations]
     found += [Finding("config", "warn", warning, "see docs/security.md") for warning in security_warnings(config)]
     found += [check_state_dir(config), check_keys(config)]
+    if (enrolment := check_enrolment(config)) is not None:
+        found.append(enrolment)
     if config.mqtt is not None:
         found += check_broker(config, timeout_s)
         found.append(check_outbox(config))
@@ -135,6 +140,23 @@ def run_checks(config_path: Path, root: Path = Path("/"), timeout_s: float = 10.
         found.append(check_running_agent(config.status_page))
         found += check_camera_health(config.status_page)
     return found
+
+
+def check_enrolment(config: AgentConfig) -> Finding | None:
+    """Where a device without a broker stands with its claim (docs/fleet.md#enrolment); None
+    when it has a broker or no claim."""
+    claim = claim_to_use(config)
+    if claim is None:
+        return None
+    refused = Refusal.read(config.state_dir)
+    if refused is not None:
+        fix = f"give the device a new claim (edge-agent fleet enrol claim) in place of {claim}, then start it"
+        return Finding("enrolment", "fail", f"enrolment refused for the claim {refused.claim}: {refused}", fix)
+    pending = config.state_dir / "enrol" / PENDING
+    if pending.exists():
+        words = f"waiting for the operator to approve its request ({pending}) with the claim {claim}"
+        return Finding("enrolment", "warn", words, "edge-agent fleet enrol list; edge-agent fleet enrol approve ID")
+    return Finding("enrolment", "warn", f"not enrolled yet: edge-agent run enrols with {claim}", "start the service")
 
 
 def check_state_dir(config: AgentConfig) -> Finding:

@@ -26,6 +26,8 @@ from agent.config.models import MqttSection, Secret, TlsSection
 from agent.errors import ErrorCode
 from agent.hardware.board import probe
 from agent.mqtt.enrolment import (
+    DEFAULT_MAX_AGE_S,
+    MAX_ENROL_BYTES,
     Claim,
     DeviceKeys,
     EnrolAnswer,
@@ -35,6 +37,7 @@ from agent.mqtt.enrolment import (
     accept_answer,
     enrol_topics,
     make_request,
+    read_bounded,
     unseal,
 )
 from agent.mqtt.link import Message, MqttLink, NotSent
@@ -43,6 +46,9 @@ from agent.throttle import ThrottledLog
 from runtimes.files import atomic_write
 
 log = logging.getLogger(__name__)
+
+#: the request sent and not yet answered, in ``<state_dir>/enrol/``
+PENDING = "request.json"
 
 
 def hardware_identity(root: Path = Path("/")) -> Hardware:
@@ -92,15 +98,24 @@ def enrol(
     wait_s: float | None = None,
     clock: Callable[[], float] = time.time,
     on_request: Callable[[EnrolRequest], None] = lambda request: None,
+    wait_answer: Callable[[threading.Event], bool] | None = None,
 ) -> EnrolAnswer:
-    """Ask to join with `claim`, wait for the answer (`wait_s`: None waits for ever), and on an
-    approval write agent.yaml's credentials. Returns the answer; `EnrolRefused` when the claim
-    has expired (``ENROL_EXPIRED``), the operator denied it (``ENROL_DENIED``) or no answer came."""
+    """Ask to join with `claim`, wait for the answer (`wait_s`: None waits for ever; or
+    `wait_answer`, given the event set by the answer, True once it is set), and on an approval
+    write agent.yaml's credentials. Returns the answer; `EnrolRefused` when the claim has expired
+    (``ENROL_EXPIRED``), the operator denied it (``ENROL_DENIED``) or no answer came.
+
+    The request is kept in ``<state_dir>/enrol/request.json`` until it is answered: asked again
+    (a restart, the broker unreachable) the device sends that same request, whose answer is
+    retained, instead of a second one."""
     now = clock()
     if now >= claim.expires_at:
         raise EnrolRefused(ErrorCode.ENROL_EXPIRED, f"the claim {claim.claim} expired; ask the operator for a new one")
     keys = DeviceKeys.load_or_make(state_dir)
-    request = make_request(keys, claim, device_id, hardware or hardware_identity(), now, group)
+    request = pending_request(state_dir, keys, claim, device_id, group, now)
+    if request is None:
+        request = make_request(keys, claim, device_id, hardware or hardware_identity(), now, group)
+        atomic_write(state_dir / "enrol" / PENDING, request.to_bytes())
     request_topic, answer_topic = enrol_topics(Topics(claim.topic_root), claim.claim, request.request_id)
     trusted = claim.public_keys()
     answered = threading.Event()
@@ -129,23 +144,47 @@ def enrol(
                 ErrorCode.ENROL_INVALID, f"the broker did not take the request on {request_topic}: a revoked claim?"
             )
         on_request(request)
-        if not answered.wait(wait_s):
-            raise EnrolRefused(
-                ErrorCode.ENROL_DENIED, f"no answer to request {request.request_id} within {wait_s:.0f} s"
-            )
+        if not (wait_answer(answered) if wait_answer is not None else answered.wait(wait_s)):
+            within = f" within {wait_s:.0f} s" if wait_s is not None else ""
+            raise EnrolRefused(ErrorCode.ENROL_DENIED, f"no answer to request {request.request_id}{within}")
     finally:
         link.stop()
     answer = answers[0]
+    kept = state_dir / "enrol" / PENDING  # forgotten once answered: a denial, or the credentials written
     if not answer.approved or answer.password is None or answer.username is None or answer.device_id is None:
+        kept.unlink(missing_ok=True)
         raise EnrolRefused(ErrorCode.ENROL_DENIED, f"the operator denied request {request.request_id}: {answer.reason}")
     password = unseal(answer.password, keys.box, request.request_id)
     write_credentials(config_path, claim, answer, password, state_dir)
+    kept.unlink(missing_ok=True)
     return answer
+
+
+def pending_request(
+    state_dir: Path, keys: DeviceKeys, claim: Claim, device_id: str, group: str | None, now: float
+) -> EnrolRequest | None:
+    """The request kept from an earlier start when it is still the one to send: read (bounded),
+    made with these keys, for this claim, id and group, and young enough for the operator to
+    approve (`DEFAULT_MAX_AGE_S`); None otherwise (a new one is made, with the same keys)."""
+    path = state_dir / "enrol" / PENDING
+    if not path.exists():
+        return None
+    try:
+        request: EnrolRequest = EnrolRequest.parse(read_bounded(path, MAX_ENROL_BYTES, "the request"), str(path))
+    except EnrolRefused as exc:
+        log.warning("enrol: not sending the kept request again: %s", exc)
+        return None
+    fresh = make_request(keys, claim, device_id, request.hardware, now, group)
+    same = (request.public_key, request.box_key, request.claim, request.device_id, request.group)
+    if same != (fresh.public_key, fresh.box_key, fresh.claim, fresh.device_id, fresh.group):
+        return None
+    return request if now - request.issued_at < DEFAULT_MAX_AGE_S else None
 
 
 def write_credentials(config_path: Path, claim: Claim, answer: EnrolAnswer, password: str, state_dir: Path) -> None:
     """agent.yaml's device, mqtt, operator_keys and trust_keys, the rest of the file kept; the
     password in ``<state_dir>/enrol/mqtt.password`` (0600), the keys as PEM files beside it."""
+    config_path = config_path.resolve()  # a link into the state directory (install.sh --claim) is written through
     folder = state_dir / "enrol"
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     password_file = folder / "mqtt.password"

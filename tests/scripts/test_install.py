@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import site
@@ -133,3 +134,48 @@ def test_a_system_without_python_or_its_venv_module_is_named(tmp_path: Path, whe
     assert f"install.sh: {interpreter} with its venv module is missing" in result.stderr
     assert "apt-get install python3 python3-venv" in result.stderr
     assert not (tmp_path / "root/opt/edge-agent/venv").exists()
+
+
+def test_install_with_a_claim_leaves_a_device_that_enrols_on_its_first_start(tmp_path: Path, wheel: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from agent.config.loading import load_config
+    from agent.daemon.enrol_start import claim_to_use
+    from agent.mqtt.enrolment import pem
+
+    root = board_root(tmp_path, "rpi5")
+    bad = tmp_path / "bad-claim.json"
+    bad.write_text('{"broker": "mqtt://fleet:1883"}')
+    result = subprocess.run(
+        [str(REPO / "scripts/install.sh"), "--prefix", str(root), "--from", str(wheel), "--claim", str(bad)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": site.getsitepackages()[0], "EDGE_AGENT_PIP_ARGS": "--no-deps --no-index"},
+        timeout=300,
+    )
+    assert result.returncode == 1 and f"install.sh: --claim: the claim {bad}: " in result.stderr, result.stderr
+    assert not (root / "etc/edge-agent/agent.yaml").exists() and not (root / "etc/edge-agent/claim.json").exists()
+
+    claim = tmp_path / "claim.json"
+    body = {"broker": "mqtt://fleet:1883", "claim": "site-a", "username": "claim-site-a", "password": "p"}
+    claim.write_text(
+        json.dumps(body | {"operator_keys": [pem(Ed25519PrivateKey.generate().public_key())], "expires_at": 4e9})
+    )
+    out = install(root, wheel, "--claim", str(claim))
+    assert "copied the claim" in out and "enrols on its first start" in out
+    etc, state = root / "etc/edge-agent", root / "var/lib/edge-agent"
+    user = lines(root / "etc/passwd", "edge-agent:")[0].split(":")
+    copied = etc / "claim.json"
+    assert copied.read_text() == claim.read_text() and copied.stat().st_mode & 0o777 == 0o600
+    assert (str(copied.stat().st_uid), str(copied.stat().st_gid)) == (user[2], user[3])
+    link = etc / "agent.yaml"
+    assert link.is_symlink() and os.readlink(link) == "/var/lib/edge-agent/agent.yaml"  # the service writes only there
+    written = state / "agent.yaml"
+    assert written.stat().st_mode & 0o777 == 0o600 and str(written.stat().st_uid) == user[2]
+    config = load_config(written)
+    assert config.mqtt is None and claim_to_use(config) == Path("/etc/edge-agent/claim.json")
+
+    written.write_text(written.read_text() + "mqtt: {broker: mqtt://fleet:1883}\n")  # as enrolment adds it
+    enrolled = written.read_text()
+    again = install(root, wheel, "--claim", str(claim))  # the agent.yaml enrolment wrote is never replaced
+    assert "kept the existing" in again and written.read_text() == enrolled and link.is_symlink()

@@ -242,3 +242,23 @@ def test_doctor_probes_the_acl_for_home_assistant_and_names_what_it_refuses(tmp_
         wait_until(lambda: doctor(True)[1][1] == "pass", 20, "the probes taken once the ACL has the rules")
     finally:
         broker.stop()
+
+
+def test_the_doctor_says_where_a_device_without_a_broker_stands_with_its_claim(tmp_path: Path) -> None:
+    from agent.daemon.checkup import check_enrolment
+    from agent.daemon.enrol_start import Refusal
+
+    claim, state = tmp_path / "claim.json", tmp_path / "state"
+    config = AgentConfig.model_validate({"state_dir": str(state), "enrolment": {"claim": str(claim)}})
+    begun = check_enrolment(config)
+    assert begun is not None and begun.status == "warn" and f"edge-agent run enrols with {claim}" in begun.message
+    (state / "enrol").mkdir(parents=True)
+    (state / "enrol" / "request.json").write_text("{}")
+    waiting = check_enrolment(config)
+    assert waiting is not None and "waiting for the operator" in waiting.message
+    Refusal("site-a", "ENROL_DENIED", "not one of ours").write(state)
+    refused = check_enrolment(config)
+    assert refused is not None and refused.status == "fail"
+    assert "ENROL_DENIED: not one of ours" in refused.message and "new claim" in refused.fix
+    enrolled = config.model_copy(update={"mqtt": AgentConfig.model_validate({"mqtt": {"broker": "mqtt://b"}}).mqtt})
+    assert check_enrolment(enrolled) is None
