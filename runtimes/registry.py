@@ -48,6 +48,7 @@ taking the agent down. Every function here may be called from any thread.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -326,7 +327,7 @@ class RuntimeSettings:
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        """Validated (and described in the JSON Schema) as `_SECTIONS`; an instance passes as it is."""
+        """Validated (and described in the JSON Schema) as `_in_tree_sections`; an instance passes as it is."""
 
         def validate(value: Any, sections: ValidatorFunctionWrapHandler) -> RuntimeSettings:
             if isinstance(value, RuntimeSettings):
@@ -337,17 +338,17 @@ class RuntimeSettings:
 
         return core_schema.no_info_wrap_validator_function(
             validate,
-            handler.generate_schema(_SECTIONS),
+            handler.generate_schema(_in_tree_sections()),
             serialization=core_schema.plain_serializer_function_ser_schema(lambda settings: settings.to_json()),
         )
 
 
-def _sections_model() -> type[BaseModel]:
-    """The ``runtimes:`` section as pydantic validates it: one field per backend of the table
-    now, unknown ones refused."""
+def _sections_model(entries: Iterable[Backend[Any]] | None = None) -> type[BaseModel]:
+    """The ``runtimes:`` section as pydantic validates it: one field per backend of `entries`
+    (default: the table now), unknown ones refused."""
     fields: dict[str, Any] = {
-        name: (entry.config, Field(default_factory=entry.config, description=entry.summary))
-        for name, entry in BACKENDS.items()
+        entry.name: (entry.config, Field(default_factory=entry.config, description=entry.summary))
+        for entry in (BACKENDS.values() if entries is None else entries)
     }
     return create_model(
         "RuntimeSettings",
@@ -357,8 +358,12 @@ def _sections_model() -> type[BaseModel]:
     )
 
 
-#: the section of the in-tree backends (what the JSON Schema describes)
-_SECTIONS = _sections_model()
+@functools.cache
+def _in_tree_sections() -> type[BaseModel]:
+    """The section of the in-tree backends (what the JSON Schema describes), made when a
+    model holding `RuntimeSettings` is first built (agent.yaml's), not at import: a command
+    that reads no agent.yaml (``detect``) never builds it."""
+    return _sections_model(IN_TREE)
 
 
 def tune_candidates(

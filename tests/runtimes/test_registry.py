@@ -133,6 +133,12 @@ def test_an_in_tree_entry_loads_through_lazy_names_that_resolve(entry: Backend[A
         assert callable(part.target()), name
 
 
+class _Required(OnnxRuntimeConfig):
+    """ONNX Runtime's settings and one without a default: a section could not be left out."""
+
+    device_key: str
+
+
 def _backend(**change: object) -> Backend[OnnxRuntimeConfig]:
     fields: dict[str, object] = {
         "name": "onnxruntime",
@@ -158,6 +164,7 @@ def _backend(**change: object) -> Backend[OnnxRuntimeConfig]:
         ({"rank": {"jetson": 1}}, "rank"),
         ({"rank": {"x86": "first"}}, "rank"),
         ({"libraries": ()}, "libraries"),
+        ({"config": _Required}, r"_Required\.device_key has no default"),
     ],
 )
 def test_an_entry_the_agent_cannot_derive_from_is_refused(change: dict[str, object], message: str) -> None:
