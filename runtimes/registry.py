@@ -59,7 +59,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    create_model,
+)
 from pydantic_core import CoreSchema, core_schema
 
 from runtimes import (
@@ -172,11 +180,21 @@ def _register(
         return f"{point.value} is a {type(entry).__name__}, not a runtimes.base.Backend"
     if entry.name != point.name:
         return f"the entry point is named {point.name!r} but its backend {entry.name!r}: the two must be equal"
+    try:  # an in-tree model is built when first used (its tests build it); a plugin's here, once
+        entry.config.model_validate({})
+    except Exception as exc:  # a ValidationError; or any error of the plugin's own validators
+        return f"its settings ({entry.config.__name__}) refuse their own defaults: {_first_error(exc)}"
     if entry.name in backends:
         owner = "an in-tree backend" if entry.name in builtin else "another plugin"
         return f"the name {entry.name!r} is taken by {owner}"
     backends[entry.name] = entry
     return None
+
+
+def _first_error(exc: Exception) -> str:
+    """The first of pydantic's errors in `exc` in words (or the exception's first line)."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    return str(errors[0]["msg"]) if errors else first_line(exc)
 
 
 def _distribution(point: metadata.EntryPoint) -> str | None:
