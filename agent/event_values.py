@@ -25,6 +25,8 @@ from pipelines.health_watch import ACTIONS, ProblemSeen
 from pipelines.tracking.shapes import ObjectShape
 
 ObjectEventKind = Literal["start", "update", "end"]
+#: why a camera's problem ended without clearing: a reload removed the camera, or rebuilt its check
+CameraEndReason = Literal["camera removed", "camera reconfigured"]
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,8 @@ class CameraEvent:
     """A camera health problem (docs/cameras.md "Camera health") that started (`change`
     ``start``) or cleared (``end``): `ts` when (Unix seconds), the `camera`, the `problem`'s
     kind, `since` when its condition began (Unix seconds), `detail` (the numbers, in words) and
-    `action` (what a technician does about it)."""
+    `action` (what a technician does about it); `reason`, on an ``end`` the check did not see
+    (the camera removed or rebuilt by a reload), why it ended (None: the problem cleared)."""
 
     ts: float
     camera: str
@@ -200,11 +203,20 @@ class CameraEvent:
     detail: str
     action: str
     kind: Literal["camera"] = "camera"
+    reason: CameraEndReason | None = None
 
     @staticmethod
-    def of(camera: str, problem: ProblemSeen, change: Literal["start", "end"], ts: float) -> CameraEvent:
-        """The event of `camera`'s `problem` starting or clearing (`change`) at `ts`."""
-        return CameraEvent(ts, camera, problem.kind, change, problem.since, problem.detail, ACTIONS[problem.kind])
+    def of(
+        camera: str,
+        problem: ProblemSeen,
+        change: Literal["start", "end"],
+        ts: float,
+        reason: CameraEndReason | None = None,
+    ) -> CameraEvent:
+        """The event of `camera`'s `problem` starting or clearing (`change`) at `ts`; `reason`
+        why an ``end`` came without the problem clearing."""
+        kind, since, detail = problem.kind, problem.since, problem.detail
+        return CameraEvent(ts, camera, kind, change, since, detail, ACTIONS[kind], reason=reason)
 
     def without_crop(self) -> CameraEvent:
         return self
@@ -220,7 +232,7 @@ class CameraEvent:
             "since": round(self.since, 3),
             "detail": self.detail,
             "action": self.action,
-        }
+        } | ({"reason": self.reason} if self.reason is not None else {})
 
 
 Event = ObjectEvent | GovernorEvent | CameraEvent

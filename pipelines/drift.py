@@ -304,6 +304,8 @@ class DriftTracker:
         self._buckets: deque[_Bucket] = deque()
         self._last: float | None = None  # the clock at the last inferred frame (this process)
         self._lock = threading.Lock()
+        #: the window's buckets begun so far: a score cached at one count holds until the next
+        self.buckets_begun = 0
 
     def add(self, labels: Sequence[str], scores: npt.NDArray[Any], shares: npt.NDArray[Any]) -> bool:
         """One inferred frame's detections; True when the baseline changed (to be saved)."""
@@ -314,6 +316,7 @@ class DriftTracker:
             self._expire(now)
             if not self._buckets or now - self._buckets[-1].start >= self.window_s / WINDOW_BUCKETS:
                 self._buckets.append(_Bucket(now))
+                self.buckets_begun += 1
             self._buckets[-1].summary.add(labels, scores, shares, gap)
             if self.baseline.complete:
                 return False

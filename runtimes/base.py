@@ -232,9 +232,11 @@ class BackendConfig(BaseModel):
     """The settings of one backend: its section of agent.yaml's ``runtimes:``, also handed to
     check processes as JSON. A backend's model subclasses this with ``type: Literal[NAME] =
     NAME`` and fields of its own, each with a default and a description; unknown keys are
-    refused, values are frozen, and validators do no I/O."""
+    refused, values are frozen, and validators do no I/O. Each model is built (its validator
+    and serializer) when first used, not when its module is imported: a command that runs one
+    backend builds that backend's alone (``detect``'s first detection, docs/benchmarks.md)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     type: str
 
@@ -480,7 +482,13 @@ class Backend(Generic[ConfigT]):
         tag = self.config.model_fields["type"].default
         if tag != self.name:
             raise ValueError(f"{self.name}: {self.config.__name__}.type defaults to {tag!r}, not to the name")
-        self.config.model_validate({})  # every field has a default: a section may be left out of agent.yaml
+        # every field has a default: a section may be left out of agent.yaml (read from the
+        # fields, not by validating, which would build every backend's model at import)
+        required = [name for name, field in self.config.model_fields.items() if field.is_required()]
+        if required:
+            raise ValueError(
+                f"{self.name}: {self.config.__name__}.{required[0]} has no default; every setting needs one"
+            )
         if not self.formats or not all(isinstance(f, str) and _FORMAT_NAME.match(f) for f in self.formats):
             raise ValueError(f"{self.name}: formats {self.formats!r}: expected file suffixes without the dot")
         unknown = set(self.rank) - set(BOARD_CLASSES)

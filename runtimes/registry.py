@@ -48,6 +48,7 @@ taking the agent down. Every function here may be called from any thread.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -58,7 +59,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    create_model,
+)
 from pydantic_core import CoreSchema, core_schema
 
 from runtimes import (
@@ -171,11 +180,21 @@ def _register(
         return f"{point.value} is a {type(entry).__name__}, not a runtimes.base.Backend"
     if entry.name != point.name:
         return f"the entry point is named {point.name!r} but its backend {entry.name!r}: the two must be equal"
+    try:  # an in-tree model is built when first used (its tests build it); a plugin's here, once
+        entry.config.model_validate({})
+    except Exception as exc:  # a ValidationError; or any error of the plugin's own validators
+        return f"its settings ({entry.config.__name__}) refuse their own defaults: {_first_error(exc)}"
     if entry.name in backends:
         owner = "an in-tree backend" if entry.name in builtin else "another plugin"
         return f"the name {entry.name!r} is taken by {owner}"
     backends[entry.name] = entry
     return None
+
+
+def _first_error(exc: Exception) -> str:
+    """The first of pydantic's errors in `exc` in words (or the exception's first line)."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    return str(errors[0]["msg"]) if errors else first_line(exc)
 
 
 def _distribution(point: metadata.EntryPoint) -> str | None:
@@ -326,7 +345,7 @@ class RuntimeSettings:
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        """Validated (and described in the JSON Schema) as `_SECTIONS`; an instance passes as it is."""
+        """Validated (and described in the JSON Schema) as `_in_tree_sections`; an instance passes as it is."""
 
         def validate(value: Any, sections: ValidatorFunctionWrapHandler) -> RuntimeSettings:
             if isinstance(value, RuntimeSettings):
@@ -337,17 +356,17 @@ class RuntimeSettings:
 
         return core_schema.no_info_wrap_validator_function(
             validate,
-            handler.generate_schema(_SECTIONS),
+            handler.generate_schema(_in_tree_sections()),
             serialization=core_schema.plain_serializer_function_ser_schema(lambda settings: settings.to_json()),
         )
 
 
-def _sections_model() -> type[BaseModel]:
-    """The ``runtimes:`` section as pydantic validates it: one field per backend of the table
-    now, unknown ones refused."""
+def _sections_model(entries: Iterable[Backend[Any]] | None = None) -> type[BaseModel]:
+    """The ``runtimes:`` section as pydantic validates it: one field per backend of `entries`
+    (default: the table now), unknown ones refused."""
     fields: dict[str, Any] = {
-        name: (entry.config, Field(default_factory=entry.config, description=entry.summary))
-        for name, entry in BACKENDS.items()
+        entry.name: (entry.config, Field(default_factory=entry.config, description=entry.summary))
+        for entry in (BACKENDS.values() if entries is None else entries)
     }
     return create_model(
         "RuntimeSettings",
@@ -357,8 +376,12 @@ def _sections_model() -> type[BaseModel]:
     )
 
 
-#: the section of the in-tree backends (what the JSON Schema describes)
-_SECTIONS = _sections_model()
+@functools.cache
+def _in_tree_sections() -> type[BaseModel]:
+    """The section of the in-tree backends (what the JSON Schema describes), made when a
+    model holding `RuntimeSettings` is first built (agent.yaml's), not at import: a command
+    that reads no agent.yaml (``detect``) never builds it."""
+    return _sections_model(IN_TREE)
 
 
 def tune_candidates(

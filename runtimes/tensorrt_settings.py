@@ -45,7 +45,8 @@ _QDQ_OP = b"DequantizeLinear"
 class ProfileSettings(BaseModel):
     """An optimization profile for a dynamic input: smallest, tuned-for and largest shape."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # built when first used, as the backends' settings are (`runtimes.base.BackendConfig`)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     min: tuple[int, ...] = Field(description="Smallest input shape, e.g. [1, 3, 320, 320].")
     opt: tuple[int, ...] = Field(description="Shape the engine is tuned for, e.g. [1, 3, 640, 640].")

@@ -46,7 +46,7 @@ from agent.daemon.totals import KeptTotals
 from agent.deployment.deployer import Deployer, deployment_status
 from agent.deployment.optimisation_report import Reports
 from agent.errors import BundleError, CodedError, ConfigError, ErrorCode
-from agent.event_values import CameraEvent
+from agent.event_values import CameraEndReason, CameraEvent
 from agent.hardware.board import Board
 from agent.hardware.clock import clock_synchronised
 from agent.hardware.sensors import Sensors
@@ -314,7 +314,10 @@ class Agent:
         self._state_lock = lock
         previous = self.cameras
         self._configure(config)
-        self.cameras.keep_health_of(previous)  # a problem still present is not announced again
+        # a problem still present is not announced again; a check left behind ends its problems
+        for watch, reason in self.cameras.keep_health_of(previous):
+            state = watch.state
+            self._camera_health_changed(watch.camera, (), state.problems if state is not None else (), reason)
         self.start()
 
     # -- samples for retraining (issue 40 item 3) -----------------------------------------------
@@ -364,15 +367,20 @@ class Agent:
         return version.name if version is not None else None
 
     def _camera_health_changed(
-        self, camera: str, started: tuple[ProblemSeen, ...], cleared: tuple[ProblemSeen, ...]
+        self,
+        camera: str,
+        started: tuple[ProblemSeen, ...],
+        cleared: tuple[ProblemSeen, ...],
+        reason: CameraEndReason | None = None,
     ) -> None:
-        """A camera's health problems that started or cleared (its capture thread): a ``camera``
-        event each, on the ``events`` topic and the page."""
+        """A camera's health problems that started or cleared (its capture thread; a reload's,
+        with the `reason` its check ended): a ``camera`` event each, on the ``events`` topic and
+        the page."""
         now = self.clock()
         for problem in started:
             self.outgoing.event(CameraEvent.of(camera, problem, "start", now))
         for problem in cleared:
-            self.outgoing.event(CameraEvent.of(camera, problem, "end", now))
+            self.outgoing.event(CameraEvent.of(camera, problem, "end", now, reason))
 
     def _on_deployed(self, deployment: Deployment) -> None:
         self.actions.serve_current()

@@ -49,6 +49,7 @@ from agent.bundles.manifest import Manifest
 from agent.bundles.record import Tuning
 from agent.config.models import CameraSection, ServingSection
 from agent.errors import BundleError, ErrorCode
+from agent.event_values import CameraEndReason
 from agent.hardware.board import Board
 from agent.hardware.camera_tools import CameraTools, ffmpeg_input_args, find_camera_tools, source_problems
 from agent.serving.camera_filter import Locate, camera_filter, dotted, in_force
@@ -386,20 +387,29 @@ class Cameras:
             self._watches[section.name] = HealthWatch(section.name, thresholds, self._health_changed)
         return self._watches[section.name]
 
-    def keep_health_of(self, previous: Cameras) -> None:
+    def keep_health_of(self, previous: Cameras) -> list[tuple[HealthWatch, CameraEndReason]]:
         """Take over `previous`'s health checks (the cameras a reload replaces, stopped) for each
         camera whose source and ``health:`` section did not change: its baselines, reference image
         and problems go on, so a problem still present is not announced again as it would be by
-        a new check. Called before `activate`."""
-        before = {section.name: section for section in previous.sections}
+        a new check. Returns the checks left behind, each with why (its camera removed, or its
+        source or ``health:`` changed): their open problems end here, unseen by any check.
+        Called before `activate`."""
+        now = {section.name: section for section in self.sections}
         with previous._lock:
             watches = dict(previous._watches)
+        left: list[tuple[HealthWatch, CameraEndReason]] = []
         with self._lock:
-            for section in self.sections:
-                was = before.get(section.name)
-                same = was is not None and (was.source, was.health) == (section.source, section.health)
-                if same and section.name in watches:
-                    self._watches[section.name] = watches[section.name]
+            for was in previous.sections:
+                watch, section = watches.get(was.name), now.get(was.name)
+                if watch is None:
+                    continue
+                if section is None:
+                    left.append((watch, "camera removed"))
+                elif (was.source, was.health) == (section.source, section.health):
+                    self._watches[section.name] = watch
+                else:
+                    left.append((watch, "camera reconfigured"))
+        return left
 
     def health_watch(self, name: str) -> HealthWatch:
         """The named camera's health check (its `reference` image, `reset_reference`); raises

@@ -28,7 +28,7 @@ import numpy as np
 from agent.config.models import CameraSection
 from agent.throttle import ThrottledLog
 from pipelines.decoding.detections import Detections
-from pipelines.drift import MAX_DOCUMENT_BYTES, Baseline, CameraDrift, DriftTracker
+from pipelines.drift import MAX_DOCUMENT_BYTES, Baseline, CameraDrift, DriftScore, DriftTracker
 from pipelines.pipeline import Sink
 from pipelines.sources.frames import Frame
 from runtimes.files import atomic_write, read_at_most
@@ -49,6 +49,9 @@ class _Camera:
         self.settings = section.drift
         self.tracker: DriftTracker | None = None
         self.saved_at = -float("inf")
+        #: `drifted`'s answer and what it was scored on: the tracker, its buckets begun, its
+        #: baseline complete (one tuple, replaced whole)
+        self.flag: tuple[DriftTracker, int, bool, bool] | None = None
 
 
 class DriftWatch:
@@ -62,9 +65,10 @@ class DriftWatch:
         version: Callable[[], str | None],
         labels: Callable[[], Sequence[str]],
         clock: Callable[[], float] = time.monotonic,
+        score: Callable[[DriftTracker], DriftScore | None] = DriftTracker.report,
     ) -> None:
         self.folder = state_dir / DIRECTORY
-        self._version, self._labels, self._clock = version, labels, clock
+        self._version, self._labels, self._clock, self._score = version, labels, clock, score
         self._cameras = {s.name: _Camera(s) for s in sections if s.drift.enabled}
         self._throttled = ThrottledLog(log, every_s=600.0, clock=clock)
 
@@ -148,13 +152,23 @@ class DriftWatch:
         return tuple(self._report(state) for state in self._cameras.values())
 
     def drifted(self, camera: str) -> bool:
-        """Whether `camera`'s score has reached its threshold (any thread; a score costs about
-        0.3 ms). False for a camera not watched."""
+        """Whether `camera`'s score has reached its threshold (any thread). A score costs about
+        0.3 ms and the samples ask on the camera's thread for every frame that may be kept, so
+        the answer is scored again only when the window has begun a new bucket (every
+        ``window_h`` / `pipelines.drift.WINDOW_BUCKETS`) or the baseline completed, and read
+        from the cache in between. False for a camera not watched, or before its first frame."""
         state = self._cameras.get(camera)
-        return state is not None and self._report(state).drifted
+        tracker = state.tracker if state is not None else None
+        if state is None or tracker is None:
+            return False
+        flag, begun, complete = state.flag, tracker.buckets_begun, tracker.baseline.complete
+        if flag is not None and flag[0] is tracker and flag[1:3] == (begun, complete):
+            return flag[3]
+        drifted = self._report(state).drifted
+        state.flag = (tracker, begun, complete, drifted)
+        return drifted
 
-    @staticmethod
-    def _report(state: _Camera) -> CameraDrift:
+    def _report(self, state: _Camera) -> CameraDrift:
         tracker = state.tracker
         baseline = tracker.baseline if tracker is not None else None
         return CameraDrift(
@@ -162,6 +176,6 @@ class DriftWatch:
             version=baseline.version if baseline is not None else None,
             baseline_s=round(baseline.summary.seconds, 1) if baseline is not None else 0.0,
             complete=baseline is not None and baseline.complete,
-            score=tracker.report() if tracker is not None else None,
+            score=self._score(tracker) if tracker is not None else None,
             threshold=state.settings.threshold,
         )

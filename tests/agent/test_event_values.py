@@ -116,5 +116,8 @@ def test_a_camera_event_is_the_documented_document_byte_for_byte() -> None:
         b'"action":"the view moved: check the mount and point the camera back, or accept the new view"}'
     )
     assert CameraEvent.of("gate", problem, "end", 1.0).to_json()["change"] == "end"
+    assert "reason" not in event.to_json(), "a problem that cleared on its own says no reason"
+    gone = CameraEvent.of("gate", problem, "end", 1.0, "camera removed").to_json()
+    assert list(gone)[-1] == "reason" and gone["reason"] == "camera removed", "after the documented keys"
     assert event.without_crop() is event
     assert set(ACTIONS) == set(KINDS), "every kind has a technician's action"

@@ -701,3 +701,45 @@ def test_a_moved_camera_shows_its_reference_beside_the_live_view_in_chromium(
         assert http(accept, "POST", body=b"{}").status == 401
         done = http(accept, "POST", {**AUTH, "Content-Type": "application/json"}, b"{}")
         assert done.status == 200 and done.json() == {"ok": True, "camera": "gate"}
+
+
+def test_the_samples_table_lists_each_camera_keeping_samples_as_the_agent_counts_them(
+    tmp_path: Path, bundles: dict[str, Path], keys: dict[str, Path], chromium: Chromium
+) -> None:
+    """Three cameras: gate keeps every frame at random but at most one an hour (so exactly one
+    sample), yard keeps samples but none of its frames qualify, shed keeps none. The page's
+    samples table in chromium has a row per camera keeping samples, rendered from the agent's
+    own count and size: gate 1 (now), yard 0 (none yet), no row for shed."""
+    board = probe(TREE)
+    install_versions(tmp_path / "state", keys, bundles, board)
+    (tmp_path / "password").write_text("s3cret pass\n")
+    port = free_port()
+    one = {"enabled": True, "random_share": 1.0, "min_interval_s": 3600}
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "cameras": [
+            {"name": "gate", "source": "synthetic:3", "fps": 10, "samples": one},
+            {"name": "yard", "source": "synthetic:4", "fps": 10, "samples": {"enabled": True, "random_share": 0}},
+            {"name": "shed", "source": "synthetic:5", "fps": 10},
+        ],
+        "status_page": {"listen": f"127.0.0.1:{port}", "username": "tech", "password_file": str(tmp_path / "password")},
+    }
+    url = f"http://127.0.0.1:{port}"
+    with running(config, board, TREE) as agent:
+        wait_until(lambda: http(url + "/healthz").status == 200, 30, "the page to answer")
+        kept = wait_until(
+            lambda: (k := http(url + "/api/samples", headers=AUTH).json())["gate"]["count"] and k, 60, "a sample"
+        )
+        page = chromium.page()
+        page.headers(AUTH)
+        page.open(url + "/")
+        rows = """[...document.querySelectorAll('#samples tbody tr')].map(r => [r.dataset.camera,
+            ...[...r.cells].map(c => c.textContent)])"""
+        shown = page.wait_for(f"!document.getElementById('samples-section').hidden && ({rows}).length && {rows}")
+        assert agent.samples is not None and agent.samples.summary()["gate"][0] == 1
+    assert kept["gate"]["count"] == 1 and kept["yard"] == {"count": 0, "bytes": 0, "newest": None}
+    assert set(kept) == {"gate", "yard"}, "shed keeps no samples"
+    size = f"{kept['gate']['bytes'] / 1048576:.1f} MiB"
+    assert [row[:4] for row in shown] == [["gate", "gate", "1", size], ["yard", "yard", "0", "0.0 MiB"]], shown
+    assert re.fullmatch(r"\d+ s ago", shown[0][4]) and shown[1][4] == "none yet", shown

@@ -90,3 +90,26 @@ def test_detect_on_onnx_runtime_imports_no_other_backends_code(tmp_path: Path) -
     status, modules = imported_by(argv, tmp_path)
     imported = [m for m in modules if m in watched]
     assert status == 0 and imported == ["runtimes.ort_backend"], f"detect imported {imported}"
+
+
+def test_detect_on_onnx_runtime_builds_no_other_settings_model(tmp_path: Path) -> None:
+    """The backends' settings models are built when first used, not at import: a detection on
+    ONNX Runtime builds ONNX Runtime's alone, not the other backends', TensorRT's profile or the
+    ``runtimes:`` section's (about 1 ms each of `detect`'s first detection, docs/benchmarks.md)."""
+    model, image = str(DEMO_MODELS / "demo_detector.onnx"), tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((64, 96, 3), np.uint8))
+    argv = ["detect", model, str(image), "--runtime", "onnxruntime", "--json"]
+    code = (
+        "import json, sys\nfrom pydantic import BaseModel\nfrom agent.cli.main import main\n"
+        f"status = main({argv!r})\n"
+        "from runtimes.registry import _in_tree_sections\n"
+        "models = {m for name, module in list(sys.modules.items()) if name.startswith('runtimes.')\n"
+        "          for m in vars(module).values() if isinstance(m, type) and issubclass(m, BaseModel)}\n"
+        "built = sorted(m.__name__ for m in models if m.__pydantic_complete__)\n"
+        "print(json.dumps([status, built, _in_tree_sections.cache_info().currsize]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    status, built, sections = json.loads(run.stdout.splitlines()[-1])
+    assert status == 0 and built == ["OnnxRuntimeConfig"], f"detect built {built}"
+    assert sections == 0, "the runtimes: section's model is built for agent.yaml only"

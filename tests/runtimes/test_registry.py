@@ -63,6 +63,12 @@ def _plugin_modules(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (folder / "not_a_backend.py").write_text("BACKEND = {'name': 'dict'}\n")
     bad_rank = PLUGIN.format(name="gpu").replace('rank={"arm": 5}', 'rank={"gpu": 1}')
     (folder / "bad_rank.py").write_text(textwrap.dedent(bad_rank))
+    refusing = PLUGIN.format(name="tpu").replace(
+        "    cores: int = 1\n",
+        "    cores: int = 1\n\n    @model_validator(mode='after')\n    def _set(self):\n"
+        "        raise ValueError('cores must be set')\n",
+    )
+    (folder / "bad_defaults.py").write_text("from pydantic import model_validator\n" + refusing)
     monkeypatch.syspath_prepend(str(folder))
 
 
@@ -79,6 +85,7 @@ def test_plugins_join_the_table_and_the_bad_ones_are_logged_and_left_out(
             ("onnxruntime", "shadow_plugin:BACKEND"),
             ("dict", "not_a_backend:BACKEND"),
             ("gpu", "bad_rank:BACKEND"),
+            ("tpu", "bad_defaults:BACKEND"),
             ("coral", "npu_plugin:BACKEND"),
         ]
     ]
@@ -94,15 +101,19 @@ def test_plugins_join_the_table_and_the_bad_ones_are_logged_and_left_out(
         ("dict", "not_a_backend:BACKEND"): "not_a_backend:BACKEND is a dict, not a runtimes.base.Backend",
         ("gpu", "bad_rank:BACKEND"): "importing bad_rank:BACKEND failed: ValueError: gpu: rank {'gpu': 1}: "
         "expected nvidia, arm, x86 -> int",
+        ("tpu", "bad_defaults:BACKEND"): "its settings (NpuConfig) refuse their own defaults: Value error, "
+        "cores must be set",
         ("npu", "npu_again:BACKEND"): None,  # two of one name: the first by target wins, whatever the install order
         ("npu", "npu_plugin:BACKEND"): "the name 'npu' is taken by another plugin",
         ("onnxruntime", "shadow_plugin:BACKEND"): "the name 'onnxruntime' is taken by an in-tree backend",
         ("zz_missing", "missing_library:BACKEND"): "importing missing_library:BACKEND failed: OSError: "
         "libnpu.so.2: cannot open shared object file",
     }
-    assert [p.name for p in registry.plugins] == ["coral", "dict", "gpu", "npu", "npu", "onnxruntime", "zz_missing"]
+    assert [p.name for p in registry.plugins] == [
+        "coral", "dict", "gpu", "npu", "npu", "onnxruntime", "tpu", "zz_missing"
+    ]  # fmt: skip
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(logged) == 6 and all(" left out: " in line for line in logged)
+    assert len(logged) == 7 and all(" left out: " in line for line in logged)
     assert "runtime plugin zz_missing (missing_library:BACKEND, from an unknown distribution) left out" in logged[-1]
     with pytest.raises(TypeError):
         registry.backends["x"] = IN_TREE[0]  # type: ignore[index]
@@ -133,6 +144,12 @@ def test_an_in_tree_entry_loads_through_lazy_names_that_resolve(entry: Backend[A
         assert callable(part.target()), name
 
 
+class _Required(OnnxRuntimeConfig):
+    """ONNX Runtime's settings and one without a default: a section could not be left out."""
+
+    device_key: str
+
+
 def _backend(**change: object) -> Backend[OnnxRuntimeConfig]:
     fields: dict[str, object] = {
         "name": "onnxruntime",
@@ -158,6 +175,7 @@ def _backend(**change: object) -> Backend[OnnxRuntimeConfig]:
         ({"rank": {"jetson": 1}}, "rank"),
         ({"rank": {"x86": "first"}}, "rank"),
         ({"libraries": ()}, "libraries"),
+        ({"config": _Required}, r"_Required\.device_key has no default"),
     ],
 )
 def test_an_entry_the_agent_cannot_derive_from_is_refused(change: dict[str, object], message: str) -> None:

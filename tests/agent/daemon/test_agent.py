@@ -554,6 +554,59 @@ def test_a_reload_keeps_a_cameras_health_check_so_a_problem_still_present_is_not
         agent.stop()
 
 
+def test_a_reload_ends_the_open_problems_of_a_camera_removed_or_rebuilt_and_keeps_no_metric_for_it(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
+) -> None:
+    """Three dark cameras each send one ``start``. A reload that removes shed and changes
+    yard's ``health:`` sends one ``end`` for each of their open problems, saying why (``camera
+    removed``, ``camera reconfigured``), and none for gate, whose check goes on; shed then has no
+    ``edge_agent_camera_problem`` series and no problem on the page."""
+    from agent.config.loading import load_config
+    from agent.daemon.agent import Agent
+    from agent.event_values import CameraEvent
+    from agent.web.metrics import SnapshotCollector
+    from agent.web.problems import page_problems
+
+    install_versions(tmp_path / "state", keys, bundles)
+    dark = {"interval_s": 0.1, "hold_s": 0, "dark_luma": 250, "bright_luma": 255}
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "cameras": [
+            {"name": name, "source": f"synthetic:{i + 3}", "fps": 20, "health": dark}
+            for i, name in enumerate(("gate", "yard", "shed"))
+        ],
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    agent = Agent(load_config(path), probe(), config_path=path)
+
+    def events(change: str) -> list[CameraEvent]:
+        return [e for e in list(agent.outgoing.recent) if isinstance(e, CameraEvent) and e.change == change]
+
+    agent.start()
+    try:
+        wait_until(lambda: len(events("start")) == 3, 60, "three cameras dark")
+        config["cameras"] = config["cameras"][:2]  # type: ignore[index]
+        config["cameras"][1]["health"] = {**dark, "dark_luma": 251}  # type: ignore[index]
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        agent.reload()
+        ended = {(e.camera, e.problem, e.reason) for e in events("end")}
+        gate = agent.cameras.health_watch("gate")
+        judged = gate.state.at if gate.state is not None else 0.0
+        wait_until(lambda: (s := gate.state) is not None and s.at > judged, 30, "gate judged after the reload")
+        snapshot = agent.snapshot()
+        metric = next(
+            m for m in SnapshotCollector(lambda: snapshot, agent.health).collect() if m.name.endswith("problem")
+        )
+        problems = page_problems(snapshot, agent.health(), {})
+    finally:
+        agent.stop()
+    assert ended == {("yard", "dark", "camera reconfigured"), ("shed", "dark", "camera removed")}
+    assert {s.labels["camera"] for s in metric.samples} <= {"gate", "yard"}
+    assert not [p for p in problems if "shed" in p.check], problems
+
+
 # -- drift (issue 40) ----------------------------------------------------------------------------------
 
 

@@ -140,3 +140,28 @@ def test_a_file_that_is_not_the_baseline_starts_a_new_one(tmp_path: Path, conten
     feed(drift, clock, 3)
     (found,) = drift.reports()
     assert found.version == "a" * 64 and found.baseline_s == 2.0
+
+
+def test_the_drifted_flag_is_scored_once_per_window_bucket_not_per_frame(tmp_path: Path) -> None:
+    """`drifted` is asked on the camera's thread for each frame that may become a sample: the
+    score (about 0.3 ms) is computed when the window gains a bucket (window_s / WINDOW_BUCKETS,
+    7.5 s here, so every 8 frames of one a second) and read from the cache in between, and it
+    still follows the scene: cars in place of the baseline's people turn it on."""
+    from pipelines.drift import DriftScore, DriftTracker
+
+    clock, serving, calls = Clock(), Serving(), [0]
+
+    def counted(tracker: DriftTracker) -> DriftScore | None:
+        calls[0] += 1
+        return tracker.report()
+
+    drift = DriftWatch((camera(baseline_h=0.1, window_h=0.1),), tmp_path, serving, lambda: LABELS, clock, counted)
+    feed(drift, clock, 361)  # 0.1 h of people: the baseline, complete
+    calls[0] = 0
+    flags = []
+    for _ in range(80):  # ten buckets of cars, a frame a second, asked after each frame
+        feed(drift, clock, 1, class_id=1)
+        flags.append(drift.drifted("cam0"))
+    assert calls[0] <= 11, f"scored {calls[0]} times for 80 frames in ten buckets"
+    assert not flags[0] and flags[-1], "the cached flag follows the score"
+    assert drift.reports()[0].drifted
