@@ -178,11 +178,13 @@ def runtime_choices(
             a.precision,
             a.target.arch if a.target else None,
             a.target.target if a.target and a.format == "rknn" else None,
+            a.target.target if a.target and a.format == "hef" else None,
         )
         for a in listed
     ]
     try:
-        return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)
+        available = available_runtimes(runtimes_for(artifacts), root=Path(board.root))
+        return select_runtimes(board, available, artifacts, preference)
     except SelectionError as exc:
         raise BundleError(ErrorCode.NO_RUNTIME, str(exc)) from exc
 
@@ -212,7 +214,7 @@ def activate(
             # no warm-up run here: the parity check below is the model's first inference, and the
             # runtime is closed after it (the cameras load their own, warmed up)
             path, config = Path(choice.artifact.path), settings.config_for(choice.runtime)
-            runtime = load_runtime_checked(choice.runtime, path, config, warmup=False)
+            runtime = load_runtime_checked(choice.runtime, path, config, warmup=False, root=Path(board.root))
         except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
             raise BundleError(ErrorCode.ARTIFACT_NOT_A_MODEL, str(exc)) from exc
         except RuntimeCrashed as exc:
