@@ -290,7 +290,9 @@ def test_a_hef_bundle_is_served_by_the_ai_hat_s_chip_through_hailort(
     board = probe(FAKES / "rpi5-hailo8l", arch="aarch64")
     caplog.set_level("INFO", logger="agent.bundles.installer")
     with hailo_double.installed("hailo8l"):
-        done = install(bundle, Store(tmp_path / "state"), board, InstallPolicy(trusted=[load_public_key(keys["public"])]))
+        done = install(
+            bundle, Store(tmp_path / "state"), board, InstallPolicy(trusted=[load_public_key(keys["public"])])
+        )
     assert done.state == "SUCCEEDED", done.error
     assert "activated demo.hef on hailo (Raspberry Pi aarch64: hailo on Hailo-8/8L is preferred" in caplog.text
 

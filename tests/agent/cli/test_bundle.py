@@ -181,10 +181,10 @@ def test_a_hef_ships_beside_its_onnx_model_recorded_with_the_chip_its_header_nam
     # fails on: .hef refused by the archive, the chip not recorded (no TARGET_MISMATCH before
     # activation), the HEF's reference not its pixels, or a junk file shipped as a HEF
     import numpy as np
+    from testkit import hailo_double
 
     from agent.bundles.archive import Limits, read_bundle_manifest, unpack, verify_unpacked
     from agent.cli import main
-    from testkit import hailo_double
 
     hef = hailo_double.write_hef(tmp_path / "demo.hailo10h.hef", FP32, hw_arch="hailo1xh", sdk_version="5.1.0")
     out = tmp_path / "hat2.bundle"
@@ -194,7 +194,10 @@ def test_a_hef_ships_beside_its_onnx_model_recorded_with_the_chip_its_header_nam
     assert "not run here (no Hailo chip), so no agreement measured" in said, said
     manifest = read_bundle_manifest(out).manifest
     (shipped,) = [a for a in manifest.artifacts if a.format == "hef"]
-    assert shipped.target is not None and (shipped.target.target, shipped.target.runtime_version) == ("hailo1xh", "5.1.0")
+    assert shipped.target is not None and (shipped.target.target, shipped.target.runtime_version) == (
+        "hailo1xh",
+        "5.1.0",
+    )
     assert shipped.precision == "int8" and shipped.agreement is None
     unpack(out, tmp_path / "unpacked", Limits(), trust=None)
     verified = verify_unpacked(tmp_path / "unpacked", (), allow_unsigned=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "support"))
 
-from testkit import hailo_double  # noqa: E402 (the path above first)
+from testkit import hailo_double
 
 hailo_double.DEVICE_ARCH = os.environ.get("EDGE_AGENT_TEST_HAILO_ARCH", "hailo8l")
 sys.modules[__name__] = hailo_double
