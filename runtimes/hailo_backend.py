@@ -138,24 +138,19 @@ class HEFRecord:
     @classmethod
     def read(cls, hef: Path) -> HEFRecord:
         """The record beside `hef`; `ModelLoadError` when it is missing, too large or not one."""
-        path = hef.with_name(hef.name + RECORD_SUFFIX)
+        doc = _record(hef)
+        if doc is None:
+            raise ModelLoadError(f"HEF {hef.name} needs its record {hef.name}{RECORD_SUFFIX} beside it")
         try:
-            data = read_at_most(path, MAX_RECORD_BYTES)
-        except FileTooLarge as exc:
-            raise ModelLoadError(str(exc)) from exc
-        except OSError as exc:
-            raise ModelLoadError(f"HEF {hef.name} needs its record {path.name} beside it: {exc}") from exc
-        try:
-            doc = json.loads(data)
             sdk = doc["sdk_version"]
             return cls(
                 hw_arch=str(doc["hw_arch"]),
                 sdk_version=None if sdk is None else str(sdk),
                 model_sha256=str(doc["model_sha256"]),
-                metadata={str(k): str(v) for k, v in dict(doc["metadata"]).items()},
+                metadata=_metadata(doc),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise ModelLoadError(f"{path.name} is not a HEF record: {type(exc).__name__}: {exc}") from exc
+            raise ModelLoadError(f"{hef.name}{RECORD_SUFFIX} is not a HEF record: {type(exc).__name__}: {exc}") from exc
 
 
 def write_record(hef: Path, onnx_model: Path) -> HEFRecord:
@@ -175,20 +170,36 @@ def write_record(hef: Path, onnx_model: Path) -> HEFRecord:
 def read_metadata(hef: Path) -> dict[str, str]:
     """The metadata of the record beside `hef` (``model.hef.json``); none without a record;
     `ModelLoadError` when it is too large or not a record."""
+    doc = _record(hef)
+    try:
+        return {} if doc is None else _metadata(doc)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{hef.name}{RECORD_SUFFIX} is not a HEF record: {type(exc).__name__}: {exc}") from exc
+
+
+def _record(hef: Path) -> dict[str, Any] | None:
+    """The JSON object beside `hef` (``model.hef.json``, read bounded); None when there is none;
+    `ModelLoadError` when it is too large, unreadable or not a JSON object."""
     path = hef.with_name(hef.name + RECORD_SUFFIX)
     try:
         data = read_at_most(path, MAX_RECORD_BYTES)
     except FileNotFoundError:
-        return {}
+        return None
     except FileTooLarge as exc:
         raise ModelLoadError(str(exc)) from exc
     except OSError as exc:
         raise ModelLoadError(f"cannot read {path.name}: {exc}") from exc
     try:
         doc = json.loads(data)
-        return {str(k): str(v) for k, v in dict(doc["metadata"]).items()}
-    except (ValueError, KeyError, TypeError) as exc:
+    except ValueError as exc:
         raise ModelLoadError(f"{path.name} is not a HEF record: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ModelLoadError(f"{path.name} is not a HEF record: a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def _metadata(doc: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in dict(doc["metadata"]).items()}
 
 
 def _format_name(stream: Any) -> str:
