@@ -245,10 +245,13 @@ class BackendConfig(BaseModel):
 class LoadOptions:
     """How a caller wants a model loaded: `warmup` on zeros first (one-shot commands skip it);
     `workers`, the calls the caller will have in flight at once (a backend whose calls share
-    the cores may give each its share; one that serves a call at a time ignores it)."""
+    the cores may give each its share; one that serves a call at a time ignores it); `root`, the
+    filesystem root under which a backend that drives a device finds it (``/``; a board's fake
+    tree in tests, `agent.hardware.board.Board.root`)."""
 
     warmup: bool = True
     workers: int = 1
+    root: Path = Path("/")
 
 
 def first_device(info: RuntimeInfo) -> str:
@@ -425,6 +428,8 @@ class Backend(Generic[ConfigT]):
       importing it names that library's distribution and version (`runtimes.isolation`).
     - `availability`: whether it can run here, its version and devices, or why not; imports the
       library inside, and says why rather than raising.
+    - `availability_at`: the same with its devices looked for under another filesystem root
+      (``probe --root``, a board's fake tree); None where `availability` reads no device files.
     - `load`: a model file with these settings as a `Runtime` (warmed up unless told not to);
       raises `RuntimeUnavailable` (cannot run here) or `ModelLoadError` (refuses the model).
     - `device_label`: the device the policy's reason names, from what `availability` found.
@@ -464,6 +469,7 @@ class Backend(Generic[ConfigT]):
     availability: Callable[[], RuntimeInfo]
     load: Callable[[Path, ConfigT, LoadOptions], Runtime]
     device_label: Callable[[RuntimeInfo], str] = first_device
+    availability_at: Callable[[Path], RuntimeInfo] | None = None
     tune: Callable[[ConfigT, str, int | None], ConfigT] | None = None
     with_state_dir: Callable[[ConfigT, Path], ConfigT] | None = None
     for_bundle: Callable[[ConfigT, BundleHints], ConfigT] | None = None

@@ -28,9 +28,10 @@ by ``InferStream.is_nms`` (4.x's format order ``HAILO_NMS`` is 5.x's ``HAILO_NMS
   boxes normalised to the input, as ``get_buffer()`` returns them (and Frigate reads them),
   turned into Ultralytics' end-to-end rows ``(1, 300, 6)``: ``x1, y1, x2, y2`` in input pixels,
   score, class; the metadata then says ``end2end`` so the ``end2end`` decoder reads them.
-- Metadata: a HEF carries no class names; its record beside it (``model.hef.json``:
-  ``{"metadata": {...}}``, the ONNX model's metadata as ONNX Runtime reads it) gives them, else
-  the model has none.
+- Metadata: a HEF carries no class names; its record beside it (``model.hef.json``, `HEFRecord`,
+  written by ``bundle build --hef``: the chip and compiler release from the header, the sha256
+  of the ONNX model it was compiled from, that model's metadata as ONNX Runtime reads it) gives
+  them, else the model has none.
 
 Threads: one configured model serves one call at a time (`concurrent` False). ``hailo_platform``
 is imported only inside `availability`, `load` and `candidates`.
@@ -41,6 +42,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,15 @@ from runtimes.base import (
     first_line,
 )
 from runtimes.files import FileTooLarge, read_at_most
-from runtimes.hailo_device import HailoDevice, TargetMismatch, check_target, find_devices, hef_family, hef_hw_arch
+from runtimes.hailo_device import (
+    HailoDevice,
+    TargetMismatch,
+    check_target,
+    find_devices,
+    hef_family,
+    hef_hw_arch,
+    read_hef_header,
+)
 from runtimes.hailo_settings import KEY as KEY
 from runtimes.hailo_settings import HailoConfig as HailoConfig
 from runtimes.metadata import parse_metadata
@@ -103,7 +113,8 @@ def _device(root: Path) -> HailoDevice:
 
 
 def availability(root: Path = Path("/")) -> RuntimeInfo:
-    """Whether hailo_platform imports here and a Hailo chip is present: its version and chip."""
+    """Whether hailo_platform imports here and a Hailo chip is present under `root` (``dev/hailo*``
+    and sysfs: `runtimes.hailo_device.find_devices`): its version and chip."""
     try:
         hailo = _import_hailo()
         device = _device(root)
@@ -112,23 +123,83 @@ def availability(root: Path = Path("/")) -> RuntimeInfo:
     return RuntimeInfo(name=KEY, available=True, version=str(hailo.__version__), devices=(device.family,))
 
 
+@dataclass(frozen=True)
+class HEFRecord:
+    """A HEF's record, beside it (``model.hef.json``), written by ``bundle build --hef``
+    (`write_record`): the chip it was compiled for and the compiler's release, as its header
+    says (`runtimes.hailo_device.read_hef_header`), the sha256 of the ONNX model it was compiled
+    from (shipped beside it: its reference) and that model's metadata."""
+
+    hw_arch: str
+    sdk_version: str | None
+    model_sha256: str
+    metadata: dict[str, str]
+
+    @classmethod
+    def read(cls, hef: Path) -> HEFRecord:
+        """The record beside `hef`; `ModelLoadError` when it is missing, too large or not one."""
+        doc = _record(hef)
+        if doc is None:
+            raise ModelLoadError(f"HEF {hef.name} needs its record {hef.name}{RECORD_SUFFIX} beside it")
+        try:
+            sdk = doc["sdk_version"]
+            return cls(
+                hw_arch=str(doc["hw_arch"]),
+                sdk_version=None if sdk is None else str(sdk),
+                model_sha256=str(doc["model_sha256"]),
+                metadata=_metadata(doc),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ModelLoadError(f"{hef.name}{RECORD_SUFFIX} is not a HEF record: {type(exc).__name__}: {exc}") from exc
+
+
+def write_record(hef: Path, onnx_model: Path) -> HEFRecord:
+    """The record beside `hef`, compiled from `onnx_model`: its header read (`NotAModelError`
+    naming the file when it is not a HEF), the ONNX model's sha256 and metadata."""
+    from runtimes.files import atomic_write, sha256_file
+    from runtimes.registry import load_runtime
+
+    header = read_hef_header(hef)
+    with load_runtime("onnxruntime", onnx_model, warmup=False) as reference:
+        raw = dict(reference.metadata.raw)
+    record = HEFRecord(header.hw_arch, header.sdk_version, sha256_file(onnx_model), raw)
+    atomic_write(hef.with_name(hef.name + RECORD_SUFFIX), json.dumps(asdict(record), sort_keys=True).encode())
+    return record
+
+
 def read_metadata(hef: Path) -> dict[str, str]:
     """The metadata of the record beside `hef` (``model.hef.json``); none without a record;
     `ModelLoadError` when it is too large or not a record."""
+    doc = _record(hef)
+    try:
+        return {} if doc is None else _metadata(doc)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{hef.name}{RECORD_SUFFIX} is not a HEF record: {type(exc).__name__}: {exc}") from exc
+
+
+def _record(hef: Path) -> dict[str, Any] | None:
+    """The JSON object beside `hef` (``model.hef.json``, read bounded); None when there is none;
+    `ModelLoadError` when it is too large, unreadable or not a JSON object."""
     path = hef.with_name(hef.name + RECORD_SUFFIX)
     try:
         data = read_at_most(path, MAX_RECORD_BYTES)
     except FileNotFoundError:
-        return {}
+        return None
     except FileTooLarge as exc:
         raise ModelLoadError(str(exc)) from exc
     except OSError as exc:
         raise ModelLoadError(f"cannot read {path.name}: {exc}") from exc
     try:
         doc = json.loads(data)
-        return {str(k): str(v) for k, v in dict(doc["metadata"]).items()}
-    except (ValueError, KeyError, TypeError) as exc:
+    except ValueError as exc:
         raise ModelLoadError(f"{path.name} is not a HEF record: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ModelLoadError(f"{path.name} is not a HEF record: a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def _metadata(doc: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in dict(doc["metadata"]).items()}
 
 
 def _format_name(stream: Any) -> str:
@@ -282,10 +353,10 @@ class HailoBackend(Runtime):
 
 
 def load(model_path: Path, config: HailoConfig, options: LoadOptions) -> HailoBackend:
-    """The registry's loader: a HEF on this machine's Hailo chip."""
+    """The registry's loader: a HEF on the Hailo chip found under `options.root`."""
     if not model_path.is_file():
         raise ModelLoadError(f"model file not found: {model_path}")
-    return HailoBackend(model_path, config, options.warmup)
+    return HailoBackend(model_path, config, options.warmup, options.root)
 
 
 def candidates(config: HailoConfig, model: BundleModel, info: RuntimeInfo, variants: bool) -> list[TuneCandidate]:

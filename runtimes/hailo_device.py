@@ -9,7 +9,8 @@ Read from ``hailo-ai/hailort`` v5.2.0 (and the same in v4.18.0-v4.23.0):
   ``magic`` (0x01484546), ``version``, ``hef_proto_size``, then a part per version (header
   sizes 32, 28, 44 and 56 bytes for versions 0-3), then the ``ProtoHEFHef`` protobuf.
 - ``hailort/libhailort/hef.proto``: ``ProtoHEFHef.header`` (field 1) is a ``ProtoHEFHeader``
-  whose ``hw_arch`` (field 1, an enum, 0 = HAILO8 and so left out when 0) is the target.
+  whose ``hw_arch`` (field 1, an enum, 0 = HAILO8 and so left out when 0) is the target and
+  ``sdk_version`` (field 3, a string) the Dataflow Compiler release that made the HEF.
 - ``hailort/libhailort/src/device_common/device_internal.cpp``
   (``hef_arch_to_device_compatible_archs``): the devices a HEF's ``hw_arch`` runs on; a HEF
   for Hailo-8L runs on Hailo-8 too, not the other way round, and a ``HAILO1XH`` one (the
@@ -149,10 +150,29 @@ def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
     return fields
 
 
+#: the longest ``sdk_version`` kept from a header (a release such as ``3.31.0``)
+MAX_SDK_VERSION = 64
+
+
+@dataclass(frozen=True)
+class HEFHeader:
+    """What a HEF's header says: the ``hw_arch`` it was compiled for (``hailo8l``, ...) and the
+    Dataflow Compiler release that compiled it (``sdk_version``; None where the header has none)."""
+
+    hw_arch: str
+    sdk_version: str | None
+
+
 def hef_hw_arch(path: Path) -> str:
     """The ``hw_arch`` a HEF was compiled for (``hailo8``, ``hailo8l``, ``hailo1xh``, ...), read
-    from its header; `NotAModelError` when the file is not a HEF, `ModelLoadError` when it
-    cannot be read or names an architecture this module does not know."""
+    from its header (`read_hef_header`)."""
+    return read_hef_header(path).hw_arch
+
+
+def read_hef_header(path: Path) -> HEFHeader:
+    """The header of the HEF `path`: its ``hw_arch`` and ``sdk_version``; `NotAModelError` when
+    the file is not a HEF, `ModelLoadError` when it cannot be read or names an architecture this
+    module does not know. Reads at most `MAX_HEADER_READ` bytes."""
     try:
         with path.open("rb") as file:
             data = file.read(MAX_HEADER_READ)
@@ -170,11 +190,14 @@ def hef_hw_arch(path: Path) -> str:
     header = next((v for n, w, v in _fields(proto) if n == 1 and w == 2 and isinstance(v, bytes)), None)
     if header is None:
         raise ModelLoadError(f"{path.name}: no header message in the HEF's first {MAX_HEADER_READ} bytes")
-    value = next((v for n, w, v in _fields(header) if n == 1 and w == 0 and isinstance(v, int)), 0)
+    fields = _fields(header)
+    value = next((v for n, w, v in fields if n == 1 and w == 0 and isinstance(v, int)), 0)
     arch = HW_ARCHES.get(value)
     if arch is None or arch not in COMPATIBLE:
         raise ModelLoadError(f"{path.name} was compiled for an unknown Hailo architecture ({value})")
-    return arch
+    sdk = next((v for n, w, v in fields if n == 3 and w == 2 and isinstance(v, bytes)), b"")
+    text = sdk[:MAX_SDK_VERSION].decode("ascii", "replace").strip()
+    return HEFHeader(arch, text if text.isprintable() and text else None)
 
 
 def hef_family(arch: str) -> str:
@@ -190,6 +213,14 @@ def hef_family(arch: str) -> str:
     }
     runs_on = sorted(COMPATIBLE[arch])
     return "/".join(names.get(c, c) for c in runs_on)
+
+
+def runs_on_family(arch: str, family: str | None) -> bool:
+    """Whether a HEF of `arch` may run on the Hailo chip a board's probe named `family`
+    (``Hailo-8/8L``, ``Hailo-10H``: `HailoDevice.family`); true where no chip or an unknown one
+    was found (then the backend's own check, or HailoRT, decides)."""
+    chips = next((c for c, name in FAMILY_NAMES.items() if name == family), None)
+    return chips is None or arch not in COMPATIBLE or bool(chips & COMPATIBLE[arch])
 
 
 def _read(root: Path, relative: str, limit: int = 64) -> str | None:

@@ -41,6 +41,7 @@ BACKEND = Backend(
     rank={"arm": 5},
     libraries=("hailo_platform",),
     availability=lazy(_CODE, "availability"),
+    availability_at=lazy(_CODE, "availability"),
     load=lazy(_CODE, "load"),
     device_label=device_label,
     candidates=lazy(_CODE, "candidates"),

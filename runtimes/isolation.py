@@ -137,7 +137,7 @@ class ChildRunner:
         self._env = dict(env) if env is not None else None
         self.probe_timeout_s, self.load_timeout_s = probe_timeout_s, load_timeout_s
         self._lock = threading.Lock()
-        self._infos: dict[RuntimeName, RuntimeInfo] = {}
+        self._infos: dict[str | None, dict[RuntimeName, RuntimeInfo]] = {}  # by the root probed (None: /)
         self._loads: dict[tuple[str, ...], RuntimeCrashed | None] = {}  # by (runtime, SHA-256, settings)
         self._digests: dict[tuple[str, ...], str] = {}  # SHA-256 by (path, size, mtime)
 
@@ -176,31 +176,37 @@ class ChildRunner:
     # -- probing libraries ---------------------------------------------------------------------
 
     def probe(
-        self, names: Iterable[RuntimeName], libraries: Mapping[RuntimeName, Sequence[str]] | None = None
+        self,
+        names: Iterable[RuntimeName],
+        libraries: Mapping[RuntimeName, Sequence[str]] | None = None,
+        root: Path | None = None,
     ) -> dict[RuntimeName, RuntimeInfo]:
         """Whether each named backend's library imports here, probed in child processes (one
-        child for all; after a crash a new one for the rest). A backend whose child died is
+        child for all; after a crash a new one for the rest), its devices looked for under `root`
+        (None: ``/``; `runtimes.registry.probe_here`). A backend whose child died is
         unavailable with `RuntimeInfo.crashed` set, naming its library found by its top-level
         modules in `libraries` (default: the module named as the backend). Raises
         `IsolationUnavailable`."""
         wanted = list(dict.fromkeys(names))
         modules = libraries or {}
+        where = [] if root is None else ["--root", str(root)]
         with self._lock:
-            pending = [name for name in wanted if name not in self._infos]
+            infos = self._infos.setdefault(None if root is None else str(root), {})
+            pending = [name for name in wanted if name not in infos]
             while pending:
-                result = self.run(["probe", *pending], self.probe_timeout_s)
+                result = self.run(["probe", *where, *pending], self.probe_timeout_s)
                 self._started(result)
                 for record in result.records:
                     if "info" in record and record["info"].get("name") in pending:
-                        self._infos[record["info"]["name"]] = _info(record["info"])
+                        infos[record["info"]["name"]] = _info(record["info"])
                 started = [record["probing"] for record in result.records if "probing" in record]
-                culprit = next((name for name in started if name not in self._infos), None)
+                culprit = next((name for name in started if name not in infos), None)
                 if culprit is None:  # ended between backends: blame the next one
-                    culprit = next((name for name in pending if name not in self._infos), None)
-                if culprit is not None and culprit not in self._infos:
-                    self._infos[culprit] = self._crashed_info(culprit, result, modules.get(culprit, (culprit,)))
-                pending = [name for name in pending if name not in self._infos]
-            return {name: self._infos[name] for name in wanted}
+                    culprit = next((name for name in pending if name not in infos), None)
+                if culprit is not None and culprit not in infos:
+                    infos[culprit] = self._crashed_info(culprit, result, modules.get(culprit, (culprit,)))
+                pending = [name for name in pending if name not in infos]
+            return {name: infos[name] for name in wanted}
 
     def _crashed_info(self, name: RuntimeName, result: ChildResult, modules: Sequence[str]) -> RuntimeInfo:
         library = library_version(modules)
@@ -342,12 +348,13 @@ def probe_isolated(
     names: Iterable[RuntimeName],
     in_process: Callable[[RuntimeName], RuntimeInfo],
     libraries: Mapping[RuntimeName, Sequence[str]] | None = None,
+    root: Path | None = None,
 ) -> dict[RuntimeName, RuntimeInfo]:
-    """`PROCESS_RUNNER.probe(names, libraries)`; when no child can run at all, `in_process` (the
-    old way, logged as a warning) so that a broken interpreter path never leaves the agent blind."""
+    """`PROCESS_RUNNER.probe(names, libraries, root)`; when no child can run at all, `in_process`
+    (the old way, logged as a warning) so that a broken interpreter path never leaves the agent blind."""
     wanted = list(names)
     try:
-        return PROCESS_RUNNER.probe(wanted, libraries)
+        return PROCESS_RUNNER.probe(wanted, libraries, root)
     except IsolationUnavailable as exc:
         log.warning("probing runtimes in this process (a crashing library would stop it): %s", exc)
         return {name: in_process(name) for name in wanted}

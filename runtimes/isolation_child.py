@@ -1,7 +1,8 @@
 """The child process of `runtimes.isolation`: imports a backend's library, or loads one model,
 where a crash cannot take the agent with it.
 
-``python -m runtimes.isolation_child probe NAME...`` answers, for each backend in turn,
+``python -m runtimes.isolation_child probe [--root ROOT] NAME...`` answers, for each backend in turn
+(its devices looked for under ROOT: `runtimes.registry.probe_here`),
 ``{"probing": NAME}`` then ``{"info": RuntimeInfo}``; ``... load NAME MODEL SETTINGS_JSON``
 answers ``{"loading": NAME}`` then ``{"loaded": [input shapes]}`` or ``{"error": type, "message"}``
 (a load error the backend reports; the parent's own load reports it again); ``... plugins
@@ -69,9 +70,12 @@ def main(argv: list[str]) -> int:
     sys.stdout = sys.stderr
     _answer(out, {"ready": True})
     if len(argv) >= 1 and argv[0] == "probe":
-        for name in map(_runtime, argv[1:]):
+        names, root = argv[1:], None
+        if names[:1] == ["--root"] and len(names) >= 2:
+            names, root = names[2:], Path(names[1])
+        for name in map(_runtime, names):
             _answer(out, {"probing": name})
-            _answer(out, {"info": asdict(probe_here(name))})
+            _answer(out, {"info": asdict(probe_here(name, root))})
         return 0
     if len(argv) >= 1 and argv[0] == "plugins":
         _import_plugins(out, argv[1:])

@@ -445,12 +445,13 @@ def prune_caches(settings: RuntimeSettings, models: Sequence[InUse]) -> list[Pat
     return removed
 
 
-def probe_here(name: RuntimeName) -> RuntimeInfo:
-    """`name`'s availability probed in this process (what a probe process runs); a probe that
-    raises (a plugin's bug) reads as unavailable with the reason."""
+def probe_here(name: RuntimeName, root: Path | None = None) -> RuntimeInfo:
+    """`name`'s availability probed in this process (what a probe process runs), its devices
+    looked for under `root` where it reads device files (`Backend.availability_at`; None: ``/``);
+    a probe that raises (a plugin's bug) reads as unavailable with the reason."""
     entry = backend(name)
     try:
-        info = entry.availability()
+        info = entry.availability() if root is None or entry.availability_at is None else entry.availability_at(root)
     except Exception as exc:  # the contract is to say why, not raise; a third-party probe may not keep it
         reason = f"its probe failed: {type(exc).__name__}: {first_line(exc)}"
         return RuntimeInfo(name=name, available=False, reason=reason)
@@ -458,23 +459,25 @@ def probe_here(name: RuntimeName) -> RuntimeInfo:
 
 
 def available_runtimes(
-    names: Iterable[RuntimeName] | None = None, isolated: bool = True
+    names: Iterable[RuntimeName] | None = None, isolated: bool = True, root: Path | None = None
 ) -> dict[RuntimeName, RuntimeInfo]:
     """Probe the named backends' libraries, each imported in a child process once per process
     (`runtimes.isolation`: a library that crashes there is unavailable, with `crashed` set);
     unavailable ones carry the reason. `isolated=False` imports them here instead, for a
     one-shot command that loads the model in this process right after anyway. Default: every
-    backend, the plugins loaded first (`load_plugins`)."""
+    backend, the plugins loaded first (`load_plugins`). `root`: where the backends that drive a
+    device look for it (``probe --root``, a board's fake tree; None: ``/``)."""
     if names is None:
         load_plugins()
     wanted = [backend(name).name for name in (runtime_names() if names is None else names)]
+    root = None if root == Path("/") else root  # one probe of / however it is named
     if isolated:
         from runtimes.isolation import probe_isolated  # check processes: not `detect`'s
 
         libraries = {name: BACKENDS[name].libraries for name in wanted}
-        infos = probe_isolated(wanted, probe_here, libraries)
+        infos = probe_isolated(wanted, lambda name: probe_here(name, root), libraries, root)
     else:
-        infos = {name: probe_here(name) for name in wanted}
+        infos = {name: probe_here(name, root) for name in wanted}
     for info in infos.values():
         if not info.available:
             log.info("runtime %s unavailable: %s", info.name, info.reason)
@@ -487,10 +490,12 @@ def load_runtime(
     config: BackendConfig | None = None,
     warmup: bool = True,
     workers: int = 1,
+    root: Path = Path("/"),
 ) -> Runtime:
     """Load `model_path` with the named backend, warmed up unless `warmup` is false (one-shot
-    commands skip it). Raises `RuntimeUnavailable` when the backend cannot run here and
-    `ModelLoadError` when it refuses the model (a third-party backend's other exceptions too).
+    commands skip it); a backend that drives a device finds it under `root` (`LoadOptions`).
+    Raises `RuntimeUnavailable` when the backend cannot run here and `ModelLoadError` when it
+    refuses the model (a third-party backend's other exceptions too).
 
     TensorRT serves only an engine already in its cache (`tensorrt_backend.open_engine`); without
     one it raises `EngineNotReady` (a `RuntimeUnavailable`) and the caller builds it.
@@ -503,7 +508,7 @@ def load_runtime(
     if not isinstance(config, entry.config):
         raise TypeError(f"{name} takes a {entry.config.__name__}, got {type(config).__name__}")
     try:
-        return entry.load(model_path, config, LoadOptions(warmup=warmup, workers=workers))
+        return entry.load(model_path, config, LoadOptions(warmup=warmup, workers=workers, root=root))
     except Exception as exc:
         if isinstance(exc, BackendError) or name in _BUILTIN:
             raise
@@ -522,10 +527,16 @@ def check_load(name: RuntimeName, model_path: Path, config: BackendConfig) -> No
 
 
 def load_runtime_checked(
-    name: RuntimeName, model_path: Path, config: BackendConfig, workers: int = 1, warmup: bool = True
+    name: RuntimeName,
+    model_path: Path,
+    config: BackendConfig,
+    workers: int = 1,
+    warmup: bool = True,
+    root: Path = Path("/"),
 ) -> Runtime:
-    """`load_runtime` (warmed up unless `warmup` is false), once a child process has loaded
-    and warmed up the same model with the same settings without dying (`check_load`). Raises
-    `runtimes.isolation.RuntimeCrashed` when that child died, else as `load_runtime`."""
+    """`load_runtime` (warmed up unless `warmup` is false; its device under `root`), once a child
+    process has loaded and warmed up the same model with the same settings without dying
+    (`check_load`). Raises `runtimes.isolation.RuntimeCrashed` when that child died, else as
+    `load_runtime`."""
     check_load(name, model_path, config)
-    return load_runtime(name, model_path, config, warmup=warmup, workers=workers)
+    return load_runtime(name, model_path, config, warmup=warmup, workers=workers, root=root)

@@ -148,13 +148,14 @@ def _import_rknnlite() -> Any:
     return RKNNLite
 
 
-def availability() -> RuntimeInfo:
-    """Whether rknnlite imports here, and the NPU of this board's SoC."""
+def availability(root: Path = Path("/")) -> RuntimeInfo:
+    """Whether rknnlite imports here, and the NPU of the SoC of the board under `root` (its
+    device tree's ``proc/device-tree/compatible``)."""
     try:
         _import_rknnlite()
     except RuntimeUnavailable as exc:
         return RuntimeInfo(name=KEY, available=False, reason=str(exc))
-    platform = host_platform()
+    platform = host_platform(root / COMPATIBLE.relative_to("/"))
     if platform is None:
         return RuntimeInfo(name=KEY, available=False, reason="rknnlite imports, but this is no RK3588/RK3566/RK3568")
     return RuntimeInfo(name=KEY, available=True, version=_version(), devices=(f"{platform.upper()} NPU",))

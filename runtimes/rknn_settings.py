@@ -60,6 +60,7 @@ BACKEND = Backend(
     socs=PLATFORMS,
     libraries=("rknnlite",),
     availability=lazy(_CODE, "availability"),
+    availability_at=lazy(_CODE, "availability"),
     load=lazy(_CODE, "load"),
     device_label=lambda info: info.devices[0] if info.devices else "NPU",
     candidates=lazy(_CODE, "candidates"),

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Protocol
 from pydantic import AfterValidator, WithJsonSchema
 
 from runtimes.base import ArtifactFormat, Backend, BackendError, BoardClass, Precision, RuntimeInfo, RuntimeName
+from runtimes.hailo_device import COMPATIBLE, hef_family, runs_on_family
 from runtimes.registry import BACKENDS, RUNTIME_NAMES, load_plugins
 
 #: what ``runtime:`` and ``--runtime`` take: "auto" (this policy decides), or an in-tree backend
@@ -98,6 +99,9 @@ class BoardFacts(Protocol):
     @property
     def soc(self) -> str | None: ...  # a Rockchip NPU's RKNN platform ("rk3588"), else None
 
+    @property
+    def hailo(self) -> str | None: ...  # the Hailo chip found ("Hailo-8/8L", "Hailo-10H"), else None
+
 
 #: file suffixes whose format is not the suffix itself: OpenVINO's IR is ``model.xml`` (its
 #: weights ``model.bin`` beside it), format ``openvino``; a compiled TVM module is ``model.so``
@@ -110,21 +114,32 @@ class Artifact:
     """One model file a runtime could load; `format` is its suffix without the dot (``.xml``:
     ``openvino``, `SUFFIX_FORMATS`); `arch`, the CPU architecture a compiled artifact was built
     for (a TVM module: ``aarch64``; None: any board); `soc`, the SoC an RKNN model was converted
-    for (``rk3588``; None: any board)."""
+    for (``rk3588``; None: any board); `chip`, the Hailo architecture a HEF was compiled for
+    (``hailo8l``; None: any chip)."""
 
     path: str
     format: ArtifactFormat
     precision: Precision = "fp32"
     arch: str | None = None
     soc: str | None = None
+    chip: str | None = None
 
     def runs_on(self, board: BoardFacts) -> bool:
-        """Whether `board` is the CPU and SoC this artifact was built for (any board where it names none)."""
-        return (self.arch is None or self.arch == board.arch) and (self.soc is None or self.soc == board.soc)
+        """Whether `board` is the CPU, SoC and Hailo chip this artifact was built for (any board
+        where it names none; a HEF on a board without a Hailo chip is left to its backend, which
+        says there is none)."""
+        return (
+            (self.arch is None or self.arch == board.arch)
+            and (self.soc is None or self.soc == board.soc)
+            and (self.chip is None or runs_on_family(self.chip, board.hailo))
+        )
 
     def built_for(self) -> str:
-        """What it was built for, in words (``rk3588 aarch64``)."""
-        return " ".join(t for t in (self.soc, self.arch) if t)
+        """What it was built for, in words (``rk3588 aarch64``, ``hailo8l (Hailo-8/Hailo-8L)``)."""
+        chip = self.chip
+        if chip is not None and chip in COMPATIBLE:
+            chip = f"{chip} ({hef_family(chip)})"
+        return " ".join(t for t in (chip, self.soc, self.arch) if t)
 
     @classmethod
     def from_path(
@@ -218,7 +233,7 @@ def select_runtimes(
         )
         if not usable and loadable:
             built = ", ".join(f"{PurePath(a.path).name} for {a.built_for()}" for a in loadable)
-            here = " ".join(t for t in (board.soc, board.arch) if t)
+            here = " ".join(t for t in (board.hailo, board.soc, board.arch) if t)
             why_not.append(f"{runtime}: TARGET_MISMATCH: {built}, this board is {here}")
             passed_over.append(why_not[-1])
             continue

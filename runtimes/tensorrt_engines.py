@@ -123,6 +123,16 @@ def prepare_engine(
         if not force and (record := cache.lookup(key)) is not None:
             return Prepared(key, record, cache.engine_path(key), "cache")
         for candidate in prebuilt:
+            built = candidate.key  # hashable in runtimes.base; TensorRT's prebuilt engines carry an EngineKey
+            same_model = isinstance(built, EngineKey) and built.onnx_sha256 == key.onnx_sha256
+            if same_model and isinstance(built, EngineKey) and built.precision == key.precision and built != key:
+                log.info(
+                    "tensorrt: the bundle's prebuilt engine %s is passed over: TARGET_MISMATCH: built for %s, "
+                    "this device is %s; building it here",
+                    candidate.path.name,
+                    built.describe(),
+                    key.describe(),
+                )
             if candidate.key == key and (plan := _prebuilt_plan(candidate, key)) is not None:
                 record = EngineRecord(key, read_onnx_metadata(onnx_path), key.precision, origin="prebuilt")
                 path = cache.store(record, plan)

@@ -64,6 +64,7 @@ from runtimes.files import atomic_writer, sha256_file
 
 if TYPE_CHECKING:
     from pipelines.decoding.detection_filter import ThresholdChoice
+    from pipelines.decoding.preprocess import PreprocessConfig
 
 MANIFEST, SIGNATURE, LABELS = "manifest.json", "manifest.sig", "labels.txt"
 #: a detector's model files by suffix: the manifest's format, and the runtime `build_bundle` runs them on
@@ -75,16 +76,19 @@ REFERENCE_RUNTIMES: Mapping[ModelFormat, str] = {
     "openvino": "openvino",
     "tvm": "tvm",
     "rknn": "rknn",
+    "hef": "hailo",
 }
 #: what a bundle's top level may hold besides its manifest, signature, labels and reference:
-#: models, OpenVINO IRs' weights, prebuilt TensorRT engines (data to their runtimes), and TVM
-#: modules with their records (native code: loaded only from a signed bundle, with
-#: ``runtimes.tvm.allow_compiled``)
-MODEL_FILE_SUFFIXES = (*FORMATS, ".bin", ".engine", ".so", ".rknn")
+#: models, OpenVINO IRs' weights, prebuilt TensorRT engines, RKNN models and HEFs (data to their
+#: runtimes), and TVM modules (native code: loaded only from a signed bundle, with
+#: ``runtimes.tvm.allow_compiled``), each compiled artifact with its record (``.json``)
+MODEL_FILE_SUFFIXES = (*FORMATS, ".bin", ".engine", ".so", ".rknn", ".hef")
 #: a TVM module's record, beside it (``model.so.json``)
 TVM_RECORD_SUFFIX = ".so.json"
 #: an RKNN model's record, beside it (``model.rknn.json``); the model is data to the NPU's runtime
 RKNN_RECORD_SUFFIX = ".rknn.json"
+#: a HEF's record, beside it (``model.hef.json``, written by ``bundle build --hef``)
+HEF_RECORD_SUFFIX = ".hef.json"
 _CHUNK = 1 << 20
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -230,8 +234,9 @@ def _member_path(name: str) -> PurePosixPath:
 
 def model_member(path: PurePosixPath) -> bool:
     """Only data files a bundle may carry, and TVM modules: nothing else the device would execute.
-    (A TensorRT engine is data to TensorRT's runtime, which refuses engines with embedded host
-    code unless told otherwise; edge-agent never tells it. A TVM module is native code: the
+    (An RKNN model and a HEF are data to their NPU's runtime. A TensorRT engine is data to
+    TensorRT's runtime, which refuses engines with embedded host code unless told otherwise;
+    edge-agent never tells it. A TVM module is native code: the
     installer takes it only from a signed bundle, the TVM backend loads it only where agent.yaml
     allows it.)"""
     if len(path.parts) == 2 and path.parts[0] == "calibration":
@@ -241,7 +246,7 @@ def model_member(path: PurePosixPath) -> bool:
     return (
         path.name in (MANIFEST, SIGNATURE, LABELS, "reference.npz")
         or path.suffix in MODEL_FILE_SUFFIXES
-        or path.name.endswith((TVM_RECORD_SUFFIX, RKNN_RECORD_SUFFIX))
+        or path.name.endswith((TVM_RECORD_SUFFIX, RKNN_RECORD_SUFFIX, HEF_RECORD_SUFFIX))
     )
 
 
@@ -719,15 +724,23 @@ def _module_entry(
     reference: dict[str, npt.NDArray[Any]],
     notes: Mapping[str, ArtifactNotes] | None = None,
 ) -> ArtifactEntry:
-    """The artifact of the TVM module or RKNN model `path`, its target from its record; its
+    """The artifact of the TVM module, RKNN model or HEF `path`, its target from its record; its
     reference arrays are those of the ONNX artifact of `entries` it was made from (by its sha256);
-    an RKNN model's precision is its quantization, its agreement the simulator's (`notes`)."""
+    an RKNN model's precision is its quantization, its agreement the simulator's (`notes`); a HEF
+    is int8 (Hailo's chips run quantized models), its agreement unmeasured (it cannot run here)."""
     from runtimes.base import ModelLoadError
+    from runtimes.hailo_backend import HEFRecord
     from runtimes.rknn_backend import RKNNRecord
     from runtimes.tvm_backend import ModuleRecord
 
     try:
-        record = RKNNRecord.read(path) if path.suffix == ".rknn" else ModuleRecord.read(path)
+        record: RKNNRecord | HEFRecord | ModuleRecord = (
+            RKNNRecord.read(path)
+            if path.suffix == ".rknn"
+            else HEFRecord.read(path)
+            if path.suffix == ".hef"
+            else ModuleRecord.read(path)
+        )
     except ModelLoadError as exc:
         raise BundleError(ErrorCode.UNKNOWN_FORMAT, str(exc)) from exc
     source = next((e for e in entries if e.format == "onnx" and e.sha256 == record.model_sha256), None)
@@ -736,6 +749,9 @@ def _module_entry(
     for key in [k for k in reference if k.startswith(f"{source.path}__")]:
         reference[path.name + key[len(source.path) :]] = reference[key]
     size, digest = path.stat().st_size, sha256_file(path)
+    if isinstance(record, HEFRecord):
+        target = CompiledTarget(target=record.hw_arch, runtime_version=record.sdk_version or "unknown")
+        return ArtifactEntry(path=path.name, format="hef", precision="int8", sha256=digest, size=size, target=target)
     if isinstance(record, RKNNRecord):
         # rknn-toolkit-lite2 runs on aarch64 only; the SoC is what the NPU checks
         target = CompiledTarget(target=record.platform, arch="aarch64", runtime_version=record.toolkit_version)
@@ -756,6 +772,18 @@ def _module_entry(
     return ArtifactEntry(
         path=path.name, format="tvm", precision=source.precision, sha256=digest, size=size, target=target
     )
+
+
+def _hef_input(frame: npt.NDArray[Any], config: PreprocessConfig) -> npt.NDArray[Any]:
+    """A HEF's reference input: `frame` as the ONNX model's input (`config`), but its pixels,
+    ``(1, H, W, 3)`` uint8 NHWC, as a HEF's input stream takes them (both the Model Zoo's with
+    the normalisation compiled in and one whose input quantization is the model's /255)."""
+    from dataclasses import replace
+
+    from pipelines.decoding.preprocess import preprocess
+
+    pixels = replace(config, layout="NHWC", dtype=np.dtype(np.uint8), quantization=None, rect_stride=None)
+    return preprocess(frame, pixels)[0]
 
 
 def _file_entry(name: str, content: bytes | Path) -> FileEntry:
@@ -789,9 +817,11 @@ def build_bundle(
     `engines` are prebuilt TensorRT engines with the keys they were built for (``edge-agent
     engine build --out`` writes both); each must come from one of the ONNX `models`.
     `classifier` adds the second stage (its models, labels, the detector labels it applies to).
-    `modules` are TVM modules (`compile_tvm_modules`) and RKNN models
-    (`agent.optimise.rknn_build.convert`), each made from one of the ONNX `models`, its record
-    beside it: its reference is that model's (it may be for a CPU or NPU that cannot run it here).
+    `modules` are TVM modules (`compile_tvm_modules`), RKNN models
+    (`agent.optimise.rknn_build.convert`) and HEFs (`runtimes.hailo_backend.write_record`), each
+    made from one of the ONNX `models`, its record beside it: its reference is that model's (it
+    may be for a CPU or NPU that cannot run it here); a HEF's reference input is that input's
+    pixels, ``(1, H, W, 3)`` uint8, what a HEF takes (`_hef_input`).
 
     Raises `BundleError` ``DECODER_MISMATCH`` when the decoder does not fit a model or the
     plausibility guard finds its detections impossible (on a blank frame or the reference input);
@@ -815,7 +845,11 @@ def build_bundle(
     weights: list[Path] = []  # OpenVINO IRs' .bin files
     for path in models:
         if path.suffix not in FORMATS:
-            raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"{path}: expected an .onnx, .tflite or OpenVINO .xml model")
+            also = " (a HEF goes beside the ONNX model it was compiled from: bundle build --hef)"
+            hint = also if path.suffix.lower() == ".hef" else ""
+            raise BundleError(
+                ErrorCode.UNKNOWN_FORMAT, f"{path}: expected an .onnx, .tflite or OpenVINO .xml model{hint}"
+            )
         if path.suffix == ".xml":
             weights.append(path.with_suffix(".bin"))
             if not weights[-1].is_file():
@@ -853,6 +887,9 @@ def build_bundle(
     assert first is not None
     entries += [_module_entry(path, entries, reference, notes) for path in modules]
     config, kept = first.preprocess_config, first.detection_filter
+    for path in modules:
+        if path.suffix == ".hef":
+            reference[f"{path.name}__input"] = _hef_input(frame, config)
     if labels is None:
         labels = [names[i] if names and i in names else str(i) for i in range(max(names) + 1)] if names else ["0"]
     stage = _classifier_entries(classifier, frame, reference) if classifier is not None else None

@@ -43,7 +43,8 @@ from agent.bundles.signing import load_public_key
 from agent.bundles.store import Store, version_key
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board
-from pipelines.measure.parity import parity_fraction
+from pipelines.decoding.decoders import artifact_decoder
+from pipelines.measure.parity import detection_agreement, parity_fraction
 from runtimes.base import Runtime
 from runtimes.files import move_into_place, sha256_file
 from runtimes.registry import RuntimeSettings
@@ -51,6 +52,7 @@ from runtimes.selection import Preference
 
 if TYPE_CHECKING:
     from agent.config.models import AgentConfig
+    from pipelines.decoding.detector import Detector
     from runtimes.selection import Choice
 
 log = logging.getLogger(__name__)
@@ -158,6 +160,32 @@ def check_parity(
     return fraction
 
 
+def check_detection_parity(
+    bundle: Verified, detector: Detector, name: str, outputs: Sequence[npt.NDArray[Any]]
+) -> float:
+    """For artifact `name` whose runtime gives final detections (a HEF with NMS on the chip)
+    where its reference outputs are the ONNX model's raw ones: the agreement of its detections on
+    the reference input with those the bundle's reference artifact's outputs decode to (same
+    label, IoU >= 0.5; `agent.bundles.tuning.reference_of`, on the same reference frame).
+    Raises `BundleError` ``PARITY_FAILED`` below the manifest's ``reference.min_fraction``."""
+    from agent.bundles.tuning import reference_of
+
+    manifest = bundle.manifest
+    expected = reference_of(bundle.folder, manifest, bundle.reference)
+    if expected.detections is None:
+        raise BundleError(ErrorCode.PARITY_FAILED, f"{name}: no reference detections to compare its detections with")
+    _, transform = detector.prepare(expected.frame)
+    found = detector.postprocess(list(outputs), transform)
+    agreement = detection_agreement(found, expected.detections)
+    if agreement < manifest.reference.min_fraction:
+        raise BundleError(
+            ErrorCode.PARITY_FAILED,
+            f"{name}: its detections agree {agreement:.1%} with {expected.reference_artifact}'s on the reference "
+            f"input; the manifest requires {manifest.reference.min_fraction:.1%}",
+        )
+    return agreement
+
+
 def runtime_choices(
     folder: Path,
     manifest: Manifest,
@@ -178,11 +206,13 @@ def runtime_choices(
             a.precision,
             a.target.arch if a.target else None,
             a.target.target if a.target and a.format == "rknn" else None,
+            a.target.target if a.target and a.format == "hef" else None,
         )
         for a in listed
     ]
     try:
-        return select_runtimes(board, available_runtimes(runtimes_for(artifacts)), artifacts, preference)
+        available = available_runtimes(runtimes_for(artifacts), root=Path(board.root))
+        return select_runtimes(board, available, artifacts, preference)
     except SelectionError as exc:
         raise BundleError(ErrorCode.NO_RUNTIME, str(exc)) from exc
 
@@ -212,7 +242,7 @@ def activate(
             # no warm-up run here: the parity check below is the model's first inference, and the
             # runtime is closed after it (the cameras load their own, warmed up)
             path, config = Path(choice.artifact.path), settings.config_for(choice.runtime)
-            runtime = load_runtime_checked(choice.runtime, path, config, warmup=False)
+            runtime = load_runtime_checked(choice.runtime, path, config, warmup=False, root=Path(board.root))
         except NotAModelError as exc:  # a ModelLoadError, but the bundle's fault: no other runtime is tried
             raise BundleError(ErrorCode.ARTIFACT_NOT_A_MODEL, str(exc)) from exc
         except RuntimeCrashed as exc:
@@ -222,13 +252,17 @@ def activate(
             continue
         with runtime:
             name = Path(choice.artifact.path).name
+            decoder = artifact_decoder(manifest.decoder, runtime.metadata.end2end)
             try:
-                detector = Detector(runtime, manifest.decoder)
+                detector = Detector(runtime, decoder)
                 outputs = reference_outputs(runtime, name, reference)
                 detector.check(reference[f"{name}__input"], outputs)  # the plausibility guard
             except DecoderError as exc:
                 raise BundleError(ErrorCode.DECODER_MISMATCH, f"{name}: {exc}") from exc
-            fraction = check_parity(runtime, name, manifest, reference, outputs)
+            if decoder == manifest.decoder:
+                fraction = check_parity(runtime, name, manifest, reference, outputs)
+            else:  # final detections against a raw reference: compared as detections
+                fraction = check_detection_parity(bundle, detector, name, outputs)
         stage, stage_parity = _activate_classifier(bundle, board, preference, settings)
         return Activation(choice.runtime, name, choice.device, choice.reason, fraction, stage, stage_parity)
     raise BundleError(ErrorCode.NO_RUNTIME, "no runtime could load the bundle here: " + "; ".join(failures))

@@ -61,7 +61,7 @@ def _bounded_labels(value: list[str], what: str) -> list[str]:
 #: a model file's format: ONNX, LiteRT's flatbuffer, OpenVINO's IR (``.xml`` + ``.bin``), a
 #: module compiled by Apache TVM (``.so`` + its record ``.so.json``), a model converted by
 #: rknn-toolkit2 for a Rockchip NPU (``.rknn`` + its record ``.rknn.json``), or a HEF compiled for a
-#: Hailo chip (``.hef``: the chip is in its own header, checked on the device, docs/hailo.md)
+#: Hailo chip by Hailo's Dataflow Compiler (``.hef`` + its record ``.hef.json``, docs/hailo.md)
 ModelFormat = Literal["onnx", "tflite", "openvino", "tvm", "rknn", "hef"]
 _SUFFIXES: dict[str, str] = {
     "onnx": ".onnx",
@@ -72,7 +72,7 @@ _SUFFIXES: dict[str, str] = {
     "hef": ".hef",
 }
 #: the formats built for one target (`CompiledTarget`), each with its record beside it (``.json``)
-COMPILED_FORMATS = frozenset({"tvm", "rknn"})
+COMPILED_FORMATS = frozenset({"tvm", "rknn", "hef"})
 
 
 class _Strict(BaseModel):
@@ -128,17 +128,25 @@ class Agreement(_Strict):
 
 
 class CompiledTarget(_Strict):
-    """What a compiled artifact (format ``tvm`` or ``rknn``) was built for: a device whose
-    architecture, SoC (rknn) or runtime release (tvm) differs refuses it (``TARGET_MISMATCH``)."""
+    """What a compiled artifact (format ``tvm``, ``rknn`` or ``hef``) was built for: a device whose
+    architecture, SoC (rknn), Hailo chip (hef) or runtime release (tvm) differs refuses it
+    (``TARGET_MISMATCH``)."""
 
     target: str = Field(
         max_length=1000,
         description='The compiler\'s target: TVM\'s as JSON, e.g. {"kind": "llvm", "mtriple": '
-        '"aarch64-linux-gnu", "mcpu": "cortex-a76"}; for rknn the SoC rknn-toolkit2 converted for, e.g. "rk3588".',
+        '"aarch64-linux-gnu", "mcpu": "cortex-a76"}; for rknn the SoC rknn-toolkit2 converted for, e.g. "rk3588"; '
+        'for hef the HEF\'s hw_arch, e.g. "hailo8l" (Hailo-8L, runs on Hailo-8 too) or "hailo1xh" (Hailo-10H).',
     )
-    arch: str = Field(pattern=r"^[a-z0-9_]{1,32}$", description="CPU architecture it runs on: x86_64, aarch64, ...")
+    arch: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9_]{1,32}$",
+        description="CPU architecture it runs on: x86_64, aarch64, ...; null for a HEF (HailoRT runs it from any CPU).",
+    )
     runtime_version: str = Field(
-        max_length=64, description="The release that compiled it, e.g. '0.27.0' (TVM), '2.3.2' (rknn-toolkit2)."
+        max_length=64,
+        description="The release that compiled it, e.g. '0.27.0' (TVM), '2.3.2' (rknn-toolkit2), '3.31.0' (Hailo's "
+        "Dataflow Compiler, from the HEF's header; 'unknown' where the header names none).",
     )
 
 
@@ -151,7 +159,7 @@ class ArtifactEntry(_Strict):
         "weights, the .bin of the same name, are listed in files; agents older than the format refuse it), or "
         "tvm (a module compiled by Apache TVM, a .so whose record, the .so.json, is listed in files), rknn (a "
         "model converted by rknn-toolkit2 for a Rockchip NPU, its record, the .rknn.json, listed in files), or hef "
-        "(a HEF compiled for a Hailo chip; its chip is in its header, checked against the device's before loading).",
+        "(a HEF compiled for a Hailo chip by Hailo's Dataflow Compiler, its record, the .hef.json, listed in files).",
     )
     precision: Precision = Field(description="Numeric precision of the weights.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file, lower-case hex.")
@@ -162,7 +170,7 @@ class ArtifactEntry(_Strict):
     )
     target: CompiledTarget | None = Field(
         default=None,
-        description="What a compiled artifact (format tvm or rknn) was built for; none for the other formats.",
+        description="What a compiled artifact (format tvm, rknn or hef) was built for; none for the other formats.",
     )
 
     @model_serializer(mode="wrap")
@@ -191,8 +199,10 @@ class ArtifactEntry(_Strict):
             raise ValueError(f"artifact {self.path!r} of format {self.format} must be a {suffix} file")
         if (self.format in COMPILED_FORMATS) != (self.target is not None):
             raise ValueError(
-                f"artifact {self.path!r}: a target is recorded for a tvm or rknn artifact, and only for one"
+                f"artifact {self.path!r}: a target is recorded for a tvm, rknn or hef artifact, and only for one"
             )
+        if self.target is not None and (self.target.arch is None) != (self.format == "hef"):
+            raise ValueError(f"artifact {self.path!r}: a {self.format} target names a CPU architecture unless a HEF's")
         return self
 
     @property
@@ -202,8 +212,8 @@ class ArtifactEntry(_Strict):
 
     @property
     def companion(self) -> str | None:
-        """The file the artifact needs beside it: an IR's weights, a TVM module's record
-        (``model.so.json``); None for other formats."""
+        """The file the artifact needs beside it: an IR's weights, a compiled artifact's record
+        (``model.so.json``, ``model.rknn.json``, ``model.hef.json``); None for other formats."""
         return self.path + ".json" if self.format in COMPILED_FORMATS else self.weights
 
 
@@ -409,9 +419,11 @@ class Manifest(_Strict):
         files = {f.path for f in self.files}
         for artifact in [*self.artifacts, *stage]:
             if artifact.companion is not None and artifact.companion not in files:
-                kind, what = {"tvm": ("TVM module", "record"), "rknn": ("RKNN model", "record")}.get(
-                    artifact.format, ("OpenVINO IR", "weights")
-                )
+                kind, what = {
+                    "tvm": ("TVM module", "record"),
+                    "rknn": ("RKNN model", "record"),
+                    "hef": ("HEF", "record"),
+                }.get(artifact.format, ("OpenVINO IR", "weights"))
                 raise ValueError(
                     f"{kind} {artifact.path}: its {what} {artifact.companion} must also be listed in files "
                     "(their sha256 and size)"

@@ -75,7 +75,7 @@ def candidates(
     it runs (the report names it)."""
     settings = version_settings(settings, manifest)
     artifacts = [Artifact(str(folder / a.path), a.format, a.precision) for a in manifest.artifacts]
-    available = available_runtimes(runtimes_for(artifacts))
+    available = available_runtimes(runtimes_for(artifacts), root=Path(board.root))  # its devices, as activation's
     found: list[Candidate] = []
     for artifact in manifest.artifacts:
         model = bundle_model(folder, manifest, artifact)

@@ -17,6 +17,7 @@ from pipelines.decoding.decoders import DECODER_CHOICES
 if TYPE_CHECKING:
     from agent.bundles.archive import Trust
     from runtimes.engine_cache import EngineKey
+    from runtimes.hailo_device import HEFHeader
 
 from typing import TYPE_CHECKING, get_args
 
@@ -93,6 +94,17 @@ def add_parser(commands: Any) -> None:
         "(repeatable; the toolkit in its own venv, --rknn-python; docs/rknn.md)",
     )
     build.add_argument("--rknn-fp16", action="store_true", help="--rknn converts to FP16 instead of INT8")
+    build.add_argument(
+        "--hef",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also a HEF compiled by Hailo's Dataflow Compiler from the first ONNX --model (which ships beside it "
+        "as its reference), recorded with the chip its header names (hailo8l, hailo8, hailo1xh: Hailo-10H); "
+        "it cannot run here, so no agreement is measured: the device checks its parity before serving it "
+        "(repeatable; docs/hailo.md)",
+    )
     build.add_argument(
         "--rknn-python",
         type=Path,
@@ -175,12 +187,15 @@ def _bundle_build(args: argparse.Namespace) -> int:
     engines = [_engine_file(path) for path in args.engine]
     classifier = classifier_input(args)
     targets = tvm_targets(args.tvm_target)
+    for hef in args.hef:
+        _hef_header(hef)  # a file that is no HEF is refused before any work
     with tempfile.TemporaryDirectory(prefix="edge-agent-build-") as workdir:
         models, notes = prepare_models(args, calibration, Path(workdir))
         modules = tvm_modules(models, targets, Path(workdir)) if targets else []
         if args.rknn:
             converted, rknn_notes = rknn_models(args, models, calibration, Path(workdir))
             modules, notes = [*modules, *converted], {**notes, **rknn_notes}
+        modules += hef_files(args.hef, models, Path(workdir))
         manifest = build_bundle(
             models,
             args.out,
@@ -264,6 +279,60 @@ def rknn_models(
     return kept, notes
 
 
+def hef_files(hefs: list[Path], models: list[Path], workdir: Path) -> list[Path]:
+    """Each ``--hef`` copied into `workdir` with its record beside it (`runtimes.hailo_backend.
+    write_record`: the chip and compiler release its header names, the first ONNX model of
+    `models`, from which it was compiled, as its source); a line per HEF says what it is for and
+    that it was not run here. `BundleError` ``UNKNOWN_FORMAT`` naming a file that is no HEF."""
+    import shutil
+
+    from agent.errors import BundleError, ErrorCode
+    from runtimes.base import ModelLoadError
+    from runtimes.hailo_backend import write_record
+    from runtimes.hailo_device import hef_family
+
+    if not hefs:
+        return []
+    onnx = next((m for m in models if m.suffix == ".onnx"), None)
+    if onnx is None:
+        raise CliError("--hef ships a HEF beside the ONNX model it was compiled from: give it with --model")
+    copied: list[Path] = []
+    for hef in hefs:
+        out = workdir / hef.name
+        if out.exists() or out.name == onnx.name:
+            raise CliError(f"--hef {hef}: a second file named {hef.name}")
+        shutil.copyfile(hef, out)
+        try:
+            record = write_record(out, onnx)
+        except ModelLoadError as exc:  # NotAModelError too: not a HEF, naming the file
+            raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"--hef {hef}: {exc}") from exc
+        compiler = f"Dataflow Compiler {record.sdk_version}" if record.sdk_version else "compiler release unknown"
+        print(
+            f"{hef.name}: HEF for {record.hw_arch} (runs on {hef_family(record.hw_arch)}; {compiler}), compiled "
+            f"from {onnx.name}: not run here (no Hailo chip), so no agreement measured; the device's parity check "
+            "runs it against the ONNX model's reference outputs before it serves"
+        )
+        copied.append(out)
+    return copied
+
+
+def _hef_header(hef: Path) -> HEFHeader:
+    """The header of ``--hef`` `hef`; `CliError` when the file is missing, `BundleError`
+    ``UNKNOWN_FORMAT`` naming it when it is not a ``.hef`` or its header is not a HEF's."""
+    from agent.errors import BundleError, ErrorCode
+    from runtimes.base import ModelLoadError
+    from runtimes.hailo_device import read_hef_header
+
+    if not hef.is_file():
+        raise CliError(f"HEF file not found: {hef}")
+    if hef.suffix.lower() != ".hef":
+        raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"--hef {hef}: expected a .hef file")
+    try:
+        return read_hef_header(hef)
+    except ModelLoadError as exc:  # NotAModelError too
+        raise BundleError(ErrorCode.UNKNOWN_FORMAT, f"--hef {hef}: {exc}") from exc
+
+
 def _engine_file(path: Path) -> tuple[Path, EngineKey]:
     """A prebuilt engine and the key in its tags file (``ENGINE.json``)."""
     from runtimes.engine_cache import EngineRecord
@@ -325,8 +394,9 @@ def _bundle_inspect(args: argparse.Namespace) -> int:
     sizes = {f.path: f.size for f in manifest.files}
     for a in manifest.artifacts:
         weights = f" (+ weights {a.weights}, {sizes[a.weights]} bytes)" if a.weights in sizes else ""
-        tool = "rknn-toolkit2" if a.format == "rknn" else "TVM"
-        target = f", for {a.target.arch} {a.target.target} ({tool} {a.target.runtime_version})" if a.target else ""
+        tool = {"rknn": "rknn-toolkit2", "hef": "Dataflow Compiler"}.get(a.format, "TVM")
+        built = " ".join(t for t in (a.target.arch, a.target.target) if t) if a.target else ""
+        target = f", for {built} ({tool} {a.target.runtime_version})" if a.target else ""
         print(
             f"  artifact {a.path}: {a.format} {a.precision}, {a.size} bytes{weights}{target}, sha256 {a.sha256[:16]}..."
         )

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from runtimes.registry import available_runtimes
 
     board = probe(args.root, args.arch)
-    report = _probe_report(board, available_runtimes())
+    report = _probe_report(board, available_runtimes(root=args.root))
     sensors = Sensors.from_config(SensorsSection(), args.root, board)
     try:
         report["sensors"] = _sensors_found(sensors.read())

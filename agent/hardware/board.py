@@ -38,7 +38,9 @@ class Board:
     `model` is the device-tree model string (or ``generic <arch>``); `l4t_release` is the Jetson
     Linux release such as ``36.3.0``; `gpu_name` names the NVIDIA GPU when there is one; `hailo`
     the first Hailo chip (``Hailo-8/8L``: the AI HAT+; ``Hailo-10H``: the AI HAT+ 2); `soc` the
-    Rockchip SoC with an NPU (``rk3588``, ``rk3566``, ``rk3568``) when the board has one.
+    Rockchip SoC with an NPU (``rk3588``, ``rk3566``, ``rk3568``) when the board has one; `root`
+    the filesystem root it was read from (``/``; a fake tree in tests and ``probe --root``), where
+    the runtimes that drive a device look for it too (`runtimes.base.LoadOptions.root`).
     """
 
     kind: BoardKind
@@ -50,6 +52,7 @@ class Board:
     l4t_release: str | None = None
     hailo: str | None = None
     soc: str | None = None
+    root: str = "/"
 
 
 def _count_cpus(spec: str) -> int:
@@ -94,10 +97,13 @@ def probe(root: Path | SysFS = Path("/"), arch: str | None = None) -> Board:
     l4t = _l4t_release(fs.read_text("etc/nv_tegra_release"))
     cpus = _count_cpus(fs.read_text("sys/devices/system/cpu/online") or "") or os.cpu_count() or 1
     hailo = next((device.family for device in find_devices(fs.root)), None)
+    where = str(fs.root)
     if l4t is not None or (model and "jetson" in model.lower()):
-        return Board("jetson", model or "NVIDIA Jetson", arch, cpus, True, model or "Tegra", l4t, hailo)
+        return Board("jetson", model or "NVIDIA Jetson", arch, cpus, True, model or "Tegra", l4t, hailo, root=where)
     gpu = _discrete_gpu(fs)
     if model and model.startswith("Raspberry Pi"):
-        return Board("raspberry_pi", model, arch, cpus, gpu is not None, gpu, hailo=hailo)
+        return Board("raspberry_pi", model, arch, cpus, gpu is not None, gpu, hailo=hailo, root=where)
     soc = rockchip_soc((fs.read_text_raw("proc/device-tree/compatible") or "").split("\x00"))
-    return Board("generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu, hailo=hailo, soc=soc)
+    return Board(
+        "generic", model or f"generic {arch}", arch, cpus, gpu is not None, gpu, hailo=hailo, soc=soc, root=where
+    )

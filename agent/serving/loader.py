@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from agent.errors import BundleError, ErrorCode
 from agent.hardware.board import Board, probe
 from pipelines.decoding.classifier import Classifier
-from pipelines.decoding.decoders import DecoderError
+from pipelines.decoding.decoders import DecoderError, artifact_decoder
 from pipelines.decoding.detector import Detector
 from runtimes.base import ModelLoadError, Runtime, RuntimeInfo, RuntimeUnavailable
 from runtimes.registry import BACKENDS, RuntimeSettings, available_runtimes, load_runtime, load_runtime_checked
@@ -106,7 +106,11 @@ def open_detector(
     for choice in choices:
         try:
             runtime = load_runtime_checked(
-                choice.runtime, Path(choice.artifact.path), settings.config_for(choice.runtime), workers=workers
+                choice.runtime,
+                Path(choice.artifact.path),
+                settings.config_for(choice.runtime),
+                workers=workers,
+                root=Path(board.root),  # its device where activation found it
             )
         except EngineNotReady as exc:
             pending = pending or (exc, Path(choice.artifact.path))
@@ -117,7 +121,8 @@ def open_detector(
             continue
         thresholds = manifest.thresholds
         try:
-            detector = Detector(runtime, manifest.decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
+            decoder = artifact_decoder(manifest.decoder, runtime.metadata.end2end)  # a HEF's NMS on the chip
+            detector = Detector(runtime, decoder, thresholds.conf, thresholds.iou, thresholds.max_det)
         except DecoderError as exc:
             runtime.close()
             if not isinstance(runtime, TensorRTBackend):
@@ -194,7 +199,9 @@ def open_classifier(
     for choice in choices:
         path = Path(choice.artifact.path)
         try:
-            runtime = load_runtime_checked(choice.runtime, path, settings.config_for(choice.runtime))
+            runtime = load_runtime_checked(
+                choice.runtime, path, settings.config_for(choice.runtime), root=Path(board.root)
+            )
         except (RuntimeUnavailable, ModelLoadError, RuntimeCrashed) as exc:
             failures.append(f"{choice.runtime}: {exc}")
             continue

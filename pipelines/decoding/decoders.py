@@ -54,6 +54,16 @@ DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)
 #: what a user may ask for: a decoder, or "auto" (chosen from the output shapes and metadata)
 DecoderChoice = Literal["auto", DecoderName]
 DECODER_CHOICES: tuple[str, ...] = get_args(DecoderChoice)
+
+
+def artifact_decoder(decoder: str, final_detections: bool) -> str:
+    """The decoder for one artifact of a bundle whose manifest names `decoder`: that one, except
+    ``end2end`` where the artifact's runtime gives final detections (`final_detections`: its
+    metadata says ``end2end``, a HEF with NMS on the chip) while the manifest's reads raw outputs
+    (the ONNX model it was compiled from)."""
+    return "end2end" if final_detections and decoder != "end2end" else decoder
+
+
 YOLOX_STRIDES = (8, 16, 32)
 #: boxes whose centre coordinates never exceed this are taken as normalised 0..1
 _NORMALISED_LIMIT = 2.0

@@ -395,3 +395,40 @@ def test_an_rknn_model_for_another_soc_is_a_target_mismatch_naming_both() -> Non
         SelectionError, match=r"rknn: TARGET_MISMATCH: m\.rk3588\.rknn for rk3588 aarch64, this board is rk3566 aarch64"
     ):
         select_runtimes(RK3566_BOARD, runtimes(RKNN), [RK3588_MODEL], "rknn")
+
+
+HAT = probe(FAKES / "rpi5-hailo8l", arch="aarch64")  # the AI HAT+: Hailo-8L (one PCIe id with Hailo-8)
+HAT2 = probe(FAKES / "rpi5-hailo10h", arch="aarch64")  # the AI HAT+ 2: Hailo-10H
+HAILO10H = RuntimeInfo("hailo", True, "5.1.0", ("Hailo-10H",))
+
+
+@pytest.mark.parametrize(
+    ("board", "chip", "first"),
+    [
+        (HAT, "hailo8l", "hailo"),
+        (HAT, "hailo8", "hailo"),  # one PCIe id: HailoRT tells Hailo-8 from 8L when configuring
+        (HAT, "hailo1xh", "onnxruntime"),
+        (HAT2, "hailo1xh", "hailo"),
+        (HAT2, "hailo8l", "onnxruntime"),
+        (HAT2, "hailo8", "onnxruntime"),
+        (PI5, "hailo8l", "onnxruntime"),  # no chip: not a mismatch, the backend says there is none
+    ],
+)
+def test_a_hef_is_chosen_only_on_the_chip_generation_it_was_compiled_for(board: Board, chip: str, first: str) -> None:
+    # fails on: the chip recorded with a HEF ignored (a Hailo-8L HEF sent to a Hailo-10H), or
+    # Hailo-8 and 8L told apart by a PCIe id that cannot tell them
+    hailo = HAILO10H if board is HAT2 else HAILO if board is HAT else NO_HAILO
+    hef = Artifact("m.hef", "hef", "int8", chip=chip)
+    chosen = select_runtimes(board, runtimes(hailo, ORT_CPU), [ONNX, hef])
+    assert chosen[0].runtime == first, chosen
+    if first == "onnxruntime" and board is not PI5:
+        assert "hailo: TARGET_MISMATCH: m.hef for " + chip in chosen[0].reason, chosen[0].reason
+
+
+def test_a_hef_for_the_other_generation_is_a_target_mismatch_naming_both_chips() -> None:
+    hef = Artifact("m.hef", "hef", "int8", chip="hailo8l")
+    with pytest.raises(
+        SelectionError,
+        match=r"hailo: TARGET_MISMATCH: m\.hef for hailo8l \(Hailo-8/Hailo-8L\), this board is Hailo-10H aarch64",
+    ):
+        select_runtimes(HAT2, runtimes(HAILO10H), [hef], "hailo")

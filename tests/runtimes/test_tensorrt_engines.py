@@ -21,13 +21,19 @@ def config(tmp_path: Path, **changes: object) -> TensorRTConfig:
     return TensorRTConfig(engine_cache_dir=tmp_path / "engines", **changes)
 
 
-def test_prebuilt_engines_are_used_only_on_an_exact_match(trt_double: TrtDouble, tmp_path: Path) -> None:
+def test_prebuilt_engines_are_used_only_on_an_exact_match(
+    trt_double: TrtDouble, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # fails on: an engine for another GPU or TensorRT used, or passed over without a word naming both
     elsewhere = config(tmp_path / "operator")
     shipped = prepare_engine(FIXED, elsewhere)
     other_gpu = EngineKey(**{**shipped.key.to_json(), "gpu_name": "Xavier", "compute_capability": (7, 2)})
     settings = config(tmp_path / "device")
-    wrong = prepare_engine(FIXED, settings, prebuilt=[Prebuilt(other_gpu, shipped.path)])
+    with caplog.at_level(logging.INFO, logger="runtimes.tensorrt_engines"):
+        wrong = prepare_engine(FIXED, settings, prebuilt=[Prebuilt(other_gpu, shipped.path)])
     assert wrong.how == "built"
+    (said,) = [r.getMessage() for r in caplog.records if "TARGET_MISMATCH" in r.getMessage()]
+    assert f"built for {other_gpu.describe()}, this device is {wrong.key.describe()}" in said, said
     settings = config(tmp_path / "device2")
     right = prepare_engine(
         FIXED, settings, prebuilt=[Prebuilt(other_gpu, shipped.path), Prebuilt(shipped.key, shipped.path)]

@@ -25,6 +25,7 @@ from agent.bundles.record import Deployment, State
 from agent.bundles.signing import load_private_key, load_public_key
 from agent.bundles.store import Store
 from agent.hardware.board import probe
+from agent.serving.loader import open_detector
 from pipelines.decoding.detector import Detector
 from pipelines.sources.synthetic import SyntheticScene
 from runtimes.registry import load_runtime
@@ -253,3 +254,104 @@ def test_downgrades_are_refused_unless_asked_for_and_rollback_stays(tmp_path: Pa
     assert store.highest_version("demo") == "1.1.0", "going back on purpose does not lower the mark"
     assert rollback(store).state == "ROLLED_BACK" and store.info(store.current_sha()).version == "1.1.0"  # type: ignore[union-attr]
     assert rollback(store).state == "ROLLED_BACK", "rolling back to the lower version is always allowed"
+
+
+def _hat_bundle(tmp_path: Path, keys: dict[str, Path], nms: bool = False, nms_iou: float = 0.45) -> Path:
+    """A signed bundle of the demo detector and a HEF of it for Hailo-8L (the double's, built as
+    `bundle build --hef` does: copied, its record written beside it); with `nms`, NMS on the chip
+    compiled with IoU `nms_iou` (the bundle's own is the demo detector's 0.45)."""
+    from testkit import hailo_double
+
+    from runtimes.hailo_backend import write_record
+
+    model = DEMO_MODELS / "demo_detector.onnx"
+    (tmp_path / "hef").mkdir()
+    hef = hailo_double.write_hef(tmp_path / "hef" / "demo.hef", model, hw_arch="hailo8l", nms=nms, nms_iou=nms_iou)
+    write_record(hef, model)
+    bundle = tmp_path / "hat.bundle"
+    build_bundle([model], bundle, name="demo", modules=[hef], key=load_private_key(keys["private"]))
+    return bundle
+
+
+@pytest.mark.install
+@pytest.mark.parametrize(
+    ("nms", "nms_iou", "failure"),
+    [
+        pytest.param(False, 0.45, None, id="raw"),
+        pytest.param(True, 0.45, None, id="nms-on-chip"),
+        pytest.param(True, 0.7, "its detections agree", id="nms-on-chip-with-other-thresholds"),
+    ],
+)
+def test_a_hef_bundle_is_served_by_the_ai_hat_s_chip_through_hailort(
+    nms: bool,
+    nms_iou: float,
+    failure: str | None,
+    tmp_path: Path,
+    keys,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On a Pi 5 with the AI HAT+ (the rpi5-hailo8l tree, HailoRT's double in this process and in
+    the probe child), activation selects the HEF and checks it through the Hailo backend against
+    the ONNX model's reference: raw outputs value by value, NMS on the chip (the ``end2end``
+    decoder, whatever the manifest's) by its detections, which an NMS compiled with other
+    thresholds fails (``PARITY_FAILED``)."""
+    # fails on: the activation probing or loading at this machine's / (no chip: ONNX Runtime
+    # serves), the HEF's reference input not what a HEF takes (PARITY_FAILED), the manifest's
+    # raw decoder forced on NMS rows (DECODER_MISMATCH), the detections' agreement not gated
+    from testkit import FAKES, hailo_double, standin_env
+
+    from runtimes import isolation
+
+    monkeypatch.setattr(isolation, "PROCESS_RUNNER", isolation.ChildRunner(env=standin_env("hailo")))
+    bundle = _hat_bundle(tmp_path, keys, nms, nms_iou)
+    board = probe(FAKES / "rpi5-hailo8l", arch="aarch64")
+    caplog.set_level("INFO", logger="agent.bundles.installer")
+    policy = InstallPolicy(trusted=[load_public_key(keys["public"])])
+    with hailo_double.installed("hailo8l"):
+        done = install(bundle, Store(tmp_path / "state"), board, policy)
+    if failure is not None:
+        assert done.state == "ROLLED_BACK" and done.error is not None and done.error.code == "PARITY_FAILED"
+        assert failure in done.error.message and "demo_detector.onnx" in done.error.message, done.error
+        return
+    assert done.state == "SUCCEEDED", done.error
+    assert "activated demo.hef on hailo (Raspberry Pi aarch64: hailo on Hailo-8/8L is preferred" in caplog.text
+    info = Store(tmp_path / "state").info(done.sha256)
+    assert info is not None
+    with hailo_double.installed("hailo8l"):
+        loaded = open_detector(info.path, board)  # what the cameras serve
+        try:
+            assert (loaded.choice.runtime, loaded.detector.decoder) == ("hailo", "end2end" if nms else "yolov8")
+            image, truth = SyntheticScene(seed=42).render(0)
+            assert len(loaded.detector.detect(image)) >= len(truth.detections) - 1 > 0
+        finally:
+            loaded.detector.close()
+
+
+@pytest.mark.install
+def test_a_hef_for_hailo_8l_on_the_ai_hat_2_is_a_target_mismatch_before_activation(
+    tmp_path: Path, keys, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a Pi 5 with the AI HAT+ 2 (Hailo-10H), the Hailo-8L HEF is never loaded: the ONNX model
+    serves, its reason naming both chips; with ``runtime: hailo`` the version is refused so."""
+    # fails on: the manifest's chip not passed to selection (HailoRT's double would open the HEF)
+    from testkit import FAKES, hailo_double, standin_env
+
+    from runtimes import isolation
+
+    env = {**standin_env("hailo"), "EDGE_AGENT_TEST_HAILO_ARCH": "hailo10h"}
+    monkeypatch.setattr(isolation, "PROCESS_RUNNER", isolation.ChildRunner(env=env))
+    bundle = _hat_bundle(tmp_path, keys)
+    board = probe(FAKES / "rpi5-hailo10h", arch="aarch64")
+    trusted = [load_public_key(keys["public"])]
+    caplog.set_level("INFO", logger="agent.bundles.installer")
+    hailo_double.VDevice.opened.clear()
+    with hailo_double.installed("hailo10h"):
+        served = install(bundle, Store(tmp_path / "a"), board, InstallPolicy(trusted=trusted))
+        refused = install(bundle, Store(tmp_path / "b"), board, InstallPolicy(trusted=trusted, preference="hailo"))
+    assert served.state == "SUCCEEDED", served.error
+    mismatch = "hailo: TARGET_MISMATCH: demo.hef for hailo8l (Hailo-8/Hailo-8L), this board is Hailo-10H aarch64"
+    assert "activated demo_detector.onnx on " in caplog.text and mismatch in caplog.text, caplog.text
+    assert refused.state == "ROLLED_BACK" and refused.error is not None and refused.error.code == "NO_RUNTIME"
+    assert mismatch in refused.error.message, refused.error.message
+    assert not hailo_double.VDevice.opened, "HailoRT never opened the chip for the other generation's HEF"

@@ -71,7 +71,7 @@ def test_a_valid_manifest_round_trips() -> None:
         ({"artifacts": [IR], "files": [{"path": "n.bin", "sha256": "b" * 64, "size": 1}]}, r"its weights m\.bin"),
         (
             {"artifacts": [{**MODULE, "target": None}]},
-            "a target is recorded for a tvm or rknn artifact, and only for one",
+            "a target is recorded for a tvm, rknn or hef artifact, and only for one",
         ),
         ({"artifacts": [{**GOOD["artifacts"][0], "target": MODULE["target"]}]}, "and only for one"),
         ({"artifacts": [{**MODULE, "path": "m.onnx"}]}, "of format tvm must be a .so file"),
@@ -98,16 +98,29 @@ def test_a_tvm_module_with_its_target_and_record_is_valid() -> None:
     assert Manifest.model_validate(data) == manifest
 
 
-def test_a_hef_beside_its_onnx_model_is_valid_and_carries_no_target() -> None:
-    # fails on: the format hef refused (a HAT+ bundle cannot ship its HEF), or a target accepted on it
+def test_a_hef_beside_its_onnx_model_carries_its_chip_and_its_record() -> None:
+    # fails on: the format hef refused (a HAT+ bundle cannot ship its HEF), a HEF without its chip
+    # accepted (TARGET_MISMATCH could not be told before activation), or a CPU arch demanded of it
     hef = {"path": "m.hef", "format": "hef", "precision": "int8", "sha256": "f" * 64, "size": 40}
-    manifest = Manifest.model_validate({**GOOD, "artifacts": [GOOD["artifacts"][0], hef]})
-    assert [a.format for a in manifest.artifacts] == ["onnx", "hef"] and manifest.artifacts[1].companion is None
+    chip = {"target": "hailo8l", "runtime_version": "3.31.0"}
+    record = {"path": "m.hef.json", "sha256": "d" * 64, "size": 20}
+    manifest = Manifest.model_validate(
+        {**GOOD, "artifacts": [GOOD["artifacts"][0], {**hef, "target": chip}], "files": [record]}
+    )
+    (_, shipped) = manifest.artifacts
+    assert shipped.format == "hef" and shipped.companion == "m.hef.json"
+    assert shipped.target is not None and (shipped.target.target, shipped.target.arch) == ("hailo8l", None)
     assert Manifest.model_validate(json.loads(manifest.to_bytes())) == manifest
-    with pytest.raises(ValidationError, match="a target is recorded for a tvm or rknn artifact, and only for one"):
-        Manifest.model_validate({**GOOD, "artifacts": [{**hef, "target": MODULE["target"]}]})
+    with pytest.raises(ValidationError, match="a target is recorded for a tvm, rknn or hef artifact, and only for one"):
+        Manifest.model_validate({**GOOD, "artifacts": [hef], "files": [record]})
+    with pytest.raises(ValidationError, match=r"HEF m\.hef: its record m\.hef\.json must also be listed in files"):
+        Manifest.model_validate({**GOOD, "artifacts": [{**hef, "target": chip}]})
+    with pytest.raises(ValidationError, match="names a CPU architecture unless a HEF's"):
+        Manifest.model_validate({**GOOD, "artifacts": [{**hef, "target": MODULE["target"]}], "files": [record]})
+    with pytest.raises(ValidationError, match="names a CPU architecture unless a HEF's"):
+        Manifest.model_validate({**GOOD, "artifacts": [{**MODULE, "target": chip}]})
     with pytest.raises(ValidationError, match=r"artifact 'm\.onnx' of format hef must be a \.hef file"):
-        Manifest.model_validate({**GOOD, "artifacts": [{**hef, "path": "m.onnx"}]})
+        Manifest.model_validate({**GOOD, "artifacts": [{**hef, "path": "m.onnx", "target": chip}]})
 
 
 def test_an_openvino_ir_with_its_weights_listed_is_valid() -> None:

@@ -109,6 +109,37 @@ def test_bench_matrix_json_has_a_row_for_everything(demo_bundle: Path, capsys: p
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("standin", "reason"),
+    [(False, "hailo_platform does not import"), (True, "no Hailo device: no /dev/hailo*")],
+    ids=["no-hailort", "no-chip"],
+)
+def test_bench_matrix_shows_a_hef_as_a_row_that_cannot_run_here_with_why(
+    standin: bool, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bundle with a HEF for the AI HAT+ (`bundle build --hef`): on this machine its row cannot
+    run and says why (no HailoRT; with HailoRT's stand-in, no chip); the ONNX rows are measured."""
+    # fails on: the HEF left out of the matrix, or its row measured / failing without a reason
+    from testkit import hailo_double, standin_env
+
+    from runtimes import isolation
+    from runtimes.hailo_backend import write_record
+
+    if standin:
+        monkeypatch.setattr(isolation, "PROCESS_RUNNER", isolation.ChildRunner(env=standin_env("hailo")))
+    model = DEMO_MODELS / "demo_detector.onnx"
+    (tmp_path / "hef").mkdir()
+    hef = hailo_double.write_hef(tmp_path / "hef" / "demo.hef", model, hw_arch="hailo8l")
+    write_record(hef, model)
+    build_bundle([model], tmp_path / "hat.bundle", name="demo", modules=[hef])
+    assert main(["bench", str(tmp_path / "hat.bundle"), "--matrix", "--json", "--frames", "2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in rows if r["artifact"] == "demo.hef"]
+    assert row["runtime"] == "hailo" and row["latency_ms"] is None and reason in row["error"], row
+    assert any(r["artifact"] == "demo_detector.onnx" and r["error"] is None for r in rows), rows
+
+
+@pytest.mark.slow
 @pytest.mark.tvm
 def test_bench_matrix_shows_a_module_for_another_cpu_as_a_target_mismatch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

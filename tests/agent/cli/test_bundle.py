@@ -3,6 +3,7 @@ thresholds signed into the manifest, shown by inspect, judged by the guard as a 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,49 @@ def test_bundle_build_agent(argv: list[str], words: str, tmp_path: Path, keys: d
         assert "agent bundle: edge-agent 0.3.0, for cp310 on aarch64" in capsys.readouterr().out
         return
     assert status == 1 and words in said.err and not out.exists(), said
+
+
+def test_a_hef_ships_beside_its_onnx_model_recorded_with_the_chip_its_header_names(tmp_path: Path, capsys) -> None:
+    """`bundle build --hef` (a HEF from Hailo's compiler, here the double's): the HEF and its record
+    ship beside the ONNX model, the manifest names its chip and compiler release, the output says
+    it was not run here, and a file that is no HEF is refused naming it before any work."""
+    # fails on: .hef refused by the archive, the chip not recorded (no TARGET_MISMATCH before
+    # activation), the HEF's reference not its pixels, or a junk file shipped as a HEF
+    import numpy as np
+    from testkit import hailo_double
+
+    from agent.bundles.archive import Limits, read_bundle_manifest, unpack, verify_unpacked
+    from agent.cli import main
+
+    hef = hailo_double.write_hef(tmp_path / "demo.hailo10h.hef", FP32, hw_arch="hailo1xh", sdk_version="5.1.0")
+    out = tmp_path / "hat2.bundle"
+    status, said, err = _build(capsys, "--model", FP32, "--hef", hef, "-o", out)
+    assert status == 0, err
+    assert "demo.hailo10h.hef: HEF for hailo1xh (runs on Hailo-10H/Hailo-15H; Dataflow Compiler 5.1.0)" in said
+    assert "not run here (no Hailo chip), so no agreement measured" in said, said
+    manifest = read_bundle_manifest(out).manifest
+    (shipped,) = [a for a in manifest.artifacts if a.format == "hef"]
+    assert shipped.target is not None and (shipped.target.target, shipped.target.runtime_version) == (
+        "hailo1xh",
+        "5.1.0",
+    )
+    assert shipped.precision == "int8" and shipped.agreement is None
+    unpack(out, tmp_path / "unpacked", Limits(), trust=None)
+    verified = verify_unpacked(tmp_path / "unpacked", (), allow_unsigned=True)
+    pixels = verified.reference["demo.hailo10h.hef__input"]
+    onnx_input = verified.reference["demo_detector.onnx__input"]
+    assert pixels.shape == (1, 320, 320, 3) and pixels.dtype == np.uint8
+    np.testing.assert_allclose(pixels.transpose(0, 3, 1, 2) / 255.0, onnx_input, atol=0.5 / 255)
+    record = json.loads((tmp_path / "unpacked" / "demo.hailo10h.hef.json").read_text())
+    assert record["hw_arch"] == "hailo1xh" and record["metadata"]["names"].startswith("{0: 'circle'")
+    assert main(["bundle", "inspect", str(out)]) == 0
+    assert "artifact demo.hailo10h.hef: hef int8" in (shown := capsys.readouterr().out), shown
+    assert "for hailo1xh (Dataflow Compiler 5.1.0)" in shown, shown
+
+    junk = tmp_path / "yolov8n.hef"
+    junk.write_bytes(b"PK\x03\x04 a zip, not a HEF" + bytes(64))
+    status, said, err = _build(capsys, "--model", FP32, "--hef", junk, "-o", tmp_path / "junk.bundle")
+    assert status == 1 and "error: UNKNOWN_FORMAT: --hef" in err and "yolov8n.hef is not a HEF" in err, err
+    assert "demo_detector.onnx" not in said, "refused before the ONNX model is looked at"
+    status, _, err = _build(capsys, "--model", hef, "-o", tmp_path / "x.bundle")
+    assert status == 1 and "UNKNOWN_FORMAT" in err and "bundle build --hef" in err, err

@@ -91,3 +91,31 @@ def test_probe_names_the_hailo_chip_and_why_a_hef_cannot_run_without_hailort(cap
     assert "hailo: " in report["selection"]["hef"]["reason"]
     assert main(["probe", "--root", str(FAKES / "rpi5-hailo10h"), "--arch", "aarch64"]) == 0
     assert "hailo:    Hailo-10H" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("tree", "available", "words"),
+    [
+        ("rpi5-hailo8l", True, "Hailo-8/8L"),
+        ("rpi5-hailo10h", True, "Hailo-10H"),
+        ("rpi5", False, "no Hailo device: no /dev/hailo*"),
+    ],
+)
+def test_probe_looks_for_the_hailo_chip_under_root_not_this_machine(
+    tree: str, available: bool, words: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """With HailoRT's double importable in the probe child (`tests/standins/hailo`), the chip is the
+    tree's: found on the HAT+ trees, missing on a plain Pi 5, whatever this machine has."""
+    # fails on: HailoRT's availability looking at this machine's /dev (no chip: never available)
+    from testkit import standin_env
+
+    from runtimes import isolation
+
+    monkeypatch.setattr(isolation, "PROCESS_RUNNER", isolation.ChildRunner(env=standin_env("hailo")))
+    assert main(["probe", "--json", "--root", str(FAKES / tree), "--arch", "aarch64"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    hailo = report["runtimes"]["hailo"]
+    assert hailo["available"] is available, hailo
+    assert words in (hailo["devices"][0] if available else hailo["reason"]), hailo
+    assert report["selection"]["hef"]["runtime"] == ("hailo" if available else None), report["selection"]["hef"]
+    assert report["board"]["root"] == str(FAKES / tree)

@@ -181,11 +181,15 @@ def write_hef(
     nms_iou: float = 0.7,
     max_bboxes_per_class: int = 100,
     header_version: int = 0,
+    sdk_version: str | None = "3.31.0",
 ) -> Path:
-    """A HEF the double runs: HailoRT's header and ``hw_arch``, and the double's description.
-    `input_scale` is the input's ``qp_scale`` (1/255: the model's normalised input; 1.0 with
-    `normalisation_in_hef`: pixels, divided by 255 inside, as the Model Zoo compiles them)."""
+    """A HEF the double runs: HailoRT's header (``hw_arch``, ``sdk_version``: the Dataflow
+    Compiler release), and the double's description. `input_scale` is the input's ``qp_scale``
+    (1/255: the model's normalised input; 1.0 with `normalisation_in_hef`: pixels, divided by 255
+    inside, as the Model Zoo compiles them)."""
     header_message = _varint(1 << 3 | 0) + _varint(HW_ARCH_VALUES[hw_arch]) if HW_ARCH_VALUES[hw_arch] else b""
+    if sdk_version is not None:
+        header_message += _field(3, sdk_version.encode())
     description = {
         "onnx": str(onnx_model),
         "nms": nms,
@@ -222,7 +226,8 @@ def _read_hef(path: str) -> tuple[str, dict[str, Any]]:
         found[number] = proto[pos : pos + length]
         pos += length
     header = found.get(1, b"")
-    value = header[1] if len(header) >= 2 else 0  # hw_arch (field 1), absent when 0; every value used is < 128
+    # hw_arch (field 1, a one-byte varint: every value used is < 128) comes first; absent when 0
+    value = header[1] if len(header) >= 2 and header[0] == 1 << 3 else 0
     arch = {v: k for k, v in HW_ARCH_VALUES.items()}[value]
     return arch, json.loads(found[_DOUBLE_FIELD])
 

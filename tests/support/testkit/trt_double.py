@@ -37,11 +37,13 @@ class TensorRTInProcess:
     def __init__(self, runner: Any) -> None:
         self._runner = runner
 
-    def probe(self, names: Iterable[str], libraries: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+    def probe(
+        self, names: Iterable[str], libraries: Mapping[str, Sequence[str]] | None = None, root: Path | None = None
+    ) -> dict[str, Any]:
         from runtimes import tensorrt_backend
 
         wanted = list(names)
-        found = self._runner.probe([n for n in wanted if n != "tensorrt"], libraries)
+        found = self._runner.probe([n for n in wanted if n != "tensorrt"], libraries, root)
         return {n: tensorrt_backend.availability() if n == "tensorrt" else found[n] for n in wanted}
 
     def check_load(self, name: str, model: Path, settings_json: str, libraries: Sequence[str] | None = None) -> None:
