@@ -118,8 +118,8 @@ def flood(broker: Broker, topic: str, payloads: list[bytes]) -> None:
         infos = [client.publish(topic, p, qos=1) for p in payloads]
         infos[-1].wait_for_publish(120)
     finally:
-        client.loop_stop()
         client.disconnect()
+        client.loop_stop()
 
 
 def peak_rss(target: Target, action: Callable[[], None]) -> float:
