@@ -145,9 +145,12 @@ def run_raw(port: int, count: int, sha: str, chunks: int, ready: Any, go: Any, r
         client.subscribe(f"edge/bundles/{sha}/+", qos=1)
     finished.wait(600)
     results.put((start, sorted(done), total[0]))
+    # disconnect first: it wakes each network loop at once, where loop_stop alone waits out the
+    # loop's one-second select, client after client (20 clients: 11 s)
+    for client in clients:
+        client.disconnect()
     for client in clients:
         client.loop_stop()
-        client.disconnect()
 
 
 class Records:

@@ -274,9 +274,11 @@ def agents(tmp_path: Path, broker: Broker, keys: dict[str, Path]) -> Iterator[Ca
         return agent
 
     yield start
-    for agent in started:
-        if agent.alive():
-            agent.stop()
+    running = [agent for agent in started if agent.alive()]
+    for agent in running:
+        agent.terminate()  # all at once: each then stops in its own time, side by side
+    for agent in running:
+        agent.stop()
 
 
 # -- headless chromium and the TensorRT test double --------------------------------------------

@@ -40,7 +40,7 @@ def test_a_push_asking_for_larger_chunks_than_the_broker_takes_still_works(
         agent.stop()
 
 
-@pytest.mark.long(seconds=80)
+@pytest.mark.long(seconds=20)
 def test_a_simulated_fleet_of_20_devices_all_succeed() -> None:
     """bench/fleet_sim.py: 20 agents of the real code, its own mosquitto, one group push."""
     done = subprocess.run(

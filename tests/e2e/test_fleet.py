@@ -388,9 +388,12 @@ def test_the_example_config_runs_as_is_and_push_waits_for_the_result(
         str(keys["operator_pub"]),
     )
     assert status == 0
-    assert "probation_s: 120" in text
+    assert "probation_s: 120" in text and "telemetry:\n  interval_s: 10\n" in text
     config = tmp_path / "agent.yaml"
-    config.write_text(text.replace("probation_s: 120", "probation_s: 2"))  # the test waits 60 s, not 120
+    # the test waits 2 s of probation, not 120, and telemetry every second, not 10 (`serving`
+    # waits for a telemetry message after the switch)
+    text = text.replace("probation_s: 120", "probation_s: 2")
+    config.write_text(text.replace("telemetry:\n  interval_s: 10\n", "telemetry:\n  interval_s: 1\n"))
     agent = AgentProcess(config).start()
     try:
         online(watcher, "demo-cam")

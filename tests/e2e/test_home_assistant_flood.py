@@ -75,8 +75,8 @@ def test_a_flood_of_births_leaves_pings_answered_the_configs_paced_and_the_outbo
         assert not any(dropped.values()), f"the outbox dropped messages: {dropped}"
         assert max(waits) < PROMPT_S, waits
     finally:
-        flooder.loop_stop()
         flooder.disconnect()
+        flooder.loop_stop()
         requester.close()
         configs.close()
     assert agent.alive() and "Traceback" not in agent.output()

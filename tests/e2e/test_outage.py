@@ -65,8 +65,8 @@ class SessionSubscriber:
             return list(self.messages)
 
     def close(self) -> None:
-        self.client.loop_stop()
         self.client.disconnect()
+        self.client.loop_stop()
 
 
 def outbox_file(state: Path) -> dict[str, Any]:

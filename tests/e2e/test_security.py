@@ -395,8 +395,8 @@ def test_a_command_flood_keeps_memory_flat_logs_bounded_and_ping_answered(
         client.publish("edge/dev1/cmd/snapshot", b'{"pipeline": "' + b"p" * 1000 + b'"}', qos=0) for _ in range(20_000)
     ]
     infos[-1].wait_for_publish(30)
-    client.loop_stop()
     client.disconnect()
+    client.loop_stop()
     # the 20,000 reach the agent first, however long a busy machine takes: then the ping's turn
     pong = json.loads(request(broker, "dev1", "ping", signed_request(operator_key, "dev1", "ping"), timeout=180)[0])
     assert pong["ok"] is True, "the flood of one command does not starve another"
@@ -523,8 +523,8 @@ class Client:
         self.client.publish(topic, payload, qos=1).wait_for_publish(10)
 
     def close(self) -> None:
-        self.client.loop_stop()
         self.client.disconnect()
+        self.client.loop_stop()
 
 
 def test_the_generated_acl_keeps_each_device_to_its_own_topics(
@@ -606,8 +606,8 @@ def test_a_client_taking_the_device_s_client_id_is_named_in_the_log(broker: Brok
     try:
         wait_until(lambda: "another client connected with this client id" in agent.output(), 20, "the takeover named")
     finally:
-        thief.loop_stop()
         thief.disconnect()
+        thief.loop_stop()
     assert "use_username_as_clientid" in agent.output()
     online(watcher, "dev1")
 
@@ -676,7 +676,9 @@ def test_a_read_only_state_directory_keeps_detection_and_the_page_with_the_probl
     online(watcher, "ro-1")
     first.stop()
     state = tmp_path / "ro-1" / "state"
-    installed = main(["install", str(bundles["v1"]), "--state-dir", str(state), "--trust-key", str(keys["public"])])
+    # with the device's own config (its state directory and key; autotune off, as on every test
+    # device): autotune measured four configurations here, for a test about the disk
+    installed = main(["install", str(bundles["v1"]), "--config", str(first.config)])
     assert installed == 0, "a version to detect with"
     read_only = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
     agent = AgentProcess(first.config, wrap=("unshare", "-m", "sh", "-c", read_only, str(state))).start()

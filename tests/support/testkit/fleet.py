@@ -64,8 +64,8 @@ def publish_raw(broker: Broker, topics: list[tuple[str, bytes]]) -> None:
         for topic, payload in topics:
             client.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
     finally:
-        client.loop_stop()
         client.disconnect()
+        client.loop_stop()
 
 
 def announce(
@@ -139,8 +139,8 @@ def request(
         client.publish(f"edge/{device}/cmd/{name}", payload, qos=1, properties=properties)
         wait_until(lambda: answers, timeout, f"an answer to {name}")
     finally:
-        client.loop_stop()
         client.disconnect()
+        client.loop_stop()
     answer = answers[0]
     assert answer.properties.CorrelationData == b"request-42"
     return bytes(answer.payload), answer.properties.ContentType
@@ -217,5 +217,5 @@ class Requester:
         return json.loads(body)  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        self.client.loop_stop()
         self.client.disconnect()
+        self.client.loop_stop()
