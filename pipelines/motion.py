@@ -180,7 +180,7 @@ class MotionDetector:
         """`grey`, the frame in grey at any scale, at the small frame's size, blurred."""
         small_h, small_w = geometry.mask.shape
         if grey.shape != (small_h, small_w):
-            grey = cv2.resize(grey, (small_w, small_h), interpolation=cv2.INTER_AREA)
+            grey = np.asarray(cv2.resize(grey, (small_w, small_h), interpolation=cv2.INTER_AREA), np.uint8)
         return np.asarray(cv2.GaussianBlur(grey, BLUR, 0), np.uint8)
 
     def _geometry_of(self, height: int, width: int) -> _Geometry:

@@ -110,8 +110,10 @@ def jpeg_size(data: bytes | bytearray | memoryview) -> tuple[int, int] | None:
 
 def imdecode(data: npt.NDArray[np.uint8], flags: int) -> npt.NDArray[np.uint8] | None:
     import cv2
+    import numpy as np
 
-    return cv2.imdecode(data, flags)  # type: ignore[no-any-return]
+    decoded = cv2.imdecode(data, flags)
+    return None if decoded is None else np.asarray(decoded, np.uint8)
 
 
 class JpegImage:
