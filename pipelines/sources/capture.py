@@ -4,8 +4,8 @@ OpenCV loads with the first source opened, not with this module.
 
 Where the frames come as JPEG, the source hands them on undecoded (`Frame.pixels` a
 `pipelines.sources.frames.JpegImage`, decoded on first use): a file whose video is MJPG, read
-through FFmpeg with ``CAP_PROP_FORMAT`` -1 (its packets as they are), and a V4L2 camera opened
-with ``mjpg`` (``CAP_PROP_CONVERT_RGB`` 0: the driver's buffer). Every other source, and one of
+through FFmpeg with ``CAP_PROP_FORMAT`` -1 (its packets as they are), and a V4L2 camera sending
+MJPG, asked for (``mjpg``) or its own choice (``CAP_PROP_CONVERT_RGB`` 0: the driver's buffer). Every other source, and one of
 those whose backend refuses the setting, delivers decoded BGR frames as before."""
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ def _open_capture(target: Any, api: int, what: str, **props: float) -> Any:
 
 class _OpenCVCapture:
     """Holds a `cv2.VideoCapture` and releases it on close; `_raw` when it returns JPEG
-    packets (`_pixels` wraps them), decoded by `decoder` (`cv2.imdecode`; a test's counter)."""
+    packets (`_pixels` wraps them), decoded by `decoder` (`cv2.imdecode`; a test's counter).
+    A packet that is no JPEG ends raw mode for good (`_raw_refused`): the source fails once,
+    and is reopened decoding its frames as OpenCV does."""
 
     _capture: Any = None
     _raw = False
+    _raw_refused = False
     name: str
     decoder: JpegDecoder
 
@@ -46,7 +49,10 @@ class _OpenCVCapture:
             return array
         jpeg = JpegImage.of(array, self.decoder)
         if jpeg is None:
-            raise SourceError(f"{self.name}: frame {index} is not a JPEG ({array.size} bytes)")
+            self._raw_refused = True
+            raise SourceError(
+                f"{self.name}: frame {index} is not a JPEG ({array.size} bytes); reopening it decoded by OpenCV"
+            )
         return jpeg
 
     def close(self) -> None:
@@ -76,7 +82,7 @@ class FileSource(_OpenCVCapture):
             raise SourceError(f"cannot open video file {self.path}: not found")
         self._capture = _open_capture(str(self.path), cv2.CAP_ANY, f"video file {self.path}: not a readable video")
         self._position = 0
-        self._raw = _mjpg(self._capture) and self._capture.getBackendName() == "FFMPEG"
+        self._raw = not self._raw_refused and _mjpg(self._capture) and self._capture.getBackendName() == "FFMPEG"
         self._raw = self._raw and bool(self._capture.set(cv2.CAP_PROP_FORMAT, -1))
 
     @property
@@ -177,8 +183,10 @@ class CameraSource(_OpenCVCapture):
             self._capture = _open_capture(
                 device, cv2.CAP_V4L2, f"camera {self.name} (is it connected, and may this user open it?)", **props
             )
-            # the driver's MJPG buffers, undecoded (OpenCV's V4L2 backend honours this since 4.x)
-            self._raw = self.mjpg and _mjpg(self._capture) and bool(self._capture.set(cv2.CAP_PROP_CONVERT_RGB, 0))
+            # the driver's MJPG buffers, undecoded, whether asked for (`mjpg`) or what the camera
+            # chose (OpenCV's V4L2 backend returns them with CONVERT_RGB off since 4.x)
+            self._raw = not self._raw_refused and _mjpg(self._capture)
+            self._raw = self._raw and bool(self._capture.set(cv2.CAP_PROP_CONVERT_RGB, 0))
         elif kind == "gstreamer":
             if not _has_gstreamer():
                 raise SourceError(

@@ -116,7 +116,7 @@ def test_a_file_of_another_codec_gives_decoded_frames(tmp_path: Path) -> None:
     assert frame is not None and isinstance(frame.pixels, np.ndarray) and frame.image.shape == (48, 64, 3)
 
 
-def test_a_packet_that_is_no_jpeg_in_an_mjpg_file_is_a_source_error(tmp_path: Path) -> None:
+def test_a_packet_that_is_no_jpeg_fails_once_then_the_source_is_decoded_by_opencv(tmp_path: Path) -> None:
     path = write_video(tmp_path / "clip.avi", 3)
     data = bytearray(path.read_bytes())
     first = data.find(b"\xff\xd8\xff")
@@ -126,3 +126,7 @@ def test_a_packet_that_is_no_jpeg_in_an_mjpg_file_is_a_source_error(tmp_path: Pa
     with pytest.raises(SourceError, match=r"frame 0 is not a JPEG"):
         source.read()
     source.close()
+    source.open()  # as the pipeline reconnects: OpenCV decodes from now on
+    frame = source.read()
+    source.close()
+    assert frame is not None and isinstance(frame.pixels, np.ndarray)
