@@ -5,8 +5,9 @@ OpenCV loads with the first source opened, not with this module.
 Where the frames come as JPEG, the source hands them on undecoded (`Frame.pixels` a
 `pipelines.sources.frames.JpegImage`, decoded on first use): a file whose video is MJPG, read
 through FFmpeg with ``CAP_PROP_FORMAT`` -1 (its packets as they are), and a V4L2 camera sending
-MJPG, asked for (``mjpg``) or its own choice (``CAP_PROP_CONVERT_RGB`` 0: the driver's buffer). Every other source, and one of
-those whose backend refuses the setting, delivers decoded BGR frames as before."""
+MJPG, asked for (``mjpg``) or its own choice (``CAP_PROP_CONVERT_RGB`` 0: the driver's buffer).
+Every other source, and one of those whose backend refuses the setting, delivers decoded BGR
+frames as before."""
 
 from __future__ import annotations
 
