@@ -109,6 +109,8 @@ def jpeg_size(data: bytes | bytearray | memoryview) -> tuple[int, int] | None:
 
 
 def imdecode(data: npt.NDArray[np.uint8], flags: int) -> npt.NDArray[np.uint8] | None:
+    """`cv2.imdecode(data, flags)` as ``uint8`` (None where it cannot decode): the decoder of
+    every `JpegImage` but a test's."""
     import cv2
     import numpy as np
 
