@@ -4,6 +4,10 @@ and what says whether the camera's tracker holds a confirmed track (`tracks_aliv
 
 `admit(image, now)` is asked once per frame the pipeline takes (after its FPS cap, so motion is
 judged at the rate frames would be inferred): the frame's motion, then the gate's decision.
+A frame that came as JPEG (`pipelines.sources.frames.JpegImage`) is judged on a reduced decode
+and left undecoded, unless the gate will infer it whatever its motion (`MotionGate.due`: the
+frame after motion, a keepalive, the idle interval): then it is decoded first and judged on its
+pixels, as its reduced decode would cost more than the grey copy of pixels decoded anyway.
 A frame not admitted is not inferred: the pipeline hands it to its sinks with the last inferred
 frame's detections (`Frame.inferred` False), since nothing moved. A detector that raises on a
 frame is logged once and that frame is admitted (fail open: a broken motion check never hides
@@ -24,6 +28,7 @@ import numpy.typing as npt
 
 from pipelines.motion import Motion, MotionDetector
 from pipelines.motion_gate import MotionGate
+from pipelines.sources.frames import JpegImage
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +60,13 @@ class Gating:
         self.last: Motion | None = None  # the newest frame's motion (the page draws its regions)
         self._failed = False
 
-    def admit(self, image: npt.NDArray[np.uint8], now: float) -> bool:
-        """Whether the frame `image` (BGR ``(H, W, 3) uint8``), taken at `now` (seconds, the
-        frame's capture time), is inferred."""
+    def admit(self, image: npt.NDArray[np.uint8] | JpegImage, now: float) -> bool:
+        """Whether the frame `image` (BGR ``(H, W, 3) uint8``, or a frame's `JpegImage`), taken
+        at `now` (seconds, the frame's capture time), is inferred."""
+        tracks_alive = self.tracks_alive()
         try:
+            if isinstance(image, JpegImage) and not image.decoded and self.gate.due(now, tracks_alive):
+                image = image.pixels()  # inferred whatever moves: decoded now, judged on its pixels
             motion: Motion | None = self.detector.detect(image)
         except Exception:
             motion = None
@@ -66,7 +74,7 @@ class Gating:
                 self._failed = True
                 log.exception("motion: the detector failed on a frame; such frames are inferred (not logged again)")
         self.last = motion
-        return self.gate.decide(now, motion, self.tracks_alive())
+        return self.gate.decide(now, motion, tracks_alive)
 
     def ratios(self) -> GateRatios:
         gate = self.gate

@@ -7,6 +7,13 @@ dilated, and cut into contours of at least `min_area` frame pixels whose boxes, 
 within a few pixels of each other, are merged into regions (at most `MAX_REGIONS`, the largest
 kept). Regions are returned in frame pixels.
 
+A frame that came as JPEG (`pipelines.sources.frames.JpegImage`, an MJPG file or camera) is
+judged on a reduced decode instead: libjpeg's DCT scaling gives its grey picture at 1/8, 1/4 or
+1/2 of its size (the smallest that is still `width` wide), which is shrunk and blurred as above;
+its full picture is never decoded here. The small grey frame is the same to within a grey level
+or two (the decoder's own rounding), so the decisions are the same (tests/pipelines/
+test_motion.py compares both on rendered clips).
+
 The background is a running average (``cv2.accumulateWeighted``, `learning_rate` per frame), not
 MOG2. Measured on this development machine (AMD EPYC, one OpenCV thread, 300 frames of
 testkit.motion_clips' still scene at 1280x720, an object crossing part of them): `detect` costs
@@ -32,6 +39,8 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 import numpy.typing as npt
+
+from pipelines.sources.frames import JpegImage
 
 #: most regions one frame reports (the largest kept)
 MAX_REGIONS = 16
@@ -167,25 +176,38 @@ class MotionDetector:
         self._kernel = np.ones((3, 3), np.uint8)
 
     @staticmethod
-    def _grey(frame: npt.NDArray[np.uint8], geometry: _Geometry) -> npt.NDArray[np.uint8]:
+    def _small(grey: npt.NDArray[np.uint8], geometry: _Geometry) -> npt.NDArray[np.uint8]:
+        """`grey`, the frame in grey at any scale, at the small frame's size, blurred."""
         small_h, small_w = geometry.mask.shape
-        grey = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
-        small = cv2.resize(grey, (small_w, small_h), interpolation=cv2.INTER_AREA)
-        return np.asarray(cv2.GaussianBlur(small, BLUR, 0), np.uint8)
+        if grey.shape != (small_h, small_w):
+            grey = np.asarray(cv2.resize(grey, (small_w, small_h), interpolation=cv2.INTER_AREA), np.uint8)
+        return np.asarray(cv2.GaussianBlur(grey, BLUR, 0), np.uint8)
 
-    def detect(self, frame: npt.NDArray[np.uint8]) -> Motion:
-        """The motion in `frame`, a BGR ``(H, W, 3) uint8`` image, against the frames before it."""
+    def _geometry_of(self, height: int, width: int) -> _Geometry:
+        geometry = self._geometry
+        if geometry is None or (geometry.height, geometry.width) != (height, width):
+            geometry = self._geometry = _Geometry.of(height, width, self.settings)
+            self._background = None
+        return geometry
+
+    def detect(self, frame: npt.NDArray[np.uint8] | JpegImage) -> Motion:
+        """The motion in `frame`, a BGR ``(H, W, 3) uint8`` image or a JPEG (judged on its
+        reduced decode, never decoded whole), against the frames before it."""
+        if isinstance(frame, JpegImage):
+            geometry = self._geometry_of(frame.height, frame.width)
+            return self._judge(self._small(frame.grey(geometry.mask.shape[1]), geometry), geometry)
         if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
             shape = getattr(frame, "shape", None)
             raise ValueError(f"frame: expected (H, W, 3) uint8, got {shape} {getattr(frame, 'dtype', type(frame))}")
         height, width = frame.shape[:2]
         if height < 1 or width < 1:
             raise ValueError(f"frame: expected (H, W, 3) uint8 with H, W >= 1, got {frame.shape}")
-        geometry = self._geometry
-        if geometry is None or (geometry.height, geometry.width) != (height, width):
-            geometry = self._geometry = _Geometry.of(height, width, self.settings)
-            self._background = None
-        grey = self._grey(frame, geometry)
+        geometry = self._geometry_of(height, width)
+        grey = np.asarray(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), np.uint8)
+        return self._judge(self._small(grey, geometry), geometry)
+
+    def _judge(self, grey: npt.NDArray[np.uint8], geometry: _Geometry) -> Motion:
+        """The motion in `grey`, the small blurred frame, against the background; learns it."""
         if self._background is None:
             self._background = grey.astype(np.float32)
             return Motion()

@@ -122,7 +122,9 @@ class MotionGate:
         moving = motion is not None and motion.moving
         self.moving += moving
         self._uninferred += 1
-        wanted = self._wanted(now, motion, tracks_alive)
+        wanted = (
+            motion is None or motion.moving or motion.recalibrated or self._due(now, tracks_alive, self._uninferred)
+        )
         self._was_moving = moving
         if wanted:
             self._last, self._uninferred = now, 0
@@ -130,8 +132,15 @@ class MotionGate:
             return True
         return False
 
-    def _wanted(self, now: float, motion: Motion | None, tracks_alive: bool) -> bool:
-        if self._last is None or motion is None or motion.moving or motion.recalibrated or self._was_moving:
+    def due(self, now: float, tracks_alive: bool) -> bool:
+        """Whether the next frame, offered at `now`, will be inferred whatever its motion (the
+        first, the one after motion, the idle interval, a keepalive or the track hold due): its
+        pixels will be needed anyway. Asked before `decide`; counts nothing."""
+        return self._due(now, tracks_alive, self._uninferred + 1)
+
+    def _due(self, now: float, tracks_alive: bool, uninferred: int) -> bool:
+        """`due`, with `uninferred` frames offered since the last inferred one (this one too)."""
+        if self._last is None or self._was_moving:
             return True
         since, slowdown = now - self._last, self._slowdown  # one read of the governor's factor
         if since >= self.idle_interval_s * slowdown:
@@ -139,7 +148,7 @@ class MotionGate:
         if not tracks_alive:
             return False
         hold = self.track_hold_frames
-        return since >= slowdown / self.keepalive_fps or (hold is not None and self._uninferred >= hold)
+        return since >= slowdown / self.keepalive_fps or (hold is not None and uninferred >= hold)
 
     @property
     def inferred_ratio(self) -> float:

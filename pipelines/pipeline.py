@@ -593,7 +593,7 @@ class Pipeline:
         frame = item.frame
         fps = None if self.source.live else getattr(self.source, "fps", None)
         now = frame.index / fps if fps else frame.timestamp  # a file's own time: its frames are not paced
-        if gating.admit(frame.image, now):
+        if gating.admit(frame.pixels, now):  # a JPEG frame not admitted is never decoded whole
             return self._with_crops(item, now, gating)
         self._taken += 1
         self._finish(self._taken - 1, _Result(replace(frame, inferred=False), None, {}, replay=True))

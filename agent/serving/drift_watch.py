@@ -97,7 +97,7 @@ class DriftWatch:
             tracker = state.tracker = self._open(state, version)
         names = self._labels()
         labels = [names[c] if 0 <= c < len(names) else str(c) for c in detections.class_id.tolist()]
-        height, width = frame.image.shape[:2]
+        height, width = frame.size
         xyxy = detections.xyxy.astype(np.float64)
         shares = (xyxy[:, 2] - xyxy[:, 0]).clip(0) * (xyxy[:, 3] - xyxy[:, 1]).clip(0) / max(1, width * height)
         if tracker.add(labels, detections.confidence, shares) and (

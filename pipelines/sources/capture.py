@@ -1,6 +1,13 @@
 """Sources through OpenCV's `cv2.VideoCapture`: video files (`FileSource`), and live cameras
 (`CameraSource`: a V4L2 device, a GStreamer pipeline ending in ``appsink``, an RTSP or HTTP stream).
-OpenCV loads with the first source opened, not with this module."""
+OpenCV loads with the first source opened, not with this module.
+
+Where the frames come as JPEG, the source hands them on undecoded (`Frame.pixels` a
+`pipelines.sources.frames.JpegImage`, decoded on first use): a file whose video is MJPG, read
+through FFmpeg with ``CAP_PROP_FORMAT`` -1 (its packets as they are), and a V4L2 camera sending
+MJPG, asked for (``mjpg``) or its own choice (``CAP_PROP_CONVERT_RGB`` 0: the driver's buffer).
+Every other source, and one of those whose backend refuses the setting, delivers decoded BGR
+frames as before."""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.sources.frames import Frame, SourceError, redact_credentials
+from pipelines.sources.frames import Frame, JpegDecoder, JpegImage, SourceError, imdecode, redact_credentials
 
 
 def _open_capture(target: Any, api: int, what: str, **props: float) -> Any:
@@ -25,9 +32,29 @@ def _open_capture(target: Any, api: int, what: str, **props: float) -> Any:
 
 
 class _OpenCVCapture:
-    """Holds a `cv2.VideoCapture` and releases it on close."""
+    """Holds a `cv2.VideoCapture` and releases it on close; `_raw` when it returns JPEG
+    packets (`_pixels` wraps them), decoded by `decoder` (`cv2.imdecode`; a test's counter).
+    A packet that is no JPEG ends raw mode for good (`_raw_refused`): the source fails once,
+    and is reopened decoding its frames as OpenCV does."""
 
     _capture: Any = None
+    _raw = False
+    _raw_refused = False
+    name: str
+    decoder: JpegDecoder
+
+    def _pixels(self, array: Any, index: int) -> Any:
+        """What `read` returned, as a frame's pixels: a `JpegImage` in raw mode (decoded frames
+        as they are: a backend may ignore the setting); a packet that is no JPEG raises."""
+        if not self._raw or (array.ndim == 3 and array.shape[2] == 3):
+            return array
+        jpeg = JpegImage.of(array, self.decoder)
+        if jpeg is None:
+            self._raw_refused = True
+            raise SourceError(
+                f"{self.name}: frame {index} is not a JPEG ({array.size} bytes); reopening it decoded by OpenCV"
+            )
+        return jpeg
 
     def close(self) -> None:
         if self._capture is not None:
@@ -40,9 +67,10 @@ class FileSource(_OpenCVCapture):
 
     live = False
 
-    def __init__(self, path: Path, loop: bool = False) -> None:
+    def __init__(self, path: Path, loop: bool = False, decoder: JpegDecoder | None = None) -> None:
         self.path, self.loop = path, loop
         self.name = f"file:{path}"
+        self.decoder = decoder if decoder is not None else imdecode
         self._capture = None
         self._index = 0
         self._position = 0  # frames read in the current pass
@@ -55,6 +83,8 @@ class FileSource(_OpenCVCapture):
             raise SourceError(f"cannot open video file {self.path}: not found")
         self._capture = _open_capture(str(self.path), cv2.CAP_ANY, f"video file {self.path}: not a readable video")
         self._position = 0
+        self._raw = not self._raw_refused and _mjpg(self._capture) and self._capture.getBackendName() == "FFMPEG"
+        self._raw = self._raw and bool(self._capture.set(cv2.CAP_PROP_FORMAT, -1))
 
     @property
     def frame_count(self) -> int:
@@ -87,10 +117,17 @@ class FileSource(_OpenCVCapture):
             ok, image = self._capture.read()
             if not ok:
                 raise SourceError(f"video file {self.path}: no frame after rewinding")
-        frame = Frame(self._index, time.monotonic(), image)
+        frame = Frame(self._index, time.monotonic(), self._pixels(image, self._index))
         self._index += 1
         self._position += 1
         return frame
+
+
+def _mjpg(capture: Any) -> bool:
+    """Whether `capture`'s video is Motion JPEG (its FOURCC ``MJPG``)."""
+    import cv2
+
+    return int(capture.get(cv2.CAP_PROP_FOURCC)) == cv2.VideoWriter.fourcc(*"MJPG")
 
 
 def _has_gstreamer() -> bool:
@@ -112,8 +149,10 @@ class CameraSource(_OpenCVCapture):
         height: int | None = None,
         fps: float | None = None,
         mjpg: bool = False,
+        decoder: JpegDecoder | None = None,
     ) -> None:
         self.target, self.width, self.height, self.fps, self.mjpg = target, width, height, fps, mjpg
+        self.decoder = decoder if decoder is not None else imdecode
         self.name = redact_credentials(target)  # shown in the status and logs: no camera password
         self._capture = None
         self._index = 0
@@ -145,6 +184,10 @@ class CameraSource(_OpenCVCapture):
             self._capture = _open_capture(
                 device, cv2.CAP_V4L2, f"camera {self.name} (is it connected, and may this user open it?)", **props
             )
+            # the driver's MJPG buffers, undecoded, whether asked for (`mjpg`) or what the camera
+            # chose (OpenCV's V4L2 backend returns them with CONVERT_RGB off since 4.x)
+            self._raw = not self._raw_refused and _mjpg(self._capture)
+            self._raw = self._raw and bool(self._capture.set(cv2.CAP_PROP_CONVERT_RGB, 0))
         elif kind == "gstreamer":
             if not _has_gstreamer():
                 raise SourceError(
@@ -164,6 +207,6 @@ class CameraSource(_OpenCVCapture):
         ok, image = self._capture.read()
         if not ok or image is None:
             raise SourceError(f"{self.kind} source {self.name}: no frame (disconnected or stalled)")
-        frame = Frame(self._index, time.monotonic(), image)
+        frame = Frame(self._index, time.monotonic(), self._pixels(image, self._index))
         self._index += 1
         return frame

@@ -1,14 +1,18 @@
 """`MotionDetector` on rendered clips (testkit.motion_clips): noise, an object entering, stopping
-and leaving, masks, a lighting change, a busy scene; `Motion`'s shapes."""
+and leaving, masks, a lighting change, a busy scene; `Motion`'s shapes; a JPEG frame judged on
+its reduced decode as on its full frame."""
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import numpy.typing as npt
 import pytest
+from testkit.media import CountingDecoder
 from testkit.motion_clips import MotionClip, Mover, busy_scene, still_scene
 
 from pipelines.motion import MAX_REGIONS, Motion, MotionDetector, MotionSettings, merge_boxes
+from pipelines.sources.frames import JpegImage
 
 
 def _iou(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
@@ -150,3 +154,39 @@ def test_motion_regions_are_checked_and_frozen() -> None:
 def test_bad_settings_are_refused_naming_the_setting(settings: dict[str, object], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         MotionSettings(**settings)  # type: ignore[arg-type]
+
+
+def _compare_reduced(clip: MotionClip, frames: int, quality: int = 90) -> list[tuple[Motion, Motion]]:
+    """Each frame of `clip` as a JPEG, judged by one detector on its full decode (a downscale of
+    the full frame, as today) and by another on its reduced decode (`JpegImage`)."""
+    full, reduced = MotionDetector(), MotionDetector()
+    decoder = CountingDecoder()
+    pairs = []
+    for image in clip.frames(frames):
+        ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
+        jpeg = JpegImage.of(np.asarray(data, np.uint8), decoder)
+        assert ok and jpeg is not None
+        pairs.append((full.detect(cv2.imdecode(data, cv2.IMREAD_COLOR)), reduced.detect(jpeg)))
+    assert decoder.full == 0, "the reduced path never decodes a frame whole"
+    return pairs
+
+
+@pytest.mark.parametrize(
+    ("clip", "frames"),
+    [
+        (still_scene(1280, 720, seed=5, light_at=70), 90),  # enters, stops, leaves; the lights at 70
+        pytest.param(busy_scene(1920, 1080, seed=2, frames=40), 40, marks=pytest.mark.slow),  # 1/4: 480 wide
+    ],
+    ids=["still-720p-lights", "busy-1080p"],
+)
+def test_a_reduced_decode_gives_the_decisions_of_the_full_frame(clip: MotionClip, frames: int) -> None:
+    """The same frames moving, the same lighting change, the same share changed, and the largest
+    region in the same place (but on the odd frame where a stopped object's last traces fade
+    into the background: a few pixels at the threshold)."""
+    pairs = _compare_reduced(clip, frames)
+    assert [(f.moving, f.recalibrated) for f, _ in pairs] == [(r.moving, r.recalibrated) for _, r in pairs]
+    moving = [(f, r) for f, r in pairs if f.moving]
+    assert len(moving) > 10, "the clip moves"
+    assert all(abs(f.changed - r.changed) < 0.005 for f, r in pairs)
+    placed = [max(_iou(f.regions[0], other) for other in r.regions) > 0.8 for f, r in moving]
+    assert sum(placed) >= 0.95 * len(moving), placed

@@ -183,3 +183,42 @@ def test_a_stopped_object_missed_once_keeps_its_track_under_the_longest_slowdown
         started += [r.track_id for r in step.started]
         ended += [r.track_id for r in step.ended]
     assert (started, ended) == ([1], []), (started, ended)
+
+
+@pytest.mark.parametrize(
+    ("now", "tracks_alive", "due"),
+    [
+        (0.1, False, False),  # still, no track: a JPEG frame is judged on its reduced decode
+        (4.999, False, False),
+        (5.0, False, True),  # the idle interval reached: inferred whatever moves
+        (0.499, True, False),
+        (0.5, True, True),  # a keepalive due
+        (0.5, False, False),
+    ],
+)
+def test_due_says_ahead_of_decide_when_a_frame_is_inferred_whatever_its_motion(
+    now: float, tracks_alive: bool, due: bool
+) -> None:
+    gate = _gate()
+    assert gate.due(now, tracks_alive) is due
+    assert gate.offered == 1, "asking counts nothing"
+    assert gate.decide(now, STILL, tracks_alive) is due, "a still frame is inferred exactly when it was due"
+
+
+def test_due_before_anything_and_after_motion() -> None:
+    gate = MotionGate(keepalive_fps=2.0, idle_interval_s=5.0)
+    assert gate.due(0.0, tracks_alive=False), "the first frame"
+    assert gate.decide(0.0, MOVING, tracks_alive=False)
+    assert gate.due(0.1, tracks_alive=False), "the frame after motion"
+    assert gate.decide(0.1, STILL, tracks_alive=False)
+    assert not gate.due(0.2, tracks_alive=False)
+
+
+def test_due_counts_the_track_hold_with_the_frame_it_is_asked_for() -> None:
+    gate = MotionGate(keepalive_fps=0.1, idle_interval_s=60.0, track_hold_frames=3)
+    assert gate.decide(0.0, STILL, tracks_alive=True)
+    answers = []
+    for i in range(1, 7):
+        due = gate.due(i / 15, tracks_alive=True)
+        answers.append((due, gate.decide(i / 15, STILL, tracks_alive=True)))
+    assert answers == [(False, False), (False, False), (True, True)] * 2

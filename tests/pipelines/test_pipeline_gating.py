@@ -1,7 +1,7 @@
 """`Pipeline(gating=...)`: a camera's motion gate in its pipeline (real ONNX Runtime, the demo
 detector, testkit's rendered still clip as a video file). The pipeline asks the gate once per
 frame, on the file's own time; every frame still reaches the sinks, in order, those not inferred
-with the last inferred frame's detections."""
+with the last inferred frame's detections, and never decoded whole (the clip is MJPG)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 import pytest
 from testkit import DEMO_MODELS
+from testkit.media import CountingDecoder
 from testkit.motion_clips import still_scene
 from testkit.real_models import write_clip
 
@@ -22,7 +23,7 @@ from pipelines.motion import MotionDetector
 from pipelines.motion_gate import MotionGate
 from pipelines.pipeline import Pipeline
 from pipelines.sources.capture import FileSource
-from pipelines.sources.frames import Frame
+from pipelines.sources.frames import Frame, JpegImage
 from runtimes.registry import load_runtime
 
 FRAMES, FPS = 100, 10.0  # the object enters at frame 10, stops 25-60, has left by 80
@@ -53,11 +54,14 @@ def expected_inferred(clip: Path, idle_interval_s: float = 2.0) -> list[int]:
     return admitted
 
 
-def run(clip: Path, gating: Gating | None, workers: int = 1) -> tuple[Pipeline, list[tuple[Frame, Detections]]]:
+def run(
+    clip: Path, gating: Gating | None, workers: int = 1, decoder: CountingDecoder | None = None
+) -> tuple[Pipeline, list[tuple[Frame, Detections]]]:
     seen: list[tuple[Frame, Detections]] = []
     detector = Detector(load_runtime("onnxruntime", DEMO_MODELS / "demo_detector.onnx"))
+    source = FileSource(clip, decoder=decoder)
     pipeline = Pipeline(
-        "cam", FileSource(clip), detector, sinks=[lambda f, d: seen.append((f, d))], workers=workers, gating=gating
+        "cam", source, detector, sinks=[lambda f, d: seen.append((f, d))], workers=workers, gating=gating
     )
     pipeline.start()
     assert pipeline.wait(120)
@@ -83,6 +87,27 @@ def test_frames_the_gate_lets_through_reach_the_sinks_in_order_with_the_last_det
     assert stats.gate is not None and stats.gate.inferred_ratio == pytest.approx(len(inferred) / FRAMES, abs=1e-4)
     assert 0 < stats.gate.motion_ratio < stats.gate.inferred_ratio
     assert stats.rates.frames == FRAMES, "rates count every frame handed on: per frame, as a still scene"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_frames_the_gate_lets_through_are_never_decoded_whole_and_the_others_once(clip: Path, workers: int) -> None:
+    """The MJPG clip's frames come undecoded: the gate judges each on a reduced decode, and only
+    the frames it admits are decoded whole, once each (the inference and the sinks share that
+    decode); a frame admitted whatever its motion (after motion, the idle interval) is decoded
+    first and judged on its pixels, so it needs no reduced decode."""
+    decoder = CountingDecoder()
+    _pipeline, seen = run(clip, gated(), workers, decoder)
+    inferred = [f for f, _ in seen if f.inferred]
+    passed = [f for f, _ in seen if not f.inferred]
+    assert len(passed) > 20, "the gate let frames through"
+    assert all(isinstance(f.pixels, JpegImage) for f, _ in seen)
+    assert all(f.pixels.decoded for f in inferred if isinstance(f.pixels, JpegImage))
+    assert not any(f.pixels.decoded for f in passed if isinstance(f.pixels, JpegImage)), "no skipped frame decoded"
+    assert decoder.full == len(inferred), "each inferred frame decoded once"
+    assert len(decoder.calls) < FRAMES + len(inferred), "a frame inferred whatever moves needs no reduced decode"
+    later = passed[-1]  # a sink may still read a skipped frame's pixels: decoded then, once
+    assert later.image.shape == (360, 640, 3) and later.image is later.image
+    assert decoder.full == len(inferred) + 1
 
 
 def test_the_idle_interval_bounds_the_frames_left_uninferred(clip: Path) -> None:

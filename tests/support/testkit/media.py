@@ -1,10 +1,13 @@
-"""Video files for the tests and benchmarks, rendered from the synthetic scene."""
+"""Video files for the tests and benchmarks, rendered from the synthetic scene; a JPEG decoder
+that counts its decodes (`CountingDecoder`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import cv2
+import numpy as np
+import numpy.typing as npt
 
 
 def write_video(path: Path, frames: int, size: tuple[int, int] = (160, 120), seed: int = 0) -> Path:
@@ -17,3 +20,19 @@ def write_video(path: Path, frames: int, size: tuple[int, int] = (160, 120), see
         writer.write(scene.render(i)[0])
     writer.release()
     return path
+
+
+class CountingDecoder:
+    """`cv2.imdecode`, counting its calls by flags (full colour, or each reduced grey)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, data: npt.NDArray[np.uint8], flags: int) -> npt.NDArray[np.uint8] | None:
+        self.calls.append(flags)
+        decoded = cv2.imdecode(data, flags)
+        return None if decoded is None else np.asarray(decoded, np.uint8)
+
+    @property
+    def full(self) -> int:
+        return self.calls.count(cv2.IMREAD_COLOR)
