@@ -33,6 +33,9 @@ from agent.snapshot import Health
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 5.0  # how often STATUS= is refreshed while nothing changes
+#: the watchdog systemd is told to hold across the exec into another version, until that one says
+#: READY=1: systemd/edge-agent.service's TimeoutStartSec (a first start may build a TensorRT engine)
+EXEC_WATCHDOG_S = 600.0
 
 
 class Notifier:
@@ -103,7 +106,9 @@ class Service:
             return
         if link is not None and not link.wait_attempted(wait_s):
             log.warning("mqtt: no answer from %s yet; telling systemd the agent is ready", link.settings.broker)
-        self.notifier.send("READY=1", f"STATUS={status()}")
+        # the unit's own interval again, after an exec into this version held it at EXEC_WATCHDOG_S
+        interval = (f"WATCHDOG_USEC={round(self.watchdog_s * 1e6)}",) if self.watchdog_s is not None else ()
+        self.notifier.send("READY=1", f"STATUS={status()}", *interval)
         self._next_status = self._clock() + STATUS_EVERY_S
 
     def reloading(self) -> None:
@@ -181,7 +186,9 @@ def run_until_signalled(daemon: Daemon, service: Service | None = None, restarts
                 break
     finally:
         if code == RESTART:  # the same pid execs the new version, which says READY=1 again
-            service.notifier.send("RELOADING=1", "STATUS=restarting into another edge-agent version")
+            # and pings only from then: until that, the watchdog waits as long as a first start may
+            hold = (f"WATCHDOG_USEC={round(EXEC_WATCHDOG_S * 1e6)}",) if service.watchdog_s is not None else ()
+            service.notifier.send("RELOADING=1", "STATUS=restarting into another edge-agent version", *hold)
         else:
             service.stopping()
         daemon.stop()
