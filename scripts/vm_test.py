@@ -419,7 +419,8 @@ WHEELS = "/var/tmp/edge-agent-wheels"
 MAX_STARTS, CONFIRM_WITHIN_S = 3, 120.0
 #: a version that crashes at start is rolled back after `MAX_STARTS` starts, "about 20 s under the
 #: unit as shipped" (docs/fleet.md): each start `RESTART_S` after the last, and under TCG the
-#: launcher's own Python start takes up to this long (on a board: a few seconds)
+#: launcher's own Python start takes up to this long (on a board: a few seconds; on the loaded
+#: 2-core development machine about 50 s). Counted from the switch, not from the upgrade's pip.
 START_S_TCG = 60.0
 ROLLBACK_S = MAX_STARTS * (RESTART_S + START_S_TCG)
 #: how the device joins with its claim (run as root in /root/edge-agent, {claim}: the claim file):
@@ -1011,19 +1012,21 @@ class Checks:
         pid, restarts = self.main_pid(), self.restarts()
         t0 = time.monotonic()
         said = self.upgrade(wheel)
+        switched = time.monotonic()  # the upgrade returns once agents/current names A+1
         record = self.wait(
             f"the switch to {a1} confirmed",
             lambda: (r := self.switch_record())["state"] == "confirmed" and r["version"] == a1 and r,
             CONFIRM_WITHIN_S + 180,
         )
-        took = time.monotonic() - t0
+        took = time.monotonic() - switched
         running = self.wait("the page on A+1", lambda: self.page_agent_version() == a1, 180)
         version = self.vm.sh(f"{STATE_DIR}/agents/current/bin/edge-agent --version").stdout.strip()
         p = self.show("ActiveState", "MainPID", "NRestarts")
         same = int(p["MainPID"]) == pid and int(p["NRestarts"]) == restarts  # an exec in place, no restart
         if not running or a1 not in version or p["ActiveState"] != "active" or record["current"] != a1 or not same:
             raise CheckError(f"after the upgrade to {a1}: {p} (was pid {pid}), {version!r}, {record}")
-        return {"from": a, "to": a1, "upgrade_to_confirmed_s": round(took, 1), "record": record,
+        return {"from": a, "to": a1, "upgrade_s": round(switched - t0, 1), "switch_to_confirmed_s": round(took, 1),
+                "record": record,
                 "version": version, "same_pid": int(p["MainPID"]) == pid,
                 "nrestarts": [restarts, int(p["NRestarts"])], "upgrade": said.splitlines()[-1:]}  # fmt: skip
 
@@ -1036,22 +1039,27 @@ class Checks:
         restarts = self.restarts()
         t0 = time.monotonic()
         said = self.upgrade(wheel)
+        switched = time.monotonic()  # the upgrade returns once agents/current names A+2
         record = self.wait(
             f"the switch to {a2} rolled back",
             lambda: (r := self.switch_record())["state"] == "rolled_back" and r["version"] == a2 and r,
             ROLLBACK_S + 120,
+            1,
         )
-        self.wait("active on A+1", lambda: self.show("ActiveState")["ActiveState"] == "active", 120)
-        took = time.monotonic() - t0
+        took = time.monotonic() - switched
+        self.wait("active on A+1", lambda: self.show("ActiveState")["ActiveState"] == "active", 180)
+        active = time.monotonic() - switched
         running = self.page_agent_version()
         crashes = self.restarts() - restarts
         if running != a1 or record["current"] != a1 or took > ROLLBACK_S or crashes != MAX_STARTS:
             raise CheckError(
-                f"{took:.0f} s (at most {ROLLBACK_S:.0f}) after the upgrade to {a2}: running {running}, "
+                f"rolled back {took:.0f} s (at most {ROLLBACK_S:.0f}) after the switch to {a2}: running {running}, "
                 f"{crashes} restarts, {record}"
             )
-        return {"broken": a2, "back_on": running, "upgrade_to_active_s": round(took, 1), "limit_s": ROLLBACK_S,
-                "restarts": crashes, "record": record, "upgrade": said.splitlines()[-1:]}  # fmt: skip
+        return {"broken": a2, "back_on": running, "upgrade_s": round(switched - t0, 1),
+                "switch_to_rolled_back_s": round(took, 1), "limit_s": ROLLBACK_S,
+                "switch_to_active_s": round(active, 1), "restarts": crashes, "record": record,
+                "upgrade": said.splitlines()[-1:]}  # fmt: skip
 
     def reboot(self) -> dict[str, Any]:
         """`systemctl reboot`: a new boot (another boot_id), the unit active, the same version and
