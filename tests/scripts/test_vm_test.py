@@ -93,6 +93,15 @@ def test_the_update_s_version_is_the_next_patch_of_the_checkout_s(vm_test: Modul
         vm_test.agent_version_in('version = "0.2.0"\n')
 
 
+def test_the_rollback_check_counts_the_launcher_s_own_limits(vm_test: ModuleType) -> None:
+    from agent.deployment import agent_switch
+
+    assert (vm_test.MAX_STARTS, vm_test.CONFIRM_WITHIN_S) == (agent_switch.MAX_STARTS, agent_switch.CONFIRM_WITHIN_S)
+    unit = (REPO / "systemd/edge-agent.service").read_text()
+    assert f"RestartSec={vm_test.RESTART_S:.0f}s" in unit
+    assert vm_test.ROLLBACK_S == vm_test.MAX_STARTS * (vm_test.RESTART_S + vm_test.START_S_TCG)
+
+
 def test_qemu_forwards_ssh_on_the_host_s_loopback_only(vm_test: ModuleType, tmp_path: Path) -> None:
     vm = vm_test.Vm(vm_test.ARCHES["amd64"], tmp_path / "image", tmp_path, "tcg", ssh_port=40022)
     cmd = vm.qemu_command()
