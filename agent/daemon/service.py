@@ -2,8 +2,10 @@
 
 `Notifier` sends the state lines systemd reads (``READY=1``, ``STATUS=...``, ``RELOADING=1``,
 ``STOPPING=1``, ``WATCHDOG=1``) as one datagram each to the socket named by ``$NOTIFY_SOCKET``
-(a path, or ``@name`` in the abstract namespace). Without that variable (not started by
-systemd) it does nothing. A send that fails is logged once and never stops the daemon.
+(a path, or ``@name`` in the abstract namespace); across the exec into another edge-agent version
+``WATCHDOG_USEC=`` holds the watchdog (`EXEC_WATCHDOG_S`) until that version's READY=1 sets the
+unit's own interval back. Without that variable (not started by systemd) it does nothing. A send
+that fails is logged once and never stops the daemon.
 
 `run_until_signalled` is the main thread of ``edge-agent run``: it starts the daemon, tells
 READY, and waits for signals (SIGTERM / SIGINT stop, SIGHUP reloads) while ticking the watchdog.
