@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -410,6 +411,24 @@ DEVICE = "vm-1"
 UNIT = "edge-agent.service"
 WATCHDOG_S, RESTART_S = 90.0, 5.0  # systemd/edge-agent.service
 EXPOSURE_MAX = 2.0
+VENV = "/opt/edge-agent/venv/bin"
+STATE_DIR = "/var/lib/edge-agent"
+#: where the checks put the update's wheels in the VM (readable by the service's user)
+WHEELS = "/var/tmp/edge-agent-wheels"
+#: agent/deployment/agent_switch.py's MAX_STARTS and CONFIRM_WITHIN_S (docs/fleet.md#agent-updates)
+MAX_STARTS, CONFIRM_WITHIN_S = 3, 120.0
+#: a version that crashes at start is rolled back after `MAX_STARTS` starts, "about 20 s under the
+#: unit as shipped" (docs/fleet.md): each start `RESTART_S` after the last, and under TCG the
+#: launcher's own Python start takes up to this long (on a board: a few seconds; on the loaded
+#: 2-core development machine about 50 s). Counted from the switch, not from the upgrade's pip.
+START_S_TCG = 60.0
+ROLLBACK_S = MAX_STARTS * (RESTART_S + START_S_TCG)
+#: how the device joins with its claim (run as root in /root/edge-agent, {claim}: the claim file):
+#: `scripts/install.sh --claim {claim} ...` takes this line's place once install.sh has it
+ENROL_COMMAND = f"{VENV}/edge-agent enrol --claim {{claim}} --device-id {DEVICE} --wait 900"
+#: the VM's broker with mosquitto's dynamic security plugin (`enrol_claim`), and its operator user
+DYNSEC_JSON = "/var/lib/mosquitto/dynamic-security.json"
+OPERATOR = "operator"
 
 
 def exposure_of(report: str) -> float:
@@ -432,6 +451,58 @@ def tracebacks(journal: str) -> list[str]:
             end = next((j for j in range(i + 1, len(lines)) if not lines[j].startswith((" ", "\t"))), len(lines) - 1)
             found.append("\n".join(lines[i : end + 1]))
     return found
+
+
+#: the exception the broken agent of `agent_rollback` raises at import; `journal_clean` leaves its
+#: tracebacks out, since the check planted them
+PLANTED_FAILURE = "this edge-agent is broken (planted by vm_test's agent_rollback)"
+
+
+def unplanted(found: list[str]) -> list[str]:
+    """`found` (tracebacks) without those that end in `PLANTED_FAILURE`."""
+    return [t for t in found if not t.splitlines()[-1].endswith(PLANTED_FAILURE)]
+
+
+def agent_version_in(init: str) -> str:
+    """``__version__`` of agent/__init__.py's text."""
+    match = re.search(r'^__version__ = "([^"]+)"$', init, re.MULTILINE)
+    if match is None:
+        raise ValueError("agent/__init__.py sets no __version__")
+    return match.group(1)
+
+
+def bump_patch(version: str) -> str:
+    """SemVer's next patch release: 0.2.0 -> 0.2.1 (a pre-release or build suffix is dropped)."""
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"not a SemVer version: {version!r}")
+    major, minor, patch = (int(g) for g in match.groups())
+    return f"{major}.{minor}.{patch + 1}"
+
+
+def agent_wheel(out: Path, version: str, broken: bool = False) -> Path:
+    """This checkout's edge-agent as a wheel of `version` in `out` (built with the host's venv, as
+    tests/e2e/test_agent_update.py builds its A+1 and A+2); `broken`: its package raises
+    `PLANTED_FAILURE` at import."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp)
+        for name in ("agent", "pipelines", "runtimes"):
+            shutil.copytree(HERE / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(HERE / name, source / name)
+        init = source / "agent/__init__.py"
+        text = init.read_text()
+        text = text.replace(f'__version__ = "{agent_version_in(text)}"', f'__version__ = "{version}"')
+        init.write_text(text + (f"\nraise RuntimeError({PLANTED_FAILURE!r})\n" if broken else ""))
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob(f"edge_agent-{version}-*.whl"):
+            old.unlink()
+        python = str(Path(host_cli()[0]).with_name("python"))
+        pip = [python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out)]
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        run([*pip, str(source)], env=env)
+    (wheel,) = out.glob(f"edge_agent-{version}-*.whl")
+    return wheel
 
 
 def checkout_tar() -> bytes:
@@ -491,13 +562,14 @@ class Checks:
         self.keys = vm.work / "keys"
         self.page_port = 0
         self.broker_port = 0
+        self.broker_auth: list[str] = []  # the operator's --username/--password-file once the broker needs them
 
     def check(self, name: str, body: Callable[[], dict[str, Any]]) -> None:
         started = time.monotonic()
         log(f"check {name} ...")
         try:
             result = {"ok": True, **body()}
-        except (CheckError, subprocess.CalledProcessError, OSError, KeyError, ValueError) as e:
+        except (CheckError, subprocess.SubprocessError, OSError, KeyError, ValueError) as e:
             result = {"ok": False, "error": str(e)[-3000:]}
         result["took_s"] = round(time.monotonic() - started, 1)
         log(f"check {name}: {'ok' if result['ok'] else 'FAILED'} {json.dumps(result)[:400]}")
@@ -526,7 +598,7 @@ class Checks:
         while time.monotonic() < deadline:
             try:
                 last = predicate()
-            except (CheckError, OSError, ValueError, KeyError, TypeError) as e:
+            except (CheckError, subprocess.TimeoutExpired, OSError, ValueError, KeyError, TypeError) as e:
                 last = e
             else:
                 if last:
@@ -553,6 +625,39 @@ class Checks:
                 f"edge-agent {' '.join(args)} exited {done.returncode}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
             )
         return done.stdout + done.stderr
+
+    def cli_json(self, *args: str) -> Any:
+        """The host CLI's JSON answer (its stdout only), with the broker and its operator's login."""
+        done = subprocess.run([*host_cli(), *args, *self.broker_args()], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise CheckError(f"edge-agent {' '.join(args)} exited {done.returncode}: {done.stderr[-1500:]}")
+        return json.loads(done.stdout)
+
+    def broker_args(self) -> list[str]:
+        return ["--broker", f"mqtt://127.0.0.1:{self.broker_port}", *self.broker_auth]
+
+    def page_agent_version(self) -> str:
+        """The running agent's version, as its page says (waiting for the page to answer)."""
+        return self.wait(  # type: ignore[no-any-return]
+            "the page's agent_version", lambda: self.api("/api/status").get("agent_version"), 180
+        )
+
+    def switch_record(self) -> dict[str, Any]:
+        """agents/switch.json (docs/fleet.md#agent-updates) and the version `agents/current` names."""
+        out = self.vm.sh(f"cat {STATE_DIR}/agents/switch.json; echo; readlink {STATE_DIR}/agents/current || true")
+        record, _, current = out.stdout.partition("\n")
+        return {**json.loads(record), "current": current.strip() or None}
+
+    def upgrade(self, wheel: Path) -> str:
+        """`edge-agent upgrade WHEEL` as the service's user, as docs/fleet.md tells an operator."""
+        with tempfile.TemporaryFile() as f:
+            with tarfile.open(fileobj=f, mode="w:gz") as tar:
+                tar.add(wheel, arcname=wheel.name)
+            f.seek(0)
+            self.vm.put_tar(f.read(), WHEELS)
+        self.vm.sh(f"chmod 0755 {WHEELS} && chmod 0644 {WHEELS}/{wheel.name}")
+        command = f"{VENV}/edge-agent upgrade {WHEELS}/{wheel.name} --config /etc/edge-agent/agent.yaml"
+        return self.vm.sh(f"runuser -u edge-agent -- {command}").stdout
 
     def write_config(self, extra: str = "") -> None:
         """agent.yaml as a technician finishes it: the example install.sh wrote, keys added."""
@@ -788,9 +893,179 @@ class Checks:
             "kill_to_restart_s": round(time.monotonic() - t0, 1),
         }
 
+    def dynsec(self) -> None:
+        """The VM's broker with mosquitto's dynamic security plugin, as docs/fleet.md#setting-up-the-broker
+        sets one up (tests/support/testkit/broker.py's `dynsec_broker`): no anonymous clients, the
+        plugin's admin made by `mosquitto_ctrl dynsec init` (on the host: the image has no
+        mosquitto-clients), the user `OPERATOR` with the roles admin and edge-operator."""
+        ctrl = shutil.which("mosquitto_ctrl")
+        if ctrl is None:
+            raise CheckError("mosquitto_ctrl is missing on the host (apt-get install mosquitto-clients)")
+        folder = self.vm.work / "dynsec"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        admin_password, operator_password = secrets.token_hex(16), secrets.token_hex(16)
+        run(
+            [ctrl, "dynsec", "init", str(folder / "dynamic-security.json"), "admin", admin_password],
+            capture_output=True,
+        )
+        self.vm.sh(
+            f"cat > {DYNSEC_JSON} && chown mosquitto:mosquitto {DYNSEC_JSON} && chmod 0600 {DYNSEC_JSON}",
+            stdin=(folder / "dynamic-security.json").read_bytes(),
+        )
+        conf = "listener 1883 127.0.0.1\\nallow_anonymous false\\nplugin %s\\nplugin_opt_config_file %s\\n"
+        self.vm.sh(
+            f"plugin=$(ls /usr/lib/*/mosquitto_dynamic_security.so) && printf '{conf}' \"$plugin\" {DYNSEC_JSON} "
+            "> /etc/mosquitto/conf.d/dynsec.conf && systemctl restart mosquitto"
+        )
+        admin = [ctrl, "-h", "127.0.0.1", "-p", str(self.broker_port), "-u", "admin", "-P", admin_password, "dynsec"]
+        self.wait(
+            "the broker with the plugin",
+            lambda: subprocess.run([*admin, "listRoles"], capture_output=True, timeout=60).returncode == 0,
+            120,
+        )
+        for command in (
+            ["createRole", "edge-operator"],
+            ["addRoleACL", "edge-operator", "publishClientSend", "edge/#", "allow"],
+            ["createClient", OPERATOR, "-p", operator_password],
+            ["addClientRole", OPERATOR, "admin"],
+            ["addClientRole", OPERATOR, "edge-operator"],
+        ):
+            run([*admin, *command], capture_output=True)
+        password = folder / "operator.password"
+        password.write_text(operator_password + "\n")
+        password.chmod(0o600)
+        self.broker_auth = ["--username", OPERATOR, "--password-file", str(password)]
+
+    def enrol_claim(self) -> dict[str, Any]:
+        """The broker gets the dynamic security plugin; the operator makes a claim on the host, the
+        device enrols with it (`ENROL_COMMAND`), the operator approves; the unit restarted with the
+        credentials it received publishes its status on its own topics, read from the host."""
+        self.dynsec()
+        key = str(self.keys / "operator/signing.key")
+        claim = self.vm.work / "dynsec" / "vm.claim"
+        self.cli("fleet", "enrol", "claim", "vm", "--expires", "2h", "--claim-broker", "mqtt://localhost:1883",
+                 "--out", str(claim), "--key", key, *self.broker_args())  # fmt: skip
+        self.vm.sh("cat > /root/vm.claim && chmod 0600 /root/vm.claim", stdin=claim.read_bytes())
+        enrol = f"cd /root/edge-agent && {ENROL_COMMAND.format(claim='/root/vm.claim')} > /root/enrol.log 2>&1"
+        self.vm.sh(
+            "rm -f /root/enrol.rc && systemd-run --quiet --unit edge-agent-enrol --collect "
+            f"sh -c {shlex.quote(enrol + '; echo $? > /root/enrol.rc')}"
+        )
+        t0 = time.monotonic()
+
+        def request() -> dict[str, Any] | None:
+            rows = self.cli_json("fleet", "enrol", "list", "--json")
+            return next((r for r in rows if r.get("device") == DEVICE and not r["answered"]), None)
+
+        row = self.wait("the device's enrolment request", request, 300, 5)
+        self.cli("fleet", "enrol", "approve", row["request"], "--key", key,
+                 "--trust-key", str(self.keys / "signing/signing.pub"),
+                 "--operator-key", str(self.keys / "operator/signing.pub"), *self.broker_args())  # fmt: skip
+        rc = self.wait(
+            "edge-agent enrol's exit", lambda: self.vm.sh("cat /root/enrol.rc", check=False).stdout.strip(), 300
+        )
+        said = self.vm.sh("cat /root/enrol.log").stdout
+        if rc != "0":
+            raise CheckError(f"edge-agent enrol exited {rc}: {said[-1500:]}")
+        enrolled = time.monotonic() - t0
+        files = "/etc/edge-agent/agent.yaml /var/lib/edge-agent/enrol /var/lib/edge-agent/enrol/*"
+        modes = self.vm.sh(f"stat -c '%n %U:%G %a' {files}").stdout.splitlines()
+        # enrol ran as root (as install.sh does): the service's user must read what it wrote
+        self.vm.sh("chown -R edge-agent:edge-agent /var/lib/edge-agent/enrol && "
+                   "chgrp edge-agent /etc/edge-agent/agent.yaml && chmod 0640 /etc/edge-agent/agent.yaml")  # fmt: skip
+        conf = self.vm.sh("cat /etc/edge-agent/agent.yaml").stdout
+        user = re.search(r"^  username: (\S+)$", conf, re.MULTILINE)
+        if user is None or "mqtt.password" not in conf:
+            raise CheckError(f"agent.yaml has no broker credentials after enrolling: {conf[-1500:]}")
+        # the status the anonymous agent left retained goes, so the one read is the enrolled agent's
+        password = self.broker_auth[-1]
+        pub = shutil.which("mosquitto_pub") or "mosquitto_pub"
+        run([pub, "-h", "127.0.0.1", "-p", str(self.broker_port), "-u", OPERATOR, "-P",
+             Path(password).read_text().strip(), "-t", f"edge/{DEVICE}/status", "-r", "-n"])  # fmt: skip
+        self.vm.sh(f"systemctl restart {UNIT}")
+
+        def online() -> dict[str, Any] | None:
+            status = self.cli_json("fleet", "status", "--json").get(DEVICE, {}).get("status") or {}
+            return status if status.get("state") == "online" else None
+
+        status = self.wait("the enrolled agent's status, read from the host", online, 300, 5)
+        broker = self.api("/api/status")["broker"]
+        if not broker.get("connected"):
+            raise CheckError(f"the page says the broker is not connected: {broker}")
+        return {
+            "request": row["request"],
+            "request_to_enrolled_s": round(enrolled, 1),
+            "username": user.group(1),
+            "written": modes,
+            "status": {k: status.get(k) for k in ("state", "device", "agent_version", "protocol")},
+            "enrol": said.splitlines()[-2:],
+        }
+
+    def agent_update(self) -> dict[str, Any]:
+        """`edge-agent upgrade` under systemd to A+1 (this checkout, its version bumped, built on the
+        host): the running agent execs it (same pid, no restart), it confirms itself, the unit stays
+        active on A+1."""
+        a = agent_version_in((HERE / "agent/__init__.py").read_text())
+        a1 = bump_patch(a)
+        wheel = agent_wheel(self.vm.work / "wheels", a1)
+        pid, restarts = self.main_pid(), self.restarts()
+        t0 = time.monotonic()
+        said = self.upgrade(wheel)
+        switched = time.monotonic()  # the upgrade returns once agents/current names A+1
+        record = self.wait(
+            f"the switch to {a1} confirmed",
+            lambda: (r := self.switch_record())["state"] == "confirmed" and r["version"] == a1 and r,
+            CONFIRM_WITHIN_S + 180,
+        )
+        took = time.monotonic() - switched
+        running = self.wait("the page on A+1", lambda: self.page_agent_version() == a1, 180)
+        version = self.vm.sh(f"{STATE_DIR}/agents/current/bin/edge-agent --version").stdout.strip()
+        p = self.show("ActiveState", "MainPID", "NRestarts")
+        same = int(p["MainPID"]) == pid and int(p["NRestarts"]) == restarts  # an exec in place, no restart
+        if not running or a1 not in version or p["ActiveState"] != "active" or record["current"] != a1 or not same:
+            raise CheckError(f"after the upgrade to {a1}: {p} (was pid {pid}), {version!r}, {record}")
+        return {"from": a, "to": a1, "upgrade_s": round(switched - t0, 1), "switch_to_confirmed_s": round(took, 1),
+                "record": record,
+                "version": version, "same_pid": int(p["MainPID"]) == pid,
+                "nrestarts": [restarts, int(p["NRestarts"])], "upgrade": said.splitlines()[-1:]}  # fmt: skip
+
+    def agent_rollback(self) -> dict[str, Any]:
+        """An A+2 that raises at import: systemd restarts it, the launcher switches back to A+1 after
+        `MAX_STARTS` starts within `ROLLBACK_S`; the unit ends active on A+1."""
+        a1 = self.page_agent_version()
+        a2 = bump_patch(a1)
+        wheel = agent_wheel(self.vm.work / "wheels", a2, broken=True)
+        restarts = self.restarts()
+        t0 = time.monotonic()
+        said = self.upgrade(wheel)
+        switched = time.monotonic()  # the upgrade returns once agents/current names A+2
+        record = self.wait(
+            f"the switch to {a2} rolled back",
+            lambda: (r := self.switch_record())["state"] == "rolled_back" and r["version"] == a2 and r,
+            ROLLBACK_S + 120,
+            1,
+        )
+        took = time.monotonic() - switched
+        self.wait("active on A+1", lambda: self.show("ActiveState")["ActiveState"] == "active", 180)
+        active = time.monotonic() - switched
+        running = self.page_agent_version()
+        crashes = self.restarts() - restarts
+        if running != a1 or record["current"] != a1 or took > ROLLBACK_S or crashes != MAX_STARTS:
+            raise CheckError(
+                f"rolled back {took:.0f} s (at most {ROLLBACK_S:.0f}) after the switch to {a2}: running {running}, "
+                f"{crashes} restarts, {record}"
+            )
+        return {"broken": a2, "back_on": running, "upgrade_s": round(switched - t0, 1),
+                "switch_to_rolled_back_s": round(took, 1), "limit_s": ROLLBACK_S,
+                "switch_to_active_s": round(active, 1), "restarts": crashes, "record": record,
+                "upgrade": said.splitlines()[-1:]}  # fmt: skip
+
     def reboot(self) -> dict[str, Any]:
-        """`systemctl reboot`: a new boot (another boot_id), the unit active, the same version and record."""
+        """`systemctl reboot`: a new boot (another boot_id), the unit active, the same version and
+        record, and the same edge-agent (after `agent_update`: the new one)."""
         before, boot_id = self.active_version(), self.vm.sh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+        agent_before = self.page_agent_version()
         for t in self.vm.tunnels:
             t.terminate()
         self.vm.tunnels.clear()
@@ -814,10 +1089,11 @@ class Checks:
         after = self.active_version()
         self.page_port = self.vm.tunnel(8080)
         self.broker_port = self.vm.tunnel(1883)
+        agent_after = self.page_agent_version()
         same = ("current", "previous", "deployment")
-        if [before.get(k) for k in same] != [after.get(k) for k in same]:
-            raise CheckError(f"before the reboot {before}, after {after}")
-        return {"reboot_to_active_s": round(took, 1), "status": after}
+        if [before.get(k) for k in same] != [after.get(k) for k in same] or agent_after != agent_before:
+            raise CheckError(f"before the reboot {before}, edge-agent {agent_before}; after {after}, {agent_after}")
+        return {"reboot_to_active_s": round(took, 1), "status": after, "agent_version": agent_after}
 
     def security(self) -> dict[str, Any]:
         out = self.vm.sh(f"systemd-analyze security {UNIT} --no-pager").stdout
@@ -828,7 +1104,7 @@ class Checks:
 
     def journal_clean(self) -> dict[str, Any]:
         out = self.vm.sh(f"journalctl -u {UNIT} --no-pager -o cat").stdout
-        bad = tracebacks(out)
+        bad = unplanted(tracebacks(out))
         if bad:
             raise CheckError(f"{len(bad)} tracebacks in the journal, the first: {bad[0][-2500:]}")
         return {"lines": len(out.splitlines()), "tracebacks": 0}
@@ -862,7 +1138,10 @@ CHECKS = {
     "rollback": "rollback",
     "watchdog_sigstop": "watchdog",
     "kill9": "kill9",
+    "enrol_claim": "enrol_claim",
+    "agent_update": "agent_update",
     "reboot": "reboot",
+    "agent_rollback": "agent_rollback",
     "security": "security",
     "journal_clean": "journal_clean",
     "uninstall": "uninstall",

@@ -2,8 +2,10 @@
 
 `Notifier` sends the state lines systemd reads (``READY=1``, ``STATUS=...``, ``RELOADING=1``,
 ``STOPPING=1``, ``WATCHDOG=1``) as one datagram each to the socket named by ``$NOTIFY_SOCKET``
-(a path, or ``@name`` in the abstract namespace). Without that variable (not started by
-systemd) it does nothing. A send that fails is logged once and never stops the daemon.
+(a path, or ``@name`` in the abstract namespace); across the exec into another edge-agent version
+``WATCHDOG_USEC=`` holds the watchdog (`EXEC_WATCHDOG_S`) until that version's READY=1 sets the
+unit's own interval back. Without that variable (not started by systemd) it does nothing. A send
+that fails is logged once and never stops the daemon.
 
 `run_until_signalled` is the main thread of ``edge-agent run``: it starts the daemon, tells
 READY, and waits for signals (SIGTERM / SIGINT stop, SIGHUP reloads) while ticking the watchdog.
@@ -33,6 +35,9 @@ from agent.snapshot import Health
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 5.0  # how often STATUS= is refreshed while nothing changes
+#: the watchdog systemd is told to hold across the exec into another version, until that one says
+#: READY=1: systemd/edge-agent.service's TimeoutStartSec (a first start may build a TensorRT engine)
+EXEC_WATCHDOG_S = 600.0
 
 
 class Notifier:
@@ -103,7 +108,9 @@ class Service:
             return
         if link is not None and not link.wait_attempted(wait_s):
             log.warning("mqtt: no answer from %s yet; telling systemd the agent is ready", link.settings.broker)
-        self.notifier.send("READY=1", f"STATUS={status()}")
+        # the unit's own interval again, after an exec into this version held it at EXEC_WATCHDOG_S
+        interval = (f"WATCHDOG_USEC={round(self.watchdog_s * 1e6)}",) if self.watchdog_s is not None else ()
+        self.notifier.send("READY=1", f"STATUS={status()}", *interval)
         self._next_status = self._clock() + STATUS_EVERY_S
 
     def reloading(self) -> None:
@@ -181,7 +188,9 @@ def run_until_signalled(daemon: Daemon, service: Service | None = None, restarts
                 break
     finally:
         if code == RESTART:  # the same pid execs the new version, which says READY=1 again
-            service.notifier.send("RELOADING=1", "STATUS=restarting into another edge-agent version")
+            # and pings only from then: until that, the watchdog waits as long as a first start may
+            hold = (f"WATCHDOG_USEC={round(EXEC_WATCHDOG_S * 1e6)}",) if service.watchdog_s is not None else ()
+            service.notifier.send("RELOADING=1", "STATUS=restarting into another edge-agent version", *hold)
         else:
             service.stopping()
         daemon.stop()

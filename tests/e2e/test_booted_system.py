@@ -31,7 +31,10 @@ CHECKS = (
     "rollback",
     "watchdog_sigstop",
     "kill9",
+    "enrol_claim",
+    "agent_update",
     "reboot",
+    "agent_rollback",
     "security",
     "journal_clean",
     "uninstall",
@@ -39,9 +42,21 @@ CHECKS = (
 
 
 def test_every_check_passes_on_a_booted_debian_vm() -> None:
-    for tool in ("qemu-system-x86_64", "qemu-img", "debootstrap", "mkfs.ext4", "ssh"):
+    for tool in (
+        "qemu-system-x86_64",
+        "qemu-img",
+        "debootstrap",
+        "mkfs.ext4",
+        "ssh",
+        "mosquitto_ctrl",
+        "mosquitto_pub",
+    ):
         if shutil.which(tool) is None:
-            missing("vm", f"{tool} is missing (apt-get install qemu-system-x86 qemu-utils debootstrap openssh-client)")
+            missing(
+                "vm",
+                f"{tool} is missing (apt-get install qemu-system-x86 qemu-utils debootstrap openssh-client "
+                "mosquitto-clients)",
+            )
     if os.geteuid() != 0:
         missing("vm", "debootstrap builds the VM's image as root")
     done = subprocess.run(
@@ -61,3 +76,7 @@ def test_every_check_passes_on_a_booted_debian_vm() -> None:
         result["checks"]["watchdog_sigstop"]["nrestarts_after"]
         >= result["checks"]["watchdog_sigstop"]["nrestarts_before"] + 1
     )
+    # the update survives the reboot, and the broken one after it ends on the same version
+    updated = result["checks"]["agent_update"]["to"]
+    assert result["checks"]["reboot"]["agent_version"] == updated
+    assert result["checks"]["agent_rollback"]["back_on"] == updated

@@ -15,6 +15,8 @@ from types import ModuleType
 import pytest
 from testkit import REPO
 
+import agent
+
 SCRIPT = REPO / "scripts" / "vm_test.py"
 
 
@@ -61,6 +63,43 @@ def test_tracebacks_are_found_whole_and_only_tracebacks(vm_test: ModuleType) -> 
         "RuntimeError: boom"
     ]
     assert vm_test.tracebacks("serving demo 1.0.0\nbroker connected\n") == []
+
+
+def test_journal_clean_leaves_out_only_the_tracebacks_agent_rollback_planted(vm_test: ModuleType) -> None:
+    planted = (
+        "Traceback (most recent call last):\n"
+        '  File "/var/lib/edge-agent/agents/0.2.2/bin/edge-agent", line 5, in <module>\n'
+        f"RuntimeError: {vm_test.PLANTED_FAILURE}"
+    )
+    real = 'Traceback (most recent call last):\n  File "agent/daemon/agent.py", line 3, in run\nRuntimeError: boom'
+    # the planted message quoted inside a real traceback does not hide it
+    raising = f"    raise RuntimeError({vm_test.PLANTED_FAILURE!r})"
+    quoted = f'Traceback (most recent call last):\n  File "x.py", line 1\n{raising}\nValueError: 3'
+    journal = f"{planted}\nbroker connected\n{real}\nserving\n{quoted}\nserving\n"
+    assert vm_test.unplanted(vm_test.tracebacks(journal)) == [real, quoted]
+    assert vm_test.unplanted([planted]) == []
+
+
+def test_the_update_s_version_is_the_next_patch_of_the_checkout_s(vm_test: ModuleType) -> None:
+    assert vm_test.bump_patch("0.2.0") == "0.2.1"
+    assert vm_test.bump_patch("0.2.9") == "0.2.10"
+    assert vm_test.bump_patch("1.9.3-rc.1") == "1.9.4"
+    with pytest.raises(ValueError, match="not a SemVer version"):
+        vm_test.bump_patch("latest")
+    init = '"""The package."""\n\n#: until 0.2.0 it said __version__ = "0.1.0" for ever\n__version__ = "0.2.0"\n'
+    assert vm_test.agent_version_in(init) == "0.2.0"
+    assert vm_test.agent_version_in((REPO / "agent/__init__.py").read_text()) == agent.__version__
+    with pytest.raises(ValueError, match="no __version__"):
+        vm_test.agent_version_in('version = "0.2.0"\n')
+
+
+def test_the_rollback_check_counts_the_launcher_s_own_limits(vm_test: ModuleType) -> None:
+    from agent.deployment import agent_switch
+
+    assert (vm_test.MAX_STARTS, vm_test.CONFIRM_WITHIN_S) == (agent_switch.MAX_STARTS, agent_switch.CONFIRM_WITHIN_S)
+    unit = (REPO / "systemd/edge-agent.service").read_text()
+    assert f"RestartSec={vm_test.RESTART_S:.0f}s" in unit
+    assert vm_test.ROLLBACK_S == vm_test.MAX_STARTS * (vm_test.RESTART_S + vm_test.START_S_TCG)
 
 
 def test_qemu_forwards_ssh_on_the_host_s_loopback_only(vm_test: ModuleType, tmp_path: Path) -> None:

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from testkit import REPO
 from testkit.agent_process import AgentProcess, agent_config
 from testkit.broker import Broker
 from testkit.bundles import install_versions
 from testkit.camera_stream import MjpegStream
 from testkit.net import wait_until
 
-from agent.daemon.service import Notifier, Service, run_until_signalled, watchdog_interval_s
+from agent.daemon.service import EXEC_WATCHDOG_S, Notifier, Service, run_until_signalled, watchdog_interval_s
 from agent.deployment.agent_switch import RESTART
 from agent.snapshot import Health
 
@@ -158,7 +159,7 @@ def test_the_watchdog_is_pinged_every_half_interval_only_while_healthy() -> None
     assert pings == [0.0, 2.0, 4.0, 6.0, 8.0, 16.0, 18.0]
     statuses = [(t, lines[0]) for t, lines in notifier.sent if lines[0].startswith("STATUS=")]
     assert (10.0, "STATUS=hung: camera cam0: hung") in statuses and (16.0, "STATUS=serving demo") in statuses
-    assert notifier.sent[0] == (0.0, ("READY=1", "STATUS=serving demo"))
+    assert notifier.sent[0] == (0.0, ("READY=1", "STATUS=serving demo", "WATCHDOG_USEC=4000000"))
 
 
 @pytest.mark.parametrize(
@@ -258,3 +259,26 @@ def test_a_version_switch_stops_the_daemon_as_reloading_and_returns_restart() ->
     assert restarts.healthy == [False, False], "a stalled camera: a new version is not confirmed"
     sent = [lines[0] for _, lines in notifier.sent]
     assert "STOPPING=1" not in sent and sent[-1] == "RELOADING=1", "systemd keeps the unit active across the exec"
+
+
+def test_the_exec_into_another_version_holds_the_watchdog_until_the_new_one_is_ready() -> None:
+    """Seen on the booted VM: the new version, still starting 90 s after the old one's last ping,
+    was killed by systemd's watchdog (`WatchdogSec=`); across the exec systemd is told to wait
+    `EXEC_WATCHDOG_S` (the unit's TimeoutStartSec), and READY=1 gives the unit's own interval back."""
+    daemon, notifier, restarts = Stalled(), Recorder(), RestartOnSecondAsk()
+    assert run_until_signalled(daemon, Service(notifier, watchdog_s=90.0), restarts) == RESTART
+    last = notifier.sent[-1][1]
+    assert last[0] == "RELOADING=1" and f"WATCHDOG_USEC={int(EXEC_WATCHDOG_S * 1e6)}" in last
+    unit = (REPO / "systemd/edge-agent.service").read_text()
+    assert f"TimeoutStartSec={EXEC_WATCHDOG_S / 60:.0f}min" in unit, "as long as a first start may take"
+
+    # the new process (the same pid): READY=1 sets the unit's interval again, from $WATCHDOG_USEC
+    started = Recorder()
+    Service(started, watchdog_s=90.0).ready(None, lambda: "serving")
+    assert started.sent[-1][1][0] == "READY=1" and "WATCHDOG_USEC=90000000" in started.sent[-1][1]
+
+    # without a watchdog nothing arms one
+    quiet, restarts = Recorder(), RestartOnSecondAsk()
+    assert run_until_signalled(Stalled(), Service(quiet, watchdog_s=None), restarts) == RESTART
+    Service(quiet, watchdog_s=None).ready(None, lambda: "serving")
+    assert not [line for _, lines in quiet.sent for line in lines if line.startswith("WATCHDOG_USEC")]
