@@ -53,6 +53,12 @@ CONTROL = "$CONTROL/dynamic-security/v1"
 #: the longest dynamic security answer read (a client listing of a large fleet stays below it)
 MAX_DYNSEC_BYTES = 1024 * 1024
 _ACL_LINE = re.compile(r"^topic (read|write|readwrite) (\S+)$")
+#: the plugin's ACL types that each access of an ACL line grants
+_ACL_TYPES = {
+    "read": ("subscribePattern", "publishClientReceive"),
+    "write": ("publishClientSend",),
+    "readwrite": ("subscribePattern", "publishClientReceive", "publishClientSend"),
+}
 
 
 class Dynsec:
@@ -117,9 +123,7 @@ def dynsec_acls(acl_text: str) -> list[dict[str, Any]]:
         if match is None:
             continue
         access, topic = match.groups()
-        types = ["publishClientSend"] if access == "write" else ["subscribePattern", "publishClientReceive"]
-        types += ["subscribePattern", "publishClientReceive"] if access == "readwrite" else []
-        acls += [{"acltype": kind, "topic": topic, "allow": True} for kind in types]
+        acls += [{"acltype": kind, "topic": topic, "allow": True} for kind in _ACL_TYPES[access]]
     return acls
 
 

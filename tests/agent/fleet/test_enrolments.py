@@ -17,7 +17,7 @@ from testkit.broker import DYNSEC_OPERATOR, Broker, dynsec_broker
 from agent.config.models import AgentConfig, MqttSection
 from agent.errors import ErrorCode
 from agent.fleet.client import connect, publish_retained, wait_acked
-from agent.fleet.enrolments import Dynsec, approve, create_claim, deny, requests, retire
+from agent.fleet.enrolments import Dynsec, approve, create_claim, deny, dynsec_acls, requests, retire
 from agent.mqtt.enrol_device import enrol
 from agent.mqtt.enrolment import (
     Claim,
@@ -217,3 +217,19 @@ def test_a_device_cannot_ask_for_another_group_than_its_claim_s(
     with pytest.raises(EnrolRefused, match="its claim is for yard"):
         approve(admin, Dynsec(admin), TOPICS, request.request_id, KEY, NOW)
     assert Dynsec(admin).client("cam-1") is None
+
+
+@pytest.mark.parametrize(
+    ("line", "types"),
+    [
+        ("topic read edge/a", {"subscribePattern", "publishClientReceive"}),
+        ("topic write edge/a", {"publishClientSend"}),
+        ("topic readwrite edge/a", {"subscribePattern", "publishClientReceive", "publishClientSend"}),
+        ("# a comment", set()),
+    ],
+)
+def test_an_acl_line_grants_the_plugin_types_of_its_access(line: str, types: set[str]) -> None:
+    # fails on: readwrite granting only the read types (it once added them twice and never send)
+    acls = dynsec_acls(line)
+    assert {a["acltype"] for a in acls} == types and len(acls) == len(types)
+    assert all(a["topic"] == "edge/a" and a["allow"] is True for a in acls)
