@@ -7,6 +7,7 @@ import logging
 import re
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -510,23 +511,9 @@ def test_a_reload_keeps_a_cameras_health_check_so_a_problem_still_present_is_not
     """Two dark cameras (the synthetic scene under ``dark_luma`` 250) each send one ``start``.
     A SIGHUP's reload that changes only yard's ``health:`` keeps gate's check (its problem still
     present, no second ``start``) and gives yard a new one, whose ``start`` comes again."""
-    from agent.config.loading import load_config
-    from agent.daemon.agent import Agent
     from agent.event_values import CameraEvent
 
-    install_versions(tmp_path / "state", keys, bundles)
-    dark = {"interval_s": 0.1, "hold_s": 0, "dark_luma": 250, "bright_luma": 255}
-    config = {
-        "state_dir": str(tmp_path / "state"),
-        "trust_keys": [str(keys["public"])],
-        "cameras": [
-            {"name": "gate", "source": "synthetic:3", "fps": 20, "health": dark},
-            {"name": "yard", "source": "synthetic:4", "fps": 20, "health": dark},
-        ],
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    agent = Agent(load_config(path), probe(), config_path=path)
+    agent, config, path = _dark_cameras_agent(tmp_path, keys, bundles, ("gate", "yard"))
 
     def starts(camera: str) -> int:
         found = list(agent.outgoing.recent)  # a reload starts a new list
@@ -536,7 +523,7 @@ def test_a_reload_keeps_a_cameras_health_check_so_a_problem_still_present_is_not
     try:
         wait_until(lambda: starts("gate") == 1 and starts("yard") == 1, 60, "both cameras dark")
         gate = agent.cameras.health_watch("gate")
-        config["cameras"][1]["health"] = {**dark, "dark_luma": 251}  # type: ignore[index]
+        config["cameras"][1]["health"] = {**DARK_HEALTH, "dark_luma": 251}  # type: ignore[index]
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         agent.reload()
         judged = gate.state.at if gate.state is not None else 0.0
@@ -561,25 +548,11 @@ def test_a_reload_ends_the_open_problems_of_a_camera_removed_or_rebuilt_and_keep
     yard's ``health:`` sends one ``end`` for each of their open problems, saying why (``camera
     removed``, ``camera reconfigured``), and none for gate, whose check goes on; shed then has no
     ``edge_agent_camera_problem`` series and no problem on the page."""
-    from agent.config.loading import load_config
-    from agent.daemon.agent import Agent
     from agent.event_values import CameraEvent
     from agent.web.metrics import SnapshotCollector
     from agent.web.problems import page_problems
 
-    install_versions(tmp_path / "state", keys, bundles)
-    dark = {"interval_s": 0.1, "hold_s": 0, "dark_luma": 250, "bright_luma": 255}
-    config = {
-        "state_dir": str(tmp_path / "state"),
-        "trust_keys": [str(keys["public"])],
-        "cameras": [
-            {"name": name, "source": f"synthetic:{i + 3}", "fps": 20, "health": dark}
-            for i, name in enumerate(("gate", "yard", "shed"))
-        ],
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    agent = Agent(load_config(path), probe(), config_path=path)
+    agent, config, path = _dark_cameras_agent(tmp_path, keys, bundles, ("gate", "yard", "shed"))
 
     def events(change: str) -> list[CameraEvent]:
         return [e for e in list(agent.outgoing.recent) if isinstance(e, CameraEvent) and e.change == change]
@@ -588,7 +561,7 @@ def test_a_reload_ends_the_open_problems_of_a_camera_removed_or_rebuilt_and_keep
     try:
         wait_until(lambda: len(events("start")) == 3, 60, "three cameras dark")
         config["cameras"] = config["cameras"][:2]  # type: ignore[index]
-        config["cameras"][1]["health"] = {**dark, "dark_luma": 251}  # type: ignore[index]
+        config["cameras"][1]["health"] = {**DARK_HEALTH, "dark_luma": 251}  # type: ignore[index]
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         agent.reload()
         ended = {(e.camera, e.problem, e.reason) for e in events("end")}
@@ -668,3 +641,29 @@ def test_a_camera_with_a_health_problem_is_flagged_for_samples_and_one_without_t
         assert not agent.samples_flagged("nowhere")
     finally:
         agent.stop()
+
+
+#: camera health thresholds that call the synthetic scene dark at once (its luma is under 250)
+DARK_HEALTH = {"interval_s": 0.1, "hold_s": 0, "dark_luma": 250, "bright_luma": 255}
+
+
+def _dark_cameras_agent(
+    tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path], names: tuple[str, ...]
+) -> tuple[Any, dict[str, Any], Path]:
+    """An `Agent` (not started) over installed versions with one dark synthetic camera per name
+    (``synthetic:3`` onwards), and the config dict and agent.yaml path a test edits to reload."""
+    from agent.config.loading import load_config
+    from agent.daemon.agent import Agent
+
+    install_versions(tmp_path / "state", keys, bundles)
+    config: dict[str, Any] = {
+        "state_dir": str(tmp_path / "state"),
+        "trust_keys": [str(keys["public"])],
+        "cameras": [
+            {"name": name, "source": f"synthetic:{i + 3}", "fps": 20, "health": DARK_HEALTH}
+            for i, name in enumerate(names)
+        ],
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return Agent(load_config(path), probe(), config_path=path), config, path
