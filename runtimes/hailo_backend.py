@@ -72,6 +72,7 @@ from runtimes.hailo_device import (
     hef_family,
     hef_hw_arch,
     read_hef_header,
+    runs_on_family,
 )
 from runtimes.hailo_settings import KEY as KEY
 from runtimes.hailo_settings import HailoConfig as HailoConfig
@@ -360,18 +361,23 @@ def load(model_path: Path, config: HailoConfig, options: LoadOptions) -> HailoBa
 
 
 def candidates(config: HailoConfig, model: BundleModel, info: RuntimeInfo, variants: bool) -> list[TuneCandidate]:
-    """One row: the HEF on this machine's chip; why not where it was compiled for another chip
-    (``TARGET_MISMATCH``) or the backend is unavailable."""
+    """One row: the HEF on the chip the probe found (`info`, under the board's root); why not
+    where it was compiled for another chip (``TARGET_MISMATCH``) or the backend is unavailable."""
+    family = info.devices[0] if info.devices else None
     why = None if info.available else info.reason or "unavailable"
     if why is None:
-        why = target_problem(model.path)
-    return [TuneCandidate(info.devices[0] if info.devices else "Hailo", model.precision, config, unavailable=why)]
+        why = target_problem(model.path, family)
+    return [TuneCandidate(family or "Hailo", model.precision, config, unavailable=why)]
 
 
-def target_problem(hef: Path, root: Path = Path("/")) -> str | None:
-    """Why `hef` cannot run on this machine's Hailo chip (``TARGET_MISMATCH: ...``), or None."""
+def target_problem(hef: Path, family: str | None) -> str | None:
+    """Why `hef` cannot run on the Hailo chip a probe named `family` (`HailoDevice.family`;
+    None: none or an unknown one, left to HailoRT) as ``TARGET_MISMATCH: ...``, or None."""
     try:
-        check_target(hef, hef_hw_arch(hef), _device(root))
-    except (ModelLoadError, RuntimeUnavailable) as exc:
+        arch = hef_hw_arch(hef)
+    except ModelLoadError as exc:
         return str(exc)
-    return None
+    if runs_on_family(arch, family):
+        return None
+    runs_on = hef_family(arch)
+    return f"TARGET_MISMATCH: {hef.name} was compiled for {arch} (runs on {runs_on}), this device's chip is {family}"

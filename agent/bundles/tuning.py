@@ -60,10 +60,10 @@ from runtimes.selection import Artifact, runtimes_for
 log = logging.getLogger(__name__)
 
 
-def _candidate(runtime: str, artifact: ArtifactEntry, path: Path, tried: TuneCandidate) -> Candidate:
+def _candidate(runtime: str, artifact: ArtifactEntry, path: Path, tried: TuneCandidate, root: str) -> Candidate:
     c = tried
     return Candidate(
-        runtime, c.device, artifact.path, str(path), c.precision, c.workers, c.threads, c.config, c.unavailable
+        runtime, c.device, artifact.path, str(path), c.precision, c.workers, c.threads, c.config, c.unavailable, root
     )
 
 
@@ -83,7 +83,7 @@ def candidates(
             if artifact.format not in BACKENDS[name].formats:
                 continue
             for tried in tune_candidates(name, settings.config_for(name), model, info, variants):
-                found.append(_candidate(name, artifact, model.path, tried))
+                found.append(_candidate(name, artifact, model.path, tried, board.root))
     log.debug("matrix for %s on %s: %d candidates", manifest.name, board.model, len(found))
     return found
 

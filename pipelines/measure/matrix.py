@@ -3,7 +3,9 @@ runtime, execution provider or delegate, artifact, precision, threads, workers).
 
 `measure` loads the candidate, checks it against the `Reference` (its artifact's reference
 outputs: max abs error and the fraction within the bundle's tolerance; its detections against the
-reference artifact's: agreement at IoU >= 0.5 with the same label), then times inference alone
+reference artifact's: agreement at IoU >= 0.5 with the same label; an artifact whose runtime gives
+final detections, a HEF with NMS on the chip, is read with ``end2end`` as activation reads it,
+`artifact_decoder`, and its fraction within tolerance is that agreement), then times inference alone
 on the reference input: p50 / p95 latency per call and throughput with `workers` calls at once.
 `measure_isolated` does the same in a fresh process (spawned), so peak RSS is the row's own and
 a runtime that crashes costs a row, not the caller. A candidate that cannot run yields a row
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy.typing as npt
 
+from pipelines.decoding.decoders import artifact_decoder
 from pipelines.decoding.detections import Detections
 from pipelines.decoding.detector import Detector
 from pipelines.measure.benchmark import peak_rss_mb, time_inference
@@ -46,7 +49,8 @@ class Candidate:
     """One way to run a model: `provider` is the ONNX Runtime execution provider, the LiteRT
     delegate or the TensorRT GPU; `threads` per call (None: the runtime's default); `workers`
     calls in flight at once; `config` the backend settings that make it so. `unavailable` says
-    why it cannot run here (its row then carries only that)."""
+    why it cannot run here (its row then carries only that); `root` where the backend finds its
+    device (the board's root: ``/`` on a device, a fake tree in tests)."""
 
     runtime: RuntimeName
     provider: str
@@ -57,6 +61,7 @@ class Candidate:
     threads: int | None = None
     config: BackendConfig | None = None
     unavailable: str | None = None
+    root: str = "/"
 
 
 @dataclass(frozen=True)
@@ -117,17 +122,21 @@ def measure(
     if candidate.unavailable:
         return Row.failed(candidate, candidate.unavailable)
     c = candidate
-    runtime = load_runtime(c.runtime, Path(c.path), c.config, warmup=True, workers=c.workers)
+    runtime = load_runtime(c.runtime, Path(c.path), c.config, warmup=True, workers=c.workers, root=Path(c.root))
     with runtime:
-        detector = Detector(runtime, reference.decoder, reference.conf, reference.iou, reference.max_det)
+        decoder = artifact_decoder(reference.decoder, runtime.metadata.end2end)  # as activation reads it
+        detector = Detector(runtime, decoder, reference.conf, reference.iou, reference.max_det)
         tensor = reference.inputs[c.artifact]
         outputs = runtime.infer([tensor])
-        expected = list(reference.outputs[c.artifact])
+        # final detections (a HEF's NMS on the chip) have no raw reference values to compare with
+        expected = list(reference.outputs[c.artifact]) if decoder == reference.decoder else []
         specs = runtime.outputs
         within = parity_fraction(outputs, expected, specs, reference.atol, reference.rtol) if expected else None
         _, transform = detector.prepare(reference.frame)
         found = detector.postprocess([dequantize(o, s) for o, s in zip(outputs, specs, strict=True)], transform)
         agreement = detection_agreement(found, reference.detections) if reference.detections is not None else None
+        if decoder != reference.decoder:  # compared as detections instead, as activation does
+            within = agreement
         meter = energy()
         before = meter() if meter else None
         latency, seconds = time_inference(runtime, tensor, frames, c.workers)

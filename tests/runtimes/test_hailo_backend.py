@@ -19,7 +19,7 @@ from pipelines.measure.parity import detection_agreement
 from pipelines.sources.synthetic import SyntheticScene
 from runtimes.base import BundleModel, NotAModelError, RuntimeUnavailable
 from runtimes.hailo_backend import HailoBackend, availability, candidates, input_quantization, nms_rows, target_problem
-from runtimes.hailo_device import TargetMismatch, hef_hw_arch
+from runtimes.hailo_device import TargetMismatch, find_devices, hef_hw_arch
 from runtimes.hailo_settings import HailoConfig
 from runtimes.ort_backend import OnnxRuntimeBackend
 from runtimes.registry import available_runtimes
@@ -113,14 +113,15 @@ def test_a_hef_for_the_other_generation_is_a_target_mismatch_before_hailort_open
     with pytest.raises(TargetMismatch, match="^TARGET_MISMATCH: " + message):
         HailoBackend(hef, root=tree)
     assert hailo_double.VDevice.opened == [], "refused before HailoRT opened the device"
-    assert target_problem(hef, tree) is not None and target_problem(hef, tree).startswith("TARGET_MISMATCH")
+    family = find_devices(tree)[0].family
+    assert target_problem(hef, family) is not None and target_problem(hef, family).startswith("TARGET_MISMATCH")
 
 
 def test_hailort_s_own_refusal_is_a_target_mismatch_and_the_device_is_released(double, tmp_path: Path) -> None:
     # a Hailo-8 HEF on a Hailo-8L: one PCIe id, so only HailoRT's configure can tell
     # fails on: HailoRTHEFNotCompatibleWithDevice reported as any load error, the VDevice left open
     hef = hailo_double.write_hef(tmp_path / "demo.hef", DEMO, hw_arch="hailo8")
-    assert target_problem(hef, HAT) is None
+    assert target_problem(hef, find_devices(HAT)[0].family) is None
     with pytest.raises(TargetMismatch, match=r"^TARGET_MISMATCH: demo\.hef was compiled for hailo8 .*HailoRT refuses"):
         HailoBackend(hef, root=HAT)
     assert [v.released for v in hailo_double.VDevice.opened] == [True]

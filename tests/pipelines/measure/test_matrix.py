@@ -5,13 +5,18 @@ from __future__ import annotations
 import functools
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from testkit import DEMO_MODELS, FAKES, hailo_double, standin_env
 
+from agent.bundles.archive import Limits, build_bundle, unpack, verify_unpacked
 from agent.bundles.tuning import candidates, reference_of
 from agent.hardware.board import probe
-from pipelines.measure.matrix import Row, choose, measure_isolated
+from pipelines.measure.matrix import Row, choose, measure, measure_isolated
+from runtimes import isolation
+from runtimes.hailo_backend import write_record
 from runtimes.registry import RuntimeSettings
 
 
@@ -51,3 +56,37 @@ def test_an_isolated_row_reports_its_own_peak_memory(unpacked) -> None:
     ballast = np.ones(600 << 20, np.uint8)  # 600 MB resident here while the row's process starts
     row = measure_isolated(candidate, reference, 5)
     assert ballast[-1] == 1 and row.rss_mb is not None and row.rss_mb < 400, row.rss_mb
+
+
+@pytest.mark.parametrize("nms", [False, True], ids=["raw", "nms-on-chip"])
+def test_a_hef_row_is_read_with_the_decoder_activation_uses(
+    nms: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a Pi 5 with the AI HAT+ (the rpi5-hailo8l tree, HailoRT's double), the matrix reads a
+    HEF as activation does: raw outputs with the manifest's decoder, compared value by value; NMS
+    on the chip with ``end2end``, compared by its detections with the ONNX model's. Both rows
+    qualify, as activation serves both."""
+    # fails on: the matrix's Detector built with the manifest's decoder for an NMS-on-chip HEF
+    # (a DecoderError row), or its final detections compared value by value with raw outputs
+    monkeypatch.setattr(isolation, "PROCESS_RUNNER", isolation.ChildRunner(env=standin_env("hailo")))
+    model = DEMO_MODELS / "demo_detector.onnx"
+    (tmp_path / "hef").mkdir()
+    hef = hailo_double.write_hef(tmp_path / "hef" / "demo.hef", model, hw_arch="hailo8l", nms=nms, nms_iou=0.45)
+    write_record(hef, model)
+    build_bundle([model], tmp_path / "hat.bundle", name="demo", modules=[hef])
+    unpack(tmp_path / "hat.bundle", tmp_path / "unpacked", Limits())
+    bundle = verify_unpacked(tmp_path / "unpacked", (), allow_unsigned=True)
+    board = probe(FAKES / "rpi5-hailo8l", arch="aarch64")
+    with hailo_double.installed("hailo8l"):
+        reference = reference_of(bundle.folder, bundle.manifest, bundle.reference)
+        (candidate,) = [c for c in candidates(bundle.folder, bundle.manifest, board, RuntimeSettings())
+                        if c.artifact == "demo.hef"]  # fmt: skip
+        assert (candidate.runtime, candidate.unavailable) == ("hailo", None)
+        row = measure(candidate, reference, 3)
+    assert row.error is None and row.parity is not None, row
+    assert reference.decoder == "yolov8", "the manifest's decoder reads raw outputs"
+    if nms:  # final detections: no raw values to compare, their agreement with the ONNX model's
+        assert row.parity["max_abs_err"] is None and row.parity["detection_agreement"] == 1.0, row.parity
+    assert row.parity["within_tolerance"] is not None and row.parity["within_tolerance"] >= 0.99, row.parity
+    best, why = choose([row], bundle.manifest.reference.min_fraction)
+    assert best is row, why
