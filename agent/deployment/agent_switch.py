@@ -234,6 +234,9 @@ class Probation:
         if self.done:
             return None
         if healthy:
+            from agent.bundles.installer import checkpoint  # loaded by the daemon already
+
+            checkpoint("agent-confirming")
             self.done = True
             self.dirs.confirm()
             return "confirmed"
