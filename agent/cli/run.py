@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from agent.hardware.board import probe
 
     config = load_config(args.config)
-    enrolled = _enrol_first(config, args.config)
+    enrolled = _enrol_first(config, args.config, args.root)
     if enrolled is not None:
         return enrolled
     config = load_config(args.config)  # with the credentials enrolment wrote, if it ran
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _enrol_first(config: AgentConfig, config_path: Path) -> int | None:
+def _enrol_first(config: AgentConfig, config_path: Path, root: Path) -> int | None:
     """Enrol first when agent.yaml has no broker but a claim is named or found (docs/fleet.md#enrolment);
     None to go on serving, else the exit status."""
     import signal
@@ -77,6 +77,7 @@ def _enrol_first(config: AgentConfig, config_path: Path) -> int | None:
     from agent.cli.failure import CliError
     from agent.daemon.enrol_start import claim_to_use, enrol_on_start
     from agent.daemon.service import Service
+    from agent.hardware.board import probe
     from agent.mqtt.enrolment import Claim, EnrolRefused
 
     path = claim_to_use(config)
@@ -89,7 +90,7 @@ def _enrol_first(config: AgentConfig, config_path: Path) -> int | None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    return enrol_on_start(config, config_path, claim, path, Service.from_environment(), stop)
+    return enrol_on_start(config, config_path, claim, path, Service.from_environment(), stop, probe(root))
 
 
 def _say_switch(dirs: AgentDirs, target: Path) -> None:

@@ -11,6 +11,16 @@ final: recorded in ``<state_dir>/enrol/refused.json`` (read by `edge-agent docto
 log and STATUS=, and the daemon exits with `NOT_ENROLLED`, a status the unit does not restart
 on; a start with the same claim says so again without asking. The key pair and the request
 sent are kept across restarts (`enrol_device.pending_request`).
+
+While it waits the daemon serves the status page when agent.yaml has a ``status_page:`` section
+(`start_page`, the same server, its bounds and password): `waiting_controls` hands it a snapshot
+that carries only the device, its board and an `EnrolmentStatus` (waiting, the request id the
+operator approves, since when, the next try after a failed one), which the page shows as its
+one problem and ``/api/status`` carries; its actions refuse (nothing runs yet). After a final
+refusal the page, if served, stays up saying so (denied, the claim expired) until SIGTERM, and
+the daemon then exits with `NOT_ENROLLED`; without a page it exits at once. An approval stops
+the page before the agent starts its own on the same address. The page's threads read the
+status, the enrol worker and the main thread replace it (`Shown`: one reference assignment).
 """
 
 from __future__ import annotations
@@ -22,18 +32,26 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from agent import __version__
 from agent.config.models import AgentConfig
+from agent.daemon.page import start_page
 from agent.daemon.service import Service
-from agent.errors import ErrorCode
+from agent.errors import CodedError, ErrorCode
+from agent.hardware.board import Board
 from agent.mqtt.enrol_device import enrol
 from agent.mqtt.enrolment import Claim, EnrolRefused, EnrolRequest, read_bounded
-from agent.snapshot import Health
+from agent.snapshot import AgentSnapshot, DeploymentStatus, EnrolmentState, EnrolmentStatus, EventCounts, Health
 from agent.throttle import ThrottledLog
+from agent.web.controls import AgentControls
 from pipelines.worker import Worker
 from runtimes.files import atomic_write
+
+if TYPE_CHECKING:
+    from agent.web.server import StatusServer
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +117,40 @@ def enrol_on_start(
     claim_path: Path,
     service: Service,
     stop: threading.Event,
+    board: Board,
     clock: Callable[[], float] = time.time,
 ) -> int | None:
-    """Enrol with the claim at `claim_path`, keeping systemd's contract meanwhile; None once
-    agent.yaml has the credentials, `NOT_ENROLLED` on a final refusal, 0 when `stop` was set."""
+    """Enrol with the claim at `claim_path`, keeping systemd's contract meanwhile and serving the
+    status page (`board`: this device's, for it); None once agent.yaml has the credentials,
+    `NOT_ENROLLED` on a final refusal (after SIGTERM while the page says so), 0 when `stop` was set."""
     state_dir = config.state_dir
-    refused = Refusal.read(state_dir)
-    if refused is not None and refused.claim == claim.claim:
-        return _final(service, claim_path, refused, recorded=True)
     device_id = config.device.id if config.device.id else _hostname()
+    shown = Shown(EnrolmentStatus("waiting", claim.claim, device_id, None, clock()))
+    page = start_page(config.status_page, lambda: waiting_controls(config, device_id, board, shown, clock))
+    try:
+        refused = Refusal.read(state_dir)
+        if refused is not None and refused.claim == claim.claim:
+            return _final(service, claim_path, refused, True, shown, page, stop)
+        return _wait(config, config_path, claim, claim_path, service, stop, clock, device_id, shown, page)
+    finally:
+        if page is not None:
+            page.stop()  # before the agent serves its own page on the same address
+
+
+def _wait(
+    config: AgentConfig,
+    config_path: Path,
+    claim: Claim,
+    claim_path: Path,
+    service: Service,
+    stop: threading.Event,
+    clock: Callable[[], float],
+    device_id: str,
+    shown: Shown,
+    page: StatusServer | None,
+) -> int | None:
+    """`enrol_on_start`'s attempts and its wait, the page (if any) already up."""
+    state_dir = config.state_dir
     outcome: list[BaseException | None] = []
     throttled = ThrottledLog(log)
 
@@ -127,6 +170,7 @@ def enrol_on_start(
             request.request_id,
             WAITING,
         )
+        shown.status = replace(shown.status, request_id=request.request_id, since=request.issued_at, next_retry=None)
 
     def attempts() -> None:
         attempt = 0
@@ -158,6 +202,7 @@ def enrol_on_start(
                 if final:
                     outcome.append(exc)
                     return
+                shown.status = replace(shown.status, next_retry=clock() + delay, reason=str(exc)[:300])
                 throttled.warning("enrol-retry", "enrolment: %s; trying again in %.0f s", exc, delay)
                 if stop.wait(delay):
                     outcome.append(_Stopped())
@@ -182,11 +227,20 @@ def enrol_on_start(
     if isinstance(error, EnrolRefused):
         refusal = Refusal(claim.claim, str(error.code), error.message)
         refusal.write(state_dir)
-        return _final(service, claim_path, refusal, recorded=False)
+        return _final(service, claim_path, refusal, False, shown, page, stop)
     raise error
 
 
-def _final(service: Service, claim_path: Path, refusal: Refusal, recorded: bool) -> int:
+def _final(
+    service: Service,
+    claim_path: Path,
+    refusal: Refusal,
+    recorded: bool,
+    shown: Shown,
+    page: StatusServer | None,
+    stop: threading.Event,
+) -> int:
+    """Say the refusal (log, STATUS=, the page); with a page, keep it up until SIGTERM."""
     again = " (recorded before; not asked again)" if recorded else ""
     log.error(
         "enrolment refused%s: %s. This device will not serve until it is given a new claim "
@@ -195,8 +249,73 @@ def _final(service: Service, claim_path: Path, refusal: Refusal, recorded: bool)
         refusal,
         claim_path,
     )
-    service.notifier.send(f"STATUS=enrolment refused: {refusal}"[:500])
+    status = f"enrolment refused: {refusal}"[:500]
+    service.notifier.send(f"STATUS={status}")
+    state: EnrolmentState = "denied" if refusal.code == ErrorCode.ENROL_DENIED else "expired"
+    shown.status = replace(shown.status, state=state, next_retry=None, reason=refusal.reason)
+    if page is not None:  # the technician at the device reads why on the page, until the service stops
+        service.ready(None, lambda: status)
+        while not stop.wait(service.tick_s):
+            service.tick(lambda: Health(ok=True), lambda: status)
+        service.stopping()
     return NOT_ENROLLED
+
+
+class Shown:
+    """The enrolment's state as the page shows it: replaced whole by the enrol worker and the
+    main thread, read by the page's threads."""
+
+    def __init__(self, status: EnrolmentStatus) -> None:
+        self.status = status
+
+
+def waiting_controls(
+    config: AgentConfig, device_id: str, board: Board, shown: Shown, clock: Callable[[], float] = time.time
+) -> AgentControls:
+    """What the status page reads while the device waits for enrolment: a snapshot with only
+    the device, its board and `shown`'s status; every action refused, nothing runs yet."""
+
+    def snapshot() -> AgentSnapshot:
+        return AgentSnapshot(
+            ts=clock(),
+            state="starting",
+            device=device_id,
+            group=config.device.group,
+            agent_version=__version__,
+            board=board,
+            bundle=None,
+            previous=None,
+            serving=None,
+            serving_error=None,
+            deployment=None,
+            deployment_problem=None,
+            cameras=(),
+            broker=None,
+            system=None,
+            events=EventCounts(published=0, suppressed=0),
+            enrolment=shown.status,
+        )
+
+    def refuse(code: ErrorCode) -> CodedError:
+        return CodedError(code, f"this device is not enrolled yet ({shown.status.state}): nothing runs")
+
+    def rollback() -> DeploymentStatus:
+        raise refuse(ErrorCode.NO_PREVIOUS)
+
+    def restart(camera: str) -> list[str]:
+        raise refuse(ErrorCode.NO_PIPELINE)
+
+    def camera_jpeg(camera: str, quality: int) -> bytes:
+        raise refuse(ErrorCode.NO_FRAME)
+
+    return AgentControls(
+        snapshot=snapshot,
+        health=lambda: Health(ok=True),
+        rollback=rollback,
+        restart=restart,
+        camera_jpeg=camera_jpeg,
+        events=lambda: [],
+    )
 
 
 def _hostname() -> str:
