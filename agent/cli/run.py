@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import time
 
+    from agent import __version__
     from agent.config.loading import load_config
     from agent.daemon.agent import Agent
     from agent.deployment.agent_switch import (
@@ -52,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)  # with the credentials enrolment wrote, if it ran
     running = running_environment()
     dirs = AgentDirs(config.state_dir, base_environment())  # BASE_ENV stays: the deployer reads it too
-    target = launch(dirs, running, launched=os.environ.pop(LAUNCHED_ENV, None) is not None)
+    launched = os.environ.pop(LAUNCHED_ENV, None) is not None
+    # the first start runs in the installed environment: its version may have been upgraded in place
+    target = launch(dirs, running, launched, installed=None if launched else __version__)
     if target is not None:  # the agent's own version switch (docs/fleet.md#agent-updates)
         _say_switch(dirs, target)
         exec_agent(dirs, target, sys.argv[1:])
