@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,10 +23,10 @@ from typing import Any
 
 import pytest
 import semver
-from testkit import REPO
 from testkit.agent_process import agent_config
 from testkit.broker import Broker, Watcher
 from testkit.fleet import cli, finished, online, push, serving
+from testkit.wheels import checkout_wheel
 
 import agent
 from agent.bundles.archive import write_tar
@@ -48,20 +47,9 @@ def agent_wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """This checkout as wheels: A, A+1 and an A+2 whose package raises at import (built once
     per session: about 20 s)."""
     folder = tmp_path_factory.mktemp("agent-wheels")
-    wheels = {}
-    for version, broken in ((A, False), (A1, False), (A2, True)):
-        source = folder / f"src-{version}"
-        for name in ("agent", "pipelines", "runtimes"):
-            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy(REPO / name, source / name)
-        init = source / "agent" / "__init__.py"
-        text = init.read_text().replace(f'__version__ = "{A}"', f'__version__ = "{version}"')
-        init.write_text(text + ('\nraise RuntimeError("this edge-agent is broken")\n' if broken else ""))
-        pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
-        subprocess.run([*pip, "-w", str(folder), str(source)], check=True, env=clean_env())
-        (wheels[version],) = folder.glob(f"edge_agent-{version}-*.whl")
-    return wheels
+    return {
+        version: checkout_wheel(folder, version, broken) for version, broken in ((A, False), (A1, False), (A2, True))
+    }
 
 
 def clean_env() -> dict[str, str]:
