@@ -245,6 +245,7 @@ def test_while_it_waits_the_page_shows_the_request_to_approve_then_goes_on_as_th
         assert problem["check"] == "enrolment" and problem["status"] == "warn", problem
         assert row["request"] in problem["message"] and "fleet enrol approve" in problem["fix"]
         assert http(f"http://127.0.0.1:{port}/api/rollback", "POST", body=b"{}").status == 403  # read only
+        assert b"edge_agent_build_info" in http(f"http://127.0.0.1:{port}/metrics").body
         page = chromium.page()
         page.open(f"http://127.0.0.1:{port}/")
         assert page.wait_for("document.getElementById('state').textContent === 'waiting for approval'")
@@ -253,12 +254,12 @@ def test_while_it_waits_the_page_shows_the_request_to_approve_then_goes_on_as_th
 
         approve = operator(broker, "enrol", "approve", str(row["request"]))
         assert main([*approve, "--key", str(key)]) == 0
-        agent = wait_until(
-            lambda: (s := page_status(port)) and s["enrolment"] is None and s["state"] == "online" and s,
+        agent = wait_until(  # its broker connected with the credentials enrolment wrote
+            lambda: (s := page_status(port)) and s["enrolment"] is None and s["broker"]["connected"] and s,
             60,
             "the agent's page",
         )
-        assert agent["group"] == "yard" and agent["broker"]["connected"], agent["broker"]
+        assert (agent["state"], agent["group"]) == ("online", "yard"), agent
         assert all(p["check"] != "enrolment" for p in page_problems(port))
         page.open(f"http://127.0.0.1:{port}/")
         assert page.wait_for("document.getElementById('state').textContent === 'online'")
