@@ -31,7 +31,8 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,109 +127,106 @@ def enrol_on_start(
     state_dir = config.state_dir
     device_id = config.device.id if config.device.id else _hostname()
     shown = Shown(EnrolmentStatus("waiting", claim.claim, device_id, None, clock()))
-    page = start_page(config.status_page, lambda: waiting_controls(config, device_id, board, shown, clock))
-    try:
+    with _page(config, device_id, board, shown, clock) as page:
         refused = Refusal.read(state_dir)
         if refused is not None and refused.claim == claim.claim:
             return _final(service, claim_path, refused, True, shown, page, stop)
-        return _wait(config, config_path, claim, claim_path, service, stop, clock, device_id, shown, page)
+        outcome: list[BaseException | None] = []
+        throttled = ThrottledLog(log)
+
+        def answered_or_stopped(answered: threading.Event) -> bool:
+            while not answered.wait(0.5):
+                if stop.is_set():
+                    raise _Stopped
+                if clock() >= claim.expires_at:
+                    raise EnrolRefused(
+                        ErrorCode.ENROL_EXPIRED, f"the claim {claim.claim} expired before an answer came"
+                    )
+            return True
+
+        def said(request: EnrolRequest) -> None:
+            log.warning(
+                "enrolment: asked to join as %s with the claim %s (request %s); %s (edge-agent fleet enrol list)",
+                request.device_id,
+                claim_path,
+                request.request_id,
+                WAITING,
+            )
+            shown.status = replace(
+                shown.status, request_id=request.request_id, since=request.issued_at, next_retry=None
+            )
+
+        def attempts() -> None:
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    enrol(
+                        claim,
+                        state_dir,
+                        config_path,
+                        device_id,
+                        config.device.group,
+                        clock=clock,
+                        on_request=said,
+                        wait_answer=answered_or_stopped,
+                    )
+                    outcome.append(None)
+                    return
+                except (EnrolRefused, _Stopped, OSError) as exc:
+                    final = isinstance(exc, _Stopped) or (
+                        isinstance(exc, EnrolRefused) and exc.code in (ErrorCode.ENROL_DENIED, ErrorCode.ENROL_EXPIRED)
+                    )
+                    delay = backoff(attempt)
+                    if not final and clock() + delay >= claim.expires_at:
+                        exc = EnrolRefused(
+                            ErrorCode.ENROL_EXPIRED, f"the claim {claim.claim} expired while retrying: {exc}"
+                        )
+                        final = True
+                    if final:
+                        outcome.append(exc)
+                        return
+                    shown.status = replace(shown.status, next_retry=clock() + delay, reason=str(exc)[:300])
+                    throttled.warning("enrol-retry", "enrolment: %s; trying again in %.0f s", exc, delay)
+                    if stop.wait(delay):
+                        outcome.append(_Stopped())
+                        return
+
+        worker = Worker.once("enrol", attempts, described="enrolment")
+        status = f"{WAITING} (claim {claim.claim})"
+        service.ready(None, lambda: status)
+        worker.start()
+        while worker.alive and not stop.is_set():  # a set `stop` ends the worker's wait too
+            service.tick(lambda: Health(ok=True), lambda: status)
+            stop.wait(service.tick_s)
+        worker.stop(10.0, finish=True)
+        if stop.is_set() and (not outcome or isinstance(outcome[0], _Stopped)):  # SIGTERM, the attempt unfinished
+            service.stopping()
+            return 0
+        error = outcome[0] if outcome else RuntimeError("the enrolment worker ended without an outcome")
+        if error is None:
+            log.warning("enrolment: approved; %s now holds this device's credentials", config_path)
+            service.notifier.send("STATUS=enrolled; starting")
+            return None
+        if isinstance(error, EnrolRefused):
+            refusal = Refusal(claim.claim, str(error.code), error.message)
+            refusal.write(state_dir)
+            return _final(service, claim_path, refusal, False, shown, page, stop)
+        raise error
+
+
+@contextmanager
+def _page(
+    config: AgentConfig, device_id: str, board: Board, shown: Shown, clock: Callable[[], float]
+) -> Iterator[StatusServer | None]:
+    """The status page while the device waits (None: not configured, or it cannot start),
+    stopped at the end: before the agent serves its own on the same address."""
+    page = start_page(config.status_page, lambda: waiting_controls(config, device_id, board, shown, clock))
+    try:
+        yield page
     finally:
         if page is not None:
-            page.stop()  # before the agent serves its own page on the same address
-
-
-def _wait(
-    config: AgentConfig,
-    config_path: Path,
-    claim: Claim,
-    claim_path: Path,
-    service: Service,
-    stop: threading.Event,
-    clock: Callable[[], float],
-    device_id: str,
-    shown: Shown,
-    page: StatusServer | None,
-) -> int | None:
-    """`enrol_on_start`'s attempts and its wait, the page (if any) already up."""
-    state_dir = config.state_dir
-    outcome: list[BaseException | None] = []
-    throttled = ThrottledLog(log)
-
-    def answered_or_stopped(answered: threading.Event) -> bool:
-        while not answered.wait(0.5):
-            if stop.is_set():
-                raise _Stopped
-            if clock() >= claim.expires_at:
-                raise EnrolRefused(ErrorCode.ENROL_EXPIRED, f"the claim {claim.claim} expired before an answer came")
-        return True
-
-    def said(request: EnrolRequest) -> None:
-        log.warning(
-            "enrolment: asked to join as %s with the claim %s (request %s); %s (edge-agent fleet enrol list)",
-            request.device_id,
-            claim_path,
-            request.request_id,
-            WAITING,
-        )
-        shown.status = replace(shown.status, request_id=request.request_id, since=request.issued_at, next_retry=None)
-
-    def attempts() -> None:
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                enrol(
-                    claim,
-                    state_dir,
-                    config_path,
-                    device_id,
-                    config.device.group,
-                    clock=clock,
-                    on_request=said,
-                    wait_answer=answered_or_stopped,
-                )
-                outcome.append(None)
-                return
-            except (EnrolRefused, _Stopped, OSError) as exc:
-                final = isinstance(exc, _Stopped) or (
-                    isinstance(exc, EnrolRefused) and exc.code in (ErrorCode.ENROL_DENIED, ErrorCode.ENROL_EXPIRED)
-                )
-                delay = backoff(attempt)
-                if not final and clock() + delay >= claim.expires_at:
-                    exc = EnrolRefused(
-                        ErrorCode.ENROL_EXPIRED, f"the claim {claim.claim} expired while retrying: {exc}"
-                    )
-                    final = True
-                if final:
-                    outcome.append(exc)
-                    return
-                shown.status = replace(shown.status, next_retry=clock() + delay, reason=str(exc)[:300])
-                throttled.warning("enrol-retry", "enrolment: %s; trying again in %.0f s", exc, delay)
-                if stop.wait(delay):
-                    outcome.append(_Stopped())
-                    return
-
-    worker = Worker.once("enrol", attempts, described="enrolment")
-    status = f"{WAITING} (claim {claim.claim})"
-    service.ready(None, lambda: status)
-    worker.start()
-    while worker.alive and not stop.is_set():  # a set `stop` ends the worker's wait too
-        service.tick(lambda: Health(ok=True), lambda: status)
-        stop.wait(service.tick_s)
-    worker.stop(10.0, finish=True)
-    if stop.is_set() and (not outcome or isinstance(outcome[0], _Stopped)):  # SIGTERM, the attempt unfinished
-        service.stopping()
-        return 0
-    error = outcome[0] if outcome else RuntimeError("the enrolment worker ended without an outcome")
-    if error is None:
-        log.warning("enrolment: approved; %s now holds this device's credentials", config_path)
-        service.notifier.send("STATUS=enrolled; starting")
-        return None
-    if isinstance(error, EnrolRefused):
-        refusal = Refusal(claim.claim, str(error.code), error.message)
-        refusal.write(state_dir)
-        return _final(service, claim_path, refusal, False, shown, page, stop)
-    raise error
+            page.stop()
 
 
 def _final(
