@@ -221,6 +221,27 @@ class MediaUsage:
     problem: str | None = None
 
 
+EnrolmentState = Literal["waiting", "denied", "expired"]
+
+
+@dataclass(frozen=True)
+class EnrolmentStatus:
+    """A device started with only a claim (`agent.daemon.enrol_start`, docs/fleet.md#enrolment):
+    `state` waiting for the operator's approval, or the final denied or expired; the `claim`, the
+    `request_id` the operator approves (None until the request is made) and the device id it asks
+    for; `since` when this request was made (Unix s; when the wait began, before that); the next
+    attempt after a failed one (`next_retry`, Unix s; None while the request is out) and the last
+    problem, or the refusal's words (`reason`)."""
+
+    state: EnrolmentState
+    claim: str
+    device_id: str
+    request_id: str | None
+    since: float
+    next_retry: float | None = None
+    reason: str = ""
+
+
 @dataclass(frozen=True)
 class AgentSnapshot:
     """The whole agent. `broker` is None when no broker is configured; `system` is None until
@@ -261,6 +282,7 @@ class AgentSnapshot:
     drift: tuple[CameraDrift, ...] = ()  # each camera's drift score (drift.enabled; agent.serving.drift_watch)
     motion: tuple[MotionView, ...] = ()  # each motion-gated camera's newest motion (the page draws it)
     energy: Energy | None = None  # the input power integrated since the start (None: not measured)
+    enrolment: EnrolmentStatus | None = None  # set only while a device with only a claim waits (enrol_start)
 
     def analytics_json(self) -> dict[str, Any]:
         """``{"lines": {name: {"in", "out"}}, "zones": {name: {"now", "total"}}, "since"}`` over

@@ -8,11 +8,14 @@
 #   sudo scripts/install.sh --uninstall        # everything but the state directory
 #
 # What it does, each step skipped when already done:
+#   0. python3 and python3-venv from apt-get where the system lacks them (a minimal Debian), then
+#      Python 3.10 or newer (Ubuntu 22.04's is 3.10, Debian 12's and Raspberry Pi OS's 3.11) on a
+#      64-bit system (aarch64 or x86_64), checked before anything is written; /etc/os-release
+#      only names the system in the output;
 #   1. the board: Jetson (/etc/nv_tegra_release), Raspberry Pi (device-tree model) or generic;
 #   2. the user and group edge-agent (system, no login), and the groups the unit asks for
 #      (video, gpio, i2c, render) where the board lacks them;
-#   3. python3 and python3-venv from apt-get where the system lacks them (a minimal Debian);
-#      a venv in /opt/edge-agent/venv (with --system-site-packages on a Jetson, so JetPack's
+#   3. a venv in /opt/edge-agent/venv (with --system-site-packages on a Jetson, so JetPack's
 #      TensorRT and OpenCV are visible), and the package with the board's extras in it;
 #   4. /etc/edge-agent/agent.yaml from `edge-agent config example` when there is none (an
 #      existing one is never touched); with --claim, the claim in /etc/edge-agent/claim.json
@@ -92,6 +95,28 @@ if [ "$uninstall" = yes ]; then
   exit 0
 fi
 
+# 0. Python and the system, before anything is written -----------------------------------
+# a minimal Debian (debootstrap, a fresh Raspberry Pi OS Lite image) has no python3 or no venv module
+if ! { command -v "$python" >/dev/null && "$python" -c 'import ensurepip, venv' 2>/dev/null; }; then
+  if [ -z "$prefix" ] && [ "$python" = python3 ] && command -v "$apt_get" >/dev/null; then
+    say "installing python3 and python3-venv (apt-get): this system has no Python with its venv module"
+    DEBIAN_FRONTEND=noninteractive "$apt_get" update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive "$apt_get" install -y -q --no-install-recommends python3 python3-venv >/dev/null
+  else
+    die "$python with its venv module is missing: install it first (Debian/Ubuntu: apt-get install python3 python3-venv)"
+  fi
+fi
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "$python is older than Python 3.10"
+# ONNX Runtime and LiteRT publish wheels for 64-bit ARM and x86 only: a 32-bit system (Raspberry Pi
+# OS's armhf image) would fail deep in pip, so it stops here, before anything changes
+machine=$("$python" -c 'import platform; print(platform.machine())')
+case "$machine" in
+  aarch64|arm64|x86_64|amd64) ;;
+  *) die "this system is $machine: edge-agent needs a 64-bit one, aarch64 or x86_64 (ONNX Runtime has no wheels for $machine; on a Raspberry Pi, the 64-bit Raspberry Pi OS)" ;;
+esac
+os_name=$( { sed -n 's/^PRETTY_NAME=//p' "$prefix/etc/os-release" 2>/dev/null || true; } | tr -d '"' | head -n 1)
+say "system: ${os_name:-unknown (no /etc/os-release)}, $machine, Python $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+
 # 1. the board -----------------------------------------------------------------------------
 if [ -z "$board" ]; then
   model=$(tr -d '\0' < "$prefix/proc/device-tree/model" 2>/dev/null || true)
@@ -118,17 +143,6 @@ if ! has_user edge-agent; then
 fi
 
 # 3. the venv and the package --------------------------------------------------------------
-# a minimal Debian (debootstrap, a fresh Raspberry Pi OS Lite image) has no python3 or no venv module
-if ! { command -v "$python" >/dev/null && "$python" -c 'import ensurepip, venv' 2>/dev/null; }; then
-  if [ -z "$prefix" ] && [ "$python" = python3 ] && command -v "$apt_get" >/dev/null; then
-    say "installing python3 and python3-venv (apt-get): this system has no Python with its venv module"
-    DEBIAN_FRONTEND=noninteractive "$apt_get" update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive "$apt_get" install -y -q --no-install-recommends python3 python3-venv >/dev/null
-  else
-    die "$python with its venv module is missing: install it first (Debian/Ubuntu: apt-get install python3 python3-venv)"
-  fi
-fi
-"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "$python is older than Python 3.10"
 if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$(dirname "$venv")"
   "$python" -m venv "${site[@]}" "$venv"
@@ -137,7 +151,7 @@ fi
 spec=${spec:-$here}
 # shellcheck disable=SC2086 # EDGE_AGENT_PIP_ARGS holds several options on purpose
 env -u PYTHONPATH "$venv/bin/python" -m pip install -q --disable-pip-version-check ${EDGE_AGENT_PIP_ARGS:-} --upgrade "$spec$extras"
-say "installed $("$venv/bin/python" -c 'import importlib.metadata as m; print("edge-agent", m.version("edge-agent"))') ${extras:+with $extras}"
+say "installed $(cd / && env -u PYTHONPATH "$venv/bin/python" -c 'import importlib.metadata as m; print("edge-agent", m.version("edge-agent"))') ${extras:+with $extras}"
 [ -f "$here/README.md" ] && install -m 0644 "$here/README.md" "$prefix/opt/edge-agent/README.md"
 
 # 4. the configuration (never overwritten) -------------------------------------------------

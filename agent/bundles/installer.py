@@ -14,7 +14,11 @@ active is touched), or ``FAILED -> ROLLED_BACK`` (the new version would not run 
 Each step is recorded atomically before it starts, so `Store.recover` can finish or undo it
 after a crash. ``EDGE_AGENT_KILL_AT=<step>`` (a test hook) SIGKILLs the process at the named
 point: ``verifying``, ``unpacked``, ``installing``, ``installed``, ``activating``, ``switched``
-(and, in the daemon, ``probation``: once the new version serves, on probation).
+(and, in the daemon, ``probation``: once the new version serves, on probation). An agent
+bundle's deployment has its own: ``agent-verified``, ``agent-installed``, ``agent-record``,
+``agent-symlink``, ``agent-switched`` (agent/deployment/deployer.py, `AgentDirs.switch`'s steps)
+and, in the new version, ``agent-confirming`` (`agent_switch.Probation`, healthy, before it
+confirms).
 """
 
 from __future__ import annotations

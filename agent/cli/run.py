@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import time
 
+    from agent import __version__
     from agent.config.loading import load_config
     from agent.daemon.agent import Agent
     from agent.deployment.agent_switch import (
@@ -46,13 +47,15 @@ def run(args: argparse.Namespace) -> int:
     from agent.hardware.board import probe
 
     config = load_config(args.config)
-    enrolled = _enrol_first(config, args.config)
+    enrolled = _enrol_first(config, args.config, args.root)
     if enrolled is not None:
         return enrolled
     config = load_config(args.config)  # with the credentials enrolment wrote, if it ran
     running = running_environment()
     dirs = AgentDirs(config.state_dir, base_environment())  # BASE_ENV stays: the deployer reads it too
-    target = launch(dirs, running, launched=os.environ.pop(LAUNCHED_ENV, None) is not None)
+    launched = os.environ.pop(LAUNCHED_ENV, None) is not None
+    # the first start runs in the installed environment: its version may have been upgraded in place
+    target = launch(dirs, running, launched, installed=None if launched else __version__)
     if target is not None:  # the agent's own version switch (docs/fleet.md#agent-updates)
         _say_switch(dirs, target)
         exec_agent(dirs, target, sys.argv[1:])
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _enrol_first(config: AgentConfig, config_path: Path) -> int | None:
+def _enrol_first(config: AgentConfig, config_path: Path, root: Path) -> int | None:
     """Enrol first when agent.yaml has no broker but a claim is named or found (docs/fleet.md#enrolment);
     None to go on serving, else the exit status."""
     import signal
@@ -77,6 +80,7 @@ def _enrol_first(config: AgentConfig, config_path: Path) -> int | None:
     from agent.cli.failure import CliError
     from agent.daemon.enrol_start import claim_to_use, enrol_on_start
     from agent.daemon.service import Service
+    from agent.hardware.board import probe
     from agent.mqtt.enrolment import Claim, EnrolRefused
 
     path = claim_to_use(config)
@@ -89,7 +93,7 @@ def _enrol_first(config: AgentConfig, config_path: Path) -> int | None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    return enrol_on_start(config, config_path, claim, path, Service.from_environment(), stop)
+    return enrol_on_start(config, config_path, claim, path, Service.from_environment(), stop, probe(root))
 
 
 def _say_switch(dirs: AgentDirs, target: Path) -> None:

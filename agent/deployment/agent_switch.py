@@ -172,10 +172,14 @@ class AgentDirs:
             self.write(replace(record, state="confirmed"))
 
 
-def launch(dirs: AgentDirs, running: Path, launched: bool) -> Path | None:
+def launch(dirs: AgentDirs, running: Path, launched: bool, installed: str | None = None) -> Path | None:
     """At the start of ``edge-agent run`` in the environment `running` (`launched`: the exec
     into it was counted already): the environment that must run instead, or None (this one).
-    Counts a pending version's starts and switches back after `MAX_STARTS`."""
+    Counts a pending version's starts and switches back after `MAX_STARTS`. `installed`: the
+    installed environment's version, when known (the first start runs in it): a version
+    `current` names that is older gives way to it (`give_way`)."""
+    if installed is not None:
+        give_way(dirs, installed)
     record = dirs.record()
     current = dirs.current_version()
     if record is not None and record.state == "pending":
@@ -190,6 +194,30 @@ def launch(dirs: AgentDirs, running: Path, launched: bool) -> Path | None:
                 dirs.write(counted)
     target = dirs.target(current)  # a symlink to a version that is gone: the installed one is whole
     return None if _same(target, running) else target
+
+
+def give_way(dirs: AgentDirs, installed: str) -> bool:
+    """Back to the installed environment when it holds a newer edge-agent (`installed`) than
+    the version `current` names: install.sh ``--from`` a newer wheel, or pip, upgraded it in
+    place, and that upgrade must run rather than be hidden by an older fleet update. The symlink
+    first, then the record (rolled back, saying why; a pending switch so ends), as `roll_back`.
+    True when it did."""
+    import semver
+
+    current = dirs.current_version()
+    try:
+        older = current is not None and semver.Version.parse(current) < semver.Version.parse(installed)
+    except ValueError:  # a folder that is no version: the symlink rules as before
+        older = False
+    if not older or current is None:
+        return False
+    record = dirs.record()
+    if record is None or record.version != current:  # switched by an agent without a record
+        record = SwitchRecord(version=current, previous=None, state="confirmed")
+    dirs.point(None)
+    reason = f"edge-agent {installed} was installed in the installed environment, newer than {current}"
+    dirs.write(replace(record, state="rolled_back", reason=reason))
+    return True
 
 
 def exec_agent(dirs: AgentDirs, env: Path, argv: list[str]) -> None:
@@ -234,6 +262,9 @@ class Probation:
         if self.done:
             return None
         if healthy:
+            from agent.bundles.installer import checkpoint  # loaded by the daemon already
+
+            checkpoint("agent-confirming")
             self.done = True
             self.dirs.confirm()
             return "confirmed"

@@ -457,6 +457,7 @@ class Deployer:
             staging.mkdir(parents=True)
             manifest, wheels = agent_deploy.verify(bundle, staging, self.policy.limits, self.policy.trusted)
             record = self._step(replace(record, version=manifest.version), State.INSTALLING)
+            checkpoint("agent-verified")
             if manifest.version == __version__ and self.agents.current_version() in (None, manifest.version):
                 log.info("deployment %s: edge-agent %s is already running", desired.id, manifest.version)
                 self._step(self._step(record, State.ACTIVATING), State.SUCCEEDED)
@@ -465,6 +466,7 @@ class Deployer:
             back_to_group = kind == "group" and self.documents.back_to_group
             allow_downgrade = agent_deploy.downgrade_allowed(desired, back_to_group)
             install_update(self.agents, wheels, running_environment(), allow_downgrade)
+            checkpoint("agent-installed")
         except BundleError as exc:
             self._step(record, State.REJECTED, exc)
             log.error("deployment %s rejected: %s", desired.id, exc)
@@ -478,7 +480,7 @@ class Deployer:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         record = self._step(record, State.ACTIVATING)
-        self.agents.switch(manifest.version, deployment=record.id)
+        self.agents.switch(manifest.version, on_step=lambda step: checkpoint(f"agent-{step}"), deployment=record.id)
         record = self._step(record, State.PROBATION)
         log.warning(
             "deployment %s: switched to edge-agent %s; the agent restarts into it", desired.id, manifest.version

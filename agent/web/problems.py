@@ -17,7 +17,7 @@ from agent.governor.levels import BatteryLevel
 from agent.hardware.readings import Battery, Throttled
 from agent.mqtt.link import LinkStats, Refused
 from agent.mqtt.outbox import OutboxStats
-from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, Health, MediaUsage
+from agent.snapshot import AgentSnapshot, DeploymentStatus, EngineStatus, EnrolmentStatus, Health, MediaUsage
 from pipelines.drift import CameraDrift
 from pipelines.health_watch import ACTIONS
 from pipelines.pipeline import PipelineStats
@@ -241,6 +241,27 @@ def _lasting(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
+def judge_enrolment(enrolment: EnrolmentStatus, now: float) -> Finding:
+    """Where a device started with only a claim stands (agent.daemon.enrol_start): waiting for
+    the operator's approval of its request, or refused for good (denied, the claim expired)."""
+    since = datetime.fromtimestamp(enrolment.since, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if enrolment.state != "waiting":
+        said = "denied" if enrolment.state == "denied" else "refused: the claim expired"
+        fix = "give the device a new claim (edge-agent fleet enrol claim), then restart the service"
+        return Finding("enrolment", "fail", f"enrolment {said} (claim {enrolment.claim}): {enrolment.reason}", fix)
+    if enrolment.request_id is None:
+        asked = f"asking to join the fleet as {enrolment.device_id} with the claim {enrolment.claim}"
+    else:
+        asked = (
+            f"waiting for approval: request {enrolment.request_id} to join as {enrolment.device_id} "
+            f"with the claim {enrolment.claim}, since {since}"
+        )
+    if enrolment.next_retry is not None:
+        asked += f"; next try in {_lasting(enrolment.next_retry - now)} ({enrolment.reason})"
+    fix = "the operator approves it: edge-agent fleet enrol list; edge-agent fleet enrol approve REQUEST"
+    return Finding("enrolment", "warn", f"not enrolled yet, {asked}", fix)
+
+
 def judge_camera_health(camera: PipelineStats, now: float) -> list[Finding]:
     """A camera's health problems (docs/cameras.md "Camera health"), one finding each: its kind,
     since when (UTC, and for how long at `now`, Unix seconds), the numbers and what to do. None
@@ -363,6 +384,8 @@ def page_problems(snapshot: AgentSnapshot, health: Health, reference_fps: Mappin
     """Everything wrong with the agent now, failures first; `reference_fps` is the FPS each
     camera reached on the serving version (the page's history measures it)."""
     found = [judge_hung(problem) for problem in health.problems]
+    if snapshot.enrolment is not None:  # a device that waits for enrolment runs nothing else yet
+        return [*found, judge_enrolment(snapshot.enrolment, snapshot.ts)]
     hung = {f.check for f in found}
     if snapshot.serving_error:
         found.append(Finding("model", "fail", f"the model cannot run: {snapshot.serving_error}", "roll back below"))

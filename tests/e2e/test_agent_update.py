@@ -5,13 +5,13 @@ that raises at import, which is rolled back to A+1 after `MAX_STARTS` starts; a 
 pushed afterwards still activates. The same from the fleet: signed agent bundles pushed with
 ``fleet push --agent`` (an unsigned, a forged and another architecture's refused). The test
 restarts the agent when it exits, as systemd's ``Restart=on-failure`` does. A SIGKILL at each
-step of the switch: test_agent_switch.py."""
+step of a fleet agent deployment (``EDGE_AGENT_KILL_AT``, agent/bundles/installer.py) ends on
+one whole version; the switch's own steps alone: test_agent_switch.py."""
 
 from __future__ import annotations
 
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,13 +23,15 @@ from typing import Any
 
 import pytest
 import semver
-from testkit import REPO
 from testkit.agent_process import agent_config
 from testkit.broker import Broker, Watcher
 from testkit.fleet import cli, finished, online, push, serving
+from testkit.wheels import checkout_wheel
 
 import agent
 from agent.bundles.archive import write_tar
+from agent.bundles.installer import KILL_HOOK
+from agent.cli import main
 from agent.deployment.agent_env import BASE_PTH
 from agent.deployment.agent_switch import MAX_STARTS, AgentDirs
 
@@ -45,20 +47,9 @@ def agent_wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """This checkout as wheels: A, A+1 and an A+2 whose package raises at import (built once
     per session: about 20 s)."""
     folder = tmp_path_factory.mktemp("agent-wheels")
-    wheels = {}
-    for version, broken in ((A, False), (A1, False), (A2, True)):
-        source = folder / f"src-{version}"
-        for name in ("agent", "pipelines", "runtimes"):
-            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy(REPO / name, source / name)
-        init = source / "agent" / "__init__.py"
-        text = init.read_text().replace(f'__version__ = "{A}"', f'__version__ = "{version}"')
-        init.write_text(text + ('\nraise RuntimeError("this edge-agent is broken")\n' if broken else ""))
-        pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
-        subprocess.run([*pip, "-w", str(folder), str(source)], check=True, env=clean_env())
-        (wheels[version],) = folder.glob(f"edge_agent-{version}-*.whl")
-    return wheels
+    return {
+        version: checkout_wheel(folder, version, broken) for version, broken in ((A, False), (A1, False), (A2, True))
+    }
 
 
 def clean_env() -> dict[str, str]:
@@ -68,15 +59,16 @@ def clean_env() -> dict[str, str]:
 class Installed:
     """``edge-agent run`` from the installed environment `base`, restarted when it exits."""
 
-    def __init__(self, base: Path, config: Path) -> None:
+    def __init__(self, base: Path, config: Path, first_env: dict[str, str] | None = None) -> None:
         self.base, self.config, self.log = base, config, config.with_suffix(".log")
         self.exits: list[int] = []
-        self.process = self._start()
+        self.process = self._start(first_env or {})  # `first_env`: the first start's only (a kill hook)
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as log:
             command = [str(self.base / "bin" / "edge-agent"), "-v", "run", "--config", str(self.config)]
-            return subprocess.Popen(command, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
+            env = {**clean_env(), **(extra or {})}
+            return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def supervise(self, done: Callable[[], bool], timeout: float = 120) -> None:
         """Restart the agent each time it exits until `done()` holds (systemd's Restart=)."""
@@ -89,6 +81,11 @@ class Installed:
             except subprocess.TimeoutExpired:
                 pass
         raise AssertionError(f"not done after {timeout} s:\n{self.log.read_text(errors='replace')[-4000:]}")
+
+    def restart(self, status: int) -> None:
+        """Start it again after it exited with `status`."""
+        self.exits.append(status)
+        self.process = self._start()
 
     def upgrade(self, wheel: Path) -> str:
         command = [str(self.base / "bin" / "edge-agent"), "upgrade", str(wheel), "--config", str(self.config)]
@@ -106,13 +103,19 @@ def install_a(tmp_path: Path, broker: Broker, keys: dict[str, Path], wheel: Path
     """Version A installed as install.sh would: a venv (layered on this test's site-packages for
     the dependencies) with edge-agent's wheel in it, and its agent running (`config`: agent.yaml's
     keys over the test device's)."""
-    base = tmp_path / "opt" / "venv"
+    base = installed_env(tmp_path / "opt" / "venv", wheel)
+    return Installed(base, agent_config(tmp_path, broker, "dev1", keys["public"], None, keys["operator_pub"], **config))
+
+
+def installed_env(base: Path, wheel: Path) -> Path:
+    """A venv at `base` (layered on this test's site-packages for the dependencies) with
+    edge-agent's `wheel` in it, as install.sh makes it."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True)
     purelib = Path(sysconfig.get_path("purelib", vars={"base": str(base), "platbase": str(base)}))
     (purelib / BASE_PTH).write_text(sysconfig.get_path("purelib") + "\n")
     pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed"]
     subprocess.run([*pip, str(wheel)], check=True, env=clean_env())
-    return Installed(base, agent_config(tmp_path, broker, "dev1", keys["public"], None, keys["operator_pub"], **config))
+    return base
 
 
 @pytest.fixture
@@ -231,6 +234,101 @@ def test_a_signed_agent_bundle_pushed_over_mqtt_updates_the_agent_and_a_bad_one_
         assert record["error"]["code"] == "AGENT_UPDATE_ROLLED_BACK", record
         assert f"{A2} did not confirm within {MAX_STARTS} starts" in record["error"]["message"]
         assert online(watcher, "dev1")["agent_version"] == A1 and dirs.current_version() == A1
+        serving(watcher, "dev1", "1.0.0")
+    finally:
+        installed.stop()
+
+
+@pytest.fixture(scope="module")
+def base_a(tmp_path_factory: pytest.TempPathFactory, agent_wheels: dict[str, Path]) -> Path:
+    """Version A's installed environment, shared by the devices of this module (each has its own
+    state directory, where its agent versions live; none writes into the base)."""
+    return installed_env(tmp_path_factory.mktemp("base-a") / "venv", agent_wheels[A])
+
+
+@pytest.fixture(scope="module")
+def bundle_a1(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path], agent_wheels: dict[str, Path]) -> Path:
+    """A+1's agent bundle, signed by the device's trusted key (`bundle build --agent`)."""
+    out = tmp_path_factory.mktemp("agent-bundle") / "a1.bundle"
+    assert (
+        main(
+            [
+                "bundle",
+                "build",
+                "--agent",
+                "--wheel",
+                str(agent_wheels[A1]),
+                "--key",
+                str(keys["private"]),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    return out
+
+
+#: where ``EDGE_AGENT_KILL_AT`` stops an agent deployment, and how it ends after the restart:
+#: before the switch record a crash is an interruption (while verifying or installing retried
+#: once, as for a model bundle); a record without its symlink is a switch that never happened;
+#: from the symlink on, the new version runs and confirms itself
+KILL_STEPS = {
+    "agent-verified": ("SUCCEEDED", A1),
+    "agent-installed": ("SUCCEEDED", A1),
+    "agent-record": ("FAILED", A),
+    "agent-symlink": ("ROLLED_BACK", A),
+    "agent-switched": ("SUCCEEDED", A1),
+    "agent-confirming": ("SUCCEEDED", A1),
+}
+
+
+@pytest.mark.long(seconds=30)
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_a_sigkill_at_each_step_of_a_fleet_agent_deployment_ends_on_one_whole_version(
+    step: str,
+    capsys,
+    tmp_path: Path,
+    broker: Broker,
+    watcher: Watcher,
+    keys: dict[str, Path],
+    base_a: Path,
+    bundle_a1: Path,
+    bundles: dict[str, Path],
+) -> None:
+    config = agent_config(tmp_path, broker, "dev1", keys["public"], None, keys["operator_pub"])
+    installed = Installed(base_a, config, first_env={KILL_HOOK: step})
+    dirs = AgentDirs(tmp_path / "dev1" / "state", base_a)
+    state, version = KILL_STEPS[step]
+    try:
+        assert online(watcher, "dev1")["agent_version"] == A
+        deployment = push(capsys, broker, bundle_a1, "device:dev1", "--agent")
+        assert installed.process.wait(120) == -signal.SIGKILL, f"killed at {step}"
+        installed.restart(-signal.SIGKILL)  # systemd's Restart=on-failure, without the hook
+
+        def ended() -> bool:
+            record = watcher.json("edge/dev1/deployment") or {}
+            return record.get("id") == deployment and record.get("state") == state
+
+        installed.supervise(ended)
+        record = watcher.json("edge/dev1/deployment")
+        assert (record["kind"], record["version"]) == ("agent", A1), record
+        assert online(watcher, "dev1")["agent_version"] == version
+        switch = dirs.record()
+        if version == A1:  # the symlink, the record and a whole environment agree
+            assert dirs.current_version() == A1 and dirs.whole(A1), step
+            assert switch is not None and (switch.state, switch.version, switch.deployment) == (
+                "confirmed",
+                A1,
+                deployment,
+            )
+        else:  # the installed environment runs, and no record says otherwise
+            assert dirs.current_version() is None, step
+            assert switch is None or switch.state == "rolled_back", switch
+        assert installed.exits == [-signal.SIGKILL], "one kill, no crash after it"
+
+        model = push(capsys, broker, bundles["v1"], "device:dev1")
+        assert finished(watcher, "dev1", model)["state"] == "SUCCEEDED"
         serving(watcher, "dev1", "1.0.0")
     finally:
         installed.stop()

@@ -1,29 +1,56 @@
-"""`scripts/install.sh` in a fake root: install twice then uninstall on a Pi; a Jetson's venv."""
+"""`scripts/install.sh` in a fake root: install twice then uninstall on a Pi; a Jetson's venv; an
+upgrade from a newer wheel over an install a fleet update had switched; the systems the
+fleet's issue names (Debian 12, Ubuntu 22.04, Raspberry Pi OS: their /etc/os-release is only
+named) and what install.sh refuses before it writes anything (no Python or venv module, a Python
+older than 3.10, a 32-bit system)."""
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import site
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import semver
 from testkit import FAKES, REPO
+from testkit.wheels import checkout_wheel
 
+import agent
 from agent.config.loading import check_config
+from agent.deployment.agent_switch import INSTALLED_MARK, AgentDirs, launch
+
+OFFLINE_WHEEL = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+#: the version a fleet update switched to, and the newer one install.sh then installs
+FLEET = str(semver.Version.parse(agent.__version__).bump_patch())
+NEWER = str(semver.Version.parse(agent.__version__).bump_minor())
+
+
+#: /etc/os-release of the systems the fleet's issue names (abridged)
+DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
+UBUNTU_22_04 = 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\n'
+PI_OS = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'  # Pi OS says Debian's
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [str(REPO / ".venv/bin/python"), "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(REPO)],
+        [*OFFLINE_WHEEL, "-w", str(folder), str(REPO)],
         check=True,
         capture_output=True,
     )
     return next(folder.glob("edge_agent-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def newer_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This checkout as the next minor version: an upgrade."""
+    return checkout_wheel(tmp_path_factory.mktemp("newer"), NEWER)
 
 
 def install(root: Path, wheel: Path, *args: str) -> str:
@@ -43,10 +70,13 @@ def install(root: Path, wheel: Path, *args: str) -> str:
     return result.stdout
 
 
-def board_root(tmp_path: Path, board: str) -> Path:
+def board_root(tmp_path: Path, board: str, os_release: str | None = None) -> Path:
     root = tmp_path / f"{board}-root"
     (root / "proc/device-tree").mkdir(parents=True)
     shutil.copy(FAKES / board / "proc/device-tree/model", root / "proc/device-tree/model")
+    if os_release is not None:
+        (root / "etc").mkdir()
+        (root / "etc/os-release").write_text(os_release)
     return root
 
 
@@ -55,9 +85,10 @@ def lines(path: Path, start: str) -> list[str]:
 
 
 def test_install_twice_then_uninstall_on_a_raspberry_pi(tmp_path: Path, wheel: Path) -> None:
-    root = board_root(tmp_path, "rpi5")
+    root = board_root(tmp_path, "rpi5", PI_OS)
     first = install(root, wheel)
     assert "board: rpi (Raspberry Pi 5 Model B Rev 1.0)" in first and "with [rpi]" in first
+    assert f"system: Debian GNU/Linux 12 (bookworm), {platform.machine()}, Python 3." in first
     venv, etc = root / "opt/edge-agent/venv", root / "etc/edge-agent"
     assert (venv / "bin/edge-agent").is_file()
     assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
@@ -95,45 +126,99 @@ def test_install_twice_then_uninstall_on_a_raspberry_pi(tmp_path: Path, wheel: P
 
 
 def test_a_jetson_venv_sees_the_system_packages(tmp_path: Path, wheel: Path) -> None:
-    root = board_root(tmp_path, "jetson-orin-nano")
+    root = board_root(tmp_path, "jetson-orin-nano", UBUNTU_22_04)  # JetPack 6 is Ubuntu 22.04
     out = install(root, wheel, "--device-id", "dock-3", "--status-listen", "127.0.0.1:9090")
-    assert "board: jetson" in out and "with [jetson]" in out
+    assert "board: jetson" in out and "with [jetson]" in out and "system: Ubuntu 22.04.4 LTS" in out
     assert "include-system-site-packages = true" in (root / "opt/edge-agent/venv/pyvenv.cfg").read_text()
     text = (root / "etc/edge-agent/agent.yaml").read_text()
     assert 'id: "dock-3"' in text and 'listen: "127.0.0.1:9090"' in text
 
 
-@pytest.mark.parametrize("python", ["missing", "no-venv"])
-def test_a_system_without_python_or_its_venv_module_is_named(tmp_path: Path, wheel: Path, python: str) -> None:
-    """A minimal Debian has no python3 (or no python3-venv): install.sh names what to install.
+#: test doubles of the Python install.sh is given: what each refuses, and the words naming it
+REFUSED = {
+    "missing": (None, "with its venv module is missing", "apt-get install python3 python3-venv"),
+    # Debian's Python without python3-venv: `import ensurepip, venv` fails
+    "no-venv": ("*ensurepip*) exit 1;;", "with its venv module is missing", "apt-get install python3 python3-venv"),
+    # Debian 11's Python 3.9: older than Ubuntu 22.04's 3.10, the oldest taken
+    "3.9": ("*version_info*) exit 1;;", "is older than Python 3.10", ""),
+    # the 32-bit Raspberry Pi OS (armhf): ONNX Runtime publishes no wheel for it
+    "armv7l": (
+        "*platform*) echo armv7l; exit 0;;",
+        "this system is armv7l: edge-agent needs a 64-bit one",
+        "64-bit Raspberry Pi OS",
+    ),
+}
 
-    Outside --prefix it installs them itself with apt-get (seen on the booted VM,
+
+@pytest.mark.parametrize("python", REFUSED)
+def test_a_python_or_a_system_it_cannot_run_on_is_named_before_anything_is_written(
+    tmp_path: Path, wheel: Path, python: str
+) -> None:
+    """A minimal Debian has no python3 (or no python3-venv), an old one an older Python, a Pi
+    may run the 32-bit Pi OS: install.sh names what is wrong and writes nothing.
+
+    Outside --prefix it installs a missing Python itself with apt-get (seen on the booted VM,
     tests/e2e/test_booted_system.py); in a throwaway root it installs nothing on the host.
     """
-    if python == "missing":
-        interpreter = str(tmp_path / "no-such-python3")
-    else:  # a test double: a Python whose `import ensurepip, venv` fails, as Debian's without python3-venv
-        interpreter = str(tmp_path / "python3-without-venv")
-        Path(interpreter).write_text('#!/bin/sh\ncase "$*" in *ensurepip*) exit 1;; esac\nexec python3 "$@"\n')
+    case, said, fix = REFUSED[python]
+    interpreter = str(tmp_path / f"python-{python}")
+    if case is not None:  # a test double: the real python3 but for the answer of the case
+        Path(interpreter).write_text(f'#!/bin/sh\ncase "$*" in {case} esac\nexec python3 "$@"\n')
         Path(interpreter).chmod(0o755)
+    root = board_root(tmp_path, "rpi5", PI_OS)
     result = subprocess.run(
-        [
-            str(REPO / "scripts/install.sh"),
-            "--prefix",
-            str(tmp_path / "root"),
-            "--from",
-            str(wheel),
-            "--python",
-            interpreter,
-        ],
+        [str(REPO / "scripts/install.sh"), "--prefix", str(root), "--from", str(wheel), "--python", interpreter],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert result.returncode == 1
-    assert f"install.sh: {interpreter} with its venv module is missing" in result.stderr
-    assert "apt-get install python3 python3-venv" in result.stderr
-    assert not (tmp_path / "root/opt/edge-agent/venv").exists()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert said in result.stderr and fix in result.stderr, result.stderr
+    assert not (root / "opt/edge-agent").exists() and not (root / "etc/edge-agent").exists()
+    assert not (root / "etc/passwd").exists(), "no user or group made"
+
+
+def test_install_from_a_newer_wheel_upgrades_in_place_keeping_config_user_unit_and_state(
+    tmp_path: Path, wheel: Path, newer_wheel: Path
+) -> None:
+    root = tmp_path / "debian-root"  # a generic x86 or ARM box: no device tree
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/os-release").write_text(DEBIAN_12)
+    install(root, wheel, "--device-id", "gate-1")
+    venv, etc, state = root / "opt/edge-agent/venv", root / "etc/edge-agent", root / "var/lib/edge-agent"
+    config = etc / "agent.yaml"
+    config.write_text(config.read_text() + "# edited by the technician\n")
+    before = {path: path.read_bytes() for path in (config, root / "etc/passwd", root / "etc/group")}
+    python = (venv / "bin/python").stat().st_ino
+    # a fleet update had switched it to a version between the two (agent/deployment/agent_switch.py)
+    dirs = AgentDirs(state, venv)
+    (dirs.root / FLEET / "bin").mkdir(parents=True)
+    (dirs.root / FLEET / INSTALLED_MARK).write_text(f"{FLEET}\n")
+    dirs.switch(FLEET, deployment="d-1")
+    dirs.confirm()
+
+    out = install(root, newer_wheel)
+    assert f"installed edge-agent {NEWER}" in out and "system: Debian GNU/Linux 12 (bookworm)" in out
+    assert "created" not in out and "kept the existing" in out, out
+    assert {path: path.read_bytes() for path in before} == before, "agent.yaml, the user and groups as they were"
+    assert (venv / "bin/python").stat().st_ino == python, "the venv was made again"
+    assert (root / "etc/systemd/system/edge-agent.service").read_text() == (
+        REPO / "systemd/edge-agent.service"
+    ).read_text()
+    assert (root / "etc/systemd/system/multi-user.target.wants/edge-agent.service").is_symlink()
+    versions = "import agent, importlib.metadata as m; print(agent.__version__, m.version('edge-agent'))"
+    site = subprocess.run(
+        [str(venv / "bin/python"), "-c", versions], capture_output=True, text=True, cwd="/", env={}, check=True
+    )
+    assert site.stdout.split() == [NEWER, NEWER], "the old version replaced, code and metadata"
+    assert [p.name for p in venv.glob("lib/python*/site-packages/edge_agent-*.dist-info")] == [
+        f"edge_agent-{NEWER}.dist-info"
+    ]
+    # its first start runs the upgrade, not the older version the fleet had switched to
+    assert launch(dirs, venv, launched=False, installed=NEWER) is None
+    record = dirs.record()
+    assert dirs.current_version() is None and record is not None and record.state == "rolled_back", record
+    assert (dirs.root / FLEET).is_dir(), "kept until the next update prunes it"
 
 
 def test_install_with_a_claim_leaves_a_device_that_enrols_on_its_first_start(tmp_path: Path, wheel: Path) -> None:

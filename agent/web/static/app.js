@@ -82,6 +82,8 @@ function qualityRows(quality) {
   ];
 }
 
+const ENROLMENT_STATES = { waiting: "waiting for approval", denied: "enrolment denied", expired: "claim expired" };
+
 function renderStatus(s) {
   lastStatus = s;
   document.title = `${s.device} – edge-agent`;
@@ -89,8 +91,9 @@ function renderStatus(s) {
   $("identity").textContent =
     `${s.board.model} (${s.board.kind}, ${s.board.arch}) · edge-agent ${s.agent_version}` + (s.group ? ` · group ${s.group}` : "");
   const state = $("state");
-  state.textContent = s.state;
-  state.className = "badge " + (s.state === "online" ? "good" : "warn");
+  const enrol = s.enrolment; // set only while a device with only a claim waits for enrolment
+  state.textContent = enrol ? ENROLMENT_STATES[enrol.state] : s.state;
+  state.className = "badge " + (enrol ? (enrol.state === "waiting" ? "warn" : "fail") : s.state === "online" ? "good" : "warn");
 
   const serving = s.serving;
   fill($("model"), [

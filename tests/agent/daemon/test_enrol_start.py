@@ -1,7 +1,9 @@
 """`agent.daemon.enrol_start`: ``edge-agent run`` on a device with only a claim, over a real
 mosquitto with the dynamic security plugin: it waits under systemd's contract, keeps its request
 across a restart, enrols once the operator approves and then serves on its own topics; a denial
-is final; a claim file that does not read is refused and changes nothing."""
+is final; a claim file that does not read is refused and changes nothing. With a
+``status_page:`` section the page (over real HTTP, and in chromium) says all along where the
+enrolment stands, then goes on as the agent's own."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import pytest
 import yaml
 from testkit.agent_process import AgentProcess
 from testkit.broker import DYNSEC_OPERATOR, Broker, Watcher
-from testkit.net import wait_until
+from testkit.browser import Chromium
+from testkit.net import free_port, wait_until
+from testkit.page import http
 
 from agent.bundles.signing import generate_keypair
 from agent.cli.main import main
@@ -35,9 +39,11 @@ def claim_file(tmp_path: Path, broker: Broker, monkeypatch: pytest.MonkeyPatch) 
     return key, claim
 
 
-def device_config(tmp_path: Path, claim: Path) -> Path:
-    """agent.yaml as install.sh --claim writes it: no broker, the claim, a camera."""
+def device_config(tmp_path: Path, claim: Path, page: int | None = None) -> Path:
+    """agent.yaml as install.sh --claim writes it: no broker, the claim, a camera (`page`: the
+    status page on that port of 127.0.0.1, as install.sh writes it too)."""
     config: dict[str, Any] = {
+        **({"status_page": {"listen": f"127.0.0.1:{page}"}} if page is not None else {}),
         "device": {"id": "cam-9"},
         "state_dir": str(tmp_path / "device" / "state"),
         "enrolment": {"claim": str(claim), "boot_claims": []},
@@ -179,15 +185,108 @@ def test_an_attempt_the_broker_refuses_is_tried_again_after_a_backoff(
         MqttSection.model_validate({"broker": broker.url, "username": "admin", "password": {"value": "admin-password"}})
     )
     dynsec, role = Dynsec(admin), {"username": "claim-site-a", "rolename": "edge-claim-site-a"}
-    device = AgentProcess(device_config(tmp_path, claim))
+    port = free_port()
+    device = AgentProcess(device_config(tmp_path, claim, page=port))
     try:
         dynsec.must("removeClientRole", **role)  # the claim may not publish its request for now
         device.start()
         wait_until(lambda: "trying again in 5 s" in device.output(), 60, "the refused attempt's retry")
         assert "asked to join" not in device.output()
+        status = wait_until(
+            lambda: (s := (page_status(port) or {}).get("enrolment")) and s["next_retry"] and s, 30, "the next try"
+        )
+        assert status["request_id"] is None and status["next_retry"] > status["since"] and status["reason"], status
+        (problem,) = page_problems(port)
+        assert "next try in" in problem["message"] and status["reason"] in problem["message"], problem
         dynsec.must("addClientRole", **role)
         assert len(listed(broker, capsys, 1)) == 1  # the next attempt, 5 s on, is taken
         assert "asked to join as cam-9" in device.output()
     finally:
         assert device.stop() == 0, device.output()
         admin.stop()
+
+
+def page_status(port: int) -> dict[str, Any] | None:
+    """``/api/status`` of the page on `port`, None while nothing answers there."""
+    try:
+        answer = http(f"http://127.0.0.1:{port}/api/status")
+    except OSError:
+        return None
+    assert answer.status == 200, answer.body
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def page_problems(port: int) -> list[dict[str, Any]]:
+    answer = http(f"http://127.0.0.1:{port}/api/problems")
+    assert answer.status == 200, answer.body
+    return answer.json()["problems"]  # type: ignore[no-any-return]
+
+
+def test_while_it_waits_the_page_shows_the_request_to_approve_then_goes_on_as_the_agent_s(
+    tmp_path: Path,
+    broker: Broker,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    chromium: Chromium,
+) -> None:
+    key, claim = claim_file(tmp_path, broker, monkeypatch)
+    port = free_port()
+    device = AgentProcess(device_config(tmp_path, claim, page=port)).start()
+    try:
+        (row,) = listed(broker, capsys, 1)
+        request = (tmp_path / "device" / "state" / "enrol" / "request.json").read_text()
+        status = wait_until(
+            lambda: (s := (page_status(port) or {}).get("enrolment")) and s["request_id"] and s, 30, "the request"
+        )
+        assert status["state"] == "waiting" and status["request_id"] == row["request"], status
+        assert (status["claim"], status["device_id"], status["next_retry"]) == ("site-a", "cam-9", None)
+        assert status["since"] == json.loads(request)["issued_at"], "since the request, kept across restarts"
+        (problem,) = page_problems(port)  # the one thing to know, and what the operator does
+        assert problem["check"] == "enrolment" and problem["status"] == "warn", problem
+        assert row["request"] in problem["message"] and "fleet enrol approve" in problem["fix"]
+        assert http(f"http://127.0.0.1:{port}/api/rollback", "POST", body=b"{}").status == 403  # read only
+        assert b"edge_agent_build_info" in http(f"http://127.0.0.1:{port}/metrics").body
+        page = chromium.page()
+        page.open(f"http://127.0.0.1:{port}/")
+        assert page.wait_for("document.getElementById('state').textContent === 'waiting for approval'")
+        assert page.wait_for("document.getElementById('device').textContent") == "cam-9"
+        assert row["request"] in page.wait_for("document.getElementById('problems').textContent")
+
+        approve = operator(broker, "enrol", "approve", str(row["request"]))
+        assert main([*approve, "--key", str(key)]) == 0
+        agent = wait_until(  # its broker connected with the credentials enrolment wrote
+            lambda: (s := page_status(port)) and s["enrolment"] is None and s["broker"]["connected"] and s,
+            60,
+            "the agent's page",
+        )
+        assert (agent["state"], agent["group"]) == ("online", "yard"), agent
+        assert all(p["check"] != "enrolment" for p in page_problems(port))
+        page.open(f"http://127.0.0.1:{port}/")
+        assert page.wait_for("document.getElementById('state').textContent === 'online'")
+    finally:
+        code = device.stop()
+    assert code == 0, device.output()
+
+
+def test_a_denied_device_with_a_page_says_so_there_until_it_is_stopped(
+    tmp_path: Path, broker: Broker, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key, claim = claim_file(tmp_path, broker, monkeypatch)
+    port = free_port()
+    config = device_config(tmp_path, claim, page=port)
+    device = AgentProcess(config).start()
+    try:
+        (row,) = listed(broker, capsys, 1)
+        deny = operator(broker, "enrol", "deny", str(row["request"]), "--reason", "not one of ours")
+        assert main([*deny, "--key", str(key)]) == 0
+        status = wait_until(
+            lambda: (s := (page_status(port) or {}).get("enrolment")) and s["state"] == "denied" and s, 30, "denied"
+        )
+        assert "not one of ours" in status["reason"] and status["request_id"] == row["request"]
+        (problem,) = page_problems(port)
+        assert (problem["check"], problem["status"]) == ("enrolment", "fail") and "denied" in problem["message"]
+        assert device.alive(), "it waits for SIGTERM, the page up"
+    finally:
+        code = device.stop()
+    assert code == NOT_ENROLLED, device.output()
+    assert page_status(port) is None, "the page stops with it"

@@ -177,3 +177,33 @@ def test_prune_keeps_the_way_back_and_removes_the_rest(dirs: AgentDirs) -> None:
     dirs.switch("1.0.2")
     assert dirs.prune(keep="1.0.3") == ["1.0.0"]
     assert sorted(p.name for p in dirs.root.iterdir()) == ["1.0.1", "1.0.2", "current", "switch.json"]
+
+
+@pytest.mark.parametrize(
+    ("installed", "runs_base"),
+    [("1.0.2", True), ("2.0.0", True), ("1.0.1", False), ("1.0.0", False), (None, False)],
+)
+def test_an_installed_environment_upgraded_in_place_runs_over_an_older_switched_version(
+    dirs: AgentDirs, installed: str | None, runs_base: bool
+) -> None:
+    """install.sh --from a newer wheel (or pip) upgrades the installed environment itself: a
+    version `current` names that is older than it gives way, never one that is newer or equal."""
+    dirs.switch("1.0.1", deployment="d-7")
+    dirs.confirm()
+    target = launch(dirs, dirs.base, launched=False, installed=installed) or dirs.base
+    assert target == (dirs.base if runs_base else dirs.root / "1.0.1")
+    record = dirs.record()
+    assert record is not None
+    if runs_base:
+        assert dirs.current_version() is None and record.state == "rolled_back"
+        assert (record.version, record.deployment) == ("1.0.1", "d-7") and f"{installed} was installed" in record.reason
+        assert runs(dirs) == dirs.base, "and it stays there"
+    else:
+        assert dirs.current_version() == "1.0.1" and record.state == "confirmed"
+
+
+def test_an_upgrade_in_place_during_a_pending_switch_ends_it_rolled_back(dirs: AgentDirs) -> None:
+    dirs.switch("1.0.1")
+    assert launch(dirs, dirs.base, launched=False, installed="1.0.2") is None
+    record = dirs.record()
+    assert record is not None and record.state == "rolled_back" and dirs.current_version() is None

@@ -15,7 +15,7 @@ from agent.hardware.readings import Battery, SensorReadings, Throttled
 from agent.hardware.system import SystemReadings
 from agent.mqtt.link import Refused
 from agent.mqtt.outbox import MIB, Dropped, OutboxStats
-from agent.snapshot import DeploymentStatus, EngineStatus, Health, MediaUsage
+from agent.snapshot import DeploymentStatus, EngineStatus, EnrolmentStatus, Health, MediaUsage
 from agent.web.problems import (
     judge_battery,
     judge_camera,
@@ -23,6 +23,7 @@ from agent.web.problems import (
     judge_deployment,
     judge_disk,
     judge_engine,
+    judge_enrolment,
     judge_outbox,
     judge_power,
     judge_refused,
@@ -320,3 +321,30 @@ def test_a_lost_camera_is_not_also_judged_on_its_last_picture() -> None:
     lost = dataclasses.replace(lost, source_status=SourceState("reconnecting", "no frame", 1))
     mine = [p for p in page_problems(snapshot(cameras=(lost,)), Health(True), {}) if "gate" in p.check]
     assert [p.message for p in mine] == ["camera gate lost: no frame"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "status", "words"),
+    [
+        ({}, "warn", ["asking to join the fleet as cam-9 with the claim site-a"]),
+        ({"request_id": "ab12"}, "warn", ["request ab12 to join as cam-9", "since 2023-11-14 22:13:20 UTC"]),
+        (
+            {"next_retry": 1_700_000_040.0, "reason": "broker unreachable"},
+            "warn",
+            ["next try in 20 s (broker unreachable)"],
+        ),
+        ({"state": "denied", "reason": "not ours"}, "fail", ["enrolment denied (claim site-a): not ours"]),
+        ({"state": "expired", "reason": "too late"}, "fail", ["the claim expired (claim site-a): too late"]),
+    ],
+)
+def test_enrolment(changes: dict[str, Any], status: str, words: list[str]) -> None:
+    waiting = EnrolmentStatus("waiting", "site-a", "cam-9", None, 1_700_000_000.0)
+    found = judge_enrolment(dataclasses.replace(waiting, **changes), now=1_700_000_020.0)
+    assert found.status == status and all(w in found.message for w in words), found.message
+    assert "fleet enrol" in found.fix
+
+
+def test_a_device_waiting_for_enrolment_shows_that_one_problem_only() -> None:
+    waiting = EnrolmentStatus("waiting", "site-a", "cam-9", "ab12", 1_700_000_000.0)
+    (found,) = page_problems(snapshot(enrolment=waiting, bundle=None), Health(ok=True), {})
+    assert found.check == "enrolment" and "ab12" in found.message
