@@ -208,6 +208,14 @@ class ChildRunner:
                 pending = [name for name in pending if name not in infos]
             return {name: infos[name] for name in wanted}
 
+    def known(self, names: Iterable[RuntimeName], root: Path | None = None) -> dict[RuntimeName, RuntimeInfo] | None:
+        """What `probe` found for every one of `names` under `root` in this process, without
+        starting a child; None when one of them was not probed yet."""
+        with self._lock:
+            infos = self._infos.get(None if root is None else str(root), {})
+            wanted = list(dict.fromkeys(names))
+            return {name: infos[name] for name in wanted} if all(n in infos for n in wanted) else None
+
     def _crashed_info(self, name: RuntimeName, result: ChildResult, modules: Sequence[str]) -> RuntimeInfo:
         library = library_version(modules)
         how = result.ended
