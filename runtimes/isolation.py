@@ -216,6 +216,13 @@ class ChildRunner:
             wanted = list(dict.fromkeys(names))
             return {name: infos[name] for name in wanted} if all(n in infos for n in wanted) else None
 
+    def remember(self, infos: Mapping[RuntimeName, RuntimeInfo], root: Path | None = None) -> None:
+        """Take `infos` as what probing found under `root` in this process (an answer kept from
+        the last start, `runtimes.probe_cache`): the later probes of this process (an activation's)
+        start no child for them, as after a probe here."""
+        with self._lock:
+            self._infos.setdefault(None if root is None else str(root), {}).update(infos)
+
     def _crashed_info(self, name: RuntimeName, result: ChildResult, modules: Sequence[str]) -> RuntimeInfo:
         library = library_version(modules)
         how = result.ended

@@ -504,6 +504,7 @@ def available_runtimes(
             cached = probe_cache.read(cache.path, key)
             if cached is not None:
                 infos = cached
+                PROCESS_RUNNER.remember(cached, root)  # an activation's probe in this process takes it too
                 _FROM_CACHE.update(dict.fromkeys(wanted, cache.path))
             else:
                 infos = probe_isolated(wanted, lambda name: probe_here(name, root), libraries, root)

@@ -8,12 +8,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from testkit import DEMO_MODELS
+from testkit import DEMO_MODELS, standin_env
 
 from runtimes import isolation, probe_cache, registry
 from runtimes.base import RuntimeUnavailable
-from runtimes.isolation import ChildResult, ChildRunner
-from runtimes.registry import ProbeCache, available_runtimes, load_runtime
+from runtimes.isolation import ChildResult, ChildRunner, RuntimeCrashed
+from runtimes.ort_settings import OnnxRuntimeConfig
+from runtimes.registry import ProbeCache, available_runtimes, check_load, load_runtime
 
 #: onnxruntime (a library), hailo (its devices under the root) and tvm (not installed here)
 NAMES = ["onnxruntime", "hailo", "tvm"]
@@ -22,8 +23,8 @@ NAMES = ["onnxruntime", "hailo", "tvm"]
 class Probes(ChildRunner):
     """The real runner, counting the probe processes it starts."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        super().__init__(env=env)
         self.count = 0
 
     def run(self, args: Sequence[str], timeout_s: float) -> ChildResult:
@@ -60,6 +61,10 @@ def test_a_second_start_takes_the_answer_from_the_file_without_a_probe(probes: P
     isolation.PROCESS_RUNNER = fresh = Probes()  # the next start: a new process
     assert available_runtimes(NAMES, root=board, cache=cache) == first
     assert fresh.count == 0, "the answer came from the file"
+    assert available_runtimes(["onnxruntime"], root=board) == {"onnxruntime": first["onnxruntime"]}
+    assert fresh.count == 0, "a later probe in the process (an activation's) takes it too"
+
+    isolation.PROCESS_RUNNER = fresh = Probes()
     assert list(available_runtimes(["tvm", "onnxruntime", "hailo"], root=board, cache=cache)) != list(first)
     assert fresh.count == 1, "other backends, or in another order, are another key"
 
@@ -167,3 +172,19 @@ def test_a_runtime_the_file_calls_available_that_then_fails_to_load_drops_the_fi
     isolation.PROCESS_RUNNER = fresh = Probes()
     assert not available_runtimes(NAMES, root=board, cache=cache)["tvm"].available
     assert fresh.count == 1 and cache.path.is_file()
+
+
+def test_a_runtime_from_the_file_that_crashes_its_check_process_drops_the_file(
+    probes: Probes, board: Path, tmp_path: Path
+) -> None:
+    """onnxruntime rebuilt in place so that it crashes on a model (what the key cannot see: a
+    stand-in in the check process's path only): the first load's check fails as it would have
+    without the file, and the file goes."""
+    cache = ProbeCache(tmp_path / "runtime-probe.json", "1.0.0")
+    available_runtimes(NAMES, root=board, cache=cache)
+
+    isolation.PROCESS_RUNNER = Probes(env=standin_env("crash_on_load"))
+    assert available_runtimes(NAMES, root=board, cache=cache)["onnxruntime"].available
+    with pytest.raises(RuntimeCrashed):
+        check_load("onnxruntime", DEMO_MODELS / "demo_detector.onnx", OnnxRuntimeConfig())
+    assert not cache.path.exists()
