@@ -9,7 +9,7 @@ at the next start when the key it was written under is the key of now (`probe_ke
 
 - this Python (``sys.executable``, ``sys.version``), the agent's version and where its code lives;
 - for each backend probed, in order, each of its library's top-level modules: where it would be
-  imported from (``importlib.util.find_spec``, nothing imported), that file's size and mtime, and
+  imported from (the path's finder, nothing imported), that file's size and mtime, and
   the version of the distribution of that name;
 - the runtime plugins installed (their entry points and distributions' versions);
 - the environment that decides what a library finds (``PYTHONPATH``, ``LD_LIBRARY_PATH``,
@@ -36,7 +36,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from importlib import metadata, util
+from importlib import machinery, metadata, util
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +82,8 @@ def probe_key(
 
 def _module(name: str) -> list[Any]:
     """``[module, where it imports from, size, mtime_ns, distribution version]``, None where unknown."""
-    try:
-        spec = util.find_spec(name)
+    try:  # the path's finder, as a fresh child looks (find_spec gives a module imported here its old spec)
+        spec = machinery.PathFinder.find_spec(name) or util.find_spec(name)
     except (ImportError, ValueError):
         spec = None
     where = None
