@@ -208,6 +208,21 @@ class ChildRunner:
                 pending = [name for name in pending if name not in infos]
             return {name: infos[name] for name in wanted}
 
+    def known(self, names: Iterable[RuntimeName], root: Path | None = None) -> dict[RuntimeName, RuntimeInfo] | None:
+        """What `probe` found for every one of `names` under `root` in this process, without
+        starting a child; None when one of them was not probed yet."""
+        with self._lock:
+            infos = self._infos.get(None if root is None else str(root), {})
+            wanted = list(dict.fromkeys(names))
+            return {name: infos[name] for name in wanted} if all(n in infos for n in wanted) else None
+
+    def remember(self, infos: Mapping[RuntimeName, RuntimeInfo], root: Path | None = None) -> None:
+        """Take `infos` as what probing found under `root` in this process (an answer kept from
+        the last start, `runtimes.probe_cache`): the later probes of this process (an activation's)
+        start no child for them, as after a probe here."""
+        with self._lock:
+            self._infos.setdefault(None if root is None else str(root), {}).update(infos)
+
     def _crashed_info(self, name: RuntimeName, result: ChildResult, modules: Sequence[str]) -> RuntimeInfo:
         library = library_version(modules)
         how = result.ended

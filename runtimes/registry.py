@@ -458,24 +458,59 @@ def probe_here(name: RuntimeName, root: Path | None = None) -> RuntimeInfo:
     return info if info.name == name else dataclasses.replace(info, name=name)
 
 
+@dataclass(frozen=True)
+class ProbeCache:
+    """Where the daemon keeps the probe's answer between starts (`runtimes.probe_cache`) and the
+    agent's version, part of its key."""
+
+    path: Path
+    version: str
+
+
+#: backends whose answer this process took from a cache file, and that file: a load of one that
+#: then fails removes the file (`_distrust`), once
+_FROM_CACHE: dict[RuntimeName, Path] = {}
+_FROM_CACHE_LOCK = threading.Lock()
+
+
 def available_runtimes(
-    names: Iterable[RuntimeName] | None = None, isolated: bool = True, root: Path | None = None
+    names: Iterable[RuntimeName] | None = None,
+    isolated: bool = True,
+    root: Path | None = None,
+    cache: ProbeCache | None = None,
 ) -> dict[RuntimeName, RuntimeInfo]:
     """Probe the named backends' libraries, each imported in a child process once per process
     (`runtimes.isolation`: a library that crashes there is unavailable, with `crashed` set);
     unavailable ones carry the reason. `isolated=False` imports them here instead, for a
     one-shot command that loads the model in this process right after anyway. Default: every
     backend, the plugins loaded first (`load_plugins`). `root`: where the backends that drive a
-    device look for it (``probe --root``, a board's fake tree; None: ``/``)."""
+    device look for it (``probe --root``, a board's fake tree; None: ``/``). `cache` (the daemon,
+    isolated only): the answer of an earlier start taken from that file when nothing it depends
+    on changed, else probed and written there (`runtimes.probe_cache`)."""
     if names is None:
         load_plugins()
     wanted = [backend(name).name for name in (runtime_names() if names is None else names)]
     root = None if root == Path("/") else root  # one probe of / however it is named
     if isolated:
-        from runtimes.isolation import probe_isolated  # check processes: not `detect`'s
+        from runtimes.isolation import PROCESS_RUNNER, probe_isolated  # check processes: not `detect`'s
 
         libraries = {name: BACKENDS[name].libraries for name in wanted}
-        infos = probe_isolated(wanted, lambda name: probe_here(name, root), libraries, root)
+        known = PROCESS_RUNNER.known(wanted, root)  # probed in this process already (simulated devices)
+        if known is not None or cache is None:
+            infos = known or probe_isolated(wanted, lambda name: probe_here(name, root), libraries, root)
+        else:
+            from runtimes import probe_cache
+
+            key = probe_cache.probe_key(wanted, libraries, root, cache.version, GROUP)
+            cached = probe_cache.read(cache.path, key)
+            if cached is not None:
+                infos = cached
+                PROCESS_RUNNER.remember(cached, root)  # an activation's probe in this process takes it too
+                with _FROM_CACHE_LOCK:
+                    _FROM_CACHE.update(dict.fromkeys(wanted, cache.path))
+            else:
+                infos = probe_isolated(wanted, lambda name: probe_here(name, root), libraries, root)
+                probe_cache.write(cache.path, key, infos)
     else:
         infos = {name: probe_here(name, root) for name in wanted}
     for info in infos.values():
@@ -510,6 +545,8 @@ def load_runtime(
     try:
         return entry.load(model_path, config, LoadOptions(warmup=warmup, workers=workers, root=root))
     except Exception as exc:
+        if isinstance(exc, RuntimeUnavailable) and not isinstance(exc, tensorrt_settings.EngineNotReady):
+            _distrust(entry.name, f"{entry.name} cannot run here: {first_line(exc)}")
         if isinstance(exc, BackendError) or name in _BUILTIN:
             raise
         # a third-party backend's bug refuses the model (the next runtime serves); it never stops the agent
@@ -521,9 +558,27 @@ def check_load(name: RuntimeName, model_path: Path, config: BackendConfig) -> No
     """Load and warm up `model_path` with these settings once in a child process (once per
     process, content and settings); raises `runtimes.isolation.RuntimeCrashed` when the backend's
     library killed that child. Errors the backend reports are left to the caller's own load."""
-    from runtimes.isolation import check_load_isolated
+    from runtimes.isolation import RuntimeCrashed, check_load_isolated
 
-    check_load_isolated(backend(name).name, model_path, config.model_dump_json(), backend(name).libraries)
+    entry = backend(name)
+    try:
+        check_load_isolated(entry.name, model_path, config.model_dump_json(), entry.libraries)
+    except RuntimeCrashed as exc:
+        _distrust(entry.name, str(exc))
+        raise
+
+
+def _distrust(name: RuntimeName, why: str) -> None:
+    """`name`'s library failed to load after the probe cache said it would: remove the cache
+    file, so that the next start probes again (once per process: the file is gone)."""
+    with _FROM_CACHE_LOCK:  # the cameras' threads load side by side
+        path = _FROM_CACHE.get(name)
+        for each in [n for n, p in _FROM_CACHE.items() if p == path]:
+            del _FROM_CACHE[each]
+    if path is not None:
+        from runtimes import probe_cache
+
+        probe_cache.forget(path, why)
 
 
 def load_runtime_checked(

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from testkit import DEMO_MODELS, SHARED_MODELS
-from testkit.agent_process import AgentProcess, agent_config
+from testkit.agent_process import PROBE_CACHE_ENV, AgentProcess, agent_config
 from testkit.broker import SMALL_PACKET, Broker, Watcher
 from testkit.browser import Chromium
 from testkit.needs import missing, required
@@ -50,6 +50,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if folder in DAEMON_FOLDERS or fixtures & DAEMON_FIXTURES or item.get_closest_marker("install"):
             item.add_marker(pytest.mark.daemons)
     items.sort(key=long_seconds, reverse=True)  # stable: the rest keep their order
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The agents of this worker's tests (`agent_config`, and the scripts the tests run that use
+    it) keep the runtime probe's answer in one file of the worker's own base folder: the first
+    probes, the rest take it back while its key holds (runtimes/probe_cache.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PROBE_CACHE_ENV, str(tmp_path_factory.getbasetemp() / "runtime-probe.json"))
+        yield
 
 
 def long_seconds(item: pytest.Item) -> float:

@@ -1212,6 +1212,12 @@ class AgentConfig(_Section):
         default_factory=RuntimeSettings,
         description=f"Settings of each runtime backend ({', '.join(RUNTIME_NAMES)}).",
     )
+    runtime_probe_cache: Path | None = Field(
+        default=None,
+        description="The file where the agent keeps what the runtime probe found, taken back at the next start "
+        "while nothing it depends on changed (the Python, the runtimes' libraries, the device files); "
+        "default <state_dir>/runtime-probe.json.",
+    )
     keep_versions: int = Field(default=3, ge=2, description="Installed versions kept, current and previous included.")
     bundle_limits: BundleLimitsConfig = Field(default_factory=BundleLimitsConfig, description="Unpack limits.")
     mqtt: MqttSection | None = Field(default=None, description="The fleet broker; without it the agent runs alone.")
@@ -1303,6 +1309,10 @@ class AgentConfig(_Section):
         """`runtimes` with what it leaves to the state directory filled in (each backend's
         `with_state_dir`): TensorRT's engine cache defaults to ``<state_dir>/engines``."""
         return self.runtimes.with_state_dir(self.state_dir)
+
+    def probe_cache_path(self) -> Path:
+        """`runtime_probe_cache`, by default ``<state_dir>/runtime-probe.json``."""
+        return self.runtime_probe_cache or self.state_dir / "runtime-probe.json"
 
     def device_id(self) -> str:
         """The configured id, else this machine's hostname (made topic-safe)."""

@@ -70,7 +70,7 @@ from pipelines.health_watch import ProblemSeen
 from pipelines.pipeline import Sink, use_one_opencv_thread
 from pipelines.sources.frames import Frame
 from runtimes.base import RuntimeInfo, compact_malloc
-from runtimes.registry import available_runtimes, plugin_problems
+from runtimes.registry import ProbeCache, available_runtimes, plugin_problems
 
 if TYPE_CHECKING:
     from agent.web.server import StatusServer
@@ -219,7 +219,8 @@ class Agent:
             log.warning("recovered deployment %s: now %s", recovered.id, recovered.state)
         for warning in [*self.warnings, *self.store.problems]:
             log.warning("%s", warning)
-        self._runtimes = tuple(available_runtimes().values())  # once per process: a SIGHUP reuses it
+        cache = ProbeCache(self.config.probe_cache_path(), __version__)  # the last start's, while still true
+        self._runtimes = tuple(available_runtimes(cache=cache).values())  # once per process: a SIGHUP reuses it
         self.classifying.start()
         self.actions.serve_current()
         self._state = "online"

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import linear_sum_assignment
 
 from pipelines.decoding.detections import Detections
 from pipelines.tracking.kalman import KalmanBoxFilter, to_xyah, to_xyxy
@@ -116,6 +115,10 @@ def match(
             iou[row] = np.maximum(iou[row], pairwise_iou(track.seen[None, :], boxes)[0])
     if class_aware:
         iou[np.array([t.class_id for t in tracks])[:, None] != classes[None, :]] = 0.0
+    # imported here: scipy.optimize is a third of what the daemon imports at start (every agent,
+    # cameras that track or not), and only a camera with tracks to match needs it
+    from scipy.optimize import linear_sum_assignment
+
     rows, cols = linear_sum_assignment(-iou)
     pairs = [(int(r), int(c)) for r, c in zip(rows, cols, strict=True) if iou[r, c] >= min_iou]
     matched_rows, matched_cols = {r for r, _ in pairs}, {c for _, c in pairs}

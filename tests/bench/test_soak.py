@@ -1,5 +1,8 @@
-"""`bench/soak.py` in its short form: one minute of the chaos soak at twice its pace (broker
-restarts, a camera fault, a deployment, a rollback, snapshot floods) ends as intended."""
+"""`bench/soak.py` in its short form: 48 s of the chaos soak at twice its pace (broker restarts,
+a camera fault, a deployment, a rollback, snapshot floods) ends as intended. 48 s, not the minute
+it was: the same actions are due (the last, the rollback, at 45 s; the next, a broker restart, at
+62.5 s), without the 12 s of cameras inferring after them that no assertion reads; every action
+due runs however late a deployment makes it (`soak.slots_due`)."""
 
 from __future__ import annotations
 
@@ -11,10 +14,10 @@ import pytest
 from testkit import REPO
 
 
-@pytest.mark.long(seconds=80)
+@pytest.mark.long(seconds=70)
 def test_a_minute_of_chaos_ends_every_deployment_and_rollback_as_intended() -> None:
     proc = subprocess.run(
-        [sys.executable, "bench/soak.py", "--minutes", "1", "--pace", "2", "--json"],
+        [sys.executable, "bench/soak.py", "--minutes", "0.8", "--pace", "2", "--json"],
         capture_output=True,
         text=True,
         cwd=REPO,

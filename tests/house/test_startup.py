@@ -113,3 +113,27 @@ def test_detect_on_onnx_runtime_builds_no_other_settings_model(tmp_path: Path) -
     status, built, sections = json.loads(run.stdout.splitlines()[-1])
     assert status == 0 and built == ["OnnxRuntimeConfig"], f"detect built {built}"
     assert sections == 0, "the runtimes: section's model is built for agent.yaml only"
+
+
+def test_the_daemon_imports_no_scipy_until_a_tracker_matches() -> None:
+    """An agent's start imports the daemon's modules, and scipy.optimize (the tracker's Hungarian
+    matching, with what it pulls in: scipy.linalg, scipy.special, numpy.ma, unittest) was a third
+    of them: 0.5 of 1.45 CPU-seconds, at every start of every agent a test runs. It is imported
+    when a tracker first matches tracks to boxes, which a camera without detections never does."""
+    code = (
+        "import json, sys\nimport agent.cli.run, agent.daemon.agent\n"
+        "from pipelines.tracking.tracker import ByteTracker\n"
+        "ByteTracker()\n"
+        "before = sorted(m for m in sys.modules if m.split('.')[0] == 'scipy')\n"
+        "import numpy as np\nfrom pipelines.decoding.detections import Detections\n"
+        "tracker = ByteTracker()\n"
+        "box = Detections(np.array([[10, 10, 50, 50]], np.float32), np.array([0.9], np.float32),\n"
+        "                 np.array([0], np.int32))\n"
+        "steps = [tracker.update(box) for _ in range(3)]\n"
+        "print(json.dumps([before, 'scipy.optimize' in sys.modules, tracker.active_ids]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    before, after, ids = json.loads(run.stdout.splitlines()[-1])
+    assert before == [], f"the daemon's modules imported {before}"
+    assert after and ids == [1], "a tracker matching a box over three frames imports it and keeps one track"

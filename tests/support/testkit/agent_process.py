@@ -16,6 +16,12 @@ import yaml
 from testkit import REPO
 from testkit.broker import Broker
 
+#: names one file for the runtime probe's answer (agent.yaml's ``runtime_probe_cache``) that
+#: every agent `agent_config` writes a config for shares; tests/conftest.py sets it to a file of
+#: the xdist worker's own, so that a worker's agents probe once, not at every start (half a
+#: CPU-second each), and scripts the tests run (the red team, the soak) inherit it
+PROBE_CACHE_ENV = "EDGE_AGENT_TEST_PROBE_CACHE"
+
 
 def agent_config(
     tmp: Path,
@@ -43,6 +49,8 @@ def agent_config(
         "telemetry": {"interval_s": 0.5},
         "events": {"min_interval_s": 1.0},
     }
+    if os.environ.get(PROBE_CACHE_ENV):
+        config["runtime_probe_cache"] = os.environ[PROBE_CACHE_ENV]
     if "pipelines" in overrides:
         del config["cameras"]
     for key, value in overrides.items():
