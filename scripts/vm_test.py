@@ -423,6 +423,10 @@ MAX_STARTS, CONFIRM_WITHIN_S = 3, 120.0
 #: 2-core development machine about 50 s). Counted from the switch, not from the upgrade's pip.
 START_S_TCG = 60.0
 ROLLBACK_S = MAX_STARTS * (RESTART_S + START_S_TCG)
+#: how long `fleet push --agent --wait` waits for the device's deployment to end: the download,
+#: the in-VM pip install of the new environment (about a minute under TCG), then the switch and
+#: its confirmation (`CONFIRM_WITHIN_S`) or its rollback (`ROLLBACK_S`)
+AGENT_PUSH_WAIT_S = 900.0
 #: how the device joins with its claim (run as root in /root/edge-agent, {claim}: the claim file):
 #: `scripts/install.sh --claim {claim} ...` takes this line's place once install.sh has it
 ENROL_COMMAND = f"{VENV}/edge-agent enrol --claim {{claim}} --device-id {DEVICE} --wait 900"
@@ -503,6 +507,48 @@ def agent_wheel(out: Path, version: str, broken: bool = False) -> Path:
         run([*pip, str(source)], env=env)
     (wheel,) = out.glob(f"edge_agent-{version}-*.whl")
     return wheel
+
+
+def pushed_deployment(said: str) -> str:
+    """The deployment's id in what ``fleet push`` printed ("pushed edge-agent 0.2.1 (...) to
+    device:vm-1 as deployment ID")."""
+    match = re.search(r"^pushed .* as deployment (\S+)$", said, re.MULTILINE)
+    if match is None:
+        raise ValueError(f"fleet push named no deployment: {said[-500:]!r}")
+    return match.group(1)
+
+
+def agent_deployment_problems(
+    record: dict[str, Any] | None, deployment: str, version: str, state: str, code: str | None = None
+) -> list[str]:
+    """What differs between `record` (the device's deployment document, as ``fleet status
+    --json`` reads it) and the agent deployment `deployment` of edge-agent `version` ended in
+    `state` with the error `code` (None: no error); empty when nothing does. The document is
+    retained, so the previous deployment's record is there until the device publishes this one."""
+    if not record:
+        return ["the device published no deployment record"]
+    error = record.get("error") or {}
+    seen = {"id": record.get("id"), "kind": record.get("kind"), "version": record.get("version"),
+            "state": record.get("state"), "error code": error.get("code")}  # fmt: skip
+    wanted = {"id": deployment, "kind": "agent", "version": version, "state": state, "error code": code}
+    return [f"{k} {seen[k]!r}, not {v!r}" for k, v in wanted.items() if seen[k] != v]
+
+
+def push_figures(pushed: dict[str, Any], end: str) -> dict[str, float | None]:
+    """An agent push's seconds (`Checks.push_agent`) as a check reports them: from the push to the
+    switch, from the switch to its `end` (confirmed, rolled_back: what the launcher and the new
+    version decide, the limits' measure) and from the switch to the device's report of the
+    deployment's end (the CLI's return); None where a moment was not seen."""
+    switched, ended, reported = (pushed[k] for k in ("push_to_switch_s", "push_to_switch_end_s", "push_to_end_s"))
+
+    def since_switch(t: float | None) -> float | None:
+        return None if switched is None or t is None else round(t - switched, 1)
+
+    return {
+        "push_to_switch_s": None if switched is None else round(switched, 1),
+        f"switch_to_{end}_s": since_switch(ended),
+        "switch_to_reported_s": since_switch(reported),
+    }
 
 
 def checkout_tar() -> bytes:
@@ -648,16 +694,66 @@ class Checks:
         record, _, current = out.stdout.partition("\n")
         return {**json.loads(record), "current": current.strip() or None}
 
-    def upgrade(self, wheel: Path) -> str:
-        """`edge-agent upgrade WHEEL` as the service's user, as docs/fleet.md tells an operator."""
+    def put_wheel(self, wheel: Path) -> str:
+        """`wheel` copied into the VM's `WHEELS` (readable by the service's user); its path there."""
         with tempfile.TemporaryFile() as f:
             with tarfile.open(fileobj=f, mode="w:gz") as tar:
                 tar.add(wheel, arcname=wheel.name)
             f.seek(0)
             self.vm.put_tar(f.read(), WHEELS)
         self.vm.sh(f"chmod 0755 {WHEELS} && chmod 0644 {WHEELS}/{wheel.name}")
-        command = f"{VENV}/edge-agent upgrade {WHEELS}/{wheel.name} --config /etc/edge-agent/agent.yaml"
-        return self.vm.sh(f"runuser -u edge-agent -- {command}").stdout
+        return f"{WHEELS}/{wheel.name}"
+
+    def switch_seen(self) -> tuple[str, str] | None:
+        """The version and state agents/switch.json says; None before any switch (or while SSH is down)."""
+        done = self.vm.sh(f"cat {STATE_DIR}/agents/switch.json", check=False, timeout=30)
+        try:
+            record = json.loads(done.stdout) if done.returncode == 0 else None
+            return None if record is None else (str(record["version"]), str(record["state"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def push_agent(self, wheel: Path, version: str) -> dict[str, Any]:
+        """The operator's way (docs/fleet.md, "From the fleet: agent bundles"): `wheel` (edge-agent
+        `version`) built into an agent bundle signed with the host's signing key (the one the
+        model bundles are signed with, in the device's `trust_keys`), then `fleet push --agent
+        --target device:DEVICE --wait` with the operator's key. While the CLI waits, the VM's
+        switch record is polled for the moments the device switches to `version` and the switch
+        ends (confirmed or rolled back). What the CLI said, its exit status, the deployment's id,
+        and the seconds from the push to the switch and to its end (None: not seen) and to the
+        CLI's end."""
+        bundle = wheel.with_name(f"edge-agent-{version}.bundle")
+        self.cli("bundle", "build", "--agent", "--wheel", str(wheel),
+                 "--key", str(self.keys / "signing/signing.key"), "-o", str(bundle))  # fmt: skip
+        command = [*host_cli(), "fleet", "push", "--agent", str(bundle), "--target", f"device:{DEVICE}",
+                   "--key", str(self.keys / "operator/signing.key"), "--wait", f"{AGENT_PUSH_WAIT_S:.0f}",
+                   *self.broker_args()]  # fmt: skip
+        t0 = time.monotonic()
+        switched: float | None = None
+        ended: float | None = None
+        with tempfile.TemporaryFile("w+") as out:
+            cli = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True)
+            try:
+                while cli.poll() is None and time.monotonic() < t0 + AGENT_PUSH_WAIT_S + 120:
+                    seen = self.switch_seen() if ended is None else None
+                    if seen is not None and seen[0] == version:
+                        switched = switched if switched is not None else time.monotonic() - t0
+                        ended = time.monotonic() - t0 if seen[1] != "pending" else None
+                    time.sleep(1)
+                rc = cli.wait(60)
+            finally:
+                if cli.poll() is None:
+                    cli.kill()
+                    cli.wait()
+            out.seek(0)
+            said = out.read()
+        return {"said": said, "rc": rc, "deployment": pushed_deployment(said), "push_to_switch_s": switched,
+                "push_to_switch_end_s": ended, "push_to_end_s": time.monotonic() - t0,
+                "bundle_bytes": bundle.stat().st_size}  # fmt: skip
+
+    def deployment_record(self) -> dict[str, Any]:
+        """The device's deployment record and its status as the operator reads them (`fleet status --json`)."""
+        return self.cli_json("fleet", "status", "--json").get(DEVICE, {})  # type: ignore[no-any-return]
 
     def write_config(self, extra: str = "") -> None:
         """agent.yaml as a technician finishes it: the example install.sh wrote, keys added."""
@@ -1003,63 +1099,66 @@ class Checks:
         }
 
     def agent_update(self) -> dict[str, Any]:
-        """`edge-agent upgrade` under systemd to A+1 (this checkout, its version bumped, built on the
-        host): the running agent execs it (same pid, no restart), it confirms itself, the unit stays
-        active on A+1."""
+        """A+1 (this checkout, its version bumped, built on the host) pushed from the fleet as a
+        signed agent bundle (`push_agent`): the deployment ends SUCCEEDED with A+1 in the device's
+        status; the running agent execed it (same pid, no restart), it confirmed itself, the unit
+        stays active on A+1."""
         a = agent_version_in((HERE / "agent/__init__.py").read_text())
         a1 = bump_patch(a)
         wheel = agent_wheel(self.vm.work / "wheels", a1)
         pid, restarts = self.main_pid(), self.restarts()
-        t0 = time.monotonic()
-        said = self.upgrade(wheel)
-        switched = time.monotonic()  # the upgrade returns once agents/current names A+1
-        record = self.wait(
-            f"the switch to {a1} confirmed",
-            lambda: (r := self.switch_record())["state"] == "confirmed" and r["version"] == a1 and r,
-            CONFIRM_WITHIN_S + 180,
-        )
-        took = time.monotonic() - switched
+        pushed = self.push_agent(wheel, a1)
+        if pushed["rc"] != 0 or f"{DEVICE}: SUCCEEDED" not in pushed["said"]:
+            raise CheckError(f"fleet push --agent {a1} exited {pushed['rc']}: {pushed['said'][-1500:]}")
+        reports = self.deployment_record()
+        problems = agent_deployment_problems(reports.get("deployment"), pushed["deployment"], a1, "SUCCEEDED")
+        reported = (reports.get("status") or {}).get("agent_version")
+        if problems or reported != a1:
+            raise CheckError(f"after the push of {a1}: {problems}, the status says {reported!r}: {reports}")
+        record = self.switch_record()
         running = self.wait("the page on A+1", lambda: self.page_agent_version() == a1, 180)
         version = self.vm.sh(f"{STATE_DIR}/agents/current/bin/edge-agent --version").stdout.strip()
         p = self.show("ActiveState", "MainPID", "NRestarts")
         same = int(p["MainPID"]) == pid and int(p["NRestarts"]) == restarts  # an exec in place, no restart
-        if not running or a1 not in version or p["ActiveState"] != "active" or record["current"] != a1 or not same:
-            raise CheckError(f"after the upgrade to {a1}: {p} (was pid {pid}), {version!r}, {record}")
-        return {"from": a, "to": a1, "upgrade_s": round(switched - t0, 1), "switch_to_confirmed_s": round(took, 1),
-                "record": record,
-                "version": version, "same_pid": int(p["MainPID"]) == pid,
-                "nrestarts": [restarts, int(p["NRestarts"])], "upgrade": said.splitlines()[-1:]}  # fmt: skip
+        if (not running or a1 not in version or p["ActiveState"] != "active" or record["state"] != "confirmed"
+                or record["current"] != a1 or not same):  # fmt: skip
+            raise CheckError(f"after the push of {a1}: {p} (was pid {pid}), {version!r}, {record}")
+        return {"from": a, "to": a1, "deployment": reports["deployment"]["state"],
+                "status_agent_version": reported, "bundle_bytes": pushed["bundle_bytes"],
+                **push_figures(pushed, "confirmed"), "record": record,
+                "version": version, "same_pid": True, "nrestarts": [restarts, int(p["NRestarts"])],
+                "cli": pushed["said"].splitlines()[-2:]}  # fmt: skip
 
     def agent_rollback(self) -> dict[str, Any]:
-        """An A+2 that raises at import: systemd restarts it, the launcher switches back to A+1 after
-        `MAX_STARTS` starts within `ROLLBACK_S`; the unit ends active on A+1."""
+        """An A+2 that raises at import, pushed from the fleet as A+1 was: systemd restarts it, the
+        launcher switches back to A+1 after `MAX_STARTS` starts within `ROLLBACK_S` of the switch,
+        A+1 reports the deployment ROLLED_BACK (AGENT_UPDATE_ROLLED_BACK); the unit ends active on A+1."""
         a1 = self.page_agent_version()
         a2 = bump_patch(a1)
         wheel = agent_wheel(self.vm.work / "wheels", a2, broken=True)
         restarts = self.restarts()
-        t0 = time.monotonic()
-        said = self.upgrade(wheel)
-        switched = time.monotonic()  # the upgrade returns once agents/current names A+2
-        record = self.wait(
-            f"the switch to {a2} rolled back",
-            lambda: (r := self.switch_record())["state"] == "rolled_back" and r["version"] == a2 and r,
-            ROLLBACK_S + 120,
-            1,
+        pushed = self.push_agent(wheel, a2)
+        reports = self.deployment_record()
+        problems = agent_deployment_problems(
+            reports.get("deployment"), pushed["deployment"], a2, "ROLLED_BACK", "AGENT_UPDATE_ROLLED_BACK"
         )
-        took = time.monotonic() - switched
+        if pushed["rc"] == 0 or problems:  # the CLI exits 1 on a target that did not succeed
+            raise CheckError(f"fleet push --agent {a2} exited {pushed['rc']}: {problems}: {pushed['said'][-1500:]}")
+        record = self.switch_record()
         self.wait("active on A+1", lambda: self.show("ActiveState")["ActiveState"] == "active", 180)
-        active = time.monotonic() - switched
         running = self.page_agent_version()
         crashes = self.restarts() - restarts
-        if running != a1 or record["current"] != a1 or took > ROLLBACK_S or crashes != MAX_STARTS:
+        took = push_figures(pushed, "rolled_back")
+        rolled_back = took.get("switch_to_rolled_back_s")
+        if (running != a1 or record["state"] != "rolled_back" or record["version"] != a2 or record["current"] != a1
+                or rolled_back is None or rolled_back > ROLLBACK_S or crashes != MAX_STARTS):  # fmt: skip
             raise CheckError(
-                f"rolled back {took:.0f} s (at most {ROLLBACK_S:.0f}) after the switch to {a2}: running {running}, "
+                f"{took} (the rollback at most {ROLLBACK_S:.0f} s after the switch): running {running}, "
                 f"{crashes} restarts, {record}"
             )
-        return {"broken": a2, "back_on": running, "upgrade_s": round(switched - t0, 1),
-                "switch_to_rolled_back_s": round(took, 1), "limit_s": ROLLBACK_S,
-                "switch_to_active_s": round(active, 1), "restarts": crashes, "record": record,
-                "upgrade": said.splitlines()[-1:]}  # fmt: skip
+        return {"broken": a2, "back_on": running, "deployment": reports["deployment"]["state"],
+                "error": reports["deployment"]["error"], **took, "limit_s": ROLLBACK_S,
+                "restarts": crashes, "record": record, "cli": pushed["said"].splitlines()[-2:]}  # fmt: skip
 
     def reboot(self) -> dict[str, Any]:
         """`systemctl reboot`: a new boot (another boot_id), the unit active, the same version and

@@ -185,3 +185,65 @@ def test_commands_run_by_the_driver_print_to_stderr_so_json_stays_alone_on_stdou
     assert vm_test.run(["echo", "kept"], capture_output=True).stdout == "kept\n"
     out, err = capfd.readouterr()
     assert out == "" and "Creating regular file base.raw" in err
+
+
+def test_the_pushed_deployment_is_read_from_what_fleet_push_said(vm_test: ModuleType) -> None:
+    said = (
+        "pushed edge-agent 0.2.1 (5123456 bytes, 20 chunks, sha256 0123456789ab) to device:vm-1 as deployment "
+        "edge-agent-0.2.1-k3j4\nvm-1: SUCCEEDED\n"
+    )
+    assert vm_test.pushed_deployment(said) == "edge-agent-0.2.1-k3j4"
+    with pytest.raises(ValueError, match="fleet push named no deployment"):
+        vm_test.pushed_deployment("edge-agent: error: bundle file not found: x.bundle\n")
+
+
+def _record(**fields: object) -> dict[str, object]:
+    record: dict[str, object] = {"id": "d2", "kind": "agent", "version": "0.2.2", "state": "ROLLED_BACK"}
+    record["error"] = {"code": "AGENT_UPDATE_ROLLED_BACK", "message": "0.2.2 did not confirm within 3 starts"}
+    return {**record, **fields}
+
+
+@pytest.mark.parametrize(
+    ("record", "problems"),
+    [
+        (_record(), []),
+        # the retained record of the deployment before (A+1's) until the device publishes this one
+        (_record(id="d1", version="0.2.1", state="SUCCEEDED", error=None),
+         ["id 'd1', not 'd2'", "version '0.2.1', not '0.2.2'", "state 'SUCCEEDED', not 'ROLLED_BACK'",
+          "error code None, not 'AGENT_UPDATE_ROLLED_BACK'"]),
+        (_record(state="FAILED"), ["state 'FAILED', not 'ROLLED_BACK'"]),
+        (_record(error={"code": "INTERRUPTED", "message": "stopped"}),
+         ["error code 'INTERRUPTED', not 'AGENT_UPDATE_ROLLED_BACK'"]),
+        (_record(kind=None), ["kind None, not 'agent'"]),  # a model bundle's deployment
+        (None, ["the device published no deployment record"]),
+    ],
+)  # fmt: skip
+def test_an_agent_deployment_is_judged_by_its_own_record(
+    vm_test: ModuleType, record: dict[str, object] | None, problems: list[str]
+) -> None:
+    found = vm_test.agent_deployment_problems(record, "d2", "0.2.2", "ROLLED_BACK", "AGENT_UPDATE_ROLLED_BACK")
+    assert found == problems
+
+
+def test_a_succeeded_agent_deployment_has_no_error(vm_test: ModuleType) -> None:
+    succeeded = _record(version="0.2.1", state="SUCCEEDED", error=None)
+    assert vm_test.agent_deployment_problems(succeeded, "d2", "0.2.1", "SUCCEEDED") == []
+    failed = _record(version="0.2.1", state="SUCCEEDED")
+    assert vm_test.agent_deployment_problems(failed, "d2", "0.2.1", "SUCCEEDED") == [
+        "error code 'AGENT_UPDATE_ROLLED_BACK', not None"
+    ]
+
+
+def test_an_agent_push_is_timed_from_the_switch(vm_test: ModuleType) -> None:
+    pushed = {"push_to_switch_s": 61.04, "push_to_switch_end_s": 117.0, "push_to_end_s": 140.0}
+    assert vm_test.push_figures(pushed, "rolled_back") == {
+        "push_to_switch_s": 61.0,
+        "switch_to_rolled_back_s": 56.0,  # the limit's measure: not the download and pip before it
+        "switch_to_reported_s": 79.0,
+    }
+    unseen = {"push_to_switch_s": None, "push_to_switch_end_s": None, "push_to_end_s": 900.0}
+    assert vm_test.push_figures(unseen, "confirmed") == {
+        "push_to_switch_s": None,
+        "switch_to_confirmed_s": None,
+        "switch_to_reported_s": None,
+    }
