@@ -551,6 +551,20 @@ def push_figures(pushed: dict[str, Any], end: str) -> dict[str, float | None]:
     }
 
 
+def installed_wheel(direct_url: str) -> str | None:
+    """The wheel's file name when a distribution's direct_url.json (PEP 610, written by pip) says
+    it was installed from a wheel file; None for anything else (a checkout's folder, an index)."""
+    try:
+        origin = json.loads(direct_url)
+    except ValueError:
+        return None
+    if not isinstance(origin, dict) or "archive_info" not in origin:
+        return None
+    url = str(origin.get("url", ""))
+    name = url.rsplit("/", 1)[-1]
+    return name if url.startswith("file://") and name.endswith(".whl") else None
+
+
 def checkout_tar() -> bytes:
     """The checkout as a gzipped tar: git's tracked and untracked-but-not-ignored files."""
     try:
@@ -771,17 +785,27 @@ class Checks:
 
     # --- the checks ---
     def install(self) -> dict[str, Any]:
+        """This checkout's wheel built on the host (`agent_wheel`, its own version), then
+        `scripts/install.sh --from WHEEL` as root in the VM; the checkout goes in too, for
+        install.sh itself, the unit file, and the demo models and scripts later checks use."""
         vm = self.vm
         vm.put_tar(checkout_tar(), "/root/edge-agent")
         host_network_trust(vm)
+        version = agent_version_in((HERE / "agent/__init__.py").read_text())
+        wheel = self.put_wheel(agent_wheel(self.vm.work / "wheels", version))
         # the camera: the kernel's vivid test driver, loaded at every boot like a USB camera's module
         vm.sh("echo vivid > /etc/modules-load.d/vivid.conf && modprobe vivid && udevadm settle && test -c /dev/video0")
         t0 = self.now()
         out = vm.sh(
-            f"cd /root/edge-agent && scripts/install.sh --broker mqtt://localhost:1883 --device-id {DEVICE}",
+            f"cd /root/edge-agent && scripts/install.sh --from {wheel} --broker mqtt://localhost:1883 "
+            f"--device-id {DEVICE}",
             timeout=1800,
         )
         took = self.now() - t0
+        dist_info = f"{VENV}/../lib/python3*/site-packages/edge_agent-{version}.dist-info"
+        origin = vm.sh(f"cat {dist_info}/direct_url.json", check=False).stdout  # pip's record of the source
+        if installed_wheel(origin) != Path(wheel).name:
+            raise CheckError(f"edge-agent was not installed from {wheel}: its direct_url.json says {origin!r}")
         enabled = vm.sh(f"systemctl is-enabled {UNIT}", check=False).stdout.strip()
         active = self.wait(
             "active", lambda: vm.sh(f"systemctl is-active {UNIT}", check=False).stdout.strip() == "active", 120
@@ -794,6 +818,7 @@ class Checks:
         vm.sh("cp -p /etc/edge-agent/agent.yaml /etc/edge-agent/agent.yaml.installed")
         return {
             "install_s": round(took, 1),
+            "from": Path(wheel).name,
             "enabled": enabled,
             "active": True,
             "source": "/dev/video0",

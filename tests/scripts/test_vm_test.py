@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import sys
 import tarfile
 from pathlib import Path
@@ -247,3 +248,24 @@ def test_an_agent_push_is_timed_from_the_switch(vm_test: ModuleType) -> None:
         "switch_to_confirmed_s": None,
         "switch_to_reported_s": None,
     }
+
+
+WHEEL_URL = "file:///var/tmp/edge-agent-wheels/edge_agent-0.2.0-py3-none-any.whl"
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "wheel"),
+    [
+        # what pip 23 (Debian 12's venv) writes for `pip install FILE.whl`
+        (json.dumps({"archive_info": {"hash": "sha256=b773b0", "hashes": {"sha256": "b773b0"}}, "url": WHEEL_URL}),
+         "edge_agent-0.2.0-py3-none-any.whl"),
+        (json.dumps({"dir_info": {}, "url": "file:///root/edge-agent"}), None),  # install.sh from the checkout
+        (json.dumps({"archive_info": {}, "url": "https://example.org/edge_agent-0.2.0.tar.gz"}), None),
+        ("", None),  # no direct_url.json: installed from an index
+        ("None\n", None),
+    ],
+)  # fmt: skip
+def test_the_install_check_knows_a_wheel_install_from_the_checkout_s(
+    vm_test: ModuleType, direct_url: str, wheel: str | None
+) -> None:
+    assert vm_test.installed_wheel(direct_url) == wheel
