@@ -427,9 +427,6 @@ ROLLBACK_S = MAX_STARTS * (RESTART_S + START_S_TCG)
 #: the in-VM pip install of the new environment (about a minute under TCG), then the switch and
 #: its confirmation (`CONFIRM_WITHIN_S`) or its rollback (`ROLLBACK_S`)
 AGENT_PUSH_WAIT_S = 900.0
-#: how the device joins with its claim (run as root in /root/edge-agent, {claim}: the claim file):
-#: `scripts/install.sh --claim {claim} ...` takes this line's place once install.sh has it
-ENROL_COMMAND = f"{VENV}/edge-agent enrol --claim {{claim}} --device-id {DEVICE} --wait 900"
 #: the VM's broker with mosquitto's dynamic security plugin (`enrol_claim`), and its operator user
 DYNSEC_JSON = "/var/lib/mosquitto/dynamic-security.json"
 OPERATOR = "operator"
@@ -623,6 +620,7 @@ class Checks:
         self.page_port = 0
         self.broker_port = 0
         self.broker_auth: list[str] = []  # the operator's --username/--password-file once the broker needs them
+        self.wheel = ""  # this checkout's wheel in the VM, once `install` put it there
 
     def check(self, name: str, body: Callable[[], dict[str, Any]]) -> None:
         started = time.monotonic()
@@ -792,7 +790,7 @@ class Checks:
         vm.put_tar(checkout_tar(), "/root/edge-agent")
         host_network_trust(vm)
         version = agent_version_in((HERE / "agent/__init__.py").read_text())
-        wheel = self.put_wheel(agent_wheel(self.vm.work / "wheels", version))
+        wheel = self.wheel = self.put_wheel(agent_wheel(self.vm.work / "wheels", version))
         # the camera: the kernel's vivid test driver, loaded at every boot like a USB camera's module
         vm.sh("echo vivid > /etc/modules-load.d/vivid.conf && modprobe vivid && udevadm settle && test -c /dev/video0")
         t0 = self.now()
@@ -1059,52 +1057,50 @@ class Checks:
         self.broker_auth = ["--username", OPERATOR, "--password-file", str(password)]
 
     def enrol_claim(self) -> dict[str, Any]:
-        """The broker gets the dynamic security plugin; the operator makes a claim on the host, the
-        device enrols with it (`ENROL_COMMAND`), the operator approves; the unit restarted with the
-        credentials it received publishes its status on its own topics, read from the host."""
+        """The broker gets the dynamic security plugin; the operator makes a claim on the host; the
+        device, named vm-1 (it asks for its hostname), is installed again with only the claim
+        (`install.sh --from WHEEL --claim FILE`, the full agent.yaml moved aside so install.sh
+        writes its minimal one) and the daemon enrols on its start; the operator approves; the
+        agent, on the credentials it received, publishes its status on its own topics, read
+        from the host. The later checks run on that config (the claim's camera and page, the
+        approval's keys)."""
         self.dynsec()
         key = str(self.keys / "operator/signing.key")
         claim = self.vm.work / "dynsec" / "vm.claim"
         self.cli("fleet", "enrol", "claim", "vm", "--expires", "2h", "--claim-broker", "mqtt://localhost:1883",
                  "--out", str(claim), "--key", key, *self.broker_args())  # fmt: skip
         self.vm.sh("cat > /root/vm.claim && chmod 0600 /root/vm.claim", stdin=claim.read_bytes())
-        enrol = f"cd /root/edge-agent && {ENROL_COMMAND.format(claim='/root/vm.claim')} > /root/enrol.log 2>&1"
-        self.vm.sh(
-            "rm -f /root/enrol.rc && systemd-run --quiet --unit edge-agent-enrol --collect "
-            f"sh -c {shlex.quote(enrol + '; echo $? > /root/enrol.rc')}"
-        )
+        self.vm.sh(f"echo {DEVICE} > /etc/hostname && hostname {DEVICE} && "
+                   "mv /etc/edge-agent/agent.yaml /etc/edge-agent/agent.yaml.before-claim")  # fmt: skip
         t0 = time.monotonic()
+        said = self.vm.sh(
+            f"cd /root/edge-agent && scripts/install.sh --from {self.wheel} --claim /root/vm.claim", timeout=900
+        ).stdout
 
         def request() -> dict[str, Any] | None:
             rows = self.cli_json("fleet", "enrol", "list", "--json")
             return next((r for r in rows if r.get("device") == DEVICE and not r["answered"]), None)
 
         row = self.wait("the device's enrolment request", request, 300, 5)
-        self.cli("fleet", "enrol", "approve", row["request"], "--key", key,
-                 "--trust-key", str(self.keys / "signing/signing.pub"),
-                 "--operator-key", str(self.keys / "operator/signing.pub"), *self.broker_args())  # fmt: skip
-        rc = self.wait(
-            "edge-agent enrol's exit", lambda: self.vm.sh("cat /root/enrol.rc", check=False).stdout.strip(), 300
-        )
-        said = self.vm.sh("cat /root/enrol.log").stdout
-        if rc != "0":
-            raise CheckError(f"edge-agent enrol exited {rc}: {said[-1500:]}")
-        enrolled = time.monotonic() - t0
-        files = "/etc/edge-agent/agent.yaml /var/lib/edge-agent/enrol /var/lib/edge-agent/enrol/*"
-        modes = self.vm.sh(f"stat -c '%n %U:%G %a' {files}").stdout.splitlines()
-        # enrol ran as root (as install.sh does): the service's user must read what it wrote
-        self.vm.sh("chown -R edge-agent:edge-agent /var/lib/edge-agent/enrol && "
-                   "chgrp edge-agent /etc/edge-agent/agent.yaml && chmod 0640 /etc/edge-agent/agent.yaml")  # fmt: skip
-        conf = self.vm.sh("cat /etc/edge-agent/agent.yaml").stdout
-        user = re.search(r"^  username: (\S+)$", conf, re.MULTILINE)
-        if user is None or "mqtt.password" not in conf:
-            raise CheckError(f"agent.yaml has no broker credentials after enrolling: {conf[-1500:]}")
         # the status the anonymous agent left retained goes, so the one read is the enrolled agent's
         password = self.broker_auth[-1]
         pub = shutil.which("mosquitto_pub") or "mosquitto_pub"
         run([pub, "-h", "127.0.0.1", "-p", str(self.broker_port), "-u", OPERATOR, "-P",
              Path(password).read_text().strip(), "-t", f"edge/{DEVICE}/status", "-r", "-n"])  # fmt: skip
-        self.vm.sh(f"systemctl restart {UNIT}")
+        self.cli("fleet", "enrol", "approve", row["request"], "--key", key,
+                 "--trust-key", str(self.keys / "signing/signing.pub"),
+                 "--operator-key", str(self.keys / "operator/signing.pub"), *self.broker_args())  # fmt: skip
+        conf = self.wait(
+            "the credentials in agent.yaml",
+            lambda: "mqtt.password" in (c := self.vm.sh(f"cat {STATE_DIR}/agent.yaml").stdout) and c,
+            300,
+        )
+        enrolled = time.monotonic() - t0
+        user = re.search(r"^  username: (\S+)$", conf, re.MULTILINE)
+        if user is None:
+            raise CheckError(f"agent.yaml has no broker user after enrolling: {conf[-1500:]}")
+        files = f"/etc/edge-agent/agent.yaml /etc/edge-agent/claim.json {STATE_DIR}/agent.yaml {STATE_DIR}/enrol"
+        modes = self.vm.sh(f"stat -c '%n %U:%G %a' {files} {STATE_DIR}/enrol/*").stdout.splitlines()
 
         def online() -> dict[str, Any] | None:
             status = self.cli_json("fleet", "status", "--json").get(DEVICE, {}).get("status") or {}
@@ -1116,11 +1112,11 @@ class Checks:
             raise CheckError(f"the page says the broker is not connected: {broker}")
         return {
             "request": row["request"],
-            "request_to_enrolled_s": round(enrolled, 1),
+            "install_to_enrolled_s": round(enrolled, 1),
             "username": user.group(1),
             "written": modes,
             "status": {k: status.get(k) for k in ("state", "device", "agent_version", "protocol")},
-            "enrol": said.splitlines()[-2:],
+            "install": said.splitlines()[-3:],
         }
 
     def agent_update(self) -> dict[str, Any]:
