@@ -427,6 +427,8 @@ ROLLBACK_S = MAX_STARTS * (RESTART_S + START_S_TCG)
 #: the in-VM pip install of the new environment (about a minute under TCG), then the switch and
 #: its confirmation (`CONFIRM_WITHIN_S`) or its rollback (`ROLLBACK_S`)
 AGENT_PUSH_WAIT_S = 900.0
+#: how long a just started agent may take to serve its page once it is online on the broker
+PAGE_S = 180.0
 #: the VM's broker with mosquitto's dynamic security plugin (`enrol_claim`), and its operator user
 DYNSEC_JSON = "/var/lib/mosquitto/dynamic-security.json"
 OPERATOR = "operator"
@@ -694,10 +696,18 @@ class Checks:
     def broker_args(self) -> list[str]:
         return ["--broker", f"mqtt://127.0.0.1:{self.broker_port}", *self.broker_auth]
 
+    def page_status(self) -> dict[str, Any]:
+        """The page's /api/status, once the page answers. An agent just started (here: the one
+        enrolment started) is online on the broker before its page is served: `Agent.start`
+        starts the page last, after uvicorn's import (seconds under TCG). Until then the VM's
+        port refuses the tunnel's channel and ssh drops the connection it accepted with the
+        request unread: "Connection reset by peer". Bounded by `PAGE_S`."""
+        return self.wait("the page's /api/status", lambda: self.api("/api/status"), PAGE_S, 1.0)  # type: ignore[no-any-return]
+
     def page_agent_version(self) -> str:
         """The running agent's version, as its page says (waiting for the page to answer)."""
         return self.wait(  # type: ignore[no-any-return]
-            "the page's agent_version", lambda: self.api("/api/status").get("agent_version"), 180
+            "the page's agent_version", lambda: self.api("/api/status").get("agent_version"), PAGE_S
         )
 
     def switch_record(self) -> dict[str, Any]:
@@ -1107,12 +1117,15 @@ class Checks:
             return status if status.get("state") == "online" else None
 
         status = self.wait("the enrolled agent's status, read from the host", online, 300, 5)
-        broker = self.api("/api/status")["broker"]
+        t_online = time.monotonic()
+        broker = self.page_status()["broker"]
+        online_to_page = time.monotonic() - t_online
         if not broker.get("connected"):
             raise CheckError(f"the page says the broker is not connected: {broker}")
         return {
             "request": row["request"],
             "install_to_enrolled_s": round(enrolled, 1),
+            "online_to_page_s": round(online_to_page, 1),  # the page served after the broker's status
             "username": user.group(1),
             "written": modes,
             "status": {k: status.get(k) for k in ("state", "device", "agent_version", "protocol")},

@@ -8,9 +8,13 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import socket
+import struct
 import sys
 import tarfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from threading import Thread
 from types import ModuleType
 
 import pytest
@@ -269,3 +273,53 @@ def test_the_install_check_knows_a_wheel_install_from_the_checkout_s(
     vm_test: ModuleType, direct_url: str, wheel: str | None
 ) -> None:
     assert vm_test.installed_wheel(direct_url) == wheel
+
+
+class _Tunnel(ThreadingHTTPServer):
+    """The host's end of `Vm.tunnel` (ssh -L) to a page that is not served yet: the first
+    `refused` connections are closed unread, as ssh closes one whose channel the VM's port
+    refused (a reset), then the page's /api/status answers."""
+
+    def __init__(self, refused: int) -> None:
+        self.refused = refused
+        self.connections = 0
+        tunnel = self
+
+        class Page(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def handle(self) -> None:
+                tunnel.connections += 1
+                if tunnel.connections <= tunnel.refused:
+                    self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return  # closed with the request unread: an RST
+                super().handle()
+
+            def do_GET(self) -> None:
+                body = json.dumps({"broker": {"connected": True}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__(("127.0.0.1", 0), Page)
+
+    def shutdown_request(self, request: socket.socket) -> None:  # type: ignore[override]
+        request.close()  # no FIN before the reset
+
+
+def test_the_page_is_read_once_it_answers_after_the_agent_s_start(vm_test: ModuleType, tmp_path: Path) -> None:
+    # enrol_claim read the page the moment the enrolled agent was online on the broker, before
+    # the agent served it: "[Errno 104] Connection reset by peer" through the tunnel
+    tunnel = _Tunnel(refused=2)
+    Thread(target=tunnel.serve_forever, daemon=True).start()
+    try:
+        checks = vm_test.Checks(vm_test.Vm(vm_test.ARCHES["amd64"], tmp_path, tmp_path))
+        checks.page_port = tunnel.server_address[1]
+        assert checks.page_status()["broker"] == {"connected": True}
+        assert tunnel.connections == 3
+    finally:
+        tunnel.shutdown()
+        tunnel.server_close()
