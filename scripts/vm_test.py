@@ -612,6 +612,20 @@ def host_network_trust(vm: Vm) -> None:
     )
 
 
+@dataclass(frozen=True)
+class AgentPush:
+    """An agent bundle `Checks.push_next_agent` pushed, and what came of it."""
+
+    before: str  # the version that ran before the push
+    version: str  # the one pushed
+    pid: int  # the unit's MainPID before the push
+    restarts: int  # and its NRestarts
+    pushed: dict[str, Any]  # `Checks.push_agent`'s
+    reports: dict[str, Any]  # the device's records as `fleet status --json` reads them after the push
+    problems: list[str]  # `agent_deployment_problems` of its deployment record
+    record: dict[str, Any]  # `Checks.switch_record` after the push
+
+
 class Checks:
     """The named checks, run in order on one booted VM; `results` is the JSON's ``checks``."""
 
@@ -1132,67 +1146,68 @@ class Checks:
             "install": said.splitlines()[-3:],
         }
 
-    def agent_update(self) -> dict[str, Any]:
-        """A+1 (this checkout, its version bumped, built on the host) pushed from the fleet as a
-        signed agent bundle (`push_agent`): the deployment ends SUCCEEDED with A+1 in the device's
-        status; the running agent execed it (same pid, no restart), it confirmed itself, the unit
-        stays active on A+1."""
-        a = agent_version_in((HERE / "agent/__init__.py").read_text())
-        a1 = bump_patch(a)
-        wheel = agent_wheel(self.vm.work / "wheels", a1)
+    def push_next_agent(self, broken: bool, state: str, code: str | None = None) -> AgentPush:
+        """The next patch version of the running agent (this checkout, its version bumped; `broken`:
+        one that raises at import) built on the host and pushed from the fleet as a signed agent
+        bundle (`push_agent`); the CLI's exit status and words, the device's deployment record
+        (what differs from one ended in `state` with the error `code`) and its switch record."""
+        before = self.page_agent_version()
+        version = bump_patch(before)
+        wheel = agent_wheel(self.vm.work / "wheels", version, broken=broken)
         pid, restarts = self.main_pid(), self.restarts()
-        pushed = self.push_agent(wheel, a1)
-        if pushed["rc"] != 0 or f"{DEVICE}: SUCCEEDED" not in pushed["said"]:
-            raise CheckError(f"fleet push --agent {a1} exited {pushed['rc']}: {pushed['said'][-1500:]}")
+        pushed = self.push_agent(wheel, version)
         reports = self.deployment_record()
-        problems = agent_deployment_problems(reports.get("deployment"), pushed["deployment"], a1, "SUCCEEDED")
-        reported = (reports.get("status") or {}).get("agent_version")
-        if problems or reported != a1:
-            raise CheckError(f"after the push of {a1}: {problems}, the status says {reported!r}: {reports}")
-        record = self.switch_record()
-        running = self.wait("the page on A+1", lambda: self.page_agent_version() == a1, 180)
+        problems = agent_deployment_problems(reports.get("deployment"), pushed["deployment"], version, state, code)
+        return AgentPush(before, version, pid, restarts, pushed, reports, problems, self.switch_record())
+
+    def agent_update(self) -> dict[str, Any]:
+        """A+1 pushed from the fleet (`push_next_agent`): the deployment ends SUCCEEDED with A+1 in
+        the device's status; the running agent execed it (same pid, no restart), it confirmed
+        itself, the unit stays active on A+1."""
+        p = self.push_next_agent(broken=False, state="SUCCEEDED")
+        a1, said = p.version, p.pushed["said"]
+        reported = (p.reports.get("status") or {}).get("agent_version")
+        if p.pushed["rc"] != 0 or f"{DEVICE}: SUCCEEDED" not in said or p.problems or reported != a1:
+            raise CheckError(
+                f"fleet push --agent {a1} exited {p.pushed['rc']}: {p.problems}, the status says {reported!r}: "
+                f"{p.reports}: {said[-1500:]}"
+            )
+        running = self.wait("the page on A+1", lambda: self.page_agent_version() == a1, PAGE_S)
         version = self.vm.sh(f"{STATE_DIR}/agents/current/bin/edge-agent --version").stdout.strip()
-        p = self.show("ActiveState", "MainPID", "NRestarts")
-        same = int(p["MainPID"]) == pid and int(p["NRestarts"]) == restarts  # an exec in place, no restart
-        if (not running or a1 not in version or p["ActiveState"] != "active" or record["state"] != "confirmed"
-                or record["current"] != a1 or not same):  # fmt: skip
-            raise CheckError(f"after the push of {a1}: {p} (was pid {pid}), {version!r}, {record}")
-        return {"from": a, "to": a1, "deployment": reports["deployment"]["state"],
-                "status_agent_version": reported, "bundle_bytes": pushed["bundle_bytes"],
-                **push_figures(pushed, "confirmed"), "record": record,
-                "version": version, "same_pid": True, "nrestarts": [restarts, int(p["NRestarts"])],
-                "cli": pushed["said"].splitlines()[-2:]}  # fmt: skip
+        now = self.show("ActiveState", "MainPID", "NRestarts")
+        same = int(now["MainPID"]) == p.pid and int(now["NRestarts"]) == p.restarts  # an exec in place, no restart
+        if (not running or a1 not in version or now["ActiveState"] != "active" or p.record["state"] != "confirmed"
+                or p.record["current"] != a1 or not same):  # fmt: skip
+            raise CheckError(f"after the push of {a1}: {now} (was pid {p.pid}), {version!r}, {p.record}")
+        return {"from": p.before, "to": a1, "deployment": p.reports["deployment"]["state"],
+                "status_agent_version": reported, "bundle_bytes": p.pushed["bundle_bytes"],
+                **push_figures(p.pushed, "confirmed"), "record": p.record,
+                "version": version, "same_pid": True, "nrestarts": [p.restarts, int(now["NRestarts"])],
+                "cli": said.splitlines()[-2:]}  # fmt: skip
 
     def agent_rollback(self) -> dict[str, Any]:
         """An A+2 that raises at import, pushed from the fleet as A+1 was: systemd restarts it, the
         launcher switches back to A+1 after `MAX_STARTS` starts within `ROLLBACK_S` of the switch,
         A+1 reports the deployment ROLLED_BACK (AGENT_UPDATE_ROLLED_BACK); the unit ends active on A+1."""
-        a1 = self.page_agent_version()
-        a2 = bump_patch(a1)
-        wheel = agent_wheel(self.vm.work / "wheels", a2, broken=True)
-        restarts = self.restarts()
-        pushed = self.push_agent(wheel, a2)
-        reports = self.deployment_record()
-        problems = agent_deployment_problems(
-            reports.get("deployment"), pushed["deployment"], a2, "ROLLED_BACK", "AGENT_UPDATE_ROLLED_BACK"
-        )
-        if pushed["rc"] == 0 or problems:  # the CLI exits 1 on a target that did not succeed
-            raise CheckError(f"fleet push --agent {a2} exited {pushed['rc']}: {problems}: {pushed['said'][-1500:]}")
-        record = self.switch_record()
+        p = self.push_next_agent(broken=True, state="ROLLED_BACK", code="AGENT_UPDATE_ROLLED_BACK")
+        a1, a2, said = p.before, p.version, p.pushed["said"]
+        if p.pushed["rc"] == 0 or p.problems:  # the CLI exits 1 on a target that did not succeed
+            raise CheckError(f"fleet push --agent {a2} exited {p.pushed['rc']}: {p.problems}: {said[-1500:]}")
         self.wait("active on A+1", lambda: self.show("ActiveState")["ActiveState"] == "active", 180)
         running = self.page_agent_version()
-        crashes = self.restarts() - restarts
-        took = push_figures(pushed, "rolled_back")
+        crashes = self.restarts() - p.restarts
+        took = push_figures(p.pushed, "rolled_back")
         rolled_back = took.get("switch_to_rolled_back_s")
+        record = p.record
         if (running != a1 or record["state"] != "rolled_back" or record["version"] != a2 or record["current"] != a1
                 or rolled_back is None or rolled_back > ROLLBACK_S or crashes != MAX_STARTS):  # fmt: skip
             raise CheckError(
                 f"{took} (the rollback at most {ROLLBACK_S:.0f} s after the switch): running {running}, "
                 f"{crashes} restarts, {record}"
             )
-        return {"broken": a2, "back_on": running, "deployment": reports["deployment"]["state"],
-                "error": reports["deployment"]["error"], **took, "limit_s": ROLLBACK_S,
-                "restarts": crashes, "record": record, "cli": pushed["said"].splitlines()[-2:]}  # fmt: skip
+        return {"broken": a2, "back_on": running, "deployment": p.reports["deployment"]["state"],
+                "error": p.reports["deployment"]["error"], **took, "limit_s": ROLLBACK_S,
+                "restarts": crashes, "record": record, "cli": said.splitlines()[-2:]}  # fmt: skip
 
     def reboot(self) -> dict[str, Any]:
         """`systemctl reboot`: a new boot (another boot_id), the unit active, the same version and
