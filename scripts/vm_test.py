@@ -423,9 +423,12 @@ MAX_STARTS, CONFIRM_WITHIN_S = 3, 120.0
 #: 2-core development machine about 50 s). Counted from the switch, not from the upgrade's pip.
 START_S_TCG = 60.0
 ROLLBACK_S = MAX_STARTS * (RESTART_S + START_S_TCG)
-#: how the device joins with its claim (run as root in /root/edge-agent, {claim}: the claim file):
-#: `scripts/install.sh --claim {claim} ...` takes this line's place once install.sh has it
-ENROL_COMMAND = f"{VENV}/edge-agent enrol --claim {{claim}} --device-id {DEVICE} --wait 900"
+#: how long `fleet push --agent --wait` waits for the device's deployment to end: the download,
+#: the in-VM pip install of the new environment (about a minute under TCG), then the switch and
+#: its confirmation (`CONFIRM_WITHIN_S`) or its rollback (`ROLLBACK_S`)
+AGENT_PUSH_WAIT_S = 900.0
+#: how long a just started agent may take to serve its page once it is online on the broker
+PAGE_S = 180.0
 #: the VM's broker with mosquitto's dynamic security plugin (`enrol_claim`), and its operator user
 DYNSEC_JSON = "/var/lib/mosquitto/dynamic-security.json"
 OPERATOR = "operator"
@@ -505,6 +508,62 @@ def agent_wheel(out: Path, version: str, broken: bool = False) -> Path:
     return wheel
 
 
+def pushed_deployment(said: str) -> str:
+    """The deployment's id in what ``fleet push`` printed ("pushed edge-agent 0.2.1 (...) to
+    device:vm-1 as deployment ID")."""
+    match = re.search(r"^pushed .* as deployment (\S+)$", said, re.MULTILINE)
+    if match is None:
+        raise ValueError(f"fleet push named no deployment: {said[-500:]!r}")
+    return match.group(1)
+
+
+def agent_deployment_problems(
+    record: dict[str, Any] | None, deployment: str, version: str, state: str, code: str | None = None
+) -> list[str]:
+    """What differs between `record` (the device's deployment document, as ``fleet status
+    --json`` reads it) and the agent deployment `deployment` of edge-agent `version` ended in
+    `state` with the error `code` (None: no error); empty when nothing does. The document is
+    retained, so the previous deployment's record is there until the device publishes this one."""
+    if not record:
+        return ["the device published no deployment record"]
+    error = record.get("error") or {}
+    seen = {"id": record.get("id"), "kind": record.get("kind"), "version": record.get("version"),
+            "state": record.get("state"), "error code": error.get("code")}  # fmt: skip
+    wanted = {"id": deployment, "kind": "agent", "version": version, "state": state, "error code": code}
+    return [f"{k} {seen[k]!r}, not {v!r}" for k, v in wanted.items() if seen[k] != v]
+
+
+def push_figures(pushed: dict[str, Any], end: str) -> dict[str, float | None]:
+    """An agent push's seconds (`Checks.push_agent`) as a check reports them: from the push to the
+    switch, from the switch to its `end` (confirmed, rolled_back: what the launcher and the new
+    version decide, the limits' measure) and from the switch to the device's report of the
+    deployment's end (the CLI's return); None where a moment was not seen."""
+    switched, ended, reported = (pushed[k] for k in ("push_to_switch_s", "push_to_switch_end_s", "push_to_end_s"))
+
+    def since_switch(t: float | None) -> float | None:
+        return None if switched is None or t is None else round(t - switched, 1)
+
+    return {
+        "push_to_switch_s": None if switched is None else round(switched, 1),
+        f"switch_to_{end}_s": since_switch(ended),
+        "switch_to_reported_s": since_switch(reported),
+    }
+
+
+def installed_wheel(direct_url: str) -> str | None:
+    """The wheel's file name when a distribution's direct_url.json (PEP 610, written by pip) says
+    it was installed from a wheel file; None for anything else (a checkout's folder, an index)."""
+    try:
+        origin = json.loads(direct_url)
+    except ValueError:
+        return None
+    if not isinstance(origin, dict) or "archive_info" not in origin:
+        return None
+    url = str(origin.get("url", ""))
+    name = url.rsplit("/", 1)[-1]
+    return name if url.startswith("file://") and name.endswith(".whl") else None
+
+
 def checkout_tar() -> bytes:
     """The checkout as a gzipped tar: git's tracked and untracked-but-not-ignored files."""
     try:
@@ -553,6 +612,20 @@ def host_network_trust(vm: Vm) -> None:
     )
 
 
+@dataclass(frozen=True)
+class AgentPush:
+    """An agent bundle `Checks.push_next_agent` pushed, and what came of it."""
+
+    before: str  # the version that ran before the push
+    version: str  # the one pushed
+    pid: int  # the unit's MainPID before the push
+    restarts: int  # and its NRestarts
+    pushed: dict[str, Any]  # `Checks.push_agent`'s
+    reports: dict[str, Any]  # the device's records as `fleet status --json` reads them after the push
+    problems: list[str]  # `agent_deployment_problems` of its deployment record
+    record: dict[str, Any]  # `Checks.switch_record` after the push
+
+
 class Checks:
     """The named checks, run in order on one booted VM; `results` is the JSON's ``checks``."""
 
@@ -563,6 +636,7 @@ class Checks:
         self.page_port = 0
         self.broker_port = 0
         self.broker_auth: list[str] = []  # the operator's --username/--password-file once the broker needs them
+        self.wheel = ""  # this checkout's wheel in the VM, once `install` put it there
 
     def check(self, name: str, body: Callable[[], dict[str, Any]]) -> None:
         started = time.monotonic()
@@ -636,10 +710,18 @@ class Checks:
     def broker_args(self) -> list[str]:
         return ["--broker", f"mqtt://127.0.0.1:{self.broker_port}", *self.broker_auth]
 
+    def page_status(self) -> dict[str, Any]:
+        """The page's /api/status, once the page answers. An agent just started (here: the one
+        enrolment started) is online on the broker before its page is served: `Agent.start`
+        starts the page last, after uvicorn's import (seconds under TCG). Until then the VM's
+        port refuses the tunnel's channel and ssh drops the connection it accepted with the
+        request unread: "Connection reset by peer". Bounded by `PAGE_S`."""
+        return self.wait("the page's /api/status", lambda: self.api("/api/status"), PAGE_S, 1.0)  # type: ignore[no-any-return]
+
     def page_agent_version(self) -> str:
         """The running agent's version, as its page says (waiting for the page to answer)."""
         return self.wait(  # type: ignore[no-any-return]
-            "the page's agent_version", lambda: self.api("/api/status").get("agent_version"), 180
+            "the page's agent_version", lambda: self.api("/api/status").get("agent_version"), PAGE_S
         )
 
     def switch_record(self) -> dict[str, Any]:
@@ -648,16 +730,66 @@ class Checks:
         record, _, current = out.stdout.partition("\n")
         return {**json.loads(record), "current": current.strip() or None}
 
-    def upgrade(self, wheel: Path) -> str:
-        """`edge-agent upgrade WHEEL` as the service's user, as docs/fleet.md tells an operator."""
+    def put_wheel(self, wheel: Path) -> str:
+        """`wheel` copied into the VM's `WHEELS` (readable by the service's user); its path there."""
         with tempfile.TemporaryFile() as f:
             with tarfile.open(fileobj=f, mode="w:gz") as tar:
                 tar.add(wheel, arcname=wheel.name)
             f.seek(0)
             self.vm.put_tar(f.read(), WHEELS)
         self.vm.sh(f"chmod 0755 {WHEELS} && chmod 0644 {WHEELS}/{wheel.name}")
-        command = f"{VENV}/edge-agent upgrade {WHEELS}/{wheel.name} --config /etc/edge-agent/agent.yaml"
-        return self.vm.sh(f"runuser -u edge-agent -- {command}").stdout
+        return f"{WHEELS}/{wheel.name}"
+
+    def switch_seen(self) -> tuple[str, str] | None:
+        """The version and state agents/switch.json says; None before any switch (or while SSH is down)."""
+        done = self.vm.sh(f"cat {STATE_DIR}/agents/switch.json", check=False, timeout=30)
+        try:
+            record = json.loads(done.stdout) if done.returncode == 0 else None
+            return None if record is None else (str(record["version"]), str(record["state"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def push_agent(self, wheel: Path, version: str) -> dict[str, Any]:
+        """The operator's way (docs/fleet.md, "From the fleet: agent bundles"): `wheel` (edge-agent
+        `version`) built into an agent bundle signed with the host's signing key (the one the
+        model bundles are signed with, in the device's `trust_keys`), then `fleet push --agent
+        --target device:DEVICE --wait` with the operator's key. While the CLI waits, the VM's
+        switch record is polled for the moments the device switches to `version` and the switch
+        ends (confirmed or rolled back). What the CLI said, its exit status, the deployment's id,
+        and the seconds from the push to the switch and to its end (None: not seen) and to the
+        CLI's end."""
+        bundle = wheel.with_name(f"edge-agent-{version}.bundle")
+        self.cli("bundle", "build", "--agent", "--wheel", str(wheel),
+                 "--key", str(self.keys / "signing/signing.key"), "-o", str(bundle))  # fmt: skip
+        command = [*host_cli(), "fleet", "push", "--agent", str(bundle), "--target", f"device:{DEVICE}",
+                   "--key", str(self.keys / "operator/signing.key"), "--wait", f"{AGENT_PUSH_WAIT_S:.0f}",
+                   *self.broker_args()]  # fmt: skip
+        t0 = time.monotonic()
+        switched: float | None = None
+        ended: float | None = None
+        with tempfile.TemporaryFile("w+") as out:
+            cli = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True)
+            try:
+                while cli.poll() is None and time.monotonic() < t0 + AGENT_PUSH_WAIT_S + 120:
+                    seen = self.switch_seen() if ended is None else None
+                    if seen is not None and seen[0] == version:
+                        switched = switched if switched is not None else time.monotonic() - t0
+                        ended = time.monotonic() - t0 if seen[1] != "pending" else None
+                    time.sleep(1)
+                rc = cli.wait(60)
+            finally:
+                if cli.poll() is None:
+                    cli.kill()
+                    cli.wait()
+            out.seek(0)
+            said = out.read()
+        return {"said": said, "rc": rc, "deployment": pushed_deployment(said), "push_to_switch_s": switched,
+                "push_to_switch_end_s": ended, "push_to_end_s": time.monotonic() - t0,
+                "bundle_bytes": bundle.stat().st_size}  # fmt: skip
+
+    def deployment_record(self) -> dict[str, Any]:
+        """The device's deployment record and its status as the operator reads them (`fleet status --json`)."""
+        return self.cli_json("fleet", "status", "--json").get(DEVICE, {})  # type: ignore[no-any-return]
 
     def write_config(self, extra: str = "") -> None:
         """agent.yaml as a technician finishes it: the example install.sh wrote, keys added."""
@@ -675,17 +807,27 @@ class Checks:
 
     # --- the checks ---
     def install(self) -> dict[str, Any]:
+        """This checkout's wheel built on the host (`agent_wheel`, its own version), then
+        `scripts/install.sh --from WHEEL` as root in the VM; the checkout goes in too, for
+        install.sh itself, the unit file, and the demo models and scripts later checks use."""
         vm = self.vm
         vm.put_tar(checkout_tar(), "/root/edge-agent")
         host_network_trust(vm)
+        version = agent_version_in((HERE / "agent/__init__.py").read_text())
+        wheel = self.wheel = self.put_wheel(agent_wheel(self.vm.work / "wheels", version))
         # the camera: the kernel's vivid test driver, loaded at every boot like a USB camera's module
         vm.sh("echo vivid > /etc/modules-load.d/vivid.conf && modprobe vivid && udevadm settle && test -c /dev/video0")
         t0 = self.now()
         out = vm.sh(
-            f"cd /root/edge-agent && scripts/install.sh --broker mqtt://localhost:1883 --device-id {DEVICE}",
+            f"cd /root/edge-agent && scripts/install.sh --from {wheel} --broker mqtt://localhost:1883 "
+            f"--device-id {DEVICE}",
             timeout=1800,
         )
         took = self.now() - t0
+        dist_info = f"{VENV}/../lib/python3*/site-packages/edge_agent-{version}.dist-info"
+        origin = vm.sh(f"cat {dist_info}/direct_url.json", check=False).stdout  # pip's record of the source
+        if installed_wheel(origin) != Path(wheel).name:
+            raise CheckError(f"edge-agent was not installed from {wheel}: its direct_url.json says {origin!r}")
         enabled = vm.sh(f"systemctl is-enabled {UNIT}", check=False).stdout.strip()
         active = self.wait(
             "active", lambda: vm.sh(f"systemctl is-active {UNIT}", check=False).stdout.strip() == "active", 120
@@ -698,6 +840,7 @@ class Checks:
         vm.sh("cp -p /etc/edge-agent/agent.yaml /etc/edge-agent/agent.yaml.installed")
         return {
             "install_s": round(took, 1),
+            "from": Path(wheel).name,
             "enabled": enabled,
             "active": True,
             "source": "/dev/video0",
@@ -938,128 +1081,133 @@ class Checks:
         self.broker_auth = ["--username", OPERATOR, "--password-file", str(password)]
 
     def enrol_claim(self) -> dict[str, Any]:
-        """The broker gets the dynamic security plugin; the operator makes a claim on the host, the
-        device enrols with it (`ENROL_COMMAND`), the operator approves; the unit restarted with the
-        credentials it received publishes its status on its own topics, read from the host."""
+        """The broker gets the dynamic security plugin; the operator makes a claim on the host; the
+        device, named vm-1 (it asks for its hostname), is installed again with only the claim
+        (`install.sh --from WHEEL --claim FILE`, the full agent.yaml moved aside so install.sh
+        writes its minimal one) and the daemon enrols on its start; the operator approves; the
+        agent, on the credentials it received, publishes its status on its own topics, read
+        from the host. The later checks run on that config (the claim's camera and page, the
+        approval's keys)."""
         self.dynsec()
         key = str(self.keys / "operator/signing.key")
         claim = self.vm.work / "dynsec" / "vm.claim"
         self.cli("fleet", "enrol", "claim", "vm", "--expires", "2h", "--claim-broker", "mqtt://localhost:1883",
                  "--out", str(claim), "--key", key, *self.broker_args())  # fmt: skip
         self.vm.sh("cat > /root/vm.claim && chmod 0600 /root/vm.claim", stdin=claim.read_bytes())
-        enrol = f"cd /root/edge-agent && {ENROL_COMMAND.format(claim='/root/vm.claim')} > /root/enrol.log 2>&1"
-        self.vm.sh(
-            "rm -f /root/enrol.rc && systemd-run --quiet --unit edge-agent-enrol --collect "
-            f"sh -c {shlex.quote(enrol + '; echo $? > /root/enrol.rc')}"
-        )
+        self.vm.sh(f"echo {DEVICE} > /etc/hostname && hostname {DEVICE} && "
+                   "mv /etc/edge-agent/agent.yaml /etc/edge-agent/agent.yaml.before-claim")  # fmt: skip
         t0 = time.monotonic()
+        said = self.vm.sh(
+            f"cd /root/edge-agent && scripts/install.sh --from {self.wheel} --claim /root/vm.claim", timeout=900
+        ).stdout
 
         def request() -> dict[str, Any] | None:
             rows = self.cli_json("fleet", "enrol", "list", "--json")
             return next((r for r in rows if r.get("device") == DEVICE and not r["answered"]), None)
 
         row = self.wait("the device's enrolment request", request, 300, 5)
-        self.cli("fleet", "enrol", "approve", row["request"], "--key", key,
-                 "--trust-key", str(self.keys / "signing/signing.pub"),
-                 "--operator-key", str(self.keys / "operator/signing.pub"), *self.broker_args())  # fmt: skip
-        rc = self.wait(
-            "edge-agent enrol's exit", lambda: self.vm.sh("cat /root/enrol.rc", check=False).stdout.strip(), 300
-        )
-        said = self.vm.sh("cat /root/enrol.log").stdout
-        if rc != "0":
-            raise CheckError(f"edge-agent enrol exited {rc}: {said[-1500:]}")
-        enrolled = time.monotonic() - t0
-        files = "/etc/edge-agent/agent.yaml /var/lib/edge-agent/enrol /var/lib/edge-agent/enrol/*"
-        modes = self.vm.sh(f"stat -c '%n %U:%G %a' {files}").stdout.splitlines()
-        # enrol ran as root (as install.sh does): the service's user must read what it wrote
-        self.vm.sh("chown -R edge-agent:edge-agent /var/lib/edge-agent/enrol && "
-                   "chgrp edge-agent /etc/edge-agent/agent.yaml && chmod 0640 /etc/edge-agent/agent.yaml")  # fmt: skip
-        conf = self.vm.sh("cat /etc/edge-agent/agent.yaml").stdout
-        user = re.search(r"^  username: (\S+)$", conf, re.MULTILINE)
-        if user is None or "mqtt.password" not in conf:
-            raise CheckError(f"agent.yaml has no broker credentials after enrolling: {conf[-1500:]}")
         # the status the anonymous agent left retained goes, so the one read is the enrolled agent's
         password = self.broker_auth[-1]
         pub = shutil.which("mosquitto_pub") or "mosquitto_pub"
         run([pub, "-h", "127.0.0.1", "-p", str(self.broker_port), "-u", OPERATOR, "-P",
              Path(password).read_text().strip(), "-t", f"edge/{DEVICE}/status", "-r", "-n"])  # fmt: skip
-        self.vm.sh(f"systemctl restart {UNIT}")
+        self.cli("fleet", "enrol", "approve", row["request"], "--key", key,
+                 "--trust-key", str(self.keys / "signing/signing.pub"),
+                 "--operator-key", str(self.keys / "operator/signing.pub"), *self.broker_args())  # fmt: skip
+        conf = self.wait(
+            "the credentials in agent.yaml",
+            lambda: "mqtt.password" in (c := self.vm.sh(f"cat {STATE_DIR}/agent.yaml").stdout) and c,
+            300,
+        )
+        enrolled = time.monotonic() - t0
+        user = re.search(r"^  username: (\S+)$", conf, re.MULTILINE)
+        if user is None:
+            raise CheckError(f"agent.yaml has no broker user after enrolling: {conf[-1500:]}")
+        files = f"/etc/edge-agent/agent.yaml /etc/edge-agent/claim.json {STATE_DIR}/agent.yaml {STATE_DIR}/enrol"
+        modes = self.vm.sh(f"stat -c '%n %U:%G %a' {files} {STATE_DIR}/enrol/*").stdout.splitlines()
 
         def online() -> dict[str, Any] | None:
             status = self.cli_json("fleet", "status", "--json").get(DEVICE, {}).get("status") or {}
             return status if status.get("state") == "online" else None
 
         status = self.wait("the enrolled agent's status, read from the host", online, 300, 5)
-        broker = self.api("/api/status")["broker"]
+        t_online = time.monotonic()
+        broker = self.page_status()["broker"]
+        online_to_page = time.monotonic() - t_online
         if not broker.get("connected"):
             raise CheckError(f"the page says the broker is not connected: {broker}")
         return {
             "request": row["request"],
-            "request_to_enrolled_s": round(enrolled, 1),
+            "install_to_enrolled_s": round(enrolled, 1),
+            "online_to_page_s": round(online_to_page, 1),  # the page served after the broker's status
             "username": user.group(1),
             "written": modes,
             "status": {k: status.get(k) for k in ("state", "device", "agent_version", "protocol")},
-            "enrol": said.splitlines()[-2:],
+            "install": said.splitlines()[-3:],
         }
 
-    def agent_update(self) -> dict[str, Any]:
-        """`edge-agent upgrade` under systemd to A+1 (this checkout, its version bumped, built on the
-        host): the running agent execs it (same pid, no restart), it confirms itself, the unit stays
-        active on A+1."""
-        a = agent_version_in((HERE / "agent/__init__.py").read_text())
-        a1 = bump_patch(a)
-        wheel = agent_wheel(self.vm.work / "wheels", a1)
+    def push_next_agent(self, broken: bool, state: str, code: str | None = None) -> AgentPush:
+        """The next patch version of the running agent (this checkout, its version bumped; `broken`:
+        one that raises at import) built on the host and pushed from the fleet as a signed agent
+        bundle (`push_agent`); the CLI's exit status and words, the device's deployment record
+        (what differs from one ended in `state` with the error `code`) and its switch record."""
+        before = self.page_agent_version()
+        version = bump_patch(before)
+        wheel = agent_wheel(self.vm.work / "wheels", version, broken=broken)
         pid, restarts = self.main_pid(), self.restarts()
-        t0 = time.monotonic()
-        said = self.upgrade(wheel)
-        switched = time.monotonic()  # the upgrade returns once agents/current names A+1
-        record = self.wait(
-            f"the switch to {a1} confirmed",
-            lambda: (r := self.switch_record())["state"] == "confirmed" and r["version"] == a1 and r,
-            CONFIRM_WITHIN_S + 180,
-        )
-        took = time.monotonic() - switched
-        running = self.wait("the page on A+1", lambda: self.page_agent_version() == a1, 180)
+        pushed = self.push_agent(wheel, version)
+        reports = self.deployment_record()
+        problems = agent_deployment_problems(reports.get("deployment"), pushed["deployment"], version, state, code)
+        return AgentPush(before, version, pid, restarts, pushed, reports, problems, self.switch_record())
+
+    def agent_update(self) -> dict[str, Any]:
+        """A+1 pushed from the fleet (`push_next_agent`): the deployment ends SUCCEEDED with A+1 in
+        the device's status; the running agent execed it (same pid, no restart), it confirmed
+        itself, the unit stays active on A+1."""
+        p = self.push_next_agent(broken=False, state="SUCCEEDED")
+        a1, said = p.version, p.pushed["said"]
+        reported = (p.reports.get("status") or {}).get("agent_version")
+        if p.pushed["rc"] != 0 or f"{DEVICE}: SUCCEEDED" not in said or p.problems or reported != a1:
+            raise CheckError(
+                f"fleet push --agent {a1} exited {p.pushed['rc']}: {p.problems}, the status says {reported!r}: "
+                f"{p.reports}: {said[-1500:]}"
+            )
+        running = self.wait("the page on A+1", lambda: self.page_agent_version() == a1, PAGE_S)
         version = self.vm.sh(f"{STATE_DIR}/agents/current/bin/edge-agent --version").stdout.strip()
-        p = self.show("ActiveState", "MainPID", "NRestarts")
-        same = int(p["MainPID"]) == pid and int(p["NRestarts"]) == restarts  # an exec in place, no restart
-        if not running or a1 not in version or p["ActiveState"] != "active" or record["current"] != a1 or not same:
-            raise CheckError(f"after the upgrade to {a1}: {p} (was pid {pid}), {version!r}, {record}")
-        return {"from": a, "to": a1, "upgrade_s": round(switched - t0, 1), "switch_to_confirmed_s": round(took, 1),
-                "record": record,
-                "version": version, "same_pid": int(p["MainPID"]) == pid,
-                "nrestarts": [restarts, int(p["NRestarts"])], "upgrade": said.splitlines()[-1:]}  # fmt: skip
+        now = self.show("ActiveState", "MainPID", "NRestarts")
+        same = int(now["MainPID"]) == p.pid and int(now["NRestarts"]) == p.restarts  # an exec in place, no restart
+        if (not running or a1 not in version or now["ActiveState"] != "active" or p.record["state"] != "confirmed"
+                or p.record["current"] != a1 or not same):  # fmt: skip
+            raise CheckError(f"after the push of {a1}: {now} (was pid {p.pid}), {version!r}, {p.record}")
+        return {"from": p.before, "to": a1, "deployment": p.reports["deployment"]["state"],
+                "status_agent_version": reported, "bundle_bytes": p.pushed["bundle_bytes"],
+                **push_figures(p.pushed, "confirmed"), "record": p.record,
+                "version": version, "same_pid": True, "nrestarts": [p.restarts, int(now["NRestarts"])],
+                "cli": said.splitlines()[-2:]}  # fmt: skip
 
     def agent_rollback(self) -> dict[str, Any]:
-        """An A+2 that raises at import: systemd restarts it, the launcher switches back to A+1 after
-        `MAX_STARTS` starts within `ROLLBACK_S`; the unit ends active on A+1."""
-        a1 = self.page_agent_version()
-        a2 = bump_patch(a1)
-        wheel = agent_wheel(self.vm.work / "wheels", a2, broken=True)
-        restarts = self.restarts()
-        t0 = time.monotonic()
-        said = self.upgrade(wheel)
-        switched = time.monotonic()  # the upgrade returns once agents/current names A+2
-        record = self.wait(
-            f"the switch to {a2} rolled back",
-            lambda: (r := self.switch_record())["state"] == "rolled_back" and r["version"] == a2 and r,
-            ROLLBACK_S + 120,
-            1,
-        )
-        took = time.monotonic() - switched
+        """An A+2 that raises at import, pushed from the fleet as A+1 was: systemd restarts it, the
+        launcher switches back to A+1 after `MAX_STARTS` starts within `ROLLBACK_S` of the switch,
+        A+1 reports the deployment ROLLED_BACK (AGENT_UPDATE_ROLLED_BACK); the unit ends active on A+1."""
+        p = self.push_next_agent(broken=True, state="ROLLED_BACK", code="AGENT_UPDATE_ROLLED_BACK")
+        a1, a2, said = p.before, p.version, p.pushed["said"]
+        if p.pushed["rc"] == 0 or p.problems:  # the CLI exits 1 on a target that did not succeed
+            raise CheckError(f"fleet push --agent {a2} exited {p.pushed['rc']}: {p.problems}: {said[-1500:]}")
         self.wait("active on A+1", lambda: self.show("ActiveState")["ActiveState"] == "active", 180)
-        active = time.monotonic() - switched
         running = self.page_agent_version()
-        crashes = self.restarts() - restarts
-        if running != a1 or record["current"] != a1 or took > ROLLBACK_S or crashes != MAX_STARTS:
+        crashes = self.restarts() - p.restarts
+        took = push_figures(p.pushed, "rolled_back")
+        rolled_back = took.get("switch_to_rolled_back_s")
+        record = p.record
+        if (running != a1 or record["state"] != "rolled_back" or record["version"] != a2 or record["current"] != a1
+                or rolled_back is None or rolled_back > ROLLBACK_S or crashes != MAX_STARTS):  # fmt: skip
             raise CheckError(
-                f"rolled back {took:.0f} s (at most {ROLLBACK_S:.0f}) after the switch to {a2}: running {running}, "
+                f"{took} (the rollback at most {ROLLBACK_S:.0f} s after the switch): running {running}, "
                 f"{crashes} restarts, {record}"
             )
-        return {"broken": a2, "back_on": running, "upgrade_s": round(switched - t0, 1),
-                "switch_to_rolled_back_s": round(took, 1), "limit_s": ROLLBACK_S,
-                "switch_to_active_s": round(active, 1), "restarts": crashes, "record": record,
-                "upgrade": said.splitlines()[-1:]}  # fmt: skip
+        return {"broken": a2, "back_on": running, "deployment": p.reports["deployment"]["state"],
+                "error": p.reports["deployment"]["error"], **took, "limit_s": ROLLBACK_S,
+                "restarts": crashes, "record": record, "cli": said.splitlines()[-2:]}  # fmt: skip
 
     def reboot(self) -> dict[str, Any]:
         """`systemctl reboot`: a new boot (another boot_id), the unit active, the same version and

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
+import socket
+import struct
 import sys
 import tarfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from threading import Thread
 from types import ModuleType
 
 import pytest
@@ -185,3 +190,136 @@ def test_commands_run_by_the_driver_print_to_stderr_so_json_stays_alone_on_stdou
     assert vm_test.run(["echo", "kept"], capture_output=True).stdout == "kept\n"
     out, err = capfd.readouterr()
     assert out == "" and "Creating regular file base.raw" in err
+
+
+def test_the_pushed_deployment_is_read_from_what_fleet_push_said(vm_test: ModuleType) -> None:
+    said = (
+        "pushed edge-agent 0.2.1 (5123456 bytes, 20 chunks, sha256 0123456789ab) to device:vm-1 as deployment "
+        "edge-agent-0.2.1-k3j4\nvm-1: SUCCEEDED\n"
+    )
+    assert vm_test.pushed_deployment(said) == "edge-agent-0.2.1-k3j4"
+    with pytest.raises(ValueError, match="fleet push named no deployment"):
+        vm_test.pushed_deployment("edge-agent: error: bundle file not found: x.bundle\n")
+
+
+def _record(**fields: object) -> dict[str, object]:
+    record: dict[str, object] = {"id": "d2", "kind": "agent", "version": "0.2.2", "state": "ROLLED_BACK"}
+    record["error"] = {"code": "AGENT_UPDATE_ROLLED_BACK", "message": "0.2.2 did not confirm within 3 starts"}
+    return {**record, **fields}
+
+
+@pytest.mark.parametrize(
+    ("record", "problems"),
+    [
+        (_record(), []),
+        # the retained record of the deployment before (A+1's) until the device publishes this one
+        (_record(id="d1", version="0.2.1", state="SUCCEEDED", error=None),
+         ["id 'd1', not 'd2'", "version '0.2.1', not '0.2.2'", "state 'SUCCEEDED', not 'ROLLED_BACK'",
+          "error code None, not 'AGENT_UPDATE_ROLLED_BACK'"]),
+        (_record(state="FAILED"), ["state 'FAILED', not 'ROLLED_BACK'"]),
+        (_record(error={"code": "INTERRUPTED", "message": "stopped"}),
+         ["error code 'INTERRUPTED', not 'AGENT_UPDATE_ROLLED_BACK'"]),
+        (_record(kind=None), ["kind None, not 'agent'"]),  # a model bundle's deployment
+        (None, ["the device published no deployment record"]),
+    ],
+)  # fmt: skip
+def test_an_agent_deployment_is_judged_by_its_own_record(
+    vm_test: ModuleType, record: dict[str, object] | None, problems: list[str]
+) -> None:
+    found = vm_test.agent_deployment_problems(record, "d2", "0.2.2", "ROLLED_BACK", "AGENT_UPDATE_ROLLED_BACK")
+    assert found == problems
+
+
+def test_a_succeeded_agent_deployment_has_no_error(vm_test: ModuleType) -> None:
+    succeeded = _record(version="0.2.1", state="SUCCEEDED", error=None)
+    assert vm_test.agent_deployment_problems(succeeded, "d2", "0.2.1", "SUCCEEDED") == []
+    failed = _record(version="0.2.1", state="SUCCEEDED")
+    assert vm_test.agent_deployment_problems(failed, "d2", "0.2.1", "SUCCEEDED") == [
+        "error code 'AGENT_UPDATE_ROLLED_BACK', not None"
+    ]
+
+
+def test_an_agent_push_is_timed_from_the_switch(vm_test: ModuleType) -> None:
+    pushed = {"push_to_switch_s": 61.04, "push_to_switch_end_s": 117.0, "push_to_end_s": 140.0}
+    assert vm_test.push_figures(pushed, "rolled_back") == {
+        "push_to_switch_s": 61.0,
+        "switch_to_rolled_back_s": 56.0,  # the limit's measure: not the download and pip before it
+        "switch_to_reported_s": 79.0,
+    }
+    unseen = {"push_to_switch_s": None, "push_to_switch_end_s": None, "push_to_end_s": 900.0}
+    assert vm_test.push_figures(unseen, "confirmed") == {
+        "push_to_switch_s": None,
+        "switch_to_confirmed_s": None,
+        "switch_to_reported_s": None,
+    }
+
+
+WHEEL_URL = "file:///var/tmp/edge-agent-wheels/edge_agent-0.2.0-py3-none-any.whl"
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "wheel"),
+    [
+        # what pip 23 (Debian 12's venv) writes for `pip install FILE.whl`
+        (json.dumps({"archive_info": {"hash": "sha256=b773b0", "hashes": {"sha256": "b773b0"}}, "url": WHEEL_URL}),
+         "edge_agent-0.2.0-py3-none-any.whl"),
+        (json.dumps({"dir_info": {}, "url": "file:///root/edge-agent"}), None),  # install.sh from the checkout
+        (json.dumps({"archive_info": {}, "url": "https://example.org/edge_agent-0.2.0.tar.gz"}), None),
+        ("", None),  # no direct_url.json: installed from an index
+        ("None\n", None),
+    ],
+)  # fmt: skip
+def test_the_install_check_knows_a_wheel_install_from_the_checkout_s(
+    vm_test: ModuleType, direct_url: str, wheel: str | None
+) -> None:
+    assert vm_test.installed_wheel(direct_url) == wheel
+
+
+class _Tunnel(ThreadingHTTPServer):
+    """The host's end of `Vm.tunnel` (ssh -L) to a page that is not served yet: the first
+    `refused` connections are closed unread, as ssh closes one whose channel the VM's port
+    refused (a reset), then the page's /api/status answers."""
+
+    def __init__(self, refused: int) -> None:
+        self.refused = refused
+        self.connections = 0
+        tunnel = self
+
+        class Page(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def handle(self) -> None:
+                tunnel.connections += 1
+                if tunnel.connections <= tunnel.refused:
+                    self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return  # closed with the request unread: an RST
+                super().handle()
+
+            def do_GET(self) -> None:
+                body = json.dumps({"broker": {"connected": True}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__(("127.0.0.1", 0), Page)
+
+    def shutdown_request(self, request: socket.socket) -> None:  # type: ignore[override]
+        request.close()  # no FIN before the reset
+
+
+def test_the_page_is_read_once_it_answers_after_the_agent_s_start(vm_test: ModuleType, tmp_path: Path) -> None:
+    # enrol_claim read the page the moment the enrolled agent was online on the broker, before
+    # the agent served it: "[Errno 104] Connection reset by peer" through the tunnel
+    tunnel = _Tunnel(refused=2)
+    Thread(target=tunnel.serve_forever, daemon=True).start()
+    try:
+        checks = vm_test.Checks(vm_test.Vm(vm_test.ARCHES["amd64"], tmp_path, tmp_path))
+        checks.page_port = tunnel.server_address[1]
+        assert checks.page_status()["broker"] == {"connected": True}
+        assert tunnel.connections == 3
+    finally:
+        tunnel.shutdown()
+        tunnel.server_close()
