@@ -46,6 +46,14 @@ class TensorRTInProcess:
         found = self._runner.probe([n for n in wanted if n != "tensorrt"], libraries, root)
         return {n: tensorrt_backend.availability() if n == "tensorrt" else found[n] for n in wanted}
 
+    def known(self, names: Iterable[str], root: Path | None = None) -> dict[str, Any] | None:
+        """What the runner already found, never for TensorRT: the double is probed here each time."""
+        wanted = list(names)
+        return None if "tensorrt" in wanted else self._runner.known(wanted, root)
+
+    def remember(self, infos: Mapping[str, Any], root: Path | None = None) -> None:
+        self._runner.remember({n: info for n, info in infos.items() if n != "tensorrt"}, root)
+
     def check_load(self, name: str, model: Path, settings_json: str, libraries: Sequence[str] | None = None) -> None:
         if name != "tensorrt":
             self._runner.check_load(name, model, settings_json, libraries)
