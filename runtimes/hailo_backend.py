@@ -69,10 +69,10 @@ from runtimes.hailo_device import (
     TargetMismatch,
     check_target,
     find_devices,
-    hef_family,
     hef_hw_arch,
     read_hef_header,
     runs_on_family,
+    target_mismatch,
 )
 from runtimes.hailo_settings import KEY as KEY
 from runtimes.hailo_settings import HailoConfig as HailoConfig
@@ -294,10 +294,8 @@ class HailoBackend(Runtime):
         except Exception as exc:  # HailoRT's own exceptions (HailoRTException and its kinds)
             self.close()
             if type(exc).__name__ == _NOT_COMPATIBLE:
-                raise TargetMismatch(
-                    f"TARGET_MISMATCH: {model_path.name} was compiled for {arch} (runs on {hef_family(arch)}), "
-                    f"HailoRT refuses it on {device.node} ({device.family}): {first_line(exc)}"
-                ) from exc
+                refused = f"HailoRT refuses it on {device.node} ({device.family}): {first_line(exc)}"
+                raise TargetMismatch(target_mismatch(model_path, arch, refused)) from exc
             raise ModelLoadError(
                 f"HailoRT cannot load {model_path.name}: {type(exc).__name__}: {first_line(exc)}"
             ) from exc
@@ -379,5 +377,4 @@ def target_problem(hef: Path, family: str | None) -> str | None:
         return str(exc)
     if runs_on_family(arch, family):
         return None
-    runs_on = hef_family(arch)
-    return f"TARGET_MISMATCH: {hef.name} was compiled for {arch} (runs on {runs_on}), this device's chip is {family}"
+    return target_mismatch(hef, arch, f"this device's chip is {family}")

@@ -289,7 +289,10 @@ def check_target(hef: Path, arch: str, device: HailoDevice) -> None:
     PCIe id is the same; HailoRT refuses it when configuring, which `runtimes.hailo_backend`
     reports as ``TARGET_MISMATCH`` too.)"""
     if device.chips and not device.chips & COMPATIBLE[arch]:
-        raise TargetMismatch(
-            f"TARGET_MISMATCH: {hef.name} was compiled for {arch} (runs on {hef_family(arch)}), "
-            f"this device's {device.node} is {device.family}"
-        )
+        raise TargetMismatch(target_mismatch(hef, arch, f"this device's {device.node} is {device.family}"))
+
+
+def target_mismatch(hef: Path, arch: str, here: str) -> str:
+    """The ``TARGET_MISMATCH`` sentence for a HEF of `arch` that cannot run here: the chips it
+    runs on, then `here` (what this device has, or what HailoRT said)."""
+    return f"TARGET_MISMATCH: {hef.name} was compiled for {arch} (runs on {hef_family(arch)}), {here}"
