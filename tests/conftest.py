@@ -245,8 +245,10 @@ def unpacked(tmp_path: Path, demo_bundle: Path) -> Verified:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    broker = Broker(tmp_path / "broker").start()
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Broker]:
+    """A started `Broker`; a test marked ``broker_config(TEXT)`` adds TEXT to its mosquitto.conf."""
+    marker = request.node.get_closest_marker("broker_config")
+    broker = Broker(tmp_path / "broker", extra=marker.args[0] if marker else "").start()
     yield broker
     broker.stop()
 
