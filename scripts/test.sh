@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up the development environment and run the checks: ruff, mypy (TensorRT code against
-# TensorRT's published stubs), import contracts, pytest on every core (pytest-xdist, -n auto).
+# TensorRT's published stubs), import contracts, pytest on every core (pytest-xdist: a worker per
+# core and one more; the quick tier a worker per core).
 # Extra arguments go to pytest (e.g. scripts/test.sh -k decoders; -n 0 runs in this process).
 # `scripts/test.sh --quick [pytest args]`: the inner loop, under 3 minutes on two cores: ruff and
 # the unit tests that start no serving process and take no CPU-heavy minute (`-m "not daemons and
@@ -10,9 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --oldest ]; then shift; exec scripts/test_oldest.sh "$@"; fi
-workers=${EDGE_AGENT_TEST_WORKERS:-auto}
+# The whole suite: a worker per core and one more. Many of its tests wait on what they start (an
+# agent's start, a broker, a browser, a pip install) and leave a core idle meanwhile: on two
+# cores three workers ran it in 11 min 7 s, against about 14 with two (docs/testing.md).
+workers=${EDGE_AGENT_TEST_WORKERS:-$(($(nproc) + 1))}
 if [ "${1:-}" = --quick ]; then
   shift
+  workers=${EDGE_AGENT_TEST_WORKERS:-auto}  # the unit tests keep the cores busy: a worker per core
   [ -x .venv/bin/pytest ] && .venv/bin/python -c "import xdist" 2>/dev/null || scripts/setup.sh dev
   .venv/bin/ruff check .
   .venv/bin/ruff format --check .

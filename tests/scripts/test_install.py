@@ -12,7 +12,6 @@ import platform
 import shutil
 import site
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ import agent
 from agent.config.loading import check_config
 from agent.deployment.agent_switch import INSTALLED_MARK, AgentDirs, launch
 
-OFFLINE_WHEEL = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
 #: the version a fleet update switched to, and the newer one install.sh then installs
 FLEET = str(semver.Version.parse(agent.__version__).bump_patch())
 NEWER = str(semver.Version.parse(agent.__version__).bump_minor())
@@ -38,13 +36,9 @@ PI_OS = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [*OFFLINE_WHEEL, "-w", str(folder), str(REPO)],
-        check=True,
-        capture_output=True,
-    )
-    return next(folder.glob("edge_agent-*.whl"))
+    """This checkout's wheel, built from a copy: pip builds a folder in place (its ``build/``
+    and ``*.egg-info``), so two workers building the checkout itself at once break each other."""
+    return checkout_wheel(tmp_path_factory.mktemp("wheel"), agent.__version__)
 
 
 @pytest.fixture(scope="module")

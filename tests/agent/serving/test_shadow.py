@@ -148,8 +148,9 @@ def test_a_frame_the_candidate_disagrees_on_is_handed_to_the_hook(
 def test_frames_offered_while_it_rests_are_skipped(
     tmp_path: Path, keys: dict[str, Path], bundles: dict[str, Path]
 ) -> None:
-    """Each inference "takes" 1 s on the session's clock: at a share of 0.1 it rests 9 s, and
-    the frames the camera offers meanwhile are skipped, not compared later."""
+    """Each inference "takes" 1 s on the session's clock: at a share of 0.01 it rests 99 s, and
+    the frames the camera offers meanwhile are skipped, not compared later. (At a share of 0.1 the
+    rest, 9 s of real time, ended before a loaded machine's camera had offered five frames.)"""
     versions = install_versions(tmp_path / "state", keys, bundles)
     cameras = Cameras([CameraSection(name="a", source="synthetic:1", fps=30)], probe(), "onnxruntime")
     try:
@@ -158,10 +159,10 @@ def test_frames_offered_while_it_rests_are_skipped(
         candidate = CameraDetector(loaded.detector, cameras.get("a").detector.detection_filter)
         ticks = itertools.count()
         session = ShadowSession(
-            loaded.detector, {"a": ShadowCamera(cameras.get("a"), candidate)}, 0.1, clock=lambda: float(next(ticks))
+            loaded.detector, {"a": ShadowCamera(cameras.get("a"), candidate)}, 0.01, clock=lambda: float(next(ticks))
         ).start()
         try:
-            wait_until(lambda: session.reports()["a"].frames == 1 and session.skipped >= 5, 30, "frames skipped")
+            wait_until(lambda: session.reports()["a"].frames == 1 and session.skipped >= 5, 60, "frames skipped")
             assert session.reports()["a"].frames == 1
         finally:
             session.close()
