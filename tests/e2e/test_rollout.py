@@ -334,6 +334,8 @@ def test_a_rollout_whose_busy_devices_fail_on_quality_halts_and_rolls_back_who_t
         assert (record["state"], record["error"]["code"]) == ("REJECTED", "SHADOW_DISAGREES"), record
         assert record["shadow"]["outcome"] == "disagrees" and record["shadow"]["cameras"][0]["agreement"] < 0.8
         assert (watcher.json(f"edge/{device}/status") or {})["bundle"]["version"] == "1.0.0", "v1 untouched"
+    # the watch retains the halt as it exits: its copy reaches this watcher a moment later
+    wait_until(lambda: "halted" in watcher.json("edge/groups/floor/desired")["rollout"], 30, "the halt retained")
     halted = watcher.json("edge/groups/floor/desired")["rollout"]["halted"]
     assert "2 of 4 started devices failed: busy-0, busy-1" in halted["reason"], halted
 
