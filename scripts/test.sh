@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = --oldest ]; then shift; exec scripts/test_oldest.sh "$@"; fi
 # The whole suite: a worker per core and one more. Many of its tests wait on what they start (an
 # agent's start, a broker, a browser, a pip install) and leave a core idle meanwhile: on two
-# cores three workers ran it in 11 min 7 s, against about 14 with two (docs/testing.md).
+# cores, in one fresh clone, three workers took 13 min 24 s against 15 min 14 s for two
+# (docs/testing.md).
 workers=${EDGE_AGENT_TEST_WORKERS:-$(($(nproc) + 1))}
 if [ "${1:-}" = --quick ]; then
   shift
