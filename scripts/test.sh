@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up the development environment and run the checks: ruff, mypy (TensorRT code against
 # TensorRT's published stubs), import contracts, pytest on every core (pytest-xdist: a worker per
-# core and one more; the quick tier a worker per core).
+# core and two more; the quick tier a worker per core).
 # Extra arguments go to pytest (e.g. scripts/test.sh -k decoders; -n 0 runs in this process).
 # `scripts/test.sh --quick [pytest args]`: the inner loop, under 3 minutes on two cores: ruff and
 # the unit tests that start no serving process and take no CPU-heavy minute (`-m "not daemons and
@@ -11,11 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --oldest ]; then shift; exec scripts/test_oldest.sh "$@"; fi
-# The whole suite: a worker per core and one more. Many of its tests wait on what they start (an
+# The whole suite: a worker per core and two more. Many of its tests wait on what they start (an
 # agent's start, a broker, a browser, a pip install) and leave a core idle meanwhile: on two
-# cores, in one fresh clone, three workers took 13 min 24 s against 15 min 14 s for two
+# cores, in fresh clones, four workers took 11 min 28 s, three 13 min 24 s, two 15 min 14 s
 # (docs/testing.md).
-workers=${EDGE_AGENT_TEST_WORKERS:-$(($(nproc) + 1))}
+workers=${EDGE_AGENT_TEST_WORKERS:-$(($(nproc) + 2))}
 if [ "${1:-}" = --quick ]; then
   shift
   workers=${EDGE_AGENT_TEST_WORKERS:-auto}  # the unit tests keep the cores busy: a worker per core
