@@ -140,6 +140,7 @@ class ChildRunner:
         self._infos: dict[str | None, dict[RuntimeName, RuntimeInfo]] = {}  # by the root probed (None: /)
         self._loads: dict[tuple[str, ...], RuntimeCrashed | None] = {}  # by (runtime, SHA-256, settings)
         self._digests: dict[tuple[str, ...], str] = {}  # SHA-256 by (path, size, mtime)
+        self._cached_in: dict[RuntimeName, Path] = {}  # the probe cache file an answer was taken from
 
     # -- running a child -----------------------------------------------------------------------
 
@@ -216,12 +217,23 @@ class ChildRunner:
             wanted = list(dict.fromkeys(names))
             return {name: infos[name] for name in wanted} if all(n in infos for n in wanted) else None
 
-    def remember(self, infos: Mapping[RuntimeName, RuntimeInfo], root: Path | None = None) -> None:
-        """Take `infos` as what probing found under `root` in this process (an answer kept from
-        the last start, `runtimes.probe_cache`): the later probes of this process (an activation's)
-        start no child for them, as after a probe here."""
+    def remember(self, infos: Mapping[RuntimeName, RuntimeInfo], cache_file: Path, root: Path | None = None) -> None:
+        """Take `infos`, read from `cache_file` (an answer kept from the last start,
+        `runtimes.probe_cache`), as what probing found under `root` in this process: the later
+        probes of this process (an activation's) start no child for them, as after a probe here."""
         with self._lock:
             self._infos.setdefault(None if root is None else str(root), {}).update(infos)
+            self._cached_in.update(dict.fromkeys(infos, cache_file))
+
+    def distrust(self, name: RuntimeName) -> Path | None:
+        """The probe cache file `name`'s answer was taken from (`remember`), for the caller to
+        remove once that backend failed to load after all; None when the answer was not taken
+        from a file, or the file was already named for this or another of its backends."""
+        with self._lock:
+            path = self._cached_in.get(name)
+            for each in [n for n, p in self._cached_in.items() if p == path]:
+                del self._cached_in[each]
+            return path
 
     def _crashed_info(self, name: RuntimeName, result: ChildResult, modules: Sequence[str]) -> RuntimeInfo:
         library = library_version(modules)

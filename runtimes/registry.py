@@ -467,12 +467,6 @@ class ProbeCache:
     version: str
 
 
-#: backends whose answer this process took from a cache file, and that file: a load of one that
-#: then fails removes the file (`_distrust`), once
-_FROM_CACHE: dict[RuntimeName, Path] = {}
-_FROM_CACHE_LOCK = threading.Lock()
-
-
 def available_runtimes(
     names: Iterable[RuntimeName] | None = None,
     isolated: bool = True,
@@ -505,9 +499,7 @@ def available_runtimes(
             cached = probe_cache.read(cache.path, key)
             if cached is not None:
                 infos = cached
-                PROCESS_RUNNER.remember(cached, root)  # an activation's probe in this process takes it too
-                with _FROM_CACHE_LOCK:
-                    _FROM_CACHE.update(dict.fromkeys(wanted, cache.path))
+                PROCESS_RUNNER.remember(cached, cache.path, root)  # an activation's probe here takes it too
             else:
                 infos = probe_isolated(wanted, lambda name: probe_here(name, root), libraries, root)
                 probe_cache.write(cache.path, key, infos)
@@ -571,10 +563,9 @@ def check_load(name: RuntimeName, model_path: Path, config: BackendConfig) -> No
 def _distrust(name: RuntimeName, why: str) -> None:
     """`name`'s library failed to load after the probe cache said it would: remove the cache
     file, so that the next start probes again (once per process: the file is gone)."""
-    with _FROM_CACHE_LOCK:  # the cameras' threads load side by side
-        path = _FROM_CACHE.get(name)
-        for each in [n for n, p in _FROM_CACHE.items() if p == path]:
-            del _FROM_CACHE[each]
+    from runtimes.isolation import PROCESS_RUNNER  # only after a failed load
+
+    path = PROCESS_RUNNER.distrust(name)
     if path is not None:
         from runtimes import probe_cache
 

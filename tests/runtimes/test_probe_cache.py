@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from testkit import DEMO_MODELS, standin_env
 
-from runtimes import isolation, probe_cache, registry
+from runtimes import isolation, probe_cache
 from runtimes.base import RuntimeUnavailable
 from runtimes.isolation import ChildResult, ChildRunner, RuntimeCrashed
 from runtimes.ort_settings import OnnxRuntimeConfig
@@ -37,7 +37,6 @@ def probes(monkeypatch: pytest.MonkeyPatch) -> Probes:
     """A fresh process runner (nothing memoised) and no answer taken from a cache yet."""
     runner = Probes()
     monkeypatch.setattr(isolation, "PROCESS_RUNNER", runner)
-    monkeypatch.setattr(registry, "_FROM_CACHE", {})
     return runner
 
 

@@ -51,8 +51,11 @@ class TensorRTInProcess:
         wanted = list(names)
         return None if "tensorrt" in wanted else self._runner.known(wanted, root)
 
-    def remember(self, infos: Mapping[str, Any], root: Path | None = None) -> None:
-        self._runner.remember({n: info for n, info in infos.items() if n != "tensorrt"}, root)
+    def remember(self, infos: Mapping[str, Any], cache_file: Path, root: Path | None = None) -> None:
+        self._runner.remember({n: info for n, info in infos.items() if n != "tensorrt"}, cache_file, root)
+
+    def distrust(self, name: str) -> Path | None:
+        return self._runner.distrust(name)  # type: ignore[no-any-return]
 
     def check_load(self, name: str, model: Path, settings_json: str, libraries: Sequence[str] | None = None) -> None:
         if name != "tensorrt":
