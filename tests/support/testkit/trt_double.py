@@ -52,7 +52,9 @@ class TensorRTInProcess:
         return None if "tensorrt" in wanted else self._runner.known(wanted, root)
 
     def remember(self, infos: Mapping[str, Any], cache_file: Path, root: Path | None = None) -> None:
-        self._runner.remember({n: info for n, info in infos.items() if n != "tensorrt"}, cache_file, root)
+        """All of them, TensorRT's too: `known` never asks the runner about TensorRT, so its answer
+        there only names the file that a failed load of the double distrusts."""
+        self._runner.remember(infos, cache_file, root)
 
     def distrust(self, name: str) -> Path | None:
         return self._runner.distrust(name)  # type: ignore[no-any-return]
