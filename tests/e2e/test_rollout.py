@@ -102,6 +102,14 @@ def all_in(watcher: Watcher, devices: list[str], deployment: str, state: str, ti
     )
 
 
+def halted_document(watcher: Watcher, group: str) -> dict[str, Any]:
+    """The group's desired document once it carries the halt. The CLI that halted the rollout
+    retains it as it exits; this watcher, another client, gets its copy a moment later."""
+    topic = f"edge/groups/{group}/desired"
+    wait_until(lambda: "halted" in watcher.json(topic)["rollout"], 30, "the halt retained")
+    return watcher.json(topic)  # type: ignore[no-any-return]
+
+
 def serving_format(watcher: Watcher, device: str, artifact_format: str) -> None:
     """Wait for `device`'s status to say its camera is served by a runtime that reads
     `artifact_format` ("onnx": ONNX Runtime or OpenVINO, whichever autotune found faster)."""
@@ -216,9 +224,7 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
     )
     assert status == 1 and "halted" in out and "NO_RUNTIME" not in out, out
     assert "the rollout is halted" in out and "onnx-only" in out, out
-    # the broker acknowledged the halt to the CLI; the watcher, another client, gets it after
-    wait_until(lambda: "halted" in watcher.json("edge/groups/line/desired")["rollout"], 30, "the halt retained")
-    halted = watcher.json("edge/groups/line/desired")
+    halted = halted_document(watcher, "line")
     pushed = next(d for d in watcher.all_json("edge/groups/line/desired") if d["id"] == chosen)  # before the halt
     reason = halted["rollout"]["halted"]["reason"]
     assert halted["id"] == chosen and "started devices failed: onnx-only" in reason, halted
@@ -270,12 +276,7 @@ def test_failures_past_the_limit_halt_the_rollout_roll_back_who_took_it_and_resu
     # a failing device of the second wave starts on the resume too: wait for its end, not for luck
     final = {state.value for state in FINAL_STATES}
     wait_until(
-        lambda: (
-            {d: r["state"] in final for d, r in records(watcher, failing, chosen).items()}
-            == dict.fromkeys(failing, True)
-        ),
-        90,
-        "both failing devices to end",
+        lambda: all(states(watcher, failing, chosen).get(d) in final for d in failing), 90, "the failing devices to end"
     )
     ended = records(watcher, failing, chosen)
     assert {r["error"]["code"] for r in ended.values()} == {"NO_RUNTIME"}, ended
@@ -346,9 +347,7 @@ def test_a_rollout_whose_busy_devices_fail_on_quality_halts_and_rolls_back_who_t
         assert (record["state"], record["error"]["code"]) == ("REJECTED", "SHADOW_DISAGREES"), record
         assert record["shadow"]["outcome"] == "disagrees" and record["shadow"]["cameras"][0]["agreement"] < 0.8
         assert (watcher.json(f"edge/{device}/status") or {})["bundle"]["version"] == "1.0.0", "v1 untouched"
-    # the watch retains the halt as it exits: its copy reaches this watcher a moment later
-    wait_until(lambda: "halted" in watcher.json("edge/groups/floor/desired")["rollout"], 30, "the halt retained")
-    halted = watcher.json("edge/groups/floor/desired")["rollout"]["halted"]
+    halted = halted_document(watcher, "floor")["rollout"]["halted"]
     assert "2 of 4 started devices failed: busy-0, busy-1" in halted["reason"], halted
 
     def undone(device: str) -> bool:
