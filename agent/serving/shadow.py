@@ -15,7 +15,8 @@ it switches (docs/quality.md). `Cameras.shadow` opens a `ShadowSession`; the dep
   `pipelines.measure.comparison.Agreement`.
 - **CPU share**: after an inference of t seconds the thread rests t * (1/share - 1) (`rest_s`),
   so the candidate spends at most `share` of one core's time; at the default 0.1 the serving
-  cameras keep >= 0.9 of their FPS.
+  cameras keep >= 0.9 of their FPS. The rest lasts until its end on `clock`: a wake of the
+  thread during it (an offer made while the thread was taking its frame) does not shorten it.
 - **Latency**: the candidate's per frame (prepare, infer, decode) is in each report; the
   serving version's is the camera's own (`serving_latency_ms`: the medians of its stages over
   its last frames, on all the threads it serves with, so it is no like-for-like race).
@@ -147,6 +148,7 @@ class ShadowSession:
         self._served_at = dict.fromkeys(self.cameras, 0)  # turn at which each camera was last inferred
         self._turns = 0
         self._ready = True  # False while inferring or resting: offers are skipped
+        self._rests_until: float | None = None  # on `clock`: a wake before then does not end the rest
         self.skipped = 0  # frames offered while busy or resting
         self._sinks: dict[str, Sink] = {}
         self._worker = Worker("shadow", self._turn, described="the shadow (a candidate version)", budget_s=None)
@@ -249,6 +251,8 @@ class ShadowSession:
     def _turn(self) -> float | None:
         if self._worker.stopping.is_set():
             return DONE
+        if self._rests_until is not None and (left := self._rests_until - self._clock()) > 0:
+            return left  # woken during the rest: an offer made while the last frame was being taken
         taken = self._take()
         if taken is None:
             return 0.0 if self._ready and self._pending else IDLE_S
@@ -268,7 +272,8 @@ class ShadowSession:
                     "shadow: the %s failed on camera %s (counted; further failures not logged)", self.loaded_is, name
                 )
         same = self._second_stage(frame, serving if self.loaded_is == "candidate" else loaded)
-        took = self._clock() - start
+        ended = self._clock()
+        took = ended - start
         if self.disagreed is not None and loaded is not None and disagree(serving, loaded):
             self.disagreed(name, frame, serving)
         with self._lock:
@@ -277,7 +282,9 @@ class ShadowSession:
                 self._agreements[name].add(serving, Detections.empty() if loaded is None else loaded, None, took * 1000)
             elif loaded is not None:  # the loaded model is the reference: the camera's is the candidate
                 self._agreements[name].add(loaded, serving, took * 1000, None)
-        return rest_s(took, self.share)
+        rest = rest_s(took, self.share)
+        self._rests_until = ended + rest
+        return rest
 
     def _second_stage(self, frame: Frame, reference: Detections | None) -> list[bool]:
         """Whether both second stages named each crop of `reference`'s detections alike (none
